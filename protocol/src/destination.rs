@@ -1,0 +1,219 @@
+//! Destination names and subscription patterns.
+//!
+//! A name is dot-separated words: `sales.europe.smartphone`. Words are
+//! non-empty and hold no `*`, `#`, white space or control characters. A
+//! pattern is a name whose words may also be the wildcards of ActiveMQ
+//! Artemis: `*` matches exactly one word, `#` matches zero or more words.
+
+use std::fmt;
+
+use crate::error::Error;
+
+/// Longest name or pattern accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// Whether a destination is a topic (every subscriber gets a copy) or a
+/// queue (one consumer gets each message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DestinationKind {
+    /// Publish/subscribe.
+    Topic = 0,
+    /// Point-to-point.
+    Queue = 1,
+}
+
+impl DestinationKind {
+    /// The kind for its wire byte.
+    pub fn from_u8(b: u8) -> Result<DestinationKind, Error> {
+        match b {
+            0 => Ok(DestinationKind::Topic),
+            1 => Ok(DestinationKind::Queue),
+            _ => Err(Error::invalid(
+                "destination kind",
+                format!("{b} is not 0 (topic) or 1 (queue)"),
+            )),
+        }
+    }
+}
+
+/// A topic or queue, by name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Destination {
+    /// Topic or queue.
+    pub kind: DestinationKind,
+    /// The dot-separated name (or, for a subscription, pattern).
+    pub name: String,
+}
+
+impl Destination {
+    /// A topic.
+    pub fn topic(name: impl Into<String>) -> Destination {
+        Destination {
+            kind: DestinationKind::Topic,
+            name: name.into(),
+        }
+    }
+
+    /// A queue.
+    pub fn queue(name: impl Into<String>) -> Destination {
+        Destination {
+            kind: DestinationKind::Queue,
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            DestinationKind::Topic => "topic",
+            DestinationKind::Queue => "queue",
+        };
+        write!(f, "{kind}://{}", self.name)
+    }
+}
+
+fn check_common(s: &str, field: &'static str) -> Result<(), Error> {
+    if s.is_empty() {
+        return Err(Error::invalid(field, "empty"));
+    }
+    if s.len() > MAX_NAME_LEN {
+        return Err(Error::invalid(
+            field,
+            format!("{} bytes long, at most {MAX_NAME_LEN}", s.len()),
+        ));
+    }
+    if let Some(c) = s.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Error::invalid(
+            field,
+            format!("'{s}' contains the character {c:?}"),
+        ));
+    }
+    if let Some(i) = s.split('.').position(str::is_empty) {
+        return Err(Error::invalid(
+            field,
+            format!("'{s}' has an empty word at position {}", i + 1),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a destination name: a publish target, no wildcards.
+pub fn validate_name(name: &str) -> Result<(), Error> {
+    check_common(name, "destination")?;
+    if name.contains(['*', '#']) {
+        return Err(Error::invalid(
+            "destination",
+            format!("'{name}' contains a wildcard; only subscriptions may use * and #"),
+        ));
+    }
+    Ok(())
+}
+
+/// One word of a pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PatternWord {
+    /// Matches this word exactly.
+    Literal(String),
+    /// `*`: exactly one word.
+    Star,
+    /// `#`: zero or more words.
+    Hash,
+}
+
+/// A parsed subscription pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Pattern {
+    words: Vec<PatternWord>,
+}
+
+impl Pattern {
+    /// Parses and checks a pattern; `*` and `#` must be whole words.
+    pub fn parse(pattern: &str) -> Result<Pattern, Error> {
+        check_common(pattern, "pattern")?;
+        let words = pattern
+            .split('.')
+            .map(|w| match w {
+                "*" => Ok(PatternWord::Star),
+                "#" => Ok(PatternWord::Hash),
+                w if w.contains(['*', '#']) => Err(Error::invalid(
+                    "pattern",
+                    format!("'{pattern}': wildcards must be whole words, not part of '{w}'"),
+                )),
+                w => Ok(PatternWord::Literal(w.to_owned())),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Pattern { words })
+    }
+
+    /// The words, in order.
+    pub fn words(&self) -> &[PatternWord] {
+        &self.words
+    }
+
+    /// Whether the pattern has any wildcard.
+    pub fn is_wildcard(&self) -> bool {
+        self.words
+            .iter()
+            .any(|w| !matches!(w, PatternWord::Literal(_)))
+    }
+
+    /// Whether `name` matches. The broker's topic tree does the same for
+    /// many patterns at once; this is the reference for one.
+    pub fn matches(&self, name: &str) -> bool {
+        let name: Vec<&str> = name.split('.').collect();
+        matches_words(&self.words, &name)
+    }
+}
+
+fn matches_words(pattern: &[PatternWord], name: &[&str]) -> bool {
+    match pattern.split_first() {
+        None => name.is_empty(),
+        Some((PatternWord::Hash, rest)) => {
+            (0..=name.len()).any(|i| matches_words(rest, &name[i..]))
+        }
+        Some((PatternWord::Star, rest)) => !name.is_empty() && matches_words(rest, &name[1..]),
+        Some((PatternWord::Literal(w), rest)) => {
+            name.first() == Some(&w.as_str()) && matches_words(rest, &name[1..])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(p: &str, n: &str) -> bool {
+        Pattern::parse(p).unwrap().matches(n)
+    }
+
+    #[test]
+    fn wildcards_follow_artemis() {
+        assert!(m("sales.europe.#", "sales.europe"));
+        assert!(m("sales.europe.#", "sales.europe.smartphone.red"));
+        assert!(!m("sales.europe.#", "sales.asia.smartphone"));
+        assert!(m("sales.*.smartphone", "sales.asia.smartphone"));
+        assert!(!m("sales.*.smartphone", "sales.smartphone"));
+        assert!(!m("sales.*", "sales.europe.smartphone"));
+        assert!(m("#", "anything.at.all"));
+        assert!(m("#.smartphone", "smartphone"));
+        assert!(m("a.#.b", "a.b"));
+        assert!(m("a.#.b", "a.x.y.b"));
+        assert!(!m("a.#.b", "a.x.y"));
+        assert!(m("sales", "sales"));
+        assert!(!m("sales", "sales.europe"));
+    }
+
+    #[test]
+    fn rejects_bad_names_and_patterns() {
+        for bad in ["", "a..b", ".a", "a.", "a b", "a.*", "a.#", "a\u{7}"] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
+        for bad in ["", "a..b", "a.b*", "#a", "a b"] {
+            assert!(Pattern::parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(validate_name(&"a".repeat(MAX_NAME_LEN + 1)).is_err());
+        validate_name("sales.europe.smartphone").unwrap();
+        assert!(Pattern::parse("sales.*.#").unwrap().is_wildcard());
+    }
+}

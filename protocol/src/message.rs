@@ -1,0 +1,607 @@
+//! The JMS-shaped message and its encoding (the "message block").
+//!
+//! The same bytes travel in SEND (client → server) and MESSAGE (server →
+//! client): the server validates them once with [`MessageView::parse`] and
+//! forwards them untouched, sharing one `Bytes` among all subscribers.
+//! Per-delivery facts (redelivered, delivery count) travel in the MESSAGE
+//! frame's own header, not here. Layout (PROTOCOL.md has the full table):
+//!
+//! ```text
+//! u8 flags | u8 priority | u8 dest kind | str16 destination | str16 message id
+//! i64 timestamp | i64 expiration | [str16 correlation id] [u8 kind, str16 reply-to]
+//! [str16 type] | u16 property count, (str16 name, value)* | u8 body kind, body
+//! ```
+
+use std::ops::Range;
+
+use bytes::{BufMut, Bytes};
+
+use crate::cursor::{put_str16, utf8, Cursor};
+use crate::destination::{validate_name, Destination, DestinationKind};
+use crate::error::Error;
+use crate::value::{Value, ValueRef};
+
+const FLAG_PERSISTENT: u8 = 0x01;
+const FLAG_CORRELATION: u8 = 0x02;
+const FLAG_REPLY_TO: u8 = 0x04;
+const FLAG_TYPE: u8 = 0x08;
+const KNOWN_FLAGS: u8 = FLAG_PERSISTENT | FLAG_CORRELATION | FLAG_REPLY_TO | FLAG_TYPE;
+
+/// Highest JMS priority.
+pub const MAX_PRIORITY: u8 = 9;
+/// JMS's default priority.
+pub const DEFAULT_PRIORITY: u8 = 4;
+
+/// Whether the server must keep a message across its own restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeliveryMode {
+    /// Lost if the server stops; never touches the disk.
+    #[default]
+    NonPersistent,
+    /// Journalled before the server confirms it.
+    Persistent,
+}
+
+/// A message body.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Body {
+    /// No body.
+    #[default]
+    Empty,
+    /// Opaque bytes.
+    Bytes(Bytes),
+    /// UTF-8 text.
+    Text(String),
+    /// Named typed values.
+    Map(Vec<(String, Value)>),
+}
+
+/// A message: JMS headers, typed properties and a body.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Message {
+    /// Set by the producer on send: unique per message.
+    pub message_id: String,
+    /// Set by the producer on send: where the message was published.
+    pub destination: Option<Destination>,
+    /// Persistent or not.
+    pub delivery_mode: DeliveryMode,
+    /// 0 (lowest) to 9 (highest); 4 by default.
+    pub priority: u8,
+    /// Set by the producer on send: milliseconds since the Unix epoch.
+    pub timestamp: i64,
+    /// Milliseconds since the Unix epoch after which the message is
+    /// discarded; 0 = never.
+    pub expiration: i64,
+    /// Links a reply to its request.
+    pub correlation_id: Option<String>,
+    /// Where replies should go.
+    pub reply_to: Option<Destination>,
+    /// An application-defined type name.
+    pub message_type: Option<String>,
+    /// Set on receipt: delivered before and not acknowledged.
+    pub redelivered: bool,
+    /// Set on receipt: how many times this message has been delivered,
+    /// this time included.
+    pub delivery_count: u32,
+    properties: Vec<(String, Value)>,
+    /// The body.
+    pub body: Body,
+}
+
+impl Message {
+    /// A message with the given body and default headers.
+    pub fn new(body: Body) -> Message {
+        Message {
+            priority: DEFAULT_PRIORITY,
+            body,
+            ..Message::default()
+        }
+    }
+
+    /// A text message.
+    pub fn text(text: impl Into<String>) -> Message {
+        Message::new(Body::Text(text.into()))
+    }
+
+    /// A bytes message.
+    pub fn bytes(bytes: impl Into<Bytes>) -> Message {
+        Message::new(Body::Bytes(bytes.into()))
+    }
+
+    /// A map message.
+    pub fn map(entries: Vec<(String, Value)>) -> Message {
+        Message::new(Body::Map(entries))
+    }
+
+    /// Sets a property, replacing one of the same name.
+    pub fn set_property(&mut self, name: impl Into<String>, value: impl Into<Value>) {
+        let (name, value) = (name.into(), value.into());
+        match self.properties.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.properties.push((name, value)),
+        }
+    }
+
+    /// Builder form of [`Message::set_property`].
+    pub fn with_property(mut self, name: impl Into<String>, value: impl Into<Value>) -> Message {
+        self.set_property(name, value);
+        self
+    }
+
+    /// Builder: persistent delivery.
+    pub fn persistent(mut self) -> Message {
+        self.delivery_mode = DeliveryMode::Persistent;
+        self
+    }
+
+    /// A property by name.
+    pub fn property(&self, name: &str) -> Option<&Value> {
+        self.properties
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+    }
+
+    /// Every property, in the order they were set.
+    pub fn properties(&self) -> &[(String, Value)] {
+        &self.properties
+    }
+
+    /// The body as text, if it is a text body.
+    pub fn body_text(&self) -> Option<&str> {
+        match &self.body {
+            Body::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Appends the message block. Fails if the destination is unset, a
+    /// field is out of range or a string too long.
+    pub fn encode(&self, dst: &mut impl BufMut) -> Result<(), Error> {
+        let destination = self
+            .destination
+            .as_ref()
+            .ok_or_else(|| Error::invalid("destination", "not set"))?;
+        if self.priority > MAX_PRIORITY {
+            return Err(Error::invalid(
+                "priority",
+                format!("{} is above {MAX_PRIORITY}", self.priority),
+            ));
+        }
+        let mut flags = 0;
+        if self.delivery_mode == DeliveryMode::Persistent {
+            flags |= FLAG_PERSISTENT;
+        }
+        if self.correlation_id.is_some() {
+            flags |= FLAG_CORRELATION;
+        }
+        if self.reply_to.is_some() {
+            flags |= FLAG_REPLY_TO;
+        }
+        if self.message_type.is_some() {
+            flags |= FLAG_TYPE;
+        }
+        let properties = u16::try_from(self.properties.len()).map_err(|_| {
+            Error::invalid(
+                "properties",
+                format!("{} of them, at most 65535", self.properties.len()),
+            )
+        })?;
+        dst.put_u8(flags);
+        dst.put_u8(self.priority);
+        dst.put_u8(destination.kind as u8);
+        put_str16(dst, &destination.name, "destination")?;
+        put_str16(dst, &self.message_id, "message id")?;
+        dst.put_i64(self.timestamp);
+        dst.put_i64(self.expiration);
+        if let Some(c) = &self.correlation_id {
+            put_str16(dst, c, "correlation id")?;
+        }
+        if let Some(r) = &self.reply_to {
+            dst.put_u8(r.kind as u8);
+            put_str16(dst, &r.name, "reply-to")?;
+        }
+        if let Some(t) = &self.message_type {
+            put_str16(dst, t, "type")?;
+        }
+        dst.put_u16(properties);
+        encode_entries(&self.properties, dst)?;
+        match &self.body {
+            Body::Empty => dst.put_u8(0),
+            Body::Bytes(b) => {
+                dst.put_u8(1);
+                dst.put_slice(b);
+            }
+            Body::Text(t) => {
+                dst.put_u8(2);
+                dst.put_slice(t.as_bytes());
+            }
+            Body::Map(entries) => {
+                let n = u16::try_from(entries.len()).map_err(|_| {
+                    Error::invalid(
+                        "map body",
+                        format!("{} entries, at most 65535", entries.len()),
+                    )
+                })?;
+                dst.put_u8(3);
+                dst.put_u16(n);
+                encode_entries(entries, dst)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes a message block; `delivery_count` comes from the MESSAGE
+    /// frame that carried it.
+    pub fn decode(block: &Bytes, delivery_count: u32) -> Result<Message, Error> {
+        let r = MessageRef::parse(block)?;
+        let body = match r.body.clone() {
+            BodyRef::Empty => Body::Empty,
+            BodyRef::Bytes(range) => Body::Bytes(block.slice(range)),
+            BodyRef::Text(t) => Body::Text(t.to_owned()),
+            BodyRef::Map(m) => Body::Map(m.map(|(k, v)| (k.to_owned(), v.to_owned())).collect()),
+        };
+        Ok(Message {
+            message_id: r.message_id.to_owned(),
+            destination: Some(Destination {
+                kind: r.destination_kind,
+                name: r.destination.to_owned(),
+            }),
+            delivery_mode: r.delivery_mode(),
+            priority: r.priority,
+            timestamp: r.timestamp,
+            expiration: r.expiration,
+            correlation_id: r.correlation_id.map(str::to_owned),
+            reply_to: r.reply_to.map(|(kind, name)| Destination {
+                kind,
+                name: name.to_owned(),
+            }),
+            message_type: r.message_type.map(str::to_owned),
+            redelivered: delivery_count > 1,
+            delivery_count,
+            properties: r
+                .properties
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            body,
+        })
+    }
+}
+
+fn encode_entries(entries: &[(String, Value)], dst: &mut impl BufMut) -> Result<(), Error> {
+    for (name, value) in entries {
+        if name.is_empty() {
+            return Err(Error::invalid("property name", "empty"));
+        }
+        put_str16(dst, name, "property name")?;
+        value.encode(dst)?;
+    }
+    Ok(())
+}
+
+/// Iterates over validated `(name, value)` entries (properties or a map
+/// body) without allocating.
+#[derive(Debug, Clone)]
+pub struct EntriesRef<'a> {
+    cursor: Cursor<'a>,
+    left: u16,
+}
+
+impl<'a> EntriesRef<'a> {
+    /// Reads a u16 count and checks every entry; returns the iterator.
+    fn parse(c: &mut Cursor<'a>, field: &'static str) -> Result<EntriesRef<'a>, Error> {
+        let left = c.u16(field)?;
+        let start = c.clone();
+        for _ in 0..left {
+            let name = c.str16("property name")?;
+            if name.is_empty() {
+                return Err(Error::invalid("property name", "empty"));
+            }
+            ValueRef::decode(c)?;
+        }
+        Ok(EntriesRef {
+            cursor: start,
+            left,
+        })
+    }
+}
+
+impl<'a> Iterator for EntriesRef<'a> {
+    type Item = (&'a str, ValueRef<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        // Validated by `parse`, so these cannot fail.
+        let name = self.cursor.str16("property name").ok()?;
+        let value = ValueRef::decode(&mut self.cursor).ok()?;
+        Some((name, value))
+    }
+}
+
+/// A body borrowed from a message block.
+#[derive(Debug, Clone)]
+pub enum BodyRef<'a> {
+    /// No body.
+    Empty,
+    /// Bytes, as a range of the block.
+    Bytes(Range<usize>),
+    /// Text.
+    Text(&'a str),
+    /// Map entries.
+    Map(EntriesRef<'a>),
+}
+
+/// A fully validated message block, borrowed: every field checked, nothing
+/// allocated.
+#[derive(Debug, Clone)]
+pub struct MessageRef<'a> {
+    flags: u8,
+    /// 0 to 9.
+    pub priority: u8,
+    /// Topic or queue.
+    pub destination_kind: DestinationKind,
+    /// The destination name (never a pattern).
+    pub destination: &'a str,
+    /// Producer-assigned id.
+    pub message_id: &'a str,
+    /// Milliseconds since the epoch.
+    pub timestamp: i64,
+    /// Milliseconds since the epoch; 0 = never.
+    pub expiration: i64,
+    /// Correlation id.
+    pub correlation_id: Option<&'a str>,
+    /// Reply-to destination.
+    pub reply_to: Option<(DestinationKind, &'a str)>,
+    /// Application type.
+    pub message_type: Option<&'a str>,
+    /// The properties.
+    pub properties: EntriesRef<'a>,
+    /// The body.
+    pub body: BodyRef<'a>,
+}
+
+impl<'a> MessageRef<'a> {
+    /// Validates a whole message block.
+    pub fn parse(block: &'a [u8]) -> Result<MessageRef<'a>, Error> {
+        let mut c = Cursor::new(block);
+        let flags = c.u8("flags")?;
+        if flags & !KNOWN_FLAGS != 0 {
+            return Err(Error::invalid(
+                "flags",
+                format!("unknown bits 0x{:02x}", flags & !KNOWN_FLAGS),
+            ));
+        }
+        let priority = c.u8("priority")?;
+        if priority > MAX_PRIORITY {
+            return Err(Error::invalid(
+                "priority",
+                format!("{priority} is above {MAX_PRIORITY}"),
+            ));
+        }
+        let destination_kind = DestinationKind::from_u8(c.u8("destination kind")?)?;
+        let destination = c.str16("destination")?;
+        validate_name(destination)?;
+        let message_id = c.str16("message id")?;
+        let timestamp = c.i64("timestamp")?;
+        let expiration = c.i64("expiration")?;
+        let correlation_id = (flags & FLAG_CORRELATION != 0)
+            .then(|| c.str16("correlation id"))
+            .transpose()?;
+        let reply_to = if flags & FLAG_REPLY_TO != 0 {
+            let kind = DestinationKind::from_u8(c.u8("reply-to kind")?)?;
+            let name = c.str16("reply-to")?;
+            validate_name(name)?;
+            Some((kind, name))
+        } else {
+            None
+        };
+        let message_type = (flags & FLAG_TYPE != 0)
+            .then(|| c.str16("type"))
+            .transpose()?;
+        let properties = EntriesRef::parse(&mut c, "property count")?;
+        let body = match c.u8("body kind")? {
+            0 => BodyRef::Empty,
+            1 => {
+                let start = c.position();
+                c.rest();
+                BodyRef::Bytes(start..block.len())
+            }
+            2 => BodyRef::Text(utf8(c.rest(), "text body")?),
+            3 => BodyRef::Map(EntriesRef::parse(&mut c, "map entry count")?),
+            k => return Err(Error::invalid("body kind", format!("unknown kind {k}"))),
+        };
+        c.finish()?;
+        Ok(MessageRef {
+            flags,
+            priority,
+            destination_kind,
+            destination,
+            message_id,
+            timestamp,
+            expiration,
+            correlation_id,
+            reply_to,
+            message_type,
+            properties,
+            body,
+        })
+    }
+
+    /// Persistent or not.
+    pub fn delivery_mode(&self) -> DeliveryMode {
+        if self.flags & FLAG_PERSISTENT != 0 {
+            DeliveryMode::Persistent
+        } else {
+            DeliveryMode::NonPersistent
+        }
+    }
+}
+
+/// What the server keeps of a published message: the validated block,
+/// shared by reference count among all its deliveries, and the few header
+/// fields routing needs, copied out.
+#[derive(Debug, Clone)]
+pub struct MessageView {
+    block: Bytes,
+    destination: Range<usize>,
+    /// Topic or queue.
+    pub destination_kind: DestinationKind,
+    /// Persistent or not.
+    pub delivery_mode: DeliveryMode,
+    /// 0 to 9.
+    pub priority: u8,
+    /// Milliseconds since the epoch; 0 = never.
+    pub expiration: i64,
+}
+
+impl MessageView {
+    /// Validates `block` and records where its routing fields are.
+    pub fn parse(block: Bytes) -> Result<MessageView, Error> {
+        let r = MessageRef::parse(&block)?;
+        // `destination` borrows from `block`: its offset is its distance
+        // from the block's start.
+        let start = r.destination.as_ptr() as usize - block.as_ptr() as usize;
+        let destination = start..start + r.destination.len();
+        let (destination_kind, delivery_mode, priority, expiration) = (
+            r.destination_kind,
+            r.delivery_mode(),
+            r.priority,
+            r.expiration,
+        );
+        Ok(MessageView {
+            destination,
+            destination_kind,
+            delivery_mode,
+            priority,
+            expiration,
+            block,
+        })
+    }
+
+    /// The destination name.
+    pub fn destination(&self) -> &str {
+        // Checked as UTF-8 by `parse`; the fallback is unreachable.
+        std::str::from_utf8(&self.block[self.destination.clone()]).unwrap_or_default()
+    }
+
+    /// The encoded block, to forward as is.
+    pub fn block(&self) -> &Bytes {
+        &self.block
+    }
+
+    /// A borrowed view of every field (re-walks the block).
+    pub fn fields(&self) -> Result<MessageRef<'_>, Error> {
+        MessageRef::parse(&self.block)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+
+    fn full() -> Message {
+        let mut m = Message::text("sold 3")
+            .with_property("region", "EU")
+            .with_property("units", 3)
+            .with_property("flag", true)
+            .with_property("b", 7i8)
+            .with_property("s", -3i16)
+            .with_property("l", 1i64 << 40)
+            .with_property("f", 0.5f32)
+            .with_property("d", 0.25f64)
+            .persistent();
+        m.message_id = "ID:1".into();
+        m.destination = Some(Destination::topic("sales.europe.smartphone"));
+        m.timestamp = 1_700_000_000_000;
+        m.expiration = 1_700_000_060_000;
+        m.priority = 9;
+        m.correlation_id = Some("req-1".into());
+        m.reply_to = Some(Destination::queue("replies"));
+        m.message_type = Some("sale".into());
+        m
+    }
+
+    fn encode(m: &Message) -> Bytes {
+        let mut b = BytesMut::new();
+        m.encode(&mut b).unwrap();
+        b.freeze()
+    }
+
+    #[test]
+    fn round_trips_all_headers_and_properties() {
+        let m = full();
+        let back = Message::decode(&encode(&m), 1).unwrap();
+        assert_eq!(back.delivery_count, 1);
+        assert!(!back.redelivered);
+        let mut expected = m.clone();
+        expected.delivery_count = 1;
+        assert_eq!(back, expected);
+    }
+
+    #[test]
+    fn round_trips_every_body_kind() {
+        let bodies = [
+            Body::Empty,
+            Body::Bytes(Bytes::from_static(b"\0\x01binary\0")),
+            Body::Text(String::new()),
+            Body::Map(vec![
+                ("a".into(), Value::I32(1)),
+                ("b".into(), Value::String("x".into())),
+            ]),
+        ];
+        for body in bodies {
+            let mut m = Message::new(body);
+            m.destination = Some(Destination::queue("q"));
+            let back = Message::decode(&encode(&m), 2).unwrap();
+            assert!(back.redelivered);
+            assert_eq!(back.body, m.body);
+        }
+    }
+
+    #[test]
+    fn view_exposes_routing_fields() {
+        let v = MessageView::parse(encode(&full())).unwrap();
+        assert_eq!(v.destination(), "sales.europe.smartphone");
+        assert_eq!(v.delivery_mode, DeliveryMode::Persistent);
+        assert_eq!(v.priority, 9);
+        let props: Vec<_> = v.fields().unwrap().properties.map(|(k, _)| k).collect();
+        assert_eq!(props[..2], ["region", "units"]);
+    }
+
+    #[test]
+    fn every_truncation_is_an_error() {
+        let b = encode(&full());
+        // Cutting inside the text body still decodes (it is the rest of the
+        // block), so cut only before the body starts.
+        let body_start = b.len() - "sold 3".len();
+        for n in 0..body_start {
+            assert!(MessageView::parse(b.slice(..n)).is_err(), "cut at {n}");
+        }
+    }
+
+    #[test]
+    fn rejects_bad_fields() {
+        let mut m = full();
+        m.priority = 10;
+        assert!(m.encode(&mut BytesMut::new()).is_err());
+        m.priority = 4;
+        m.destination = Some(Destination::topic("sales.#"));
+        let mut b = BytesMut::new();
+        m.encode(&mut b).unwrap();
+        assert!(
+            MessageView::parse(b.freeze()).is_err(),
+            "wildcard destination"
+        );
+        let mut b = BytesMut::from(&encode(&full())[..]);
+        b[0] = 0x80;
+        assert!(MessageView::parse(b.freeze()).is_err(), "unknown flag");
+        assert!(
+            Message::text("x").encode(&mut BytesMut::new()).is_err(),
+            "no destination"
+        );
+    }
+}
