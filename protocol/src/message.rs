@@ -520,7 +520,7 @@ mod tests {
         m.expiration = 1_700_000_060_000;
         m.priority = 9;
         m.correlation_id = Some("req-1".into());
-        m.reply_to = Some(Destination::queue("replies"));
+        m.reply_to = Some(Destination::topic("replies"));
         m.message_type = Some("sale".into());
         m
     }
@@ -555,7 +555,7 @@ mod tests {
         ];
         for body in bodies {
             let mut m = Message::new(body);
-            m.destination = Some(Destination::queue("q"));
+            m.destination = Some(Destination::topic("q"));
             let back = Message::decode(&encode(&m), 2).unwrap();
             assert!(back.redelivered);
             assert_eq!(back.body, m.body);

@@ -53,12 +53,20 @@ impl Delivery {
     }
 
     pub(super) fn decode(body: Bytes) -> Result<Delivery, Error> {
+        let d = Delivery::decode_head(body)?;
+        MessageRef::parse(&d.message)?;
+        Ok(d)
+    }
+
+    /// Decodes a MESSAGE body's delivery head but does not validate the
+    /// message block: for a receiver that decodes the block next anyway
+    /// (with `Message::decode`) and so need not walk it twice.
+    pub fn decode_head(body: Bytes) -> Result<Delivery, Error> {
         let mut c = Cursor::new(&body);
         let subscription_id = c.u32("subscription id")?;
         let delivery_id = c.u64("delivery id")?;
         let delivery_count = c.u32("delivery count")?;
         let message = body.slice(DELIVERY_HEAD_LEN..);
-        MessageRef::parse(&message)?;
         Ok(Delivery {
             subscription_id,
             delivery_id,

@@ -90,7 +90,13 @@ impl Frame {
 
     /// Appends the whole frame, header included.
     pub fn encode(&self, request_id: u32, dst: &mut BytesMut) -> Result<(), Error> {
-        encode_frame(dst, self.kind(), request_id, |d| match self {
+        encode_frame(dst, self.kind(), request_id, |d| self.encode_body(d))
+    }
+
+    /// Appends the body only (for writers that frame it themselves with
+    /// [`encode_frame`]).
+    pub fn encode_body(&self, d: &mut BytesMut) -> Result<(), Error> {
+        match self {
             Frame::Connect(f) => f.encode(d),
             Frame::Connected(f) => f.encode(d),
             Frame::Error(f) => f.encode(d),
@@ -108,7 +114,7 @@ impl Frame {
                 Ok(())
             }
             Frame::Receipt | Frame::Ping | Frame::Pong | Frame::Disconnect => Ok(()),
-        })
+        }
     }
 }
 

@@ -1,0 +1,207 @@
+//! Consumers: receive through a listener callback or a blocking
+//! `receive(timeout)`.
+//!
+//! Without a listener, messages wait in the consumer's own queue, at most
+//! `pending_messages` of them; past that new ones are dropped and counted
+//! ([`Consumer::dropped`]), so a consumer nobody reads cannot grow without
+//! bound. With a listener, the connection's reader thread calls it for each
+//! message in order; a listener that panics is logged and the reader goes on.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use herald_protocol::frame::Unsubscribe;
+use herald_protocol::{Destination, Frame, Message};
+
+use crate::connection::Inner;
+use crate::error::{Error, Result};
+
+type Listener = Box<dyn FnMut(Message) + Send>;
+
+struct Queue {
+    messages: VecDeque<Message>,
+    closed: bool,
+}
+
+/// The part of a consumer the reader thread delivers to.
+pub(crate) struct ConsumerShared {
+    /// Held while a message is delivered or queued, so that installing a
+    /// listener (which first drains the queue) cannot reorder messages.
+    listener: Mutex<Option<Listener>>,
+    queue: Mutex<Queue>,
+    ready: Condvar,
+    limit: usize,
+    dropped: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panicking listener is caught inside the lock, so poisoning only
+    // follows a bug elsewhere; the data stays consistent either way.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn call(listener: &mut Listener, message: Message) {
+    if catch_unwind(AssertUnwindSafe(|| listener(message))).is_err() {
+        log::error!("a message listener panicked; the message is dropped and delivery goes on");
+    }
+}
+
+impl ConsumerShared {
+    pub(crate) fn new(limit: usize) -> ConsumerShared {
+        ConsumerShared {
+            listener: Mutex::new(None),
+            queue: Mutex::new(Queue {
+                messages: VecDeque::new(),
+                closed: false,
+            }),
+            ready: Condvar::new(),
+            limit,
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Called on the reader thread for each message.
+    pub(crate) fn deliver(&self, message: Message) {
+        let mut listener = lock(&self.listener);
+        if let Some(l) = listener.as_mut() {
+            call(l, message);
+            return;
+        }
+        let mut q = lock(&self.queue);
+        if q.messages.len() >= self.limit {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        q.messages.push_back(message);
+        self.ready.notify_one();
+    }
+
+    /// No more messages will come; wakes every `receive`.
+    pub(crate) fn close(&self) {
+        lock(&self.queue).closed = true;
+        self.ready.notify_all();
+    }
+}
+
+/// Receives messages from one destination or pattern.
+pub struct Consumer {
+    inner: Arc<Inner>,
+    shared: Arc<ConsumerShared>,
+    id: u32,
+    destination: Destination,
+}
+
+impl Consumer {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        shared: Arc<ConsumerShared>,
+        id: u32,
+        destination: Destination,
+    ) -> Consumer {
+        Consumer {
+            inner,
+            shared,
+            id,
+            destination,
+        }
+    }
+
+    /// What this consumer subscribed to.
+    pub fn destination(&self) -> &Destination {
+        &self.destination
+    }
+
+    /// Installs a listener, called on the connection's reader thread for
+    /// every message from now on. Messages already waiting are passed to it
+    /// first, on this thread, in order.
+    pub fn set_message_listener(
+        &self,
+        listener: impl FnMut(Message) + Send + 'static,
+    ) -> Result<()> {
+        let mut listener: Listener = Box::new(listener);
+        let mut slot = lock(&self.shared.listener);
+        let waiting = std::mem::take(&mut lock(&self.shared.queue).messages);
+        for m in waiting {
+            call(&mut listener, m);
+        }
+        *slot = Some(listener);
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for a message. `Ok(None)` on timeout; an error
+    /// once the consumer or its connection is closed and nothing is left.
+    pub fn receive(&self, timeout: Duration) -> Result<Option<Message>> {
+        let deadline = Instant::now() + timeout;
+        let mut q = lock(&self.shared.queue);
+        loop {
+            if let Some(m) = q.messages.pop_front() {
+                return Ok(Some(m));
+            }
+            if q.closed {
+                return Err(self.inner.end_error());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            q = self
+                .shared
+                .ready
+                .wait_timeout(q, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// A message if one is waiting, without blocking.
+    pub fn receive_no_wait(&self) -> Result<Option<Message>> {
+        self.receive(Duration::ZERO)
+    }
+
+    /// Messages dropped because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Unsubscribes and waits for the server to confirm.
+    pub fn close(&self) -> Result<()> {
+        self.shared.close();
+        unsubscribe(&self.inner, self.id, true)
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        self.shared.close();
+        let _ = unsubscribe(&self.inner, self.id, false);
+    }
+}
+
+/// Forgets a consumer and tells the server, once; `wait` for its receipt.
+pub(crate) fn unsubscribe(inner: &Inner, id: u32, wait: bool) -> Result<()> {
+    let removed = inner
+        .consumers
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&id);
+    let Some(shared) = removed else {
+        return Ok(());
+    };
+    shared.close();
+    let frame = Frame::Unsubscribe(Unsubscribe {
+        subscription_id: id,
+    });
+    let result = if wait {
+        inner.request(&frame, "the UNSUBSCRIBE receipt")
+    } else {
+        inner.writer.send(&frame, 0)
+    };
+    match result {
+        // A connection that is already gone has no subscription to drop.
+        Err(Error::Closed | Error::ConnectionLost(_)) => Ok(()),
+        other => other,
+    }
+}

@@ -1,0 +1,298 @@
+//! Connection factories: the settings for making connections, from a
+//! `herald://` URL or by name from a client config file
+//! (`config/client.toml` documents every key).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::connection::Connection;
+use crate::error::{Error, Result};
+
+/// The default port of the native protocol.
+pub const DEFAULT_PORT: u16 = 7777;
+
+/// One factory's settings; see `config/client.toml`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FactoryConfig {
+    /// `herald://host:port`.
+    pub url: String,
+    /// Client id sent in CONNECT.
+    #[serde(default)]
+    pub client_id: String,
+    /// User name sent in CONNECT.
+    #[serde(default)]
+    pub user: String,
+    /// Password sent in CONNECT.
+    #[serde(default)]
+    pub password: String,
+    /// Time to connect and be answered.
+    #[serde(default = "defaults::connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// Heart-beat interval asked of the server; 0 = its default.
+    #[serde(default = "defaults::heartbeat_ms")]
+    pub heartbeat_ms: u32,
+    /// Time to wait for a RECEIPT.
+    #[serde(default = "defaults::request_timeout_ms")]
+    pub request_timeout_ms: u64,
+    /// Messages a consumer without a listener buffers.
+    #[serde(default = "defaults::pending_messages")]
+    pub pending_messages: usize,
+}
+
+mod defaults {
+    pub fn connect_timeout_ms() -> u64 {
+        5000
+    }
+    pub fn heartbeat_ms() -> u32 {
+        30_000
+    }
+    pub fn request_timeout_ms() -> u64 {
+        10_000
+    }
+    pub fn pending_messages() -> usize {
+        65_536
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientFile {
+    factories: HashMap<String, FactoryConfig>,
+}
+
+/// Makes connections with one set of settings.
+#[derive(Debug, Clone)]
+pub struct ConnectionFactory {
+    config: FactoryConfig,
+    host: String,
+    port: u16,
+}
+
+impl ConnectionFactory {
+    /// A factory for `herald://[user[:password]@]host[:port]`, other
+    /// settings at their defaults.
+    pub fn new(url: &str) -> Result<ConnectionFactory> {
+        ConnectionFactory::from_config(FactoryConfig {
+            url: url.to_owned(),
+            client_id: String::new(),
+            user: String::new(),
+            password: String::new(),
+            connect_timeout_ms: defaults::connect_timeout_ms(),
+            heartbeat_ms: defaults::heartbeat_ms(),
+            request_timeout_ms: defaults::request_timeout_ms(),
+            pending_messages: defaults::pending_messages(),
+        })
+    }
+
+    /// The factory named `name` in a client config file.
+    pub fn lookup(path: impl AsRef<Path>, name: &str) -> Result<ConnectionFactory> {
+        let path = path.as_ref();
+        let config_error = |reason: String| Error::Config {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| config_error(e.to_string()))?;
+        let file: ClientFile = toml::from_str(&text).map_err(|e| config_error(e.to_string()))?;
+        let mut factories = file.factories;
+        let Some(config) = factories.remove(name) else {
+            let mut known: Vec<_> = factories.keys().cloned().collect();
+            known.sort();
+            return Err(config_error(format!(
+                "no factory named '{name}' (defined: {})",
+                known.join(", ")
+            )));
+        };
+        ConnectionFactory::from_config(config)
+            .map_err(|e| config_error(format!("factory '{name}': {e}")))
+    }
+
+    /// A factory from explicit settings.
+    pub fn from_config(mut config: FactoryConfig) -> Result<ConnectionFactory> {
+        let (user, password, host, port) = parse_url(&config.url)?;
+        if config.user.is_empty() {
+            config.user = user;
+        }
+        if config.password.is_empty() {
+            config.password = password;
+        }
+        for (key, value) in [
+            ("connect_timeout_ms", config.connect_timeout_ms),
+            ("request_timeout_ms", config.request_timeout_ms),
+            ("pending_messages", config.pending_messages as u64),
+        ] {
+            if value == 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "{key} must be greater than 0"
+                )));
+            }
+        }
+        Ok(ConnectionFactory { config, host, port })
+    }
+
+    /// Sets the client id of connections made from now on.
+    pub fn with_client_id(mut self, client_id: impl Into<String>) -> ConnectionFactory {
+        self.config.client_id = client_id.into();
+        self
+    }
+
+    /// Sets the heart-beat interval asked for.
+    pub fn with_heartbeat(mut self, interval: Duration) -> ConnectionFactory {
+        self.config.heartbeat_ms = interval.as_millis().min(u32::MAX as u128) as u32;
+        self
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &FactoryConfig {
+        &self.config
+    }
+
+    /// `host:port`.
+    pub fn address(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+
+    /// Opens a connection: TCP, CONNECT, CONNECTED.
+    pub fn create_connection(&self) -> Result<Connection> {
+        Connection::open(self.address(), self.config.clone())
+    }
+}
+
+type UrlParts = (String, String, String, u16);
+
+fn parse_url(url: &str) -> Result<UrlParts> {
+    let bad = |reason: &str| Error::InvalidUrl {
+        url: url.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let rest = url
+        .strip_prefix("herald://")
+        .ok_or_else(|| bad("must start with herald://"))?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.contains('/') || rest.contains('?') {
+        return Err(bad(
+            "only herald://[user[:password]@]host[:port] is understood",
+        ));
+    }
+    let (credentials, hostport) = match rest.rsplit_once('@') {
+        Some((c, h)) => (Some(c), h),
+        None => (None, rest),
+    };
+    let (user, password) = match credentials {
+        Some(c) => match c.split_once(':') {
+            Some((u, p)) => (u.to_owned(), p.to_owned()),
+            None => (c.to_owned(), String::new()),
+        },
+        None => (String::new(), String::new()),
+    };
+    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+        let (host, after) = v6
+            .split_once(']')
+            .ok_or_else(|| bad("unclosed [ in IPv6 address"))?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p
+                .parse()
+                .map_err(|_| bad("port is not a number from 0 to 65535"))?,
+            None if after.is_empty() => DEFAULT_PORT,
+            None => return Err(bad("junk after IPv6 address")),
+        };
+        (host.to_owned(), port)
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (
+                h.to_owned(),
+                p.parse()
+                    .map_err(|_| bad("port is not a number from 0 to 65535"))?,
+            ),
+            None => (hostport.to_owned(), DEFAULT_PORT),
+        }
+    };
+    if host.is_empty() {
+        return Err(bad("no host"));
+    }
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    Ok((user, password, host, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_urls() {
+        let f = ConnectionFactory::new("herald://127.0.0.1:7000").unwrap();
+        assert_eq!(f.address(), "127.0.0.1:7000");
+        let f = ConnectionFactory::new("herald://alice:s3cret@example.org").unwrap();
+        assert_eq!(f.address(), "example.org:7777");
+        assert_eq!(
+            (f.config.user.as_str(), f.config.password.as_str()),
+            ("alice", "s3cret")
+        );
+        let f = ConnectionFactory::new("herald://[::1]:9/").unwrap();
+        assert_eq!(f.address(), "[::1]:9");
+        for bad in [
+            "http://x",
+            "herald://",
+            "herald://h:port",
+            "herald://h:70000",
+            "herald://h/path",
+            "herald://[::1",
+            "herald://[::1]x",
+        ] {
+            assert!(
+                matches!(ConnectionFactory::new(bad), Err(Error::InvalidUrl { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn looks_up_the_shipped_client_config() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/client.toml");
+        let f = ConnectionFactory::lookup(path, "default").unwrap();
+        assert_eq!(f.address(), "127.0.0.1:7777");
+        assert_eq!(f.config().heartbeat_ms, 30_000);
+        let fast = ConnectionFactory::lookup(path, "local-fast").unwrap();
+        assert_eq!(fast.config().request_timeout_ms, 2000);
+        let e = ConnectionFactory::lookup(path, "nope")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nope") && e.contains("default"), "{e}");
+    }
+
+    #[test]
+    fn bad_config_files_name_the_key() {
+        let dir = std::env::temp_dir().join(format!("herald-client-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("client.toml");
+        for (text, key) in [
+            (
+                "[factories.a]\nurl = \"herald://h\"\ntimeout = 3\n",
+                "timeout",
+            ),
+            (
+                "[factories.a]\nurl = \"herald://h\"\nheartbeat_ms = \"x\"\n",
+                "heartbeat_ms",
+            ),
+            (
+                "[factories.a]\nurl = \"herald://h\"\nrequest_timeout_ms = 0\n",
+                "request_timeout_ms",
+            ),
+            ("[factories.a]\nurl = \"nats://h\"\n", "herald://"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let e = ConnectionFactory::lookup(&path, "a")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key) && e.contains("client.toml"), "{text}: {e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

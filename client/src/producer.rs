@@ -1,0 +1,53 @@
+//! Producers: send messages to one destination.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use herald_protocol::{Destination, FrameKind, Message};
+
+use crate::connection::Inner;
+use crate::error::Result;
+
+/// Sends messages to one destination.
+pub struct Producer {
+    inner: Arc<Inner>,
+    destination: Destination,
+}
+
+impl Producer {
+    pub(crate) fn new(inner: Arc<Inner>, destination: Destination) -> Producer {
+        Producer { inner, destination }
+    }
+
+    /// Where this producer sends.
+    pub fn destination(&self) -> &Destination {
+        &self.destination
+    }
+
+    fn stamp(&self, mut message: Message) -> Message {
+        message.message_id = self.inner.next_message_id();
+        message.destination = Some(self.destination.clone());
+        message.timestamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        message
+    }
+
+    /// Sends without waiting for the server: the message is queued for the
+    /// connection's flusher and this returns. Errors the server reports
+    /// later reach the connection's exception listener.
+    pub fn send(&self, message: Message) -> Result<()> {
+        let message = self.stamp(message);
+        self.inner
+            .writer
+            .send_with(FrameKind::Send, 0, |d| message.encode(d))
+    }
+
+    /// Sends and waits until the server confirms it has routed the message
+    /// (or refuses it, which is returned as an error).
+    pub fn send_with_receipt(&self, message: Message) -> Result<()> {
+        let message = self.stamp(message);
+        self.inner
+            .request_with(FrameKind::Send, "the SEND receipt", |d| message.encode(d))
+    }
+}

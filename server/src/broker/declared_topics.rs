@@ -1,0 +1,75 @@
+//! Strict mode's declared topic tree.
+//!
+//! Declaring `sales.europe.smartphone` declares `sales` and `sales.europe`
+//! too. A publish to an undeclared topic is refused with a message naming
+//! the first word that is not declared, and under which parent.
+
+use std::collections::HashMap;
+
+#[derive(Debug, Default)]
+struct Node {
+    children: HashMap<Box<str>, Node>,
+}
+
+/// The set of declared topics, as a tree of words.
+#[derive(Debug, Default)]
+pub struct DeclaredTopics {
+    root: Node,
+}
+
+impl DeclaredTopics {
+    /// A tree declaring every given name and its prefixes.
+    pub fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> DeclaredTopics {
+        let mut t = DeclaredTopics::default();
+        for name in names {
+            let mut node = &mut t.root;
+            for word in name.split('.') {
+                node = node.children.entry(word.into()).or_default();
+            }
+        }
+        t
+    }
+
+    /// Ok if `topic` is declared; otherwise why not.
+    pub fn check(&self, topic: &str) -> Result<(), String> {
+        let mut node = &self.root;
+        let mut parent = 0;
+        for word in topic.split('.') {
+            match node.children.get(word) {
+                Some(child) => node = child,
+                None if parent == 0 => return Err(format!(
+                    "topic '{topic}' is not declared: '{word}' is not a declared top-level topic"
+                )),
+                None => return Err(format!(
+                    "topic '{topic}' is not declared: subtopic '{word}' is not declared under '{}'",
+                    &topic[..parent - 1]
+                )),
+            }
+            parent += word.len() + 1;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_the_missing_subtopic() {
+        let t = DeclaredTopics::new(["sales.europe.smartphone", "sales.asia"]);
+        assert!(t.check("sales").is_ok());
+        assert!(t.check("sales.europe").is_ok());
+        assert!(t.check("sales.europe.smartphone").is_ok());
+        let e = t.check("sales.africa.smartphone").unwrap_err();
+        assert!(e.contains("'africa'") && e.contains("under 'sales'"), "{e}");
+        let e = t.check("sales.europe.laptop").unwrap_err();
+        assert!(
+            e.contains("'laptop'") && e.contains("under 'sales.europe'"),
+            "{e}"
+        );
+        let e = t.check("weather").unwrap_err();
+        assert!(e.contains("'weather'") && e.contains("top-level"), "{e}");
+        assert!(DeclaredTopics::new([]).check("a").is_err());
+    }
+}

@@ -1,0 +1,253 @@
+//! The topic tree: many subscription patterns matched against one topic.
+//!
+//! A trie over words. Each node has literal children, at most one `*` child
+//! and one `#` child, and the subscribers whose pattern ends there. Matching
+//! follows the literal child for the next word, the `*` child, and from a
+//! `#` child every possible number of skipped words; so the work grows with
+//! the patterns that could match, not with the number of subscriptions.
+//! One pattern can reach the same node by several paths (`#.b.#` on
+//! `a.b.b`), so the nodes reached are de-duplicated before their
+//! subscribers are visited: each subscription sees a message at most once.
+
+use std::collections::HashMap;
+
+use herald_protocol::destination::{Pattern, PatternWord};
+
+use super::Subscriber;
+
+#[derive(Debug, Default)]
+struct Node {
+    literal: HashMap<Box<str>, Node>,
+    star: Option<Box<Node>>,
+    hash: Option<Box<Node>>,
+    subscribers: Vec<Subscriber>,
+}
+
+impl Node {
+    fn is_empty(&self) -> bool {
+        self.literal.is_empty()
+            && self.star.is_none()
+            && self.hash.is_none()
+            && self.subscribers.is_empty()
+    }
+
+    /// Pushes every node that `rest` (the words still to match, `None`
+    /// when none are left) ends on.
+    fn collect<'a>(&'a self, rest: Option<&str>, out: &mut Vec<&'a Node>) {
+        if let Some(hash) = &self.hash {
+            // `#` swallows zero words, then one, two, ... all of them.
+            let mut tail = rest;
+            loop {
+                hash.collect(tail, out);
+                match tail {
+                    None => break,
+                    Some(t) => tail = t.split_once('.').map(|(_, t)| t),
+                }
+            }
+        }
+        match rest {
+            None => {
+                if !self.subscribers.is_empty() {
+                    out.push(self);
+                }
+            }
+            Some(words) => {
+                let (word, tail) = match words.split_once('.') {
+                    Some((w, t)) => (w, Some(t)),
+                    None => (words, None),
+                };
+                if let Some(child) = self.literal.get(word) {
+                    child.collect(tail, out);
+                }
+                if let Some(star) = &self.star {
+                    star.collect(tail, out);
+                }
+            }
+        }
+    }
+}
+
+/// Subscription patterns and their subscribers.
+#[derive(Debug, Default)]
+pub struct TopicTree {
+    root: Node,
+    len: usize,
+}
+
+impl TopicTree {
+    /// Adds a subscriber under a pattern.
+    pub fn insert(&mut self, pattern: &Pattern, subscriber: Subscriber) {
+        let mut node = &mut self.root;
+        for word in pattern.words() {
+            node = match word {
+                PatternWord::Literal(w) => node.literal.entry(w.as_str().into()).or_default(),
+                PatternWord::Star => node.star.get_or_insert_with(Box::default),
+                PatternWord::Hash => node.hash.get_or_insert_with(Box::default),
+            };
+        }
+        node.subscribers.push(subscriber);
+        self.len += 1;
+    }
+
+    /// Removes a subscriber from under a pattern and prunes the branch it
+    /// leaves empty; false if it was not there.
+    pub fn remove(&mut self, pattern: &Pattern, subscriber: &Subscriber) -> bool {
+        let removed = remove_at(&mut self.root, pattern.words(), subscriber);
+        if removed {
+            self.len -= 1;
+        }
+        removed
+    }
+
+    /// Calls `f` for every subscriber whose pattern matches `topic`, once
+    /// each.
+    pub fn for_each_match(&self, topic: &str, mut f: impl FnMut(&Subscriber)) {
+        let mut nodes = Vec::new();
+        self.root.collect(Some(topic), &mut nodes);
+        if nodes.len() > 1 {
+            nodes.sort_unstable_by_key(|n| *n as *const Node as usize);
+            nodes.dedup_by(|a, b| std::ptr::eq(*a, *b));
+        }
+        for node in nodes {
+            node.subscribers.iter().for_each(&mut f);
+        }
+    }
+
+    /// Number of subscriptions.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+fn remove_at(node: &mut Node, words: &[PatternWord], subscriber: &Subscriber) -> bool {
+    let Some((word, rest)) = words.split_first() else {
+        let before = node.subscribers.len();
+        node.subscribers.retain(|s| s != subscriber);
+        return node.subscribers.len() < before;
+    };
+    match word {
+        PatternWord::Literal(w) => {
+            let Some(child) = node.literal.get_mut(w.as_str()) else {
+                return false;
+            };
+            let removed = remove_at(child, rest, subscriber);
+            if child.is_empty() {
+                node.literal.remove(w.as_str());
+            }
+            removed
+        }
+        PatternWord::Star | PatternWord::Hash => {
+            let slot = if *word == PatternWord::Star {
+                &mut node.star
+            } else {
+                &mut node.hash
+            };
+            let Some(child) = slot else {
+                return false;
+            };
+            let removed = remove_at(child, rest, subscriber);
+            if child.is_empty() {
+                *slot = None;
+            }
+            removed
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::ConnectionRef;
+
+    fn sub(id: u32) -> Subscriber {
+        Subscriber {
+            conn: ConnectionRef {
+                worker: 0,
+                slot: 0,
+                serial: 1,
+            },
+            subscription_id: id,
+        }
+    }
+
+    fn tree(patterns: &[&str]) -> TopicTree {
+        let mut t = TopicTree::default();
+        for (i, p) in patterns.iter().enumerate() {
+            t.insert(&Pattern::parse(p).unwrap(), sub(i as u32));
+        }
+        t
+    }
+
+    fn matched(t: &TopicTree, topic: &str) -> Vec<u32> {
+        let mut v = Vec::new();
+        t.for_each_match(topic, |s| v.push(s.subscription_id));
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn agrees_with_the_reference_matcher() {
+        let patterns = [
+            "sales.europe.#",
+            "sales.*.smartphone",
+            "sales.europe.smartphone",
+            "#",
+            "#.smartphone",
+            "sales.#.smartphone",
+            "*",
+            "#.b.#",
+            "a.#",
+            "sales",
+        ];
+        let t = tree(&patterns);
+        let topics = [
+            "sales",
+            "sales.europe",
+            "sales.europe.smartphone",
+            "sales.asia.smartphone",
+            "sales.asia.laptop",
+            "smartphone",
+            "a.b.b",
+            "a",
+            "b",
+            "x.y.z.smartphone",
+        ];
+        for topic in topics {
+            let expected: Vec<u32> = patterns
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| Pattern::parse(p).unwrap().matches(topic))
+                .map(|(i, _)| i as u32)
+                .collect();
+            assert_eq!(matched(&t, topic), expected, "{topic}");
+        }
+    }
+
+    #[test]
+    fn removal_prunes_and_counts() {
+        let mut t = tree(&["a.b.c", "a.*.c", "a.#"]);
+        assert_eq!(t.len(), 3);
+        assert!(t.remove(&Pattern::parse("a.*.c").unwrap(), &sub(1)));
+        assert!(!t.remove(&Pattern::parse("a.*.c").unwrap(), &sub(1)));
+        assert!(!t.remove(&Pattern::parse("x.y").unwrap(), &sub(0)));
+        assert_eq!(matched(&t, "a.b.c"), vec![0, 2]);
+        assert!(t.remove(&Pattern::parse("a.b.c").unwrap(), &sub(0)));
+        assert!(t.remove(&Pattern::parse("a.#").unwrap(), &sub(2)));
+        assert!(t.is_empty());
+        assert!(t.root.is_empty(), "every branch pruned");
+    }
+
+    #[test]
+    fn same_pattern_twice_delivers_to_both() {
+        let mut t = TopicTree::default();
+        let p = Pattern::parse("a.*").unwrap();
+        t.insert(&p, sub(1));
+        t.insert(&p, sub(2));
+        assert_eq!(matched(&t, "a.x"), vec![1, 2]);
+    }
+}

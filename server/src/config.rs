@@ -1,0 +1,234 @@
+//! The server's configuration: `config/herald.toml`, embedded as the
+//! defaults, and any file given with `--config`.
+//!
+//! Every key has a default (missing keys take it); unknown keys and bad
+//! values are refused with an error naming the key and the file.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::Deserialize;
+use thiserror::Error;
+
+/// The embedded default configuration file.
+pub const DEFAULT_TOML: &str = include_str!("../../config/herald.toml");
+
+/// A configuration that could not be loaded.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has an unknown key or a value of the
+    /// wrong type.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message, which names the key and shows the line.
+        message: String,
+    },
+    /// A key has a value of the right type but out of range.
+    #[error("config file {path}: key `{key}`: {reason}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// The key.
+        key: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
+}
+
+/// The server's settings. Field docs are in `config/herald.toml`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address of the native-protocol listener.
+    pub listen: SocketAddr,
+    /// Worker threads; 0 = one per core.
+    pub workers: usize,
+    /// Largest frame body accepted.
+    pub max_frame_size: u32,
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// Subscriptions per connection.
+    pub max_subscriptions_per_connection: usize,
+    /// Bytes waiting to be written to one connection before it is dropped
+    /// as a slow consumer.
+    pub max_pending_bytes: usize,
+    /// Heart-beat interval for clients that ask for none.
+    pub heartbeat_ms: u32,
+    /// Shortest heart-beat interval a client may ask for.
+    pub min_heartbeat_ms: u32,
+    /// Time allowed before CONNECT.
+    pub connect_timeout_ms: u32,
+    /// The topic tree.
+    pub topics: TopicsConfig,
+}
+
+/// `[topics]`: strict mode and the declared topic tree.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicsConfig {
+    /// Publishing only to declared topics.
+    pub strict: bool,
+    /// Declared topic names.
+    pub declared: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7777)),
+            workers: 0,
+            max_frame_size: 1 << 20,
+            max_connections: 100_000,
+            max_subscriptions_per_connection: 10_000,
+            max_pending_bytes: 64 << 20,
+            heartbeat_ms: 30_000,
+            min_heartbeat_ms: 100,
+            connect_timeout_ms: 10_000,
+            topics: TopicsConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads and checks a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and checks config text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_owned(),
+            message: e.to_string(),
+        })?;
+        config.validate(origin)?;
+        Ok(config)
+    }
+
+    /// The worker count with 0 resolved to the number of cores.
+    pub fn worker_count(&self) -> usize {
+        match self.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+
+    /// Checks ranges that the types alone do not.
+    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        let invalid = |key, reason: String| {
+            Err(ConfigError::Invalid {
+                path: origin.to_owned(),
+                key,
+                reason,
+            })
+        };
+        if self.workers > 1024 {
+            return invalid("workers", format!("{} is more than 1024", self.workers));
+        }
+        if self.max_frame_size < 1024 {
+            return invalid(
+                "max_frame_size",
+                format!("{} is below the minimum of 1024", self.max_frame_size),
+            );
+        }
+        if self.max_pending_bytes < self.max_frame_size as usize {
+            return invalid(
+                "max_pending_bytes",
+                format!(
+                    "{} is below max_frame_size ({}): one message would not fit",
+                    self.max_pending_bytes, self.max_frame_size
+                ),
+            );
+        }
+        for (key, value) in [
+            ("max_connections", self.max_connections),
+            (
+                "max_subscriptions_per_connection",
+                self.max_subscriptions_per_connection,
+            ),
+            ("heartbeat_ms", self.heartbeat_ms as usize),
+            ("min_heartbeat_ms", self.min_heartbeat_ms as usize),
+            ("connect_timeout_ms", self.connect_timeout_ms as usize),
+        ] {
+            if value == 0 {
+                return invalid(key, "must be greater than 0".into());
+            }
+        }
+        if self.heartbeat_ms < self.min_heartbeat_ms {
+            return invalid(
+                "heartbeat_ms",
+                format!(
+                    "{} is below min_heartbeat_ms ({})",
+                    self.heartbeat_ms, self.min_heartbeat_ms
+                ),
+            );
+        }
+        for name in &self.topics.declared {
+            if let Err(e) = herald_protocol::destination::validate_name(name) {
+                return invalid("topics.declared", e.to_string());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_file_documents_exactly_the_defaults() {
+        assert_eq!(
+            Config::parse(DEFAULT_TOML, "herald.toml").unwrap(),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        let e = Config::parse("listen = \"127.0.0.1:1\"\nworkerz = 3\n", "x.toml").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("x.toml") && msg.contains("workerz"), "{msg}");
+        let e = Config::parse("[topics]\nstrickt = true\n", "x.toml").unwrap_err();
+        assert!(e.to_string().contains("strickt"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_refused_by_name() {
+        for (text, key) in [
+            ("workers = \"many\"", "workers"),
+            ("listen = \"nowhere\"", "listen"),
+            ("max_frame_size = 10", "max_frame_size"),
+            ("max_frame_size = -1", "max_frame_size"),
+            ("heartbeat_ms = 0", "heartbeat_ms"),
+            ("heartbeat_ms = 50", "heartbeat_ms"),
+            ("max_pending_bytes = 2048", "max_pending_bytes"),
+            ("[topics]\ndeclared = [\"a..b\"]", "topics.declared"),
+        ] {
+            let msg = Config::parse(text, "x.toml").unwrap_err().to_string();
+            assert!(msg.contains(key) && msg.contains("x.toml"), "{text}: {msg}");
+        }
+    }
+
+    #[test]
+    fn partial_files_take_defaults() {
+        let c = Config::parse("workers = 3\n[topics]\nstrict = true\n", "x.toml").unwrap();
+        assert_eq!(c.workers, 3);
+        assert!(c.topics.strict);
+        assert_eq!(c.max_frame_size, Config::default().max_frame_size);
+    }
+}

@@ -1,0 +1,41 @@
+//! CONNECT: negotiate the heart-beat, answer CONNECTED.
+
+use std::time::Duration;
+
+use herald_protocol::frame::{Connect, Connected};
+use herald_protocol::{ErrorCode, Frame};
+
+use super::{Context, Flow, Refusal};
+use crate::net::outbound::Outbound;
+use crate::session::{Phase, Session};
+
+pub fn handle(
+    f: Connect,
+    request_id: u32,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Refusal> {
+    if session.phase == Phase::Connected {
+        return Err(Refusal::fatal(
+            ErrorCode::AlreadyConnected,
+            "CONNECT on a connection that is already connected",
+        ));
+    }
+    let config = ctx.config;
+    let heartbeat_ms = match f.heartbeat_ms {
+        0 => config.heartbeat_ms,
+        asked => asked.max(config.min_heartbeat_ms),
+    };
+    session.phase = Phase::Connected;
+    session.client_id = f.client_id;
+    session.silence_limit = Duration::from_millis(heartbeat_ms.into());
+    let connected = Connected {
+        server_version: env!("CARGO_PKG_VERSION").to_owned(),
+        connection_id: ctx.me.serial.to_string(),
+        heartbeat_ms,
+        max_frame_size: config.max_frame_size,
+    };
+    out.push_frame(&Frame::Connected(connected), request_id);
+    Ok(Flow::Continue)
+}

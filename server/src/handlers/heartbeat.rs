@@ -1,0 +1,12 @@
+//! PING: answer PONG. (PONG needs no handler: any frame resets the
+//! connection's silence timer.)
+
+use herald_protocol::Frame;
+
+use super::{Flow, Refusal};
+use crate::net::outbound::Outbound;
+
+pub fn ping(request_id: u32, out: &mut Outbound) -> Result<Flow, Refusal> {
+    out.push_frame(&Frame::Pong, request_id);
+    Ok(Flow::Continue)
+}

@@ -1,0 +1,159 @@
+//! One handler per frame kind: the seam between the network layer, which
+//! turns bytes into frames, and the broker, which routes.
+//!
+//! [`dispatch`] decodes a frame's body and calls its handler. A handler
+//! answers by queueing frames on the connection's [`Outbound`] and routing
+//! messages into [`Deliveries`]; a refusal becomes an ERROR frame, and a
+//! fatal one also closes the connection.
+
+mod connect;
+mod disconnect;
+mod heartbeat;
+mod send;
+mod subscribe;
+mod unsubscribe;
+
+use herald_protocol::frame::ErrorFrame;
+use herald_protocol::{ErrorCode, Frame, RawFrame};
+
+use crate::broker::{Broker, ConnectionRef};
+use crate::config::Config;
+use crate::delivery::Deliveries;
+use crate::net::outbound::Outbound;
+use crate::session::{Phase, Session};
+
+/// What a handler needs besides the session it works on.
+pub struct Context<'a> {
+    /// The shared routing state.
+    pub broker: &'a Broker,
+    /// The server's configuration.
+    pub config: &'a Config,
+    /// The connection being served.
+    pub me: ConnectionRef,
+    /// Where routed messages go.
+    pub deliveries: &'a mut Deliveries,
+    /// Messages accepted from this connection in this burst.
+    pub published: u64,
+}
+
+/// Whether the connection goes on after a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Keep reading.
+    Continue,
+    /// Stop reading; close once the queued frames are written.
+    Close,
+}
+
+/// A frame the server will not carry out.
+#[derive(Debug)]
+pub struct Refusal {
+    code: ErrorCode,
+    message: String,
+    fatal: bool,
+}
+
+impl Refusal {
+    /// A refusal after which the connection stays usable.
+    pub fn soft(code: ErrorCode, message: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            message: message.into(),
+            fatal: false,
+        }
+    }
+
+    /// A refusal that closes the connection.
+    pub fn fatal(code: ErrorCode, message: impl Into<String>) -> Refusal {
+        Refusal {
+            code,
+            message: message.into(),
+            fatal: true,
+        }
+    }
+}
+
+/// Decodes and handles one frame.
+pub fn dispatch(
+    raw: RawFrame,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Flow {
+    let request_id = raw.header.request_id;
+    let result = Frame::decode(raw)
+        .map_err(|e| Refusal::fatal(e.code(), e.to_string()))
+        .and_then(|frame| handle(frame, request_id, session, out, ctx));
+    match result {
+        Ok(flow) => flow,
+        Err(refusal) => {
+            reply_error(
+                out,
+                request_id,
+                refusal.code,
+                refusal.fatal,
+                refusal.message,
+            );
+            if refusal.fatal {
+                Flow::Close
+            } else {
+                Flow::Continue
+            }
+        }
+    }
+}
+
+fn handle(
+    frame: Frame,
+    request_id: u32,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Refusal> {
+    if session.phase == Phase::AwaitingConnect && !matches!(frame, Frame::Connect(_)) {
+        return Err(Refusal::fatal(
+            ErrorCode::NotConnected,
+            format!(
+                "{:?} before CONNECT: the first frame must be CONNECT",
+                frame.kind()
+            ),
+        ));
+    }
+    match frame {
+        Frame::Connect(f) => connect::handle(f, request_id, session, out, ctx),
+        Frame::Send(message) => send::handle(message, request_id, out, ctx),
+        Frame::Subscribe(f) => subscribe::handle(f, request_id, session, out, ctx),
+        Frame::Unsubscribe(f) => unsubscribe::handle(f, request_id, session, out, ctx),
+        Frame::Ping => heartbeat::ping(request_id, out),
+        Frame::Pong => Ok(Flow::Continue),
+        Frame::Disconnect => disconnect::handle(request_id, out),
+        Frame::Connected(_) | Frame::Error(_) | Frame::Receipt | Frame::Message(_) => {
+            Err(Refusal::fatal(
+                ErrorCode::UnexpectedFrame,
+                format!("{:?} is a server-to-client frame", frame.kind()),
+            ))
+        }
+    }
+}
+
+/// Queues a RECEIPT if the client asked for one.
+pub fn receipt(out: &mut Outbound, request_id: u32) {
+    if request_id != 0 {
+        out.push_frame(&Frame::Receipt, request_id);
+    }
+}
+
+/// Queues an ERROR frame.
+pub fn reply_error(
+    out: &mut Outbound,
+    request_id: u32,
+    code: ErrorCode,
+    fatal: bool,
+    message: String,
+) {
+    log::debug!("ERROR {code:?} (request {request_id}, fatal {fatal}): {message}");
+    out.push_frame(
+        &Frame::Error(ErrorFrame::new(code, fatal, message)),
+        request_id,
+    );
+}

@@ -1,0 +1,26 @@
+//! The Herald broker, as a library: [`Server::start`] returns a
+//! [`ServerHandle`]; the `herald-server` binary is a thin wrapper.
+//!
+//! Layout (ARCHITECTURE.md says which thread owns what):
+//!
+//! - [`net`]: the acceptor thread and the worker threads: bytes in, frames
+//!   out, and the connections they own.
+//! - [`handlers`]: one function per frame kind, the seam between `net` and
+//!   `broker`.
+//! - [`broker`]: routing, the topic tree and strict mode. No sockets.
+//! - [`session`]: per-connection protocol state.
+//! - [`delivery`]: routed messages on their way to the owning worker.
+//! - [`config`]: `herald.toml`.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod broker;
+pub mod config;
+pub mod delivery;
+pub mod handlers;
+pub mod net;
+mod server;
+pub mod session;
+
+pub use config::{Config, ConfigError};
+pub use server::{Server, ServerHandle, StartError, Stats};

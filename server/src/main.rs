@@ -1,0 +1,64 @@
+//! `herald-server`: runs a Herald broker until interrupted.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use herald_server::config::DEFAULT_TOML;
+use herald_server::{Config, Server};
+
+/// The Herald event notification server.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Configuration file; without it the embedded defaults
+    /// (config/herald.toml) apply.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to listen on, overriding the config.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Worker threads, overriding the config (0 = one per core).
+    #[arg(long)]
+    workers: Option<usize>,
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let args = Args::parse();
+    let config = match &args.config {
+        Some(path) => Config::load(path),
+        None => Config::parse(DEFAULT_TOML, "embedded herald.toml"),
+    };
+    let mut config = match config {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("herald-server: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if let Some(workers) = args.workers {
+        config.workers = workers;
+    }
+    if let Err(e) = config.validate("command line") {
+        eprintln!("herald-server: {e}");
+        return ExitCode::from(2);
+    }
+    let server = match Server::start(config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("herald-server: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("herald-server listening on {}", server.local_addr());
+    // The server's threads do the work; this one just waits to be killed.
+    // (Graceful shutdown on SIGTERM arrives with the management work.)
+    loop {
+        std::thread::park();
+    }
+}

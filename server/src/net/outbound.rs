@@ -1,0 +1,209 @@
+//! A connection's queue of frames waiting to be written.
+//!
+//! Each entry is a small per-frame head (the 12-byte header and, for
+//! MESSAGE, the 16-byte delivery head) and a shared body. A write gathers
+//! many entries into one `writev`, so a burst of deliveries costs one
+//! syscall and the message bytes are never copied.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Write};
+
+use bytes::{Bytes, BytesMut};
+use herald_protocol::frame::{Delivery, DELIVERY_HEAD_LEN};
+use herald_protocol::{Frame, HEADER_LEN};
+
+const HEAD_CAP: usize = HEADER_LEN + DELIVERY_HEAD_LEN;
+/// Frames gathered into one `writev` (two slices each).
+const FRAMES_PER_WRITE: usize = 256;
+
+struct OutFrame {
+    head: [u8; HEAD_CAP],
+    head_len: u8,
+    body: Bytes,
+}
+
+impl OutFrame {
+    fn len(&self) -> usize {
+        self.head_len as usize + self.body.len()
+    }
+}
+
+/// How far a write got.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WriteStatus {
+    /// Everything queued was written.
+    Drained,
+    /// The socket would block; wait for it to become writable.
+    Blocked,
+}
+
+/// Frames waiting to be written, in order.
+#[derive(Default)]
+pub struct Outbound {
+    frames: VecDeque<OutFrame>,
+    /// Bytes of the front frame already written.
+    written: usize,
+    /// Unwritten bytes in total.
+    pending: usize,
+}
+
+impl Outbound {
+    /// Unwritten bytes.
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    /// Queues a control frame (CONNECTED, RECEIPT, ERROR, PONG ...).
+    pub fn push_frame(&mut self, frame: &Frame, request_id: u32) {
+        let mut buf = BytesMut::new();
+        // Control frames the server builds always encode; an error here
+        // would be a bug, and is logged rather than sending half a frame.
+        if let Err(e) = frame.encode(request_id, &mut buf) {
+            log::error!("cannot encode {:?} frame: {e}", frame.kind());
+            return;
+        }
+        self.push(OutFrame {
+            head: [0; HEAD_CAP],
+            head_len: 0,
+            body: buf.freeze(),
+        });
+    }
+
+    /// Queues a MESSAGE frame: its own head, the shared message block.
+    pub fn push_delivery(&mut self, subscription_id: u32, delivery_id: u64, message: Bytes) {
+        let head = Delivery::encode_head(0, subscription_id, delivery_id, 1, message.len());
+        self.push(OutFrame {
+            head,
+            head_len: HEAD_CAP as u8,
+            body: message,
+        });
+    }
+
+    fn push(&mut self, f: OutFrame) {
+        self.pending += f.len();
+        self.frames.push_back(f);
+    }
+
+    /// Drops everything queued (a connection being closed for falling
+    /// behind gets its ERROR, not its backlog).
+    pub fn clear(&mut self) {
+        self.frames.clear();
+        self.written = 0;
+        self.pending = 0;
+    }
+
+    /// Writes as much as the socket takes, many frames per call.
+    pub fn write_to(&mut self, w: &mut impl Write) -> io::Result<WriteStatus> {
+        while !self.frames.is_empty() {
+            let n = {
+                let mut slices = [IoSlice::new(&[]); FRAMES_PER_WRITE * 2];
+                let mut count = 0;
+                let mut skip = self.written;
+                for f in self.frames.iter().take(FRAMES_PER_WRITE) {
+                    for part in [&f.head[..f.head_len as usize], &f.body[..]] {
+                        if skip >= part.len() {
+                            skip -= part.len();
+                            continue;
+                        }
+                        slices[count] = IoSlice::new(&part[skip..]);
+                        skip = 0;
+                        count += 1;
+                    }
+                }
+                match w.write_vectored(&slices[..count]) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        return Ok(WriteStatus::Blocked)
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            self.consume(n);
+        }
+        Ok(WriteStatus::Drained)
+    }
+
+    fn consume(&mut self, mut n: usize) {
+        self.pending -= n;
+        while let Some(front) = self.frames.front() {
+            let left = front.len() - self.written;
+            if n < left {
+                self.written += n;
+                return;
+            }
+            n -= left;
+            self.written = 0;
+            self.frames.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that takes at most `cap` bytes per call, then blocks once
+    /// every other call, to exercise partial writes.
+    struct Trickle {
+        out: Vec<u8>,
+        cap: usize,
+        calls: usize,
+    }
+
+    impl Write for Trickle {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.write_vectored(&[IoSlice::new(buf)])
+        }
+
+        fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+            self.calls += 1;
+            if self.calls % 2 == 0 {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let mut n = 0;
+            for b in bufs {
+                let take = b.len().min(self.cap - n);
+                self.out.extend_from_slice(&b[..take]);
+                n += take;
+            }
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn partial_writes_keep_every_byte_in_order() {
+        let mut o = Outbound::default();
+        let mut expected = Vec::new();
+        for i in 0..50u32 {
+            let body = Bytes::from(vec![i as u8; (i * 7) as usize]);
+            o.push_delivery(i, i.into(), body.clone());
+            expected.extend_from_slice(&Delivery::encode_head(0, i, i.into(), 1, body.len()));
+            expected.extend_from_slice(&body);
+            o.push_frame(&Frame::Pong, i);
+            let mut pong = BytesMut::new();
+            Frame::Pong.encode(i, &mut pong).unwrap();
+            expected.extend_from_slice(&pong);
+        }
+        assert_eq!(o.pending(), expected.len());
+        let mut w = Trickle {
+            out: Vec::new(),
+            cap: 37,
+            calls: 0,
+        };
+        while o.write_to(&mut w).unwrap() == WriteStatus::Blocked {}
+        assert_eq!(w.out, expected);
+        assert!(o.is_empty());
+        assert_eq!(o.pending(), 0);
+    }
+}

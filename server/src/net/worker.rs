@@ -1,0 +1,421 @@
+//! A worker thread: its own `mio::Poll`, a slab of connections, an inbox.
+//!
+//! Each loop turn: wait for events (or the tick), read every readable
+//! connection and dispatch its frames, hand the deliveries that burst
+//! produced to their workers (one inbox message per worker), deliver its
+//! own, then write every connection with output in as few `writev`s as it
+//! can. Nothing here blocks: no lock is held across I/O and there is no
+//! sleep, `fsync` or DNS.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use herald_protocol::codec::DecodeError;
+use herald_protocol::{Decoder, ErrorCode};
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+use slab::Slab;
+
+use super::connection::{Connection, ReadStatus};
+use super::outbound::WriteStatus;
+use super::{Command, Shared, WAKER};
+use crate::broker::{ConnectionRef, Subscriber};
+use crate::delivery::{Deliveries, Delivery};
+use crate::handlers::{self, Context, Flow};
+use crate::session::Session;
+
+/// Bytes read from one connection per loop turn before the others get a
+/// turn; what is left is read on the next turn.
+const READ_BUDGET: usize = 256 * 1024;
+const SCRATCH_LEN: usize = 64 * 1024;
+
+/// One worker's state, owned by its thread.
+pub struct Worker {
+    index: usize,
+    poll: Poll,
+    inbox: Receiver<Command>,
+    notified: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+    conns: Slab<Connection>,
+    decoder: Decoder,
+    deliveries: Deliveries,
+    scratch: Vec<u8>,
+    /// Connections with output queued since their last write.
+    dirty: Vec<usize>,
+    /// Connections whose read budget ran out with input possibly left.
+    unfinished: Vec<usize>,
+    tick: Duration,
+    running: bool,
+}
+
+impl Worker {
+    /// A worker; `poll` must have its waker registered under [`WAKER`].
+    pub fn new(
+        index: usize,
+        poll: Poll,
+        inbox: Receiver<Command>,
+        notified: Arc<AtomicBool>,
+        shared: Arc<Shared>,
+    ) -> Worker {
+        let config = &shared.config;
+        // The tick bounds how late a silent connection is noticed.
+        let tick = Duration::from_millis((config.min_heartbeat_ms / 2).clamp(10, 100).into());
+        Worker {
+            index,
+            poll,
+            inbox,
+            notified,
+            decoder: Decoder::new(config.max_frame_size),
+            deliveries: Deliveries::new(shared.workers.len()),
+            conns: Slab::new(),
+            scratch: vec![0; SCRATCH_LEN],
+            dirty: Vec::new(),
+            unfinished: Vec::new(),
+            tick,
+            running: true,
+            shared,
+        }
+    }
+
+    /// Runs the loop until a [`Command::Shutdown`].
+    pub fn run(mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        let mut last_tick = Instant::now();
+        while self.running {
+            let timeout = if self.unfinished.is_empty() {
+                self.tick
+            } else {
+                Duration::ZERO
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            for event in events.iter() {
+                match event.token() {
+                    WAKER => self.drain_inbox(),
+                    Token(slot) => {
+                        if event.is_writable() {
+                            if let Some(c) = self.conns.get_mut(slot) {
+                                c.blocked = false;
+                            }
+                            self.mark_dirty(slot);
+                        }
+                        if event.is_readable() || event.is_read_closed() || event.is_error() {
+                            self.read(slot);
+                        }
+                    }
+                }
+            }
+            for slot in std::mem::take(&mut self.unfinished) {
+                self.read(slot);
+            }
+            self.route();
+            self.flush_dirty();
+            if last_tick.elapsed() >= self.tick {
+                last_tick = Instant::now();
+                self.check_silence();
+            }
+        }
+        self.close_all();
+        Ok(())
+    }
+
+    fn drain_inbox(&mut self) {
+        // Cleared before draining: a command sent after this point either
+        // gets drained below or wakes the worker again.
+        self.notified.store(false, Ordering::Release);
+        loop {
+            match self.inbox.try_recv() {
+                Ok(Command::Adopt(stream)) => self.adopt(stream),
+                Ok(Command::Deliver(batch)) => self.deliver(batch),
+                Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => {
+                    self.running = false;
+                    return;
+                }
+                Err(TryRecvError::Empty) => return,
+            }
+        }
+    }
+
+    fn adopt(&mut self, mut stream: TcpStream) {
+        let entry = self.conns.vacant_entry();
+        let slot = entry.key();
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(&mut stream, Token(slot), interest)
+        {
+            log::error!("cannot register a connection: {e}");
+            self.shared.open_connections.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        let serial = self.shared.next_serial.fetch_add(1, Ordering::Relaxed);
+        let timeout = Duration::from_millis(self.shared.config.connect_timeout_ms.into());
+        entry.insert(Connection::new(serial, stream, Session::new(timeout)));
+        self.stats().connections.fetch_add(1, Ordering::Relaxed);
+        // Bytes may have arrived before registration; edge-triggered polls
+        // would not report them.
+        self.read(slot);
+    }
+
+    fn read(&mut self, slot: usize) {
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return;
+        };
+        if conn.closing {
+            return;
+        }
+        let me = ConnectionRef {
+            worker: self.index,
+            slot,
+            serial: conn.serial,
+        };
+        let mut ctx = Context {
+            broker: &self.shared.broker,
+            config: &self.shared.config,
+            me,
+            deliveries: &mut self.deliveries,
+            published: 0,
+        };
+        let mut read = 0;
+        let outcome = loop {
+            if read >= READ_BUDGET {
+                self.unfinished.push(slot);
+                break Ok(Flow::Continue);
+            }
+            let before = conn.read_buf.len();
+            match conn.read_some(&mut self.scratch) {
+                Ok(ReadStatus::Data) => read += conn.read_buf.len() - before,
+                Ok(ReadStatus::Drained) => break Ok(Flow::Continue),
+                Ok(ReadStatus::Closed) => break Err(None),
+                Err(e) => break Err(Some(e)),
+            }
+            match decode_all(&self.decoder, conn, &mut ctx) {
+                Flow::Continue => {}
+                Flow::Close => break Ok(Flow::Close),
+            }
+        };
+        let published = ctx.published;
+        if published > 0 {
+            self.shared.stats[self.index]
+                .messages_in
+                .fetch_add(published, Ordering::Relaxed);
+        }
+        match outcome {
+            Ok(Flow::Continue) => {}
+            Ok(Flow::Close) => conn.closing = true,
+            Err(None) => {
+                log::debug!("connection {} closed by peer", conn.serial);
+                self.close(slot);
+                return;
+            }
+            Err(Some(e)) => {
+                log::debug!("connection {}: read failed: {e}", conn.serial);
+                self.close(slot);
+                return;
+            }
+        }
+        self.mark_dirty(slot);
+    }
+
+    /// Hands each other worker its bucket, delivers this worker's own.
+    fn route(&mut self) {
+        let mut own = None;
+        for (worker, batch) in self.deliveries.drain() {
+            if worker == self.index {
+                own = Some(batch);
+            } else {
+                self.shared.workers[worker].send(Command::Deliver(batch));
+            }
+        }
+        if let Some(batch) = own {
+            self.deliver(batch);
+        }
+    }
+
+    fn deliver(&mut self, batch: Vec<Delivery>) {
+        let max_pending = self.shared.config.max_pending_bytes;
+        let mut delivered = 0;
+        for Delivery { to, message } in batch {
+            let Subscriber {
+                conn: target,
+                subscription_id,
+            } = to;
+            let Some(conn) = self.conns.get_mut(target.slot) else {
+                continue;
+            };
+            // The slot may have been reused, or the subscription dropped,
+            // since the message was routed.
+            if conn.serial != target.serial
+                || conn.closing
+                || !conn.session.subscriptions.contains_key(&subscription_id)
+            {
+                continue;
+            }
+            let delivery_id = conn.session.next_delivery_id();
+            conn.out
+                .push_delivery(subscription_id, delivery_id, message);
+            delivered += 1;
+            if conn.out.pending() > max_pending {
+                log::warn!(
+                    "connection {}: {} bytes waiting, over max_pending_bytes ({max_pending}); disconnecting the slow consumer",
+                    conn.serial,
+                    conn.out.pending()
+                );
+                conn.out.clear();
+                handlers::reply_error(
+                    &mut conn.out,
+                    0,
+                    ErrorCode::SlowConsumer,
+                    true,
+                    format!("more than {max_pending} bytes waiting to be written: the connection reads too slowly"),
+                );
+                conn.closing = true;
+            }
+            self.mark_dirty(target.slot);
+        }
+        self.stats()
+            .messages_out
+            .fetch_add(delivered, Ordering::Relaxed);
+    }
+
+    fn mark_dirty(&mut self, slot: usize) {
+        if let Some(c) = self.conns.get_mut(slot) {
+            if !c.dirty {
+                c.dirty = true;
+                self.dirty.push(slot);
+            }
+        }
+    }
+
+    fn flush_dirty(&mut self) {
+        for slot in std::mem::take(&mut self.dirty) {
+            let Some(conn) = self.conns.get_mut(slot) else {
+                continue;
+            };
+            conn.dirty = false;
+            if conn.blocked {
+                continue;
+            }
+            match conn.flush() {
+                Ok(WriteStatus::Drained) if conn.closing => self.close(slot),
+                Ok(_) => {}
+                Err(e) => {
+                    log::debug!("connection {}: write failed: {e}", conn.serial);
+                    self.close(slot);
+                }
+            }
+        }
+    }
+
+    /// Closes connections that said nothing for longer than allowed.
+    fn check_silence(&mut self) {
+        let now = Instant::now();
+        let silent: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| now.duration_since(c.last_read) > c.session.silence_limit)
+            .map(|(slot, _)| slot)
+            .collect();
+        for slot in silent {
+            let conn = &mut self.conns[slot];
+            if conn.closing {
+                // Told to go and still not drained after a whole interval.
+                self.close(slot);
+                continue;
+            }
+            let limit = conn.session.silence_limit.as_millis();
+            log::info!(
+                "connection {}: silent for over {limit} ms, closing",
+                conn.serial
+            );
+            handlers::reply_error(
+                &mut conn.out,
+                0,
+                ErrorCode::HeartbeatTimeout,
+                true,
+                format!("nothing received for over {limit} ms"),
+            );
+            conn.closing = true;
+            conn.last_read = now;
+            self.mark_dirty(slot);
+        }
+    }
+
+    fn close(&mut self, slot: usize) {
+        if !self.conns.contains(slot) {
+            return;
+        }
+        let mut conn = self.conns.remove(slot);
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        let me = ConnectionRef {
+            worker: self.index,
+            slot,
+            serial: conn.serial,
+        };
+        for (subscription_id, pattern) in conn.session.subscriptions.drain() {
+            self.shared.broker.unsubscribe(
+                &pattern,
+                &Subscriber {
+                    conn: me,
+                    subscription_id,
+                },
+            );
+        }
+        self.stats().connections.fetch_sub(1, Ordering::Relaxed);
+        self.shared.open_connections.fetch_sub(1, Ordering::AcqRel);
+        log::debug!("connection {} closed", conn.serial);
+    }
+
+    fn close_all(&mut self) {
+        let slots: Vec<usize> = self.conns.iter().map(|(slot, _)| slot).collect();
+        for slot in slots {
+            let conn = &mut self.conns[slot];
+            handlers::reply_error(
+                &mut conn.out,
+                0,
+                ErrorCode::ServerShutdown,
+                true,
+                "the server is shutting down".into(),
+            );
+            // One attempt only: a shutdown does not wait for slow readers.
+            let _ = conn.flush();
+            self.close(slot);
+        }
+    }
+
+    fn stats(&self) -> &super::WorkerStats {
+        &self.shared.stats[self.index]
+    }
+}
+
+/// Decodes and dispatches every whole frame in the read buffer.
+fn decode_all(decoder: &Decoder, conn: &mut Connection, ctx: &mut Context<'_>) -> Flow {
+    loop {
+        match decoder.decode(&mut conn.read_buf) {
+            Ok(Some(raw)) => {
+                if handlers::dispatch(raw, &mut conn.session, &mut conn.out, ctx) == Flow::Close {
+                    return Flow::Close;
+                }
+            }
+            Ok(None) => return Flow::Continue,
+            Err(DecodeError { request_id, error }) => {
+                handlers::reply_error(
+                    &mut conn.out,
+                    request_id,
+                    error.code(),
+                    true,
+                    error.to_string(),
+                );
+                return Flow::Close;
+            }
+        }
+    }
+}

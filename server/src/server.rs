@@ -1,0 +1,190 @@
+//! Starting and stopping a server: [`Server::start`] binds, spawns the
+//! acceptor and the workers, and returns a [`ServerHandle`].
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use mio::net::TcpListener;
+use mio::{Poll, Waker};
+use thiserror::Error;
+
+use crate::broker::Broker;
+use crate::config::Config;
+use crate::net::worker::Worker;
+use crate::net::{acceptor, Command, Shared, WorkerHandle, WorkerStats, WAKER};
+
+/// Why a server could not start.
+#[derive(Debug, Error)]
+pub enum StartError {
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: io::Error,
+    },
+    /// A poll, waker or thread could not be created.
+    #[error("cannot start the server's threads: {0}")]
+    Threads(#[from] io::Error),
+}
+
+/// The entry point.
+pub struct Server;
+
+impl Server {
+    /// Binds `config.listen` and starts 1 acceptor and `config.workers`
+    /// worker threads. The server runs until the handle is shut down or
+    /// dropped.
+    pub fn start(config: Config) -> Result<ServerHandle, StartError> {
+        let listener = TcpListener::bind(config.listen).map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let local_addr = listener.local_addr()?;
+        let n = config.worker_count();
+
+        let mut worker_parts = Vec::with_capacity(n);
+        let mut handles = Vec::with_capacity(n);
+        for _ in 0..n {
+            let poll = Poll::new()?;
+            let waker = Waker::new(poll.registry(), WAKER)?;
+            let (tx, rx) = mpsc::channel();
+            let notified = Arc::new(AtomicBool::new(false));
+            handles.push(WorkerHandle::new(tx, waker, notified.clone()));
+            worker_parts.push((poll, rx, notified));
+        }
+        let shared = Arc::new(Shared {
+            broker: Broker::new(&config),
+            config,
+            workers: handles,
+            stats: (0..n).map(|_| WorkerStats::default()).collect(),
+            open_connections: AtomicUsize::new(0),
+            next_serial: AtomicU64::new(1),
+        });
+
+        let mut threads = Vec::with_capacity(n + 1);
+        for (index, (poll, rx, notified)) in worker_parts.into_iter().enumerate() {
+            let worker = Worker::new(index, poll, rx, notified, shared.clone());
+            threads.push(spawn(format!("herald-worker-{index}"), move || {
+                worker.run()
+            })?);
+        }
+        let acceptor_poll = Poll::new()?;
+        let acceptor_waker = Waker::new(acceptor_poll.registry(), WAKER)?;
+        let acceptor_shared = shared.clone();
+        threads.push(spawn("herald-acceptor".into(), move || {
+            acceptor::run(acceptor_poll, listener, acceptor_shared)
+        })?);
+        log::info!(
+            "herald {} listening on {local_addr} with {n} workers",
+            env!("CARGO_PKG_VERSION")
+        );
+        Ok(ServerHandle {
+            local_addr,
+            shared,
+            acceptor_waker,
+            threads,
+            stopped: AtomicBool::new(false),
+        })
+    }
+}
+
+fn spawn(
+    name: String,
+    f: impl FnOnce() -> io::Result<()> + Send + 'static,
+) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            if let Err(e) = f() {
+                log::error!("{name} stopped: {e}");
+            }
+        })
+}
+
+/// A point-in-time view of a server's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stats {
+    /// Open connections per worker, by worker index.
+    pub connections_per_worker: Vec<usize>,
+    /// Messages accepted from publishers.
+    pub messages_in: u64,
+    /// Messages delivered to subscribers.
+    pub messages_out: u64,
+    /// Topic subscriptions.
+    pub subscriptions: usize,
+}
+
+/// A running server.
+pub struct ServerHandle {
+    local_addr: SocketAddr,
+    shared: Arc<Shared>,
+    acceptor_waker: Waker,
+    threads: Vec<JoinHandle<()>>,
+    stopped: AtomicBool,
+}
+
+impl ServerHandle {
+    /// The address the listener is bound to (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The server's counters now.
+    pub fn stats(&self) -> Stats {
+        let s = &self.shared;
+        Stats {
+            connections_per_worker: s
+                .stats
+                .iter()
+                .map(|w| w.connections.load(Ordering::Relaxed))
+                .collect(),
+            messages_in: s
+                .stats
+                .iter()
+                .map(|w| w.messages_in.load(Ordering::Relaxed))
+                .sum(),
+            messages_out: s
+                .stats
+                .iter()
+                .map(|w| w.messages_out.load(Ordering::Relaxed))
+                .sum(),
+            subscriptions: s.broker.subscription_count(),
+        }
+    }
+
+    /// Stops accepting, tells every client the server is shutting down,
+    /// closes every connection and waits for the threads to end.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if self.stopped.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Err(e) = self.acceptor_waker.wake() {
+            log::error!("cannot wake the acceptor: {e}");
+        }
+        for w in &self.shared.workers {
+            w.send(Command::Shutdown);
+        }
+        for t in self.threads.drain(..) {
+            if t.join().is_err() {
+                log::error!("a server thread panicked");
+            }
+        }
+        log::info!("server on {} stopped", self.local_addr);
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

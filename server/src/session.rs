@@ -1,0 +1,52 @@
+//! What the server knows of one client session, apart from its socket:
+//! whether CONNECT has happened, the negotiated terms, the subscriptions.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use herald_protocol::Pattern;
+
+/// Where a session is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Accepted; only CONNECT is allowed.
+    AwaitingConnect,
+    /// CONNECT accepted.
+    Connected,
+}
+
+/// Per-connection protocol state.
+#[derive(Debug)]
+pub struct Session {
+    /// Where the session is in its life.
+    pub phase: Phase,
+    /// The client's id from CONNECT ("" = none).
+    pub client_id: String,
+    /// How long the connection may stay silent before it is closed: the
+    /// connect timeout until CONNECT, then the negotiated heart-beat.
+    pub silence_limit: Duration,
+    /// The client's subscriptions by their id, with the parsed pattern
+    /// needed to remove them from the topic tree.
+    pub subscriptions: HashMap<u32, Pattern>,
+    next_delivery_id: u64,
+}
+
+impl Session {
+    /// A session that has not connected yet.
+    pub fn new(connect_timeout: Duration) -> Session {
+        Session {
+            phase: Phase::AwaitingConnect,
+            client_id: String::new(),
+            silence_limit: connect_timeout,
+            subscriptions: HashMap::new(),
+            next_delivery_id: 1,
+        }
+    }
+
+    /// The id for the next delivery on this connection.
+    pub fn next_delivery_id(&mut self) -> u64 {
+        let id = self.next_delivery_id;
+        self.next_delivery_id += 1;
+        id
+    }
+}
