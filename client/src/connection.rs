@@ -555,3 +555,13 @@ fn dispatch(inner: &Inner, raw: RawFrame) -> std::result::Result<(), String> {
     }
     Ok(())
 }
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("connection_id", &self.connection_id())
+            .field("client_id", &self.client_id())
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}

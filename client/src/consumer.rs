@@ -205,3 +205,13 @@ pub(crate) fn unsubscribe(inner: &Inner, id: u32, wait: bool) -> Result<()> {
         other => other,
     }
 }
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("subscription_id", &self.id)
+            .field("destination", &self.destination)
+            .field("dropped", &self.dropped())
+            .finish()
+    }
+}

@@ -51,3 +51,11 @@ impl Producer {
             .request_with(FrameKind::Send, "the SEND receipt", |d| message.encode(d))
     }
 }
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("destination", &self.destination)
+            .finish()
+    }
+}

@@ -99,3 +99,11 @@ impl Session {
         first_error.map_or(Ok(()), Err)
     }
 }
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("ack_mode", &self.ack_mode)
+            .finish()
+    }
+}

@@ -10,7 +10,7 @@
 //! - [`broker`]: routing, the topic tree and strict mode. No sockets.
 //! - [`session`]: per-connection protocol state.
 //! - [`delivery`]: routed messages on their way to the owning worker.
-//! - [`config`]: `herald.toml`.
+//! - [`config`]: the settings of `herald.toml`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

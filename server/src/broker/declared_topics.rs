@@ -37,13 +37,17 @@ impl DeclaredTopics {
         for word in topic.split('.') {
             match node.children.get(word) {
                 Some(child) => node = child,
-                None if parent == 0 => return Err(format!(
+                None if parent == 0 => {
+                    return Err(format!(
                     "topic '{topic}' is not declared: '{word}' is not a declared top-level topic"
-                )),
-                None => return Err(format!(
+                ))
+                }
+                None => {
+                    return Err(format!(
                     "topic '{topic}' is not declared: subtopic '{word}' is not declared under '{}'",
                     &topic[..parent - 1]
-                )),
+                ))
+                }
             }
             parent += word.len() + 1;
         }

@@ -89,12 +89,14 @@ impl Outbound {
         self.frames.push_back(f);
     }
 
-    /// Drops everything queued (a connection being closed for falling
-    /// behind gets its ERROR, not its backlog).
+    /// Drops everything queued but the rest of a partly written frame,
+    /// which must be finished for the stream to stay decodable (a
+    /// connection closed for falling behind gets its ERROR, not its
+    /// backlog).
     pub fn clear(&mut self) {
-        self.frames.clear();
-        self.written = 0;
-        self.pending = 0;
+        let keep = usize::from(self.written > 0);
+        self.frames.truncate(keep);
+        self.pending = self.frames.front().map_or(0, |f| f.len() - self.written);
     }
 
     /// Writes as much as the socket takes, many frames per call.
@@ -205,5 +207,28 @@ mod tests {
         assert_eq!(w.out, expected);
         assert!(o.is_empty());
         assert_eq!(o.pending(), 0);
+    }
+
+    #[test]
+    fn clear_keeps_the_rest_of_a_partly_written_frame() {
+        let mut o = Outbound::default();
+        for i in 0..3 {
+            o.push_delivery(i, 1, Bytes::from_static(b"0123456789"));
+        }
+        let mut w = Trickle {
+            out: Vec::new(),
+            cap: 5,
+            calls: 0,
+        };
+        assert_eq!(o.write_to(&mut w).unwrap(), WriteStatus::Blocked);
+        o.clear();
+        o.push_frame(&Frame::Pong, 9);
+        while o.write_to(&mut w).unwrap() == WriteStatus::Blocked {}
+        let mut expected = Delivery::encode_head(0, 0, 1, 1, 10).to_vec();
+        expected.extend_from_slice(b"0123456789");
+        let mut pong = BytesMut::new();
+        Frame::Pong.encode(9, &mut pong).unwrap();
+        expected.extend_from_slice(&pong);
+        assert_eq!(w.out, expected);
     }
 }

@@ -1,0 +1,192 @@
+//! Shared helpers for the end-to-end tests: start a server on an ephemeral
+//! port, connect real clients, and speak raw frames for protocol tests.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use herald_client::{
+    AckMode, Connection, ConnectionFactory, Consumer, Destination, Message, Session,
+};
+use herald_protocol::frame::{Connect, ErrorFrame};
+use herald_protocol::{Decoder, ErrorCode, Frame, RawFrame};
+use herald_server::{Config, Server, ServerHandle};
+
+/// How long a test waits for something that should happen at once.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A config for tests: loopback, an ephemeral port, two workers.
+pub fn test_config() -> Config {
+    Config {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        workers: 2,
+        ..Config::default()
+    }
+}
+
+/// Starts a server with [`test_config`].
+pub fn start() -> ServerHandle {
+    start_with(test_config())
+}
+
+/// Starts a server with this config.
+pub fn start_with(config: Config) -> ServerHandle {
+    Server::start(config).expect("server starts")
+}
+
+/// A factory for the server.
+pub fn factory(server: &ServerHandle) -> ConnectionFactory {
+    ConnectionFactory::new(&format!("herald://{}", server.local_addr())).expect("valid URL")
+}
+
+/// A connected client and an auto-ack session on it.
+pub fn connect(server: &ServerHandle) -> (Connection, Session) {
+    let c = factory(server).create_connection().expect("connects");
+    let s = c.create_session(AckMode::Auto).expect("session");
+    (c, s)
+}
+
+/// A consumer of a topic pattern.
+pub fn subscribe(session: &Session, pattern: &str) -> Consumer {
+    session
+        .create_consumer(&Destination::topic(pattern))
+        .expect("subscribes")
+}
+
+/// Sends a text message to a topic and waits for its receipt.
+pub fn publish(session: &Session, topic: &str, text: &str) {
+    session
+        .create_producer(&Destination::topic(topic))
+        .expect("producer")
+        .send_with_receipt(Message::text(text))
+        .expect("published");
+}
+
+/// The next message, failing the test if none comes within [`PATIENCE`].
+pub fn next(consumer: &Consumer) -> Message {
+    consumer
+        .receive(PATIENCE)
+        .expect("consumer open")
+        .expect("a message within the patience window")
+}
+
+/// Asserts that nothing arrives for a short while.
+pub fn assert_nothing(consumer: &Consumer) {
+    if let Some(m) = consumer.receive(Duration::from_millis(200)).expect("open") {
+        panic!("unexpected message {m:?}");
+    }
+}
+
+/// Polls `cond` until it holds, failing after [`PATIENCE`].
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A client that speaks raw frames, for protocol tests.
+pub struct RawClient {
+    /// The socket.
+    pub stream: TcpStream,
+    buf: BytesMut,
+    decoder: Decoder,
+}
+
+impl RawClient {
+    /// Opens a TCP connection without sending anything.
+    pub fn open(server: &ServerHandle) -> RawClient {
+        let stream = TcpStream::connect(server.local_addr()).expect("tcp connect");
+        stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        RawClient {
+            stream,
+            buf: BytesMut::new(),
+            decoder: Decoder::new(u32::MAX),
+        }
+    }
+
+    /// Opens and completes CONNECT/CONNECTED, asking for `heartbeat_ms`.
+    pub fn connected(server: &ServerHandle, heartbeat_ms: u32) -> RawClient {
+        let mut c = RawClient::open(server);
+        c.send(
+            &Frame::Connect(Connect {
+                heartbeat_ms,
+                ..Connect::default()
+            }),
+            0,
+        );
+        match c.read_frame() {
+            Some((Frame::Connected(_), _)) => c,
+            other => panic!("expected CONNECTED, got {other:?}"),
+        }
+    }
+
+    /// Writes raw bytes.
+    pub fn write(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// Writes one frame.
+    pub fn send(&mut self, frame: &Frame, request_id: u32) {
+        let mut b = BytesMut::new();
+        frame.encode(request_id, &mut b).expect("encodes");
+        self.write(&b);
+    }
+
+    /// The next frame and its request id, or `None` at end of stream.
+    pub fn read_frame(&mut self) -> Option<(Frame, u32)> {
+        loop {
+            if let Some(RawFrame { header, body }) = self
+                .decoder
+                .decode(&mut self.buf)
+                .expect("server frames decode")
+            {
+                let frame = Frame::decode(RawFrame { header, body }).expect("server bodies decode");
+                return Some((frame, header.request_id));
+            }
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+                Err(e) => panic!("read failed: {e}"),
+            }
+        }
+    }
+
+    /// Reads until an ERROR frame, which it returns with its request id.
+    pub fn expect_error(&mut self) -> (ErrorFrame, u32) {
+        loop {
+            match self.read_frame() {
+                Some((Frame::Error(e), id)) => return (e, id),
+                Some(_) => {}
+                None => panic!("connection closed without an ERROR"),
+            }
+        }
+    }
+
+    /// Asserts that the next thing is an ERROR with `code`, marked fatal,
+    /// and then the end of the stream.
+    pub fn expect_fatal(&mut self, code: ErrorCode) -> ErrorFrame {
+        let (e, _) = self.expect_error();
+        assert_eq!(e.error_code(), Some(code), "{e:?}");
+        assert!(e.fatal, "{e:?}");
+        assert!(
+            self.read_frame().is_none(),
+            "connection closed after a fatal ERROR"
+        );
+        e
+    }
+}
+
+/// Threads in this process now, from `/proc/self/status`.
+pub fn thread_count() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").expect("procfs");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a Threads: line")
+}

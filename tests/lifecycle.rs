@@ -1,0 +1,209 @@
+//! Connections coming and going: heart-beats, graceful and abrupt ends,
+//! server shutdown, limits.
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use herald_client::{Destination, Error, ErrorCode, Message};
+use herald_protocol::frame::Subscribe;
+use herald_protocol::{DestinationKind, Frame};
+use herald_tests::*;
+
+#[test]
+fn a_silent_connection_is_closed_after_its_heartbeat_interval() {
+    let server = start();
+    let mut raw = RawClient::connected(&server, 200);
+    let started = Instant::now();
+    let e = raw.expect_fatal(ErrorCode::HeartbeatTimeout);
+    assert!(e.message.contains("200 ms"), "{e:?}");
+    assert!(started.elapsed() >= Duration::from_millis(200));
+}
+
+#[test]
+fn a_silent_connection_that_never_connects_is_closed() {
+    let mut config = test_config();
+    config.connect_timeout_ms = 150;
+    let server = start_with(config);
+    let mut raw = RawClient::open(&server);
+    raw.expect_fatal(ErrorCode::HeartbeatTimeout);
+}
+
+#[test]
+fn the_client_heartbeat_keeps_an_idle_connection_alive() {
+    let server = start();
+    let factory = factory(&server).with_heartbeat(Duration::from_millis(150));
+    let connection = factory.create_connection().unwrap();
+    assert_eq!(connection.heartbeat(), Duration::from_millis(150));
+    let (tx, rx) = mpsc::channel();
+    connection.set_exception_listener(move |e| {
+        let _ = tx.send(e.to_string());
+    });
+    let session = connection
+        .create_session(herald_client::AckMode::Auto)
+        .unwrap();
+    let consumer = subscribe(&session, "quiet");
+    // Ten intervals of idleness.
+    assert!(
+        rx.recv_timeout(Duration::from_millis(1500)).is_err(),
+        "no error while idle"
+    );
+    assert!(!connection.is_closed());
+    let (_c2, s2) = connect(&server);
+    publish(&s2, "quiet", "still here");
+    assert_eq!(next(&consumer).body_text(), Some("still here"));
+}
+
+#[test]
+fn disconnect_gets_a_receipt_and_removes_subscriptions() {
+    let server = start();
+    let (connection, session) = connect(&server);
+    let _consumer = subscribe(&session, "a.#");
+    assert_eq!(server.stats().subscriptions, 1);
+    connection.close().unwrap();
+    assert!(connection.is_closed());
+    wait_until("subscriptions are gone", || {
+        server.stats().subscriptions == 0
+    });
+    let e = session
+        .create_producer(&Destination::topic("a"))
+        .unwrap()
+        .send(Message::text("x"));
+    assert!(matches!(e, Err(Error::Closed)), "{e:?}");
+}
+
+#[test]
+fn an_abruptly_dead_client_is_cleaned_up() {
+    let server = start();
+    let mut raw = RawClient::connected(&server, 0);
+    raw.send(
+        &Frame::Subscribe(Subscribe {
+            subscription_id: 9,
+            kind: DestinationKind::Topic,
+            pattern: "x.#".into(),
+        }),
+        1,
+    );
+    assert!(matches!(raw.read_frame(), Some((Frame::Receipt, 1))));
+    assert_eq!(server.stats().subscriptions, 1);
+    // Reset, not FIN: the socket is dropped with unread data pending.
+    raw.stream.set_linger_for_test();
+    drop(raw);
+    wait_until("the dead client's subscription is gone", || {
+        server.stats().subscriptions == 0
+    });
+    // Publishing to where it was is harmless.
+    let (_c, s) = connect(&server);
+    publish(&s, "x.y", "nobody home");
+}
+
+/// Dropping a socket whose receive buffer holds unread bytes makes the
+/// kernel send RST: the abrupt death of a crashed process.
+trait Linger {
+    fn set_linger_for_test(&self);
+}
+
+impl Linger for std::net::TcpStream {
+    fn set_linger_for_test(&self) {
+        // Ask for a PONG and never read it.
+        use std::io::Write;
+        let mut b = bytes::BytesMut::new();
+        Frame::Ping.encode(0, &mut b).unwrap();
+        (&*self).write_all(&b).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn server_shutdown_tells_connected_clients() {
+    let server = start();
+    let (connection, session) = connect(&server);
+    let consumer = subscribe(&session, "t");
+    let (tx, rx) = mpsc::channel();
+    connection.set_exception_listener(move |e| {
+        let _ = tx.send(e);
+    });
+    let mut raw = RawClient::connected(&server, 0);
+    server.shutdown();
+    let e = raw.expect_fatal(ErrorCode::ServerShutdown);
+    assert!(e.message.contains("shutting down"));
+    match rx.recv_timeout(PATIENCE).unwrap() {
+        Error::ConnectionLost(why) => assert!(why.contains("shutting down"), "{why}"),
+        other => panic!("expected ConnectionLost, got {other:?}"),
+    }
+    assert!(matches!(
+        consumer.receive(PATIENCE),
+        Err(Error::ConnectionLost(_))
+    ));
+    assert!(connection.is_closed());
+    drop(connection);
+}
+
+#[test]
+fn dropping_a_connection_to_a_dead_server_does_not_hang() {
+    let server = start();
+    let (connection, session) = connect(&server);
+    let consumer = subscribe(&session, "t");
+    drop(server);
+    let started = Instant::now();
+    drop(consumer);
+    drop(session);
+    drop(connection);
+    assert!(started.elapsed() < PATIENCE);
+}
+
+#[test]
+fn connections_over_the_limit_are_refused_with_a_reason() {
+    let mut config = test_config();
+    config.max_connections = 2;
+    let server = start_with(config);
+    let _a = RawClient::connected(&server, 0);
+    let _b = RawClient::connected(&server, 0);
+    let mut c = RawClient::open(&server);
+    let e = c.expect_fatal(ErrorCode::LimitExceeded);
+    assert!(e.message.contains('2'), "{e:?}");
+    let refused = factory(&server).create_connection();
+    assert!(
+        matches!(&refused, Err(Error::Server { code, .. }) if *code == ErrorCode::LimitExceeded as u32),
+        "{:?}",
+        refused.err()
+    );
+}
+
+#[test]
+fn a_subscriber_that_never_reads_is_cut_off_and_others_get_everything() {
+    let mut config = test_config();
+    config.max_pending_bytes = 4 << 20;
+    config.max_frame_size = 64 * 1024;
+    let server = start_with(config);
+    let mut stalled = RawClient::connected(&server, 0);
+    stalled.send(
+        &Frame::Subscribe(Subscribe {
+            subscription_id: 1,
+            kind: DestinationKind::Topic,
+            pattern: "firehose".into(),
+        }),
+        1,
+    );
+    let (_c, session) = connect(&server);
+    let healthy = subscribe(&session, "firehose");
+    let (_pc, ps) = connect(&server);
+    let producer = ps.create_producer(&Destination::topic("firehose")).unwrap();
+    let body = "x".repeat(16 * 1024);
+    // 64 MiB in all: far more than the socket buffers and the limit hold.
+    // Receipts pace the publisher to the server's routing, which the
+    // healthy subscriber's reader thread keeps up with.
+    for _ in 0..4096 {
+        producer
+            .send_with_receipt(Message::text(body.clone()))
+            .unwrap();
+    }
+    let mut received = 0;
+    while received < 4096 {
+        if healthy.receive(PATIENCE).unwrap().is_some() {
+            received += 1;
+        }
+    }
+    let (e, _) = stalled.expect_error();
+    assert_eq!(e.error_code(), Some(ErrorCode::SlowConsumer), "{e:?}");
+    assert_eq!(healthy.dropped(), 0);
+}
