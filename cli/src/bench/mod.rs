@@ -1,0 +1,146 @@
+//! `herald bench`: throughput (1 → N) and latency at a fixed rate, against
+//! a running server or one embedded in this process.
+//!
+//! Every figure is measured at the subscribers: a message counts when a
+//! subscriber's listener has it. Lost messages are counted, not hidden.
+//! Each scenario ends with one JSON line for scripts.
+
+mod latency;
+mod machine;
+mod progress;
+mod throughput;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use herald_client::{ConnectionFactory, Error, Result};
+use herald_server::{Config, Server};
+
+use crate::target::Target;
+
+/// Which measurements to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Both.
+    All,
+    /// Messages per second, 1 publisher → N subscribers.
+    Throughput,
+    /// Latency percentiles at a fixed publish rate.
+    Latency,
+}
+
+/// Arguments of `herald bench`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// What to measure.
+    #[arg(long, value_enum, default_value_t = Mode::All)]
+    mode: Mode,
+    /// Subscribers for the throughput run (each on its own connection).
+    #[arg(long, default_value_t = 1)]
+    subscribers: usize,
+    /// Message body size in bytes (at least 16: the body carries a
+    /// sequence number and a timestamp).
+    #[arg(long, default_value_t = 128)]
+    size: usize,
+    /// Messages published in the throughput run.
+    #[arg(long, default_value_t = 1_000_000)]
+    count: u64,
+    /// Messages per second in the latency run.
+    #[arg(long, default_value_t = 10_000)]
+    rate: u64,
+    /// Messages published in the latency run.
+    #[arg(long, default_value_t = 50_000)]
+    latency_count: u64,
+    /// Start a server inside this process on an ephemeral port instead of
+    /// using --server.
+    #[arg(long)]
+    embedded: bool,
+    /// Worker threads of the embedded server (0 = one per core).
+    #[arg(long, default_value_t = 0)]
+    workers: usize,
+}
+
+/// How long the subscribers may make no progress before the rest counts
+/// as lost.
+const STALL: Duration = Duration::from_secs(3);
+
+pub fn run(target: &Target, args: Args) -> Result<()> {
+    if args.size < 16 {
+        return Err(Error::InvalidArgument(format!(
+            "--size {} is below 16",
+            args.size
+        )));
+    }
+    if args.subscribers == 0 || args.count == 0 || args.rate == 0 || args.latency_count == 0 {
+        return Err(Error::InvalidArgument(
+            "--subscribers, --count, --rate and --latency-count must be above 0".into(),
+        ));
+    }
+    let embedded = if args.embedded {
+        let config = Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            workers: args.workers,
+            ..Config::default()
+        };
+        let server = Server::start(config).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        Some(server)
+    } else {
+        None
+    };
+    let factory = match &embedded {
+        Some(server) => ConnectionFactory::new(&format!("herald://{}", server.local_addr()))?,
+        None => target.factory()?,
+    };
+    println!("{}", machine::describe());
+    let server_desc = match &embedded {
+        Some(_) => format!(
+            "embedded ({} workers)",
+            Config {
+                workers: args.workers,
+                ..Config::default()
+            }
+            .worker_count()
+        ),
+        None => factory.address(),
+    };
+    println!("server: {server_desc}");
+    if matches!(args.mode, Mode::All | Mode::Throughput) {
+        throughput::run(&factory, args.subscribers, args.size, args.count)?;
+    }
+    if matches!(args.mode, Mode::All | Mode::Latency) {
+        latency::run(&factory, args.size, args.rate, args.latency_count)?;
+    }
+    Ok(())
+}
+
+/// A topic no other bench run uses.
+fn bench_topic(kind: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static RUN: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "bench.{kind}.p{}.r{}",
+        std::process::id(),
+        RUN.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Waits until `received()` reaches `expected` or stops moving for
+/// [`STALL`]; returns the final count.
+fn wait_for(expected: u64, progress: &mut progress::Progress, received: impl Fn() -> u64) -> u64 {
+    let mut last = received();
+    let mut last_change = std::time::Instant::now();
+    loop {
+        let now = received();
+        progress.update(now);
+        if now >= expected {
+            return now;
+        }
+        if now != last {
+            last = now;
+            last_change = std::time::Instant::now();
+        } else if last_change.elapsed() > STALL {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

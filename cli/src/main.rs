@@ -1,0 +1,49 @@
+//! `herald`: publish, subscribe and benchmark from the command line.
+
+mod bench;
+mod publish;
+mod subscribe;
+mod target;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use target::Target;
+
+/// Herald's command line.
+#[derive(Debug, Parser)]
+#[command(name = "herald", version, about)]
+struct Cli {
+    #[command(flatten)]
+    target: Target,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Publish messages to a topic.
+    Pub(publish::Args),
+    /// Subscribe to a topic pattern and print what arrives.
+    Sub(subscribe::Args),
+    /// Measure throughput and latency.
+    Bench(bench::Args),
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Pub(args) => publish::run(&cli.target, args),
+        Command::Sub(args) => subscribe::run(&cli.target, args),
+        Command::Bench(args) => bench::run(&cli.target, args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("herald: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

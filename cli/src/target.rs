@@ -1,0 +1,36 @@
+//! Which server a command talks to: `--server URL` or `--factory NAME`
+//! from a client config file.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use herald_client::{ConnectionFactory, Result};
+
+/// Connection options shared by every command.
+#[derive(Debug, Clone, Args)]
+pub struct Target {
+    /// Server URL.
+    #[arg(
+        long,
+        global = true,
+        default_value = "herald://127.0.0.1:7777",
+        conflicts_with = "factory"
+    )]
+    pub server: String,
+    /// Use this named factory from the client config file instead of --server.
+    #[arg(long, global = true)]
+    pub factory: Option<String>,
+    /// Client config file for --factory.
+    #[arg(long, global = true, default_value = "config/client.toml")]
+    pub client_config: PathBuf,
+}
+
+impl Target {
+    /// The factory these options name.
+    pub fn factory(&self) -> Result<ConnectionFactory> {
+        match &self.factory {
+            Some(name) => ConnectionFactory::lookup(&self.client_config, name),
+            None => ConnectionFactory::new(&self.server),
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! The `herald` binary against a real server: pub, sub, bench.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use herald_tests::*;
+
+fn herald() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_herald"))
+}
+
+#[test]
+fn pub_reaches_sub_with_its_properties() {
+    let server = start();
+    let url = format!("herald://{}", server.local_addr());
+    let mut sub = herald()
+        .args(["--server", &url, "sub", "sales.europe.#", "--count", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // `sub` says so on stderr once its subscription is confirmed.
+    let mut err = BufReader::new(sub.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("subscribed"), "{line}");
+    let status = herald()
+        .args([
+            "--server",
+            &url,
+            "pub",
+            "sales.europe.smartphone",
+            "sold 3",
+            "-P",
+            "region=EU",
+            "-P",
+            "units=3",
+            "--count",
+            "2",
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = sub.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<_> = stdout.lines().collect();
+    assert_eq!(
+        lines,
+        ["sales.europe.smartphone [region=EU units=3] sold 3"; 2]
+    );
+}
+
+#[test]
+fn bad_arguments_fail_clearly() {
+    let out = herald()
+        .args(["--server", "nats://x", "pub", "a", "b"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("herald://"));
+    let out = herald()
+        .args([
+            "--server",
+            "herald://127.0.0.1:1",
+            "pub",
+            "a",
+            "-P",
+            "novalue",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("key=value"));
+    let out = herald()
+        .args(["bench", "--embedded", "--size", "3"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
+
+#[test]
+fn bench_reports_figures_and_no_loss() {
+    let out = herald()
+        .args([
+            "bench",
+            "--embedded",
+            "--count",
+            "20000",
+            "--subscribers",
+            "2",
+            "--rate",
+            "5000",
+            "--latency-count",
+            "2000",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("machine: "), "{stdout}");
+    let summaries: Vec<_> = stdout
+        .lines()
+        .filter(|l| l.starts_with("{\"scenario\""))
+        .collect();
+    assert_eq!(summaries.len(), 2, "{stdout}");
+    for s in summaries {
+        assert!(s.contains("\"lost\":0"), "{s}");
+    }
+}
