@@ -5,8 +5,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use herald_client::{Destination, Error, ErrorCode, Message};
-use herald_protocol::frame::Subscribe;
-use herald_protocol::{DestinationKind, Frame};
+use herald_protocol::Frame;
 use herald_tests::*;
 
 #[test]
@@ -75,14 +74,7 @@ fn disconnect_gets_a_receipt_and_removes_subscriptions() {
 fn an_abruptly_dead_client_is_cleaned_up() {
     let server = start();
     let mut raw = RawClient::connected(&server, 0);
-    raw.send(
-        &Frame::Subscribe(Subscribe {
-            subscription_id: 9,
-            kind: DestinationKind::Topic,
-            pattern: "x.#".into(),
-        }),
-        1,
-    );
+    raw.subscribe(9, "x.#", 1);
     assert!(matches!(raw.read_frame(), Some((Frame::Receipt, 1))));
     assert_eq!(server.stats().subscriptions, 1);
     // Reset, not FIN: the socket is dropped with unread data pending.
@@ -176,14 +168,7 @@ fn a_subscriber_that_never_reads_is_cut_off_and_others_get_everything() {
     config.max_frame_size = 64 * 1024;
     let server = start_with(config);
     let mut stalled = RawClient::connected(&server, 0);
-    stalled.send(
-        &Frame::Subscribe(Subscribe {
-            subscription_id: 1,
-            kind: DestinationKind::Topic,
-            pattern: "firehose".into(),
-        }),
-        1,
-    );
+    stalled.subscribe(1, "firehose", 1);
     let (_c, session) = connect(&server);
     let healthy = subscribe(&session, "firehose");
     let (_pc, ps) = connect(&server);

@@ -1,8 +1,7 @@
 //! Fixed threads: connections cost sockets, not threads. Alone in its own
 //! test binary so that no other test's threads come and go meanwhile.
 
-use herald_protocol::frame::Subscribe;
-use herald_protocol::{DestinationKind, Frame};
+use herald_protocol::Frame;
 use herald_tests::*;
 
 #[test]
@@ -13,14 +12,7 @@ fn a_thousand_connections_do_not_add_threads() {
         .map(|_| RawClient::connected(&server, 0))
         .collect();
     for (i, c) in raw.iter_mut().enumerate() {
-        c.send(
-            &Frame::Subscribe(Subscribe {
-                subscription_id: 1,
-                kind: DestinationKind::Topic,
-                pattern: format!("idle.{i}"),
-            }),
-            1,
-        );
+        c.subscribe(1, &format!("idle.{i}"), 1);
         assert!(matches!(c.read_frame(), Some((Frame::Receipt, 1))));
     }
     assert_eq!(

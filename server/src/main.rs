@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use herald_server::config::DEFAULT_TOML;
 use herald_server::{Config, Server};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
 /// The Herald event notification server.
 #[derive(Debug, Parser)]
@@ -56,9 +58,18 @@ fn main() -> ExitCode {
         }
     };
     println!("herald-server listening on {}", server.local_addr());
-    // The server's threads do the work; this one just waits to be killed.
-    // (Graceful shutdown on SIGTERM arrives with the management work.)
-    loop {
-        std::thread::park();
+    // The server's threads do the work; this one waits for SIGINT or
+    // SIGTERM and then shuts down gracefully: every client is told why.
+    let mut signals = match Signals::new([SIGINT, SIGTERM]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("herald-server: cannot handle signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(signal) = signals.forever().next() {
+        log::info!("signal {signal}: shutting down");
     }
+    server.shutdown();
+    ExitCode::SUCCESS
 }

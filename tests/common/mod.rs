@@ -9,8 +9,8 @@ use bytes::BytesMut;
 use herald_client::{
     AckMode, Connection, ConnectionFactory, Consumer, Destination, Message, Session,
 };
-use herald_protocol::frame::{Connect, ErrorFrame};
-use herald_protocol::{Decoder, ErrorCode, Frame, RawFrame};
+use herald_protocol::frame::{Connect, ErrorFrame, Subscribe};
+use herald_protocol::{Decoder, DestinationKind, ErrorCode, Frame, RawFrame};
 use herald_server::{Config, Server, ServerHandle};
 
 /// How long a test waits for something that should happen at once.
@@ -133,6 +133,17 @@ impl RawClient {
         let mut b = BytesMut::new();
         frame.encode(request_id, &mut b).expect("encodes");
         self.write(&b);
+    }
+
+    /// Sends SUBSCRIBE to a topic pattern with `request_id`; does not
+    /// wait for the answer.
+    pub fn subscribe(&mut self, subscription_id: u32, pattern: &str, request_id: u32) {
+        let frame = Frame::Subscribe(Subscribe {
+            subscription_id,
+            kind: DestinationKind::Topic,
+            pattern: pattern.into(),
+        });
+        self.send(&frame, request_id);
     }
 
     /// The next frame and its request id, or `None` at end of stream.

@@ -1,0 +1,121 @@
+//! The `herald-server` binary: flags, config files, signals.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use herald_client::{ConnectionFactory, Error};
+
+fn server(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_herald-server"));
+    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c
+}
+
+/// Starts the binary and reads the address it reports.
+fn start(args: &[&str]) -> (Child, String) {
+    let mut child = server(args).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("herald-server listening on ")
+        .unwrap_or_else(|| panic!("{line}"));
+    (child, addr.to_owned())
+}
+
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .args(["-s", name, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn runs_with_flags_and_shuts_down_gracefully_on_sigterm() {
+    let (mut child, addr) = start(&["--listen", "127.0.0.1:0", "--workers", "3"]);
+    let connection = ConnectionFactory::new(&format!("herald://{addr}"))
+        .unwrap()
+        .create_connection()
+        .unwrap();
+    connection.ping().unwrap();
+    let (tx, rx) = mpsc::channel();
+    connection.set_exception_listener(move |e| {
+        let _ = tx.send(e);
+    });
+    signal(&child, "TERM");
+    match rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+        Error::ConnectionLost(why) => assert!(why.contains("shutting down"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn reads_a_config_file_and_command_line_flags_win() {
+    let dir = std::env::temp_dir().join(format!("herald-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("herald.toml");
+    std::fs::write(&path, "listen = \"127.0.0.1:1\"\nheartbeat_ms = 4000\n").unwrap();
+    let (mut child, addr) = start(&[
+        "--config",
+        path.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_ne!(addr, "127.0.0.1:1");
+    let connection = ConnectionFactory::new(&format!("herald://{addr}"))
+        .unwrap()
+        .with_heartbeat(Duration::ZERO)
+        .create_connection()
+        .unwrap();
+    assert_eq!(
+        connection.heartbeat(),
+        Duration::from_millis(4000),
+        "the file's default heart-beat"
+    );
+    signal(&child, "INT");
+    assert!(child.wait().unwrap().success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_configs_are_refused_naming_the_key_and_file() {
+    let dir = std::env::temp_dir().join(format!("herald-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    for (text, key) in [
+        ("wrokers = 2\n", "wrokers"),
+        ("max_frame_size = \"big\"\n", "max_frame_size"),
+    ] {
+        std::fs::write(&path, text).unwrap();
+        let out = server(&["--config", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(key) && err.contains("bad.toml"), "{err}");
+    }
+    let out = server(&["--config", "/nonexistent/herald.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/herald.toml"));
+    let out = server(&["--workers", "5000"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("workers"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_taken_port_is_a_clear_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = server(&["--listen", &addr]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&addr));
+}
