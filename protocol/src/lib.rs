@@ -11,6 +11,7 @@
 //!   [`MessageView`], the server's validated zero-copy view of one.
 //! - [`value`]: typed property values.
 //! - [`destination`]: destination names and `*`/`#` subscription patterns.
+//! - [`selector`]: the JMS message selector language, parsed and evaluated.
 //! - [`error`]: decode errors and the numeric error codes that cross the wire.
 //!
 //! `protocol/PROTOCOL.md` specifies every byte.
@@ -24,6 +25,7 @@ pub mod error;
 pub mod frame;
 pub mod header;
 pub mod message;
+pub mod selector;
 pub mod value;
 
 pub use codec::{Decoder, RawFrame};

@@ -1,0 +1,203 @@
+use bytes::BytesMut;
+
+use super::*;
+use crate::destination::Destination;
+use crate::message::Message;
+use crate::value::Value;
+
+fn message(props: &[(&str, Value)]) -> BytesMut {
+    let mut m = Message::text("body").persistent();
+    m.destination = Some(Destination::topic("t"));
+    m.message_id = "ID:7".into();
+    m.priority = 6;
+    m.message_type = Some("car".into());
+    for (k, v) in props {
+        m.set_property(*k, v.clone());
+    }
+    let mut b = BytesMut::new();
+    m.encode(&mut b).unwrap();
+    b
+}
+
+fn sel(src: &str, props: &[(&str, Value)]) -> bool {
+    let s = Selector::parse(src).unwrap_or_else(|e| panic!("{src}: {e}"));
+    let block = message(props);
+    let r = MessageRef::parse(&block).unwrap();
+    s.matches(&r)
+}
+
+fn s(v: &str) -> Value {
+    Value::String(v.into())
+}
+
+#[test]
+fn the_specification_examples() {
+    let car = [("color", s("blue")), ("weight", Value::I32(3000))];
+    assert!(sel(
+        "JMSType = 'car' AND color = 'blue' AND weight > 2500",
+        &car
+    ));
+    assert!(!sel(
+        "JMSType = 'car' AND color = 'red' AND weight > 2500",
+        &car
+    ));
+    for (country, want) in [("UK", true), ("France", true), ("Peru", false)] {
+        assert_eq!(
+            sel(
+                "Country IN ('UK', 'US', 'France')",
+                &[("Country", s(country))]
+            ),
+            want
+        );
+        assert_eq!(
+            sel(
+                "Country NOT IN ('UK', 'US', 'France')",
+                &[("Country", s(country))]
+            ),
+            !want
+        );
+    }
+    for (phone, want) in [("123", true), ("12993", true), ("1234", false)] {
+        assert_eq!(
+            sel("phone LIKE '12%3'", &[("phone", s(phone))]),
+            want,
+            "{phone}"
+        );
+        assert_eq!(
+            sel("phone NOT LIKE '12%3'", &[("phone", s(phone))]),
+            !want,
+            "{phone}"
+        );
+    }
+    assert!(sel("word LIKE 'l_se'", &[("word", s("lose"))]));
+    assert!(!sel("word LIKE 'l_se'", &[("word", s("loose"))]));
+    assert!(sel(
+        r"underscored LIKE '\_%' ESCAPE '\'",
+        &[("underscored", s("_foo"))]
+    ));
+    assert!(!sel(
+        r"underscored LIKE '\_%' ESCAPE '\'",
+        &[("underscored", s("bar"))]
+    ));
+    for (age, want) in [(15, true), (19, true), (14, false), (20, false)] {
+        assert_eq!(
+            sel("age BETWEEN 15 AND 19", &[("age", Value::I32(age))]),
+            want
+        );
+        assert_eq!(
+            sel("age NOT BETWEEN 15 AND 19", &[("age", Value::I32(age))]),
+            !want
+        );
+    }
+    assert!(sel("prop_name IS NULL", &[]));
+    assert!(!sel("prop_name IS NOT NULL", &[]));
+    assert!(sel(
+        "prop_name IS NOT NULL",
+        &[("prop_name", Value::Bool(false))]
+    ));
+}
+
+#[test]
+fn null_is_unknown_and_unknown_is_not_true() {
+    assert!(!sel("a > 5", &[]));
+    assert!(!sel("NOT (a > 5)", &[]));
+    assert!(sel("a > 5 OR b = 1", &[("b", Value::I32(1))]));
+    assert!(!sel("a > 5 AND b = 1", &[("b", Value::I32(1))]));
+    assert!(
+        sel("NOT (a > 5 AND b = 1)", &[("b", Value::I32(2))]),
+        "FALSE AND UNKNOWN is FALSE"
+    );
+    assert!(!sel("a LIKE 'x%'", &[]));
+    assert!(!sel("a NOT LIKE 'x%'", &[]));
+    assert!(!sel("a NOT IN ('x')", &[]));
+    assert!(!sel("a NOT BETWEEN 1 AND 2", &[]));
+    assert!(!sel("a = NULL", &[("a", Value::I32(1))]));
+}
+
+#[test]
+fn type_mismatches_are_unknown() {
+    let eu = [("region", s("EU")), ("flag", Value::Bool(true))];
+    assert!(!sel("region = 5", &eu));
+    assert!(!sel("NOT (region = 5)", &eu));
+    assert!(!sel("region > 'A'", &eu), "strings do not order");
+    assert!(!sel("flag > FALSE", &eu), "booleans do not order");
+    assert!(sel("flag = TRUE", &eu));
+    assert!(sel("flag", &eu), "a boolean property alone is a condition");
+    assert!(!sel("region LIKE 'E%' AND flag = 'true'", &eu));
+}
+
+#[test]
+fn numbers_promote_and_compute() {
+    let p = [
+        ("units", Value::I32(3)),
+        ("b", Value::I8(-2)),
+        ("f", Value::F32(1.5)),
+        ("big", Value::I64(1 << 40)),
+    ];
+    assert!(sel("units = 3.0", &p));
+    assert!(sel("f > 1", &p));
+    assert!(sel("units * 2 + 1 = 7", &p));
+    assert!(sel("units / 2 = 1", &p), "integer division");
+    assert!(sel("units / 2.0 = 1.5", &p));
+    assert!(!sel("units / 0 = 1", &p), "division by zero is unknown");
+    assert!(sel("-b = 2", &p));
+    assert!(sel("big > 1099511627775", &p));
+    assert!(sel("big = 0x10000000000", &p));
+    assert!(sel("units = 3L AND f < 1.6e0 AND f > .5", &p));
+    assert!(sel("units + f = 4.5", &p));
+}
+
+#[test]
+fn headers_are_visible() {
+    assert!(sel("JMSPriority > 4", &[]));
+    assert!(sel("JMSDeliveryMode = 'PERSISTENT'", &[]));
+    assert!(sel("JMSMessageID = 'ID:7'", &[]));
+    assert!(sel("JMSCorrelationID IS NULL", &[]));
+    assert!(sel("JMSTimestamp = 0 AND JMSExpiration = 0", &[]));
+}
+
+#[test]
+fn strings_keywords_and_regexes() {
+    assert!(sel("name = 'O''Brien'", &[("name", s("O'Brien"))]));
+    assert!(sel(
+        "a between 1 and 3 and b is not null",
+        &[("a", Value::I32(2)), ("b", s(""))]
+    ));
+    assert!(sel("region MATCHES '^EU|^NA'", &[("region", s("NA-west"))]));
+    assert!(!sel("region MATCHES '^EU|^NA'", &[("region", s("ASIA"))]));
+    assert!(sel("region NOT MATCHES '^EU'", &[("region", s("ASIA"))]));
+    assert!(
+        sel("x LIKE '%.%'", &[("x", s("a.b"))]),
+        "regex metacharacters are literal in LIKE"
+    );
+    assert!(!sel("x LIKE '%.%'", &[("x", s("ab"))]));
+    assert!(sel("x LIKE 'a%'", &[("x", s("a\nb"))]), "% spans newlines");
+}
+
+#[test]
+fn errors_name_the_position() {
+    for (src, position) in [
+        ("region = ", 9),
+        ("region LIKE 5", 12),
+        ("a +", 3),
+        ("name = 'abc", 7),
+        ("x MATCHES '('", 10),
+        ("a NOT b", 6),
+        ("(a = 1", 6),
+        ("a = 1 b", 6),
+        ("a # 1", 2),
+        ("5 LIKE 'x'", 0),
+        ("a LIKE 'x' ESCAPE 'ab'", 18),
+        ("a IN ()", 6),
+        ("a = 1e", 4),
+        ("a = 99999999999999999999", 4),
+    ] {
+        match Selector::parse(src) {
+            Err(e) => assert_eq!(e.position, position, "{src}: {e}"),
+            Ok(_) => panic!("{src} parsed"),
+        }
+    }
+    let e = Selector::parse("1 + 2").unwrap_err();
+    assert!(e.message.contains("not a condition"), "{e}");
+    assert!(Selector::parse("").is_err());
+}
