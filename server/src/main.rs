@@ -50,6 +50,15 @@ fn main() -> ExitCode {
         eprintln!("herald-server: {e}");
         return ExitCode::from(2);
     }
+    // Registered before anything is announced, so that a signal sent as
+    // soon as the address is printed is handled rather than fatal.
+    let mut signals = match Signals::new([SIGINT, SIGTERM]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("herald-server: cannot handle signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let server = match Server::start(config) {
         Ok(s) => s,
         Err(e) => {
@@ -60,13 +69,6 @@ fn main() -> ExitCode {
     println!("herald-server listening on {}", server.local_addr());
     // The server's threads do the work; this one waits for SIGINT or
     // SIGTERM and then shuts down gracefully: every client is told why.
-    let mut signals = match Signals::new([SIGINT, SIGTERM]) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("herald-server: cannot handle signals: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     if let Some(signal) = signals.forever().next() {
         log::info!("signal {signal}: shutting down");
     }
