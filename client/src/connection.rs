@@ -14,7 +14,7 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ use herald_protocol::{Decoder, Frame, FrameKind, Message, RawFrame};
 use crate::consumer::ConsumerShared;
 use crate::error::{Error, Result};
 use crate::factory::FactoryConfig;
-use crate::session::{AckMode, Session};
+use crate::session::{AckMode, Session, SessionShared};
 use crate::writer::Writer;
 
 /// Largest frame the client accepts from a server.
@@ -54,6 +54,8 @@ pub(crate) struct Inner {
     closing: AtomicBool,
     /// Why the connection ended, once it has.
     ended: Mutex<Option<String>>,
+    /// DUPS_OK sessions.
+    lazy_sessions: Mutex<Vec<Weak<SessionShared>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -71,6 +73,26 @@ impl Inner {
     pub(crate) fn next_message_id(&self) -> String {
         let n = self.next_message.fetch_add(1, Ordering::Relaxed);
         format!("ID:{}-{}", self.connected.connection_id, n)
+    }
+
+    /// Registers a DUPS_OK session, whose held-back acknowledgements the
+    /// reader sends after each batch of frames it reads.
+    pub(crate) fn add_lazy_session(&self, session: Weak<SessionShared>) {
+        let mut sessions = lock(&self.lazy_sessions);
+        sessions.retain(|s| s.strong_count() > 0);
+        sessions.push(session);
+    }
+
+    fn flush_lazy_acks(&self) {
+        let sessions: Vec<_> = lock(&self.lazy_sessions)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for s in sessions {
+            if let Err(e) = s.flush_lazy() {
+                log::debug!("acknowledgements not sent: {e}");
+            }
+        }
     }
 
     pub(crate) fn request_timeout(&self) -> Duration {
@@ -308,6 +330,7 @@ impl Connection {
             exception_listener: Mutex::new(None),
             closing: AtomicBool::new(false),
             ended: Mutex::new(None),
+            lazy_sessions: Mutex::new(Vec::new()),
         });
 
         let (done_tx, done_rx) = mpsc::channel();
@@ -455,6 +478,7 @@ fn read_loop(inner: Arc<Inner>, mut stream: TcpStream, mut buf: BytesMut, heartb
                     why = Some(e);
                     break;
                 }
+                inner.flush_lazy_acks();
             }
             Err(e)
                 if matches!(
@@ -510,7 +534,8 @@ fn dispatch(inner: &Inner, raw: RawFrame) -> std::result::Result<(), String> {
     let request_id = raw.header.request_id;
     if raw.header.kind == FrameKind::Message {
         let d = Delivery::decode_head(raw.body).map_err(bad)?;
-        let message = Message::decode(&d.message, d.delivery_count).map_err(bad)?;
+        let mut message = Message::decode(&d.message, d.delivery_count).map_err(bad)?;
+        message.delivery_id = d.delivery_id;
         let consumer = inner
             .consumers
             .read()

@@ -18,6 +18,7 @@ use herald_protocol::{Destination, Frame, Message};
 
 use crate::connection::Inner;
 use crate::error::{Error, Result};
+use crate::session::SessionShared;
 
 type Listener = Box<dyn FnMut(Message) + Send>;
 
@@ -35,6 +36,8 @@ pub(crate) struct ConsumerShared {
     ready: Condvar,
     limit: usize,
     dropped: AtomicU64,
+    /// The session, for consumers whose deliveries the server tracks.
+    session: Option<Arc<SessionShared>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -43,14 +46,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn call(listener: &mut Listener, message: Message) {
-    if catch_unwind(AssertUnwindSafe(|| listener(message))).is_err() {
-        log::error!("a message listener panicked; the message is dropped and delivery goes on");
+/// Runs the listener; false if it panicked.
+fn call(listener: &mut Listener, message: Message) -> bool {
+    let ok = catch_unwind(AssertUnwindSafe(|| listener(message))).is_ok();
+    if !ok {
+        log::error!("a message listener panicked; delivery goes on");
     }
+    ok
 }
 
 impl ConsumerShared {
-    pub(crate) fn new(limit: usize) -> ConsumerShared {
+    pub(crate) fn new(limit: usize, session: Option<Arc<SessionShared>>) -> ConsumerShared {
         ConsumerShared {
             listener: Mutex::new(None),
             queue: Mutex::new(Queue {
@@ -60,6 +66,14 @@ impl ConsumerShared {
             ready: Condvar::new(),
             limit,
             dropped: AtomicU64::new(0),
+            session,
+        }
+    }
+
+    /// Tells the session a message reached the application.
+    fn handed_out(&self, delivery_id: u64, processed: bool) {
+        if let Some(s) = &self.session {
+            s.handed_out(delivery_id, processed);
         }
     }
 
@@ -67,16 +81,28 @@ impl ConsumerShared {
     pub(crate) fn deliver(&self, message: Message) {
         let mut listener = lock(&self.listener);
         if let Some(l) = listener.as_mut() {
-            call(l, message);
+            let id = message.delivery_id;
+            let processed = call(l, message);
+            self.handed_out(id, processed);
             return;
         }
         let mut q = lock(&self.queue);
         if q.messages.len() >= self.limit {
             self.dropped.fetch_add(1, Ordering::Relaxed);
+            drop(q);
+            // A tracked message is not lost: the server redelivers it.
+            if let Some(s) = &self.session {
+                s.handed_out(message.delivery_id, false);
+            }
             return;
         }
         q.messages.push_back(message);
         self.ready.notify_one();
+    }
+
+    /// Takes every queued message (browsing, recovery).
+    pub(crate) fn take_all(&self) -> Vec<Message> {
+        lock(&self.queue).messages.drain(..).collect()
     }
 
     /// No more messages will come; wakes every `receive`.
@@ -125,7 +151,9 @@ impl Consumer {
         let mut slot = lock(&self.shared.listener);
         let waiting = std::mem::take(&mut lock(&self.shared.queue).messages);
         for m in waiting {
-            call(&mut listener, m);
+            let id = m.delivery_id;
+            let processed = call(&mut listener, m);
+            self.shared.handed_out(id, processed);
         }
         *slot = Some(listener);
         Ok(())
@@ -136,12 +164,25 @@ impl Consumer {
     pub fn receive(&self, timeout: Duration) -> Result<Option<Message>> {
         let deadline = Instant::now() + timeout;
         let mut q = lock(&self.shared.queue);
+        let mut flushed = false;
         loop {
             if let Some(m) = q.messages.pop_front() {
+                drop(q);
+                self.shared.handed_out(m.delivery_id, true);
                 return Ok(Some(m));
             }
             if q.closed {
                 return Err(self.inner.end_error());
+            }
+            // Idle: DUPS_OK acknowledgements held back go out now.
+            if !flushed {
+                flushed = true;
+                if let Some(s) = &self.shared.session {
+                    drop(q);
+                    let _ = s.flush_lazy();
+                    q = lock(&self.shared.queue);
+                    continue;
+                }
             }
             let now = Instant::now();
             if now >= deadline {

@@ -1,109 +1,396 @@
 //! Sessions: the context in which producers and consumers are created, and
 //! which fixes how received messages are acknowledged.
+//!
+//! Which deliveries the server tracks: everything from a queue or a durable
+//! subscription, and topic subscriptions in CLIENT and INDIVIDUAL modes.
+//! Plain topic subscriptions in AUTO and DUPS_OK modes are fire-and-forget,
+//! the fast path.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use herald_protocol::frame::Subscribe;
-use herald_protocol::{Destination, Frame};
+use herald_protocol::frame::{Browse, Settle, Subscribe, UnsubscribeDurable};
+use herald_protocol::{Destination, DestinationKind, Frame, Message};
 
 use crate::connection::Inner;
 use crate::consumer::{Consumer, ConsumerShared};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::producer::Producer;
 
-/// How a session acknowledges the messages it receives.
+/// How a session acknowledges the messages it receives (JMS's modes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum AckMode {
-    /// A message counts as acknowledged once it has been handed to the
-    /// application (returned by `receive` or passed to the listener).
+    /// Each message is acknowledged once it has been handed to the
+    /// application: when `receive` returns it, or when the listener returns
+    /// (a listener that panics gets the message redelivered instead).
     Auto,
+    /// The application calls [`Session::acknowledge`], which acknowledges
+    /// every message the session has handed out so far.
+    Client,
+    /// Like AUTO, but acknowledgements are sent lazily in batches: cheaper,
+    /// and a failure may redeliver a few messages.
+    DupsOk,
+    /// The application acknowledges each message on its own with
+    /// [`Session::acknowledge_message`].
+    Individual,
+}
+
+/// Ids in one ACK or NACK frame at most (8 bytes each, well inside any
+/// server's frame limit).
+const IDS_PER_FRAME: usize = 100_000;
+/// DUPS_OK sends its acknowledgements in batches of this many.
+const LAZY_BATCH: usize = 64;
+
+/// The part of a session its consumers share.
+pub(crate) struct SessionShared {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) mode: AckMode,
+    /// CLIENT and INDIVIDUAL: delivery ids handed to the application and
+    /// not yet acknowledged, oldest first.
+    delivered: Mutex<Vec<u64>>,
+    /// DUPS_OK: acknowledgements not yet sent.
+    lazy: Mutex<Vec<u64>>,
+    /// The session's consumers, by subscription id.
+    consumers: Mutex<Vec<(u32, Arc<ConsumerShared>)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Only plain data behind these locks: still consistent after a panic.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl SessionShared {
+    /// Whether a consumer of `kind` in this session has its deliveries
+    /// tracked by the server.
+    fn tracks(&self, kind: DestinationKind, durable: bool) -> bool {
+        kind == DestinationKind::Queue
+            || durable
+            || matches!(self.mode, AckMode::Client | AckMode::Individual)
+    }
+
+    /// Called once a tracked message has been handed to the application;
+    /// `processed` is false when its listener panicked.
+    pub(crate) fn handed_out(&self, delivery_id: u64, processed: bool) {
+        let result = match (self.mode, processed) {
+            (AckMode::Auto | AckMode::DupsOk, false) => self.settle(false, vec![delivery_id]),
+            (AckMode::Auto, true) => self.settle(true, vec![delivery_id]),
+            (AckMode::DupsOk, true) => {
+                let mut lazy = lock(&self.lazy);
+                lazy.push(delivery_id);
+                if lazy.len() < LAZY_BATCH {
+                    return;
+                }
+                let batch = std::mem::take(&mut *lazy);
+                drop(lazy);
+                self.settle(true, batch)
+            }
+            (AckMode::Client | AckMode::Individual, _) => {
+                lock(&self.delivered).push(delivery_id);
+                Ok(())
+            }
+        };
+        if let Err(e) = result {
+            log::debug!("acknowledgement not sent: {e}");
+        }
+    }
+
+    /// Sends the DUPS_OK acknowledgements held back so far.
+    pub(crate) fn flush_lazy(&self) -> Result<()> {
+        let batch = std::mem::take(&mut *lock(&self.lazy));
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.settle(true, batch)
+    }
+
+    /// ACK (or NACK) these deliveries, without waiting.
+    fn settle(&self, processed: bool, ids: Vec<u64>) -> Result<()> {
+        for chunk in ids.chunks(IDS_PER_FRAME) {
+            let settle = Settle {
+                delivery_ids: chunk.to_vec(),
+            };
+            let frame = if processed {
+                Frame::Ack(settle)
+            } else {
+                Frame::Nack(settle)
+            };
+            self.inner.writer.send(&frame, 0)?;
+        }
+        Ok(())
+    }
+
+    /// ACK (or NACK) these deliveries and wait for the server.
+    fn settle_confirmed(&self, processed: bool, ids: Vec<u64>) -> Result<()> {
+        for chunk in ids.chunks(IDS_PER_FRAME) {
+            let settle = Settle {
+                delivery_ids: chunk.to_vec(),
+            };
+            let frame = if processed {
+                Frame::Ack(settle)
+            } else {
+                Frame::Nack(settle)
+            };
+            self.inner.request(&frame, "the acknowledgement receipt")?;
+        }
+        Ok(())
+    }
+}
+
+/// Options for [`Session::create_consumer_with`].
+#[derive(Debug, Clone, Default)]
+pub struct ConsumerOptions {
+    /// A JMS message selector: only messages it selects are delivered.
+    pub selector: Option<String>,
+    /// Most unacknowledged messages the server sends ahead; 0 = the
+    /// server's default. 1 gives strict one-at-a-time load balancing.
+    pub prefetch: u32,
+    /// Makes a topic subscription durable under this name (the connection
+    /// needs a client id).
+    pub durable_name: Option<String>,
+}
+
+impl ConsumerOptions {
+    /// Sets the selector.
+    pub fn selector(mut self, selector: impl Into<String>) -> ConsumerOptions {
+        self.selector = Some(selector.into());
+        self
+    }
+
+    /// Sets the prefetch.
+    pub fn prefetch(mut self, prefetch: u32) -> ConsumerOptions {
+        self.prefetch = prefetch;
+        self
+    }
+
+    /// Makes the subscription durable.
+    pub fn durable(mut self, name: impl Into<String>) -> ConsumerOptions {
+        self.durable_name = Some(name.into());
+        self
+    }
 }
 
 /// A single-threaded context for producing and consuming.
 pub struct Session {
-    inner: Arc<Inner>,
-    ack_mode: AckMode,
-    /// Subscription ids of the consumers created here, for `close`.
-    consumers: Mutex<Vec<u32>>,
+    shared: Arc<SessionShared>,
 }
 
 impl Session {
-    pub(crate) fn new(inner: Arc<Inner>, ack_mode: AckMode) -> Session {
-        Session {
+    pub(crate) fn new(inner: Arc<Inner>, mode: AckMode) -> Session {
+        let shared = Arc::new(SessionShared {
             inner,
-            ack_mode,
+            mode,
+            delivered: Mutex::new(Vec::new()),
+            lazy: Mutex::new(Vec::new()),
             consumers: Mutex::new(Vec::new()),
+        });
+        if mode == AckMode::DupsOk {
+            shared.inner.add_lazy_session(Arc::downgrade(&shared));
         }
+        Session { shared }
+    }
+
+    fn inner(&self) -> &Arc<Inner> {
+        &self.shared.inner
     }
 
     /// The session's acknowledgement mode.
     pub fn ack_mode(&self) -> AckMode {
-        self.ack_mode
+        self.shared.mode
     }
 
     /// A producer that sends to `destination` (a name, not a pattern).
     pub fn create_producer(&self, destination: &Destination) -> Result<Producer> {
         herald_protocol::destination::validate_name(&destination.name)?;
-        Ok(Producer::new(self.inner.clone(), destination.clone()))
+        Ok(Producer::new(self.inner().clone(), destination.clone()))
     }
 
     /// A consumer of `destination`, which for topics may be a pattern with
     /// `*` and `#`. Returns once the server has confirmed the subscription,
     /// so every message published after this returns is received.
     pub fn create_consumer(&self, destination: &Destination) -> Result<Consumer> {
-        herald_protocol::Pattern::parse(&destination.name)?;
-        let id = self.inner.next_subscription_id();
-        let shared = Arc::new(ConsumerShared::new(self.inner.config.pending_messages));
+        self.create_consumer_with(destination, ConsumerOptions::default())
+    }
+
+    /// A consumer that only receives what `selector` selects.
+    pub fn create_consumer_with_selector(
+        &self,
+        destination: &Destination,
+        selector: &str,
+    ) -> Result<Consumer> {
+        self.create_consumer_with(destination, ConsumerOptions::default().selector(selector))
+    }
+
+    /// A durable subscriber to a topic: messages published while it is
+    /// away are kept until it comes back. Needs a client id.
+    pub fn create_durable_subscriber(&self, topic: &Destination, name: &str) -> Result<Consumer> {
+        self.create_consumer_with(topic, ConsumerOptions::default().durable(name))
+    }
+
+    /// A consumer with every option.
+    pub fn create_consumer_with(
+        &self,
+        destination: &Destination,
+        options: ConsumerOptions,
+    ) -> Result<Consumer> {
+        match destination.kind {
+            DestinationKind::Topic => {
+                herald_protocol::Pattern::parse(&destination.name).map(drop)?
+            }
+            DestinationKind::Queue => {
+                herald_protocol::destination::validate_name(&destination.name)?
+            }
+        }
+        let selector = options.selector.unwrap_or_default();
+        if !selector.is_empty() {
+            herald_protocol::selector::Selector::parse(&selector)
+                .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        }
+        let durable_name = options.durable_name.unwrap_or_default();
+        let tracked = self
+            .shared
+            .tracks(destination.kind, !durable_name.is_empty());
+        let inner = self.inner();
+        let id = inner.next_subscription_id();
+        let consumer = Arc::new(ConsumerShared::new(
+            inner.config.pending_messages,
+            tracked.then(|| self.shared.clone()),
+        ));
         // Registered before SUBSCRIBE goes out: the first message can
         // arrive before the RECEIPT does.
-        self.inner
+        inner
             .consumers
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id, shared.clone());
+            .insert(id, consumer.clone());
         let subscribe = Frame::Subscribe(Subscribe {
             subscription_id: id,
             kind: destination.kind,
             pattern: destination.name.clone(),
+            selector,
+            acknowledged: tracked,
+            prefetch: options.prefetch,
+            durable_name,
         });
-        if let Err(e) = self.inner.request(&subscribe, "the SUBSCRIBE receipt") {
-            self.inner
+        if let Err(e) = inner.request(&subscribe, "the SUBSCRIBE receipt") {
+            inner
                 .consumers
                 .write()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&id);
             return Err(e);
         }
-        self.consumers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(id);
+        lock(&self.shared.consumers).push((id, consumer.clone()));
         Ok(Consumer::new(
-            self.inner.clone(),
-            shared,
+            inner.clone(),
+            consumer,
             id,
             destination.clone(),
         ))
     }
 
-    /// Closes every consumer created in this session.
+    /// Deletes the durable subscription `name` of this connection's client
+    /// id, with every message it kept. Its consumer must be closed first.
+    pub fn unsubscribe(&self, name: &str) -> Result<()> {
+        let frame = Frame::UnsubscribeDurable(UnsubscribeDurable {
+            name: name.to_owned(),
+        });
+        self.inner()
+            .request(&frame, "the UNSUBSCRIBE_DURABLE receipt")
+    }
+
+    /// A snapshot of the messages waiting in a queue that `selector` (empty
+    /// = all) selects, without consuming them.
+    pub fn browse(&self, queue: &str, selector: &str) -> Result<Vec<Message>> {
+        herald_protocol::destination::validate_name(queue)?;
+        let inner = self.inner();
+        let id = inner.next_subscription_id();
+        let snapshot = Arc::new(ConsumerShared::new(usize::MAX, None));
+        inner
+            .consumers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, snapshot.clone());
+        let frame = Frame::Browse(Browse {
+            subscription_id: id,
+            queue: queue.to_owned(),
+            selector: selector.to_owned(),
+        });
+        // The RECEIPT follows the last MESSAGE of the snapshot, and the
+        // reader hands each MESSAGE over before it reads the RECEIPT.
+        let result = inner.request(&frame, "the end of the browse");
+        inner
+            .consumers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        result?;
+        Ok(snapshot.take_all())
+    }
+
+    /// CLIENT mode: acknowledges every message this session has handed
+    /// out. INDIVIDUAL mode: the same, for all of them at once. Waits for
+    /// the server to confirm.
+    pub fn acknowledge(&self) -> Result<()> {
+        let ids = std::mem::take(&mut *lock(&self.shared.delivered));
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.shared.settle_confirmed(true, ids)
+    }
+
+    /// Acknowledges one message. In INDIVIDUAL mode only that one; in
+    /// CLIENT mode, as JMS says, every message the session handed out.
+    pub fn acknowledge_message(&self, message: &Message) -> Result<()> {
+        if self.shared.mode != AckMode::Individual {
+            return self.acknowledge();
+        }
+        let mut delivered = lock(&self.shared.delivered);
+        let Some(at) = delivered.iter().position(|id| *id == message.delivery_id) else {
+            return Err(Error::InvalidArgument(format!(
+                "delivery {} is not awaiting acknowledgement in this session",
+                message.delivery_id
+            )));
+        };
+        delivered.remove(at);
+        drop(delivered);
+        self.shared
+            .settle_confirmed(true, vec![message.delivery_id])
+    }
+
+    /// Redelivers, from the first, every message handed out and not
+    /// acknowledged, and those the session's consumers hold unread: they
+    /// come again, marked redelivered.
+    pub fn recover(&self) -> Result<()> {
+        let mut ids = std::mem::take(&mut *lock(&self.shared.delivered));
+        for (_, consumer) in lock(&self.shared.consumers).iter() {
+            ids.extend(consumer.take_all().iter().map(|m| m.delivery_id));
+        }
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.shared.settle_confirmed(false, ids)
+    }
+
+    /// Closes every consumer created in this session; DUPS_OK
+    /// acknowledgements still held back are sent first.
     pub fn close(&self) -> Result<()> {
-        let ids = std::mem::take(&mut *self.consumers.lock().unwrap_or_else(|p| p.into_inner()));
-        let mut first_error = None;
-        for id in ids {
-            if let Err(e) = crate::consumer::unsubscribe(&self.inner, id, true) {
+        let mut first_error = self.shared.flush_lazy().err();
+        let consumers = std::mem::take(&mut *lock(&self.shared.consumers));
+        for (id, _) in consumers {
+            if let Err(e) = crate::consumer::unsubscribe(self.inner(), id, true) {
                 first_error.get_or_insert(e);
             }
         }
-        first_error.map_or(Ok(()), Err)
+        match first_error {
+            None | Some(Error::Closed) => Ok(()),
+            Some(e) => Err(e),
+        }
     }
 }
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("ack_mode", &self.ack_mode)
+            .field("ack_mode", &self.shared.mode)
             .finish()
     }
 }

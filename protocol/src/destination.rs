@@ -12,13 +12,14 @@ use crate::error::Error;
 /// Longest name or pattern accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 1024;
 
-/// The kind of a destination. Topics (every subscriber gets a copy) are
-/// the only kind so far; the wire keeps a byte for the kinds to come
-/// (queues take 1).
+/// Whether a destination is a topic (every subscriber gets a copy) or a
+/// queue (one consumer gets each message).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DestinationKind {
     /// Publish/subscribe.
     Topic = 0,
+    /// Point-to-point.
+    Queue = 1,
 }
 
 impl DestinationKind {
@@ -26,9 +27,10 @@ impl DestinationKind {
     pub fn from_u8(b: u8) -> Result<DestinationKind, Error> {
         match b {
             0 => Ok(DestinationKind::Topic),
+            1 => Ok(DestinationKind::Queue),
             _ => Err(Error::invalid(
                 "destination kind",
-                format!("{b} is not 0 (topic), the only kind this version knows"),
+                format!("{b} is not 0 (topic) or 1 (queue)"),
             )),
         }
     }
@@ -51,12 +53,21 @@ impl Destination {
             name: name.into(),
         }
     }
+
+    /// A queue.
+    pub fn queue(name: impl Into<String>) -> Destination {
+        Destination {
+            kind: DestinationKind::Queue,
+            name: name.into(),
+        }
+    }
 }
 
 impl fmt::Display for Destination {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
             DestinationKind::Topic => write!(f, "topic://{}", self.name),
+            DestinationKind::Queue => write!(f, "queue://{}", self.name),
         }
     }
 }

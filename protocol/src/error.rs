@@ -104,11 +104,21 @@ pub enum ErrorCode {
     LimitExceeded = 16,
     /// The server failed in a way that is not the client's fault.
     Internal = 17,
+    /// ACK or NACK of a delivery id that is not outstanding.
+    UnknownDelivery = 18,
+    /// The queue holds as many messages as it may.
+    QueueFull = 19,
+    /// A durable subscription already has a live consumer.
+    SubscriptionInUse = 20,
+    /// A message selector does not parse.
+    InvalidSelector = 21,
+    /// A durable subscription needs a client id on the connection.
+    ClientIdRequired = 22,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 22] = [
         ErrorCode::BadMagic,
         ErrorCode::UnsupportedVersion,
         ErrorCode::UnknownKind,
@@ -126,6 +136,11 @@ impl ErrorCode {
         ErrorCode::SlowConsumer,
         ErrorCode::LimitExceeded,
         ErrorCode::Internal,
+        ErrorCode::UnknownDelivery,
+        ErrorCode::QueueFull,
+        ErrorCode::SubscriptionInUse,
+        ErrorCode::InvalidSelector,
+        ErrorCode::ClientIdRequired,
     ];
 
     /// The code for a number, if it is one.

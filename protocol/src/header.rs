@@ -64,6 +64,14 @@ frame_kinds! {
     Pong = 10,
     /// Client → server: close the session gracefully.
     Disconnect = 11,
+    /// Client → server: these deliveries were processed.
+    Ack = 12,
+    /// Client → server: redeliver these deliveries.
+    Nack = 13,
+    /// Client → server: list a queue's messages without consuming.
+    Browse = 14,
+    /// Client → server: delete a durable subscription.
+    UnsubscribeDurable = 15,
 }
 
 /// A decoded header.

@@ -83,6 +83,9 @@ pub struct Message {
     /// Set on receipt: how many times this message has been delivered,
     /// this time included.
     pub delivery_count: u32,
+    /// Set on receipt: the server's id for this delivery on its
+    /// connection (what an acknowledgement names); 0 before.
+    pub delivery_id: u64,
     properties: Vec<(String, Value)>,
     /// The body.
     pub body: Body,
@@ -259,6 +262,7 @@ impl Message {
             message_type: r.message_type.map(str::to_owned),
             redelivered: delivery_count > 1,
             delivery_count,
+            delivery_id: 0,
             properties: r
                 .properties
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))

@@ -70,6 +70,33 @@ pub struct Config {
     pub connect_timeout_ms: u32,
     /// The topic tree.
     pub topics: TopicsConfig,
+    /// Queues and acknowledged subscriptions.
+    pub queues: QueuesConfig,
+}
+
+/// `[queues]`: limits and dead letters.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueuesConfig {
+    /// Deliveries after which a message goes to the dead-letter queue.
+    pub max_deliveries: u32,
+    /// Messages one queue holds (waiting and unacknowledged).
+    pub max_messages: usize,
+    /// The dead-letter queue of destination D is this prefix + D.
+    pub dead_letter_prefix: String,
+    /// Unacknowledged deliveries a consumer may hold when it asks for 0.
+    pub default_prefetch: u32,
+}
+
+impl Default for QueuesConfig {
+    fn default() -> QueuesConfig {
+        QueuesConfig {
+            max_deliveries: 10,
+            max_messages: 100_000,
+            dead_letter_prefix: "DLQ.".into(),
+            default_prefetch: 1000,
+        }
+    }
 }
 
 /// `[topics]`: strict mode and the declared topic tree.
@@ -95,6 +122,7 @@ impl Default for Config {
             min_heartbeat_ms: 100,
             connect_timeout_ms: 10_000,
             topics: TopicsConfig::default(),
+            queues: QueuesConfig::default(),
         }
     }
 }
@@ -155,6 +183,12 @@ impl Config {
             );
         }
         for (key, value) in [
+            ("queues.max_deliveries", self.queues.max_deliveries as usize),
+            ("queues.max_messages", self.queues.max_messages),
+            (
+                "queues.default_prefetch",
+                self.queues.default_prefetch as usize,
+            ),
             ("max_connections", self.max_connections),
             (
                 "max_subscriptions_per_connection",
@@ -176,6 +210,10 @@ impl Config {
                     self.heartbeat_ms, self.min_heartbeat_ms
                 ),
             );
+        }
+        let prefix = &self.queues.dead_letter_prefix;
+        if let Err(e) = herald_protocol::destination::validate_name(&format!("{prefix}x")) {
+            return invalid("queues.dead_letter_prefix", e.to_string());
         }
         for name in &self.topics.declared {
             if let Err(e) = herald_protocol::destination::validate_name(name) {

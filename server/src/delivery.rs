@@ -5,19 +5,22 @@
 
 use bytes::Bytes;
 
-use crate::broker::Subscriber;
+use crate::broker::{AckRef, Subscriber};
 
 /// One message for one subscription.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Delivery {
     /// Who receives it.
     pub to: Subscriber,
     /// The message block, shared with every other delivery of the message.
     pub message: Bytes,
+    /// 1 the first time; more when redelivered.
+    pub delivery_count: u32,
+    /// For a delivery from a queue: where its ACK must go.
+    pub ack: Option<AckRef>,
 }
 
 /// Deliveries waiting to be handed to their workers.
-#[derive(Debug)]
 pub struct Deliveries {
     buckets: Vec<Vec<Delivery>>,
 }
@@ -30,9 +33,29 @@ impl Deliveries {
         }
     }
 
-    /// Adds one delivery to its worker's bucket.
+    /// Adds a first delivery that needs no acknowledgement.
     pub fn push(&mut self, to: Subscriber, message: Bytes) {
-        self.buckets[to.conn.worker].push(Delivery { to, message });
+        self.buckets[to.conn.worker].push(Delivery {
+            to,
+            message,
+            delivery_count: 1,
+            ack: None,
+        });
+    }
+
+    /// Adds a delivery from a queue.
+    pub fn push_acked(&mut self, to: Subscriber, message: Bytes, delivery_count: u32, ack: AckRef) {
+        self.buckets[to.conn.worker].push(Delivery {
+            to,
+            message,
+            delivery_count,
+            ack: Some(ack),
+        });
+    }
+
+    /// Whether nothing is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.buckets.iter().all(Vec::is_empty)
     }
 
     /// Takes the non-empty buckets, with their worker index.

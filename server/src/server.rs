@@ -118,6 +118,9 @@ pub struct Stats {
     pub messages_out: u64,
     /// Topic subscriptions.
     pub subscriptions: usize,
+    /// Named queues: (name, messages waiting, deliveries unacknowledged),
+    /// sorted by name.
+    pub queues: Vec<(String, usize, usize)>,
 }
 
 /// A running server.
@@ -155,6 +158,7 @@ impl ServerHandle {
                 .map(|w| w.messages_out.load(Ordering::Relaxed))
                 .sum(),
             subscriptions: s.broker.subscription_count(),
+            queues: s.broker.queue_stats(),
         }
     }
 

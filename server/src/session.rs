@@ -4,7 +4,15 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use herald_protocol::Pattern;
+use crate::broker::{AckRef, SubscriptionHandle};
+
+/// A delivery the client has not settled yet.
+pub struct Unacked {
+    /// The subscription it was delivered to.
+    pub subscription_id: u32,
+    /// Where its ACK goes.
+    pub ack: AckRef,
+}
 
 /// Where a session is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,7 +24,6 @@ pub enum Phase {
 }
 
 /// Per-connection protocol state.
-#[derive(Debug)]
 pub struct Session {
     /// Where the session is in its life.
     pub phase: Phase,
@@ -25,9 +32,11 @@ pub struct Session {
     /// How long the connection may stay silent before it is closed: the
     /// connect timeout until CONNECT, then the negotiated heart-beat.
     pub silence_limit: Duration,
-    /// The client's subscriptions by their id, with the parsed pattern
-    /// needed to remove them from the topic tree.
-    pub subscriptions: HashMap<u32, Pattern>,
+    /// The client's subscriptions by their id, with what it takes to end
+    /// them.
+    pub subscriptions: HashMap<u32, SubscriptionHandle>,
+    /// Acknowledged deliveries not yet settled, by delivery id.
+    pub unacked: HashMap<u64, Unacked>,
     next_delivery_id: u64,
 }
 
@@ -39,6 +48,7 @@ impl Session {
             client_id: String::new(),
             silence_limit: connect_timeout,
             subscriptions: HashMap::new(),
+            unacked: HashMap::new(),
             next_delivery_id: 1,
         }
     }

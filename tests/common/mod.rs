@@ -138,11 +138,11 @@ impl RawClient {
     /// Sends SUBSCRIBE to a topic pattern with `request_id`; does not
     /// wait for the answer.
     pub fn subscribe(&mut self, subscription_id: u32, pattern: &str, request_id: u32) {
-        let frame = Frame::Subscribe(Subscribe {
+        let frame = Frame::Subscribe(Subscribe::new(
             subscription_id,
-            kind: DestinationKind::Topic,
-            pattern: pattern.into(),
-        });
+            DestinationKind::Topic,
+            pattern,
+        ));
         self.send(&frame, request_id);
     }
 

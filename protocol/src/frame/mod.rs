@@ -2,19 +2,25 @@
 //!
 //! RECEIPT, PING, PONG and DISCONNECT have empty bodies and no module.
 
+mod ack;
+mod browse;
 mod connect;
 mod connected;
 mod delivery;
 mod error;
 mod subscribe;
 mod unsubscribe;
+mod unsubscribe_durable;
 
+pub use ack::Settle;
+pub use browse::Browse;
 pub use connect::Connect;
 pub use connected::Connected;
 pub use delivery::{Delivery, DELIVERY_HEAD_LEN};
 pub use error::ErrorFrame;
 pub use subscribe::Subscribe;
 pub use unsubscribe::Unsubscribe;
+pub use unsubscribe_durable::UnsubscribeDurable;
 
 use bytes::{BufMut, BytesMut};
 
@@ -49,6 +55,14 @@ pub enum Frame {
     Pong,
     /// Graceful close.
     Disconnect,
+    /// Deliveries processed.
+    Ack(Settle),
+    /// Deliveries to redeliver.
+    Nack(Settle),
+    /// Snapshot of a queue.
+    Browse(Browse),
+    /// Delete a durable subscription.
+    UnsubscribeDurable(UnsubscribeDurable),
 }
 
 impl Frame {
@@ -68,6 +82,12 @@ impl Frame {
             FrameKind::Ping => empty(Frame::Ping),
             FrameKind::Pong => empty(Frame::Pong),
             FrameKind::Disconnect => empty(Frame::Disconnect),
+            FrameKind::Ack => Settle::decode(&body).map(Frame::Ack),
+            FrameKind::Nack => Settle::decode(&body).map(Frame::Nack),
+            FrameKind::Browse => Browse::decode(&body).map(Frame::Browse),
+            FrameKind::UnsubscribeDurable => {
+                UnsubscribeDurable::decode(&body).map(Frame::UnsubscribeDurable)
+            }
         }
     }
 
@@ -85,6 +105,10 @@ impl Frame {
             Frame::Ping => FrameKind::Ping,
             Frame::Pong => FrameKind::Pong,
             Frame::Disconnect => FrameKind::Disconnect,
+            Frame::Ack(_) => FrameKind::Ack,
+            Frame::Nack(_) => FrameKind::Nack,
+            Frame::Browse(_) => FrameKind::Browse,
+            Frame::UnsubscribeDurable(_) => FrameKind::UnsubscribeDurable,
         }
     }
 
@@ -114,6 +138,9 @@ impl Frame {
                 Ok(())
             }
             Frame::Receipt | Frame::Ping | Frame::Pong | Frame::Disconnect => Ok(()),
+            Frame::Ack(f) | Frame::Nack(f) => f.encode(d),
+            Frame::Browse(f) => f.encode(d),
+            Frame::UnsubscribeDurable(f) => f.encode(d),
         }
     }
 }
@@ -153,11 +180,26 @@ mod tests {
             }),
             Frame::Send(MessageView::parse(block.clone()).unwrap()),
             Frame::Receipt,
+            Frame::Subscribe(Subscribe::new(3, DestinationKind::Topic, "a.#")),
             Frame::Subscribe(Subscribe {
-                subscription_id: 3,
-                kind: DestinationKind::Topic,
-                pattern: "a.#".into(),
+                subscription_id: 4,
+                kind: DestinationKind::Queue,
+                pattern: "orders".into(),
+                selector: "region = 'EU'".into(),
+                acknowledged: true,
+                prefetch: 10,
+                durable_name: "d".into(),
             }),
+            Frame::Ack(Settle {
+                delivery_ids: vec![1, 2, u64::MAX],
+            }),
+            Frame::Nack(Settle::default()),
+            Frame::Browse(Browse {
+                subscription_id: 5,
+                queue: "orders".into(),
+                selector: String::new(),
+            }),
+            Frame::UnsubscribeDurable(UnsubscribeDurable { name: "d".into() }),
             Frame::Unsubscribe(Unsubscribe { subscription_id: 3 }),
             Frame::Message(Delivery {
                 subscription_id: 3,
@@ -231,7 +273,7 @@ mod tests {
             if round % 2 == 0 && len >= 12 {
                 // A valid header over a random body exercises body decoders.
                 bytes[..3].copy_from_slice(b"HR\x01");
-                bytes[3] = (next() % 12) as u8;
+                bytes[3] = (next() % 16) as u8;
                 bytes[8..12].copy_from_slice(&((len - 12) as u32).to_be_bytes());
             }
             let mut buf = BytesMut::from(&bytes[..]);

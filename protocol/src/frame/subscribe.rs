@@ -1,15 +1,22 @@
 //! SUBSCRIBE: client → server, start receiving from a destination.
 //!
-//! `u32 subscription id | u8 destination kind | str16 pattern`
+//! ```text
+//! u32 subscription id | u8 destination kind | str16 pattern | str16 selector
+//! u8 flags | u32 prefetch | str16 durable name
+//! ```
 //!
 //! The subscription id is the client's choice, unique on its connection;
-//! every MESSAGE for this subscription carries it.
+//! every MESSAGE for this subscription carries it. Flags: bit 0,
+//! *acknowledged*: the server keeps each delivery until the client ACKs it
+//! (always so for queues and durable subscriptions).
 
 use bytes::{BufMut, BytesMut};
 
 use crate::cursor::{put_str16, Cursor};
 use crate::destination::DestinationKind;
 use crate::error::Error;
+
+const FLAG_ACKNOWLEDGED: u8 = 0x01;
 
 /// Starts a subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,15 +27,56 @@ pub struct Subscribe {
     pub kind: DestinationKind,
     /// A destination name, or for topics a pattern with `*` and `#`.
     pub pattern: String,
+    /// A message selector; empty = every message.
+    pub selector: String,
+    /// The client will ACK each delivery; unacknowledged ones are
+    /// redelivered.
+    pub acknowledged: bool,
+    /// Most unacknowledged deliveries in flight; 0 = the server's default.
+    pub prefetch: u32,
+    /// For a durable topic subscription, its name; empty = not durable.
+    pub durable_name: String,
 }
 
 impl Subscribe {
+    /// A plain subscription: no selector, not acknowledged, not durable.
+    pub fn new(
+        subscription_id: u32,
+        kind: DestinationKind,
+        pattern: impl Into<String>,
+    ) -> Subscribe {
+        Subscribe {
+            subscription_id,
+            kind,
+            pattern: pattern.into(),
+            selector: String::new(),
+            acknowledged: false,
+            prefetch: 0,
+            durable_name: String::new(),
+        }
+    }
+
     pub(super) fn decode(body: &[u8]) -> Result<Subscribe, Error> {
         let mut c = Cursor::new(body);
+        let subscription_id = c.u32("subscription id")?;
+        let kind = DestinationKind::from_u8(c.u8("destination kind")?)?;
+        let pattern = c.str16("pattern")?.to_owned();
+        let selector = c.str16("selector")?.to_owned();
+        let flags = c.u8("flags")?;
+        if flags & !FLAG_ACKNOWLEDGED != 0 {
+            return Err(Error::invalid(
+                "flags",
+                format!("unknown bits 0x{flags:02x}"),
+            ));
+        }
         let f = Subscribe {
-            subscription_id: c.u32("subscription id")?,
-            kind: DestinationKind::from_u8(c.u8("destination kind")?)?,
-            pattern: c.str16("pattern")?.to_owned(),
+            subscription_id,
+            kind,
+            pattern,
+            selector,
+            acknowledged: flags & FLAG_ACKNOWLEDGED != 0,
+            prefetch: c.u32("prefetch")?,
+            durable_name: c.str16("durable name")?.to_owned(),
         };
         c.finish()?;
         Ok(f)
@@ -37,6 +85,14 @@ impl Subscribe {
     pub(super) fn encode(&self, d: &mut BytesMut) -> Result<(), Error> {
         d.put_u32(self.subscription_id);
         d.put_u8(self.kind as u8);
-        put_str16(d, &self.pattern, "pattern")
+        put_str16(d, &self.pattern, "pattern")?;
+        put_str16(d, &self.selector, "selector")?;
+        d.put_u8(if self.acknowledged {
+            FLAG_ACKNOWLEDGED
+        } else {
+            0
+        });
+        d.put_u32(self.prefetch);
+        put_str16(d, &self.durable_name, "durable name")
     }
 }

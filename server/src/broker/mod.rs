@@ -1,22 +1,37 @@
 //! Routing: who gets which message. No sockets here.
 //!
 //! A subscriber is addressed by a [`ConnectionRef`] (which the network layer
-//! interprets) and the client's subscription id. The broker is shared by
-//! every worker; its topic tree sits behind a read-write lock that is taken
-//! for reading on every publish and for writing only when subscriptions
-//! change, and is never held across I/O.
+//! interprets) and the client's subscription id. Topic subscriptions sit in
+//! the [`TopicTree`]; a plain one is delivered to directly, while one whose
+//! deliveries are acknowledged (and every durable one) is backed by a
+//! private [`Queue`] that the topic feeds. Queues are created on first use.
+//!
+//! Locks, always taken in this order and never held across I/O: the
+//! `queues` or `durables` registry, then `topics`, then one queue. No two
+//! queues are ever locked at once (dead letters move after the source queue
+//! is unlocked).
 
 mod declared_topics;
+pub mod queue;
 mod topic_tree;
 
 pub use declared_topics::DeclaredTopics;
+pub use queue::{Queue, QueueLimits};
 pub use topic_tree::TopicTree;
 
-use std::sync::RwLock;
+use std::cell::OnceCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use herald_protocol::{MessageView, Pattern};
+use bytes::{Bytes, BytesMut};
+use herald_protocol::message::MessageRef;
+use herald_protocol::selector::Selector;
+use herald_protocol::{Destination, DestinationKind, Message, MessageView, Pattern};
 
 use crate::config::Config;
+use crate::delivery::Deliveries;
+use queue::{Dispatch, QueuedMessage};
 
 /// Where a connection lives: the worker that owns it, its slot in that
 /// worker, and a serial number that tells a reused slot from the original.
@@ -39,20 +54,167 @@ pub struct Subscriber {
     pub subscription_id: u32,
 }
 
+/// A queue shared between the broker and the deliveries in flight from it.
+pub type SharedQueue = Arc<Mutex<Queue>>;
+
+/// Where a topic entry sends what matches.
+#[derive(Clone)]
+pub enum Target {
+    /// Straight to a subscriber; nothing kept.
+    Direct(Subscriber),
+    /// Into a subscription queue.
+    Queue(SharedQueue),
+}
+
+/// One subscription in the topic tree.
+#[derive(Clone)]
+pub struct TopicEntry {
+    /// Identifies the entry for removal.
+    pub key: u64,
+    /// Where matching messages go.
+    pub target: Target,
+    /// Only messages it selects go there.
+    pub selector: Option<Arc<Selector>>,
+}
+
+impl std::fmt::Debug for TopicEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopicEntry")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Names the queue message a delivery came from, so that its ACK or NACK
+/// reaches it.
+#[derive(Clone)]
+pub struct AckRef {
+    /// The queue.
+    pub queue: SharedQueue,
+    /// The message's sequence number in it.
+    pub seq: u64,
+}
+
+/// What a connection must remember to undo a subscription.
+pub enum SubscriptionHandle {
+    /// A topic subscription; `queue` if its deliveries are acknowledged.
+    Topic {
+        /// The pattern it was entered under.
+        pattern: Pattern,
+        /// Its entry's key.
+        key: u64,
+        /// Its private queue, if any.
+        queue: Option<SharedQueue>,
+    },
+    /// A consumer of a named queue.
+    Queue(SharedQueue),
+    /// The consumer of a durable subscription.
+    Durable {
+        /// The subscription's queue.
+        queue: SharedQueue,
+        /// (client id, name).
+        id: (String, String),
+    },
+}
+
 /// Why the broker refused a publish.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
     /// Strict mode and the topic is not in the declared tree.
     #[error("{0}")]
     Undeclared(String),
+    /// The queue is at its limit.
+    #[error("queue '{queue}' holds {max} messages, the most it may")]
+    QueueFull {
+        /// The queue.
+        queue: String,
+        /// Its limit.
+        max: usize,
+    },
+}
+
+/// Why the broker refused a subscription.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubscribeError {
+    /// The selector does not parse.
+    #[error("{0}")]
+    Selector(String),
+    /// A durable subscription needs the connection's client id.
+    #[error("a durable subscription needs a client id on the connection")]
+    ClientIdRequired,
+    /// The durable subscription has a live consumer already.
+    #[error("durable subscription '{0}' already has an active consumer")]
+    InUse(String),
+    /// No durable subscription of that name.
+    #[error("no durable subscription named '{0}' for this client id")]
+    UnknownDurable(String),
+    /// Durable subscriptions are for topics.
+    #[error("durable subscriptions are made on topics, not queues")]
+    DurableQueue,
+    /// The destination is not a valid name or pattern.
+    #[error("{0}")]
+    Destination(String),
+}
+
+/// What a SUBSCRIBE asks for, as the broker needs it.
+pub struct SubscribeRequest<'a> {
+    /// Topic or queue.
+    pub kind: DestinationKind,
+    /// A queue name, or a topic name or pattern.
+    pub destination: &'a str,
+    /// The selector text; empty = none.
+    pub selector: &'a str,
+    /// Deliveries are tracked until acknowledged.
+    pub acknowledged: bool,
+    /// Credit; 0 = the configured default.
+    pub prefetch: u32,
+    /// Durable subscription name; empty = not durable.
+    pub durable_name: &'a str,
+    /// The connection's client id.
+    pub client_id: &'a str,
+}
+
+struct Durable {
+    pattern: Pattern,
+    selector: String,
+    key: u64,
+    queue: SharedQueue,
+    active: Option<Subscriber>,
 }
 
 /// The routing state of one server.
-#[derive(Debug)]
 pub struct Broker {
     topics: RwLock<TopicTree>,
     /// Strict mode's declared tree; `None` when publishing is open.
     declared: Option<DeclaredTopics>,
+    queues: Mutex<HashMap<String, SharedQueue>>,
+    /// Durable subscriptions by (client id, name).
+    durables: Mutex<HashMap<(String, String), Durable>>,
+    next_key: AtomicU64,
+    limits: QueueLimits,
+    dead_letter_prefix: String,
+    default_prefetch: u32,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section completes its change before anything that can
+    // panic, so the data behind a poisoned lock is still consistent.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Turns a queue's dispatches into deliveries that carry their ack ref.
+fn deliver_from(queue: &SharedQueue, dispatches: Vec<Dispatch>, out: &mut Deliveries) {
+    for d in dispatches {
+        out.push_acked(
+            d.to,
+            d.block,
+            d.delivery_count,
+            AckRef {
+                queue: queue.clone(),
+                seq: d.seq,
+            },
+        );
+    }
 }
 
 impl Broker {
@@ -65,52 +227,380 @@ impl Broker {
         Broker {
             topics: RwLock::new(TopicTree::default()),
             declared,
+            queues: Mutex::new(HashMap::new()),
+            durables: Mutex::new(HashMap::new()),
+            next_key: AtomicU64::new(1),
+            limits: QueueLimits {
+                max_deliveries: config.queues.max_deliveries,
+                max_messages: config.queues.max_messages,
+            },
+            dead_letter_prefix: config.queues.dead_letter_prefix.clone(),
+            default_prefetch: config.queues.default_prefetch,
         }
     }
 
-    /// Adds a topic subscription.
-    pub fn subscribe(&self, pattern: &Pattern, subscriber: Subscriber) {
-        self.write().insert(pattern, subscriber);
+    fn queue(&self, name: &str) -> SharedQueue {
+        lock(&self.queues)
+            .entry(name.to_owned())
+            .or_insert_with(|| Arc::new(Mutex::new(Queue::new(name, self.limits))))
+            .clone()
     }
 
-    /// Removes a topic subscription; false if it was not there.
-    pub fn unsubscribe(&self, pattern: &Pattern, subscriber: &Subscriber) -> bool {
-        self.write().remove(pattern, subscriber)
+    /// The queue called `name`, if it exists.
+    pub fn find_queue(&self, name: &str) -> Option<SharedQueue> {
+        lock(&self.queues).get(name).cloned()
     }
 
-    /// Calls `deliver` once for every subscription that matches the
-    /// message's topic; returns how many did.
-    pub fn publish(
+    fn read_topics(&self) -> std::sync::RwLockReadGuard<'_, TopicTree> {
+        self.topics.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write_topics(&self) -> std::sync::RwLockWriteGuard<'_, TopicTree> {
+        self.topics.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Routes a published message: to every matching topic subscription,
+    /// or into its queue.
+    pub fn publish(&self, message: &MessageView, out: &mut Deliveries) -> Result<(), RouteError> {
+        let name = message.destination();
+        let block = message.block();
+        match message.destination_kind {
+            DestinationKind::Queue => {
+                let queue = self.queue(name);
+                let mut dispatches = Vec::new();
+                let full = lock(&queue).enqueue(block.clone(), &mut dispatches).err();
+                deliver_from(&queue, dispatches, out);
+                match full {
+                    None => Ok(()),
+                    Some(f) => Err(RouteError::QueueFull {
+                        queue: name.to_owned(),
+                        max: f.max_messages,
+                    }),
+                }
+            }
+            DestinationKind::Topic => {
+                if let Some(declared) = &self.declared {
+                    declared.check(name).map_err(RouteError::Undeclared)?;
+                }
+                // Parsed at most once, and only if a selector needs it.
+                let fields: OnceCell<Option<MessageRef<'_>>> = OnceCell::new();
+                let tree = self.read_topics();
+                tree.for_each_match(name, |entry| {
+                    if let Some(selector) = &entry.selector {
+                        match fields.get_or_init(|| MessageRef::parse(block).ok()) {
+                            Some(r) if selector.matches(r) => {}
+                            _ => return,
+                        }
+                    }
+                    match &entry.target {
+                        Target::Direct(sub) => out.push(*sub, block.clone()),
+                        Target::Queue(queue) => {
+                            let mut dispatches = Vec::new();
+                            if let Err(full) = lock(queue).enqueue(block.clone(), &mut dispatches) {
+                                log::warn!(
+                                    "subscription queue '{}' is full ({} messages): message {name} not kept for it",
+                                    lock(queue).name(),
+                                    full.max_messages
+                                );
+                            }
+                            deliver_from(queue, dispatches, out);
+                        }
+                    }
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts a subscription for `sub`.
+    pub fn subscribe(
         &self,
-        message: &MessageView,
-        mut deliver: impl FnMut(&Subscriber),
-    ) -> Result<usize, RouteError> {
-        let topic = message.destination();
-        if let Some(declared) = &self.declared {
-            declared.check(topic).map_err(RouteError::Undeclared)?;
+        req: SubscribeRequest<'_>,
+        sub: Subscriber,
+        out: &mut Deliveries,
+    ) -> Result<SubscriptionHandle, SubscribeError> {
+        let selector = match req.selector {
+            "" => None,
+            text => Some(Arc::new(
+                Selector::parse(text).map_err(|e| SubscribeError::Selector(e.to_string()))?,
+            )),
+        };
+        let prefetch = match req.prefetch {
+            0 => self.default_prefetch,
+            n => n,
+        };
+        let bad = |e: herald_protocol::Error| SubscribeError::Destination(e.to_string());
+        if req.kind == DestinationKind::Queue {
+            herald_protocol::destination::validate_name(req.destination).map_err(bad)?;
         }
-        let tree = self
-            .topics
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut n = 0;
-        tree.for_each_match(topic, |s| {
-            n += 1;
-            deliver(s)
+        let pattern = Pattern::parse(req.destination).map_err(bad)?;
+        if !req.durable_name.is_empty() {
+            return self.subscribe_durable(req, pattern, selector, prefetch, sub, out);
+        }
+        let attach =
+            |queue: &SharedQueue, selector: Option<Arc<Selector>>, out: &mut Deliveries| {
+                let mut dispatches = Vec::new();
+                lock(queue).add_consumer(sub, selector, prefetch, &mut dispatches);
+                deliver_from(queue, dispatches, out);
+            };
+        match req.kind {
+            DestinationKind::Queue => {
+                let queue = self.queue(req.destination);
+                attach(&queue, selector, out);
+                Ok(SubscriptionHandle::Queue(queue))
+            }
+            DestinationKind::Topic => {
+                let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+                let (target, queue) = if req.acknowledged {
+                    let name = format!("subscription.{}.{}", sub.conn.serial, sub.subscription_id);
+                    let queue = Arc::new(Mutex::new(Queue::new(name, self.limits)));
+                    attach(&queue, None, out);
+                    (Target::Queue(queue.clone()), Some(queue))
+                } else {
+                    (Target::Direct(sub), None)
+                };
+                let entry = TopicEntry {
+                    key,
+                    target,
+                    selector,
+                };
+                self.write_topics().insert(&pattern, entry);
+                Ok(SubscriptionHandle::Topic {
+                    pattern,
+                    key,
+                    queue,
+                })
+            }
+        }
+    }
+
+    fn subscribe_durable(
+        &self,
+        req: SubscribeRequest<'_>,
+        pattern: Pattern,
+        selector: Option<Arc<Selector>>,
+        prefetch: u32,
+        sub: Subscriber,
+        out: &mut Deliveries,
+    ) -> Result<SubscriptionHandle, SubscribeError> {
+        if req.kind != DestinationKind::Topic {
+            return Err(SubscribeError::DurableQueue);
+        }
+        if req.client_id.is_empty() {
+            return Err(SubscribeError::ClientIdRequired);
+        }
+        let id = (req.client_id.to_owned(), req.durable_name.to_owned());
+        let mut durables = lock(&self.durables);
+        if let Some(d) = durables.get(&id) {
+            if d.active.is_some() {
+                return Err(SubscribeError::InUse(req.durable_name.to_owned()));
+            }
+            // JMS: resubscribing with another topic or selector replaces
+            // the subscription and what it kept.
+            if d.pattern != pattern || d.selector != req.selector {
+                let old = durables.remove(&id).map(|d| (d.pattern, d.key));
+                if let Some((pattern, key)) = old {
+                    self.write_topics().remove(&pattern, key);
+                }
+            }
+        }
+        let d = durables.entry(id.clone()).or_insert_with(|| {
+            let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+            let name = format!("durable.{}.{}", req.client_id, req.durable_name);
+            let queue = Arc::new(Mutex::new(Queue::new(name, self.limits)));
+            let entry = TopicEntry {
+                key,
+                target: Target::Queue(queue.clone()),
+                selector,
+            };
+            self.write_topics().insert(&pattern, entry);
+            Durable {
+                pattern,
+                selector: req.selector.to_owned(),
+                key,
+                queue,
+                active: None,
+            }
         });
-        Ok(n)
+        d.active = Some(sub);
+        let queue = d.queue.clone();
+        drop(durables);
+        let mut dispatches = Vec::new();
+        lock(&queue).add_consumer(sub, None, prefetch, &mut dispatches);
+        deliver_from(&queue, dispatches, out);
+        Ok(SubscriptionHandle::Durable { queue, id })
     }
 
-    /// Number of topic subscriptions.
+    /// Ends a subscription. Deliveries of its that were not acknowledged
+    /// return to their queue for other consumers (or to the dead-letter
+    /// queue).
+    pub fn unsubscribe(&self, handle: SubscriptionHandle, sub: &Subscriber, out: &mut Deliveries) {
+        match handle {
+            SubscriptionHandle::Topic {
+                pattern,
+                key,
+                queue,
+            } => {
+                self.write_topics().remove(&pattern, key);
+                // A private queue goes with its subscription.
+                drop(queue);
+            }
+            SubscriptionHandle::Queue(queue) => self.detach(&queue, sub, out),
+            SubscriptionHandle::Durable { queue, id } => {
+                if let Some(d) = lock(&self.durables).get_mut(&id) {
+                    if d.active == Some(*sub) {
+                        d.active = None;
+                    }
+                }
+                self.detach(&queue, sub, out);
+            }
+        }
+    }
+
+    fn detach(&self, queue: &SharedQueue, sub: &Subscriber, out: &mut Deliveries) {
+        let mut dispatches = Vec::new();
+        let dead = lock(queue).remove_consumer(sub, &mut dispatches);
+        deliver_from(queue, dispatches, out);
+        self.dead_letter(queue, dead, "delivered too many times", out);
+    }
+
+    /// Deletes a durable subscription and what it kept.
+    pub fn unsubscribe_durable(&self, client_id: &str, name: &str) -> Result<(), SubscribeError> {
+        let id = (client_id.to_owned(), name.to_owned());
+        let mut durables = lock(&self.durables);
+        match durables.get(&id) {
+            None => Err(SubscribeError::UnknownDurable(name.to_owned())),
+            Some(d) if d.active.is_some() => Err(SubscribeError::InUse(name.to_owned())),
+            Some(_) => {
+                if let Some(d) = durables.remove(&id) {
+                    self.write_topics().remove(&d.pattern, d.key);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Settles one delivery as processed. False if `sub` does not hold it.
+    pub fn ack(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) -> bool {
+        let mut dispatches = Vec::new();
+        let ok = lock(&ack.queue).ack(sub, ack.seq, &mut dispatches);
+        deliver_from(&ack.queue, dispatches, out);
+        ok
+    }
+
+    /// Gives one delivery back for redelivery. False if `sub` does not
+    /// hold it.
+    pub fn nack(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) -> bool {
+        let mut dispatches = Vec::new();
+        let dead = lock(&ack.queue).nack(sub, ack.seq, &mut dispatches);
+        deliver_from(&ack.queue, dispatches, out);
+        match dead {
+            Some(dead) => {
+                self.dead_letter(&ack.queue, dead, "delivered too many times", out);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Returns a delivery that never reached its subscriber.
+    pub fn release(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) {
+        let mut dispatches = Vec::new();
+        lock(&ack.queue).release(sub, ack.seq, &mut dispatches);
+        deliver_from(&ack.queue, dispatches, out);
+    }
+
+    /// The messages waiting in a queue that `selector` matches.
+    pub fn browse(
+        &self,
+        queue: &str,
+        selector: &str,
+    ) -> Result<Vec<QueuedMessage>, SubscribeError> {
+        let selector = match selector {
+            "" => None,
+            text => {
+                Some(Selector::parse(text).map_err(|e| SubscribeError::Selector(e.to_string()))?)
+            }
+        };
+        Ok(self
+            .find_queue(queue)
+            .map(|q| lock(&q).browse(selector.as_ref()))
+            .unwrap_or_default())
+    }
+
+    /// Moves dead messages to the dead-letter queue of their destination,
+    /// with the original destination and the reason in properties.
+    fn dead_letter(
+        &self,
+        from: &SharedQueue,
+        dead: Vec<QueuedMessage>,
+        reason: &str,
+        out: &mut Deliveries,
+    ) {
+        if dead.is_empty() {
+            return;
+        }
+        let from_name = lock(from).name().to_owned();
+        for m in dead {
+            let Ok(mut message) = Message::decode(&m.block, m.deliveries) else {
+                continue;
+            };
+            let original = message
+                .destination
+                .clone()
+                .unwrap_or_else(|| Destination::queue(from_name.clone()));
+            if original.kind == DestinationKind::Queue
+                && original.name.starts_with(&self.dead_letter_prefix)
+            {
+                log::warn!(
+                    "message {} failed in dead-letter queue {}: dropped",
+                    message.message_id,
+                    original.name
+                );
+                continue;
+            }
+            let dlq = format!("{}{}", self.dead_letter_prefix, original.name);
+            message.set_property("HeraldOriginalDestination", original.to_string());
+            message.set_property(
+                "HeraldDeadLetterReason",
+                format!("{reason} ({} deliveries)", m.deliveries),
+            );
+            message.destination = Some(Destination::queue(dlq.clone()));
+            let mut block = BytesMut::new();
+            if message.encode(&mut block).is_err() {
+                continue;
+            }
+            let queue = self.queue(&dlq);
+            let mut dispatches = Vec::new();
+            if lock(&queue)
+                .enqueue(Bytes::from(block), &mut dispatches)
+                .is_err()
+            {
+                log::warn!(
+                    "dead-letter queue {dlq} is full: message {} dropped",
+                    message.message_id
+                );
+            }
+            deliver_from(&queue, dispatches, out);
+        }
+    }
+
+    /// Number of topic subscriptions (durable ones included).
     pub fn subscription_count(&self) -> usize {
-        self.topics.read().unwrap_or_else(|p| p.into_inner()).len()
+        self.read_topics().len()
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, TopicTree> {
-        // A panic elsewhere cannot leave the tree half-changed: every
-        // mutation completes before it returns, so a poisoned lock is safe.
-        self.topics
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// Names, depths and in-flight counts of the named queues.
+    pub fn queue_stats(&self) -> Vec<(String, usize, usize)> {
+        let queues: Vec<SharedQueue> = lock(&self.queues).values().cloned().collect();
+        let mut v: Vec<_> = queues
+            .iter()
+            .map(|q| {
+                let q = lock(q);
+                (q.name().to_owned(), q.depth(), q.in_flight())
+            })
+            .collect();
+        v.sort();
+        v
     }
 }

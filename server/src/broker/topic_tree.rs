@@ -13,14 +13,14 @@ use std::collections::HashMap;
 
 use herald_protocol::destination::{Pattern, PatternWord};
 
-use super::Subscriber;
+use super::TopicEntry;
 
 #[derive(Debug, Default)]
 struct Node {
     literal: HashMap<Box<str>, Node>,
     star: Option<Box<Node>>,
     hash: Option<Box<Node>>,
-    subscribers: Vec<Subscriber>,
+    subscribers: Vec<TopicEntry>,
 }
 
 impl Node {
@@ -75,8 +75,8 @@ pub struct TopicTree {
 }
 
 impl TopicTree {
-    /// Adds a subscriber under a pattern.
-    pub fn insert(&mut self, pattern: &Pattern, subscriber: Subscriber) {
+    /// Adds an entry under a pattern.
+    pub fn insert(&mut self, pattern: &Pattern, subscriber: TopicEntry) {
         let mut node = &mut self.root;
         for word in pattern.words() {
             node = match word {
@@ -89,19 +89,18 @@ impl TopicTree {
         self.len += 1;
     }
 
-    /// Removes a subscriber from under a pattern and prunes the branch it
-    /// leaves empty; false if it was not there.
-    pub fn remove(&mut self, pattern: &Pattern, subscriber: &Subscriber) -> bool {
-        let removed = remove_at(&mut self.root, pattern.words(), subscriber);
+    /// Removes the entry with `key` from under a pattern and prunes the
+    /// branch it leaves empty; false if it was not there.
+    pub fn remove(&mut self, pattern: &Pattern, key: u64) -> bool {
+        let removed = remove_at(&mut self.root, pattern.words(), key);
         if removed {
             self.len -= 1;
         }
         removed
     }
 
-    /// Calls `f` for every subscriber whose pattern matches `topic`, once
-    /// each.
-    pub fn for_each_match(&self, topic: &str, mut f: impl FnMut(&Subscriber)) {
+    /// Calls `f` for every entry whose pattern matches `topic`, once each.
+    pub fn for_each_match(&self, topic: &str, mut f: impl FnMut(&TopicEntry)) {
         let mut nodes = Vec::new();
         self.root.collect(Some(topic), &mut nodes);
         if nodes.len() > 1 {
@@ -124,10 +123,10 @@ impl TopicTree {
     }
 }
 
-fn remove_at(node: &mut Node, words: &[PatternWord], subscriber: &Subscriber) -> bool {
+fn remove_at(node: &mut Node, words: &[PatternWord], key: u64) -> bool {
     let Some((word, rest)) = words.split_first() else {
         let before = node.subscribers.len();
-        node.subscribers.retain(|s| s != subscriber);
+        node.subscribers.retain(|s| s.key != key);
         return node.subscribers.len() < before;
     };
     match word {
@@ -135,7 +134,7 @@ fn remove_at(node: &mut Node, words: &[PatternWord], subscriber: &Subscriber) ->
             let Some(child) = node.literal.get_mut(w.as_str()) else {
                 return false;
             };
-            let removed = remove_at(child, rest, subscriber);
+            let removed = remove_at(child, rest, key);
             if child.is_empty() {
                 node.literal.remove(w.as_str());
             }
@@ -150,7 +149,7 @@ fn remove_at(node: &mut Node, words: &[PatternWord], subscriber: &Subscriber) ->
             let Some(child) = slot else {
                 return false;
             };
-            let removed = remove_at(child, rest, subscriber);
+            let removed = remove_at(child, rest, key);
             if child.is_empty() {
                 *slot = None;
             }
@@ -162,16 +161,20 @@ fn remove_at(node: &mut Node, words: &[PatternWord], subscriber: &Subscriber) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::ConnectionRef;
+    use crate::broker::{ConnectionRef, Subscriber, Target};
 
-    fn sub(id: u32) -> Subscriber {
-        Subscriber {
-            conn: ConnectionRef {
-                worker: 0,
-                slot: 0,
-                serial: 1,
-            },
-            subscription_id: id,
+    fn sub(id: u32) -> TopicEntry {
+        TopicEntry {
+            key: id.into(),
+            target: Target::Direct(Subscriber {
+                conn: ConnectionRef {
+                    worker: 0,
+                    slot: 0,
+                    serial: 1,
+                },
+                subscription_id: id,
+            }),
+            selector: None,
         }
     }
 
@@ -185,7 +188,7 @@ mod tests {
 
     fn matched(t: &TopicTree, topic: &str) -> Vec<u32> {
         let mut v = Vec::new();
-        t.for_each_match(topic, |s| v.push(s.subscription_id));
+        t.for_each_match(topic, |s| v.push(s.key as u32));
         v.sort();
         v
     }
@@ -232,12 +235,12 @@ mod tests {
     fn removal_prunes_and_counts() {
         let mut t = tree(&["a.b.c", "a.*.c", "a.#"]);
         assert_eq!(t.len(), 3);
-        assert!(t.remove(&Pattern::parse("a.*.c").unwrap(), &sub(1)));
-        assert!(!t.remove(&Pattern::parse("a.*.c").unwrap(), &sub(1)));
-        assert!(!t.remove(&Pattern::parse("x.y").unwrap(), &sub(0)));
+        assert!(t.remove(&Pattern::parse("a.*.c").unwrap(), 1));
+        assert!(!t.remove(&Pattern::parse("a.*.c").unwrap(), 1));
+        assert!(!t.remove(&Pattern::parse("x.y").unwrap(), 0));
         assert_eq!(matched(&t, "a.b.c"), vec![0, 2]);
-        assert!(t.remove(&Pattern::parse("a.b.c").unwrap(), &sub(0)));
-        assert!(t.remove(&Pattern::parse("a.#").unwrap(), &sub(2)));
+        assert!(t.remove(&Pattern::parse("a.b.c").unwrap(), 0));
+        assert!(t.remove(&Pattern::parse("a.#").unwrap(), 2));
         assert!(t.is_empty());
         assert!(t.root.is_empty(), "every branch pruned");
     }

@@ -6,12 +6,15 @@
 //! messages into [`Deliveries`]; a refusal becomes an ERROR frame, and a
 //! fatal one also closes the connection.
 
+mod ack;
+mod browse;
 mod connect;
 mod disconnect;
 mod heartbeat;
 mod send;
 mod subscribe;
 mod unsubscribe;
+mod unsubscribe_durable;
 
 use herald_protocol::frame::ErrorFrame;
 use herald_protocol::{ErrorCode, Frame, RawFrame};
@@ -127,6 +130,12 @@ fn handle(
         Frame::Ping => heartbeat::ping(request_id, out),
         Frame::Pong => Ok(Flow::Continue),
         Frame::Disconnect => disconnect::handle(request_id, out),
+        Frame::Ack(f) => ack::handle(f, ack::Outcome::Processed, request_id, session, out, ctx),
+        Frame::Nack(f) => ack::handle(f, ack::Outcome::Redeliver, request_id, session, out, ctx),
+        Frame::Browse(f) => browse::handle(f, request_id, session, out, ctx),
+        Frame::UnsubscribeDurable(f) => {
+            unsubscribe_durable::handle(f, request_id, session, out, ctx)
+        }
         Frame::Connected(_) | Frame::Error(_) | Frame::Receipt | Frame::Message(_) => {
             Err(Refusal::fatal(
                 ErrorCode::UnexpectedFrame,

@@ -1,4 +1,5 @@
-//! SEND: route a published message to every matching subscription.
+//! SEND: route a published message to every matching subscription, or
+//! into its queue.
 
 use herald_protocol::{ErrorCode, MessageView};
 
@@ -12,11 +13,13 @@ pub fn handle(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
-    let deliveries = &mut *ctx.deliveries;
     ctx.broker
-        .publish(&message, |s| deliveries.push(*s, message.block().clone()))
+        .publish(&message, ctx.deliveries)
         .map_err(|e| match e {
             RouteError::Undeclared(why) => Refusal::soft(ErrorCode::UndeclaredTopic, why),
+            full @ RouteError::QueueFull { .. } => {
+                Refusal::soft(ErrorCode::QueueFull, full.to_string())
+            }
         })?;
     ctx.published += 1;
     receipt(out, request_id);

@@ -1,14 +1,29 @@
-//! SUBSCRIBE: add a subscription to the topic tree.
+//! SUBSCRIBE: a topic subscription (plain, acknowledged or durable) or a
+//! queue consumer.
 
 use std::collections::hash_map::Entry;
 
 use herald_protocol::frame::Subscribe;
-use herald_protocol::{ErrorCode, Pattern};
+use herald_protocol::ErrorCode;
 
 use super::{receipt, Context, Flow, Refusal};
-use crate::broker::Subscriber;
+use crate::broker::{SubscribeError, SubscribeRequest, Subscriber};
 use crate::net::outbound::Outbound;
 use crate::session::Session;
+
+/// The wire code for a refused subscription.
+pub fn refusal(e: SubscribeError) -> Refusal {
+    let code = match e {
+        SubscribeError::Selector(_) => ErrorCode::InvalidSelector,
+        SubscribeError::ClientIdRequired => ErrorCode::ClientIdRequired,
+        SubscribeError::InUse(_) => ErrorCode::SubscriptionInUse,
+        SubscribeError::UnknownDurable(_) => ErrorCode::UnknownSubscription,
+        SubscribeError::DurableQueue | SubscribeError::Destination(_) => {
+            ErrorCode::InvalidDestination
+        }
+    };
+    Refusal::soft(code, e.to_string())
+}
 
 pub fn handle(
     f: Subscribe,
@@ -17,8 +32,6 @@ pub fn handle(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
-    let pattern = Pattern::parse(&f.pattern)
-        .map_err(|e| Refusal::soft(ErrorCode::InvalidDestination, e.to_string()))?;
     let limit = ctx.config.max_subscriptions_per_connection;
     if session.subscriptions.len() >= limit {
         return Err(Refusal::soft(
@@ -26,23 +39,35 @@ pub fn handle(
             format!("this connection already holds {limit} subscriptions, the most allowed"),
         ));
     }
-    match session.subscriptions.entry(f.subscription_id) {
-        Entry::Occupied(_) => Err(Refusal::soft(
+    let Entry::Vacant(slot) = session.subscriptions.entry(f.subscription_id) else {
+        return Err(Refusal::soft(
             ErrorCode::DuplicateSubscription,
             format!(
                 "subscription id {} is already in use on this connection",
                 f.subscription_id
             ),
-        )),
-        Entry::Vacant(slot) => {
-            let subscriber = Subscriber {
-                conn: ctx.me,
-                subscription_id: f.subscription_id,
-            };
-            ctx.broker.subscribe(&pattern, subscriber);
-            slot.insert(pattern);
-            receipt(out, request_id);
-            Ok(Flow::Continue)
-        }
-    }
+        ));
+    };
+    let subscriber = Subscriber {
+        conn: ctx.me,
+        subscription_id: f.subscription_id,
+    };
+    let request = SubscribeRequest {
+        kind: f.kind,
+        destination: &f.pattern,
+        selector: &f.selector,
+        acknowledged: f.acknowledged,
+        prefetch: f.prefetch,
+        durable_name: &f.durable_name,
+        client_id: &session.client_id,
+    };
+    // The RECEIPT is queued before any message the subscription may
+    // already have waiting: deliveries are routed after this frame.
+    let handle = ctx
+        .broker
+        .subscribe(request, subscriber, ctx.deliveries)
+        .map_err(refusal)?;
+    slot.insert(handle);
+    receipt(out, request_id);
+    Ok(Flow::Continue)
 }

@@ -1,4 +1,5 @@
-//! UNSUBSCRIBE: remove a subscription from the topic tree.
+//! UNSUBSCRIBE: end a subscription; its unsettled deliveries return to
+//! their queue.
 
 use herald_protocol::frame::Unsubscribe;
 use herald_protocol::ErrorCode;
@@ -15,7 +16,7 @@ pub fn handle(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
-    let Some(pattern) = session.subscriptions.remove(&f.subscription_id) else {
+    let Some(handle) = session.subscriptions.remove(&f.subscription_id) else {
         return Err(Refusal::soft(
             ErrorCode::UnknownSubscription,
             format!(
@@ -24,11 +25,14 @@ pub fn handle(
             ),
         ));
     };
+    session
+        .unacked
+        .retain(|_, u| u.subscription_id != f.subscription_id);
     let subscriber = Subscriber {
         conn: ctx.me,
         subscription_id: f.subscription_id,
     };
-    ctx.broker.unsubscribe(&pattern, &subscriber);
+    ctx.broker.unsubscribe(handle, &subscriber, ctx.deliveries);
     receipt(out, request_id);
     Ok(Flow::Continue)
 }

@@ -75,8 +75,20 @@ impl Outbound {
     }
 
     /// Queues a MESSAGE frame: its own head, the shared message block.
-    pub fn push_delivery(&mut self, subscription_id: u32, delivery_id: u64, message: Bytes) {
-        let head = Delivery::encode_head(0, subscription_id, delivery_id, 1, message.len());
+    pub fn push_delivery(
+        &mut self,
+        subscription_id: u32,
+        delivery_id: u64,
+        delivery_count: u32,
+        message: Bytes,
+    ) {
+        let head = Delivery::encode_head(
+            0,
+            subscription_id,
+            delivery_id,
+            delivery_count,
+            message.len(),
+        );
         self.push(OutFrame {
             head,
             head_len: HEAD_CAP as u8,
@@ -189,7 +201,7 @@ mod tests {
         let mut expected = Vec::new();
         for i in 0..50u32 {
             let body = Bytes::from(vec![i as u8; (i * 7) as usize]);
-            o.push_delivery(i, i.into(), body.clone());
+            o.push_delivery(i, i.into(), 1, body.clone());
             expected.extend_from_slice(&Delivery::encode_head(0, i, i.into(), 1, body.len()));
             expected.extend_from_slice(&body);
             o.push_frame(&Frame::Pong, i);
@@ -213,7 +225,7 @@ mod tests {
     fn clear_keeps_the_rest_of_a_partly_written_frame() {
         let mut o = Outbound::default();
         for i in 0..3 {
-            o.push_delivery(i, 1, Bytes::from_static(b"0123456789"));
+            o.push_delivery(i, 1, 1, Bytes::from_static(b"0123456789"));
         }
         let mut w = Trickle {
             out: Vec::new(),

@@ -25,7 +25,7 @@ use super::{Command, Shared, WAKER};
 use crate::broker::{ConnectionRef, Subscriber};
 use crate::delivery::{Deliveries, Delivery};
 use crate::handlers::{self, Context, Flow};
-use crate::session::Session;
+use crate::session::{Session, Unacked};
 
 /// Bytes read from one connection per loop turn before the others get a
 /// turn; what is left is read on the next turn.
@@ -115,11 +115,20 @@ impl Worker {
             for slot in std::mem::take(&mut self.unfinished) {
                 self.read(slot);
             }
-            self.route();
-            self.flush_dirty();
             if last_tick.elapsed() >= self.tick {
                 last_tick = Instant::now();
                 self.check_silence();
+            }
+            // Delivering and closing can route more (a queue message whose
+            // consumer has gone goes to another), so go on until settled.
+            loop {
+                while !self.deliveries.is_empty() {
+                    self.route();
+                }
+                self.flush_dirty();
+                if self.deliveries.is_empty() {
+                    break;
+                }
             }
         }
         self.close_all();
@@ -243,25 +252,35 @@ impl Worker {
     fn deliver(&mut self, batch: Vec<Delivery>) {
         let max_pending = self.shared.config.max_pending_bytes;
         let mut delivered = 0;
-        for Delivery { to, message } in batch {
-            let Subscriber {
-                conn: target,
-                subscription_id,
-            } = to;
-            let Some(conn) = self.conns.get_mut(target.slot) else {
+        for d in batch {
+            let target = d.to.conn;
+            let subscription_id = d.to.subscription_id;
+            let live = self.conns.get_mut(target.slot).filter(|c| {
+                // The slot may have been reused, or the subscription
+                // dropped, since the message was routed.
+                c.serial == target.serial
+                    && !c.closing
+                    && c.session.subscriptions.contains_key(&subscription_id)
+            });
+            let Some(conn) = live else {
+                // A queue's message must not vanish with its consumer.
+                if let Some(ack) = &d.ack {
+                    self.shared.broker.release(ack, &d.to, &mut self.deliveries);
+                }
                 continue;
             };
-            // The slot may have been reused, or the subscription dropped,
-            // since the message was routed.
-            if conn.serial != target.serial
-                || conn.closing
-                || !conn.session.subscriptions.contains_key(&subscription_id)
-            {
-                continue;
-            }
             let delivery_id = conn.session.next_delivery_id();
+            if let Some(ack) = d.ack {
+                conn.session.unacked.insert(
+                    delivery_id,
+                    Unacked {
+                        subscription_id,
+                        ack,
+                    },
+                );
+            }
             conn.out
-                .push_delivery(subscription_id, delivery_id, message);
+                .push_delivery(subscription_id, delivery_id, d.delivery_count, d.message);
             delivered += 1;
             if conn.out.pending() > max_pending {
                 log::warn!(
@@ -360,14 +379,17 @@ impl Worker {
             slot,
             serial: conn.serial,
         };
-        for (subscription_id, pattern) in conn.session.subscriptions.drain() {
-            self.shared.broker.unsubscribe(
-                &pattern,
-                &Subscriber {
-                    conn: me,
-                    subscription_id,
-                },
-            );
+        // Unsettled deliveries go back to their queues, counted as
+        // delivered: the client may have seen them.
+        conn.session.unacked.clear();
+        for (subscription_id, handle) in conn.session.subscriptions.drain() {
+            let sub = Subscriber {
+                conn: me,
+                subscription_id,
+            };
+            self.shared
+                .broker
+                .unsubscribe(handle, &sub, &mut self.deliveries);
         }
         self.stats().connections.fetch_sub(1, Ordering::Relaxed);
         self.shared.open_connections.fetch_sub(1, Ordering::AcqRel);

@@ -1,0 +1,444 @@
+//! A queue: messages waiting, consumers competing for them, deliveries in
+//! flight until acknowledged.
+//!
+//! Every message goes to one consumer. Dispatch walks the waiting messages
+//! in order and gives each to the next consumer, round-robin, that has
+//! credit (fewer unacknowledged deliveries than its prefetch) and whose
+//! selector matches; a message no consumer can take now stays for later.
+//! A delivery that comes back (NACK, its consumer gone) returns to its
+//! place in the order and counts as delivered once more; after
+//! `max_deliveries` it is handed back to the broker as dead, for the
+//! dead-letter queue.
+//!
+//! Invariant: every message is in exactly one of `ready` (sorted by
+//! sequence number) and `in_flight`, and a consumer's `in_flight` count is
+//! the number of `in_flight` entries that name it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use herald_protocol::message::MessageRef;
+use herald_protocol::selector::Selector;
+
+use super::Subscriber;
+
+/// A message held by a queue.
+#[derive(Debug, Clone)]
+pub struct QueuedMessage {
+    /// Position in the queue's order.
+    pub seq: u64,
+    /// The encoded message block.
+    pub block: Bytes,
+    /// Times it has been delivered so far.
+    pub deliveries: u32,
+}
+
+/// A message the queue has given to a consumer.
+#[derive(Debug, Clone)]
+pub struct Dispatch {
+    /// The consumer.
+    pub to: Subscriber,
+    /// Which message, for ACK/NACK.
+    pub seq: u64,
+    /// The message block.
+    pub block: Bytes,
+    /// 1 the first time, more on redelivery.
+    pub delivery_count: u32,
+}
+
+struct Consumer {
+    sub: Subscriber,
+    selector: Option<Arc<Selector>>,
+    prefetch: u32,
+    in_flight: u32,
+}
+
+/// Limits that apply to one queue.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueLimits {
+    /// Deliveries after which a message that comes back is dead.
+    pub max_deliveries: u32,
+    /// Messages held (waiting and in flight) at most.
+    pub max_messages: usize,
+}
+
+/// The queue is holding all the messages it may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueFull {
+    /// The limit.
+    pub max_messages: usize,
+}
+
+/// One queue's state; it lives behind a mutex in the broker.
+pub struct Queue {
+    name: String,
+    limits: QueueLimits,
+    ready: VecDeque<QueuedMessage>,
+    in_flight: HashMap<u64, (Subscriber, QueuedMessage)>,
+    consumers: Vec<Consumer>,
+    next_seq: u64,
+    /// Where the next round-robin search starts.
+    rr: usize,
+    enqueued: u64,
+    acknowledged: u64,
+}
+
+impl Queue {
+    /// An empty queue.
+    pub fn new(name: impl Into<String>, limits: QueueLimits) -> Queue {
+        Queue {
+            name: name.into(),
+            limits,
+            ready: VecDeque::new(),
+            in_flight: HashMap::new(),
+            consumers: Vec::new(),
+            next_seq: 1,
+            rr: 0,
+            enqueued: 0,
+            acknowledged: 0,
+        }
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Messages waiting for a consumer.
+    pub fn depth(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// Messages delivered and not yet acknowledged.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Consumers attached.
+    pub fn consumer_count(&self) -> usize {
+        self.consumers.len()
+    }
+
+    /// Messages ever enqueued, and ever acknowledged.
+    pub fn counters(&self) -> (u64, u64) {
+        (self.enqueued, self.acknowledged)
+    }
+
+    /// Adds a message and dispatches what can be.
+    pub fn enqueue(&mut self, block: Bytes, out: &mut Vec<Dispatch>) -> Result<(), QueueFull> {
+        if self.ready.len() + self.in_flight.len() >= self.limits.max_messages {
+            return Err(QueueFull {
+                max_messages: self.limits.max_messages,
+            });
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.enqueued += 1;
+        self.ready.push_back(QueuedMessage {
+            seq,
+            block,
+            deliveries: 0,
+        });
+        self.dispatch(out);
+        Ok(())
+    }
+
+    /// Attaches a consumer and dispatches to it what waits.
+    pub fn add_consumer(
+        &mut self,
+        sub: Subscriber,
+        selector: Option<Arc<Selector>>,
+        prefetch: u32,
+        out: &mut Vec<Dispatch>,
+    ) {
+        self.consumers.push(Consumer {
+            sub,
+            selector,
+            prefetch: prefetch.max(1),
+            in_flight: 0,
+        });
+        self.dispatch(out);
+    }
+
+    /// Detaches a consumer. Its unacknowledged deliveries return to the
+    /// queue for the other consumers; those delivered too often are
+    /// returned as dead instead.
+    pub fn remove_consumer(
+        &mut self,
+        sub: &Subscriber,
+        out: &mut Vec<Dispatch>,
+    ) -> Vec<QueuedMessage> {
+        self.consumers.retain(|c| c.sub != *sub);
+        let seqs: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(_, (owner, _))| owner == sub)
+            .map(|(seq, _)| *seq)
+            .collect();
+        let mut dead = Vec::new();
+        for seq in seqs {
+            if let Some((_, m)) = self.in_flight.remove(&seq) {
+                self.give_back(m, &mut dead);
+            }
+        }
+        self.dispatch(out);
+        dead
+    }
+
+    /// The consumer processed the message: forget it. False if `sub` does
+    /// not hold that delivery.
+    pub fn ack(&mut self, sub: &Subscriber, seq: u64, out: &mut Vec<Dispatch>) -> bool {
+        match self.take_in_flight(sub, seq) {
+            Some(_) => {
+                self.acknowledged += 1;
+                self.dispatch(out);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The consumer gives the message back for redelivery; dead ones are
+    /// returned. `None` if `sub` does not hold that delivery.
+    pub fn nack(
+        &mut self,
+        sub: &Subscriber,
+        seq: u64,
+        out: &mut Vec<Dispatch>,
+    ) -> Option<Vec<QueuedMessage>> {
+        let m = self.take_in_flight(sub, seq)?;
+        let mut dead = Vec::new();
+        self.give_back(m, &mut dead);
+        self.dispatch(out);
+        Some(dead)
+    }
+
+    /// The delivery never reached its consumer (it went away first): the
+    /// message returns without counting as delivered.
+    pub fn release(&mut self, sub: &Subscriber, seq: u64, out: &mut Vec<Dispatch>) {
+        if let Some(mut m) = self.take_in_flight(sub, seq) {
+            m.deliveries -= 1;
+            self.insert_ready(m);
+            self.dispatch(out);
+        }
+    }
+
+    /// The waiting messages that `selector` matches, in order.
+    pub fn browse(&self, selector: Option<&Selector>) -> Vec<QueuedMessage> {
+        self.ready
+            .iter()
+            .filter(|m| selects(selector, &m.block))
+            .cloned()
+            .collect()
+    }
+
+    /// Drops every waiting message; returns how many.
+    pub fn purge(&mut self) -> usize {
+        let n = self.ready.len();
+        self.ready.clear();
+        n
+    }
+
+    fn take_in_flight(&mut self, sub: &Subscriber, seq: u64) -> Option<QueuedMessage> {
+        match self.in_flight.get(&seq) {
+            Some((owner, _)) if owner == sub => {}
+            _ => return None,
+        }
+        let (_, m) = self.in_flight.remove(&seq)?;
+        if let Some(c) = self.consumers.iter_mut().find(|c| c.sub == *sub) {
+            c.in_flight -= 1;
+        }
+        Some(m)
+    }
+
+    fn give_back(&mut self, m: QueuedMessage, dead: &mut Vec<QueuedMessage>) {
+        if m.deliveries >= self.limits.max_deliveries {
+            dead.push(m);
+        } else {
+            self.insert_ready(m);
+        }
+    }
+
+    fn insert_ready(&mut self, m: QueuedMessage) {
+        let at = self.ready.partition_point(|r| r.seq < m.seq);
+        self.ready.insert(at, m);
+    }
+
+    fn dispatch(&mut self, out: &mut Vec<Dispatch>) {
+        let mut i = 0;
+        while i < self.ready.len() {
+            if !self.consumers.iter().any(|c| c.in_flight < c.prefetch) {
+                return;
+            }
+            let n = self.consumers.len();
+            let block = &self.ready[i].block;
+            let chosen = (0..n).map(|k| (self.rr + k) % n).find(|&k| {
+                let c = &self.consumers[k];
+                c.in_flight < c.prefetch && selects(c.selector.as_deref(), block)
+            });
+            let Some(k) = chosen else {
+                i += 1;
+                continue;
+            };
+            self.rr = (k + 1) % n;
+            let Some(mut m) = self.ready.remove(i) else {
+                return;
+            };
+            m.deliveries += 1;
+            let c = &mut self.consumers[k];
+            c.in_flight += 1;
+            out.push(Dispatch {
+                to: c.sub,
+                seq: m.seq,
+                block: m.block.clone(),
+                delivery_count: m.deliveries,
+            });
+            self.in_flight.insert(m.seq, (c.sub, m));
+        }
+    }
+}
+
+/// Whether `selector` (none = all) selects the message in `block`.
+pub fn selects(selector: Option<&Selector>, block: &[u8]) -> bool {
+    match selector {
+        None => true,
+        // Blocks were validated on the way in; one that no longer parses
+        // is selected by nothing.
+        Some(s) => MessageRef::parse(block).is_ok_and(|r| s.matches(&r)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::ConnectionRef;
+    use bytes::BytesMut;
+    use herald_protocol::{Destination, Message};
+
+    fn sub(n: u32) -> Subscriber {
+        Subscriber {
+            conn: ConnectionRef {
+                worker: 0,
+                slot: n as usize,
+                serial: n.into(),
+            },
+            subscription_id: n,
+        }
+    }
+
+    fn block(i: i32) -> Bytes {
+        let mut m = Message::text(i.to_string()).with_property("i", i);
+        m.destination = Some(Destination::queue("q"));
+        let mut b = BytesMut::new();
+        m.encode(&mut b).unwrap();
+        b.freeze()
+    }
+
+    fn queue() -> Queue {
+        Queue::new(
+            "q",
+            QueueLimits {
+                max_deliveries: 3,
+                max_messages: 100,
+            },
+        )
+    }
+
+    #[test]
+    fn competing_consumers_alternate_within_their_credit() {
+        let mut q = queue();
+        let mut out = Vec::new();
+        q.add_consumer(sub(1), None, 2, &mut out);
+        q.add_consumer(sub(2), None, 2, &mut out);
+        for i in 0..6 {
+            q.enqueue(block(i), &mut out).unwrap();
+        }
+        let to: Vec<u32> = out.iter().map(|d| d.to.subscription_id).collect();
+        assert_eq!(to, [1, 2, 1, 2]);
+        assert_eq!((q.depth(), q.in_flight()), (2, 4));
+        let first = out[0].seq;
+        out.clear();
+        assert!(q.ack(&sub(1), first, &mut out));
+        assert_eq!(out.len(), 1, "credit freed, one more dispatched");
+        assert!(
+            !q.ack(&sub(2), out[0].seq, &mut Vec::new()),
+            "not sub 2's delivery"
+        );
+    }
+
+    #[test]
+    fn returned_messages_keep_their_place_and_count() {
+        let mut q = queue();
+        let mut out = Vec::new();
+        q.add_consumer(sub(1), None, 1, &mut out);
+        q.enqueue(block(0), &mut out).unwrap();
+        q.enqueue(block(1), &mut out).unwrap();
+        assert_eq!(out.len(), 1);
+        let d = out.pop().unwrap();
+        assert!(q.remove_consumer(&sub(1), &mut out).is_empty());
+        q.add_consumer(sub(2), None, 10, &mut out);
+        assert_eq!(
+            out.iter()
+                .map(|d| (d.seq, d.delivery_count))
+                .collect::<Vec<_>>(),
+            [(d.seq, 2), (d.seq + 1, 1)]
+        );
+    }
+
+    #[test]
+    fn too_many_deliveries_make_a_message_dead() {
+        let mut q = queue();
+        let mut out = Vec::new();
+        q.add_consumer(sub(1), None, 1, &mut out);
+        q.enqueue(block(0), &mut out).unwrap();
+        for round in 1..=3 {
+            let d = out.pop().unwrap();
+            assert_eq!(d.delivery_count, round);
+            let dead = q.nack(&sub(1), d.seq, &mut out).unwrap();
+            assert_eq!(dead.len(), usize::from(round == 3));
+        }
+        assert!(out.is_empty());
+        assert_eq!((q.depth(), q.in_flight()), (0, 0));
+    }
+
+    #[test]
+    fn selectors_leave_unmatched_messages_for_others() {
+        let mut q = queue();
+        let mut out = Vec::new();
+        let even = Arc::new(Selector::parse("i / 2 * 2 = i").unwrap());
+        q.add_consumer(sub(1), Some(even), 10, &mut out);
+        for i in 0..4 {
+            q.enqueue(block(i), &mut out).unwrap();
+        }
+        assert_eq!(out.len(), 2);
+        assert_eq!(q.depth(), 2);
+        out.clear();
+        q.add_consumer(sub(2), None, 10, &mut out);
+        assert_eq!(out.len(), 2);
+        assert!(out.iter().all(|d| d.to == sub(2)));
+    }
+
+    #[test]
+    fn a_released_delivery_is_not_counted_and_limits_hold() {
+        let mut q = Queue::new(
+            "q",
+            QueueLimits {
+                max_deliveries: 3,
+                max_messages: 2,
+            },
+        );
+        let mut out = Vec::new();
+        q.add_consumer(sub(1), None, 5, &mut out);
+        q.enqueue(block(0), &mut out).unwrap();
+        let d = out.pop().unwrap();
+        q.release(&sub(1), d.seq, &mut out);
+        assert_eq!(out.pop().unwrap().delivery_count, 1);
+        q.enqueue(block(1), &mut out).unwrap();
+        assert_eq!(
+            q.enqueue(block(2), &mut out),
+            Err(QueueFull { max_messages: 2 })
+        );
+        assert_eq!(q.browse(None).len(), 0, "both in flight");
+    }
+}

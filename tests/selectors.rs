@@ -1,0 +1,120 @@
+//! Message selectors, evaluated on the server for topics and queues.
+
+use herald_client::{ConsumerOptions, Destination, Error, ErrorCode, Message};
+use herald_tests::*;
+
+fn sale(region: &str, units: i32) -> Message {
+    Message::text(format!("{region}:{units}"))
+        .with_property("region", region)
+        .with_property("units", units)
+}
+
+#[test]
+fn topic_subscribers_receive_only_what_their_selector_selects() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let big_eu = s
+        .create_consumer_with_selector(
+            &Destination::topic("sales.#"),
+            "region = 'EU' AND units >= 10",
+        )
+        .unwrap();
+    let americas = s
+        .create_consumer_with_selector(&Destination::topic("sales.#"), "region MATCHES '^(NA|SA)$'")
+        .unwrap();
+    let all = subscribe(&s, "sales.#");
+    let p = s
+        .create_producer(&Destination::topic("sales.phones"))
+        .unwrap();
+    for (region, units) in [("EU", 3), ("EU", 12), ("NA", 1), ("ASIA", 50), ("SA", 9)] {
+        p.send_with_receipt(sale(region, units)).unwrap();
+    }
+    assert_eq!(next(&big_eu).body_text(), Some("EU:12"));
+    assert_nothing(&big_eu);
+    assert_eq!(next(&americas).body_text(), Some("NA:1"));
+    assert_eq!(next(&americas).body_text(), Some("SA:9"));
+    assert_nothing(&americas);
+    for _ in 0..5 {
+        next(&all);
+    }
+    assert_eq!(
+        server.stats().messages_out,
+        8,
+        "unselected messages never crossed the network"
+    );
+}
+
+#[test]
+fn a_queue_consumer_takes_only_matching_messages_and_leaves_the_rest() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("orders")).unwrap();
+    for (region, units) in [("EU", 1), ("NA", 2), ("EU", 3)] {
+        p.send_with_receipt(sale(region, units)).unwrap();
+    }
+    let eu = s
+        .create_consumer_with_selector(&Destination::queue("orders"), "region = 'EU'")
+        .unwrap();
+    assert_eq!(next(&eu).body_text(), Some("EU:1"));
+    assert_eq!(next(&eu).body_text(), Some("EU:3"));
+    assert_nothing(&eu);
+    assert_eq!(
+        s.browse("orders", "").unwrap().len(),
+        1,
+        "NA stays for others"
+    );
+    let any = s.create_consumer(&Destination::queue("orders")).unwrap();
+    assert_eq!(next(&any).body_text(), Some("NA:2"));
+}
+
+#[test]
+fn headers_are_selectable() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let urgent = s
+        .create_consumer_with(
+            &Destination::topic("jobs"),
+            ConsumerOptions::default().selector("JMSPriority >= 7 OR JMSType = 'urgent'"),
+        )
+        .unwrap();
+    let p = s.create_producer(&Destination::topic("jobs")).unwrap();
+    let mut high = Message::text("high");
+    high.priority = 9;
+    let mut typed = Message::text("typed");
+    typed.message_type = Some("urgent".into());
+    for m in [Message::text("low"), high, typed] {
+        p.send_with_receipt(m).unwrap();
+    }
+    assert_eq!(next(&urgent).body_text(), Some("high"));
+    assert_eq!(next(&urgent).body_text(), Some("typed"));
+    assert_nothing(&urgent);
+}
+
+#[test]
+fn a_bad_selector_is_a_clear_error_naming_the_position() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    match s.create_consumer_with_selector(&Destination::topic("t"), "region = 'EU' AND") {
+        Err(Error::InvalidArgument(msg)) => assert!(msg.contains("position 17"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    // The server checks too, for clients that do not.
+    let mut raw = RawClient::connected(&server, 0);
+    raw.send(
+        &herald_protocol::Frame::Subscribe(herald_protocol::frame::Subscribe {
+            selector: "units > > 3".into(),
+            ..herald_protocol::frame::Subscribe::new(
+                1,
+                herald_protocol::DestinationKind::Topic,
+                "t",
+            )
+        }),
+        5,
+    );
+    let (e, id) = raw.expect_error();
+    assert_eq!(
+        (e.error_code(), id, e.fatal),
+        (Some(ErrorCode::InvalidSelector), 5, false)
+    );
+    assert!(e.message.contains("position 8"), "{e:?}");
+}
