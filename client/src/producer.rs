@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use herald_protocol::{Destination, FrameKind, Message};
+use herald_protocol::{DeliveryMode, Destination, FrameKind, Message};
 
 use crate::connection::Inner;
 use crate::error::Result;
@@ -33,18 +33,23 @@ impl Producer {
         message
     }
 
-    /// Sends without waiting for the server: the message is queued for the
-    /// connection's flusher and this returns. Errors the server reports
-    /// later reach the connection's exception listener.
+    /// Sends a message. A non-persistent one is queued for the
+    /// connection's flusher and this returns at once (errors the server
+    /// reports later reach the exception listener). A persistent one waits,
+    /// as in JMS, until the server has it in its journal.
     pub fn send(&self, message: Message) -> Result<()> {
+        if message.delivery_mode == DeliveryMode::Persistent {
+            return self.send_with_receipt(message);
+        }
         let message = self.stamp(message);
         self.inner
             .writer
             .send_with(FrameKind::Send, 0, |d| message.encode(d))
     }
 
-    /// Sends and waits until the server confirms it has routed the message
-    /// (or refuses it, which is returned as an error).
+    /// Sends and waits until the server confirms it has routed the message,
+    /// and for a persistent one written it to its journal (or refuses it,
+    /// which is returned as an error).
     pub fn send_with_receipt(&self, message: Message) -> Result<()> {
         let message = self.stamp(message);
         self.inner

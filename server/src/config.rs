@@ -5,7 +5,9 @@
 //! values are refused with an error naming the key and the file.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use crate::store::FsyncPolicy;
 
 use serde::Deserialize;
 use thiserror::Error;
@@ -68,10 +70,37 @@ pub struct Config {
     pub min_heartbeat_ms: u32,
     /// Time allowed before CONNECT.
     pub connect_timeout_ms: u32,
+    /// Where the journal keeps persistent messages and durable
+    /// subscriptions.
+    pub data_dir: PathBuf,
+    /// The journal.
+    pub journal: JournalSection,
     /// The topic tree.
     pub topics: TopicsConfig,
     /// Queues and acknowledged subscriptions.
     pub queues: QueuesConfig,
+}
+
+/// `[journal]`: how persistent state is written.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JournalSection {
+    /// When writes are made durable.
+    pub fsync: FsyncPolicy,
+    /// Bytes per segment file.
+    pub segment_size: u64,
+    /// Segments kept before live records are moved forward.
+    pub max_segments: usize,
+}
+
+impl Default for JournalSection {
+    fn default() -> JournalSection {
+        JournalSection {
+            fsync: FsyncPolicy::Batch,
+            segment_size: 64 << 20,
+            max_segments: 8,
+        }
+    }
 }
 
 /// `[queues]`: limits and dead letters.
@@ -121,6 +150,8 @@ impl Default for Config {
             heartbeat_ms: 30_000,
             min_heartbeat_ms: 100,
             connect_timeout_ms: 10_000,
+            data_dir: PathBuf::from("./data"),
+            journal: JournalSection::default(),
             topics: TopicsConfig::default(),
             queues: QueuesConfig::default(),
         }
@@ -211,6 +242,21 @@ impl Config {
                 ),
             );
         }
+        if self.journal.segment_size < 4096 {
+            return invalid(
+                "journal.segment_size",
+                format!("{} is below the minimum of 4096", self.journal.segment_size),
+            );
+        }
+        if self.journal.max_segments < 2 {
+            return invalid(
+                "journal.max_segments",
+                format!("{} is below 2", self.journal.max_segments),
+            );
+        }
+        if self.data_dir.as_os_str().is_empty() {
+            return invalid("data_dir", "must not be empty".into());
+        }
         let prefix = &self.queues.dead_letter_prefix;
         if let Err(e) = herald_protocol::destination::validate_name(&format!("{prefix}x")) {
             return invalid("queues.dead_letter_prefix", e.to_string());
@@ -256,6 +302,13 @@ mod tests {
             ("heartbeat_ms = 50", "heartbeat_ms"),
             ("max_pending_bytes = 2048", "max_pending_bytes"),
             ("[topics]\ndeclared = [\"a..b\"]", "topics.declared"),
+            ("[journal]\nfsync = \"sometimes\"", "fsync"),
+            ("[journal]\nsegment_size = 10", "journal.segment_size"),
+            ("[queues]\nmax_deliveries = 0", "queues.max_deliveries"),
+            (
+                "[queues]\ndead_letter_prefix = \"a b\"",
+                "queues.dead_letter_prefix",
+            ),
         ] {
             let msg = Config::parse(text, "x.toml").unwrap_err().to_string();
             assert!(msg.contains(key) && msg.contains("x.toml"), "{text}: {msg}");

@@ -9,6 +9,7 @@
 //!   `broker`.
 //! - [`broker`]: routing, the topic tree and strict mode. No sockets.
 //! - [`session`]: per-connection protocol state.
+//! - [`store`]: persistence: the storage trait and the embedded journal.
 //! - [`delivery`]: routed messages on their way to the owning worker.
 //! - [`config`]: the settings of `herald.toml`.
 #![forbid(unsafe_code)]
@@ -21,6 +22,7 @@ pub mod handlers;
 pub mod net;
 mod server;
 pub mod session;
+pub mod store;
 
 pub use config::{Config, ConfigError};
 pub use server::{Server, ServerHandle, StartError, Stats};

@@ -24,6 +24,9 @@ struct Args {
     /// Worker threads, overriding the config (0 = one per core).
     #[arg(long)]
     workers: Option<usize>,
+    /// Data directory for the journal, overriding the config.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -45,6 +48,9 @@ fn main() -> ExitCode {
     }
     if let Some(workers) = args.workers {
         config.workers = workers;
+    }
+    if let Some(dir) = args.data_dir {
+        config.data_dir = dir;
     }
     if let Err(e) = config.validate("command line") {
         eprintln!("herald-server: {e}");

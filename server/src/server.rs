@@ -16,6 +16,7 @@ use crate::broker::Broker;
 use crate::config::Config;
 use crate::net::worker::Worker;
 use crate::net::{acceptor, Command, Shared, WorkerHandle, WorkerStats, WAKER};
+use crate::store::{Journal, JournalConfig, JournalError};
 
 /// Why a server could not start.
 #[derive(Debug, Error)]
@@ -31,6 +32,9 @@ pub enum StartError {
     /// A poll, waker or thread could not be created.
     #[error("cannot start the server's threads: {0}")]
     Threads(#[from] io::Error),
+    /// The journal could not be opened or replayed.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
 }
 
 /// The entry point.
@@ -47,6 +51,22 @@ impl Server {
         })?;
         let local_addr = listener.local_addr()?;
         let n = config.worker_count();
+        let (journal, recovered) = Journal::open(JournalConfig {
+            dir: config.data_dir.clone(),
+            fsync: config.journal.fsync,
+            segment_size: config.journal.segment_size,
+            max_segments: config.journal.max_segments,
+        })?;
+        log::info!(
+            "journal {}: {} records in {} segments replayed, {} live",
+            config.data_dir.display(),
+            recovered.records_read,
+            recovered.segments,
+            recovered.records.len()
+        );
+        let journal = Arc::new(journal);
+        let broker = Broker::new(&config, journal.clone());
+        broker.restore(recovered);
 
         let mut worker_parts = Vec::with_capacity(n);
         let mut handles = Vec::with_capacity(n);
@@ -59,7 +79,7 @@ impl Server {
             worker_parts.push((poll, rx, notified));
         }
         let shared = Arc::new(Shared {
-            broker: Broker::new(&config),
+            broker,
             config,
             workers: handles,
             stats: (0..n).map(|_| WorkerStats::default()).collect(),
@@ -86,6 +106,7 @@ impl Server {
         );
         Ok(ServerHandle {
             local_addr,
+            journal,
             shared,
             acceptor_waker,
             threads,
@@ -126,6 +147,7 @@ pub struct Stats {
 /// A running server.
 pub struct ServerHandle {
     local_addr: SocketAddr,
+    journal: Arc<Journal>,
     shared: Arc<Shared>,
     acceptor_waker: Waker,
     threads: Vec<JoinHandle<()>>,
@@ -183,6 +205,9 @@ impl ServerHandle {
                 log::error!("a server thread panicked");
             }
         }
+        // Last: what the workers appended is written before the journal
+        // thread ends.
+        self.journal.shutdown();
         log::info!("server on {} stopped", self.local_addr);
     }
 }

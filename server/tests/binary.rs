@@ -7,15 +7,39 @@ use std::time::Duration;
 
 use herald_client::{ConnectionFactory, Error};
 
-fn server(args: &[&str]) -> Command {
+/// A directory removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(label: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        TempDir(std::env::temp_dir().join(format!("herald-bin-{label}-{}-{n}", std::process::id())))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The binary with these arguments and a data directory of its own.
+fn server(args: &[&str]) -> (Command, TempDir) {
+    let data = TempDir::new("data");
     let mut c = Command::new(env!("CARGO_BIN_EXE_herald-server"));
-    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    c
+    c.arg("--data-dir")
+        .arg(&data.0)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    (c, data)
 }
 
 /// Starts the binary and reads the address it reports.
-fn start(args: &[&str]) -> (Child, String) {
-    let mut child = server(args).spawn().unwrap();
+fn start(args: &[&str]) -> (Child, String, TempDir) {
+    let (mut command, data) = server(args);
+    let mut child = command.spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
@@ -24,7 +48,7 @@ fn start(args: &[&str]) -> (Child, String) {
         .trim()
         .strip_prefix("herald-server listening on ")
         .unwrap_or_else(|| panic!("{line}"));
-    (child, addr.to_owned())
+    (child, addr.to_owned(), data)
 }
 
 fn signal(child: &Child, name: &str) {
@@ -37,7 +61,7 @@ fn signal(child: &Child, name: &str) {
 
 #[test]
 fn runs_with_flags_and_shuts_down_gracefully_on_sigterm() {
-    let (mut child, addr) = start(&["--listen", "127.0.0.1:0", "--workers", "3"]);
+    let (mut child, addr, _data) = start(&["--listen", "127.0.0.1:0", "--workers", "3"]);
     let connection = ConnectionFactory::new(&format!("herald://{addr}"))
         .unwrap()
         .create_connection()
@@ -57,11 +81,11 @@ fn runs_with_flags_and_shuts_down_gracefully_on_sigterm() {
 
 #[test]
 fn reads_a_config_file_and_command_line_flags_win() {
-    let dir = std::env::temp_dir().join(format!("herald-bin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("herald.toml");
+    let dir = TempDir::new("config");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let path = dir.0.join("herald.toml");
     std::fs::write(&path, "listen = \"127.0.0.1:1\"\nheartbeat_ms = 4000\n").unwrap();
-    let (mut child, addr) = start(&[
+    let (mut child, addr, _data) = start(&[
         "--config",
         path.to_str().unwrap(),
         "--listen",
@@ -80,20 +104,20 @@ fn reads_a_config_file_and_command_line_flags_win() {
     );
     signal(&child, "INT");
     assert!(child.wait().unwrap().success());
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn bad_configs_are_refused_naming_the_key_and_file() {
-    let dir = std::env::temp_dir().join(format!("herald-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("bad.toml");
+    let dir = TempDir::new("bad");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let path = dir.0.join("bad.toml");
     for (text, key) in [
         ("wrokers = 2\n", "wrokers"),
         ("max_frame_size = \"big\"\n", "max_frame_size"),
     ] {
         std::fs::write(&path, text).unwrap();
         let out = server(&["--config", path.to_str().unwrap()])
+            .0
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(2));
@@ -101,21 +125,21 @@ fn bad_configs_are_refused_naming_the_key_and_file() {
         assert!(err.contains(key) && err.contains("bad.toml"), "{err}");
     }
     let out = server(&["--config", "/nonexistent/herald.toml"])
+        .0
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/herald.toml"));
-    let out = server(&["--workers", "5000"]).output().unwrap();
+    let out = server(&["--workers", "5000"]).0.output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("workers"));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn a_taken_port_is_a_clear_error() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let out = server(&["--listen", &addr]).output().unwrap();
+    let out = server(&["--listen", &addr]).0.output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains(&addr));
 }

@@ -3,6 +3,9 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::ops::Deref;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -16,23 +19,80 @@ use herald_server::{Config, Server, ServerHandle};
 /// How long a test waits for something that should happen at once.
 pub const PATIENCE: Duration = Duration::from_secs(10);
 
-/// A config for tests: loopback, an ephemeral port, two workers.
+/// A fresh, empty directory under the system's temporary directory, named
+/// for this process; [`TestServer`] removes it.
+pub fn temp_dir(label: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("herald-test-{}-{label}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A config for tests: loopback, an ephemeral port, two workers, a data
+/// directory of its own.
 pub fn test_config() -> Config {
     Config {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         workers: 2,
+        data_dir: temp_dir("data"),
         ..Config::default()
     }
 }
 
+/// A running server that removes its data directory when dropped.
+pub struct TestServer {
+    handle: Option<ServerHandle>,
+    data_dir: PathBuf,
+}
+
+impl TestServer {
+    /// Shuts the server down and removes its data directory.
+    pub fn shutdown(mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown();
+        }
+    }
+
+    /// Shuts the server down and keeps its data directory, for a server
+    /// started next on the same one.
+    pub fn stop_keeping_data(mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown();
+        }
+        self.data_dir = PathBuf::new();
+    }
+}
+
+impl Deref for TestServer {
+    type Target = ServerHandle;
+
+    fn deref(&self) -> &ServerHandle {
+        self.handle.as_ref().expect("running")
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        drop(self.handle.take());
+        if !self.data_dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.data_dir);
+        }
+    }
+}
+
 /// Starts a server with [`test_config`].
-pub fn start() -> ServerHandle {
+pub fn start() -> TestServer {
     start_with(test_config())
 }
 
 /// Starts a server with this config.
-pub fn start_with(config: Config) -> ServerHandle {
-    Server::start(config).expect("server starts")
+pub fn start_with(config: Config) -> TestServer {
+    let data_dir = config.data_dir.clone();
+    TestServer {
+        handle: Some(Server::start(config).expect("server starts")),
+        data_dir,
+    }
 }
 
 /// A factory for the server.

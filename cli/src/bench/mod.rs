@@ -80,6 +80,7 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
         let config = Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             workers: args.workers,
+            data_dir: embedded_data_dir(),
             ..Config::default()
         };
         let server = Server::start(config).map_err(|e| Error::InvalidArgument(e.to_string()))?;
@@ -110,7 +111,16 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
     if matches!(args.mode, Mode::All | Mode::Latency) {
         latency::run(&factory, args.size, args.rate, args.latency_count)?;
     }
+    if let Some(server) = embedded {
+        server.shutdown();
+        let _ = std::fs::remove_dir_all(embedded_data_dir());
+    }
     Ok(())
+}
+
+/// The embedded server's journal directory, private to this process.
+fn embedded_data_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("herald-bench-{}", std::process::id()))
 }
 
 /// A topic no other bench run uses.

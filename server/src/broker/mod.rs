@@ -27,11 +27,12 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use bytes::{Bytes, BytesMut};
 use herald_protocol::message::MessageRef;
 use herald_protocol::selector::Selector;
-use herald_protocol::{Destination, DestinationKind, Message, MessageView, Pattern};
+use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, MessageView, Pattern};
 
 use crate::config::Config;
 use crate::delivery::Deliveries;
-use queue::{Dispatch, QueuedMessage};
+use crate::store::{Holder, Record, Recovered, Store};
+use queue::{Dispatch, QueueFull, QueuedMessage};
 
 /// Where a connection lives: the worker that owns it, its slot in that
 /// worker, and a serial number that tells a reused slot from the original.
@@ -180,6 +181,8 @@ struct Durable {
     key: u64,
     queue: SharedQueue,
     active: Option<Subscriber>,
+    /// Its creation record in the store.
+    journal_id: u64,
 }
 
 /// The routing state of one server.
@@ -194,6 +197,8 @@ pub struct Broker {
     limits: QueueLimits,
     dead_letter_prefix: String,
     default_prefetch: u32,
+    /// Where persistent messages and durable subscriptions are kept.
+    store: Arc<dyn Store>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -218,8 +223,8 @@ fn deliver_from(queue: &SharedQueue, dispatches: Vec<Dispatch>, out: &mut Delive
 }
 
 impl Broker {
-    /// A broker for this configuration.
-    pub fn new(config: &Config) -> Broker {
+    /// A broker for this configuration, keeping what must last in `store`.
+    pub fn new(config: &Config, store: Arc<dyn Store>) -> Broker {
         let declared = config
             .topics
             .strict
@@ -236,14 +241,162 @@ impl Broker {
             },
             dead_letter_prefix: config.queues.dead_letter_prefix.clone(),
             default_prefetch: config.queues.default_prefetch,
+            store,
         }
     }
 
     fn queue(&self, name: &str) -> SharedQueue {
         lock(&self.queues)
             .entry(name.to_owned())
-            .or_insert_with(|| Arc::new(Mutex::new(Queue::new(name, self.limits))))
+            .or_insert_with(|| {
+                let holder = Holder::Queue(name.to_owned());
+                Arc::new(Mutex::new(Queue::new(name, Some(holder), self.limits)))
+            })
             .clone()
+    }
+
+    /// Rebuilds durable subscriptions and queues from what the store kept,
+    /// before any client connects.
+    pub fn restore(&self, recovered: Recovered) {
+        let (mut messages, mut durables) = (0, 0);
+        for record in recovered.records {
+            match record {
+                Record::Durable {
+                    id,
+                    client_id,
+                    name,
+                    pattern,
+                    selector,
+                } => {
+                    let parsed = Pattern::parse(&pattern)
+                        .map_err(|e| e.to_string())
+                        .and_then(|p| {
+                            let s = match selector.as_str() {
+                                "" => None,
+                                text => Some(Arc::new(
+                                    Selector::parse(text).map_err(|e| e.to_string())?,
+                                )),
+                            };
+                            Ok((p, s))
+                        });
+                    match parsed {
+                        Ok((pattern, sel)) => {
+                            let key = (client_id.clone(), name.clone());
+                            let d = self.new_durable(&client_id, &name, pattern, selector, sel, id);
+                            lock(&self.durables).insert(key, d);
+                            durables += 1;
+                        }
+                        Err(e) => {
+                            log::warn!("kept durable subscription {client_id}/{name} no longer parses ({e}): dropped");
+                            self.store.append(Record::End { id }, None);
+                        }
+                    }
+                }
+                Record::Enqueue { id, holder, block } => {
+                    let queue = match &holder {
+                        Holder::Queue(name) => Some(self.queue(name)),
+                        Holder::Durable(client, name) => lock(&self.durables)
+                            .get(&(client.clone(), name.clone()))
+                            .map(|d| d.queue.clone()),
+                    };
+                    match queue {
+                        Some(q) => {
+                            lock(&q).restore(block, Some(id));
+                            messages += 1;
+                        }
+                        None => {
+                            log::warn!("kept message {id} belongs to {holder:?}, which no longer exists: dropped");
+                            self.store.append(Record::End { id }, None);
+                        }
+                    }
+                }
+                Record::End { .. } => {}
+            }
+        }
+        if messages + durables > 0 {
+            log::info!(
+                "restored {messages} persistent messages and {durables} durable subscriptions"
+            );
+        }
+    }
+
+    /// A durable subscription's entry and queue, entered in the topic tree.
+    fn new_durable(
+        &self,
+        client_id: &str,
+        name: &str,
+        pattern: Pattern,
+        selector_text: String,
+        selector: Option<Arc<Selector>>,
+        journal_id: u64,
+    ) -> Durable {
+        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+        let holder = Holder::Durable(client_id.to_owned(), name.to_owned());
+        let queue_name = format!("durable.{client_id}.{name}");
+        let queue = Arc::new(Mutex::new(Queue::new(
+            queue_name,
+            Some(holder),
+            self.limits,
+        )));
+        let entry = TopicEntry {
+            key,
+            target: Target::Queue(queue.clone()),
+            selector,
+        };
+        self.write_topics().insert(&pattern, entry);
+        Durable {
+            pattern,
+            selector: selector_text,
+            key,
+            queue,
+            active: None,
+            journal_id,
+        }
+    }
+
+    /// Removes a durable subscription from the tree and ends it and its
+    /// messages in the store.
+    fn drop_durable(&self, d: Durable) {
+        self.write_topics().remove(&d.pattern, d.key);
+        for m in lock(&d.queue).drain() {
+            if let Some(id) = m.journal_id {
+                self.store.append(Record::End { id }, None);
+            }
+        }
+        self.store.append(Record::End { id: d.journal_id }, None);
+    }
+
+    /// Puts a message into a queue, writing it to the store first if it is
+    /// persistent and the queue keeps persistent messages. Returns whether
+    /// it was written. The store record is appended under the queue lock,
+    /// so it precedes any acknowledgement of the message.
+    fn enqueue(
+        &self,
+        queue: &SharedQueue,
+        block: &Bytes,
+        mode: DeliveryMode,
+        out: &mut Deliveries,
+    ) -> Result<bool, QueueFull> {
+        let mut dispatches = Vec::new();
+        let mut q = lock(queue);
+        q.check_room()?;
+        let journal_id = match (mode, q.holder()) {
+            (DeliveryMode::Persistent, Some(holder)) => {
+                let id = self.store.next_id();
+                let record = Record::Enqueue {
+                    id,
+                    holder: holder.clone(),
+                    block: block.clone(),
+                };
+                self.store.append(record, None);
+                Some(id)
+            }
+            _ => None,
+        };
+        q.enqueue(block.clone(), journal_id, &mut dispatches)?;
+        drop(q);
+        deliver_from(queue, dispatches, out);
+        Ok(journal_id.is_some())
     }
 
     /// The queue called `name`, if it exists.
@@ -260,23 +413,19 @@ impl Broker {
     }
 
     /// Routes a published message: to every matching topic subscription,
-    /// or into its queue.
-    pub fn publish(&self, message: &MessageView, out: &mut Deliveries) -> Result<(), RouteError> {
+    /// or into its queue. Returns whether anything was written to the
+    /// store (then the publisher's RECEIPT must wait for it).
+    pub fn publish(&self, message: &MessageView, out: &mut Deliveries) -> Result<bool, RouteError> {
         let name = message.destination();
         let block = message.block();
+        let mode = message.delivery_mode;
         match message.destination_kind {
             DestinationKind::Queue => {
-                let queue = self.queue(name);
-                let mut dispatches = Vec::new();
-                let full = lock(&queue).enqueue(block.clone(), &mut dispatches).err();
-                deliver_from(&queue, dispatches, out);
-                match full {
-                    None => Ok(()),
-                    Some(f) => Err(RouteError::QueueFull {
+                self.enqueue(&self.queue(name), block, mode, out)
+                    .map_err(|f| RouteError::QueueFull {
                         queue: name.to_owned(),
                         max: f.max_messages,
-                    }),
-                }
+                    })
             }
             DestinationKind::Topic => {
                 if let Some(declared) = &self.declared {
@@ -284,6 +433,7 @@ impl Broker {
                 }
                 // Parsed at most once, and only if a selector needs it.
                 let fields: OnceCell<Option<MessageRef<'_>>> = OnceCell::new();
+                let mut journaled = false;
                 let tree = self.read_topics();
                 tree.for_each_match(name, |entry| {
                     if let Some(selector) = &entry.selector {
@@ -294,20 +444,17 @@ impl Broker {
                     }
                     match &entry.target {
                         Target::Direct(sub) => out.push(*sub, block.clone()),
-                        Target::Queue(queue) => {
-                            let mut dispatches = Vec::new();
-                            if let Err(full) = lock(queue).enqueue(block.clone(), &mut dispatches) {
-                                log::warn!(
-                                    "subscription queue '{}' is full ({} messages): message {name} not kept for it",
-                                    lock(queue).name(),
-                                    full.max_messages
-                                );
-                            }
-                            deliver_from(queue, dispatches, out);
-                        }
+                        Target::Queue(queue) => match self.enqueue(queue, block, mode, out) {
+                            Ok(written) => journaled |= written,
+                            Err(full) => log::warn!(
+                                "subscription queue '{}' is full ({} messages): a message on {name} is not kept for it",
+                                lock(queue).name(),
+                                full.max_messages
+                            ),
+                        },
                     }
                 });
-                Ok(())
+                Ok(journaled)
             }
         }
     }
@@ -353,7 +500,8 @@ impl Broker {
                 let key = self.next_key.fetch_add(1, Ordering::Relaxed);
                 let (target, queue) = if req.acknowledged {
                     let name = format!("subscription.{}.{}", sub.conn.serial, sub.subscription_id);
-                    let queue = Arc::new(Mutex::new(Queue::new(name, self.limits)));
+                    // Lives and dies with its connection: nothing to keep.
+                    let queue = Arc::new(Mutex::new(Queue::new(name, None, self.limits)));
                     attach(&queue, None, out);
                     (Target::Queue(queue.clone()), Some(queue))
                 } else {
@@ -398,29 +546,32 @@ impl Broker {
             // JMS: resubscribing with another topic or selector replaces
             // the subscription and what it kept.
             if d.pattern != pattern || d.selector != req.selector {
-                let old = durables.remove(&id).map(|d| (d.pattern, d.key));
-                if let Some((pattern, key)) = old {
-                    self.write_topics().remove(&pattern, key);
+                if let Some(old) = durables.remove(&id) {
+                    self.drop_durable(old);
                 }
             }
         }
         let d = durables.entry(id.clone()).or_insert_with(|| {
-            let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-            let name = format!("durable.{}.{}", req.client_id, req.durable_name);
-            let queue = Arc::new(Mutex::new(Queue::new(name, self.limits)));
-            let entry = TopicEntry {
-                key,
-                target: Target::Queue(queue.clone()),
-                selector,
-            };
-            self.write_topics().insert(&pattern, entry);
-            Durable {
+            let journal_id = self.store.next_id();
+            self.store.append(
+                Record::Durable {
+                    id: journal_id,
+                    client_id: req.client_id.to_owned(),
+                    name: req.durable_name.to_owned(),
+                    pattern: req.destination.to_owned(),
+                    selector: req.selector.to_owned(),
+                },
+                None,
+            );
+            let (client, name) = (req.client_id, req.durable_name);
+            self.new_durable(
+                client,
+                name,
                 pattern,
-                selector: req.selector.to_owned(),
-                key,
-                queue,
-                active: None,
-            }
+                req.selector.to_owned(),
+                selector,
+                journal_id,
+            )
         });
         d.active = Some(sub);
         let queue = d.queue.clone();
@@ -473,7 +624,7 @@ impl Broker {
             Some(d) if d.active.is_some() => Err(SubscribeError::InUse(name.to_owned())),
             Some(_) => {
                 if let Some(d) = durables.remove(&id) {
-                    self.write_topics().remove(&d.pattern, d.key);
+                    self.drop_durable(d);
                 }
                 Ok(())
             }
@@ -483,9 +634,16 @@ impl Broker {
     /// Settles one delivery as processed. False if `sub` does not hold it.
     pub fn ack(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) -> bool {
         let mut dispatches = Vec::new();
-        let ok = lock(&ack.queue).ack(sub, ack.seq, &mut dispatches);
+        let mut q = lock(&ack.queue);
+        let Some(m) = q.ack(sub, ack.seq, &mut dispatches) else {
+            return false;
+        };
+        if let Some(id) = m.journal_id {
+            self.store.append(Record::End { id }, None);
+        }
+        drop(q);
         deliver_from(&ack.queue, dispatches, out);
-        ok
+        true
     }
 
     /// Gives one delivery back for redelivery. False if `sub` does not
@@ -542,47 +700,61 @@ impl Broker {
         }
         let from_name = lock(from).name().to_owned();
         for m in dead {
-            let Ok(mut message) = Message::decode(&m.block, m.deliveries) else {
-                continue;
-            };
-            let original = message
-                .destination
-                .clone()
-                .unwrap_or_else(|| Destination::queue(from_name.clone()));
-            if original.kind == DestinationKind::Queue
-                && original.name.starts_with(&self.dead_letter_prefix)
-            {
-                log::warn!(
-                    "message {} failed in dead-letter queue {}: dropped",
-                    message.message_id,
-                    original.name
-                );
-                continue;
+            // The copy in the dead-letter queue is written before the
+            // original's record ends: a crash between keeps both, not none.
+            self.move_dead(&from_name, &m, reason, out);
+            if let Some(id) = m.journal_id {
+                self.store.append(Record::End { id }, None);
             }
-            let dlq = format!("{}{}", self.dead_letter_prefix, original.name);
-            message.set_property("HeraldOriginalDestination", original.to_string());
-            message.set_property(
-                "HeraldDeadLetterReason",
-                format!("{reason} ({} deliveries)", m.deliveries),
-            );
-            message.destination = Some(Destination::queue(dlq.clone()));
-            let mut block = BytesMut::new();
-            if message.encode(&mut block).is_err() {
-                continue;
-            }
-            let queue = self.queue(&dlq);
-            let mut dispatches = Vec::new();
-            if lock(&queue)
-                .enqueue(Bytes::from(block), &mut dispatches)
-                .is_err()
-            {
-                log::warn!(
-                    "dead-letter queue {dlq} is full: message {} dropped",
-                    message.message_id
-                );
-            }
-            deliver_from(&queue, dispatches, out);
         }
+    }
+
+    /// Re-files one dead message in its destination's dead-letter queue.
+    fn move_dead(&self, from_name: &str, m: &QueuedMessage, reason: &str, out: &mut Deliveries) {
+        let Ok(mut message) = Message::decode(&m.block, m.deliveries) else {
+            return;
+        };
+        let original = message
+            .destination
+            .clone()
+            .unwrap_or_else(|| Destination::queue(from_name));
+        if original.kind == DestinationKind::Queue
+            && original.name.starts_with(&self.dead_letter_prefix)
+        {
+            log::warn!(
+                "message {} failed in dead-letter queue {}: dropped",
+                message.message_id,
+                original.name
+            );
+            return;
+        }
+        let dlq = format!("{}{}", self.dead_letter_prefix, original.name);
+        message.set_property("HeraldOriginalDestination", original.to_string());
+        message.set_property(
+            "HeraldDeadLetterReason",
+            format!("{reason} ({} deliveries)", m.deliveries),
+        );
+        message.destination = Some(Destination::queue(dlq.clone()));
+        let mut block = BytesMut::new();
+        if message.encode(&mut block).is_err() {
+            return;
+        }
+        let queue = self.queue(&dlq);
+        let block = Bytes::from(block);
+        if self
+            .enqueue(&queue, &block, message.delivery_mode, out)
+            .is_err()
+        {
+            log::warn!(
+                "dead-letter queue {dlq} is full: message {} dropped",
+                message.message_id
+            );
+        }
+    }
+
+    /// Where persistent state is kept.
+    pub fn store(&self) -> &dyn Store {
+        &*self.store
     }
 
     /// Number of topic subscriptions (durable ones included).

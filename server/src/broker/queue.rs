@@ -22,6 +22,7 @@ use herald_protocol::message::MessageRef;
 use herald_protocol::selector::Selector;
 
 use super::Subscriber;
+use crate::store::Holder;
 
 /// A message held by a queue.
 #[derive(Debug, Clone)]
@@ -32,6 +33,8 @@ pub struct QueuedMessage {
     pub block: Bytes,
     /// Times it has been delivered so far.
     pub deliveries: u32,
+    /// Its record in the store, for a persistent message.
+    pub journal_id: Option<u64>,
 }
 
 /// A message the queue has given to a consumer.
@@ -73,6 +76,9 @@ pub struct QueueFull {
 /// One queue's state; it lives behind a mutex in the broker.
 pub struct Queue {
     name: String,
+    /// How its persistent messages are filed in the store; `None` for a
+    /// queue that lives and dies with one connection.
+    holder: Option<Holder>,
     limits: QueueLimits,
     ready: VecDeque<QueuedMessage>,
     in_flight: HashMap<u64, (Subscriber, QueuedMessage)>,
@@ -85,10 +91,11 @@ pub struct Queue {
 }
 
 impl Queue {
-    /// An empty queue.
-    pub fn new(name: impl Into<String>, limits: QueueLimits) -> Queue {
+    /// An empty queue; `holder` files its persistent messages in the store.
+    pub fn new(name: impl Into<String>, holder: Option<Holder>, limits: QueueLimits) -> Queue {
         Queue {
             name: name.into(),
+            holder,
             limits,
             ready: VecDeque::new(),
             in_flight: HashMap::new(),
@@ -103,6 +110,11 @@ impl Queue {
     /// The queue's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// How its persistent messages are filed, if they are.
+    pub fn holder(&self) -> Option<&Holder> {
+        self.holder.as_ref()
     }
 
     /// Messages waiting for a consumer.
@@ -125,13 +137,33 @@ impl Queue {
         (self.enqueued, self.acknowledged)
     }
 
-    /// Adds a message and dispatches what can be.
-    pub fn enqueue(&mut self, block: Bytes, out: &mut Vec<Dispatch>) -> Result<(), QueueFull> {
+    /// Fails if one more message would exceed the limit.
+    pub fn check_room(&self) -> Result<(), QueueFull> {
         if self.ready.len() + self.in_flight.len() >= self.limits.max_messages {
             return Err(QueueFull {
                 max_messages: self.limits.max_messages,
             });
         }
+        Ok(())
+    }
+
+    /// Adds a message (with its store record, if persistent) and
+    /// dispatches what can be.
+    pub fn enqueue(
+        &mut self,
+        block: Bytes,
+        journal_id: Option<u64>,
+        out: &mut Vec<Dispatch>,
+    ) -> Result<(), QueueFull> {
+        self.check_room()?;
+        self.restore(block, journal_id);
+        self.dispatch(out);
+        Ok(())
+    }
+
+    /// Adds a message kept from before a restart, whatever the limit: a
+    /// persistent message is never dropped.
+    pub fn restore(&mut self, block: Bytes, journal_id: Option<u64>) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.enqueued += 1;
@@ -139,9 +171,8 @@ impl Queue {
             seq,
             block,
             deliveries: 0,
+            journal_id,
         });
-        self.dispatch(out);
-        Ok(())
     }
 
     /// Attaches a consumer and dispatches to it what waits.
@@ -186,17 +217,18 @@ impl Queue {
         dead
     }
 
-    /// The consumer processed the message: forget it. False if `sub` does
-    /// not hold that delivery.
-    pub fn ack(&mut self, sub: &Subscriber, seq: u64, out: &mut Vec<Dispatch>) -> bool {
-        match self.take_in_flight(sub, seq) {
-            Some(_) => {
-                self.acknowledged += 1;
-                self.dispatch(out);
-                true
-            }
-            None => false,
-        }
+    /// The consumer processed the message: forget it, and return it (its
+    /// store record must end). `None` if `sub` does not hold that delivery.
+    pub fn ack(
+        &mut self,
+        sub: &Subscriber,
+        seq: u64,
+        out: &mut Vec<Dispatch>,
+    ) -> Option<QueuedMessage> {
+        let m = self.take_in_flight(sub, seq)?;
+        self.acknowledged += 1;
+        self.dispatch(out);
+        Some(m)
     }
 
     /// The consumer gives the message back for redelivery; dead ones are
@@ -233,11 +265,15 @@ impl Queue {
             .collect()
     }
 
-    /// Drops every waiting message; returns how many.
-    pub fn purge(&mut self) -> usize {
-        let n = self.ready.len();
-        self.ready.clear();
-        n
+    /// Takes every message, waiting and in flight (the queue is being
+    /// deleted).
+    pub fn drain(&mut self) -> Vec<QueuedMessage> {
+        let mut all: Vec<QueuedMessage> = self.ready.drain(..).collect();
+        all.extend(self.in_flight.drain().map(|(_, (_, m))| m));
+        for c in &mut self.consumers {
+            c.in_flight = 0;
+        }
+        all
     }
 
     fn take_in_flight(&mut self, sub: &Subscriber, seq: u64) -> Option<QueuedMessage> {
@@ -338,6 +374,7 @@ mod tests {
     fn queue() -> Queue {
         Queue::new(
             "q",
+            None,
             QueueLimits {
                 max_deliveries: 3,
                 max_messages: 100,
@@ -352,17 +389,17 @@ mod tests {
         q.add_consumer(sub(1), None, 2, &mut out);
         q.add_consumer(sub(2), None, 2, &mut out);
         for i in 0..6 {
-            q.enqueue(block(i), &mut out).unwrap();
+            q.enqueue(block(i), None, &mut out).unwrap();
         }
         let to: Vec<u32> = out.iter().map(|d| d.to.subscription_id).collect();
         assert_eq!(to, [1, 2, 1, 2]);
         assert_eq!((q.depth(), q.in_flight()), (2, 4));
         let first = out[0].seq;
         out.clear();
-        assert!(q.ack(&sub(1), first, &mut out));
+        assert!(q.ack(&sub(1), first, &mut out).is_some());
         assert_eq!(out.len(), 1, "credit freed, one more dispatched");
         assert!(
-            !q.ack(&sub(2), out[0].seq, &mut Vec::new()),
+            q.ack(&sub(2), out[0].seq, &mut Vec::new()).is_none(),
             "not sub 2's delivery"
         );
     }
@@ -372,8 +409,8 @@ mod tests {
         let mut q = queue();
         let mut out = Vec::new();
         q.add_consumer(sub(1), None, 1, &mut out);
-        q.enqueue(block(0), &mut out).unwrap();
-        q.enqueue(block(1), &mut out).unwrap();
+        q.enqueue(block(0), None, &mut out).unwrap();
+        q.enqueue(block(1), None, &mut out).unwrap();
         assert_eq!(out.len(), 1);
         let d = out.pop().unwrap();
         assert!(q.remove_consumer(&sub(1), &mut out).is_empty());
@@ -391,7 +428,7 @@ mod tests {
         let mut q = queue();
         let mut out = Vec::new();
         q.add_consumer(sub(1), None, 1, &mut out);
-        q.enqueue(block(0), &mut out).unwrap();
+        q.enqueue(block(0), None, &mut out).unwrap();
         for round in 1..=3 {
             let d = out.pop().unwrap();
             assert_eq!(d.delivery_count, round);
@@ -409,7 +446,7 @@ mod tests {
         let even = Arc::new(Selector::parse("i / 2 * 2 = i").unwrap());
         q.add_consumer(sub(1), Some(even), 10, &mut out);
         for i in 0..4 {
-            q.enqueue(block(i), &mut out).unwrap();
+            q.enqueue(block(i), None, &mut out).unwrap();
         }
         assert_eq!(out.len(), 2);
         assert_eq!(q.depth(), 2);
@@ -423,6 +460,7 @@ mod tests {
     fn a_released_delivery_is_not_counted_and_limits_hold() {
         let mut q = Queue::new(
             "q",
+            None,
             QueueLimits {
                 max_deliveries: 3,
                 max_messages: 2,
@@ -430,13 +468,13 @@ mod tests {
         );
         let mut out = Vec::new();
         q.add_consumer(sub(1), None, 5, &mut out);
-        q.enqueue(block(0), &mut out).unwrap();
+        q.enqueue(block(0), None, &mut out).unwrap();
         let d = out.pop().unwrap();
         q.release(&sub(1), d.seq, &mut out);
         assert_eq!(out.pop().unwrap().delivery_count, 1);
-        q.enqueue(block(1), &mut out).unwrap();
+        q.enqueue(block(1), None, &mut out).unwrap();
         assert_eq!(
-            q.enqueue(block(2), &mut out),
+            q.enqueue(block(2), None, &mut out),
             Err(QueueFull { max_messages: 2 })
         );
         assert_eq!(q.browse(None).len(), 0, "both in flight");

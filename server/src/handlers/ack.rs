@@ -36,8 +36,8 @@ pub fn handle(
             subscription_id: u.subscription_id,
         };
         let settled = match outcome {
-            Outcome::Processed => ctx.broker.ack(&u.ack, &sub, ctx.deliveries),
-            Outcome::Redeliver => ctx.broker.nack(&u.ack, &sub, ctx.deliveries),
+            Outcome::Processed => ctx.shared.broker.ack(&u.ack, &sub, ctx.deliveries),
+            Outcome::Redeliver => ctx.shared.broker.nack(&u.ack, &sub, ctx.deliveries),
         };
         if !settled {
             unknown.push(id);

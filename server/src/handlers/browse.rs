@@ -24,7 +24,12 @@ pub fn handle(
     }
     herald_protocol::destination::validate_name(&f.queue)
         .map_err(|e| Refusal::soft(ErrorCode::InvalidDestination, e.to_string()))?;
-    for m in ctx.broker.browse(&f.queue, &f.selector).map_err(refusal)? {
+    for m in ctx
+        .shared
+        .broker
+        .browse(&f.queue, &f.selector)
+        .map_err(refusal)?
+    {
         let delivery_id = session.next_delivery_id();
         out.push_delivery(f.subscription_id, delivery_id, m.deliveries + 1, m.block);
     }

@@ -22,7 +22,7 @@ pub fn handle(
             "CONNECT on a connection that is already connected",
         ));
     }
-    let config = ctx.config;
+    let config = &ctx.shared.config;
     let heartbeat_ms = match f.heartbeat_ms {
         0 => config.heartbeat_ms,
         asked => asked.max(config.min_heartbeat_ms),

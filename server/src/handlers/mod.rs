@@ -19,18 +19,18 @@ mod unsubscribe_durable;
 use herald_protocol::frame::ErrorFrame;
 use herald_protocol::{ErrorCode, Frame, RawFrame};
 
-use crate::broker::{Broker, ConnectionRef};
-use crate::config::Config;
+use std::sync::Arc;
+
+use crate::broker::ConnectionRef;
 use crate::delivery::Deliveries;
 use crate::net::outbound::Outbound;
+use crate::net::Shared;
 use crate::session::{Phase, Session};
 
 /// What a handler needs besides the session it works on.
 pub struct Context<'a> {
-    /// The shared routing state.
-    pub broker: &'a Broker,
-    /// The server's configuration.
-    pub config: &'a Config,
+    /// The server's shared state: config, broker, workers.
+    pub shared: &'a Arc<Shared>,
     /// The connection being served.
     pub me: ConnectionRef,
     /// Where routed messages go.

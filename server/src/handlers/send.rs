@@ -13,7 +13,9 @@ pub fn handle(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
-    ctx.broker
+    let journaled = ctx
+        .shared
+        .broker
         .publish(&message, ctx.deliveries)
         .map_err(|e| match e {
             RouteError::Undeclared(why) => Refusal::soft(ErrorCode::UndeclaredTopic, why),
@@ -22,6 +24,13 @@ pub fn handle(
             }
         })?;
     ctx.published += 1;
-    receipt(out, request_id);
+    if journaled && request_id != 0 {
+        // The RECEIPT waits until the journal has the message on disk; the
+        // worker sends it when the journal confirms.
+        let done = crate::net::confirmation(ctx.shared, ctx.me, request_id);
+        ctx.shared.broker.store().barrier(done);
+    } else {
+        receipt(out, request_id);
+    }
     Ok(Flow::Continue)
 }

@@ -32,7 +32,7 @@ pub fn handle(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
-    let limit = ctx.config.max_subscriptions_per_connection;
+    let limit = ctx.shared.config.max_subscriptions_per_connection;
     if session.subscriptions.len() >= limit {
         return Err(Refusal::soft(
             ErrorCode::LimitExceeded,
@@ -64,6 +64,7 @@ pub fn handle(
     // The RECEIPT is queued before any message the subscription may
     // already have waiting: deliveries are routed after this frame.
     let handle = ctx
+        .shared
         .broker
         .subscribe(request, subscriber, ctx.deliveries)
         .map_err(refusal)?;

@@ -32,7 +32,9 @@ pub fn handle(
         conn: ctx.me,
         subscription_id: f.subscription_id,
     };
-    ctx.broker.unsubscribe(handle, &subscriber, ctx.deliveries);
+    ctx.shared
+        .broker
+        .unsubscribe(handle, &subscriber, ctx.deliveries);
     receipt(out, request_id);
     Ok(Flow::Continue)
 }

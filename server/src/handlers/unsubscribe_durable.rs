@@ -14,7 +14,8 @@ pub fn handle(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
-    ctx.broker
+    ctx.shared
+        .broker
         .unsubscribe_durable(&session.client_id, &f.name)
         .map_err(refusal)?;
     receipt(out, request_id);

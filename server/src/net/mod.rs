@@ -16,9 +16,10 @@ use std::sync::Arc;
 use mio::net::TcpStream;
 use mio::{Token, Waker};
 
-use crate::broker::Broker;
+use crate::broker::{Broker, ConnectionRef};
 use crate::config::Config;
 use crate::delivery::Delivery;
+use crate::store::Completion;
 
 /// The token of every `Poll`'s waker; connections and listeners use others.
 pub const WAKER: Token = Token(usize::MAX);
@@ -29,8 +30,33 @@ pub enum Command {
     Adopt(TcpStream),
     /// Deliver these messages to connections this worker owns.
     Deliver(Vec<Delivery>),
+    /// The store has (or failed to write) what a request needed: answer
+    /// it with a RECEIPT (or an ERROR).
+    Confirm {
+        /// The requesting connection.
+        conn: ConnectionRef,
+        /// Its request id.
+        request_id: u32,
+        /// What the store said.
+        result: Result<(), String>,
+    },
     /// Close every connection and stop.
     Shutdown,
+}
+
+/// A store completion that answers `request_id` on `conn` through its
+/// worker's inbox.
+pub fn confirmation(shared: &Arc<Shared>, conn: ConnectionRef, request_id: u32) -> Completion {
+    let shared = Arc::downgrade(shared);
+    Box::new(move |result| {
+        if let Some(shared) = shared.upgrade() {
+            shared.workers[conn.worker].send(Command::Confirm {
+                conn,
+                request_id,
+                result,
+            });
+        }
+    })
 }
 
 /// The sending side of a worker's inbox.

@@ -178,7 +178,7 @@ mod tests {
 
         fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
             self.calls += 1;
-            if self.calls % 2 == 0 {
+            if self.calls.is_multiple_of(2) {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
             let mut n = 0;

@@ -143,6 +143,11 @@ impl Worker {
             match self.inbox.try_recv() {
                 Ok(Command::Adopt(stream)) => self.adopt(stream),
                 Ok(Command::Deliver(batch)) => self.deliver(batch),
+                Ok(Command::Confirm {
+                    conn,
+                    request_id,
+                    result,
+                }) => self.confirm(conn, request_id, result),
                 Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => {
                     self.running = false;
                     return;
@@ -187,8 +192,7 @@ impl Worker {
             serial: conn.serial,
         };
         let mut ctx = Context {
-            broker: &self.shared.broker,
-            config: &self.shared.config,
+            shared: &self.shared,
             me,
             deliveries: &mut self.deliveries,
             published: 0,
@@ -303,6 +307,25 @@ impl Worker {
         self.stats()
             .messages_out
             .fetch_add(delivered, Ordering::Relaxed);
+    }
+
+    /// Answers a request the store has confirmed, if its connection is
+    /// still there.
+    fn confirm(&mut self, target: ConnectionRef, request_id: u32, result: Result<(), String>) {
+        let Some(conn) = self
+            .conns
+            .get_mut(target.slot)
+            .filter(|c| c.serial == target.serial)
+        else {
+            return;
+        };
+        match result {
+            Ok(()) => handlers::receipt(&mut conn.out, request_id),
+            Err(why) => {
+                handlers::reply_error(&mut conn.out, request_id, ErrorCode::Internal, false, why)
+            }
+        }
+        self.mark_dirty(target.slot);
     }
 
     fn mark_dirty(&mut self, slot: usize) {

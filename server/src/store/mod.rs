@@ -1,0 +1,220 @@
+//! Persistence: what the broker must keep across a restart.
+//!
+//! The broker talks to a [`Store`]: it appends records (a persistent message
+//! entering a queue, a durable subscription being created, either of them
+//! ending) and learns what was kept when the server starts. The [`journal`]
+//! is the embedded implementation; a distributed store can take its place
+//! behind the same trait without the broker changing.
+//!
+//! Every record that starts something has an id; a [`Record::End`] names the
+//! id it ends. What is live after replaying all records, in id order, is
+//! the state to rebuild.
+
+pub mod journal;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use herald_protocol::cursor::{put_str16, Cursor};
+
+pub use journal::{FsyncPolicy, Journal, JournalConfig, JournalError, Recovered};
+
+/// Run once a record is as durable as the configured policy makes it, or
+/// with the reason it could not be written.
+pub type Completion = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+/// Where a kept message waits.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Holder {
+    /// A named queue.
+    Queue(String),
+    /// A durable subscription: (client id, subscription name).
+    Durable(String, String),
+}
+
+/// One change to what must be kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// A persistent message entered a queue or durable subscription.
+    Enqueue {
+        /// This record's id.
+        id: u64,
+        /// Where it waits.
+        holder: Holder,
+        /// The message block.
+        block: Bytes,
+    },
+    /// A durable subscription was created.
+    Durable {
+        /// This record's id.
+        id: u64,
+        /// Client id.
+        client_id: String,
+        /// Subscription name.
+        name: String,
+        /// Topic pattern.
+        pattern: String,
+        /// Selector text ("" = none).
+        selector: String,
+    },
+    /// The message or subscription with this id is gone (acknowledged,
+    /// moved, deleted).
+    End {
+        /// The id of the record it ends.
+        id: u64,
+    },
+}
+
+const ENQUEUE: u8 = 1;
+const END: u8 = 2;
+const DURABLE: u8 = 3;
+
+impl Record {
+    /// The id this record starts or ends.
+    pub fn id(&self) -> u64 {
+        match self {
+            Record::Enqueue { id, .. } | Record::Durable { id, .. } | Record::End { id } => *id,
+        }
+    }
+
+    /// Appends the record's payload.
+    pub fn encode(&self, d: &mut BytesMut) -> Result<(), herald_protocol::Error> {
+        match self {
+            Record::Enqueue { id, holder, block } => {
+                d.put_u8(ENQUEUE);
+                d.put_u64(*id);
+                match holder {
+                    Holder::Queue(name) => {
+                        d.put_u8(0);
+                        put_str16(d, name, "queue")?;
+                        put_str16(d, "", "name")?;
+                    }
+                    Holder::Durable(client, name) => {
+                        d.put_u8(1);
+                        put_str16(d, client, "client id")?;
+                        put_str16(d, name, "name")?;
+                    }
+                }
+                d.put_slice(block);
+            }
+            Record::End { id } => {
+                d.put_u8(END);
+                d.put_u64(*id);
+            }
+            Record::Durable {
+                id,
+                client_id,
+                name,
+                pattern,
+                selector,
+            } => {
+                d.put_u8(DURABLE);
+                d.put_u64(*id);
+                put_str16(d, client_id, "client id")?;
+                put_str16(d, name, "name")?;
+                put_str16(d, pattern, "pattern")?;
+                put_str16(d, selector, "selector")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes a payload (already checked against its CRC).
+    pub fn decode(payload: &Bytes) -> Result<Record, herald_protocol::Error> {
+        let mut c = Cursor::new(payload);
+        let record = match c.u8("record type")? {
+            ENQUEUE => {
+                let id = c.u64("id")?;
+                let kind = c.u8("holder kind")?;
+                let a = c.str16("holder")?.to_owned();
+                let b = c.str16("name")?.to_owned();
+                let holder = match kind {
+                    0 => Holder::Queue(a),
+                    1 => Holder::Durable(a, b),
+                    k => {
+                        return Err(herald_protocol::Error::invalid(
+                            "holder kind",
+                            format!("unknown {k}"),
+                        ))
+                    }
+                };
+                let start = c.position();
+                c.rest();
+                Record::Enqueue {
+                    id,
+                    holder,
+                    block: payload.slice(start..),
+                }
+            }
+            END => Record::End { id: c.u64("id")? },
+            DURABLE => Record::Durable {
+                id: c.u64("id")?,
+                client_id: c.str16("client id")?.to_owned(),
+                name: c.str16("name")?.to_owned(),
+                pattern: c.str16("pattern")?.to_owned(),
+                selector: c.str16("selector")?.to_owned(),
+            },
+            t => {
+                return Err(herald_protocol::Error::invalid(
+                    "record type",
+                    format!("unknown {t}"),
+                ))
+            }
+        };
+        c.finish()?;
+        Ok(record)
+    }
+}
+
+/// Where the broker keeps what must survive a restart.
+pub trait Store: Send + Sync {
+    /// A fresh record id, greater than every id used before.
+    fn next_id(&self) -> u64;
+
+    /// Appends a record; `done` runs once it is durable. Records are
+    /// applied in the order they are appended.
+    fn append(&self, record: Record, done: Option<Completion>);
+
+    /// Runs `done` once every record appended so far is durable.
+    fn barrier(&self, done: Completion);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let records = [
+            Record::Enqueue {
+                id: 7,
+                holder: Holder::Queue("orders".into()),
+                block: Bytes::from_static(b"\x01\x02block"),
+            },
+            Record::Enqueue {
+                id: 8,
+                holder: Holder::Durable("app".into(), "daily".into()),
+                block: Bytes::new(),
+            },
+            Record::End { id: 7 },
+            Record::Durable {
+                id: 9,
+                client_id: "app".into(),
+                name: "daily".into(),
+                pattern: "sales.#".into(),
+                selector: "units > 3".into(),
+            },
+        ];
+        for r in records {
+            let mut b = BytesMut::new();
+            r.encode(&mut b).unwrap();
+            let bytes = b.freeze();
+            assert_eq!(Record::decode(&bytes).unwrap(), r);
+            for n in 0..bytes.len().min(12) {
+                assert!(
+                    Record::decode(&bytes.slice(..n)).is_err()
+                        || matches!(r, Record::Enqueue { .. })
+                );
+            }
+        }
+        assert!(Record::decode(&Bytes::from_static(&[9])).is_err());
+    }
+}
