@@ -23,10 +23,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Publish messages to a topic.
+    /// Publish messages to a topic or a queue.
     Pub(publish::Args),
-    /// Subscribe to a topic pattern and print what arrives.
+    /// Subscribe to a topic pattern (or consume a queue) and print what
+    /// arrives.
     Sub(subscribe::Args),
+    /// List the messages waiting in a queue without consuming them.
+    Browse(subscribe::BrowseArgs),
     /// Measure throughput and latency.
     Bench(bench::Args),
 }
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Pub(args) => publish::run(&cli.target, args),
         Command::Sub(args) => subscribe::run(&cli.target, args),
+        Command::Browse(args) => subscribe::browse(&cli.target, args),
         Command::Bench(args) => bench::run(&cli.target, args),
     };
     match result {

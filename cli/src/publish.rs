@@ -1,14 +1,20 @@
-//! `herald pub TOPIC [BODY] [-P key=value]... [--count N]`
+//! `herald pub TOPIC [BODY] [-P key=value]... [--count N]`, or
+//! `herald pub --queue NAME [BODY] ...`.
 
 use herald_client::{AckMode, Destination, Error, Message, Result, Value};
 
 /// Arguments of `herald pub`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Topic to publish to, e.g. sales.europe.smartphone.
-    topic: String,
+    /// Topic to publish to, e.g. sales.europe.smartphone. With --queue, the
+    /// only positional argument is the body.
+    #[arg(required_unless_present = "queue")]
+    topic: Option<String>,
     /// Text body; none gives an empty body.
     body: Option<String>,
+    /// Send to this queue instead of a topic.
+    #[arg(long)]
+    queue: Option<String>,
     /// A property, key=value; the value's type is inferred (true/false,
     /// integer, decimal, else string). Repeatable.
     #[arg(short = 'P', long = "property", value_name = "KEY=VALUE")]
@@ -16,6 +22,13 @@ pub struct Args {
     /// How many copies to send.
     #[arg(long, default_value_t = 1)]
     count: u64,
+    /// Persistent delivery: each send returns once the server has it in its
+    /// journal.
+    #[arg(long)]
+    persistent: bool,
+    /// JMS priority, 0 (lowest) to 9.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=9))]
+    priority: Option<u8>,
 }
 
 /// Parses `key=value`.
@@ -29,7 +42,21 @@ pub fn parse_property(text: &str) -> Result<(String, Value)> {
 }
 
 pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
-    let mut message = match args.body {
+    let (destination, body) = match args.queue {
+        Some(queue) => {
+            if args.body.is_some() {
+                return Err(Error::InvalidArgument(
+                    "with --queue, give only the body".into(),
+                ));
+            }
+            (Destination::queue(queue), args.topic)
+        }
+        None => (
+            Destination::topic(args.topic.unwrap_or_default()),
+            args.body,
+        ),
+    };
+    let mut message = match body {
         Some(text) => Message::text(text),
         None => Message::new(herald_client::Body::Empty),
     };
@@ -37,16 +64,22 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
         let (k, v) = parse_property(p)?;
         message.set_property(k, v);
     }
+    if args.persistent {
+        message = message.persistent();
+    }
+    if let Some(priority) = args.priority {
+        message.priority = priority;
+    }
     let connection = target.factory()?.create_connection()?;
     let session = connection.create_session(AckMode::Auto)?;
-    let producer = session.create_producer(&Destination::topic(args.topic))?;
+    let producer = session.create_producer(&destination)?;
     for _ in 0..args.count {
         producer.send(message.clone())?;
     }
     // DISCONNECT's receipt comes after the server has handled every frame
     // sent before it, so this returns once all were routed.
     connection.close()?;
-    eprintln!("published {} message(s)", args.count);
+    eprintln!("published {} message(s) to {destination}", args.count);
     Ok(())
 }
 

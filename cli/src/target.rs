@@ -23,14 +23,21 @@ pub struct Target {
     /// Client config file for --factory.
     #[arg(long, global = true, default_value = "config/client.toml")]
     pub client_config: PathBuf,
+    /// Client id for the connection (durable subscriptions need one).
+    #[arg(long, global = true)]
+    pub client_id: Option<String>,
 }
 
 impl Target {
     /// The factory these options name.
     pub fn factory(&self) -> Result<ConnectionFactory> {
-        match &self.factory {
-            Some(name) => ConnectionFactory::lookup(&self.client_config, name),
-            None => ConnectionFactory::new(&self.server),
-        }
+        let factory = match &self.factory {
+            Some(name) => ConnectionFactory::lookup(&self.client_config, name)?,
+            None => ConnectionFactory::new(&self.server)?,
+        };
+        Ok(match &self.client_id {
+            Some(id) => factory.with_client_id(id.clone()),
+            None => factory,
+        })
     }
 }

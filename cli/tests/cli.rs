@@ -112,3 +112,101 @@ fn bench_reports_figures_and_no_loss() {
         assert!(s.contains("\"lost\":0"), "{s}");
     }
 }
+
+fn run_ok(args: &[&str]) -> String {
+    let out = herald().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn queues_persistence_browse_and_selectors_from_the_command_line() {
+    let server = start();
+    let url = format!("herald://{}", server.local_addr());
+    for (body, region) in [("one", "EU"), ("two", "NA"), ("three", "EU")] {
+        let p = format!("region={region}");
+        run_ok(&[
+            "--server",
+            &url,
+            "pub",
+            "--queue",
+            "orders",
+            body,
+            "-P",
+            &p,
+            "--persistent",
+            "--priority",
+            "7",
+        ]);
+    }
+    let browsed = run_ok(&[
+        "--server",
+        &url,
+        "browse",
+        "orders",
+        "--selector",
+        "region = 'EU'",
+    ]);
+    assert_eq!(browsed.lines().count(), 2, "{browsed}");
+    let eu = run_ok(&[
+        "--server",
+        &url,
+        "sub",
+        "--queue",
+        "orders",
+        "--selector",
+        "region = 'EU'",
+        "--ack",
+        "client",
+        "--timeout",
+        "0.5",
+    ]);
+    assert_eq!(eu, "orders [region=EU] one\norders [region=EU] three\n");
+    let rest = run_ok(&[
+        "--server",
+        &url,
+        "sub",
+        "--queue",
+        "orders",
+        "--ack",
+        "individual",
+        "--count",
+        "1",
+    ]);
+    assert_eq!(rest, "orders [region=NA] two\n");
+    let bad = herald()
+        .args(["--server", &url, "pub", "t", "--priority", "10"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+}
+
+#[test]
+fn a_durable_subscription_from_the_command_line_keeps_messages_while_away() {
+    let server = start();
+    let url = format!("herald://{}", server.local_addr());
+    let durable = [
+        "--server",
+        &url,
+        "--client-id",
+        "cli",
+        "sub",
+        "news.#",
+        "--durable",
+        "d",
+        "--timeout",
+        "0.3",
+    ];
+    assert_eq!(run_ok(&durable), "");
+    run_ok(&["--server", &url, "pub", "news.sport", "goal"]);
+    assert_eq!(run_ok(&durable), "news.sport [] goal\n");
+    let needs_id = herald()
+        .args(["--server", &url, "sub", "t", "--durable", "d"])
+        .output()
+        .unwrap();
+    assert!(!needs_id.status.success());
+}
