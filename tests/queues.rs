@@ -150,6 +150,7 @@ fn browsing_shows_waiting_messages_and_leaves_them() {
 fn a_full_queue_refuses_sends_and_the_connection_goes_on() {
     let mut config = test_config();
     config.queues.max_messages = 3;
+    config.queues.full_policy = herald_server::config::FullPolicy::Fail;
     let server = start_with(config);
     let (_c, s) = connect(&server);
     let producer = s.create_producer(&Destination::queue("small")).unwrap();
@@ -189,4 +190,60 @@ fn a_queue_consumer_in_client_mode_holds_its_credit_until_it_acknowledges() {
     );
     s.acknowledge().unwrap();
     assert_eq!(next(&consumer).body_text(), Some("2"));
+}
+
+#[test]
+fn a_send_to_a_full_queue_waits_for_room_when_blocking() {
+    let mut config = test_config();
+    config.queues.max_messages = 2;
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let producer = s.create_producer(&Destination::queue("narrow")).unwrap();
+    for i in 0..2 {
+        producer
+            .send_with_receipt(Message::text(i.to_string()))
+            .unwrap();
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let url = format!("herald://{}", server.local_addr());
+    let blocked = std::thread::spawn(move || {
+        let f = herald_client::ConnectionFactory::new(&url).unwrap();
+        let c = f.create_connection().unwrap();
+        let s = c.create_session(AckMode::Auto).unwrap();
+        let p = s.create_producer(&Destination::queue("narrow")).unwrap();
+        let r = p.send_with_receipt(Message::text("third"));
+        tx.send(r.is_ok()).unwrap();
+        // Later frames on the same connection wait behind it, in order.
+        p.send_with_receipt(Message::text("fourth")).unwrap();
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "held back while the queue is full"
+    );
+    let consumer = s.create_consumer(&Destination::queue("narrow")).unwrap();
+    let got: Vec<_> = (0..4)
+        .map(|_| next(&consumer).body_text().unwrap().to_owned())
+        .collect();
+    assert_eq!(got, ["0", "1", "third", "fourth"]);
+    assert!(rx.recv_timeout(PATIENCE).unwrap());
+    blocked.join().unwrap();
+}
+
+#[test]
+fn a_blocked_send_fails_after_the_block_timeout_and_the_connection_goes_on() {
+    let mut config = test_config();
+    config.queues.max_messages = 1;
+    config.queues.block_timeout_ms = 200;
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let producer = s.create_producer(&Destination::queue("stuck")).unwrap();
+    producer.send_with_receipt(Message::text("only")).unwrap();
+    let e = producer
+        .send_with_receipt(Message::text("too many"))
+        .unwrap_err();
+    assert_eq!(e.server_code(), Some(ErrorCode::QueueFull), "{e}");
+    // The same connection consumes: no deadlock, its frames are read again.
+    let consumer = s.create_consumer(&Destination::queue("stuck")).unwrap();
+    assert_eq!(next(&consumer).body_text(), Some("only"));
+    assert_nothing(&consumer);
 }

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
@@ -33,6 +33,9 @@ use crate::writer::Writer;
 const MAX_INBOUND_FRAME: u32 = 256 << 20;
 
 type ExceptionListener = Box<dyn FnMut(Error) + Send>;
+/// Called with the answer to a request: on the reader thread, or on the
+/// thread that ends the connection.
+type Waiter = Box<dyn FnOnce(Result<()>) + Send>;
 
 /// State shared by the connection handle, its sessions, producers and
 /// consumers, and its two threads.
@@ -43,7 +46,7 @@ pub(crate) struct Inner {
     stream: TcpStream,
     connected: Connected,
     /// Waiters for a RECEIPT or ERROR, by request id.
-    pending: Mutex<HashMap<u32, SyncSender<Result<()>>>>,
+    pending: Mutex<HashMap<u32, Waiter>>,
     next_request: AtomicU32,
     pub(crate) consumers: RwLock<HashMap<u32, Arc<ConsumerShared>>>,
     next_subscription: AtomicU32,
@@ -114,18 +117,8 @@ impl Inner {
     where
         F: FnOnce(&mut BytesMut) -> std::result::Result<(), herald_protocol::Error>,
     {
-        let id = loop {
-            let id = self.next_request.fetch_add(1, Ordering::Relaxed);
-            if id != 0 {
-                break id;
-            }
-        };
         let (tx, rx) = mpsc::sync_channel(1);
-        lock(&self.pending).insert(id, tx);
-        if let Err(e) = self.writer.send_with(kind, id, encode) {
-            lock(&self.pending).remove(&id);
-            return Err(e);
-        }
+        let id = self.request_async(kind, encode, Box::new(move |r| drop(tx.try_send(r))))?;
         let timeout = self.request_timeout();
         match rx.recv_timeout(timeout) {
             Ok(result) => result,
@@ -138,6 +131,26 @@ impl Inner {
             }
             Err(RecvTimeoutError::Disconnected) => Err(self.end_error()),
         }
+    }
+
+    /// Sends a frame asking for a RECEIPT; `waiter` gets the answer later.
+    /// Returns the request id.
+    pub(crate) fn request_async<F>(&self, kind: FrameKind, encode: F, waiter: Waiter) -> Result<u32>
+    where
+        F: FnOnce(&mut BytesMut) -> std::result::Result<(), herald_protocol::Error>,
+    {
+        let id = loop {
+            let id = self.next_request.fetch_add(1, Ordering::Relaxed);
+            if id != 0 {
+                break id;
+            }
+        };
+        lock(&self.pending).insert(id, waiter);
+        if let Err(e) = self.writer.send_with(kind, id, encode) {
+            lock(&self.pending).remove(&id);
+            return Err(e);
+        }
+        Ok(id)
     }
 
     /// The error for an operation on a connection that has ended.
@@ -177,8 +190,9 @@ impl Inner {
         } else {
             self.writer.fail(&why);
         }
-        for (_, waiter) in lock(&self.pending).drain() {
-            let _ = waiter.try_send(Err(if expected {
+        let waiters: Vec<Waiter> = lock(&self.pending).drain().map(|(_, w)| w).collect();
+        for waiter in waiters {
+            waiter(Err(if expected {
                 Error::Closed
             } else {
                 Error::ConnectionLost(why.clone())
@@ -200,9 +214,11 @@ impl Inner {
     }
 
     fn complete(&self, request_id: u32, result: Result<()>) -> bool {
-        match lock(&self.pending).remove(&request_id) {
+        // Taken out first: the waiter runs without the lock held.
+        let waiter = lock(&self.pending).remove(&request_id);
+        match waiter {
             Some(waiter) => {
-                let _ = waiter.try_send(result);
+                waiter(result);
                 true
             }
             None => false,

@@ -47,6 +47,23 @@ impl Producer {
             .send_with(FrameKind::Send, 0, |d| message.encode(d))
     }
 
+    /// Sends without waiting and calls `completion` with the server's
+    /// answer once it comes (JMS 2.0's asynchronous send): for a persistent
+    /// message, once it is in the journal. The completion runs on the
+    /// connection's reader thread, so it should be quick. Many sends can be
+    /// in flight at once, which is how a persistent producer keeps the
+    /// journal's group commit busy.
+    pub fn send_async(
+        &self,
+        message: Message,
+        completion: impl FnOnce(Result<()>) + Send + 'static,
+    ) -> Result<()> {
+        let message = self.stamp(message);
+        self.inner
+            .request_async(FrameKind::Send, |d| message.encode(d), Box::new(completion))
+            .map(drop)
+    }
+
     /// Sends and waits until the server confirms it has routed the message,
     /// and for a persistent one written it to its journal (or refuses it,
     /// which is returned as an error).

@@ -115,6 +115,21 @@ pub struct QueuesConfig {
     pub dead_letter_prefix: String,
     /// Unacknowledged deliveries a consumer may hold when it asks for 0.
     pub default_prefetch: u32,
+    /// What a send to a full queue does.
+    pub full_policy: FullPolicy,
+    /// How long a blocked send waits for room before it fails.
+    pub block_timeout_ms: u32,
+}
+
+/// What a send to a full queue does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FullPolicy {
+    /// The producer waits: the server stops reading its connection until
+    /// the queue has room (or `block_timeout_ms` passes).
+    Block,
+    /// The send is refused with an ERROR at once.
+    Fail,
 }
 
 impl Default for QueuesConfig {
@@ -124,6 +139,8 @@ impl Default for QueuesConfig {
             max_messages: 100_000,
             dead_letter_prefix: "DLQ.".into(),
             default_prefetch: 1000,
+            full_policy: FullPolicy::Block,
+            block_timeout_ms: 30_000,
         }
     }
 }
@@ -305,6 +322,7 @@ mod tests {
             ("[journal]\nfsync = \"sometimes\"", "fsync"),
             ("[journal]\nsegment_size = 10", "journal.segment_size"),
             ("[queues]\nmax_deliveries = 0", "queues.max_deliveries"),
+            ("[queues]\nfull_policy = \"wait\"", "full_policy"),
             (
                 "[queues]\ndead_letter_prefix = \"a b\"",
                 "queues.dead_letter_prefix",

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 
-use crate::broker::{AckRef, Subscriber};
+use crate::broker::{AckRef, ConnectionRef, Subscriber};
 
 /// One message for one subscription.
 #[derive(Clone)]
@@ -23,6 +23,8 @@ pub struct Delivery {
 /// Deliveries waiting to be handed to their workers.
 pub struct Deliveries {
     buckets: Vec<Vec<Delivery>>,
+    /// Blocked connections to wake, by worker.
+    wakes: Vec<Vec<ConnectionRef>>,
 }
 
 impl Deliveries {
@@ -30,6 +32,7 @@ impl Deliveries {
     pub fn new(workers: usize) -> Deliveries {
         Deliveries {
             buckets: (0..workers).map(|_| Vec::new()).collect(),
+            wakes: (0..workers).map(|_| Vec::new()).collect(),
         }
     }
 
@@ -53,9 +56,23 @@ impl Deliveries {
         });
     }
 
+    /// Asks the worker of `conn` to retry its blocked send.
+    pub fn wake(&mut self, conn: ConnectionRef) {
+        self.wakes[conn.worker].push(conn);
+    }
+
     /// Whether nothing is waiting.
     pub fn is_empty(&self) -> bool {
-        self.buckets.iter().all(Vec::is_empty)
+        self.buckets.iter().all(Vec::is_empty) && self.wakes.iter().all(Vec::is_empty)
+    }
+
+    /// Takes the non-empty wake lists, with their worker index.
+    pub fn drain_wakes(&mut self) -> impl Iterator<Item = (usize, Vec<ConnectionRef>)> + '_ {
+        self.wakes
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, w)| !w.is_empty())
+            .map(|(i, w)| (i, std::mem::take(w)))
     }
 
     /// Takes the non-empty buckets, with their worker index.

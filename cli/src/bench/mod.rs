@@ -8,12 +8,15 @@
 mod latency;
 mod machine;
 mod progress;
+mod queue;
 mod throughput;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use herald_client::{ConnectionFactory, Error, Result};
+use herald_server::config::JournalSection;
+use herald_server::store::FsyncPolicy;
 use herald_server::{Config, Server};
 
 use crate::target::Target;
@@ -21,12 +24,14 @@ use crate::target::Target;
 /// Which measurements to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
-    /// Both.
+    /// Throughput and latency.
     All,
     /// Messages per second, 1 publisher → N subscribers.
     Throughput,
     /// Latency percentiles at a fixed publish rate.
     Latency,
+    /// N producers → M competing consumers on a queue.
+    Queue,
 }
 
 /// Arguments of `herald bench`.
@@ -58,6 +63,22 @@ pub struct Args {
     /// Worker threads of the embedded server (0 = one per core).
     #[arg(long, default_value_t = 0)]
     workers: usize,
+    /// Producers in the queue run (each on its own connection).
+    #[arg(long, default_value_t = 1)]
+    producers: usize,
+    /// Competing consumers in the queue run.
+    #[arg(long, default_value_t = 1)]
+    consumers: usize,
+    /// Persistent messages in the queue run (each receipted after the
+    /// journal has it).
+    #[arg(long)]
+    persistent: bool,
+    /// Persistent sends in flight per producer.
+    #[arg(long, default_value_t = 1000)]
+    window: usize,
+    /// The embedded server's journal fsync policy: always, batch or never.
+    #[arg(long, default_value = "batch")]
+    fsync: String,
 }
 
 /// How long the subscribers may make no progress before the rest counts
@@ -71,16 +92,41 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             args.size
         )));
     }
-    if args.subscribers == 0 || args.count == 0 || args.rate == 0 || args.latency_count == 0 {
+    if [
+        args.subscribers,
+        args.producers,
+        args.consumers,
+        args.window,
+    ]
+    .contains(&0)
+        || args.count == 0
+        || args.rate == 0
+        || args.latency_count == 0
+    {
         return Err(Error::InvalidArgument(
-            "--subscribers, --count, --rate and --latency-count must be above 0".into(),
+            "--subscribers, --producers, --consumers, --window, --count, --rate and --latency-count must be above 0"
+                .into(),
         ));
     }
+    let fsync = match args.fsync.as_str() {
+        "always" => FsyncPolicy::Always,
+        "batch" => FsyncPolicy::Batch,
+        "never" => FsyncPolicy::Never,
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "--fsync {other}: not always, batch or never"
+            )))
+        }
+    };
     let embedded = if args.embedded {
         let config = Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             workers: args.workers,
             data_dir: embedded_data_dir(),
+            journal: JournalSection {
+                fsync,
+                ..JournalSection::default()
+            },
             ..Config::default()
         };
         let server = Server::start(config).map_err(|e| Error::InvalidArgument(e.to_string()))?;
@@ -110,6 +156,20 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
     }
     if matches!(args.mode, Mode::All | Mode::Latency) {
         latency::run(&factory, args.size, args.rate, args.latency_count)?;
+    }
+    if args.mode == Mode::Queue {
+        if embedded.is_some() {
+            println!("journal: fsync = {}", args.fsync);
+        }
+        let plan = queue::Plan {
+            producers: args.producers,
+            consumers: args.consumers,
+            size: args.size,
+            count: args.count,
+            persistent: args.persistent,
+            window: args.window,
+        };
+        queue::run(&factory, &plan)?;
     }
     if let Some(server) = embedded {
         server.shutdown();

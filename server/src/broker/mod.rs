@@ -207,6 +207,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Wakes the senders blocked on `q` if it now has room.
+fn wake_blocked(q: &mut Queue, out: &mut Deliveries) {
+    for conn in q.take_waiters_if_room() {
+        out.wake(conn);
+    }
+}
+
 /// Turns a queue's dispatches into deliveries that carry their ack ref.
 fn deliver_from(queue: &SharedQueue, dispatches: Vec<Dispatch>, out: &mut Deliveries) {
     for d in dispatches {
@@ -370,16 +377,26 @@ impl Broker {
     /// persistent and the queue keeps persistent messages. Returns whether
     /// it was written. The store record is appended under the queue lock,
     /// so it precedes any acknowledgement of the message.
+    /// A `waiter` is remembered if the queue is full, and woken (through
+    /// `out`) once it has room.
     fn enqueue(
         &self,
         queue: &SharedQueue,
         block: &Bytes,
         mode: DeliveryMode,
+        waiter: Option<ConnectionRef>,
         out: &mut Deliveries,
     ) -> Result<bool, QueueFull> {
         let mut dispatches = Vec::new();
         let mut q = lock(queue);
-        q.check_room()?;
+        if let Err(full) = q.check_room() {
+            // Registered under the same lock as the check, so room freed
+            // a moment later cannot go unnoticed.
+            if let Some(conn) = waiter {
+                q.add_waiter(conn);
+            }
+            return Err(full);
+        }
         let journal_id = match (mode, q.holder()) {
             (DeliveryMode::Persistent, Some(holder)) => {
                 let id = self.store.next_id();
@@ -414,19 +431,24 @@ impl Broker {
 
     /// Routes a published message: to every matching topic subscription,
     /// or into its queue. Returns whether anything was written to the
-    /// store (then the publisher's RECEIPT must wait for it).
-    pub fn publish(&self, message: &MessageView, out: &mut Deliveries) -> Result<bool, RouteError> {
+    /// store (then the publisher's RECEIPT must wait for it). If a queue is
+    /// full and `waiter` is given, it is woken when there is room.
+    pub fn publish(
+        &self,
+        message: &MessageView,
+        waiter: Option<ConnectionRef>,
+        out: &mut Deliveries,
+    ) -> Result<bool, RouteError> {
         let name = message.destination();
         let block = message.block();
         let mode = message.delivery_mode;
         match message.destination_kind {
-            DestinationKind::Queue => {
-                self.enqueue(&self.queue(name), block, mode, out)
-                    .map_err(|f| RouteError::QueueFull {
-                        queue: name.to_owned(),
-                        max: f.max_messages,
-                    })
-            }
+            DestinationKind::Queue => self
+                .enqueue(&self.queue(name), block, mode, waiter, out)
+                .map_err(|f| RouteError::QueueFull {
+                    queue: name.to_owned(),
+                    max: f.max_messages,
+                }),
             DestinationKind::Topic => {
                 if let Some(declared) = &self.declared {
                     declared.check(name).map_err(RouteError::Undeclared)?;
@@ -444,7 +466,7 @@ impl Broker {
                     }
                     match &entry.target {
                         Target::Direct(sub) => out.push(*sub, block.clone()),
-                        Target::Queue(queue) => match self.enqueue(queue, block, mode, out) {
+                        Target::Queue(queue) => match self.enqueue(queue, block, mode, None, out) {
                             Ok(written) => journaled |= written,
                             Err(full) => log::warn!(
                                 "subscription queue '{}' is full ({} messages): a message on {name} is not kept for it",
@@ -641,6 +663,7 @@ impl Broker {
         if let Some(id) = m.journal_id {
             self.store.append(Record::End { id }, None);
         }
+        wake_blocked(&mut q, out);
         drop(q);
         deliver_from(&ack.queue, dispatches, out);
         true
@@ -707,6 +730,7 @@ impl Broker {
                 self.store.append(Record::End { id }, None);
             }
         }
+        wake_blocked(&mut lock(from), out);
     }
 
     /// Re-files one dead message in its destination's dead-letter queue.
@@ -742,7 +766,7 @@ impl Broker {
         let queue = self.queue(&dlq);
         let block = Bytes::from(block);
         if self
-            .enqueue(&queue, &block, message.delivery_mode, out)
+            .enqueue(&queue, &block, message.delivery_mode, None, out)
             .is_err()
         {
             log::warn!(

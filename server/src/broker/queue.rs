@@ -21,7 +21,7 @@ use bytes::Bytes;
 use herald_protocol::message::MessageRef;
 use herald_protocol::selector::Selector;
 
-use super::Subscriber;
+use super::{ConnectionRef, Subscriber};
 use crate::store::Holder;
 
 /// A message held by a queue.
@@ -88,6 +88,8 @@ pub struct Queue {
     rr: usize,
     enqueued: u64,
     acknowledged: u64,
+    /// Connections whose send is blocked until this queue has room.
+    waiters: Vec<ConnectionRef>,
 }
 
 impl Queue {
@@ -104,7 +106,23 @@ impl Queue {
             rr: 0,
             enqueued: 0,
             acknowledged: 0,
+            waiters: Vec::new(),
         }
+    }
+
+    /// Remembers a connection blocked on this queue being full.
+    pub fn add_waiter(&mut self, conn: ConnectionRef) {
+        if !self.waiters.contains(&conn) {
+            self.waiters.push(conn);
+        }
+    }
+
+    /// The blocked connections, if there is room for them to try again.
+    pub fn take_waiters_if_room(&mut self) -> Vec<ConnectionRef> {
+        if self.waiters.is_empty() || self.check_room().is_err() {
+            return Vec::new();
+        }
+        std::mem::take(&mut self.waiters)
     }
 
     /// The queue's name.

@@ -16,8 +16,10 @@ mod subscribe;
 mod unsubscribe;
 mod unsubscribe_durable;
 
+pub use send::retry as retry_parked;
+
 use herald_protocol::frame::ErrorFrame;
-use herald_protocol::{ErrorCode, Frame, RawFrame};
+use herald_protocol::{ErrorCode, Frame, MessageView, RawFrame};
 
 use std::sync::Arc;
 
@@ -40,12 +42,24 @@ pub struct Context<'a> {
 }
 
 /// Whether the connection goes on after a frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
     /// Keep reading.
     Continue,
     /// Stop reading; close once the queued frames are written.
     Close,
+    /// A send waits for room in a full queue: stop reading (the producer
+    /// is pushed back on through TCP) until the queue wakes it.
+    Park(Parked),
+}
+
+/// A SEND held back because its queue is full.
+pub struct Parked {
+    /// The message.
+    pub message: MessageView,
+    /// Its request id.
+    pub request_id: u32,
+    /// When it was first held back, for `block_timeout_ms`.
+    pub since: std::time::Instant,
 }
 
 /// A frame the server will not carry out.
@@ -124,7 +138,7 @@ fn handle(
     }
     match frame {
         Frame::Connect(f) => connect::handle(f, request_id, session, out, ctx),
-        Frame::Send(message) => send::handle(message, request_id, out, ctx),
+        Frame::Send(message) => send::handle(message, request_id, None, out, ctx),
         Frame::Subscribe(f) => subscribe::handle(f, request_id, session, out, ctx),
         Frame::Unsubscribe(f) => unsubscribe::handle(f, request_id, session, out, ctx),
         Frame::Ping => heartbeat::ping(request_id, out),

@@ -3,26 +3,42 @@
 
 use herald_protocol::{ErrorCode, MessageView};
 
-use super::{receipt, Context, Flow, Refusal};
+use std::time::{Duration, Instant};
+
+use super::{receipt, reply_error, Context, Flow, Parked, Refusal};
 use crate::broker::RouteError;
+use crate::config::FullPolicy;
 use crate::net::outbound::Outbound;
 
+/// Routes a SEND; `since` is when it was first held back, if it was.
 pub fn handle(
     message: MessageView,
     request_id: u32,
+    since: Option<Instant>,
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
-    let journaled = ctx
-        .shared
-        .broker
-        .publish(&message, ctx.deliveries)
-        .map_err(|e| match e {
-            RouteError::Undeclared(why) => Refusal::soft(ErrorCode::UndeclaredTopic, why),
-            full @ RouteError::QueueFull { .. } => {
-                Refusal::soft(ErrorCode::QueueFull, full.to_string())
+    let config = &ctx.shared.config.queues;
+    let block = config.full_policy == FullPolicy::Block;
+    let waiter = block.then_some(ctx.me);
+    let journaled = match ctx.shared.broker.publish(&message, waiter, ctx.deliveries) {
+        Ok(journaled) => journaled,
+        Err(RouteError::Undeclared(why)) => {
+            return Err(Refusal::soft(ErrorCode::UndeclaredTopic, why))
+        }
+        Err(full @ RouteError::QueueFull { .. }) => {
+            let since = since.unwrap_or_else(Instant::now);
+            let limit = Duration::from_millis(config.block_timeout_ms.into());
+            if block && since.elapsed() < limit {
+                return Ok(Flow::Park(Parked {
+                    message,
+                    request_id,
+                    since,
+                }));
             }
-        })?;
+            return Err(Refusal::soft(ErrorCode::QueueFull, full.to_string()));
+        }
+    };
     ctx.published += 1;
     if journaled && request_id != 0 {
         // The RECEIPT waits until the journal has the message on disk; the
@@ -33,4 +49,23 @@ pub fn handle(
         receipt(out, request_id);
     }
     Ok(Flow::Continue)
+}
+
+/// Tries a held-back SEND again (its queue may have room now, or its time
+/// may be up).
+pub fn retry(parked: Parked, out: &mut Outbound, ctx: &mut Context<'_>) -> Flow {
+    let request_id = parked.request_id;
+    match handle(parked.message, request_id, Some(parked.since), out, ctx) {
+        Ok(flow) => flow,
+        Err(refusal) => {
+            reply_error(
+                out,
+                request_id,
+                refusal.code,
+                refusal.fatal,
+                refusal.message,
+            );
+            Flow::Continue
+        }
+    }
 }

@@ -8,6 +8,7 @@ use bytes::BytesMut;
 use mio::net::TcpStream;
 
 use super::outbound::{Outbound, WriteStatus};
+use crate::handlers::Parked;
 use crate::session::Session;
 
 /// What one read found.
@@ -35,6 +36,8 @@ pub struct Connection {
     pub dirty: bool,
     /// No more reading; close once `out` is written.
     pub closing: bool,
+    /// A SEND waiting for room in a full queue; no reading meanwhile.
+    pub parked: Option<Parked>,
 }
 
 impl Connection {
@@ -49,6 +52,7 @@ impl Connection {
             blocked: false,
             dirty: false,
             closing: false,
+            parked: None,
         }
     }
 

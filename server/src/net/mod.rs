@@ -30,6 +30,8 @@ pub enum Command {
     Adopt(TcpStream),
     /// Deliver these messages to connections this worker owns.
     Deliver(Vec<Delivery>),
+    /// These connections' blocked sends may go through now.
+    Wake(Vec<ConnectionRef>),
     /// The store has (or failed to write) what a request needed: answer
     /// it with a RECEIPT (or an ERROR).
     Confirm {

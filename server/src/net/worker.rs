@@ -143,6 +143,7 @@ impl Worker {
             match self.inbox.try_recv() {
                 Ok(Command::Adopt(stream)) => self.adopt(stream),
                 Ok(Command::Deliver(batch)) => self.deliver(batch),
+                Ok(Command::Wake(conns)) => self.wake(conns),
                 Ok(Command::Confirm {
                     conn,
                     request_id,
@@ -183,7 +184,7 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(slot) else {
             return;
         };
-        if conn.closing {
+        if conn.closing || conn.parked.is_some() {
             return;
         }
         let me = ConnectionRef {
@@ -213,6 +214,10 @@ impl Worker {
             match decode_all(&self.decoder, conn, &mut ctx) {
                 Flow::Continue => {}
                 Flow::Close => break Ok(Flow::Close),
+                Flow::Park(parked) => {
+                    conn.parked = Some(parked);
+                    break Ok(Flow::Continue);
+                }
             }
         };
         let published = ctx.published;
@@ -222,8 +227,8 @@ impl Worker {
                 .fetch_add(published, Ordering::Relaxed);
         }
         match outcome {
-            Ok(Flow::Continue) => {}
             Ok(Flow::Close) => conn.closing = true,
+            Ok(_) => {}
             Err(None) => {
                 log::debug!("connection {} closed by peer", conn.serial);
                 self.close(slot);
@@ -238,8 +243,53 @@ impl Worker {
         self.mark_dirty(slot);
     }
 
+    /// Retries the blocked sends of these connections; those that go
+    /// through carry on with what they had sent after it.
+    fn wake(&mut self, conns: Vec<ConnectionRef>) {
+        for target in conns {
+            let Some(conn) = self.conns.get_mut(target.slot) else {
+                continue;
+            };
+            if conn.serial != target.serial {
+                continue;
+            }
+            let Some(parked) = conn.parked.take() else {
+                continue;
+            };
+            let mut ctx = Context {
+                shared: &self.shared,
+                me: target,
+                deliveries: &mut self.deliveries,
+                published: 0,
+            };
+            let flow = match handlers::retry_parked(parked, &mut conn.out, &mut ctx) {
+                Flow::Continue => decode_all(&self.decoder, conn, &mut ctx),
+                other => other,
+            };
+            match flow {
+                Flow::Continue => {
+                    // The socket may hold more than was buffered; edge
+                    // triggering will not say so again.
+                    conn.last_read = Instant::now();
+                    self.unfinished.push(target.slot);
+                }
+                Flow::Close => conn.closing = true,
+                Flow::Park(again) => conn.parked = Some(again),
+            }
+            self.mark_dirty(target.slot);
+        }
+    }
+
     /// Hands each other worker its bucket, delivers this worker's own.
     fn route(&mut self) {
+        let wakes: Vec<_> = self.deliveries.drain_wakes().collect();
+        for (worker, conns) in wakes {
+            if worker == self.index {
+                self.wake(conns);
+            } else {
+                self.shared.workers[worker].send(Command::Wake(conns));
+            }
+        }
         let mut own = None;
         for (worker, batch) in self.deliveries.drain() {
             if worker == self.index {
@@ -357,13 +407,36 @@ impl Worker {
         }
     }
 
-    /// Closes connections that said nothing for longer than allowed.
+    /// Closes connections that said nothing for longer than allowed, and
+    /// retries blocked sends whose time is up (they fail).
     fn check_silence(&mut self) {
         let now = Instant::now();
+        let block_timeout =
+            Duration::from_millis(self.shared.config.queues.block_timeout_ms.into());
+        let expired: Vec<ConnectionRef> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.parked
+                    .as_ref()
+                    .is_some_and(|p| p.since.elapsed() >= block_timeout)
+            })
+            .map(|(slot, c)| ConnectionRef {
+                worker: self.index,
+                slot,
+                serial: c.serial,
+            })
+            .collect();
+        if !expired.is_empty() {
+            self.wake(expired);
+        }
+        // A blocked connection is not read, so its silence proves nothing.
         let silent: Vec<usize> = self
             .conns
             .iter()
-            .filter(|(_, c)| now.duration_since(c.last_read) > c.session.silence_limit)
+            .filter(|(_, c)| {
+                c.parked.is_none() && now.duration_since(c.last_read) > c.session.silence_limit
+            })
             .map(|(slot, _)| slot)
             .collect();
         for slot in silent {
@@ -445,11 +518,10 @@ impl Worker {
 fn decode_all(decoder: &Decoder, conn: &mut Connection, ctx: &mut Context<'_>) -> Flow {
     loop {
         match decoder.decode(&mut conn.read_buf) {
-            Ok(Some(raw)) => {
-                if handlers::dispatch(raw, &mut conn.session, &mut conn.out, ctx) == Flow::Close {
-                    return Flow::Close;
-                }
-            }
+            Ok(Some(raw)) => match handlers::dispatch(raw, &mut conn.session, &mut conn.out, ctx) {
+                Flow::Continue => {}
+                stop => return stop,
+            },
             Ok(None) => return Flow::Continue,
             Err(DecodeError { request_id, error }) => {
                 handlers::reply_error(

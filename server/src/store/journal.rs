@@ -183,13 +183,14 @@ impl Journal {
         }
     }
 
-    /// Writes what is queued and stops the thread.
+    /// Writes what is queued and stops the thread (once).
     pub fn shutdown(&self) {
+        let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return;
+        };
         self.send(Request::Stop);
-        if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            if t.join().is_err() {
-                log::error!("the journal thread panicked");
-            }
+        if thread.join().is_err() {
+            log::error!("the journal thread panicked");
         }
     }
 }

@@ -1,0 +1,164 @@
+//! Queues: N producers → M competing consumers, persistent or not.
+//!
+//! Consumers acknowledge every message (AUTO). Persistent producers keep a
+//! window of asynchronous sends in flight, each completed by its RECEIPT
+//! once the journal has it, so the journal's group commit has company;
+//! every receipt is counted.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use herald_client::{AckMode, ConnectionFactory, Destination, Message, Result};
+
+use super::progress::Progress;
+use super::{bench_topic, wait_for};
+
+/// What one run is asked to do.
+pub struct Plan {
+    pub producers: usize,
+    pub consumers: usize,
+    pub size: usize,
+    pub count: u64,
+    pub persistent: bool,
+    /// Persistent sends in flight per producer.
+    pub window: usize,
+}
+
+/// A counting gate for in-flight sends.
+struct Window {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Window {
+    fn acquire(&self) {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+        }
+        *free -= 1;
+    }
+
+    fn release(&self) {
+        *self.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.freed.notify_one();
+    }
+
+    fn wait_all(&self, size: usize) {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free < size {
+            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+pub fn run(factory: &ConnectionFactory, plan: &Plan) -> Result<()> {
+    let destination = Destination::queue(bench_topic("queue"));
+    let received = Arc::new(AtomicU64::new(0));
+    let last = Arc::new(Mutex::new(None::<Instant>));
+    let mut consumers = Vec::new();
+    for _ in 0..plan.consumers {
+        let connection = factory.create_connection()?;
+        let session = connection.create_session(AckMode::Auto)?;
+        let consumer = session.create_consumer(&destination)?;
+        let (r, l) = (received.clone(), last.clone());
+        consumer.set_message_listener(move |_| {
+            r.fetch_add(1, Ordering::Relaxed);
+            *l.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        })?;
+        consumers.push((connection, session, consumer));
+    }
+
+    let receipted = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let per = plan.count / plan.producers as u64;
+    let threads: Vec<_> = (0..plan.producers)
+        .map(|p| {
+            let n = if p == 0 {
+                plan.count - per * (plan.producers as u64 - 1)
+            } else {
+                per
+            };
+            let (factory, destination) = (factory.clone(), destination.clone());
+            let (receipted, failed) = (receipted.clone(), failed.clone());
+            let (size, persistent, window) = (plan.size, plan.persistent, plan.window);
+            std::thread::spawn(move || -> Result<()> {
+                let connection = factory.create_connection()?;
+                let session = connection.create_session(AckMode::Auto)?;
+                let producer = session.create_producer(&destination)?;
+                let gate = Arc::new(Window {
+                    free: Mutex::new(window),
+                    freed: Condvar::new(),
+                });
+                let body = Bytes::from(vec![7u8; size]);
+                for _ in 0..n {
+                    let message = Message::bytes(body.clone());
+                    if !persistent {
+                        producer.send(message)?;
+                        continue;
+                    }
+                    gate.acquire();
+                    let (g, r, f) = (gate.clone(), receipted.clone(), failed.clone());
+                    producer.send_async(message.persistent(), move |result| {
+                        match result {
+                            Ok(()) => r.fetch_add(1, Ordering::Relaxed),
+                            Err(_) => f.fetch_add(1, Ordering::Relaxed),
+                        };
+                        g.release();
+                    })?;
+                }
+                gate.wait_all(window);
+                connection.close()
+            })
+        })
+        .collect();
+    let mut progress = Progress::new("queue", plan.count);
+    let got = wait_for(plan.count, &mut progress, || {
+        received.load(Ordering::Relaxed)
+    });
+    progress.finish();
+    for t in threads {
+        match t.join() {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(herald_client::Error::InvalidArgument(
+                    "a producer thread panicked".into(),
+                ))
+            }
+        }
+    }
+    let end = last
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or(started);
+    let seconds = end.duration_since(started).as_secs_f64().max(1e-9);
+    let rate = got as f64 / seconds;
+    let lost = plan.count - got.min(plan.count);
+    let (receipted, failed) = (
+        receipted.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+    );
+    let kind = if plan.persistent {
+        "persistent"
+    } else {
+        "non-persistent"
+    };
+    println!(
+        "queue {} -> {}, {kind}, {} B: {got} of {} consumed in {seconds:.3} s: {rate:.0} msgs/s; \
+         receipted {receipted}, failed {failed}, lost {lost}",
+        plan.producers, plan.consumers, plan.size, plan.count
+    );
+    println!(
+        "{{\"scenario\":\"queue\",\"producers\":{},\"consumers\":{},\"persistent\":{},\"size\":{},\"count\":{},\
+         \"consumed\":{got},\"receipted\":{receipted},\"failed\":{failed},\"lost\":{lost},\"seconds\":{seconds:.6},\
+         \"msgs_per_sec\":{rate:.0}}}",
+        plan.producers, plan.consumers, plan.persistent, plan.size, plan.count
+    );
+    for (connection, _, _) in consumers {
+        connection.close()?;
+    }
+    Ok(())
+}
