@@ -236,3 +236,29 @@ fn acknowledging_unknown_deliveries_is_an_error_and_harmless() {
     raw.expect_fatal(ErrorCode::Malformed);
     let _ = Error::Closed;
 }
+
+#[test]
+fn a_recover_with_a_bad_count_is_malformed_and_one_for_nothing_is_harmless() {
+    let server = start();
+    let mut raw = RawClient::connected(&server, 0);
+    raw.send(
+        &herald_protocol::Frame::Recover(herald_protocol::frame::Recover {
+            subscription_ids: vec![5, 6],
+        }),
+        3,
+    );
+    assert!(matches!(
+        raw.read_frame(),
+        Some((herald_protocol::Frame::Receipt, 3))
+    ));
+    let mut frame = herald_protocol::header::Header {
+        kind: herald_protocol::FrameKind::Recover,
+        request_id: 4,
+        len: 6,
+    }
+    .encode()
+    .to_vec();
+    frame.extend_from_slice(&[0, 0, 0, 9, 0, 1]);
+    raw.write(&frame);
+    raw.expect_fatal(ErrorCode::Malformed);
+}

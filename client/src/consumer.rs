@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,9 @@ pub(crate) struct ConsumerShared {
     dropped: AtomicU64,
     /// The session, for consumers whose deliveries the server tracks.
     session: Option<Arc<SessionShared>>,
+    /// Set by `Session::recover` until the server confirms: messages that
+    /// arrive meanwhile were sent before the recovery and come again.
+    discarding: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -67,7 +70,18 @@ impl ConsumerShared {
             limit,
             dropped: AtomicU64::new(0),
             session,
+            discarding: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the server tracks this consumer's deliveries.
+    pub(crate) fn is_tracked(&self) -> bool {
+        self.session.is_some()
+    }
+
+    /// Starts or ends dropping arrivals (around a recovery).
+    pub(crate) fn set_discarding(&self, on: bool) {
+        self.discarding.store(on, Ordering::Release);
     }
 
     /// Tells the session a message reached the application.
@@ -79,6 +93,9 @@ impl ConsumerShared {
 
     /// Called on the reader thread for each message.
     pub(crate) fn deliver(&self, message: Message) {
+        if self.discarding.load(Ordering::Acquire) {
+            return;
+        }
         let mut listener = lock(&self.listener);
         if let Some(l) = listener.as_mut() {
             let id = message.delivery_id;

@@ -8,8 +8,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use herald_protocol::frame::{Browse, Settle, Subscribe, UnsubscribeDurable};
-use herald_protocol::{Destination, DestinationKind, Frame, Message};
+use herald_protocol::frame::{Browse, Recover, Settle, Subscribe, UnsubscribeDurable};
+use herald_protocol::{Destination, DestinationKind, Frame, FrameKind, Message};
 
 use crate::connection::Inner;
 use crate::consumer::{Consumer, ConsumerShared};
@@ -71,8 +71,10 @@ impl SessionShared {
     /// `processed` is false when its listener panicked.
     pub(crate) fn handed_out(&self, delivery_id: u64, processed: bool) {
         let result = match (self.mode, processed) {
-            (AckMode::Auto | AckMode::DupsOk, false) => self.settle(false, vec![delivery_id]),
-            (AckMode::Auto, true) => self.settle(true, vec![delivery_id]),
+            (AckMode::Auto | AckMode::DupsOk, false) => {
+                self.settle(false, vec![delivery_id], false)
+            }
+            (AckMode::Auto, true) => self.settle(true, vec![delivery_id], false),
             (AckMode::DupsOk, true) => {
                 let mut lazy = lock(&self.lazy);
                 lazy.push(delivery_id);
@@ -81,7 +83,7 @@ impl SessionShared {
                 }
                 let batch = std::mem::take(&mut *lazy);
                 drop(lazy);
-                self.settle(true, batch)
+                self.settle(true, batch, false)
             }
             (AckMode::Client | AckMode::Individual, _) => {
                 lock(&self.delivered).push(delivery_id);
@@ -99,11 +101,12 @@ impl SessionShared {
         if batch.is_empty() {
             return Ok(());
         }
-        self.settle(true, batch)
+        self.settle(true, batch, false)
     }
 
-    /// ACK (or NACK) these deliveries, without waiting.
-    fn settle(&self, processed: bool, ids: Vec<u64>) -> Result<()> {
+    /// ACK (or NACK) these deliveries; with `confirmed`, wait for the
+    /// server's receipt.
+    fn settle(&self, processed: bool, ids: Vec<u64>, confirmed: bool) -> Result<()> {
         for chunk in ids.chunks(IDS_PER_FRAME) {
             let settle = Settle {
                 delivery_ids: chunk.to_vec(),
@@ -113,23 +116,11 @@ impl SessionShared {
             } else {
                 Frame::Nack(settle)
             };
-            self.inner.writer.send(&frame, 0)?;
-        }
-        Ok(())
-    }
-
-    /// ACK (or NACK) these deliveries and wait for the server.
-    fn settle_confirmed(&self, processed: bool, ids: Vec<u64>) -> Result<()> {
-        for chunk in ids.chunks(IDS_PER_FRAME) {
-            let settle = Settle {
-                delivery_ids: chunk.to_vec(),
-            };
-            let frame = if processed {
-                Frame::Ack(settle)
+            if confirmed {
+                self.inner.request(&frame, "the acknowledgement receipt")?;
             } else {
-                Frame::Nack(settle)
-            };
-            self.inner.request(&frame, "the acknowledgement receipt")?;
+                self.inner.writer.send(&frame, 0)?;
+            }
         }
         Ok(())
     }
@@ -334,7 +325,7 @@ impl Session {
         if ids.is_empty() {
             return Ok(());
         }
-        self.shared.settle_confirmed(true, ids)
+        self.shared.settle(true, ids, true)
     }
 
     /// Acknowledges one message. In INDIVIDUAL mode only that one; in
@@ -352,22 +343,52 @@ impl Session {
         };
         delivered.remove(at);
         drop(delivered);
-        self.shared
-            .settle_confirmed(true, vec![message.delivery_id])
+        self.shared.settle(true, vec![message.delivery_id], true)
     }
 
-    /// Redelivers, from the first, every message handed out and not
-    /// acknowledged, and those the session's consumers hold unread: they
-    /// come again, marked redelivered.
+    /// Redelivers, from the first, every message of the session not yet
+    /// acknowledged, whether handed out, waiting unread, or still on its
+    /// way: they come again, marked redelivered.
     pub fn recover(&self) -> Result<()> {
-        let mut ids = std::mem::take(&mut *lock(&self.shared.delivered));
-        for (_, consumer) in lock(&self.shared.consumers).iter() {
-            ids.extend(consumer.take_all().iter().map(|m| m.delivery_id));
-        }
-        if ids.is_empty() {
+        let consumers: Vec<(u32, Arc<ConsumerShared>)> = lock(&self.shared.consumers)
+            .iter()
+            .filter(|(_, c)| c.is_tracked())
+            .cloned()
+            .collect();
+        if consumers.is_empty() {
             return Ok(());
         }
-        self.shared.settle_confirmed(false, ids)
+        // Arrivals are dropped from here until the RECEIPT: the server
+        // sends that after everything it sent before the recovery and
+        // before the redeliveries.
+        for (_, c) in &consumers {
+            c.set_discarding(true);
+            c.take_all();
+        }
+        lock(&self.shared.delivered).clear();
+        let frame = Frame::Recover(Recover {
+            subscription_ids: consumers.iter().map(|(id, _)| *id).collect(),
+        });
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let resume = consumers.clone();
+        let waiter = Box::new(move |result: Result<()>| {
+            // Runs on the reader thread, between the last stale MESSAGE
+            // and the first redelivery.
+            for (_, c) in &resume {
+                c.set_discarding(false);
+            }
+            let _ = tx.try_send(result);
+        });
+        self.inner()
+            .request_async(FrameKind::Recover, |d| frame.encode_body(d), waiter)?;
+        let timeout = self.inner().request_timeout();
+        match rx.recv_timeout(timeout) {
+            Ok(result) => result,
+            Err(_) => Err(Error::Timeout {
+                what: "the RECOVER receipt",
+                millis: timeout.as_millis(),
+            }),
+        }
     }
 
     /// Closes every consumer created in this session; DUPS_OK

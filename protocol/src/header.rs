@@ -72,6 +72,8 @@ frame_kinds! {
     Browse = 14,
     /// Client → server: delete a durable subscription.
     UnsubscribeDurable = 15,
+    /// Client → server: redeliver what these subscriptions have not settled.
+    Recover = 16,
 }
 
 /// A decoded header.

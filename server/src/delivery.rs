@@ -68,19 +68,20 @@ impl Deliveries {
 
     /// Takes the non-empty wake lists, with their worker index.
     pub fn drain_wakes(&mut self) -> impl Iterator<Item = (usize, Vec<ConnectionRef>)> + '_ {
-        self.wakes
-            .iter_mut()
-            .enumerate()
-            .filter(|(_, w)| !w.is_empty())
-            .map(|(i, w)| (i, std::mem::take(w)))
+        take_non_empty(&mut self.wakes)
     }
 
     /// Takes the non-empty buckets, with their worker index.
     pub fn drain(&mut self) -> impl Iterator<Item = (usize, Vec<Delivery>)> + '_ {
-        self.buckets
-            .iter_mut()
-            .enumerate()
-            .filter(|(_, b)| !b.is_empty())
-            .map(|(i, b)| (i, std::mem::take(b)))
+        take_non_empty(&mut self.buckets)
     }
+}
+
+/// Empties each non-empty list, yielding it with its index.
+fn take_non_empty<T>(lists: &mut [Vec<T>]) -> impl Iterator<Item = (usize, Vec<T>)> + '_ {
+    lists
+        .iter_mut()
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty())
+        .map(|(i, l)| (i, std::mem::take(l)))
 }

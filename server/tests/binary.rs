@@ -1,54 +1,26 @@
 //! The `herald-server` binary: flags, config files, signals.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use herald_client::{ConnectionFactory, Error};
 
-/// A directory removed when dropped.
-struct TempDir(std::path::PathBuf);
+mod common;
 
-impl TempDir {
-    fn new(label: &str) -> TempDir {
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        TempDir(std::env::temp_dir().join(format!("herald-bin-{label}-{}-{n}", std::process::id())))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::TempDir;
 
 /// The binary with these arguments and a data directory of its own.
 fn server(args: &[&str]) -> (Command, TempDir) {
     let data = TempDir::new("data");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_herald-server"));
-    c.arg("--data-dir")
-        .arg(&data.0)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    (c, data)
+    (common::command(&data.0, args), data)
 }
 
 /// Starts the binary and reads the address it reports.
 fn start(args: &[&str]) -> (Child, String, TempDir) {
-    let (mut command, data) = server(args);
-    let mut child = command.spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("herald-server listening on ")
-        .unwrap_or_else(|| panic!("{line}"));
-    (child, addr.to_owned(), data)
+    let data = TempDir::new("data");
+    let (child, addr) = common::spawn(&data.0, args);
+    (child, addr, data)
 }
 
 fn signal(child: &Child, name: &str) {

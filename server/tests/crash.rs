@@ -5,47 +5,24 @@
 //! back. A corrupt journal tail is recovered from.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use herald_client::{AckMode, ConnectionFactory, ConsumerOptions, Destination, Message};
 
-struct TempDir(PathBuf);
+mod common;
 
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn temp_dir(label: &str) -> TempDir {
-    let dir = std::env::temp_dir().join(format!("herald-crash-{label}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    TempDir(dir)
-}
+use common::TempDir;
 
 fn start(data: &Path) -> (Child, ConnectionFactory) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_herald-server"))
-        .args(["--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("herald-server listening on ")
-        .unwrap_or_else(|| panic!("{line:?}"));
-    let factory = ConnectionFactory::new(&format!("herald://{addr}")).unwrap();
-    (child, factory)
+    let (child, addr) = common::spawn(data, &["--listen", "127.0.0.1:0"]);
+    (
+        child,
+        ConnectionFactory::new(&format!("herald://{addr}")).unwrap(),
+    )
 }
 
 fn n(m: &Message) -> i64 {
@@ -66,7 +43,7 @@ fn drain(factory: &ConnectionFactory, queue: &str) -> Vec<i64> {
 
 #[test]
 fn receipted_messages_survive_sigkill_and_acknowledged_ones_stay_gone() {
-    let data = temp_dir("kill");
+    let data = TempDir::new("kill");
     let (mut server, factory) = start(&data.0);
     let receipted = Arc::new(Mutex::new(BTreeSet::new()));
     let acked = Arc::new(Mutex::new(BTreeSet::new()));
@@ -178,7 +155,7 @@ fn segments(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn a_truncated_or_bit_flipped_last_segment_is_recovered_from() {
     for damage in ["truncate", "flip"] {
-        let data = temp_dir(damage);
+        let data = TempDir::new(damage);
         let (mut server, factory) = start(&data.0);
         {
             let c = factory.create_connection().unwrap();

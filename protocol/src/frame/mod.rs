@@ -8,6 +8,7 @@ mod connect;
 mod connected;
 mod delivery;
 mod error;
+mod recover;
 mod subscribe;
 mod unsubscribe;
 mod unsubscribe_durable;
@@ -18,6 +19,7 @@ pub use connect::Connect;
 pub use connected::Connected;
 pub use delivery::{Delivery, DELIVERY_HEAD_LEN};
 pub use error::ErrorFrame;
+pub use recover::Recover;
 pub use subscribe::Subscribe;
 pub use unsubscribe::Unsubscribe;
 pub use unsubscribe_durable::UnsubscribeDurable;
@@ -63,6 +65,8 @@ pub enum Frame {
     Browse(Browse),
     /// Delete a durable subscription.
     UnsubscribeDurable(UnsubscribeDurable),
+    /// Redeliver what subscriptions have not settled.
+    Recover(Recover),
 }
 
 impl Frame {
@@ -88,6 +92,7 @@ impl Frame {
             FrameKind::UnsubscribeDurable => {
                 UnsubscribeDurable::decode(&body).map(Frame::UnsubscribeDurable)
             }
+            FrameKind::Recover => Recover::decode(&body).map(Frame::Recover),
         }
     }
 
@@ -109,6 +114,7 @@ impl Frame {
             Frame::Nack(_) => FrameKind::Nack,
             Frame::Browse(_) => FrameKind::Browse,
             Frame::UnsubscribeDurable(_) => FrameKind::UnsubscribeDurable,
+            Frame::Recover(_) => FrameKind::Recover,
         }
     }
 
@@ -141,6 +147,7 @@ impl Frame {
             Frame::Ack(f) | Frame::Nack(f) => f.encode(d),
             Frame::Browse(f) => f.encode(d),
             Frame::UnsubscribeDurable(f) => f.encode(d),
+            Frame::Recover(f) => f.encode(d),
         }
     }
 }
@@ -200,6 +207,9 @@ mod tests {
                 selector: String::new(),
             }),
             Frame::UnsubscribeDurable(UnsubscribeDurable { name: "d".into() }),
+            Frame::Recover(Recover {
+                subscription_ids: vec![1, 7],
+            }),
             Frame::Unsubscribe(Unsubscribe { subscription_id: 3 }),
             Frame::Message(Delivery {
                 subscription_id: 3,
@@ -273,7 +283,7 @@ mod tests {
             if round % 2 == 0 && len >= 12 {
                 // A valid header over a random body exercises body decoders.
                 bytes[..3].copy_from_slice(b"HR\x01");
-                bytes[3] = (next() % 16) as u8;
+                bytes[3] = (next() % 18) as u8;
                 bytes[8..12].copy_from_slice(&((len - 12) as u32).to_be_bytes());
             }
             let mut buf = BytesMut::from(&bytes[..]);

@@ -1,6 +1,8 @@
-//! ACK and NACK: settle deliveries of acknowledged subscriptions.
+//! ACK, NACK and RECOVER: settle deliveries of tracked subscriptions.
 
-use herald_protocol::frame::Settle;
+use std::collections::HashSet;
+
+use herald_protocol::frame::{Recover, Settle};
 use herald_protocol::ErrorCode;
 
 use super::{receipt, Context, Flow, Refusal};
@@ -25,8 +27,55 @@ pub fn handle(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
+    let unknown = settle(f.delivery_ids, outcome, session, ctx);
+    if unknown.is_empty() {
+        receipt(out, request_id);
+        return Ok(Flow::Continue);
+    }
+    let shown: Vec<String> = unknown.iter().take(10).map(u64::to_string).collect();
+    let more = if unknown.len() > 10 { ", ..." } else { "" };
+    Err(Refusal::soft(
+        ErrorCode::UnknownDelivery,
+        format!(
+            "{} delivery id(s) not outstanding on this connection: {}{more}",
+            unknown.len(),
+            shown.join(", ")
+        ),
+    ))
+}
+
+/// RECOVER: NACKs every unsettled delivery of these subscriptions, in
+/// delivery order. The RECEIPT is queued now, ahead of the redeliveries,
+/// which are routed after this frame.
+pub fn recover(
+    f: Recover,
+    request_id: u32,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Refusal> {
+    let subscriptions: HashSet<u32> = f.subscription_ids.into_iter().collect();
+    let mut ids: Vec<u64> = session
+        .unacked
+        .iter()
+        .filter(|(_, u)| subscriptions.contains(&u.subscription_id))
+        .map(|(id, _)| *id)
+        .collect();
+    ids.sort_unstable();
+    settle(ids, Outcome::Redeliver, session, ctx);
+    receipt(out, request_id);
+    Ok(Flow::Continue)
+}
+
+/// Settles deliveries; returns the ids that were not outstanding.
+fn settle(
+    ids: Vec<u64>,
+    outcome: Outcome,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) -> Vec<u64> {
     let mut unknown = Vec::new();
-    for id in f.delivery_ids {
+    for id in ids {
         let Some(u) = session.unacked.remove(&id) else {
             unknown.push(id);
             continue;
@@ -43,18 +92,5 @@ pub fn handle(
             unknown.push(id);
         }
     }
-    if unknown.is_empty() {
-        receipt(out, request_id);
-        return Ok(Flow::Continue);
-    }
-    let shown: Vec<String> = unknown.iter().take(10).map(u64::to_string).collect();
-    let more = if unknown.len() > 10 { ", ..." } else { "" };
-    Err(Refusal::soft(
-        ErrorCode::UnknownDelivery,
-        format!(
-            "{} delivery id(s) not outstanding on this connection: {}{more}",
-            unknown.len(),
-            shown.join(", ")
-        ),
-    ))
+    unknown
 }

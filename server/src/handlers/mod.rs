@@ -80,6 +80,16 @@ impl Refusal {
         }
     }
 
+    /// Queues the ERROR; the connection closes if the refusal is fatal.
+    pub fn answer(self, out: &mut Outbound, request_id: u32) -> Flow {
+        reply_error(out, request_id, self.code, self.fatal, self.message);
+        if self.fatal {
+            Flow::Close
+        } else {
+            Flow::Continue
+        }
+    }
+
     /// A refusal that closes the connection.
     pub fn fatal(code: ErrorCode, message: impl Into<String>) -> Refusal {
         Refusal {
@@ -147,6 +157,7 @@ fn handle(
         Frame::Ack(f) => ack::handle(f, ack::Outcome::Processed, request_id, session, out, ctx),
         Frame::Nack(f) => ack::handle(f, ack::Outcome::Redeliver, request_id, session, out, ctx),
         Frame::Browse(f) => browse::handle(f, request_id, session, out, ctx),
+        Frame::Recover(f) => ack::recover(f, request_id, session, out, ctx),
         Frame::UnsubscribeDurable(f) => {
             unsubscribe_durable::handle(f, request_id, session, out, ctx)
         }

@@ -5,7 +5,7 @@ use herald_protocol::{ErrorCode, MessageView};
 
 use std::time::{Duration, Instant};
 
-use super::{receipt, reply_error, Context, Flow, Parked, Refusal};
+use super::{receipt, Context, Flow, Parked, Refusal};
 use crate::broker::RouteError;
 use crate::config::FullPolicy;
 use crate::net::outbound::Outbound;
@@ -57,15 +57,6 @@ pub fn retry(parked: Parked, out: &mut Outbound, ctx: &mut Context<'_>) -> Flow 
     let request_id = parked.request_id;
     match handle(parked.message, request_id, Some(parked.since), out, ctx) {
         Ok(flow) => flow,
-        Err(refusal) => {
-            reply_error(
-                out,
-                request_id,
-                refusal.code,
-                refusal.fatal,
-                refusal.message,
-            );
-            Flow::Continue
-        }
+        Err(refusal) => refusal.answer(out, request_id),
     }
 }

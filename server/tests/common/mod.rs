@@ -1,0 +1,57 @@
+//! Helpers for the tests that run the `herald-server` binary.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A directory under the system's temporary directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// A fresh path, unique to this process and call.
+    pub fn new(label: &str) -> TempDir {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("herald-bin-{label}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The binary on data directory `data` with these arguments; its output
+/// is captured.
+pub fn command(data: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_herald-server"));
+    c.arg("--data-dir")
+        .arg(data)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Starts the binary and returns it with the address it reports. Its log
+/// is discarded, so a long run cannot fill an unread pipe.
+pub fn spawn(data: &Path, args: &[&str]) -> (Child, String) {
+    let mut child = command(data, args)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("herald-server starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("a first line");
+    let addr = line
+        .trim()
+        .strip_prefix("herald-server listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+    (child, addr.to_owned())
+}
