@@ -51,12 +51,12 @@ impl Server {
         })?;
         let local_addr = listener.local_addr()?;
         let n = config.worker_count();
-        let (journal, recovered) = Journal::open(JournalConfig {
-            dir: config.data_dir.clone(),
-            fsync: config.journal.fsync,
-            segment_size: config.journal.segment_size,
-            max_segments: config.journal.max_segments,
-        })?;
+        let (journal, recovered) = Journal::open(JournalConfig::new(
+            config.data_dir.clone(),
+            config.journal.fsync,
+            config.journal.segment_size,
+            config.journal.max_segments,
+        ))?;
         log::info!(
             "journal {}: {} records in {} segments replayed, {} live",
             config.data_dir.display(),

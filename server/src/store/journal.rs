@@ -34,6 +34,16 @@
 //! after its record is on disk. `fsync = "always"` syncs each record on its
 //! own; `"never"` leaves syncing to the OS.
 //!
+//! # Failures
+//!
+//! Files are written through the small [`Disk`] trait, so tests can tear a
+//! write, fill the disk or fail a sync. A failed write is cut back to the
+//! last whole record and its completions fail (the publisher gets an ERROR,
+//! not a RECEIPT); writing goes on, so a disk that had filled up works again
+//! once space returns. A failed sync is different: what was written may or
+//! may not be on disk, so the journal stops confirming anything from then
+//! on, and every persistent send fails until the server is restarted.
+//!
 //! # Compaction
 //!
 //! A segment is only ever deleted when it is the oldest, so no later
@@ -45,12 +55,12 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -83,7 +93,7 @@ pub enum FsyncPolicy {
 }
 
 /// Journal settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct JournalConfig {
     /// The data directory.
     pub dir: PathBuf,
@@ -94,6 +104,74 @@ pub struct JournalConfig {
     /// Segments kept before the oldest one's live records are moved
     /// forward so it can be deleted.
     pub max_segments: usize,
+    /// How segment files are written: the real disk, or in tests one that
+    /// fails on purpose.
+    pub disk: Arc<dyn Disk>,
+}
+
+/// The journal's way to the disk for the files it writes. Tests put a
+/// disk here that tears writes, fails syncs or fills up.
+pub trait Disk: Send + Sync {
+    /// Creates (or truncates) a segment file to append to.
+    fn create(&self, path: &Path) -> io::Result<Box<dyn SegmentFile>>;
+}
+
+/// A segment file being appended to.
+pub trait SegmentFile: Send {
+    /// Appends all of `buf`.
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// Makes the data written so far durable.
+    fn sync_data(&mut self) -> io::Result<()>;
+    /// Cuts the file back to `len` bytes and goes on writing there.
+    fn rewind_to(&mut self, len: u64) -> io::Result<()>;
+}
+
+/// The real file system.
+pub struct RealDisk;
+
+impl Disk for RealDisk {
+    fn create(&self, path: &Path) -> io::Result<Box<dyn SegmentFile>> {
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(path)?;
+        Ok(Box::new(f))
+    }
+}
+
+impl SegmentFile for File {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        Write::write_all(self, buf)
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        File::sync_data(self)
+    }
+
+    fn rewind_to(&mut self, len: u64) -> io::Result<()> {
+        self.set_len(len)?;
+        self.seek(SeekFrom::Start(len)).map(drop)
+    }
+}
+
+impl JournalConfig {
+    /// Settings on the real disk.
+    pub fn new(
+        dir: PathBuf,
+        fsync: FsyncPolicy,
+        segment_size: u64,
+        max_segments: usize,
+    ) -> JournalConfig {
+        JournalConfig {
+            dir,
+            fsync,
+            segment_size,
+            max_segments,
+            disk: Arc::new(RealDisk),
+        }
+    }
 }
 
 /// The journal could not be opened.
@@ -228,7 +306,12 @@ struct Segment {
 struct Writer {
     config: JournalConfig,
     segments: VecDeque<Segment>,
-    current: File,
+    current: Box<dyn SegmentFile>,
+    /// Set when a sync failed: what was written may not be on disk, and
+    /// nothing the journal says can be trusted any more, so every later
+    /// completion fails with this reason (as PostgreSQL does after a
+    /// failed fsync).
+    failed: Option<String>,
     /// Which segment holds each live id.
     index: HashMap<u64, u64>,
     /// Held for the life of the writer: the directory lock.
@@ -239,21 +322,19 @@ fn segment_name(seq: u64) -> String {
     format!("{seq:020}.hlog")
 }
 
-fn create_segment(dir: &Path, seq: u64) -> Result<(File, PathBuf), JournalError> {
+fn create_segment(
+    disk: &dyn Disk,
+    dir: &Path,
+    seq: u64,
+) -> Result<(Box<dyn SegmentFile>, PathBuf), JournalError> {
     let path = dir.join(segment_name(seq));
-    let mut f = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(io_error(&path))?;
+    let mut f = disk.create(&path).map_err(io_error(&path))?;
     let mut header = [0u8; HEADER_LEN as usize];
     header[..4].copy_from_slice(MAGIC);
     header[4] = VERSION;
     header[8..].copy_from_slice(&seq.to_be_bytes());
     f.write_all(&header).map_err(io_error(&path))?;
-    f.sync_all().map_err(io_error(&path))?;
+    f.sync_data().map_err(io_error(&path))?;
     // The new name must survive a crash too.
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
@@ -357,7 +438,7 @@ impl Writer {
             }
         }
         let next_seq = seqs.last().map_or(1, |s| s + 1);
-        let (current, path) = create_segment(&dir, next_seq)?;
+        let (current, path) = create_segment(&*config.disk, &dir, next_seq)?;
         segments.push_back(Segment {
             seq: next_seq,
             path,
@@ -369,6 +450,7 @@ impl Writer {
             config,
             segments,
             current,
+            failed: None,
             index,
             _lock: lock,
         };
@@ -435,13 +517,19 @@ impl Writer {
     }
 
     fn write(&mut self, buf: &[u8]) -> io::Result<()> {
+        if let Some(why) = &self.failed {
+            return Err(io::Error::other(why.clone()));
+        }
         if buf.is_empty() {
             return Ok(());
         }
         let start = self.current_len();
         if let Err(e) = self.current.write_all(buf) {
-            // Leave no partial record behind the ones already written.
-            let _ = self.current.set_len(start);
+            // Leave no partial record behind the ones already written, and
+            // go on writing where they end (a full disk may drain).
+            if let Err(r) = self.current.rewind_to(start) {
+                self.failed = Some(format!("cannot cut a failed write back ({r}) after: {e}"));
+            }
             return Err(e);
         }
         if let Some(s) = self.segments.back_mut() {
@@ -449,8 +537,15 @@ impl Writer {
         }
         match self.config.fsync {
             FsyncPolicy::Never => Ok(()),
-            FsyncPolicy::Always | FsyncPolicy::Batch => self.current.sync_data(),
+            FsyncPolicy::Always | FsyncPolicy::Batch => self.sync(),
         }
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.current.sync_data().inspect_err(|e| {
+            log::error!("journal sync failed: {e}; persistent sends fail from now on");
+            self.failed = Some(format!("the journal could not sync ({e})"));
+        })
     }
 
     /// Updates which records are live after a successful write.
@@ -479,9 +574,9 @@ impl Writer {
             .back()
             .map(|s| s.path.clone())
             .unwrap_or_default();
-        self.current.sync_all().map_err(io_error(&path))?;
+        self.sync().map_err(io_error(&path))?;
         let seq = self.segments.back().map_or(1, |s| s.seq + 1);
-        let (file, path) = create_segment(&self.config.dir, seq)?;
+        let (file, path) = create_segment(&*self.config.disk, &self.config.dir, seq)?;
         self.current = file;
         self.segments.push_back(Segment {
             seq,
@@ -546,7 +641,7 @@ impl Writer {
             .unwrap_or_default();
         self.write(&buf).map_err(io_error(&current_path))?;
         // The copies must be durable before the originals go.
-        self.current.sync_data().map_err(io_error(&current_path))?;
+        self.sync().map_err(io_error(&current_path))?;
         let Some(current) = self.segments.back_mut() else {
             return Ok(());
         };
@@ -610,12 +705,7 @@ mod tests {
     }
 
     fn config(dir: &TempDir) -> JournalConfig {
-        JournalConfig {
-            dir: dir.0.clone(),
-            fsync: FsyncPolicy::Batch,
-            segment_size: 64 << 20,
-            max_segments: 4,
-        }
+        JournalConfig::new(dir.0.clone(), FsyncPolicy::Batch, 64 << 20, 4)
     }
 
     fn enqueue(j: &Journal, queue: &str, body: &str) -> u64 {
@@ -762,5 +852,141 @@ mod tests {
         let (_, r) = Journal::open(c).unwrap();
         assert_eq!(bodies(&r), ["keep me"]);
         assert_eq!(r.records[0].id(), keep);
+    }
+
+    /// Faults to inject, shared between a test and its disk.
+    #[derive(Default)]
+    struct Faults {
+        /// Bytes that may still be written before the disk is "full".
+        room: Mutex<Option<usize>>,
+        /// The next write stops halfway and fails.
+        tear: std::sync::atomic::AtomicBool,
+        /// Every sync fails.
+        fail_sync: std::sync::atomic::AtomicBool,
+    }
+
+    struct FaultyDisk(Arc<Faults>);
+
+    struct FaultyFile {
+        file: File,
+        faults: Arc<Faults>,
+    }
+
+    impl Disk for FaultyDisk {
+        fn create(&self, path: &Path) -> io::Result<Box<dyn SegmentFile>> {
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .read(true)
+                .write(true)
+                .open(path)?;
+            Ok(Box::new(FaultyFile {
+                file,
+                faults: self.0.clone(),
+            }))
+        }
+    }
+
+    impl SegmentFile for FaultyFile {
+        fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+            if self.faults.tear.swap(false, Ordering::Relaxed) {
+                Write::write_all(&mut self.file, &buf[..buf.len() / 2])?;
+                return Err(io::Error::other("torn write (injected)"));
+            }
+            let mut room = self.faults.room.lock().unwrap();
+            if let Some(left) = room.as_mut() {
+                if *left < buf.len() {
+                    let n = *left;
+                    *left = 0;
+                    Write::write_all(&mut self.file, &buf[..n])?;
+                    return Err(io::Error::new(
+                        io::ErrorKind::StorageFull,
+                        "no space left (injected)",
+                    ));
+                }
+                *left -= buf.len();
+            }
+            Write::write_all(&mut self.file, buf)
+        }
+
+        fn sync_data(&mut self) -> io::Result<()> {
+            if self.faults.fail_sync.load(Ordering::Relaxed) {
+                return Err(io::Error::other("sync failed (injected)"));
+            }
+            self.file.sync_data()
+        }
+
+        fn rewind_to(&mut self, len: u64) -> io::Result<()> {
+            SegmentFile::rewind_to(&mut self.file, len)
+        }
+    }
+
+    fn faulty(dir: &TempDir) -> (JournalConfig, Arc<Faults>) {
+        let faults = Arc::new(Faults::default());
+        let mut c = config(dir);
+        c.disk = Arc::new(FaultyDisk(faults.clone()));
+        (c, faults)
+    }
+
+    /// Appends one message and waits for its completion.
+    fn durable(j: &Journal, body: &str) -> Result<(), String> {
+        let (tx, rx) = channel();
+        let record = Record::Enqueue {
+            id: j.next_id(),
+            holder: Holder::Queue("q".into()),
+            block: Bytes::copy_from_slice(body.as_bytes()),
+        };
+        j.append(record, Some(Box::new(move |r| tx.send(r).unwrap())));
+        rx.recv().unwrap()
+    }
+
+    #[test]
+    fn a_full_disk_fails_the_sends_it_cannot_keep_and_recovers_when_space_returns() {
+        let dir = TempDir::new("full");
+        let (c, faults) = faulty(&dir);
+        let (j, _) = Journal::open(c.clone()).unwrap();
+        durable(&j, "one").unwrap();
+        *faults.room.lock().unwrap() = Some(10);
+        let e = durable(&j, "two").unwrap_err();
+        assert!(e.contains("no space"), "{e}");
+        *faults.room.lock().unwrap() = None;
+        durable(&j, "three").unwrap();
+        drop(j);
+        let (_, r) = Journal::open(config(&dir)).unwrap();
+        assert_eq!(bodies(&r), ["one", "three"], "no trace of the failed write");
+        assert_eq!(
+            r.truncated_bytes, 0,
+            "the failed write was cut back at once"
+        );
+    }
+
+    #[test]
+    fn a_torn_write_is_cut_back_and_writing_goes_on_after_the_last_whole_record() {
+        let dir = TempDir::new("tearing");
+        let (c, faults) = faulty(&dir);
+        let (j, _) = Journal::open(c).unwrap();
+        durable(&j, "one").unwrap();
+        faults.tear.store(true, Ordering::Relaxed);
+        assert!(durable(&j, "two").is_err());
+        durable(&j, "three").unwrap();
+        drop(j);
+        let (_, r) = Journal::open(config(&dir)).unwrap();
+        assert_eq!(bodies(&r), ["one", "three"]);
+        assert_eq!(r.truncated_bytes, 0);
+    }
+
+    #[test]
+    fn after_a_failed_sync_nothing_is_confirmed_again() {
+        let dir = TempDir::new("sync");
+        let (c, faults) = faulty(&dir);
+        let (j, _) = Journal::open(c).unwrap();
+        durable(&j, "one").unwrap();
+        faults.fail_sync.store(true, Ordering::Relaxed);
+        let e = durable(&j, "two").unwrap_err();
+        assert!(e.contains("sync"), "{e}");
+        faults.fail_sync.store(false, Ordering::Relaxed);
+        let e = durable(&j, "three").unwrap_err();
+        assert!(e.contains("could not sync"), "still failed: {e}");
+        assert!(sync(&j).is_err());
     }
 }
