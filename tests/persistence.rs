@@ -121,13 +121,27 @@ fn dead_letters_and_redelivered_messages_are_kept_too() {
         next(&consumer);
         s2.recover().unwrap();
         wait_until("moved to the DLQ", || {
-            s.browse("DLQ.q", "").unwrap().len() == 1
+            s.create_browser(&Destination::queue("DLQ.q"), "")
+                .unwrap()
+                .messages()
+                .unwrap()
+                .len()
+                == 1
         });
     }
     let server = restart(server, &dir);
     let (_c, s) = connect(&server);
-    assert!(s.browse("q", "").unwrap().is_empty());
-    let dead = s.browse("DLQ.q", "").unwrap();
+    assert!(s
+        .create_browser(&Destination::queue("q"), "")
+        .unwrap()
+        .messages()
+        .unwrap()
+        .is_empty());
+    let dead = s
+        .create_browser(&Destination::queue("DLQ.q"), "")
+        .unwrap()
+        .messages()
+        .unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(
         dead[0]

@@ -126,18 +126,51 @@ fn browsing_shows_waiting_messages_and_leaves_them() {
     let server = start();
     let (_c, s) = connect(&server);
     send_numbers(&s, "inbox", 0..5);
-    let all = s.browse("inbox", "").unwrap();
+    let all = s
+        .create_browser(&Destination::queue("inbox"), "")
+        .unwrap()
+        .messages()
+        .unwrap();
     assert_eq!(all.len(), 6);
-    let odd = s.browse("inbox", "n / 2 * 2 <> n").unwrap();
+    let odd = s
+        .create_browser(&Destination::queue("inbox"), "n / 2 * 2 <> n")
+        .unwrap()
+        .messages()
+        .unwrap();
     assert_eq!(
         odd.iter()
             .map(|m| m.body_text().unwrap())
             .collect::<Vec<_>>(),
         ["1", "3", "end"]
     );
-    assert!(s.browse("nothing.here", "").unwrap().is_empty());
-    let bad = s.browse("inbox", "n >").unwrap_err();
-    assert_eq!(bad.server_code(), Some(ErrorCode::InvalidSelector), "{bad}");
+    assert!(s
+        .create_browser(&Destination::queue("nothing.here"), "")
+        .unwrap()
+        .messages()
+        .unwrap()
+        .is_empty());
+    let bad = s
+        .create_browser(&Destination::queue("inbox"), "n >")
+        .unwrap_err();
+    assert!(
+        matches!(&bad, herald_client::Error::InvalidArgument(m) if m.contains("position")),
+        "{bad}"
+    );
+    // The server checks too, for clients that do not.
+    let mut raw = RawClient::connected(&server, 0);
+    raw.send(
+        &herald_protocol::Frame::Browse(herald_protocol::frame::Browse {
+            subscription_id: 1,
+            queue: "inbox".into(),
+            selector: "n >".into(),
+        }),
+        2,
+    );
+    let (e, id) = raw.expect_error();
+    assert_eq!(
+        (e.error_code(), id, e.fatal),
+        (Some(ErrorCode::InvalidSelector), 2, false)
+    );
     let consumer = s.create_consumer(&Destination::queue("inbox")).unwrap();
     assert_eq!(
         next(&consumer).body_text(),

@@ -59,7 +59,11 @@ fn a_queue_consumer_takes_only_matching_messages_and_leaves_the_rest() {
     assert_eq!(next(&eu).body_text(), Some("EU:3"));
     assert_nothing(&eu);
     assert_eq!(
-        s.browse("orders", "").unwrap().len(),
+        s.create_browser(&Destination::queue("orders"), "")
+            .unwrap()
+            .messages()
+            .unwrap()
+            .len(),
         1,
         "NA stays for others"
     );

@@ -151,7 +151,9 @@ pub struct BrowseArgs {
 pub fn browse(target: &crate::target::Target, args: BrowseArgs) -> Result<()> {
     let connection = target.factory()?.create_connection()?;
     let session = connection.create_session(AckMode::Auto)?;
-    let messages = session.browse(&args.queue, &args.selector)?;
+    let messages = session
+        .create_browser(&Destination::queue(args.queue.clone()), &args.selector)?
+        .messages()?;
     for m in &messages {
         println!("{}", format_message(m));
     }

@@ -33,4 +33,4 @@ pub use error::{Error, Result};
 pub use factory::{ConnectionFactory, FactoryConfig};
 pub use herald_protocol::{Body, DeliveryMode, Destination, ErrorCode, Message, Value};
 pub use producer::Producer;
-pub use session::{AckMode, ConsumerOptions, Session};
+pub use session::{AckMode, ConsumerOptions, QueueBrowser, Session};

@@ -288,33 +288,24 @@ impl Session {
             .request(&frame, "the UNSUBSCRIBE_DURABLE receipt")
     }
 
-    /// A snapshot of the messages waiting in a queue that `selector` (empty
-    /// = all) selects, without consuming them.
-    pub fn browse(&self, queue: &str, selector: &str) -> Result<Vec<Message>> {
-        herald_protocol::destination::validate_name(queue)?;
-        let inner = self.inner();
-        let id = inner.next_subscription_id();
-        let snapshot = Arc::new(ConsumerShared::new(usize::MAX, None));
-        inner
-            .consumers
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, snapshot.clone());
-        let frame = Frame::Browse(Browse {
-            subscription_id: id,
-            queue: queue.to_owned(),
+    /// A browser of `queue`: it looks at the messages waiting there that
+    /// `selector` (empty = all) selects, without consuming them.
+    pub fn create_browser(&self, queue: &Destination, selector: &str) -> Result<QueueBrowser> {
+        if queue.kind != DestinationKind::Queue {
+            return Err(Error::InvalidArgument(format!(
+                "{queue} is not a queue: only queues are browsed"
+            )));
+        }
+        herald_protocol::destination::validate_name(&queue.name)?;
+        if !selector.is_empty() {
+            herald_protocol::selector::Selector::parse(selector)
+                .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        }
+        Ok(QueueBrowser {
+            inner: self.inner().clone(),
+            queue: queue.name.clone(),
             selector: selector.to_owned(),
-        });
-        // The RECEIPT follows the last MESSAGE of the snapshot, and the
-        // reader hands each MESSAGE over before it reads the RECEIPT.
-        let result = inner.request(&frame, "the end of the browse");
-        inner
-            .consumers
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
-        result?;
-        Ok(snapshot.take_all())
+        })
     }
 
     /// CLIENT mode: acknowledges every message this session has handed
@@ -412,6 +403,57 @@ impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
             .field("ack_mode", &self.shared.mode)
+            .finish()
+    }
+}
+
+/// Looks at a queue without consuming (JMS `QueueBrowser`).
+pub struct QueueBrowser {
+    inner: Arc<Inner>,
+    queue: String,
+    selector: String,
+}
+
+impl QueueBrowser {
+    /// The queue's name.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// A snapshot of the messages waiting now, in queue order (deliveries
+    /// in flight to consumers are not included).
+    pub fn messages(&self) -> Result<Vec<Message>> {
+        let inner = &self.inner;
+        let id = inner.next_subscription_id();
+        let snapshot = Arc::new(ConsumerShared::new(usize::MAX, None));
+        inner
+            .consumers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, snapshot.clone());
+        let frame = Frame::Browse(Browse {
+            subscription_id: id,
+            queue: self.queue.clone(),
+            selector: self.selector.clone(),
+        });
+        // The RECEIPT follows the last MESSAGE of the snapshot, and the
+        // reader hands each MESSAGE over before it reads the RECEIPT.
+        let result = inner.request(&frame, "the end of the browse");
+        inner
+            .consumers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        result?;
+        Ok(snapshot.take_all())
+    }
+}
+
+impl std::fmt::Debug for QueueBrowser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueBrowser")
+            .field("queue", &self.queue)
+            .field("selector", &self.selector)
             .finish()
     }
 }
