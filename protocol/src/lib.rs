@@ -12,6 +12,7 @@
 //! - [`value`]: typed property values.
 //! - [`destination`]: destination names and `*`/`#` subscription patterns.
 //! - [`selector`]: the JMS message selector language, parsed and evaluated.
+//! - [`stomp`]: STOMP 1.0–1.2 frames, for the second listener.
 //! - [`error`]: decode errors and the numeric error codes that cross the wire.
 //!
 //! `protocol/PROTOCOL.md` specifies every byte.
@@ -26,6 +27,7 @@ pub mod frame;
 pub mod header;
 pub mod message;
 pub mod selector;
+pub mod stomp;
 pub mod value;
 
 pub use codec::{Decoder, RawFrame};
