@@ -79,6 +79,30 @@ pub struct Config {
     pub topics: TopicsConfig,
     /// Queues and acknowledged subscriptions.
     pub queues: QueuesConfig,
+    /// The STOMP listener.
+    pub stomp: StompSection,
+}
+
+/// `[stomp]`: the second listener, for standard STOMP clients.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StompSection {
+    /// Whether the STOMP listener runs.
+    pub enabled: bool,
+    /// Its address.
+    pub listen: SocketAddr,
+    /// Header lines one STOMP frame may carry.
+    pub max_headers: usize,
+}
+
+impl Default for StompSection {
+    fn default() -> StompSection {
+        StompSection {
+            enabled: true,
+            listen: SocketAddr::from(([127, 0, 0, 1], 61613)),
+            max_headers: 128,
+        }
+    }
 }
 
 /// `[journal]`: how persistent state is written.
@@ -171,6 +195,7 @@ impl Default for Config {
             journal: JournalSection::default(),
             topics: TopicsConfig::default(),
             queues: QueuesConfig::default(),
+            stomp: StompSection::default(),
         }
     }
 }

@@ -10,6 +10,7 @@
 //! - [`broker`]: routing, the topic tree and strict mode. No sockets.
 //! - [`session`]: per-connection protocol state.
 //! - [`store`]: persistence: the storage trait and the embedded journal.
+//! - [`stomp`]: the STOMP protocol's handlers, on the same broker.
 //! - [`delivery`]: routed messages on their way to the owning worker.
 //! - [`config`]: the settings of `herald.toml`.
 #![forbid(unsafe_code)]
@@ -22,6 +23,7 @@ pub mod handlers;
 pub mod net;
 mod server;
 pub mod session;
+pub mod stomp;
 pub mod store;
 
 pub use config::{Config, ConfigError};

@@ -27,6 +27,9 @@ struct Args {
     /// Data directory for the journal, overriding the config.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Address of the STOMP listener, overriding the config.
+    #[arg(long)]
+    stomp_listen: Option<SocketAddr>,
 }
 
 fn main() -> ExitCode {
@@ -51,6 +54,10 @@ fn main() -> ExitCode {
     }
     if let Some(dir) = args.data_dir {
         config.data_dir = dir;
+    }
+    if let Some(addr) = args.stomp_listen {
+        config.stomp.listen = addr;
+        config.stomp.enabled = true;
     }
     if let Err(e) = config.validate("command line") {
         eprintln!("herald-server: {e}");

@@ -15,7 +15,7 @@ use thiserror::Error;
 use crate::broker::Broker;
 use crate::config::Config;
 use crate::net::worker::Worker;
-use crate::net::{acceptor, Command, Shared, WorkerHandle, WorkerStats, WAKER};
+use crate::net::{acceptor, Command, Protocol, Shared, WorkerHandle, WorkerStats, WAKER};
 use crate::store::{Journal, JournalConfig, JournalError};
 
 /// Why a server could not start.
@@ -50,6 +50,15 @@ impl Server {
             source,
         })?;
         let local_addr = listener.local_addr()?;
+        let mut listeners = vec![(listener, Protocol::Native)];
+        let mut stomp_addr = None;
+        if config.stomp.enabled {
+            let addr = config.stomp.listen;
+            let stomp =
+                TcpListener::bind(addr).map_err(|source| StartError::Bind { addr, source })?;
+            stomp_addr = Some(stomp.local_addr()?);
+            listeners.push((stomp, Protocol::Stomp));
+        }
         let n = config.worker_count();
         let (journal, recovered) = Journal::open(JournalConfig::new(
             config.data_dir.clone(),
@@ -98,14 +107,18 @@ impl Server {
         let acceptor_waker = Waker::new(acceptor_poll.registry(), WAKER)?;
         let acceptor_shared = shared.clone();
         threads.push(spawn("herald-acceptor".into(), move || {
-            acceptor::run(acceptor_poll, listener, acceptor_shared)
+            acceptor::run(acceptor_poll, listeners, acceptor_shared)
         })?);
         log::info!(
             "herald {} listening on {local_addr} with {n} workers",
             env!("CARGO_PKG_VERSION")
         );
+        if let Some(addr) = stomp_addr {
+            log::info!("STOMP listening on {addr}");
+        }
         Ok(ServerHandle {
             local_addr,
+            stomp_addr,
             journal,
             shared,
             acceptor_waker,
@@ -147,6 +160,7 @@ pub struct Stats {
 /// A running server.
 pub struct ServerHandle {
     local_addr: SocketAddr,
+    stomp_addr: Option<SocketAddr>,
     journal: Arc<Journal>,
     shared: Arc<Shared>,
     acceptor_waker: Waker,
@@ -158,6 +172,11 @@ impl ServerHandle {
     /// The address the listener is bound to (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The STOMP listener's address, if it runs.
+    pub fn stomp_addr(&self) -> Option<SocketAddr> {
+        self.stomp_addr
     }
 
     /// The server's counters now.

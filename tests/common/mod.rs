@@ -32,12 +32,14 @@ pub fn temp_dir(label: &str) -> PathBuf {
 /// A config for tests: loopback, an ephemeral port, two workers, a data
 /// directory of its own.
 pub fn test_config() -> Config {
-    Config {
+    let mut config = Config {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         workers: 2,
         data_dir: temp_dir("data"),
         ..Config::default()
-    }
+    };
+    config.stomp.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config
 }
 
 /// A running server that removes its data directory when dropped.
@@ -260,4 +262,98 @@ pub fn thread_count() -> usize {
         .find_map(|l| l.strip_prefix("Threads:"))
         .and_then(|n| n.trim().parse().ok())
         .expect("a Threads: line")
+}
+
+/// A STOMP client over a raw socket, for the STOMP listener's tests.
+pub struct StompClient {
+    stream: TcpStream,
+    buf: BytesMut,
+    decoder: herald_protocol::stomp::StompDecoder,
+}
+
+impl StompClient {
+    /// Opens a TCP connection to the STOMP listener without sending
+    /// anything.
+    pub fn open(server: &ServerHandle) -> StompClient {
+        let stream =
+            TcpStream::connect(server.stomp_addr().expect("STOMP listener")).expect("tcp connect");
+        stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        StompClient {
+            stream,
+            buf: BytesMut::new(),
+            decoder: herald_protocol::stomp::StompDecoder::new(
+                herald_protocol::stomp::StompLimits {
+                    max_frame_size: 1 << 24,
+                    max_headers: 1000,
+                },
+            ),
+        }
+    }
+
+    /// Opens and connects with STOMP 1.2 (and these extra CONNECT
+    /// headers), checking for CONNECTED.
+    pub fn connected(server: &ServerHandle, headers: &[(&str, &str)]) -> StompClient {
+        let mut c = StompClient::open(server);
+        let mut connect = herald_protocol::stomp::StompFrame::new("CONNECT")
+            .header("accept-version", "1.2")
+            .header("host", "localhost");
+        for (k, v) in headers {
+            connect = connect.header(*k, *v);
+        }
+        c.send(&connect);
+        let reply = c.read().expect("an answer to CONNECT");
+        assert_eq!(reply.command, "CONNECTED", "{reply:?}");
+        c
+    }
+
+    /// Writes a frame.
+    pub fn send(&mut self, frame: &herald_protocol::stomp::StompFrame) {
+        let mut b = BytesMut::new();
+        frame.encode(true, &mut b);
+        self.stream.write_all(&b).expect("write");
+    }
+
+    /// Writes raw bytes.
+    pub fn write(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// The next frame, or `None` at end of stream.
+    pub fn read(&mut self) -> Option<herald_protocol::stomp::StompFrame> {
+        loop {
+            if let Some(f) = self
+                .decoder
+                .decode(&mut self.buf)
+                .expect("server frames decode")
+            {
+                return Some(f);
+            }
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+                Err(e) => panic!("read failed: {e}"),
+            }
+        }
+    }
+
+    /// The next frame, which must have this command.
+    pub fn expect(&mut self, command: &str) -> herald_protocol::stomp::StompFrame {
+        let f = self
+            .read()
+            .unwrap_or_else(|| panic!("connection closed; expected {command}"));
+        assert_eq!(f.command, command, "{f:?}");
+        f
+    }
+
+    /// An ERROR frame, then the end of the stream; returns the ERROR.
+    pub fn expect_error(&mut self) -> herald_protocol::stomp::StompFrame {
+        let f = self.expect("ERROR");
+        assert!(
+            self.read().is_none(),
+            "the connection closes after an ERROR"
+        );
+        f
+    }
 }

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use herald_client::{ConnectionFactory, Error, Result};
-use herald_server::config::JournalSection;
+use herald_server::config::{JournalSection, StompSection};
 use herald_server::store::FsyncPolicy;
 use herald_server::{Config, Server};
 
@@ -126,6 +126,11 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             journal: JournalSection {
                 fsync,
                 ..JournalSection::default()
+            },
+            // The bench speaks the native protocol only.
+            stomp: StompSection {
+                enabled: false,
+                ..StompSection::default()
             },
             ..Config::default()
         };

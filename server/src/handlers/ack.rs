@@ -19,6 +19,7 @@ pub enum Outcome {
     Redeliver,
 }
 
+/// An ACK or NACK frame.
 pub fn handle(
     f: Settle,
     outcome: Outcome,
@@ -68,7 +69,7 @@ pub fn recover(
 }
 
 /// Settles deliveries; returns the ids that were not outstanding.
-fn settle(
+pub fn settle(
     ids: Vec<u64>,
     outcome: Outcome,
     session: &mut Session,

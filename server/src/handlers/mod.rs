@@ -6,17 +6,15 @@
 //! messages into [`Deliveries`]; a refusal becomes an ERROR frame, and a
 //! fatal one also closes the connection.
 
-mod ack;
+pub mod ack;
 mod browse;
 mod connect;
 mod disconnect;
 mod heartbeat;
-mod send;
-mod subscribe;
-mod unsubscribe;
+pub mod send;
+pub mod subscribe;
+pub mod unsubscribe;
 mod unsubscribe_durable;
-
-pub use send::retry as retry_parked;
 
 use herald_protocol::frame::ErrorFrame;
 use herald_protocol::{ErrorCode, Frame, MessageView, RawFrame};
@@ -78,6 +76,11 @@ impl Refusal {
             message: message.into(),
             fatal: false,
         }
+    }
+
+    /// The code, whether it is fatal, and the explanation.
+    pub fn into_parts(self) -> (ErrorCode, bool, String) {
+        (self.code, self.fatal, self.message)
     }
 
     /// Queues the ERROR; the connection closes if the refusal is fatal.
@@ -148,7 +151,7 @@ fn handle(
     }
     match frame {
         Frame::Connect(f) => connect::handle(f, request_id, session, out, ctx),
-        Frame::Send(message) => send::handle(message, request_id, None, out, ctx),
+        Frame::Send(message) => send::handle(message, request_id, out, ctx),
         Frame::Subscribe(f) => subscribe::handle(f, request_id, session, out, ctx),
         Frame::Unsubscribe(f) => unsubscribe::handle(f, request_id, session, out, ctx),
         Frame::Ping => heartbeat::ping(request_id, out),

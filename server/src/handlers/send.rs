@@ -1,23 +1,34 @@
 //! SEND: route a published message to every matching subscription, or
 //! into its queue.
 
-use herald_protocol::{ErrorCode, MessageView};
-
 use std::time::{Duration, Instant};
+
+use herald_protocol::{ErrorCode, MessageView};
 
 use super::{receipt, Context, Flow, Parked, Refusal};
 use crate::broker::RouteError;
 use crate::config::FullPolicy;
 use crate::net::outbound::Outbound;
 
-/// Routes a SEND; `since` is when it was first held back, if it was.
-pub fn handle(
+/// What became of a published message.
+pub enum Published {
+    /// Routed: its receipt can go now.
+    Now,
+    /// Routed and written to the journal: the worker answers the request
+    /// when the journal confirms.
+    Later,
+    /// Its queue is full: held back until there is room.
+    Held(Parked),
+}
+
+/// Routes a message, whatever protocol it came in; `since` is when it was
+/// first held back, if it was.
+pub fn publish(
     message: MessageView,
     request_id: u32,
     since: Option<Instant>,
-    out: &mut Outbound,
     ctx: &mut Context<'_>,
-) -> Result<Flow, Refusal> {
+) -> Result<Published, Refusal> {
     let config = &ctx.shared.config.queues;
     let block = config.full_policy == FullPolicy::Block;
     let waiter = block.then_some(ctx.me);
@@ -30,7 +41,7 @@ pub fn handle(
             let since = since.unwrap_or_else(Instant::now);
             let limit = Duration::from_millis(config.block_timeout_ms.into());
             if block && since.elapsed() < limit {
-                return Ok(Flow::Park(Parked {
+                return Ok(Published::Held(Parked {
                     message,
                     request_id,
                     since,
@@ -41,22 +52,27 @@ pub fn handle(
     };
     ctx.published += 1;
     if journaled && request_id != 0 {
-        // The RECEIPT waits until the journal has the message on disk; the
-        // worker sends it when the journal confirms.
+        // The RECEIPT waits until the journal has the message on disk.
         let done = crate::net::confirmation(ctx.shared, ctx.me, request_id);
         ctx.shared.broker.store().barrier(done);
-    } else {
-        receipt(out, request_id);
+        return Ok(Published::Later);
     }
-    Ok(Flow::Continue)
+    Ok(Published::Now)
 }
 
-/// Tries a held-back SEND again (its queue may have room now, or its time
-/// may be up).
-pub fn retry(parked: Parked, out: &mut Outbound, ctx: &mut Context<'_>) -> Flow {
-    let request_id = parked.request_id;
-    match handle(parked.message, request_id, Some(parked.since), out, ctx) {
-        Ok(flow) => flow,
-        Err(refusal) => refusal.answer(out, request_id),
-    }
+/// A native SEND.
+pub fn handle(
+    message: MessageView,
+    request_id: u32,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Refusal> {
+    Ok(match publish(message, request_id, None, ctx)? {
+        Published::Now => {
+            receipt(out, request_id);
+            Flow::Continue
+        }
+        Published::Later => Flow::Continue,
+        Published::Held(parked) => Flow::Park(parked),
+    })
 }

@@ -25,6 +25,7 @@ pub fn refusal(e: SubscribeError) -> Refusal {
     Refusal::soft(code, e.to_string())
 }
 
+/// A native SUBSCRIBE frame.
 pub fn handle(
     f: Subscribe,
     request_id: u32,

@@ -9,6 +9,7 @@ use crate::broker::Subscriber;
 use crate::net::outbound::Outbound;
 use crate::session::Session;
 
+/// A native UNSUBSCRIBE frame.
 pub fn handle(
     f: Unsubscribe,
     request_id: u32,
@@ -16,7 +17,7 @@ pub fn handle(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
-    let Some(handle) = session.subscriptions.remove(&f.subscription_id) else {
+    if !end(f.subscription_id, session, ctx) {
         return Err(Refusal::soft(
             ErrorCode::UnknownSubscription,
             format!(
@@ -24,17 +25,26 @@ pub fn handle(
                 f.subscription_id
             ),
         ));
+    }
+    receipt(out, request_id);
+    Ok(Flow::Continue)
+}
+
+/// Ends a subscription of this connection, whatever its protocol; false if
+/// there is none with that id.
+pub fn end(subscription_id: u32, session: &mut Session, ctx: &mut Context<'_>) -> bool {
+    let Some(handle) = session.subscriptions.remove(&subscription_id) else {
+        return false;
     };
     session
         .unacked
-        .retain(|_, u| u.subscription_id != f.subscription_id);
+        .retain(|_, u| u.subscription_id != subscription_id);
     let subscriber = Subscriber {
         conn: ctx.me,
-        subscription_id: f.subscription_id,
+        subscription_id,
     };
     ctx.shared
         .broker
         .unsubscribe(handle, &subscriber, ctx.deliveries);
-    receipt(out, request_id);
-    Ok(Flow::Continue)
+    true
 }

@@ -1,5 +1,6 @@
-//! The acceptor thread: one `mio::Poll` watching the listener, handing each
-//! new connection to a worker, round-robin.
+//! The acceptor thread: one `mio::Poll` watching every listener (native and
+//! STOMP), handing each new connection, with its protocol, to a worker,
+//! round-robin.
 
 use std::io::{self, Write};
 use std::sync::atomic::Ordering;
@@ -8,21 +9,27 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use herald_protocol::frame::ErrorFrame;
+use herald_protocol::stomp::StompFrame;
 use herald_protocol::{ErrorCode, Frame};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
-use super::{Command, Shared, WAKER};
-
-const LISTENER: Token = Token(0);
+use super::{Command, Protocol, Shared, WAKER};
 
 /// Runs until the waker fires; `poll` must have the waker registered.
-pub fn run(mut poll: Poll, mut listener: TcpListener, shared: Arc<Shared>) -> io::Result<()> {
-    poll.registry()
-        .register(&mut listener, LISTENER, Interest::READABLE)?;
+/// Listener `i` is registered under token `i`.
+pub fn run(
+    mut poll: Poll,
+    mut listeners: Vec<(TcpListener, Protocol)>,
+    shared: Arc<Shared>,
+) -> io::Result<()> {
+    for (i, (listener, _)) in listeners.iter_mut().enumerate() {
+        poll.registry()
+            .register(listener, Token(i), Interest::READABLE)?;
+    }
     let mut events = Events::with_capacity(64);
     let mut next_worker = 0;
-    // After an accept error (out of file descriptors, say) the listener may
+    // After an accept error (out of file descriptors, say) a listener may
     // still hold connections but will not signal again: retry on a timer.
     let mut retry = None;
     loop {
@@ -36,47 +43,63 @@ pub fn run(mut poll: Poll, mut listener: TcpListener, shared: Arc<Shared>) -> io
             return Ok(());
         }
         retry = None;
-        loop {
-            match listener.accept() {
-                Ok((stream, peer)) => {
-                    if let Err(e) = stream.set_nodelay(true) {
-                        log::warn!("cannot set TCP_NODELAY for {peer}: {e}");
-                    }
-                    let max = shared.config.max_connections;
-                    if shared.open_connections.load(Ordering::Acquire) >= max {
-                        log::warn!("refusing {peer}: {max} connections are open, the most allowed");
-                        refuse(stream, max);
-                        continue;
-                    }
-                    shared.open_connections.fetch_add(1, Ordering::AcqRel);
-                    log::debug!("accepted {peer} for worker {next_worker}");
-                    if !shared.workers[next_worker].send(Command::Adopt(stream)) {
-                        shared.open_connections.fetch_sub(1, Ordering::AcqRel);
-                    }
-                    next_worker = (next_worker + 1) % shared.workers.len();
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    log::error!("accept failed: {e}; retrying in 100 ms");
-                    retry = Some(Duration::from_millis(100));
-                    break;
-                }
+        for (listener, protocol) in &listeners {
+            if let Err(e) = accept_all(listener, *protocol, &shared, &mut next_worker) {
+                log::error!("accept failed: {e}; retrying in 100 ms");
+                retry = Some(Duration::from_millis(100));
             }
         }
     }
 }
 
-/// Tells an over-limit client why before closing: one small write to a
-/// fresh socket, which its empty send buffer takes at once.
-fn refuse(mut stream: TcpStream, max: usize) {
-    let error = ErrorFrame::new(
-        ErrorCode::LimitExceeded,
-        true,
-        format!("the server has {max} connections open, the most it allows"),
-    );
-    let mut buf = BytesMut::new();
-    if Frame::Error(error).encode(0, &mut buf).is_ok() {
-        let _ = stream.write(&buf);
+/// Accepts until the listener would block.
+fn accept_all(
+    listener: &TcpListener,
+    protocol: Protocol,
+    shared: &Shared,
+    next_worker: &mut usize,
+) -> io::Result<()> {
+    loop {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                if let Err(e) = stream.set_nodelay(true) {
+                    log::warn!("cannot set TCP_NODELAY for {peer}: {e}");
+                }
+                let max = shared.config.max_connections;
+                if shared.open_connections.load(Ordering::Acquire) >= max {
+                    log::warn!("refusing {peer}: {max} connections are open, the most allowed");
+                    refuse(stream, protocol, max);
+                    continue;
+                }
+                shared.open_connections.fetch_add(1, Ordering::AcqRel);
+                log::debug!("accepted {peer} ({protocol:?}) for worker {next_worker}");
+                if !shared.workers[*next_worker].send(Command::Adopt(stream, protocol)) {
+                    shared.open_connections.fetch_sub(1, Ordering::AcqRel);
+                }
+                *next_worker = (*next_worker + 1) % shared.workers.len();
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
+}
+
+/// Tells an over-limit client why before closing, in its protocol: one
+/// small write to a fresh socket, which its empty send buffer takes at once.
+fn refuse(mut stream: TcpStream, protocol: Protocol, max: usize) {
+    let why = format!("the server has {max} connections open, the most it allows");
+    let mut buf = BytesMut::new();
+    match protocol {
+        Protocol::Native => {
+            let error = ErrorFrame::new(ErrorCode::LimitExceeded, true, why);
+            if Frame::Error(error).encode(0, &mut buf).is_err() {
+                return;
+            }
+        }
+        Protocol::Stomp => StompFrame::new("ERROR")
+            .header("message", why)
+            .encode(false, &mut buf),
+    }
+    let _ = stream.write(&buf);
 }

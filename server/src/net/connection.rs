@@ -7,9 +7,13 @@ use std::time::Instant;
 use bytes::BytesMut;
 use mio::net::TcpStream;
 
+use bytes::Bytes;
+use herald_protocol::ErrorCode;
+
 use super::outbound::{Outbound, WriteStatus};
-use crate::handlers::Parked;
+use crate::handlers::{self, Parked};
 use crate::session::Session;
+use crate::stomp::StompSession;
 
 /// What one read found.
 #[derive(Debug, PartialEq, Eq)]
@@ -38,10 +42,18 @@ pub struct Connection {
     pub closing: bool,
     /// A SEND waiting for room in a full queue; no reading meanwhile.
     pub parked: Option<Parked>,
+    /// For a STOMP connection, what that protocol needs besides the
+    /// session; `None` for the native protocol.
+    pub stomp: Option<Box<StompSession>>,
 }
 
 impl Connection {
-    pub fn new(serial: u64, stream: TcpStream, session: Session) -> Connection {
+    pub fn new(
+        serial: u64,
+        stream: TcpStream,
+        session: Session,
+        stomp: Option<Box<StompSession>>,
+    ) -> Connection {
         Connection {
             serial,
             stream,
@@ -53,6 +65,56 @@ impl Connection {
             dirty: false,
             closing: false,
             parked: None,
+            stomp,
+        }
+    }
+
+    /// Confirms request `request_id`, in this connection's protocol.
+    pub fn reply_receipt(&mut self, request_id: u32) {
+        match &mut self.stomp {
+            None => handlers::receipt(&mut self.out, request_id),
+            Some(stomp) => stomp.receipt(&mut self.out, request_id),
+        }
+    }
+
+    /// Reports an error, in this connection's protocol. STOMP has no
+    /// non-fatal errors: its connection closes after any ERROR.
+    pub fn reply_error(&mut self, request_id: u32, code: ErrorCode, fatal: bool, message: String) {
+        match &mut self.stomp {
+            None => handlers::reply_error(&mut self.out, request_id, code, fatal, message),
+            Some(stomp) => {
+                stomp.error(&mut self.out, request_id, code, &message);
+                self.closing = true;
+            }
+        }
+        if fatal {
+            self.closing = true;
+        }
+    }
+
+    /// Queues one delivery; returns whether the server must acknowledge
+    /// it itself (a STOMP subscription in `auto` mode on a tracked
+    /// destination).
+    pub fn push_message(
+        &mut self,
+        subscription_id: u32,
+        delivery_id: u64,
+        delivery_count: u32,
+        message: Bytes,
+    ) -> bool {
+        match &mut self.stomp {
+            None => {
+                self.out
+                    .push_delivery(subscription_id, delivery_id, delivery_count, message);
+                false
+            }
+            Some(stomp) => stomp.message(
+                &mut self.out,
+                subscription_id,
+                delivery_id,
+                delivery_count,
+                &message,
+            ),
         }
     }
 

@@ -24,10 +24,19 @@ use crate::store::Completion;
 /// The token of every `Poll`'s waker; connections and listeners use others.
 pub const WAKER: Token = Token(usize::MAX);
 
+/// The protocol a listener speaks, and so its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Herald's own binary protocol.
+    Native,
+    /// STOMP 1.0 to 1.2.
+    Stomp,
+}
+
 /// What one thread asks of a worker.
 pub enum Command {
     /// Take over a freshly accepted connection.
-    Adopt(TcpStream),
+    Adopt(TcpStream, Protocol),
     /// Deliver these messages to connections this worker owns.
     Deliver(Vec<Delivery>),
     /// These connections' blocked sends may go through now.

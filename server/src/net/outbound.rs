@@ -67,10 +67,15 @@ impl Outbound {
             log::error!("cannot encode {:?} frame: {e}", frame.kind());
             return;
         }
+        self.push_raw(buf.freeze());
+    }
+
+    /// Queues bytes that are a whole frame already (STOMP's).
+    pub fn push_raw(&mut self, frame: Bytes) {
         self.push(OutFrame {
             head: [0; HEAD_CAP],
             head_len: 0,
-            body: buf.freeze(),
+            body: frame,
         });
     }
 

@@ -21,11 +21,14 @@ use slab::Slab;
 
 use super::connection::{Connection, ReadStatus};
 use super::outbound::WriteStatus;
-use super::{Command, Shared, WAKER};
+use super::{Command, Protocol, Shared, WAKER};
 use crate::broker::{ConnectionRef, Subscriber};
 use crate::delivery::{Deliveries, Delivery};
+use crate::handlers::send::{self, Published};
 use crate::handlers::{self, Context, Flow};
 use crate::session::{Session, Unacked};
+use crate::stomp::{self, StompSession};
+use herald_protocol::stomp::StompLimits;
 
 /// Bytes read from one connection per loop turn before the others get a
 /// turn; what is left is read on the next turn.
@@ -141,7 +144,7 @@ impl Worker {
         self.notified.store(false, Ordering::Release);
         loop {
             match self.inbox.try_recv() {
-                Ok(Command::Adopt(stream)) => self.adopt(stream),
+                Ok(Command::Adopt(stream, protocol)) => self.adopt(stream, protocol),
                 Ok(Command::Deliver(batch)) => self.deliver(batch),
                 Ok(Command::Wake(conns)) => self.wake(conns),
                 Ok(Command::Confirm {
@@ -158,7 +161,7 @@ impl Worker {
         }
     }
 
-    fn adopt(&mut self, mut stream: TcpStream) {
+    fn adopt(&mut self, mut stream: TcpStream, protocol: Protocol) {
         let entry = self.conns.vacant_entry();
         let slot = entry.key();
         let interest = Interest::READABLE | Interest::WRITABLE;
@@ -173,7 +176,19 @@ impl Worker {
         }
         let serial = self.shared.next_serial.fetch_add(1, Ordering::Relaxed);
         let timeout = Duration::from_millis(self.shared.config.connect_timeout_ms.into());
-        entry.insert(Connection::new(serial, stream, Session::new(timeout)));
+        let config = &self.shared.config;
+        let stomp = (protocol == Protocol::Stomp).then(|| {
+            Box::new(StompSession::new(StompLimits {
+                max_frame_size: config.max_frame_size as usize,
+                max_headers: config.stomp.max_headers,
+            }))
+        });
+        entry.insert(Connection::new(
+            serial,
+            stream,
+            Session::new(timeout),
+            stomp,
+        ));
         self.stats().connections.fetch_add(1, Ordering::Relaxed);
         // Bytes may have arrived before registration; edge-triggered polls
         // would not report them.
@@ -262,8 +277,24 @@ impl Worker {
                 deliveries: &mut self.deliveries,
                 published: 0,
             };
-            let flow = match handlers::retry_parked(parked, &mut conn.out, &mut ctx) {
-                Flow::Continue => decode_all(&self.decoder, conn, &mut ctx),
+            let request_id = parked.request_id;
+            let retried = send::publish(parked.message, request_id, Some(parked.since), &mut ctx);
+            let flow = match retried {
+                Ok(Published::Now) => {
+                    conn.reply_receipt(request_id);
+                    Flow::Continue
+                }
+                Ok(Published::Later) => Flow::Continue,
+                Ok(Published::Held(again)) => Flow::Park(again),
+                Err(refusal) => {
+                    let (code, fatal, message) = refusal.into_parts();
+                    conn.reply_error(request_id, code, fatal, message);
+                    Flow::Continue
+                }
+            };
+            let flow = match flow {
+                Flow::Continue if !conn.closing => decode_all(&self.decoder, conn, &mut ctx),
+                Flow::Continue => Flow::Close,
                 other => other,
             };
             match flow {
@@ -324,17 +355,21 @@ impl Worker {
                 continue;
             };
             let delivery_id = conn.session.next_delivery_id();
+            let server_acks =
+                conn.push_message(subscription_id, delivery_id, d.delivery_count, d.message);
             if let Some(ack) = d.ack {
-                conn.session.unacked.insert(
-                    delivery_id,
-                    Unacked {
-                        subscription_id,
-                        ack,
-                    },
-                );
+                if server_acks {
+                    self.shared.broker.ack(&ack, &d.to, &mut self.deliveries);
+                } else {
+                    conn.session.unacked.insert(
+                        delivery_id,
+                        Unacked {
+                            subscription_id,
+                            ack,
+                        },
+                    );
+                }
             }
-            conn.out
-                .push_delivery(subscription_id, delivery_id, d.delivery_count, d.message);
             delivered += 1;
             if conn.out.pending() > max_pending {
                 log::warn!(
@@ -343,14 +378,12 @@ impl Worker {
                     conn.out.pending()
                 );
                 conn.out.clear();
-                handlers::reply_error(
-                    &mut conn.out,
+                conn.reply_error(
                     0,
                     ErrorCode::SlowConsumer,
                     true,
                     format!("more than {max_pending} bytes waiting to be written: the connection reads too slowly"),
                 );
-                conn.closing = true;
             }
             self.mark_dirty(target.slot);
         }
@@ -370,10 +403,8 @@ impl Worker {
             return;
         };
         match result {
-            Ok(()) => handlers::receipt(&mut conn.out, request_id),
-            Err(why) => {
-                handlers::reply_error(&mut conn.out, request_id, ErrorCode::Internal, false, why)
-            }
+            Ok(()) => conn.reply_receipt(request_id),
+            Err(why) => conn.reply_error(request_id, ErrorCode::Internal, false, why),
         }
         self.mark_dirty(target.slot);
     }
@@ -451,14 +482,12 @@ impl Worker {
                 "connection {}: silent for over {limit} ms, closing",
                 conn.serial
             );
-            handlers::reply_error(
-                &mut conn.out,
+            conn.reply_error(
                 0,
                 ErrorCode::HeartbeatTimeout,
                 true,
                 format!("nothing received for over {limit} ms"),
             );
-            conn.closing = true;
             conn.last_read = now;
             self.mark_dirty(slot);
         }
@@ -496,8 +525,7 @@ impl Worker {
         let slots: Vec<usize> = self.conns.iter().map(|(slot, _)| slot).collect();
         for slot in slots {
             let conn = &mut self.conns[slot];
-            handlers::reply_error(
-                &mut conn.out,
+            conn.reply_error(
                 0,
                 ErrorCode::ServerShutdown,
                 true,
@@ -516,6 +544,9 @@ impl Worker {
 
 /// Decodes and dispatches every whole frame in the read buffer.
 fn decode_all(decoder: &Decoder, conn: &mut Connection, ctx: &mut Context<'_>) -> Flow {
+    if let Some(s) = conn.stomp.as_deref_mut() {
+        return stomp::decode_all(s, &mut conn.read_buf, &mut conn.session, &mut conn.out, ctx);
+    }
     loop {
         match decoder.decode(&mut conn.read_buf) {
             Ok(Some(raw)) => match handlers::dispatch(raw, &mut conn.session, &mut conn.out, ctx) {

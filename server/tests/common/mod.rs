@@ -30,8 +30,10 @@ impl Drop for TempDir {
 /// is captured.
 pub fn command(data: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_herald-server"));
+    // An ephemeral STOMP port: tests run side by side.
     c.arg("--data-dir")
         .arg(data)
+        .args(["--stomp-listen", "127.0.0.1:0"])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -1,0 +1,157 @@
+//! STOMP frames ↔ Herald messages: the one place that knows which STOMP
+//! header is which JMS header. Every other header travels as a string
+//! property and comes back as a header.
+
+use bytes::{Bytes, BytesMut};
+use herald_protocol::stomp::StompFrame;
+use herald_protocol::{Body, DeliveryMode, Destination, DestinationKind, Message, MessageView};
+
+/// Headers that are STOMP's own, not the message's.
+const FRAME_HEADERS: [&str; 8] = [
+    "destination",
+    "content-length",
+    "content-type",
+    "receipt",
+    "transaction",
+    "subscription",
+    "ack",
+    "message-id",
+];
+
+/// `/topic/a.b` or `/queue/a.b` → a destination.
+pub fn destination(text: &str) -> Result<Destination, String> {
+    let d = if let Some(name) = text.strip_prefix("/topic/") {
+        Destination::topic(name)
+    } else if let Some(name) = text.strip_prefix("/queue/") {
+        Destination::queue(name)
+    } else {
+        return Err(format!(
+            "destination '{text}' is neither /topic/<name> nor /queue/<name>"
+        ));
+    };
+    Ok(d)
+}
+
+/// A destination as STOMP names it.
+pub fn stomp_name(d: &Destination) -> String {
+    match d.kind {
+        DestinationKind::Topic => format!("/topic/{}", d.name),
+        DestinationKind::Queue => format!("/queue/{}", d.name),
+    }
+}
+
+/// Builds the message block of a STOMP SEND, validated as a native SEND
+/// would be.
+pub fn message_from(
+    frame: &StompFrame,
+    message_id: String,
+    now_ms: i64,
+) -> Result<MessageView, String> {
+    let dest = frame
+        .get("destination")
+        .ok_or("SEND needs a destination header")?;
+    let text_body = match frame.get("content-type") {
+        Some(ct) => ct.starts_with("text/"),
+        None => std::str::from_utf8(&frame.body).is_ok(),
+    };
+    let body = match std::str::from_utf8(&frame.body) {
+        Ok(t) if text_body => Body::Text(t.to_owned()),
+        _ if frame.body.is_empty() => Body::Empty,
+        _ => Body::Bytes(frame.body.clone()),
+    };
+    let mut m = Message::new(body);
+    m.destination = Some(destination(dest)?);
+    m.message_id = message_id;
+    m.timestamp = now_ms;
+    let mut seen: Vec<&str> = Vec::new();
+    for (name, value) in &frame.headers {
+        // The first value of a repeated header counts.
+        if seen.contains(&name.as_str()) {
+            continue;
+        }
+        seen.push(name);
+        match name.as_str() {
+            "persistent" => {
+                if value == "true" {
+                    m.delivery_mode = DeliveryMode::Persistent;
+                }
+            }
+            "priority" => {
+                m.priority = value
+                    .parse()
+                    .ok()
+                    .filter(|p| *p <= 9)
+                    .ok_or_else(|| format!("priority '{value}' is not 0 to 9"))?
+            }
+            "expires" => {
+                m.expiration = value
+                    .parse()
+                    .map_err(|_| format!("expires '{value}' is not a number"))?
+            }
+            "correlation-id" => m.correlation_id = Some(value.clone()),
+            "reply-to" => m.reply_to = Some(destination(value)?),
+            "type" => m.message_type = Some(value.clone()),
+            n if FRAME_HEADERS.contains(&n) => {}
+            n => m.set_property(n, value.as_str()),
+        }
+    }
+    let mut block = BytesMut::new();
+    m.encode(&mut block).map_err(|e| e.to_string())?;
+    MessageView::parse(block.freeze()).map_err(|e| e.to_string())
+}
+
+/// A MESSAGE frame for one delivery of a message block.
+pub fn frame_from(
+    block: &Bytes,
+    subscription: &str,
+    ack: Option<u64>,
+    delivery_count: u32,
+) -> Result<StompFrame, String> {
+    let m = Message::decode(block, delivery_count).map_err(|e| e.to_string())?;
+    let mut f = StompFrame::new("MESSAGE").header("subscription", subscription);
+    let id = ack.map_or_else(|| m.message_id.clone(), |a| a.to_string());
+    f = f.header("message-id", id.clone());
+    if ack.is_some() {
+        f = f.header("ack", id);
+    }
+    if let Some(d) = &m.destination {
+        f = f.header("destination", stomp_name(d));
+    }
+    f = f.header("herald-message-id", m.message_id.clone());
+    if m.delivery_mode == DeliveryMode::Persistent {
+        f = f.header("persistent", "true");
+    }
+    f = f
+        .header("priority", m.priority.to_string())
+        .header("timestamp", m.timestamp.to_string());
+    if m.expiration != 0 {
+        f = f.header("expires", m.expiration.to_string());
+    }
+    if let Some(c) = &m.correlation_id {
+        f = f.header("correlation-id", c.clone());
+    }
+    if let Some(r) = &m.reply_to {
+        f = f.header("reply-to", stomp_name(r));
+    }
+    if let Some(t) = &m.message_type {
+        f = f.header("type", t.clone());
+    }
+    if m.redelivered {
+        f = f.header("redelivered", "true");
+    }
+    for (name, value) in m.properties() {
+        f = f.header(name.clone(), value.to_string());
+    }
+    Ok(match m.body {
+        Body::Empty => f,
+        Body::Text(t) => f
+            .header("content-type", "text/plain;charset=utf-8")
+            .body(Bytes::from(t)),
+        Body::Bytes(b) => f.header("content-type", "application/octet-stream").body(b),
+        Body::Map(entries) => {
+            let text: String = entries.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+            f.header("content-type", "text/plain;charset=utf-8")
+                .body(Bytes::from(text))
+        }
+    })
+}

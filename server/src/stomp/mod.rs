@@ -1,0 +1,450 @@
+//! The STOMP protocol's handlers: STOMP frames in, the same broker core as
+//! the native protocol, STOMP frames out.
+//!
+//! A STOMP connection is served by the same acceptor and workers as a
+//! native one; it carries a [`StompSession`] beside its protocol-neutral
+//! `Session`. STOMP's string subscription ids and receipt ids are mapped to
+//! the numbers the rest of the server uses. Every STOMP error is fatal: an
+//! ERROR frame (a `message` header and an explanation in the body), then
+//! the connection closes, as the specification says.
+
+mod mapping;
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use herald_protocol::stomp::{StompDecoder, StompFrame, StompLimits};
+use herald_protocol::ErrorCode;
+
+use crate::broker::{SubscribeRequest, Subscriber};
+use crate::handlers::ack::{settle, Outcome};
+use crate::handlers::send::{publish, Published};
+use crate::handlers::subscribe::refusal as subscribe_refusal;
+use crate::handlers::{unsubscribe, Context, Flow};
+use crate::net::outbound::Outbound;
+use crate::session::{Phase, Session};
+
+/// How a STOMP subscription acknowledges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ack {
+    /// The server acknowledges as it sends.
+    Auto,
+    /// ACK of one message acknowledges every earlier one of the
+    /// subscription too.
+    Client,
+    /// ACK acknowledges that message only.
+    Individual,
+}
+
+/// What a STOMP connection needs besides the protocol-neutral session.
+pub struct StompSession {
+    decoder: StompDecoder,
+    /// The negotiated version: "1.0", "1.1" or "1.2".
+    version: &'static str,
+    /// STOMP subscription id → (the server's number for it, its ack mode).
+    subscriptions: HashMap<String, (u32, Ack)>,
+    /// The server's number → STOMP subscription id.
+    names: HashMap<u32, String>,
+    next_subscription: u32,
+    /// Request numbers given to frames with a `receipt` header, → the
+    /// receipt id to answer with.
+    receipts: HashMap<u32, String>,
+    next_request: u32,
+    next_message: u64,
+}
+
+/// A STOMP frame the server refuses: the ERROR's `message` header.
+type Refused = String;
+
+impl StompSession {
+    /// A session that has not connected yet.
+    pub fn new(limits: StompLimits) -> StompSession {
+        StompSession {
+            decoder: StompDecoder::new(limits),
+            version: "1.0",
+            subscriptions: HashMap::new(),
+            names: HashMap::new(),
+            next_subscription: 1,
+            receipts: HashMap::new(),
+            next_request: 1,
+            next_message: 1,
+        }
+    }
+
+    fn escapes(&self) -> bool {
+        self.version != "1.0"
+    }
+
+    fn push(&self, out: &mut Outbound, frame: &StompFrame) {
+        let mut buf = BytesMut::new();
+        frame.encode(self.escapes(), &mut buf);
+        out.push_raw(buf.freeze());
+    }
+
+    /// A request number for a frame's `receipt` header (0 if none).
+    fn request_for(&mut self, frame: &StompFrame) -> u32 {
+        let Some(receipt) = frame.get("receipt") else {
+            return 0;
+        };
+        let id = self.next_request;
+        self.next_request = self.next_request.wrapping_add(1).max(1);
+        self.receipts.insert(id, receipt.to_owned());
+        id
+    }
+
+    /// Sends the RECEIPT for request `request_id`, if it asked for one.
+    pub fn receipt(&mut self, out: &mut Outbound, request_id: u32) {
+        if let Some(receipt) = self.receipts.remove(&request_id) {
+            self.push(
+                out,
+                &StompFrame::new("RECEIPT").header("receipt-id", receipt),
+            );
+        }
+    }
+
+    /// Sends an ERROR frame; the caller closes the connection.
+    pub fn error(&mut self, out: &mut Outbound, request_id: u32, code: ErrorCode, message: &str) {
+        let mut frame = StompFrame::new("ERROR")
+            .header("message", first_line(message))
+            .header("herald-code", (code as u32).to_string())
+            .header("content-type", "text/plain")
+            .body(Bytes::from(format!("{message}\n")));
+        if let Some(receipt) = self.receipts.remove(&request_id) {
+            frame = frame.header("receipt-id", receipt);
+        }
+        self.push(out, &frame);
+    }
+
+    /// Sends one delivery as a MESSAGE frame; true if the server should
+    /// acknowledge it itself (an `auto` subscription).
+    pub fn message(
+        &mut self,
+        out: &mut Outbound,
+        subscription_id: u32,
+        delivery_id: u64,
+        count: u32,
+        block: &Bytes,
+    ) -> bool {
+        let Some(name) = self.names.get(&subscription_id) else {
+            return true;
+        };
+        let mode = self.subscriptions.get(name).map_or(Ack::Auto, |s| s.1);
+        let ack = (mode != Ack::Auto).then_some(delivery_id);
+        match mapping::frame_from(block, name, ack, count) {
+            Ok(frame) => self.push(out, &frame),
+            Err(e) => log::error!("message for STOMP subscription {name} cannot be expressed: {e}"),
+        }
+        mode == Ack::Auto
+    }
+}
+
+fn first_line(message: &str) -> &str {
+    message.lines().next().unwrap_or(message)
+}
+
+/// Decodes and handles every whole frame in `buf`.
+pub fn decode_all(
+    stomp: &mut StompSession,
+    buf: &mut BytesMut,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Flow {
+    loop {
+        let frame = match stomp.decoder.decode(buf) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return Flow::Continue,
+            Err(e) => {
+                stomp.error(
+                    out,
+                    0,
+                    ErrorCode::Malformed,
+                    &format!("malformed frame: {e}"),
+                );
+                return Flow::Close;
+            }
+        };
+        let request_id = stomp.request_for(&frame);
+        match dispatch(frame, request_id, stomp, session, out, ctx) {
+            Ok(Flow::Continue) => {}
+            Ok(stop) => return stop,
+            Err((code, message)) => {
+                stomp.error(out, request_id, code, &message);
+                return Flow::Close;
+            }
+        }
+    }
+}
+
+fn dispatch(
+    frame: StompFrame,
+    request_id: u32,
+    stomp: &mut StompSession,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, (ErrorCode, Refused)> {
+    let command = frame.command.as_str();
+    if session.phase == Phase::AwaitingConnect && command != "CONNECT" && command != "STOMP" {
+        return Err((ErrorCode::NotConnected, format!("{command} before CONNECT")));
+    }
+    let malformed = |m: String| (ErrorCode::Malformed, m);
+    match command {
+        "CONNECT" | "STOMP" => connect(&frame, stomp, session, out, ctx),
+        "SEND" => {
+            if frame.get("transaction").is_some() {
+                return Err((
+                    ErrorCode::Malformed,
+                    "transactions are not supported yet".into(),
+                ));
+            }
+            let id = format!("ID:stomp-{}-{}", ctx.me.serial, stomp.next_message);
+            stomp.next_message += 1;
+            let view = mapping::message_from(&frame, id, now_ms()).map_err(malformed)?;
+            match publish(view, request_id, None, ctx) {
+                Ok(Published::Now) => {
+                    stomp.receipt(out, request_id);
+                    Ok(Flow::Continue)
+                }
+                Ok(Published::Later) => Ok(Flow::Continue),
+                Ok(Published::Held(parked)) => Ok(Flow::Park(parked)),
+                Err(refusal) => {
+                    let (code, _, message) = refusal.into_parts();
+                    Err((code, message))
+                }
+            }
+        }
+        "SUBSCRIBE" => {
+            subscribe(&frame, stomp, session, ctx)?;
+            stomp.receipt(out, request_id);
+            Ok(Flow::Continue)
+        }
+        "UNSUBSCRIBE" => {
+            let id = frame
+                .get("id")
+                .or_else(|| frame.get("destination"))
+                .ok_or_else(|| malformed("UNSUBSCRIBE needs an id header".into()))?;
+            let Some((number, _)) = stomp.subscriptions.remove(id) else {
+                return Err((
+                    ErrorCode::UnknownSubscription,
+                    format!("no subscription with id '{id}'"),
+                ));
+            };
+            stomp.names.remove(&number);
+            unsubscribe::end(number, session, ctx);
+            stomp.receipt(out, request_id);
+            Ok(Flow::Continue)
+        }
+        "ACK" | "NACK" => {
+            settle_frame(&frame, command == "ACK", stomp, session, ctx)?;
+            stomp.receipt(out, request_id);
+            Ok(Flow::Continue)
+        }
+        "BEGIN" | "COMMIT" | "ABORT" => Err((
+            ErrorCode::Malformed,
+            "transactions are not supported yet".into(),
+        )),
+        "DISCONNECT" => {
+            stomp.receipt(out, request_id);
+            Ok(Flow::Close)
+        }
+        other => Err((ErrorCode::UnknownKind, format!("unknown command '{other}'"))),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn connect(
+    frame: &StompFrame,
+    stomp: &mut StompSession,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, (ErrorCode, Refused)> {
+    if session.phase == Phase::Connected {
+        return Err((ErrorCode::AlreadyConnected, "already connected".into()));
+    }
+    let offered = frame.get("accept-version").unwrap_or("1.0");
+    let version = ["1.2", "1.1", "1.0"]
+        .into_iter()
+        .find(|v| offered.split(',').any(|o| o.trim() == *v))
+        .ok_or_else(|| {
+            (
+                ErrorCode::UnsupportedVersion,
+                format!("no common protocol version: the client offers {offered}, the server speaks 1.0,1.1,1.2"),
+            )
+        })?;
+    // Heart-beats: the client says how often it will send (cx); the server
+    // expects that, no more often than its minimum, and sends none itself.
+    let (cx, _cy) = match frame.get("heart-beat") {
+        None => (0, 0),
+        Some(hb) => {
+            let parse = |s: Option<&str>| s.and_then(|s| s.trim().parse::<u32>().ok());
+            let mut parts = hb.split(',');
+            match (parse(parts.next()), parse(parts.next()), parts.next()) {
+                (Some(cx), Some(cy), None) => (cx, cy),
+                _ => {
+                    return Err((
+                        ErrorCode::Malformed,
+                        format!("heart-beat '{hb}' is not two numbers"),
+                    ))
+                }
+            }
+        }
+    };
+    let incoming = if cx == 0 {
+        0
+    } else {
+        cx.max(ctx.shared.config.min_heartbeat_ms)
+    };
+    session.silence_limit = match incoming {
+        // A STOMP client that does not heart-beat is never timed out.
+        0 => Duration::MAX,
+        // STOMP peers send exactly on time: allow for the network.
+        ms => Duration::from_millis(u64::from(ms) * 2),
+    };
+    stomp.version = version;
+    stomp.decoder.set_escape(version != "1.0");
+    session.phase = Phase::Connected;
+    session.client_id = frame.get("client-id").unwrap_or_default().to_owned();
+    let connected = StompFrame::new("CONNECTED")
+        .header("version", version)
+        .header("server", format!("herald/{}", env!("CARGO_PKG_VERSION")))
+        .header("session", ctx.me.serial.to_string())
+        .header("heart-beat", format!("0,{incoming}"));
+    stomp.push(out, &connected);
+    Ok(Flow::Continue)
+}
+
+fn subscribe(
+    frame: &StompFrame,
+    stomp: &mut StompSession,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) -> Result<(), (ErrorCode, Refused)> {
+    let destination = frame.get("destination").ok_or((
+        ErrorCode::Malformed,
+        "SUBSCRIBE needs a destination header".into(),
+    ))?;
+    let id = match (frame.get("id"), stomp.version) {
+        (Some(id), _) => id,
+        (None, "1.0") => destination,
+        (None, _) => return Err((ErrorCode::Malformed, "SUBSCRIBE needs an id header".into())),
+    };
+    if stomp.subscriptions.contains_key(id) {
+        return Err((
+            ErrorCode::DuplicateSubscription,
+            format!("subscription id '{id}' is already in use"),
+        ));
+    }
+    let ack = match frame.get("ack").unwrap_or("auto") {
+        "auto" => Ack::Auto,
+        "client" => Ack::Client,
+        "client-individual" => Ack::Individual,
+        other => {
+            return Err((
+                ErrorCode::Malformed,
+                format!("ack mode '{other}' is not auto, client or client-individual"),
+            ))
+        }
+    };
+    let target =
+        mapping::destination(destination).map_err(|m| (ErrorCode::InvalidDestination, m))?;
+    let limit = ctx.shared.config.max_subscriptions_per_connection;
+    if session.subscriptions.len() >= limit {
+        return Err((
+            ErrorCode::LimitExceeded,
+            format!("this connection already holds {limit} subscriptions"),
+        ));
+    }
+    let number = stomp.next_subscription;
+    stomp.next_subscription += 1;
+    let request = SubscribeRequest {
+        kind: target.kind,
+        destination: &target.name,
+        selector: frame.get("selector").unwrap_or_default(),
+        acknowledged: ack != Ack::Auto,
+        prefetch: 0,
+        durable_name: frame.get("activemq.subscriptionName").unwrap_or_default(),
+        client_id: &session.client_id,
+    };
+    let subscriber = Subscriber {
+        conn: ctx.me,
+        subscription_id: number,
+    };
+    let handle = ctx
+        .shared
+        .broker
+        .subscribe(request, subscriber, ctx.deliveries)
+        .map_err(|e| {
+            let (code, _, message) = subscribe_refusal(e).into_parts();
+            (code, message)
+        })?;
+    session.subscriptions.insert(number, handle);
+    stomp.subscriptions.insert(id.to_owned(), (number, ack));
+    stomp.names.insert(number, id.to_owned());
+    Ok(())
+}
+
+/// ACK or NACK by the id a MESSAGE carried (`id` in 1.2, `message-id`
+/// before); in `client` mode every earlier delivery of the subscription
+/// goes with it.
+fn settle_frame(
+    frame: &StompFrame,
+    processed: bool,
+    stomp: &mut StompSession,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) -> Result<(), (ErrorCode, Refused)> {
+    let header = if stomp.version == "1.2" {
+        "id"
+    } else {
+        "message-id"
+    };
+    let text = frame.get(header).ok_or_else(|| {
+        (
+            ErrorCode::Malformed,
+            format!("{} needs an {header} header", frame.command),
+        )
+    })?;
+    let unknown = || {
+        (
+            ErrorCode::UnknownDelivery,
+            format!("'{text}' is not a message awaiting acknowledgement"),
+        )
+    };
+    let id: u64 = text.parse().map_err(|_| unknown())?;
+    let subscription = session
+        .unacked
+        .get(&id)
+        .map(|u| u.subscription_id)
+        .ok_or_else(unknown)?;
+    let cumulative = stomp
+        .names
+        .get(&subscription)
+        .and_then(|n| stomp.subscriptions.get(n))
+        .is_some_and(|s| s.1 == Ack::Client);
+    let mut ids: Vec<u64> = if cumulative {
+        session
+            .unacked
+            .iter()
+            .filter(|(d, u)| u.subscription_id == subscription && **d <= id)
+            .map(|(d, _)| *d)
+            .collect()
+    } else {
+        vec![id]
+    };
+    ids.sort_unstable();
+    let outcome = if processed {
+        Outcome::Processed
+    } else {
+        Outcome::Redeliver
+    };
+    settle(ids, outcome, session, ctx);
+    Ok(())
+}

@@ -1,0 +1,287 @@
+//! The STOMP listener: standard frames on the same broker as the native
+//! protocol, both ways, and STOMP's error cases.
+
+use herald_client::{Destination, Message, Value};
+use herald_protocol::stomp::StompFrame;
+use herald_tests::*;
+
+fn frame(command: &str) -> StompFrame {
+    StompFrame::new(command)
+}
+
+#[test]
+fn version_negotiation_and_heart_beats() {
+    let server = start();
+    let mut c = StompClient::open(&server);
+    c.send(
+        &frame("STOMP")
+            .header("accept-version", "1.0,1.1")
+            .header("heart-beat", "200,0"),
+    );
+    let connected = c.expect("CONNECTED");
+    assert_eq!(connected.get("version"), Some("1.1"));
+    assert_eq!(connected.get("heart-beat"), Some("0,200"));
+    assert!(connected.get("server").unwrap().starts_with("herald/"));
+    let mut old = StompClient::open(&server);
+    old.send(&frame("CONNECT"));
+    assert_eq!(old.expect("CONNECTED").get("version"), Some("1.0"));
+    let mut none = StompClient::open(&server);
+    none.send(&frame("CONNECT").header("accept-version", "2.0"));
+    let e = none.expect_error();
+    assert!(e.get("message").unwrap().contains("1.0,1.1,1.2"), "{e:?}");
+    // Heart-beating as promised keeps it open; silence closes it.
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        c.write(b"\n");
+    }
+    c.send(
+        &frame("SUBSCRIBE")
+            .header("id", "0")
+            .header("destination", "/topic/t")
+            .header("receipt", "r"),
+    );
+    assert_eq!(c.expect("RECEIPT").get("receipt-id"), Some("r"));
+    let e = c.expect_error();
+    assert!(
+        e.get("message").unwrap().contains("nothing received"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_native_publish_reaches_a_stomp_subscriber_with_headers_and_properties() {
+    let server = start();
+    let mut s = StompClient::connected(&server, &[]);
+    s.send(
+        &frame("SUBSCRIBE")
+            .header("id", "sub-1")
+            .header("destination", "/topic/sales.#")
+            .header("selector", "units > 2")
+            .header("receipt", "subscribed"),
+    );
+    s.expect("RECEIPT");
+    let (_c, session) = connect(&server);
+    let p = session
+        .create_producer(&Destination::topic("sales.eu"))
+        .unwrap();
+    p.send(Message::text("few").with_property("units", 1))
+        .unwrap();
+    let mut m = Message::text("sold 3")
+        .with_property("region", "EU")
+        .with_property("units", 3);
+    m.correlation_id = Some("c-1".into());
+    m.priority = 7;
+    p.send_with_receipt(m.persistent()).unwrap();
+    let got = s.expect("MESSAGE");
+    assert_eq!(got.get("subscription"), Some("sub-1"));
+    assert_eq!(got.get("destination"), Some("/topic/sales.eu"));
+    assert_eq!(got.get("region"), Some("EU"));
+    assert_eq!(got.get("units"), Some("3"));
+    assert_eq!(got.get("correlation-id"), Some("c-1"));
+    assert_eq!(got.get("priority"), Some("7"));
+    assert_eq!(got.get("persistent"), Some("true"));
+    assert_eq!(&got.body[..], b"sold 3");
+}
+
+#[test]
+fn a_stomp_publish_reaches_a_native_consumer_with_properties_and_a_binary_body() {
+    let server = start();
+    let (_c, session) = connect(&server);
+    let consumer = session
+        .create_consumer(&Destination::queue("orders"))
+        .unwrap();
+    let mut s = StompClient::connected(&server, &[]);
+    s.send(
+        &frame("SEND")
+            .header("destination", "/queue/orders")
+            .header("content-type", "application/octet-stream")
+            .header("region", "EU:west\nline")
+            .header("reply-to", "/queue/replies")
+            .header("receipt", "sent")
+            .body(&b"\0bin\0ary"[..]),
+    );
+    assert_eq!(s.expect("RECEIPT").get("receipt-id"), Some("sent"));
+    let m = next(&consumer);
+    assert_eq!(
+        m.property("region"),
+        Some(&Value::String("EU:west\nline".into())),
+        "escaped header round trip"
+    );
+    assert_eq!(m.reply_to, Some(Destination::queue("replies")));
+    assert_eq!(
+        m.body,
+        herald_client::Body::Bytes(bytes::Bytes::from_static(b"\0bin\0ary"))
+    );
+    assert!(m.message_id.starts_with("ID:stomp-"));
+}
+
+#[test]
+fn queue_consumers_share_and_client_acks_redeliver_after_disconnect() {
+    let server = start();
+    let (_c, session) = connect(&server);
+    let p = session
+        .create_producer(&Destination::queue("jobs"))
+        .unwrap();
+    for i in 0..4 {
+        p.send_with_receipt(Message::text(i.to_string())).unwrap();
+    }
+    let mut a = StompClient::connected(&server, &[]);
+    a.send(
+        &frame("SUBSCRIBE")
+            .header("id", "a")
+            .header("destination", "/queue/jobs")
+            .header("ack", "client-individual"),
+    );
+    let first = a.expect("MESSAGE");
+    let ack_id = first.get("ack").unwrap().to_owned();
+    a.send(
+        &frame("ACK")
+            .header("id", ack_id.as_str())
+            .header("receipt", "acked"),
+    );
+    // The other three come too; none is acknowledged before the close.
+    let (mut unacked, mut receipted) = (0, false);
+    while unacked < 3 || !receipted {
+        let f = a.read().unwrap();
+        match f.command.as_str() {
+            "MESSAGE" => unacked += 1,
+            "RECEIPT" => receipted = true,
+            other => panic!("{other}"),
+        }
+    }
+    a.send(&frame("DISCONNECT").header("receipt", "bye"));
+    assert_eq!(a.expect("RECEIPT").get("receipt-id"), Some("bye"));
+    let consumer = session
+        .create_consumer(&Destination::queue("jobs"))
+        .unwrap();
+    let again: Vec<_> = (0..3).map(|_| next(&consumer)).collect();
+    assert!(again.iter().all(|m| m.redelivered));
+    assert_eq!(
+        again
+            .iter()
+            .map(|m| m.body_text().unwrap())
+            .collect::<Vec<_>>(),
+        ["1", "2", "3"]
+    );
+}
+
+#[test]
+fn client_mode_acks_cumulatively_and_nack_redelivers() {
+    let server = start();
+    let mut s = StompClient::connected(&server, &[]);
+    s.send(
+        &frame("SUBSCRIBE")
+            .header("id", "q")
+            .header("destination", "/queue/work")
+            .header("ack", "client"),
+    );
+    let (_c, session) = connect(&server);
+    let p = session
+        .create_producer(&Destination::queue("work"))
+        .unwrap();
+    for i in 0..3 {
+        p.send(Message::text(i.to_string())).unwrap();
+    }
+    let ms: Vec<_> = (0..3).map(|_| s.expect("MESSAGE")).collect();
+    s.send(
+        &frame("NACK")
+            .header("id", ms[2].get("ack").unwrap())
+            .header("receipt", "n"),
+    );
+    s.expect("RECEIPT");
+    // NACK in client mode covers every earlier delivery too: all three
+    // come again, in order.
+    let again: Vec<_> = (0..3).map(|_| s.expect("MESSAGE")).collect();
+    assert_eq!(
+        again.iter().map(|m| m.body.clone()).collect::<Vec<_>>(),
+        ms.iter().map(|m| m.body.clone()).collect::<Vec<_>>()
+    );
+    assert!(again.iter().all(|m| m.get("redelivered") == Some("true")));
+    s.send(
+        &frame("ACK")
+            .header("id", again[2].get("ack").unwrap())
+            .header("receipt", "a"),
+    );
+    s.expect("RECEIPT");
+    wait_until("all settled", || {
+        server.stats().queues == [("work".to_owned(), 0, 0)]
+    });
+}
+
+#[test]
+fn a_durable_subscription_by_activemq_name_keeps_messages_while_away() {
+    let server = start();
+    let subscribe = |s: &mut StompClient| {
+        s.send(
+            &frame("SUBSCRIBE")
+                .header("id", "d")
+                .header("destination", "/topic/news.#")
+                .header("activemq.subscriptionName", "daily")
+                .header("receipt", "ok"),
+        );
+        s.expect("RECEIPT");
+    };
+    let mut s = StompClient::connected(&server, &[("client-id", "stomp-app")]);
+    subscribe(&mut s);
+    s.send(&frame("DISCONNECT").header("receipt", "bye"));
+    s.expect("RECEIPT");
+    let (_c, session) = connect(&server);
+    publish(&session, "news.sport", "while away");
+    let mut s = StompClient::connected(&server, &[("client-id", "stomp-app")]);
+    subscribe(&mut s);
+    assert_eq!(&s.expect("MESSAGE").body[..], b"while away");
+}
+
+#[test]
+fn bad_frames_get_an_error_and_a_close_while_others_carry_on() {
+    let server = start();
+    let (_c, session) = connect(&server);
+    let canary = subscribe(&session, "canary");
+    for (bad, needle) in [
+        (
+            &b"SEND\ndestination:/topic/x\n\nbefore connect\0"[..],
+            "before CONNECT",
+        ),
+        (
+            &b"CONNECT\naccept-version:1.2\n\n\0SEND\nno colon\n\n\0"[..],
+            "':'",
+        ),
+        (
+            &b"CONNECT\naccept-version:1.2\n\n\0FROB\n\n\0"[..],
+            "unknown command",
+        ),
+        (
+            &b"CONNECT\naccept-version:1.2\n\n\0SEND\ndestination:/elsewhere/x\n\n\0"[..],
+            "neither /topic",
+        ),
+        (
+            &b"CONNECT\naccept-version:1.2\n\n\0SUBSCRIBE\ndestination:/topic/a\n\n\0"[..],
+            "id header",
+        ),
+        (
+            &b"CONNECT\naccept-version:1.2\n\n\0BEGIN\ntransaction:t\n\n\0"[..],
+            "transactions",
+        ),
+    ] {
+        let mut c = StompClient::open(&server);
+        c.write(bad);
+        let mut f = c.read().unwrap();
+        if f.command == "CONNECTED" {
+            f = c.read().unwrap();
+        }
+        assert_eq!(f.command, "ERROR", "{f:?}");
+        let text = format!(
+            "{} {}",
+            f.get("message").unwrap_or_default(),
+            String::from_utf8_lossy(&f.body)
+        );
+        assert!(text.contains(needle), "{needle}: {text}");
+        assert!(c.read().is_none());
+        publish(&session, "canary", "alive");
+        assert_eq!(next(&canary).body_text(), Some("alive"));
+    }
+    // An oversized frame.
+    let mut c = StompClient::connected(&server, &[]);
+    c.write(b"SEND\ndestination:/topic/x\ncontent-length:999999999\n\n");
+    assert!(c.expect_error().get("message").unwrap().contains("exceeds"));
+}
