@@ -1,5 +1,6 @@
 //! `herald-server`: runs a Herald broker until interrupted.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -79,7 +80,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    println!("herald-server listening on {}", server.local_addr());
+    // Announced on stdout for scripts; a closed stdout is no reason to
+    // stop serving.
+    let mut announce = format!("herald-server listening on {}\n", server.local_addr());
+    if let Some(addr) = server.stomp_addr() {
+        announce.push_str(&format!("herald-server STOMP listening on {addr}\n"));
+    }
+    let mut stdout = std::io::stdout();
+    let _ = stdout
+        .write_all(announce.as_bytes())
+        .and_then(|()| stdout.flush());
     // The server's threads do the work; this one waits for SIGINT or
     // SIGTERM and then shuts down gracefully: every client is told why.
     if let Some(signal) = signals.forever().next() {

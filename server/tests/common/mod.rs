@@ -48,9 +48,10 @@ pub fn spawn(data: &Path, args: &[&str]) -> (Child, String) {
         .spawn()
         .expect("herald-server starts");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("a first line");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    stdout.read_line(&mut line).expect("a first line");
+    // Whatever else it prints is drained, not left to a closed pipe.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
     let addr = line
         .trim()
         .strip_prefix("herald-server listening on ")

@@ -1,0 +1,115 @@
+"""Fixtures for the interoperability tests: a real herald-server binary on
+ephemeral ports, and helpers around stomp.py and the herald CLI.
+
+The binaries come from HERALD_BIN_DIR (scripts/test.sh builds them there).
+"""
+
+import os
+import queue
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+import stomp
+
+BIN_DIR = os.environ.get(
+    "HERALD_BIN_DIR",
+    os.path.join(os.path.dirname(__file__), "..", "..", "target", "debug"),
+)
+PATIENCE = 10.0
+
+
+class Server:
+    """A running herald-server with its native and STOMP addresses."""
+
+    def __init__(self):
+        self.data = tempfile.mkdtemp(prefix="herald-interop-")
+        self.proc = subprocess.Popen(
+            [
+                os.path.join(BIN_DIR, "herald-server"),
+                "--listen", "127.0.0.1:0",
+                "--stomp-listen", "127.0.0.1:0",
+                "--data-dir", self.data,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        native = self.proc.stdout.readline().strip()
+        stomp_line = self.proc.stdout.readline().strip()
+        assert native.startswith("herald-server listening on "), native
+        assert stomp_line.startswith("herald-server STOMP listening on "), stomp_line
+        self.native = native.rsplit(" ", 1)[1]
+        host, port = stomp_line.rsplit(" ", 1)[1].rsplit(":", 1)
+        self.stomp = (host, int(port))
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=PATIENCE)
+        shutil.rmtree(self.data, ignore_errors=True)
+
+    def herald(self, *args, timeout=PATIENCE):
+        """Runs the herald CLI against this server; returns stdout."""
+        out = subprocess.run(
+            [os.path.join(BIN_DIR, "herald"), "--server", f"herald://{self.native}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+        )
+        return out.stdout
+
+
+class Inbox(stomp.ConnectionListener):
+    """Collects MESSAGE, RECEIPT and ERROR frames into queues."""
+
+    def __init__(self):
+        self.messages = queue.Queue()
+        self.receipts = queue.Queue()
+        self.errors = queue.Queue()
+        self.disconnected = queue.Queue()
+
+    def on_message(self, frame):
+        self.messages.put(frame)
+
+    def on_receipt(self, frame):
+        self.receipts.put(frame.headers.get("receipt-id"))
+
+    def on_error(self, frame):
+        self.errors.put(frame)
+
+    def on_disconnected(self):
+        self.disconnected.put(True)
+
+    def next(self, timeout=PATIENCE):
+        return self.messages.get(timeout=timeout)
+
+    def nothing(self, wait=0.3):
+        try:
+            frame = self.messages.get(timeout=wait)
+        except queue.Empty:
+            return True
+        raise AssertionError(f"unexpected message {frame.headers} {frame.body!r}")
+
+    def receipt(self, timeout=PATIENCE):
+        return self.receipts.get(timeout=timeout)
+
+
+def connect(server, version="1.2", client_id=None, auto_decode=True):
+    """A connected stomp.py connection and its inbox."""
+    cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}[version]
+    kwargs = {} if version == "1.0" else {"heartbeats": (0, 0)}
+    conn = cls([server.stomp], auto_decode=auto_decode, **kwargs)
+    inbox = Inbox()
+    conn.set_listener("inbox", inbox)
+    headers = {"client-id": client_id} if client_id else {}
+    conn.connect(wait=True, headers=headers)
+    return conn, inbox
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.stop()

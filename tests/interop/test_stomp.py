@@ -1,0 +1,161 @@
+"""stomp.py, a STOMP client this project did not write, against Herald's
+STOMP listener, and across to the native protocol (the herald CLI)."""
+
+import subprocess
+import time
+
+from conftest import BIN_DIR, PATIENCE, connect
+
+
+def test_every_version_connects(server):
+    for version in ("1.0", "1.1", "1.2"):
+        conn, inbox = connect(server, version)
+        assert conn.is_connected()
+        conn.disconnect(receipt="bye")
+
+
+def test_topic_fan_out_with_wildcards(server):
+    subscribers = []
+    for i, pattern in enumerate(["/topic/sales.#", "/topic/sales.*.phone", "/topic/sales.eu.phone"]):
+        conn, inbox = connect(server)
+        conn.subscribe(pattern, id=str(i), receipt=f"s{i}")
+        assert inbox.receipt() == f"s{i}"
+        subscribers.append((conn, inbox))
+    pub, pub_inbox = connect(server)
+    pub.send("/topic/sales.eu.phone", "sold", receipt="p")
+    assert pub_inbox.receipt() == "p"
+    for _, inbox in subscribers:
+        frame = inbox.next()
+        assert frame.body == "sold"
+        assert frame.headers["destination"] == "/topic/sales.eu.phone"
+
+
+def test_queue_load_balancing_between_two_subscribers(server):
+    consumers = []
+    for name in ("a", "b"):
+        conn, inbox = connect(server)
+        conn.subscribe("/queue/work", id=name, ack="client-individual", receipt=name)
+        inbox.receipt()
+        consumers.append((conn, inbox))
+    pub, pub_inbox = connect(server)
+    for i in range(20):
+        pub.send("/queue/work", str(i))
+    pub.send("/queue/work", "end", receipt="sent")
+    pub_inbox.receipt()
+    got = {"a": [], "b": []}
+    deadline = time.time() + PATIENCE
+    while sum(len(v) for v in got.values()) < 21 and time.time() < deadline:
+        for (conn, inbox), name in zip(consumers, ("a", "b")):
+            try:
+                frame = inbox.next(timeout=0.05)
+            except Exception:
+                continue
+            got[name].append(frame.body)
+            conn.ack(frame.headers["ack"])
+    everything = got["a"] + got["b"]
+    assert sorted(everything) == sorted([str(i) for i in range(20)] + ["end"])
+    assert got["a"] and got["b"], got
+
+
+def test_client_ack_redelivers_after_disconnect(server):
+    conn, inbox = connect(server)
+    conn.subscribe("/queue/jobs", id="1", ack="client")
+    pub, pub_inbox = connect(server)
+    for i in range(3):
+        pub.send("/queue/jobs", str(i))
+    frames = [inbox.next() for _ in range(3)]
+    conn.ack(frames[0].headers["ack"], receipt="a")
+    assert inbox.receipt() == "a"
+    conn.disconnect(receipt="bye")
+    again, again_inbox = connect(server)
+    again.subscribe("/queue/jobs", id="2", ack="auto")
+    redelivered = [again_inbox.next() for _ in range(2)]
+    assert [f.body for f in redelivered] == ["1", "2"]
+    assert all(f.headers.get("redelivered") == "true" for f in redelivered)
+    again_inbox.nothing()
+
+
+def test_nack_redelivers_at_once(server):
+    conn, inbox = connect(server)
+    conn.subscribe("/queue/retry", id="1", ack="client-individual")
+    pub, _ = connect(server)
+    pub.send("/queue/retry", "again")
+    first = inbox.next()
+    conn.nack(first.headers["ack"])
+    second = inbox.next()
+    assert second.body == "again" and second.headers.get("redelivered") == "true"
+
+
+def test_headers_round_trip_with_escaping(server):
+    conn, inbox = connect(server)
+    conn.subscribe("/topic/h", id="1", receipt="s")
+    inbox.receipt()
+    conn.send("/topic/h", "x", headers={"odd": "a:b\\c\nd", "plain": "v", "priority": "8", "correlation-id": "c1"})
+    frame = inbox.next()
+    assert frame.headers["odd"] == "a:b\\c\nd"
+    assert frame.headers["plain"] == "v"
+    assert frame.headers["priority"] == "8"
+    assert frame.headers["correlation-id"] == "c1"
+
+
+def test_a_binary_body_with_nul_bytes(server):
+    conn, inbox = connect(server, auto_decode=False)
+    conn.subscribe("/queue/bin", id="1")
+    body = b"\x00\x01binary\x00\xff"
+    conn.send("/queue/bin", body, content_type="application/octet-stream")
+    assert inbox.next().body == body
+
+
+def test_selectors(server):
+    conn, inbox = connect(server)
+    conn.subscribe("/topic/orders", id="1", headers={"selector": "region = 'EU' AND kind LIKE 'ph%'"}, receipt="s")
+    inbox.receipt()
+    pub, _ = connect(server)
+    for region, kind in (("EU", "phone"), ("NA", "phone"), ("EU", "laptop"), ("EU", "phablet")):
+        pub.send("/topic/orders", f"{region}-{kind}", headers={"region": region, "kind": kind})
+    assert inbox.next().body == "EU-phone"
+    assert inbox.next().body == "EU-phablet"
+    inbox.nothing()
+
+
+def test_durable_subscription_across_a_reconnect(server):
+    conn, inbox = connect(server, client_id="interop")
+    conn.subscribe("/topic/news.#", id="d", headers={"activemq.subscriptionName": "daily"}, receipt="s")
+    inbox.receipt()
+    conn.disconnect(receipt="bye")
+    pub, pub_inbox = connect(server)
+    pub.send("/topic/news.sport", "while away", receipt="p")
+    pub_inbox.receipt()
+    back, back_inbox = connect(server, client_id="interop")
+    back.subscribe("/topic/news.#", id="d", headers={"activemq.subscriptionName": "daily"})
+    assert back_inbox.next().body == "while away"
+
+
+def test_errors_close_the_connection(server):
+    conn, inbox = connect(server)
+    conn.send("/nowhere/x", "lost")
+    error = inbox.errors.get(timeout=PATIENCE)
+    assert "neither /topic" in error.headers["message"]
+    inbox.disconnected.get(timeout=PATIENCE)
+
+
+def test_stomp_to_native_and_native_to_stomp_with_properties(server):
+    sub = subprocess.Popen(
+        [f"{BIN_DIR}/herald", "--server", f"herald://{server.native}", "sub", "cross.#", "--count", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert "subscribed" in sub.stderr.readline()
+    conn, inbox = connect(server)
+    conn.send("/topic/cross.stomp", "from stomp", headers={"region": "EU"}, receipt="p")
+    inbox.receipt()
+    out, _ = sub.communicate(timeout=PATIENCE)
+    assert out == "cross.stomp [region=EU] from stomp\n"
+
+    conn.subscribe("/topic/cross.#", id="1", receipt="s")
+    inbox.receipt()
+    server.herald("pub", "cross.native", "from native", "-P", "units=3", "-P", "flag=true")
+    frame = inbox.next()
+    assert frame.body == "from native"
+    assert frame.headers["units"] == "3" and frame.headers["flag"] == "true"
