@@ -259,8 +259,8 @@ fn bad_frames_get_an_error_and_a_close_while_others_carry_on() {
             "id header",
         ),
         (
-            &b"CONNECT\naccept-version:1.2\n\n\0BEGIN\ntransaction:t\n\n\0"[..],
-            "transactions",
+            &b"CONNECT\naccept-version:1.2\n\n\0BEGIN\n\n\0"[..],
+            "transaction header",
         ),
     ] {
         let mut c = StompClient::open(&server);
@@ -284,4 +284,120 @@ fn bad_frames_get_an_error_and_a_close_while_others_carry_on() {
     let mut c = StompClient::connected(&server, &[]);
     c.write(b"SEND\ndestination:/topic/x\ncontent-length:999999999\n\n");
     assert!(c.expect_error().get("message").unwrap().contains("exceeds"));
+}
+
+#[test]
+fn the_server_heart_beats_when_asked() {
+    let server = start();
+    let mut c = StompClient::open(&server);
+    c.send(
+        &frame("CONNECT")
+            .header("accept-version", "1.2")
+            .header("heart-beat", "0,150"),
+    );
+    assert_eq!(c.expect("CONNECTED").get("heart-beat"), Some("150,0"));
+    // Nothing to say for a while: the server sends bare EOLs, which the
+    // decoder skips, so the connection stays readable and quiet. Count
+    // them on the raw socket instead.
+    let mut raw = [0u8; 16];
+    let started = std::time::Instant::now();
+    let mut beats = 0;
+    while beats < 3 {
+        use std::io::Read;
+        let n = c.raw_stream().read(&mut raw).unwrap();
+        assert!(n > 0);
+        beats += raw[..n].iter().filter(|&&b| b == b'\n').count();
+    }
+    assert!(started.elapsed() >= std::time::Duration::from_millis(250));
+}
+
+#[test]
+fn transactions_hold_sends_and_acks_until_commit_and_abort_drops_them() {
+    let server = start();
+    let (_c, session) = connect(&server);
+    let consumer = session.create_consumer(&Destination::queue("tx")).unwrap();
+    let mut s = StompClient::connected(&server, &[]);
+    s.send(&frame("BEGIN").header("transaction", "t1"));
+    s.send(
+        &frame("SEND")
+            .header("destination", "/queue/tx")
+            .header("transaction", "t1")
+            .body("one"),
+    );
+    s.send(
+        &frame("SEND")
+            .header("destination", "/queue/tx")
+            .header("transaction", "t1")
+            .body("two"),
+    );
+    assert_nothing(&consumer);
+    s.send(
+        &frame("COMMIT")
+            .header("transaction", "t1")
+            .header("receipt", "c"),
+    );
+    assert_eq!(s.expect("RECEIPT").get("receipt-id"), Some("c"));
+    assert_eq!(next(&consumer).body_text(), Some("one"));
+    assert_eq!(next(&consumer).body_text(), Some("two"));
+
+    s.send(&frame("BEGIN").header("transaction", "t2"));
+    s.send(
+        &frame("SEND")
+            .header("destination", "/queue/tx")
+            .header("transaction", "t2")
+            .body("never"),
+    );
+    s.send(
+        &frame("ABORT")
+            .header("transaction", "t2")
+            .header("receipt", "a"),
+    );
+    s.expect("RECEIPT");
+    assert_nothing(&consumer);
+
+    // An ACK inside an aborted transaction leaves the message unsettled.
+    s.send(
+        &frame("SUBSCRIBE")
+            .header("id", "q")
+            .header("destination", "/queue/acks")
+            .header("ack", "client-individual"),
+    );
+    publish_to_queue(&session, "acks", "m");
+    let m = s.expect("MESSAGE");
+    s.send(&frame("BEGIN").header("transaction", "t3"));
+    s.send(
+        &frame("ACK")
+            .header("id", m.get("ack").unwrap())
+            .header("transaction", "t3"),
+    );
+    s.send(
+        &frame("ABORT")
+            .header("transaction", "t3")
+            .header("receipt", "a3"),
+    );
+    s.expect("RECEIPT");
+    assert_eq!(
+        server
+            .stats()
+            .queues
+            .iter()
+            .find(|q| q.0 == "acks")
+            .map(|q| q.2),
+        Some(1),
+        "still in flight"
+    );
+    s.send(&frame("COMMIT").header("transaction", "nope"));
+    assert!(s
+        .expect_error()
+        .get("message")
+        .unwrap()
+        .contains("no open transaction"));
+}
+
+fn publish_to_queue(session: &herald_client::Session, queue: &str, text: &str) {
+    session
+        .create_producer(&Destination::queue(queue))
+        .unwrap()
+        .send_with_receipt(Message::text(text))
+        .unwrap();
 }

@@ -318,6 +318,11 @@ impl StompClient {
         self.stream.write_all(bytes).expect("write");
     }
 
+    /// The socket, to read raw bytes (heart-beats) from.
+    pub fn raw_stream(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
     /// The next frame, or `None` at end of stream.
     pub fn read(&mut self) -> Option<herald_protocol::stomp::StompFrame> {
         loop {

@@ -159,3 +159,21 @@ def test_stomp_to_native_and_native_to_stomp_with_properties(server):
     frame = inbox.next()
     assert frame.body == "from native"
     assert frame.headers["units"] == "3" and frame.headers["flag"] == "true"
+
+
+def test_transactions_commit_and_abort(server):
+    consumer, inbox = connect(server)
+    consumer.subscribe("/queue/tx", id="1", receipt="s")
+    inbox.receipt()
+    conn, conn_inbox = connect(server)
+    tx = conn.begin()
+    conn.send("/queue/tx", "in transaction", transaction=tx)
+    inbox.nothing()
+    conn.commit(tx, receipt="c")
+    assert conn_inbox.receipt() == "c"
+    assert inbox.next().body == "in transaction"
+    tx = conn.begin()
+    conn.send("/queue/tx", "aborted", transaction=tx)
+    conn.abort(tx, receipt="a")
+    assert conn_inbox.receipt() == "a"
+    inbox.nothing()

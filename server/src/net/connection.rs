@@ -34,6 +34,9 @@ pub struct Connection {
     pub session: Session,
     /// When bytes last arrived: the heart-beat clock.
     pub last_read: Instant,
+    /// When bytes were last handed to the socket: the clock for heart-beats
+    /// the server owes a STOMP client.
+    pub last_write: Instant,
     /// The last write hit `WouldBlock`; wait for a writable event.
     pub blocked: bool,
     /// Queued on the worker's list of connections to flush.
@@ -61,6 +64,7 @@ impl Connection {
             out: Outbound::default(),
             session,
             last_read: Instant::now(),
+            last_write: Instant::now(),
             blocked: false,
             dirty: false,
             closing: false,
@@ -139,8 +143,24 @@ impl Connection {
 
     /// Writes what is queued; remembers whether the socket blocked.
     pub fn flush(&mut self) -> io::Result<WriteStatus> {
+        if !self.out.is_empty() {
+            self.last_write = Instant::now();
+        }
         let status = self.out.write_to(&mut self.stream)?;
         self.blocked = status == WriteStatus::Blocked;
         Ok(status)
+    }
+
+    /// Queues a heart-beat if the protocol owes one and nothing else went
+    /// out for its interval; true if it did.
+    pub fn heartbeat_due(&mut self, now: Instant) -> bool {
+        let Some(every) = self.stomp.as_ref().and_then(|s| s.heartbeat_out()) else {
+            return false;
+        };
+        if !self.out.is_empty() || now.duration_since(self.last_write) < every {
+            return false;
+        }
+        self.out.push_raw(Bytes::from_static(b"\n"));
+        true
     }
 }

@@ -461,6 +461,14 @@ impl Worker {
         if !expired.is_empty() {
             self.wake(expired);
         }
+        let owed: Vec<usize> = self
+            .conns
+            .iter_mut()
+            .filter_map(|(slot, c)| c.heartbeat_due(now).then_some(slot))
+            .collect();
+        for slot in owed {
+            self.mark_dirty(slot);
+        }
         // A blocked connection is not read, so its silence proves nothing.
         let silent: Vec<usize> = self
             .conns

@@ -7,6 +7,13 @@
 //! the numbers the rest of the server uses. Every STOMP error is fatal: an
 //! ERROR frame (a `message` header and an explanation in the body), then
 //! the connection closes, as the specification says.
+//!
+//! Transactions (BEGIN, COMMIT, ABORT) hold their SENDs and ACKs/NACKs in
+//! the session until COMMIT, which carries them out in order (its RECEIPT
+//! waits for the journal like a persistent SEND's); ABORT, or the end of
+//! the connection, drops them. Heart-beats run both ways: the server
+//! expects the client's and, if asked, sends bare EOLs on its worker's
+//! tick when it has had nothing else to send.
 
 mod mapping;
 
@@ -15,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use herald_protocol::stomp::{StompDecoder, StompFrame, StompLimits};
-use herald_protocol::ErrorCode;
+use herald_protocol::{ErrorCode, MessageView};
 
 use crate::broker::{SubscribeRequest, Subscriber};
 use crate::handlers::ack::{settle, Outcome};
@@ -52,12 +59,32 @@ pub struct StompSession {
     receipts: HashMap<u32, String>,
     next_request: u32,
     next_message: u64,
+    /// How often the client asked to hear from the server, if at all.
+    heartbeat_out: Option<Duration>,
+    /// Open transactions: what their frames will do on COMMIT.
+    transactions: HashMap<String, Vec<Deferred>>,
+}
+
+/// A frame held in a transaction until COMMIT.
+enum Deferred {
+    Send(MessageView),
+    Settle(Vec<u64>, Outcome),
 }
 
 /// A STOMP frame the server refuses: the ERROR's `message` header.
 type Refused = String;
 
 impl StompSession {
+    /// The frames held for an open transaction.
+    fn transaction(&mut self, name: &str) -> Result<&mut Vec<Deferred>, (ErrorCode, Refused)> {
+        self.transactions.get_mut(name).ok_or_else(|| {
+            (
+                ErrorCode::Malformed,
+                format!("no open transaction '{name}'"),
+            )
+        })
+    }
+
     /// A session that has not connected yet.
     pub fn new(limits: StompLimits) -> StompSession {
         StompSession {
@@ -69,7 +96,15 @@ impl StompSession {
             receipts: HashMap::new(),
             next_request: 1,
             next_message: 1,
+            heartbeat_out: None,
+            transactions: HashMap::new(),
         }
+    }
+
+    /// How often the server must send something (a heart-beat if nothing
+    /// else), if the client asked.
+    pub fn heartbeat_out(&self) -> Option<Duration> {
+        self.heartbeat_out
     }
 
     fn escapes(&self) -> bool {
@@ -193,15 +228,14 @@ fn dispatch(
     match command {
         "CONNECT" | "STOMP" => connect(&frame, stomp, session, out, ctx),
         "SEND" => {
-            if frame.get("transaction").is_some() {
-                return Err((
-                    ErrorCode::Malformed,
-                    "transactions are not supported yet".into(),
-                ));
-            }
             let id = format!("ID:stomp-{}-{}", ctx.me.serial, stomp.next_message);
             stomp.next_message += 1;
             let view = mapping::message_from(&frame, id, now_ms()).map_err(malformed)?;
+            if let Some(tx) = frame.get("transaction") {
+                stomp.transaction(tx)?.push(Deferred::Send(view));
+                stomp.receipt(out, request_id);
+                return Ok(Flow::Continue);
+            }
             match publish(view, request_id, None, ctx) {
                 Ok(Published::Now) => {
                     stomp.receipt(out, request_id);
@@ -237,14 +271,52 @@ fn dispatch(
             Ok(Flow::Continue)
         }
         "ACK" | "NACK" => {
-            settle_frame(&frame, command == "ACK", stomp, session, ctx)?;
+            let (ids, outcome) = settlement(&frame, command == "ACK", stomp, session)?;
+            match frame.get("transaction") {
+                Some(tx) => stomp.transaction(tx)?.push(Deferred::Settle(ids, outcome)),
+                None => {
+                    settle(ids, outcome, session, ctx);
+                }
+            }
             stomp.receipt(out, request_id);
             Ok(Flow::Continue)
         }
-        "BEGIN" | "COMMIT" | "ABORT" => Err((
-            ErrorCode::Malformed,
-            "transactions are not supported yet".into(),
-        )),
+        "BEGIN" => {
+            let tx = transaction_name(&frame)?;
+            if stomp.transactions.contains_key(tx) {
+                return Err((
+                    ErrorCode::Malformed,
+                    format!("transaction '{tx}' is already open"),
+                ));
+            }
+            stomp.transactions.insert(tx.to_owned(), Vec::new());
+            stomp.receipt(out, request_id);
+            Ok(Flow::Continue)
+        }
+        "COMMIT" => {
+            let tx = transaction_name(&frame)?;
+            let deferred = stomp
+                .transactions
+                .remove(tx)
+                .ok_or_else(|| (ErrorCode::Malformed, format!("no open transaction '{tx}'")))?;
+            commit(deferred, session, ctx)?;
+            // A barrier after the transaction's records: its RECEIPT
+            // follows them to disk (it goes at once if there were none).
+            if request_id != 0 {
+                let done = crate::net::confirmation(ctx.shared, ctx.me, request_id);
+                ctx.shared.broker.store().barrier(done);
+            }
+            Ok(Flow::Continue)
+        }
+        "ABORT" => {
+            let tx = transaction_name(&frame)?;
+            stomp
+                .transactions
+                .remove(tx)
+                .ok_or_else(|| (ErrorCode::Malformed, format!("no open transaction '{tx}'")))?;
+            stomp.receipt(out, request_id);
+            Ok(Flow::Continue)
+        }
         "DISCONNECT" => {
             stomp.receipt(out, request_id);
             Ok(Flow::Close)
@@ -279,9 +351,9 @@ fn connect(
                 format!("no common protocol version: the client offers {offered}, the server speaks 1.0,1.1,1.2"),
             )
         })?;
-    // Heart-beats: the client says how often it will send (cx); the server
-    // expects that, no more often than its minimum, and sends none itself.
-    let (cx, _cy) = match frame.get("heart-beat") {
+    // Heart-beats: the client says how often it will send (cx) and wants to
+    // receive (cy); neither may be more often than the server's minimum.
+    let (cx, cy) = match frame.get("heart-beat") {
         None => (0, 0),
         Some(hb) => {
             let parse = |s: Option<&str>| s.and_then(|s| s.trim().parse::<u32>().ok());
@@ -297,11 +369,10 @@ fn connect(
             }
         }
     };
-    let incoming = if cx == 0 {
-        0
-    } else {
-        cx.max(ctx.shared.config.min_heartbeat_ms)
-    };
+    let floor = ctx.shared.config.min_heartbeat_ms;
+    let incoming = if cx == 0 { 0 } else { cx.max(floor) };
+    let outgoing = if cy == 0 { 0 } else { cy.max(floor) };
+    stomp.heartbeat_out = (outgoing > 0).then(|| Duration::from_millis(outgoing.into()));
     session.silence_limit = match incoming {
         // A STOMP client that does not heart-beat is never timed out.
         0 => Duration::MAX,
@@ -316,7 +387,7 @@ fn connect(
         .header("version", version)
         .header("server", format!("herald/{}", env!("CARGO_PKG_VERSION")))
         .header("session", ctx.me.serial.to_string())
-        .header("heart-beat", format!("0,{incoming}"));
+        .header("heart-beat", format!("{outgoing},{incoming}"));
     stomp.push(out, &connected);
     Ok(Flow::Continue)
 }
@@ -391,16 +462,15 @@ fn subscribe(
     Ok(())
 }
 
-/// ACK or NACK by the id a MESSAGE carried (`id` in 1.2, `message-id`
-/// before); in `client` mode every earlier delivery of the subscription
-/// goes with it.
-fn settle_frame(
+/// The deliveries an ACK or NACK names, by the id a MESSAGE carried (`id`
+/// in 1.2, `message-id` before); in `client` mode every earlier delivery of
+/// the subscription goes with it.
+fn settlement(
     frame: &StompFrame,
     processed: bool,
-    stomp: &mut StompSession,
-    session: &mut Session,
-    ctx: &mut Context<'_>,
-) -> Result<(), (ErrorCode, Refused)> {
+    stomp: &StompSession,
+    session: &Session,
+) -> Result<(Vec<u64>, Outcome), (ErrorCode, Refused)> {
     let header = if stomp.version == "1.2" {
         "id"
     } else {
@@ -445,6 +515,45 @@ fn settle_frame(
     } else {
         Outcome::Redeliver
     };
-    settle(ids, outcome, session, ctx);
+    Ok((ids, outcome))
+}
+
+fn transaction_name(frame: &StompFrame) -> Result<&str, (ErrorCode, Refused)> {
+    frame.get("transaction").ok_or_else(|| {
+        (
+            ErrorCode::Malformed,
+            format!("{} needs a transaction header", frame.command),
+        )
+    })
+}
+
+/// Carries out a transaction's frames in order. A send whose queue is full
+/// fails the COMMIT (it is not held back: the frames after it are already
+/// read).
+fn commit(
+    deferred: Vec<Deferred>,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) -> Result<(), (ErrorCode, Refused)> {
+    for d in deferred {
+        match d {
+            Deferred::Send(view) => match publish(view, 0, None, ctx) {
+                Ok(Published::Now | Published::Later) => {}
+                Ok(Published::Held(_)) => {
+                    return Err((
+                        ErrorCode::QueueFull,
+                        "a queue the transaction sends to is full".into(),
+                    ))
+                }
+                Err(refusal) => {
+                    let (code, _, message) = refusal.into_parts();
+                    return Err((code, message));
+                }
+            },
+            Deferred::Settle(ids, outcome) => {
+                settle(ids, outcome, session, ctx);
+            }
+        }
+    }
     Ok(())
 }
