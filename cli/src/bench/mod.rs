@@ -9,6 +9,7 @@ mod latency;
 mod machine;
 mod progress;
 mod queue;
+mod stomp;
 mod throughput;
 
 use std::net::SocketAddr;
@@ -32,6 +33,8 @@ pub enum Mode {
     Latency,
     /// N producers → M competing consumers on a queue.
     Queue,
+    /// Topic 1 → 1 over the native protocol, then over STOMP.
+    Stomp,
 }
 
 /// Arguments of `herald bench`.
@@ -79,6 +82,9 @@ pub struct Args {
     /// The embedded server's journal fsync policy: always, batch or never.
     #[arg(long, default_value = "batch")]
     fsync: String,
+    /// The STOMP listener for --mode stomp (ignored with --embedded).
+    #[arg(long, default_value = "127.0.0.1:61613")]
+    stomp: SocketAddr,
 }
 
 /// How long the subscribers may make no progress before the rest counts
@@ -127,9 +133,8 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
                 fsync,
                 ..JournalSection::default()
             },
-            // The bench speaks the native protocol only.
             stomp: StompSection {
-                enabled: false,
+                listen: SocketAddr::from(([127, 0, 0, 1], 0)),
                 ..StompSection::default()
             },
             ..Config::default()
@@ -161,6 +166,14 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
     }
     if matches!(args.mode, Mode::All | Mode::Latency) {
         latency::run(&factory, args.size, args.rate, args.latency_count)?;
+    }
+    if args.mode == Mode::Stomp {
+        let stomp_addr = match &embedded {
+            Some(server) => server.stomp_addr().unwrap_or(args.stomp),
+            None => args.stomp,
+        };
+        throughput::run(&factory, 1, args.size, args.count)?;
+        stomp::run(stomp_addr, args.size, args.count)?;
     }
     if args.mode == Mode::Queue {
         if embedded.is_some() {

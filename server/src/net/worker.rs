@@ -371,6 +371,14 @@ impl Worker {
                 }
             }
             delivered += 1;
+            if conn.out.pending() > max_pending && !conn.blocked {
+                // A big batch can pile up faster than one loop turn writes:
+                // write now, and call the reader slow only if the socket
+                // will not take it.
+                if let Err(e) = conn.flush() {
+                    log::debug!("connection {}: write failed: {e}", conn.serial);
+                }
+            }
             if conn.out.pending() > max_pending {
                 log::warn!(
                     "connection {}: {} bytes waiting, over max_pending_bytes ({max_pending}); disconnecting the slow consumer",
