@@ -401,3 +401,53 @@ fn publish_to_queue(session: &herald_client::Session, queue: &str, text: &str) {
         .send_with_receipt(Message::text(text))
         .unwrap();
 }
+
+#[test]
+fn temp_queue_reply_to_gets_the_reply_back_and_is_private_and_temporary() {
+    let server = start();
+    let (_c, session) = connect(&server);
+    let service = session
+        .create_consumer(&Destination::queue("service"))
+        .unwrap();
+    let mut requester = StompClient::connected(&server, &[]);
+    requester.send(
+        &frame("SEND")
+            .header("destination", "/queue/service")
+            .header("reply-to", "/temp-queue/answers")
+            .header("correlation-id", "q1")
+            .header("receipt", "asked")
+            .body("what time is it?"),
+    );
+    assert_eq!(requester.expect("RECEIPT").get("receipt-id"), Some("asked"));
+    let request = next(&service);
+    let reply_to = request.reply_to.clone().expect("a reply-to");
+    assert!(
+        reply_to.name.starts_with("temp.") && reply_to.name.ends_with(".answers"),
+        "{reply_to}"
+    );
+    let mut reply = Message::text("noon");
+    reply.correlation_id = request.correlation_id.clone();
+    session
+        .create_producer(&reply_to)
+        .unwrap()
+        .send_with_receipt(reply)
+        .unwrap();
+    let got = requester.expect("MESSAGE");
+    assert_eq!(got.get("subscription"), Some("/temp-queue/answers"));
+    assert_eq!(got.get("correlation-id"), Some("q1"));
+    assert_eq!(&got.body[..], b"noon");
+
+    // Only its connection may consume from it.
+    let thief = session.create_consumer(&reply_to).unwrap_err();
+    assert_eq!(
+        thief.server_code(),
+        Some(herald_client::ErrorCode::InvalidDestination),
+        "{thief}"
+    );
+    assert!(server.stats().queues.iter().any(|q| q.0 == reply_to.name));
+    requester.send(&frame("DISCONNECT").header("receipt", "bye"));
+    requester.expect("RECEIPT");
+    wait_until("the temporary queue is gone", || {
+        !server.stats().queues.iter().any(|q| q.0 == reply_to.name)
+    });
+}

@@ -37,6 +37,8 @@ pub struct Session {
     pub subscriptions: HashMap<u32, SubscriptionHandle>,
     /// Acknowledged deliveries not yet settled, by delivery id.
     pub unacked: HashMap<u64, Unacked>,
+    /// Temporary queues this connection made; deleted when it ends.
+    pub temporary_queues: Vec<String>,
     next_delivery_id: u64,
 }
 
@@ -49,6 +51,7 @@ impl Session {
             silence_limit: connect_timeout,
             subscriptions: HashMap::new(),
             unacked: HashMap::new(),
+            temporary_queues: Vec::new(),
             next_delivery_id: 1,
         }
     }

@@ -177,3 +177,16 @@ def test_transactions_commit_and_abort(server):
     conn.abort(tx, receipt="a")
     assert conn_inbox.receipt() == "a"
     inbox.nothing()
+
+
+def test_temp_queue_request_reply(server):
+    service, service_inbox = connect(server)
+    service.subscribe("/queue/rpc", id="svc", receipt="s")
+    service_inbox.receipt()
+    client, client_inbox = connect(server)
+    client.send("/queue/rpc", "ping", headers={"reply-to": "/temp-queue/replies", "correlation-id": "7"})
+    request = service_inbox.next()
+    assert request.headers["reply-to"].startswith("/queue/temp.")
+    service.send(request.headers["reply-to"], "pong", headers={"correlation-id": request.headers["correlation-id"]})
+    reply = client_inbox.next()
+    assert reply.body == "pong" and reply.headers["correlation-id"] == "7"

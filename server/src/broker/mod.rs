@@ -155,6 +155,9 @@ pub enum SubscribeError {
     /// The destination is not a valid name or pattern.
     #[error("{0}")]
     Destination(String),
+    /// A temporary queue of another connection.
+    #[error("queue '{0}' is a temporary queue of another connection: only it may consume")]
+    NotOwner(String),
 }
 
 /// What a SUBSCRIBE asks for, as the broker needs it.
@@ -416,6 +419,38 @@ impl Broker {
         Ok(journal_id.is_some())
     }
 
+    /// Creates a temporary queue that only connection `owner` may consume
+    /// from and that is never journalled; it goes with
+    /// [`Broker::delete_queue`] when its connection ends. Returns it, or
+    /// the existing one if the name is taken by the same owner.
+    pub fn temporary_queue(&self, name: &str, owner: u64) -> Result<SharedQueue, SubscribeError> {
+        let mut queues = lock(&self.queues);
+        if let Some(q) = queues.get(name) {
+            return match lock(q).owner() {
+                Some(o) if o == owner => Ok(q.clone()),
+                _ => Err(SubscribeError::NotOwner(name.to_owned())),
+            };
+        }
+        let mut q = Queue::new(name, None, self.limits);
+        q.set_owner(owner);
+        let q = Arc::new(Mutex::new(q));
+        queues.insert(name.to_owned(), q.clone());
+        Ok(q)
+    }
+
+    /// Removes a queue and drops what it holds (a temporary queue whose
+    /// connection has ended).
+    pub fn delete_queue(&self, name: &str) {
+        let removed = lock(&self.queues).remove(name);
+        if let Some(q) = removed {
+            for m in lock(&q).drain() {
+                if let Some(id) = m.journal_id {
+                    self.store.append(Record::End { id }, None);
+                }
+            }
+        }
+    }
+
     /// The queue called `name`, if it exists.
     pub fn find_queue(&self, name: &str) -> Option<SharedQueue> {
         lock(&self.queues).get(name).cloned()
@@ -515,6 +550,9 @@ impl Broker {
         match req.kind {
             DestinationKind::Queue => {
                 let queue = self.queue(req.destination);
+                if lock(&queue).owner().is_some_and(|o| o != sub.conn.serial) {
+                    return Err(SubscribeError::NotOwner(req.destination.to_owned()));
+                }
                 attach(&queue, selector, out);
                 Ok(SubscriptionHandle::Queue(queue))
             }

@@ -90,6 +90,9 @@ pub struct Queue {
     acknowledged: u64,
     /// Connections whose send is blocked until this queue has room.
     waiters: Vec<ConnectionRef>,
+    /// For a temporary queue, the serial of the one connection that may
+    /// consume from it.
+    owner: Option<u64>,
 }
 
 impl Queue {
@@ -107,7 +110,18 @@ impl Queue {
             enqueued: 0,
             acknowledged: 0,
             waiters: Vec::new(),
+            owner: None,
         }
+    }
+
+    /// The connection a temporary queue belongs to.
+    pub fn owner(&self) -> Option<u64> {
+        self.owner
+    }
+
+    /// Makes this a temporary queue of connection `serial`.
+    pub fn set_owner(&mut self, serial: u64) {
+        self.owner = Some(serial);
     }
 
     /// Remembers a connection blocked on this queue being full.

@@ -18,9 +18,9 @@ pub fn refusal(e: SubscribeError) -> Refusal {
         SubscribeError::ClientIdRequired => ErrorCode::ClientIdRequired,
         SubscribeError::InUse(_) => ErrorCode::SubscriptionInUse,
         SubscribeError::UnknownDurable(_) => ErrorCode::UnknownSubscription,
-        SubscribeError::DurableQueue | SubscribeError::Destination(_) => {
-            ErrorCode::InvalidDestination
-        }
+        SubscribeError::DurableQueue
+        | SubscribeError::Destination(_)
+        | SubscribeError::NotOwner(_) => ErrorCode::InvalidDestination,
     };
     Refusal::soft(code, e.to_string())
 }

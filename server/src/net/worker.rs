@@ -532,6 +532,9 @@ impl Worker {
                 .broker
                 .unsubscribe(handle, &sub, &mut self.deliveries);
         }
+        for name in conn.session.temporary_queues.drain(..) {
+            self.shared.broker.delete_queue(&name);
+        }
         self.stats().connections.fetch_sub(1, Ordering::Relaxed);
         self.shared.open_connections.fetch_sub(1, Ordering::AcqRel);
         log::debug!("connection {} closed", conn.serial);

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use herald_protocol::stomp::{StompDecoder, StompFrame, StompLimits};
-use herald_protocol::{ErrorCode, MessageView};
+use herald_protocol::{Destination, ErrorCode, MessageView};
 
 use crate::broker::{SubscribeRequest, Subscriber};
 use crate::handlers::ack::{settle, Outcome};
@@ -228,6 +228,8 @@ fn dispatch(
     match command {
         "CONNECT" | "STOMP" => connect(&frame, stomp, session, out, ctx),
         "SEND" => {
+            let mut frame = frame;
+            resolve_reply_to(&mut frame, stomp, session, ctx)?;
             let id = format!("ID:stomp-{}-{}", ctx.me.serial, stomp.next_message);
             stomp.next_message += 1;
             let view = mapping::message_from(&frame, id, now_ms()).map_err(malformed)?;
@@ -407,12 +409,6 @@ fn subscribe(
         (None, "1.0") => destination,
         (None, _) => return Err((ErrorCode::Malformed, "SUBSCRIBE needs an id header".into())),
     };
-    if stomp.subscriptions.contains_key(id) {
-        return Err((
-            ErrorCode::DuplicateSubscription,
-            format!("subscription id '{id}' is already in use"),
-        ));
-    }
     let ack = match frame.get("ack").unwrap_or("auto") {
         "auto" => Ack::Auto,
         "client" => Ack::Client,
@@ -424,8 +420,42 @@ fn subscribe(
             ))
         }
     };
-    let target =
-        mapping::destination(destination).map_err(|m| (ErrorCode::InvalidDestination, m))?;
+    let target = match destination.strip_prefix("/temp-queue/") {
+        Some(short) => Destination::queue(temporary(short, session, ctx)?),
+        None => {
+            mapping::destination(destination).map_err(|m| (ErrorCode::InvalidDestination, m))?
+        }
+    };
+    let options = Options {
+        selector: frame.get("selector").unwrap_or_default(),
+        durable_name: frame.get("activemq.subscriptionName").unwrap_or_default(),
+    };
+    subscribe_to(id, &target, ack, options, stomp, session, ctx)
+}
+
+/// What a STOMP subscription may add to its destination.
+#[derive(Default)]
+struct Options<'a> {
+    selector: &'a str,
+    durable_name: &'a str,
+}
+
+/// Subscribes STOMP id `id` to `target`.
+fn subscribe_to(
+    id: &str,
+    target: &Destination,
+    ack: Ack,
+    options: Options<'_>,
+    stomp: &mut StompSession,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) -> Result<(), (ErrorCode, Refused)> {
+    if stomp.subscriptions.contains_key(id) {
+        return Err((
+            ErrorCode::DuplicateSubscription,
+            format!("subscription id '{id}' is already in use"),
+        ));
+    }
     let limit = ctx.shared.config.max_subscriptions_per_connection;
     if session.subscriptions.len() >= limit {
         return Err((
@@ -438,10 +468,10 @@ fn subscribe(
     let request = SubscribeRequest {
         kind: target.kind,
         destination: &target.name,
-        selector: frame.get("selector").unwrap_or_default(),
+        selector: options.selector,
         acknowledged: ack != Ack::Auto,
         prefetch: 0,
-        durable_name: frame.get("activemq.subscriptionName").unwrap_or_default(),
+        durable_name: options.durable_name,
         client_id: &session.client_id,
     };
     let subscriber = Subscriber {
@@ -459,6 +489,67 @@ fn subscribe(
     session.subscriptions.insert(number, handle);
     stomp.subscriptions.insert(id.to_owned(), (number, ack));
     stomp.names.insert(number, id.to_owned());
+    Ok(())
+}
+
+/// The connection's temporary queue `/temp-queue/<short>` (RabbitMQ's
+/// convention), made on first use and deleted when the connection ends;
+/// only this connection may consume from it.
+fn temporary(
+    short: &str,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) -> Result<String, (ErrorCode, Refused)> {
+    let name = format!("temp.{}.{short}", ctx.me.serial);
+    herald_protocol::destination::validate_name(&name)
+        .map_err(|e| (ErrorCode::InvalidDestination, e.to_string()))?;
+    if !session.temporary_queues.contains(&name) {
+        ctx.shared
+            .broker
+            .temporary_queue(&name, ctx.me.serial)
+            .map_err(|e| {
+                let (code, _, message) = subscribe_refusal(e).into_parts();
+                (code, message)
+            })?;
+        session.temporary_queues.push(name.clone());
+    }
+    Ok(name)
+}
+
+/// A SEND whose `reply-to` is `/temp-queue/<short>`: the temporary queue is
+/// made, this connection subscribed to it (as `/temp-queue/<short>`, with
+/// automatic acknowledgement), and the header rewritten to the queue's
+/// real name so that whoever replies reaches it.
+fn resolve_reply_to(
+    frame: &mut StompFrame,
+    stomp: &mut StompSession,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) -> Result<(), (ErrorCode, Refused)> {
+    let Some(short) = frame
+        .get("reply-to")
+        .and_then(|r| r.strip_prefix("/temp-queue/"))
+    else {
+        return Ok(());
+    };
+    let short = short.to_owned();
+    let name = temporary(&short, session, ctx)?;
+    let id = format!("/temp-queue/{short}");
+    if !stomp.subscriptions.contains_key(&id) {
+        let target = Destination::queue(name.clone());
+        subscribe_to(
+            &id,
+            &target,
+            Ack::Auto,
+            Options::default(),
+            stomp,
+            session,
+            ctx,
+        )?;
+    }
+    if let Some(header) = frame.headers.iter_mut().find(|(n, _)| n == "reply-to") {
+        header.1 = format!("/queue/{name}");
+    }
     Ok(())
 }
 
