@@ -12,8 +12,6 @@ cargo test --workspace --locked "$@"
 echo "== interoperability tests"
 cargo build --locked --bins
 venv=target/interop-venv
-if [ ! -x "$venv/bin/pytest" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/interop/requirements.txt
-fi
+[ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/interop/requirements.txt
 HERALD_BIN_DIR="$PWD/target/debug" "$venv/bin/pytest" -q tests/interop

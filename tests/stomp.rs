@@ -451,3 +451,54 @@ fn temp_queue_reply_to_gets_the_reply_back_and_is_private_and_temporary() {
         !server.stats().queues.iter().any(|q| q.0 == reply_to.name)
     });
 }
+
+#[test]
+fn websocket_upgrade_carries_stomp_and_bad_upgrades_get_400() {
+    use std::io::{Read, Write};
+    let server = start();
+    let addr = server.stomp_ws_addr().expect("WebSocket listener");
+    let mut bad = std::net::TcpStream::connect(addr).unwrap();
+    bad.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    bad.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+
+    let mut ws = std::net::TcpStream::connect(addr).unwrap();
+    ws.set_read_timeout(Some(PATIENCE)).unwrap();
+    ws.write_all(
+        b"GET /stomp HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+          Sec-WebSocket-Protocol: v12.stomp\r\n\r\n",
+    )
+    .unwrap();
+    // A masked text frame carrying CONNECT.
+    let payload = b"CONNECT\naccept-version:1.2\nhost:x\n\n\0";
+    let mask = [9u8, 8, 7, 6];
+    let mut frame = vec![0x81, 0x80 | payload.len() as u8];
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    ws.write_all(&frame).unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("CONNECTED") {
+        let n = ws.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 101"), "{text}");
+    assert!(
+        text.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
+        "{text}"
+    );
+    assert!(text.contains("Sec-WebSocket-Protocol: v12.stomp"), "{text}");
+    // An unmasked client frame is a protocol error: ERROR, then close.
+    ws.write_all(&[0x81, 0x01, b'x']).unwrap();
+    let mut rest = Vec::new();
+    let _ = ws.read_to_end(&mut rest);
+    assert!(
+        String::from_utf8_lossy(&rest).contains("masked"),
+        "{}",
+        String::from_utf8_lossy(&rest)
+    );
+}

@@ -93,6 +93,10 @@ pub struct StompSection {
     pub listen: SocketAddr,
     /// Header lines one STOMP frame may carry.
     pub max_headers: usize,
+    /// Whether the STOMP-over-WebSocket listener runs.
+    pub websocket_enabled: bool,
+    /// Its address.
+    pub websocket_listen: SocketAddr,
 }
 
 impl Default for StompSection {
@@ -101,6 +105,8 @@ impl Default for StompSection {
             enabled: true,
             listen: SocketAddr::from(([127, 0, 0, 1], 61613)),
             max_headers: 128,
+            websocket_enabled: true,
+            websocket_listen: SocketAddr::from(([127, 0, 0, 1], 61614)),
         }
     }
 }

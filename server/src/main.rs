@@ -31,6 +31,9 @@ struct Args {
     /// Address of the STOMP listener, overriding the config.
     #[arg(long)]
     stomp_listen: Option<SocketAddr>,
+    /// Address of the STOMP-over-WebSocket listener, overriding the config.
+    #[arg(long)]
+    stomp_ws_listen: Option<SocketAddr>,
 }
 
 fn main() -> ExitCode {
@@ -60,6 +63,10 @@ fn main() -> ExitCode {
         config.stomp.listen = addr;
         config.stomp.enabled = true;
     }
+    if let Some(addr) = args.stomp_ws_listen {
+        config.stomp.websocket_listen = addr;
+        config.stomp.websocket_enabled = true;
+    }
     if let Err(e) = config.validate("command line") {
         eprintln!("herald-server: {e}");
         return ExitCode::from(2);
@@ -85,6 +92,11 @@ fn main() -> ExitCode {
     let mut announce = format!("herald-server listening on {}\n", server.local_addr());
     if let Some(addr) = server.stomp_addr() {
         announce.push_str(&format!("herald-server STOMP listening on {addr}\n"));
+    }
+    if let Some(addr) = server.stomp_ws_addr() {
+        announce.push_str(&format!(
+            "herald-server STOMP over WebSocket listening on {addr}\n"
+        ));
     }
     let mut stdout = std::io::stdout();
     let _ = stdout

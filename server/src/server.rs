@@ -51,14 +51,23 @@ impl Server {
         })?;
         let local_addr = listener.local_addr()?;
         let mut listeners = vec![(listener, Protocol::Native)];
-        let mut stomp_addr = None;
-        if config.stomp.enabled {
-            let addr = config.stomp.listen;
-            let stomp =
-                TcpListener::bind(addr).map_err(|source| StartError::Bind { addr, source })?;
-            stomp_addr = Some(stomp.local_addr()?);
-            listeners.push((stomp, Protocol::Stomp));
-        }
+        let mut bind =
+            |enabled: bool, addr: SocketAddr, protocol| -> Result<Option<SocketAddr>, StartError> {
+                if !enabled {
+                    return Ok(None);
+                }
+                let l =
+                    TcpListener::bind(addr).map_err(|source| StartError::Bind { addr, source })?;
+                let bound = l.local_addr()?;
+                listeners.push((l, protocol));
+                Ok(Some(bound))
+            };
+        let stomp_addr = bind(config.stomp.enabled, config.stomp.listen, Protocol::Stomp)?;
+        let stomp_ws_addr = bind(
+            config.stomp.websocket_enabled,
+            config.stomp.websocket_listen,
+            Protocol::StompWebSocket,
+        )?;
         let n = config.worker_count();
         let (journal, recovered) = Journal::open(JournalConfig::new(
             config.data_dir.clone(),
@@ -116,9 +125,13 @@ impl Server {
         if let Some(addr) = stomp_addr {
             log::info!("STOMP listening on {addr}");
         }
+        if let Some(addr) = stomp_ws_addr {
+            log::info!("STOMP over WebSocket listening on {addr}");
+        }
         Ok(ServerHandle {
             local_addr,
             stomp_addr,
+            stomp_ws_addr,
             journal,
             shared,
             acceptor_waker,
@@ -161,6 +174,7 @@ pub struct Stats {
 pub struct ServerHandle {
     local_addr: SocketAddr,
     stomp_addr: Option<SocketAddr>,
+    stomp_ws_addr: Option<SocketAddr>,
     journal: Arc<Journal>,
     shared: Arc<Shared>,
     acceptor_waker: Waker,
@@ -177,6 +191,11 @@ impl ServerHandle {
     /// The STOMP listener's address, if it runs.
     pub fn stomp_addr(&self) -> Option<SocketAddr> {
         self.stomp_addr
+    }
+
+    /// The STOMP-over-WebSocket listener's address, if it runs.
+    pub fn stomp_ws_addr(&self) -> Option<SocketAddr> {
+        self.stomp_ws_addr
     }
 
     /// The server's counters now.

@@ -39,6 +39,7 @@ pub fn test_config() -> Config {
         ..Config::default()
     };
     config.stomp.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.stomp.websocket_listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config
 }
 

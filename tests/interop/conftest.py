@@ -30,6 +30,7 @@ class Server:
                 os.path.join(BIN_DIR, "herald-server"),
                 "--listen", "127.0.0.1:0",
                 "--stomp-listen", "127.0.0.1:0",
+                "--stomp-ws-listen", "127.0.0.1:0",
                 "--data-dir", self.data,
             ],
             stdout=subprocess.PIPE,
@@ -38,11 +39,15 @@ class Server:
         )
         native = self.proc.stdout.readline().strip()
         stomp_line = self.proc.stdout.readline().strip()
+        ws_line = self.proc.stdout.readline().strip()
         assert native.startswith("herald-server listening on "), native
         assert stomp_line.startswith("herald-server STOMP listening on "), stomp_line
+        assert ws_line.startswith("herald-server STOMP over WebSocket listening on "), ws_line
         self.native = native.rsplit(" ", 1)[1]
         host, port = stomp_line.rsplit(" ", 1)[1].rsplit(":", 1)
         self.stomp = (host, int(port))
+        host, port = ws_line.rsplit(" ", 1)[1].rsplit(":", 1)
+        self.stomp_ws = (host, int(port))
 
     def stop(self):
         self.proc.terminate()
@@ -96,11 +101,17 @@ class Inbox(stomp.ConnectionListener):
         return self.receipts.get(timeout=timeout)
 
 
-def connect(server, version="1.2", client_id=None, auto_decode=True):
-    """A connected stomp.py connection and its inbox."""
-    cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}[version]
-    kwargs = {} if version == "1.0" else {"heartbeats": (0, 0)}
-    conn = cls([server.stomp], auto_decode=auto_decode, **kwargs)
+def connect(server, version="1.2", client_id=None, auto_decode=True, websocket=False):
+    """A connected stomp.py connection and its inbox; over WebSocket (with
+    the v12.stomp subprotocol) if asked."""
+    if websocket:
+        conn = stomp.WSStompConnection(
+            [server.stomp_ws], heartbeats=(0, 0), header={"Sec-WebSocket-Protocol": "v12.stomp"}
+        )
+    else:
+        cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}[version]
+        kwargs = {} if version == "1.0" else {"heartbeats": (0, 0)}
+        conn = cls([server.stomp], auto_decode=auto_decode, **kwargs)
     inbox = Inbox()
     conn.set_listener("inbox", inbox)
     headers = {"client-id": client_id} if client_id else {}

@@ -190,3 +190,19 @@ def test_temp_queue_request_reply(server):
     service.send(request.headers["reply-to"], "pong", headers={"correlation-id": request.headers["correlation-id"]})
     reply = client_inbox.next()
     assert reply.body == "pong" and reply.headers["correlation-id"] == "7"
+
+
+def test_stomp_over_websocket_both_ways(server):
+    ws, ws_inbox = connect(server, websocket=True)
+    ws.subscribe("/topic/browser.#", id="1", receipt="s")
+    assert ws_inbox.receipt() == "s"
+    server.herald("pub", "browser.news", "to the browser", "-P", "k=v")
+    frame = ws_inbox.next()
+    assert frame.body == "to the browser" and frame.headers["k"] == "v"
+    plain, plain_inbox = connect(server)
+    plain.subscribe("/queue/from.browser", id="2", receipt="s2")
+    plain_inbox.receipt()
+    ws.send("/queue/from.browser", "from the browser", receipt="p")
+    assert ws_inbox.receipt() == "p"
+    assert plain_inbox.next().body == "from the browser"
+    ws.disconnect(receipt="bye")

@@ -135,6 +135,7 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             },
             stomp: StompSection {
                 listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+                websocket_enabled: false,
                 ..StompSection::default()
             },
             ..Config::default()

@@ -100,6 +100,14 @@ fn refuse(mut stream: TcpStream, protocol: Protocol, max: usize) {
         Protocol::Stomp => StompFrame::new("ERROR")
             .header("message", why)
             .encode(false, &mut buf),
+        // Before the WebSocket upgrade only HTTP can be said.
+        Protocol::StompWebSocket => buf.extend_from_slice(
+            format!(
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Length: {}\r\n\r\n{why}",
+                why.len()
+            )
+            .as_bytes(),
+        ),
     }
     let _ = stream.write(&buf);
 }

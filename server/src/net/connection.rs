@@ -154,13 +154,16 @@ impl Connection {
     /// Queues a heart-beat if the protocol owes one and nothing else went
     /// out for its interval; true if it did.
     pub fn heartbeat_due(&mut self, now: Instant) -> bool {
-        let Some(every) = self.stomp.as_ref().and_then(|s| s.heartbeat_out()) else {
+        let Some(stomp) = self.stomp.as_ref() else {
+            return false;
+        };
+        let Some(every) = stomp.heartbeat_out() else {
             return false;
         };
         if !self.out.is_empty() || now.duration_since(self.last_write) < every {
             return false;
         }
-        self.out.push_raw(Bytes::from_static(b"\n"));
+        stomp.push_heartbeat(&mut self.out);
         true
     }
 }

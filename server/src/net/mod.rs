@@ -31,6 +31,8 @@ pub enum Protocol {
     Native,
     /// STOMP 1.0 to 1.2.
     Stomp,
+    /// STOMP carried in WebSocket messages (browsers).
+    StompWebSocket,
 }
 
 /// What one thread asks of a worker.

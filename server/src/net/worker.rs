@@ -177,12 +177,15 @@ impl Worker {
         let serial = self.shared.next_serial.fetch_add(1, Ordering::Relaxed);
         let timeout = Duration::from_millis(self.shared.config.connect_timeout_ms.into());
         let config = &self.shared.config;
-        let stomp = (protocol == Protocol::Stomp).then(|| {
-            Box::new(StompSession::new(StompLimits {
-                max_frame_size: config.max_frame_size as usize,
-                max_headers: config.stomp.max_headers,
-            }))
-        });
+        let limits = StompLimits {
+            max_frame_size: config.max_frame_size as usize,
+            max_headers: config.stomp.max_headers,
+        };
+        let stomp = match protocol {
+            Protocol::Native => None,
+            Protocol::Stomp => Some(Box::new(StompSession::new(limits, false))),
+            Protocol::StompWebSocket => Some(Box::new(StompSession::new(limits, true))),
+        };
         entry.insert(Connection::new(
             serial,
             stream,
@@ -564,7 +567,7 @@ impl Worker {
 /// Decodes and dispatches every whole frame in the read buffer.
 fn decode_all(decoder: &Decoder, conn: &mut Connection, ctx: &mut Context<'_>) -> Flow {
     if let Some(s) = conn.stomp.as_deref_mut() {
-        return stomp::decode_all(s, &mut conn.read_buf, &mut conn.session, &mut conn.out, ctx);
+        return stomp::receive(s, &mut conn.read_buf, &mut conn.session, &mut conn.out, ctx);
     }
     loop {
         match decoder.decode(&mut conn.read_buf) {

@@ -16,6 +16,9 @@
 //! tick when it has had nothing else to send.
 
 mod mapping;
+pub mod websocket;
+
+use websocket::WebSocket;
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -63,6 +66,8 @@ pub struct StompSession {
     heartbeat_out: Option<Duration>,
     /// Open transactions: what their frames will do on COMMIT.
     transactions: HashMap<String, Vec<Deferred>>,
+    /// For STOMP over WebSocket, the WebSocket's state.
+    websocket: Option<WebSocket>,
 }
 
 /// A frame held in a transaction until COMMIT.
@@ -85,8 +90,9 @@ impl StompSession {
         })
     }
 
-    /// A session that has not connected yet.
-    pub fn new(limits: StompLimits) -> StompSession {
+    /// A session that has not connected yet; `websocket` for one that
+    /// arrives over WebSocket.
+    pub fn new(limits: StompLimits, websocket: bool) -> StompSession {
         StompSession {
             decoder: StompDecoder::new(limits),
             version: "1.0",
@@ -98,6 +104,7 @@ impl StompSession {
             next_message: 1,
             heartbeat_out: None,
             transactions: HashMap::new(),
+            websocket: websocket.then(WebSocket::default),
         }
     }
 
@@ -114,7 +121,20 @@ impl StompSession {
     fn push(&self, out: &mut Outbound, frame: &StompFrame) {
         let mut buf = BytesMut::new();
         frame.encode(self.escapes(), &mut buf);
-        out.push_raw(buf.freeze());
+        self.push_bytes(out, &buf);
+    }
+
+    /// Queues STOMP bytes, in a WebSocket message if the connection is one.
+    fn push_bytes(&self, out: &mut Outbound, bytes: &[u8]) {
+        match &self.websocket {
+            Some(_) => out.push_raw(websocket::wrap_stomp(bytes)),
+            None => out.push_raw(Bytes::copy_from_slice(bytes)),
+        }
+    }
+
+    /// Queues a heart-beat (a bare EOL).
+    pub fn push_heartbeat(&self, out: &mut Outbound) {
+        self.push_bytes(out, b"\n");
     }
 
     /// A request number for a frame's `receipt` header (0 if none).
@@ -178,8 +198,67 @@ fn first_line(message: &str) -> &str {
     message.lines().next().unwrap_or(message)
 }
 
+/// Handles what arrived in `buf`: the WebSocket upgrade and framing if the
+/// connection is one, then every whole STOMP frame.
+pub fn receive(
+    stomp: &mut StompSession,
+    buf: &mut BytesMut,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Flow {
+    let Some(ws) = stomp.websocket.as_mut() else {
+        return decode_all(stomp, buf, session, out, ctx);
+    };
+    if !ws.open {
+        match websocket::handshake(buf) {
+            Ok(None) => return Flow::Continue,
+            Ok(Some(response)) => {
+                out.push_raw(response);
+                ws.open = true;
+            }
+            Err(why) => {
+                let body = format!("{why}\n");
+                let response = format!(
+                    "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                out.push_raw(Bytes::from(response));
+                return Flow::Close;
+            }
+        }
+    }
+    let max = ctx.shared.config.max_frame_size as usize;
+    let mut replies = Vec::new();
+    let control = websocket::unwrap_frames(ws, buf, max, &mut replies);
+    for r in replies {
+        out.push_raw(r);
+    }
+    match control {
+        Ok(websocket::Control::None) => {}
+        Ok(websocket::Control::Close) => return Flow::Close,
+        Err(why) => {
+            stomp.error(
+                out,
+                0,
+                ErrorCode::Malformed,
+                &format!("bad WebSocket frame: {why}"),
+            );
+            return Flow::Close;
+        }
+    }
+    // The payload buffer belongs to the session the STOMP decoder works
+    // on: take it out for the call.
+    let mut payload = std::mem::take(&mut ws.payload);
+    let flow = decode_all(stomp, &mut payload, session, out, ctx);
+    if let Some(ws) = stomp.websocket.as_mut() {
+        ws.payload = payload;
+    }
+    flow
+}
+
 /// Decodes and handles every whole frame in `buf`.
-pub fn decode_all(
+fn decode_all(
     stomp: &mut StompSession,
     buf: &mut BytesMut,
     session: &mut Session,

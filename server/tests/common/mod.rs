@@ -33,7 +33,12 @@ pub fn command(data: &Path, args: &[&str]) -> Command {
     // An ephemeral STOMP port: tests run side by side.
     c.arg("--data-dir")
         .arg(data)
-        .args(["--stomp-listen", "127.0.0.1:0"])
+        .args([
+            "--stomp-listen",
+            "127.0.0.1:0",
+            "--stomp-ws-listen",
+            "127.0.0.1:0",
+        ])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

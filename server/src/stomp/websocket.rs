@@ -1,0 +1,295 @@
+//! STOMP over WebSocket (RFC 6455), for browser clients such as stomp.js:
+//! the HTTP upgrade, then STOMP frames carried in WebSocket messages.
+//!
+//! Inbound, the WebSocket framing is taken off and the payloads are joined
+//! into one byte stream for the STOMP decoder (STOMP does not care where
+//! WebSocket messages begin and end). Outbound, each STOMP frame goes in
+//! one WebSocket message: text if it is UTF-8, binary otherwise.
+
+use base64::Engine;
+use bytes::{BufMut, Bytes, BytesMut};
+
+const GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+/// The STOMP subprotocols, most preferred first.
+const SUBPROTOCOLS: [&str; 3] = ["v12.stomp", "v11.stomp", "v10.stomp"];
+/// Largest HTTP upgrade request accepted.
+const MAX_REQUEST: usize = 16 * 1024;
+
+/// One WebSocket connection's state.
+#[derive(Debug, Default)]
+pub struct WebSocket {
+    /// The upgrade is done.
+    pub open: bool,
+    /// Payload bytes taken out of WebSocket frames, for the STOMP decoder.
+    pub payload: BytesMut,
+}
+
+/// What the inbound bytes held besides payload.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Control {
+    /// Nothing else; carry on.
+    None,
+    /// The peer sent a close frame.
+    Close,
+}
+
+/// Answers the HTTP upgrade request at the front of `buf`, if it is all
+/// there: `Ok(None)` to wait for more, the 101 response to send, or why
+/// the request is refused (the caller answers 400 and closes).
+pub fn handshake(buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
+    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return if buf.len() > MAX_REQUEST {
+            Err("upgrade request too large".into())
+        } else {
+            Ok(None)
+        };
+    };
+    let request = buf.split_to(end + 4);
+    let text =
+        std::str::from_utf8(&request).map_err(|_| "upgrade request is not UTF-8".to_owned())?;
+    let mut lines = text.split("\r\n");
+    let first = lines.next().unwrap_or_default();
+    if !first.starts_with("GET ") {
+        return Err(format!("expected a GET upgrade request, got '{first}'"));
+    }
+    let mut key = None;
+    let mut upgrade = false;
+    let mut offered = Vec::new();
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        match name.trim().to_ascii_lowercase().as_str() {
+            "upgrade" => upgrade = value.eq_ignore_ascii_case("websocket"),
+            "sec-websocket-key" => key = Some(value.to_owned()),
+            "sec-websocket-protocol" => {
+                offered.extend(value.split(',').map(|p| p.trim().to_owned()))
+            }
+            _ => {}
+        }
+    }
+    if !upgrade {
+        return Err("not a WebSocket upgrade (no 'Upgrade: websocket')".into());
+    }
+    let key = key.ok_or("no Sec-WebSocket-Key")?;
+    let accept = base64::engine::general_purpose::STANDARD.encode(
+        sha1_smol::Sha1::from(format!("{key}{GUID}"))
+            .digest()
+            .bytes(),
+    );
+    let mut response = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n"
+    );
+    if let Some(p) = SUBPROTOCOLS
+        .iter()
+        .find(|p| offered.iter().any(|o| o == *p))
+    {
+        response.push_str(&format!("Sec-WebSocket-Protocol: {p}\r\n"));
+    } else if !offered.is_empty() {
+        return Err(format!(
+            "none of the subprotocols {offered:?} is STOMP (v10.stomp, v11.stomp, v12.stomp)"
+        ));
+    }
+    response.push_str("\r\n");
+    Ok(Some(Bytes::from(response)))
+}
+
+/// Takes every whole WebSocket frame off `buf`: payloads go to
+/// `ws.payload`, a ping is answered on `replies`, a close is reported.
+pub fn unwrap_frames(
+    ws: &mut WebSocket,
+    buf: &mut BytesMut,
+    max: usize,
+    replies: &mut Vec<Bytes>,
+) -> Result<Control, String> {
+    loop {
+        if buf.len() < 2 {
+            return Ok(Control::None);
+        }
+        let (b0, b1) = (buf[0], buf[1]);
+        if b0 & 0x70 != 0 {
+            return Err("reserved WebSocket bits set".into());
+        }
+        let opcode = b0 & 0x0f;
+        if b1 & 0x80 == 0 {
+            return Err("client frames must be masked".into());
+        }
+        let (len, mut at) = match b1 & 0x7f {
+            126 if buf.len() >= 4 => (u64::from(u16::from_be_bytes([buf[2], buf[3]])), 4),
+            127 if buf.len() >= 10 => {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&buf[2..10]);
+                (u64::from_be_bytes(b), 10)
+            }
+            126 | 127 => return Ok(Control::None),
+            n => (u64::from(n), 2),
+        };
+        if len > max as u64 {
+            return Err(format!("WebSocket frame of {len} bytes exceeds {max}"));
+        }
+        let len = len as usize;
+        if buf.len() < at + 4 + len {
+            return Ok(Control::None);
+        }
+        let mask = [buf[at], buf[at + 1], buf[at + 2], buf[at + 3]];
+        at += 4;
+        let mut frame = buf.split_to(at + len);
+        let payload = &mut frame[at..];
+        for (i, b) in payload.iter_mut().enumerate() {
+            *b ^= mask[i % 4];
+        }
+        match opcode {
+            0x0..=0x2 => {
+                if ws.payload.len() + payload.len() > max {
+                    return Err(format!("more than {max} bytes of unread STOMP"));
+                }
+                ws.payload.extend_from_slice(payload);
+            }
+            0x8 => {
+                replies.push(wrap(0x8, &[]));
+                return Ok(Control::Close);
+            }
+            0x9 => replies.push(wrap(0xA, payload)),
+            0xA => {}
+            other => return Err(format!("unknown WebSocket opcode {other}")),
+        }
+    }
+}
+
+/// One outgoing WebSocket message with this payload.
+pub fn wrap(opcode: u8, payload: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(payload.len() + 10);
+    out.put_u8(0x80 | opcode);
+    match payload.len() {
+        n if n < 126 => out.put_u8(n as u8),
+        n if n <= u16::MAX as usize => {
+            out.put_u8(126);
+            out.put_u16(n as u16);
+        }
+        n => {
+            out.put_u8(127);
+            out.put_u64(n as u64);
+        }
+    }
+    out.put_slice(payload);
+    out.freeze()
+}
+
+/// A STOMP frame's bytes as one WebSocket message.
+pub fn wrap_stomp(frame: &[u8]) -> Bytes {
+    let opcode = if std::str::from_utf8(frame).is_ok() {
+        0x1
+    } else {
+        0x2
+    };
+    wrap(opcode, frame)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn masked(opcode: u8, payload: &[u8]) -> Vec<u8> {
+        let mask = [1, 2, 3, 4];
+        let mut v = vec![0x80 | opcode];
+        if payload.len() < 126 {
+            v.push(0x80 | payload.len() as u8);
+        } else {
+            v.push(0x80 | 126);
+            v.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+        }
+        v.extend_from_slice(&mask);
+        v.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        v
+    }
+
+    #[test]
+    fn the_rfc_example_handshake() {
+        let mut buf = BytesMut::from(
+            &b"GET /stomp HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v10.stomp, v12.stomp\r\n\r\n"[..],
+        );
+        let response = String::from_utf8(handshake(&mut buf).unwrap().unwrap().to_vec()).unwrap();
+        assert!(
+            response.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
+            "{response}"
+        );
+        assert!(response.contains("Sec-WebSocket-Protocol: v12.stomp"));
+        assert!(buf.is_empty());
+        assert_eq!(
+            handshake(&mut BytesMut::from(&b"GET / HTTP/1.1\r\n"[..])),
+            Ok(None)
+        );
+        assert!(handshake(&mut BytesMut::from(&b"GET / HTTP/1.1\r\n\r\n"[..])).is_err());
+        assert!(handshake(&mut BytesMut::from(
+            &b"POST / HTTP/1.1\r\nUpgrade: websocket\r\n\r\n"[..]
+        ))
+        .is_err());
+    }
+
+    #[test]
+    fn frames_unwrap_split_or_whole_and_controls_are_answered() {
+        let mut ws = WebSocket::default();
+        let mut wire = masked(0x1, b"CONNECT\n\n\0");
+        wire.extend(masked(0x9, b"hi"));
+        wire.extend(masked(0x2, &[b'x'; 300]));
+        let mut replies = Vec::new();
+        let mut buf = BytesMut::new();
+        for &b in &wire {
+            buf.put_u8(b);
+            assert_eq!(
+                unwrap_frames(&mut ws, &mut buf, 4096, &mut replies),
+                Ok(Control::None)
+            );
+        }
+        assert_eq!(ws.payload.len(), 10 + 300);
+        assert_eq!(replies, vec![wrap(0xA, b"hi")]);
+        let mut close = BytesMut::from(&masked(0x8, &[])[..]);
+        assert_eq!(
+            unwrap_frames(&mut ws, &mut close, 4096, &mut replies),
+            Ok(Control::Close)
+        );
+    }
+
+    #[test]
+    fn bad_frames_are_errors() {
+        let mut ws = WebSocket::default();
+        let mut r = Vec::new();
+        assert!(
+            unwrap_frames(
+                &mut ws,
+                &mut BytesMut::from(&[0x81u8, 0x01, b'x'][..]),
+                64,
+                &mut r
+            )
+            .is_err(),
+            "unmasked"
+        );
+        assert!(
+            unwrap_frames(
+                &mut ws,
+                &mut BytesMut::from(&masked(0x1, &[0; 100])[..]),
+                64,
+                &mut r
+            )
+            .is_err(),
+            "too big"
+        );
+        assert!(
+            unwrap_frames(
+                &mut ws,
+                &mut BytesMut::from(&masked(0x3, b"")[..]),
+                64,
+                &mut r
+            )
+            .is_err(),
+            "opcode"
+        );
+        let mut rsv = masked(0x1, b"x");
+        rsv[0] |= 0x40;
+        assert!(
+            unwrap_frames(&mut ws, &mut BytesMut::from(&rsv[..]), 64, &mut r).is_err(),
+            "reserved bits"
+        );
+    }
+}
