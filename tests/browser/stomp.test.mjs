@@ -1,0 +1,36 @@
+// Drives page.html in headless Chromium (Debian's, through playwright-core)
+// against a running server: a message published with the native client
+// reaches the page over STOMP/WebSocket, and the page's answer reaches a
+// native consumer. HERALD_WS, HERALD_NATIVE and HERALD_BIN_DIR say where.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+
+import { chromium } from "playwright-core";
+
+const ws = process.env.HERALD_WS;
+const native = process.env.HERALD_NATIVE;
+const herald = `${process.env.HERALD_BIN_DIR}/herald`;
+const page = new URL("./page.html", import.meta.url);
+
+test("a stomp.js page receives a native publish and answers it", async () => {
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+  try {
+    const tab = await browser.newPage();
+    await tab.goto(`${page.href}#${ws}`);
+    await tab.waitForFunction(() => document.title !== "connecting", null, { timeout: 10000 });
+    assert.equal(await tab.title(), "subscribed");
+    execFileSync(herald, ["--server", native, "pub", "browser.test", "to the browser", "-P", "region=EU"]);
+    await tab.waitForFunction(() => document.querySelectorAll("#messages li").length === 1, null, { timeout: 10000 });
+    assert.equal(await tab.textContent("#messages li"), "to the browser region=EU");
+    const answer = execFileSync(herald, ["--server", native, "sub", "--queue", "from.browser", "--count", "1", "--timeout", "10"], { encoding: "utf8" });
+    assert.equal(answer, "from.browser [] hello from chromium\n");
+  } finally {
+    await browser.close();
+  }
+});
+
