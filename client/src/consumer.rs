@@ -113,7 +113,13 @@ impl ConsumerShared {
             }
             return;
         }
-        q.messages.push_back(message);
+        // Higher priority first, first in first out within a priority.
+        let at = q
+            .messages
+            .iter()
+            .rposition(|m| m.priority >= message.priority)
+            .map_or(0, |i| i + 1);
+        q.messages.insert(at, message);
         self.ready.notify_one();
     }
 

@@ -444,6 +444,20 @@ impl<'a> MessageRef<'a> {
     }
 }
 
+/// The priority and expiration of a validated message block, read without
+/// walking the rest of it (what a queue orders and expires by).
+pub fn priority_and_expiration(block: &[u8]) -> Option<(u8, i64)> {
+    let mut c = Cursor::new(block);
+    c.u8("flags").ok()?;
+    let priority = c.u8("priority").ok()?;
+    c.u8("destination kind").ok()?;
+    c.str16("destination").ok()?;
+    c.str16("message id").ok()?;
+    c.i64("timestamp").ok()?;
+    let expiration = c.i64("expiration").ok()?;
+    Some((priority, expiration))
+}
+
 /// What the server keeps of a published message: the validated block,
 /// shared by reference count among all its deliveries, and the few header
 /// fields routing needs, copied out.
@@ -564,6 +578,15 @@ mod tests {
             assert!(back.redelivered);
             assert_eq!(back.body, m.body);
         }
+    }
+
+    #[test]
+    fn priority_and_expiration_are_read_from_the_front() {
+        assert_eq!(
+            priority_and_expiration(&encode(&full())),
+            Some((9, 1_700_000_060_000))
+        );
+        assert_eq!(priority_and_expiration(b"\x00"), None);
     }
 
     #[test]

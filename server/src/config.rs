@@ -143,6 +143,8 @@ pub struct QueuesConfig {
     pub max_messages: usize,
     /// The dead-letter queue of destination D is this prefix + D.
     pub dead_letter_prefix: String,
+    /// Where expired messages go; empty = they are dropped.
+    pub expiry_queue: String,
     /// Unacknowledged deliveries a consumer may hold when it asks for 0.
     pub default_prefetch: u32,
     /// What a send to a full queue does.
@@ -168,6 +170,7 @@ impl Default for QueuesConfig {
             max_deliveries: 10,
             max_messages: 100_000,
             dead_letter_prefix: "DLQ.".into(),
+            expiry_queue: "ExpiryQueue".into(),
             default_prefetch: 1000,
             full_policy: FullPolicy::Block,
             block_timeout_ms: 30_000,
@@ -304,6 +307,12 @@ impl Config {
         }
         if self.data_dir.as_os_str().is_empty() {
             return invalid("data_dir", "must not be empty".into());
+        }
+        let expiry = &self.queues.expiry_queue;
+        if !expiry.is_empty() {
+            if let Err(e) = herald_protocol::destination::validate_name(expiry) {
+                return invalid("queues.expiry_queue", e.to_string());
+            }
         }
         let prefix = &self.queues.dead_letter_prefix;
         if let Err(e) = herald_protocol::destination::validate_name(&format!("{prefix}x")) {

@@ -199,6 +199,8 @@ pub struct Broker {
     next_key: AtomicU64,
     limits: QueueLimits,
     dead_letter_prefix: String,
+    /// Where expired messages go; empty = dropped.
+    expiry_queue: String,
     default_prefetch: u32,
     /// Where persistent messages and durable subscriptions are kept.
     store: Arc<dyn Store>,
@@ -215,6 +217,15 @@ fn wake_blocked(q: &mut Queue, out: &mut Deliveries) {
     for conn in q.take_waiters_if_room() {
         out.wake(conn);
     }
+}
+
+/// Why a message leaves its queue for another.
+#[derive(Clone, Copy)]
+enum Refile<'a> {
+    /// Delivered too often; the reason.
+    Dead(&'a str),
+    /// Past its expiration.
+    Expired,
 }
 
 /// Turns a queue's dispatches into deliveries that carry their ack ref.
@@ -250,6 +261,7 @@ impl Broker {
                 max_messages: config.queues.max_messages,
             },
             dead_letter_prefix: config.queues.dead_letter_prefix.clone(),
+            expiry_queue: config.queues.expiry_queue.clone(),
             default_prefetch: config.queues.default_prefetch,
             store,
         }
@@ -415,7 +427,7 @@ impl Broker {
         };
         q.enqueue(block.clone(), journal_id, &mut dispatches)?;
         drop(q);
-        deliver_from(queue, dispatches, out);
+        self.settled(queue, dispatches, out);
         Ok(journal_id.is_some())
     }
 
@@ -488,6 +500,19 @@ impl Broker {
                 if let Some(declared) = &self.declared {
                     declared.check(name).map_err(RouteError::Undeclared)?;
                 }
+                if message.expiration != 0 && message.expiration <= queue::now_ms() {
+                    // Expired before routing: no subscriber sees it.
+                    let expired = QueuedMessage {
+                        seq: 0,
+                        block: block.clone(),
+                        deliveries: 0,
+                        journal_id: None,
+                        priority: message.priority,
+                        expiration: message.expiration,
+                    };
+                    self.refile_one(name, &expired, Refile::Expired, out);
+                    return Ok(false);
+                }
                 // Parsed at most once, and only if a selector needs it.
                 let fields: OnceCell<Option<MessageRef<'_>>> = OnceCell::new();
                 let mut journaled = false;
@@ -545,7 +570,7 @@ impl Broker {
             |queue: &SharedQueue, selector: Option<Arc<Selector>>, out: &mut Deliveries| {
                 let mut dispatches = Vec::new();
                 lock(queue).add_consumer(sub, selector, prefetch, &mut dispatches);
-                deliver_from(queue, dispatches, out);
+                self.settled(queue, dispatches, out);
             };
         match req.kind {
             DestinationKind::Queue => {
@@ -638,7 +663,7 @@ impl Broker {
         drop(durables);
         let mut dispatches = Vec::new();
         lock(&queue).add_consumer(sub, None, prefetch, &mut dispatches);
-        deliver_from(&queue, dispatches, out);
+        self.settled(&queue, dispatches, out);
         Ok(SubscriptionHandle::Durable { queue, id })
     }
 
@@ -671,7 +696,7 @@ impl Broker {
     fn detach(&self, queue: &SharedQueue, sub: &Subscriber, out: &mut Deliveries) {
         let mut dispatches = Vec::new();
         let dead = lock(queue).remove_consumer(sub, &mut dispatches);
-        deliver_from(queue, dispatches, out);
+        self.settled(queue, dispatches, out);
         self.dead_letter(queue, dead, "delivered too many times", out);
     }
 
@@ -703,7 +728,7 @@ impl Broker {
         }
         wake_blocked(&mut q, out);
         drop(q);
-        deliver_from(&ack.queue, dispatches, out);
+        self.settled(&ack.queue, dispatches, out);
         true
     }
 
@@ -712,7 +737,7 @@ impl Broker {
     pub fn nack(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) -> bool {
         let mut dispatches = Vec::new();
         let dead = lock(&ack.queue).nack(sub, ack.seq, &mut dispatches);
-        deliver_from(&ack.queue, dispatches, out);
+        self.settled(&ack.queue, dispatches, out);
         match dead {
             Some(dead) => {
                 self.dead_letter(&ack.queue, dead, "delivered too many times", out);
@@ -726,7 +751,7 @@ impl Broker {
     pub fn release(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) {
         let mut dispatches = Vec::new();
         lock(&ack.queue).release(sub, ack.seq, &mut dispatches);
-        deliver_from(&ack.queue, dispatches, out);
+        self.settled(&ack.queue, dispatches, out);
     }
 
     /// The messages waiting in a queue that `selector` matches.
@@ -756,14 +781,28 @@ impl Broker {
         reason: &str,
         out: &mut Deliveries,
     ) {
-        if dead.is_empty() {
+        self.refile(from, dead, Refile::Dead(reason), out);
+    }
+
+    /// Moves messages out of `from` for good: dead ones to their
+    /// destination's dead-letter queue, expired ones to the expiry queue
+    /// (or nowhere, if none is configured), with the original destination
+    /// and the reason in properties.
+    fn refile(
+        &self,
+        from: &SharedQueue,
+        messages: Vec<QueuedMessage>,
+        why: Refile<'_>,
+        out: &mut Deliveries,
+    ) {
+        if messages.is_empty() {
             return;
         }
         let from_name = lock(from).name().to_owned();
-        for m in dead {
-            // The copy in the dead-letter queue is written before the
-            // original's record ends: a crash between keeps both, not none.
-            self.move_dead(&from_name, &m, reason, out);
+        for m in messages {
+            // The copy is written before the original's record ends: a
+            // crash between keeps both, not none.
+            self.refile_one(&from_name, &m, why, out);
             if let Some(id) = m.journal_id {
                 self.store.append(Record::End { id }, None);
             }
@@ -771,8 +810,13 @@ impl Broker {
         wake_blocked(&mut lock(from), out);
     }
 
-    /// Re-files one dead message in its destination's dead-letter queue.
-    fn move_dead(&self, from_name: &str, m: &QueuedMessage, reason: &str, out: &mut Deliveries) {
+    fn refile_one(
+        &self,
+        from_name: &str,
+        m: &QueuedMessage,
+        why: Refile<'_>,
+        out: &mut Deliveries,
+    ) {
         let Ok(mut message) = Message::decode(&m.block, m.deliveries) else {
             return;
         };
@@ -780,38 +824,64 @@ impl Broker {
             .destination
             .clone()
             .unwrap_or_else(|| Destination::queue(from_name));
-        if original.kind == DestinationKind::Queue
-            && original.name.starts_with(&self.dead_letter_prefix)
-        {
-            log::warn!(
-                "message {} failed in dead-letter queue {}: dropped",
-                message.message_id,
-                original.name
-            );
-            return;
-        }
-        let dlq = format!("{}{}", self.dead_letter_prefix, original.name);
+        let (target, reason) = match why {
+            Refile::Dead(reason) => {
+                if original.kind == DestinationKind::Queue
+                    && original.name.starts_with(&self.dead_letter_prefix)
+                {
+                    log::warn!(
+                        "message {} failed in dead-letter queue {}: dropped",
+                        message.message_id,
+                        original.name
+                    );
+                    return;
+                }
+                let target = format!("{}{}", self.dead_letter_prefix, original.name);
+                (target, format!("{reason} ({} deliveries)", m.deliveries))
+            }
+            Refile::Expired => {
+                if self.expiry_queue.is_empty() {
+                    log::debug!("message {} expired: dropped", message.message_id);
+                    return;
+                }
+                // It must not expire again where it goes.
+                message.expiration = 0;
+                (
+                    self.expiry_queue.clone(),
+                    format!("expired at {}", m.expiration),
+                )
+            }
+        };
         message.set_property("HeraldOriginalDestination", original.to_string());
-        message.set_property(
-            "HeraldDeadLetterReason",
-            format!("{reason} ({} deliveries)", m.deliveries),
-        );
-        message.destination = Some(Destination::queue(dlq.clone()));
+        message.set_property("HeraldDeadLetterReason", reason);
+        message.destination = Some(Destination::queue(target.clone()));
         let mut block = BytesMut::new();
         if message.encode(&mut block).is_err() {
             return;
         }
-        let queue = self.queue(&dlq);
-        let block = Bytes::from(block);
+        let queue = self.queue(&target);
         if self
-            .enqueue(&queue, &block, message.delivery_mode, None, out)
+            .enqueue(
+                &queue,
+                &Bytes::from(block),
+                message.delivery_mode,
+                None,
+                out,
+            )
             .is_err()
         {
             log::warn!(
-                "dead-letter queue {dlq} is full: message {} dropped",
+                "queue {target} is full: message {} dropped",
                 message.message_id
             );
         }
+    }
+
+    /// Delivers a queue's dispatches and refiles what it found expired.
+    fn settled(&self, queue: &SharedQueue, dispatches: Vec<Dispatch>, out: &mut Deliveries) {
+        deliver_from(queue, dispatches, out);
+        let expired = lock(queue).take_expired();
+        self.refile(queue, expired, Refile::Expired, out);
     }
 
     /// Where persistent state is kept.

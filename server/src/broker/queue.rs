@@ -2,7 +2,9 @@
 //! flight until acknowledged.
 //!
 //! Every message goes to one consumer. Dispatch walks the waiting messages
-//! in order and gives each to the next consumer, round-robin, that has
+//! in delivery order (higher priority first, first in first out within a
+//! priority; expired ones are set aside for the broker to move to the
+//! expiry queue) and gives each to the next consumer, round-robin, that has
 //! credit (fewer unacknowledged deliveries than its prefetch) and whose
 //! selector matches; a message no consumer can take now stays for later.
 //! A delivery that comes back (NACK, its consumer gone) returns to its
@@ -10,15 +12,17 @@
 //! `max_deliveries` it is handed back to the broker as dead, for the
 //! dead-letter queue.
 //!
-//! Invariant: every message is in exactly one of `ready` (sorted by
-//! sequence number) and `in_flight`, and a consumer's `in_flight` count is
+//! Invariant: every message is in exactly one of `ready` (in delivery
+//! order: priority, then sequence number), `in_flight` and `expired`, and a consumer's `in_flight` count is
 //! the number of `in_flight` entries that name it.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use herald_protocol::message::MessageRef;
+use herald_protocol::message::{priority_and_expiration, MessageRef, DEFAULT_PRIORITY};
 use herald_protocol::selector::Selector;
 
 use super::{ConnectionRef, Subscriber};
@@ -35,6 +39,32 @@ pub struct QueuedMessage {
     pub deliveries: u32,
     /// Its record in the store, for a persistent message.
     pub journal_id: Option<u64>,
+    /// 0 to 9: higher goes first.
+    pub priority: u8,
+    /// Milliseconds since the epoch after which it is not delivered; 0 =
+    /// never.
+    pub expiration: i64,
+}
+
+impl QueuedMessage {
+    fn key(&self) -> ReadyKey {
+        (Reverse(self.priority), self.seq)
+    }
+
+    /// Whether it has expired at `now_ms`.
+    pub fn expired(&self, now_ms: i64) -> bool {
+        self.expiration != 0 && self.expiration <= now_ms
+    }
+}
+
+/// Delivery order: higher priority first, then first in, first out.
+type ReadyKey = (Reverse<u8>, u64);
+
+/// Milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// A message the queue has given to a consumer.
@@ -80,7 +110,9 @@ pub struct Queue {
     /// queue that lives and dies with one connection.
     holder: Option<Holder>,
     limits: QueueLimits,
-    ready: VecDeque<QueuedMessage>,
+    ready: BTreeMap<ReadyKey, QueuedMessage>,
+    /// Messages found expired, for the broker to move or drop.
+    expired: Vec<QueuedMessage>,
     in_flight: HashMap<u64, (Subscriber, QueuedMessage)>,
     consumers: Vec<Consumer>,
     next_seq: u64,
@@ -102,7 +134,8 @@ impl Queue {
             name: name.into(),
             holder,
             limits,
-            ready: VecDeque::new(),
+            ready: BTreeMap::new(),
+            expired: Vec::new(),
             in_flight: HashMap::new(),
             consumers: Vec::new(),
             next_seq: 1,
@@ -199,12 +232,21 @@ impl Queue {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.enqueued += 1;
-        self.ready.push_back(QueuedMessage {
+        let (priority, expiration) =
+            priority_and_expiration(&block).unwrap_or((DEFAULT_PRIORITY, 0));
+        self.insert_ready(QueuedMessage {
             seq,
             block,
             deliveries: 0,
             journal_id,
+            priority,
+            expiration,
         });
+    }
+
+    /// Takes the messages found expired since the last call.
+    pub fn take_expired(&mut self) -> Vec<QueuedMessage> {
+        std::mem::take(&mut self.expired)
     }
 
     /// Attaches a consumer and dispatches to it what waits.
@@ -288,11 +330,13 @@ impl Queue {
         }
     }
 
-    /// The waiting messages that `selector` matches, in order.
+    /// The waiting, unexpired messages that `selector` matches, in
+    /// delivery order.
     pub fn browse(&self, selector: Option<&Selector>) -> Vec<QueuedMessage> {
+        let now = now_ms();
         self.ready
-            .iter()
-            .filter(|m| selects(selector, &m.block))
+            .values()
+            .filter(|m| !m.expired(now) && selects(selector, &m.block))
             .cloned()
             .collect()
     }
@@ -300,7 +344,8 @@ impl Queue {
     /// Takes every message, waiting and in flight (the queue is being
     /// deleted).
     pub fn drain(&mut self) -> Vec<QueuedMessage> {
-        let mut all: Vec<QueuedMessage> = self.ready.drain(..).collect();
+        let mut all: Vec<QueuedMessage> = std::mem::take(&mut self.ready).into_values().collect();
+        all.append(&mut self.expired);
         all.extend(self.in_flight.drain().map(|(_, (_, m))| m));
         for c in &mut self.consumers {
             c.in_flight = 0;
@@ -329,28 +374,43 @@ impl Queue {
     }
 
     fn insert_ready(&mut self, m: QueuedMessage) {
-        let at = self.ready.partition_point(|r| r.seq < m.seq);
-        self.ready.insert(at, m);
+        self.ready.insert(m.key(), m);
     }
 
+    /// Gives waiting messages, in delivery order, to consumers with credit
+    /// whose selectors take them; expired ones are set aside instead.
     fn dispatch(&mut self, out: &mut Vec<Dispatch>) {
-        let mut i = 0;
-        while i < self.ready.len() {
+        let now = now_ms();
+        // Messages before `from` were looked at and no consumer took them.
+        let mut from: Option<ReadyKey> = None;
+        loop {
             if !self.consumers.iter().any(|c| c.in_flight < c.prefetch) {
                 return;
             }
+            let next = match from {
+                None => self.ready.iter().next(),
+                Some(k) => self.ready.range((Excluded(k), Unbounded)).next(),
+            };
+            let Some((&key, m)) = next else {
+                return;
+            };
+            if m.expired(now) {
+                if let Some(m) = self.ready.remove(&key) {
+                    self.expired.push(m);
+                }
+                continue;
+            }
             let n = self.consumers.len();
-            let block = &self.ready[i].block;
             let chosen = (0..n).map(|k| (self.rr + k) % n).find(|&k| {
                 let c = &self.consumers[k];
-                c.in_flight < c.prefetch && selects(c.selector.as_deref(), block)
+                c.in_flight < c.prefetch && selects(c.selector.as_deref(), &m.block)
             });
             let Some(k) = chosen else {
-                i += 1;
+                from = Some(key);
                 continue;
             };
             self.rr = (k + 1) % n;
-            let Some(mut m) = self.ready.remove(i) else {
+            let Some(mut m) = self.ready.remove(&key) else {
                 return;
             };
             m.deliveries += 1;
@@ -486,6 +546,48 @@ mod tests {
         q.add_consumer(sub(2), None, 10, &mut out);
         assert_eq!(out.len(), 2);
         assert!(out.iter().all(|d| d.to == sub(2)));
+    }
+
+    fn block_with(priority: u8, expiration: i64) -> Bytes {
+        let mut m = Message::text(format!("p{priority}"));
+        m.priority = priority;
+        m.expiration = expiration;
+        m.destination = Some(Destination::queue("q"));
+        let mut b = BytesMut::new();
+        m.encode(&mut b).unwrap();
+        b.freeze()
+    }
+
+    #[test]
+    fn higher_priority_goes_first_and_fifo_within_a_priority() {
+        let mut q = queue();
+        let mut out = Vec::new();
+        for p in [4, 9, 0, 9, 4] {
+            q.enqueue(block_with(p, 0), None, &mut out).unwrap();
+        }
+        q.add_consumer(sub(1), None, 10, &mut out);
+        let order: Vec<(u8, u64)> = out
+            .iter()
+            .map(|d| (priority_and_expiration(&d.block).unwrap().0, d.seq))
+            .collect();
+        assert_eq!(order, [(9, 2), (9, 4), (4, 1), (4, 5), (0, 3)]);
+    }
+
+    #[test]
+    fn expired_messages_are_set_aside_not_delivered() {
+        let mut q = queue();
+        let mut out = Vec::new();
+        q.enqueue(block_with(4, now_ms() - 1), None, &mut out)
+            .unwrap();
+        q.enqueue(block_with(4, now_ms() + 60_000), None, &mut out)
+            .unwrap();
+        q.enqueue(block_with(4, 0), None, &mut out).unwrap();
+        assert_eq!(q.browse(None).len(), 2, "browsing skips the expired one");
+        q.add_consumer(sub(1), None, 10, &mut out);
+        assert_eq!(out.len(), 2);
+        let expired = q.take_expired();
+        assert_eq!(expired.len(), 1);
+        assert!(q.take_expired().is_empty());
     }
 
     #[test]

@@ -1,0 +1,121 @@
+//! Quality of service: priority and expiry.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use herald_client::{Destination, Message};
+use herald_tests::*;
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn with_priority(text: &str, priority: u8) -> Message {
+    let mut m = Message::text(text);
+    m.priority = priority;
+    m
+}
+
+#[test]
+fn a_queue_delivers_higher_priority_first_and_fifo_within_one() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("jobs")).unwrap();
+    for (text, priority) in [
+        ("low-1", 1),
+        ("high-1", 8),
+        ("normal", 4),
+        ("high-2", 8),
+        ("low-2", 1),
+    ] {
+        p.send_with_receipt(with_priority(text, priority)).unwrap();
+    }
+    let consumer = s.create_consumer(&Destination::queue("jobs")).unwrap();
+    let got: Vec<String> = (0..5)
+        .map(|_| next(&consumer).body_text().unwrap().to_owned())
+        .collect();
+    assert_eq!(got, ["high-1", "high-2", "normal", "low-1", "low-2"]);
+}
+
+#[test]
+fn a_consumers_backlog_is_ordered_by_priority_too() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let consumer = subscribe(&s, "alerts");
+    let p = s.create_producer(&Destination::topic("alerts")).unwrap();
+    for (text, priority) in [("info", 2), ("fire", 9), ("note", 2)] {
+        p.send_with_receipt(with_priority(text, priority)).unwrap();
+    }
+    // All three are waiting in the consumer's backlog before it reads.
+    wait_until("all delivered", || server.stats().messages_out == 3);
+    std::thread::sleep(Duration::from_millis(50));
+    let got: Vec<String> = (0..3)
+        .map(|_| next(&consumer).body_text().unwrap().to_owned())
+        .collect();
+    assert_eq!(got, ["fire", "info", "note"]);
+}
+
+#[test]
+fn expired_messages_are_never_delivered_and_go_to_the_expiry_queue() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let p = s
+        .create_producer(&Destination::queue("perishable"))
+        .unwrap();
+    let mut soon = Message::text("stale").with_property("k", 1);
+    soon.expiration = now_ms() + 100;
+    p.send_with_receipt(soon).unwrap();
+    let mut later = Message::text("fresh");
+    later.expiration = now_ms() + 60_000;
+    p.send_with_receipt(later).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let consumer = s
+        .create_consumer(&Destination::queue("perishable"))
+        .unwrap();
+    assert_eq!(next(&consumer).body_text(), Some("fresh"));
+    assert_nothing(&consumer);
+    let expired = s
+        .create_consumer(&Destination::queue("ExpiryQueue"))
+        .unwrap();
+    let m = next(&expired);
+    assert_eq!(m.body_text(), Some("stale"));
+    assert_eq!(
+        m.property("HeraldOriginalDestination")
+            .and_then(|v| v.as_str()),
+        Some("queue://perishable")
+    );
+    assert_eq!(
+        m.expiration, 0,
+        "it does not expire again in the expiry queue"
+    );
+
+    // A topic message expired on arrival reaches no subscriber.
+    let sub = subscribe(&s, "news");
+    let mut dead_on_arrival = Message::text("old news");
+    dead_on_arrival.expiration = now_ms() - 1;
+    s.create_producer(&Destination::topic("news"))
+        .unwrap()
+        .send_with_receipt(dead_on_arrival)
+        .unwrap();
+    assert_nothing(&sub);
+    assert_eq!(next(&expired).body_text(), Some("old news"));
+}
+
+#[test]
+fn expired_messages_can_be_dropped_instead() {
+    let mut config = test_config();
+    config.queues.expiry_queue = String::new();
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let mut m = Message::text("gone");
+    m.expiration = now_ms() - 1;
+    s.create_producer(&Destination::queue("q"))
+        .unwrap()
+        .send_with_receipt(m)
+        .unwrap();
+    let consumer = s.create_consumer(&Destination::queue("q")).unwrap();
+    assert_nothing(&consumer);
+    assert!(!server.stats().queues.iter().any(|q| q.0 == "ExpiryQueue"));
+}
