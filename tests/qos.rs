@@ -119,3 +119,70 @@ fn expired_messages_can_be_dropped_instead() {
     assert_nothing(&consumer);
     assert!(!server.stats().queues.iter().any(|q| q.0 == "ExpiryQueue"));
 }
+
+#[test]
+fn a_delivery_delay_holds_messages_back_on_queues_and_topics() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let queue_consumer = s.create_consumer(&Destination::queue("later")).unwrap();
+    let topic_consumer = subscribe(&s, "later");
+    let mut q = s.create_producer(&Destination::queue("later")).unwrap();
+    let mut t = s.create_producer(&Destination::topic("later")).unwrap();
+    q.set_delivery_delay(Duration::from_millis(400));
+    t.set_delivery_delay(Duration::from_millis(400));
+    let sent = std::time::Instant::now();
+    q.send_with_receipt(Message::text("queued")).unwrap();
+    t.send_with_receipt(Message::text("published")).unwrap();
+    q.set_delivery_delay(Duration::ZERO);
+    q.send_with_receipt(Message::text("at once")).unwrap();
+    assert_eq!(
+        next(&queue_consumer).body_text(),
+        Some("at once"),
+        "undelayed ones are not held up"
+    );
+    assert!(queue_consumer
+        .receive(Duration::from_millis(200))
+        .unwrap()
+        .is_none());
+    assert!(topic_consumer
+        .receive(Duration::from_millis(10))
+        .unwrap()
+        .is_none());
+    assert_eq!(next(&queue_consumer).body_text(), Some("queued"));
+    assert_eq!(next(&topic_consumer).body_text(), Some("published"));
+    assert!(sent.elapsed() >= Duration::from_millis(400));
+    assert!(s
+        .create_browser(&Destination::queue("later"), "")
+        .unwrap()
+        .messages()
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn a_delayed_persistent_message_waits_across_a_restart() {
+    let config = test_config();
+    let dir = config.data_dir.clone();
+    let server = start_with(config);
+    let sent = std::time::Instant::now();
+    {
+        let (_c, s) = connect(&server);
+        let mut p = s.create_producer(&Destination::queue("scheduled")).unwrap();
+        p.set_delivery_delay(Duration::from_millis(700));
+        p.send(Message::text("after the restart").persistent())
+            .unwrap();
+    }
+    server.stop_keeping_data();
+    let mut config = test_config();
+    config.data_dir = dir;
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let consumer = s.create_consumer(&Destination::queue("scheduled")).unwrap();
+    let m = next(&consumer);
+    assert_eq!(m.body_text(), Some("after the restart"));
+    assert!(m.delivery_time > 0);
+    assert!(
+        sent.elapsed() >= Duration::from_millis(700),
+        "not before its delivery time"
+    );
+}

@@ -1,7 +1,7 @@
 //! Producers: send messages to one destination.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use herald_protocol::{DeliveryMode, Destination, FrameKind, Message};
 
@@ -12,11 +12,18 @@ use crate::error::Result;
 pub struct Producer {
     inner: Arc<Inner>,
     destination: Destination,
+    /// JMS 2.0 delivery delay: messages become visible this long after
+    /// they are sent.
+    delivery_delay: Duration,
 }
 
 impl Producer {
     pub(crate) fn new(inner: Arc<Inner>, destination: Destination) -> Producer {
-        Producer { inner, destination }
+        Producer {
+            inner,
+            destination,
+            delivery_delay: Duration::ZERO,
+        }
     }
 
     /// Where this producer sends.
@@ -30,7 +37,17 @@ impl Producer {
         message.timestamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
+        if !self.delivery_delay.is_zero() {
+            message.delivery_time = message.timestamp + self.delivery_delay.as_millis() as i64;
+        }
         message
+    }
+
+    /// Sets the delivery delay (JMS 2.0): each message sent from now on is
+    /// delivered no sooner than this after it was sent, also across a
+    /// server restart for persistent ones.
+    pub fn set_delivery_delay(&mut self, delay: Duration) {
+        self.delivery_delay = delay;
     }
 
     /// Sends a message. A non-persistent one is queued for the

@@ -25,7 +25,9 @@ const FLAG_PERSISTENT: u8 = 0x01;
 const FLAG_CORRELATION: u8 = 0x02;
 const FLAG_REPLY_TO: u8 = 0x04;
 const FLAG_TYPE: u8 = 0x08;
-const KNOWN_FLAGS: u8 = FLAG_PERSISTENT | FLAG_CORRELATION | FLAG_REPLY_TO | FLAG_TYPE;
+const FLAG_DELIVERY_TIME: u8 = 0x10;
+const KNOWN_FLAGS: u8 =
+    FLAG_PERSISTENT | FLAG_CORRELATION | FLAG_REPLY_TO | FLAG_TYPE | FLAG_DELIVERY_TIME;
 
 /// Highest JMS priority.
 pub const MAX_PRIORITY: u8 = 9;
@@ -78,6 +80,9 @@ pub struct Message {
     pub reply_to: Option<Destination>,
     /// An application-defined type name.
     pub message_type: Option<String>,
+    /// Milliseconds since the epoch before which the message is not
+    /// delivered (JMS 2.0 delivery delay); 0 = at once.
+    pub delivery_time: i64,
     /// Set on receipt: delivered before and not acknowledged.
     pub redelivered: bool,
     /// Set on receipt: how many times this message has been delivered,
@@ -184,6 +189,9 @@ impl Message {
         if self.message_type.is_some() {
             flags |= FLAG_TYPE;
         }
+        if self.delivery_time != 0 {
+            flags |= FLAG_DELIVERY_TIME;
+        }
         let properties = u16::try_from(self.properties.len()).map_err(|_| {
             Error::invalid(
                 "properties",
@@ -206,6 +214,9 @@ impl Message {
         }
         if let Some(t) = &self.message_type {
             put_str16(dst, t, "type")?;
+        }
+        if self.delivery_time != 0 {
+            dst.put_i64(self.delivery_time);
         }
         dst.put_u16(properties);
         encode_entries(&self.properties, dst)?;
@@ -260,6 +271,7 @@ impl Message {
                 name: name.to_owned(),
             }),
             message_type: r.message_type.map(str::to_owned),
+            delivery_time: r.delivery_time,
             redelivered: delivery_count > 1,
             delivery_count,
             delivery_id: 0,
@@ -361,6 +373,8 @@ pub struct MessageRef<'a> {
     pub reply_to: Option<(DestinationKind, &'a str)>,
     /// Application type.
     pub message_type: Option<&'a str>,
+    /// Not before this (ms since the epoch); 0 = at once.
+    pub delivery_time: i64,
     /// The properties.
     pub properties: EntriesRef<'a>,
     /// The body.
@@ -405,6 +419,11 @@ impl<'a> MessageRef<'a> {
         let message_type = (flags & FLAG_TYPE != 0)
             .then(|| c.str16("type"))
             .transpose()?;
+        let delivery_time = if flags & FLAG_DELIVERY_TIME != 0 {
+            c.i64("delivery time")?
+        } else {
+            0
+        };
         let properties = EntriesRef::parse(&mut c, "property count")?;
         let body = match c.u8("body kind")? {
             0 => BodyRef::Empty,
@@ -429,6 +448,7 @@ impl<'a> MessageRef<'a> {
             correlation_id,
             reply_to,
             message_type,
+            delivery_time,
             properties,
             body,
         })
@@ -456,6 +476,19 @@ pub fn priority_and_expiration(block: &[u8]) -> Option<(u8, i64)> {
     c.i64("timestamp").ok()?;
     let expiration = c.i64("expiration").ok()?;
     Some((priority, expiration))
+}
+
+/// When a validated message block may be delivered (0 = at once): fast
+/// when the message has no delivery time, which is most of them.
+pub fn delivery_time(block: &[u8]) -> i64 {
+    if block
+        .first()
+        .is_some_and(|flags| flags & FLAG_DELIVERY_TIME != 0)
+    {
+        MessageRef::parse(block).map_or(0, |r| r.delivery_time)
+    } else {
+        0
+    }
 }
 
 /// What the server keeps of a published message: the validated block,
@@ -540,6 +573,7 @@ mod tests {
         m.correlation_id = Some("req-1".into());
         m.reply_to = Some(Destination::topic("replies"));
         m.message_type = Some("sale".into());
+        m.delivery_time = 1_700_000_001_000;
         m
     }
 
@@ -587,6 +621,7 @@ mod tests {
             Some((9, 1_700_000_060_000))
         );
         assert_eq!(priority_and_expiration(b"\x00"), None);
+        assert_eq!(delivery_time(&encode(&full())), 1_700_000_001_000);
     }
 
     #[test]

@@ -20,12 +20,13 @@ pub use queue::{Queue, QueueLimits};
 pub use topic_tree::TopicTree;
 
 use std::cell::OnceCell;
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use bytes::{Bytes, BytesMut};
-use herald_protocol::message::MessageRef;
+use herald_protocol::message::{delivery_time, MessageRef};
 use herald_protocol::selector::Selector;
 use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, MessageView, Pattern};
 
@@ -204,6 +205,44 @@ pub struct Broker {
     default_prefetch: u32,
     /// Where persistent messages and durable subscriptions are kept.
     store: Arc<dyn Store>,
+    /// Deliveries waiting for their delivery time, soonest first.
+    timers: Mutex<BinaryHeap<Reverse<Timer>>>,
+}
+
+/// Something to do at a delivery time.
+enum Timed {
+    /// Dispatch this queue (a scheduled message in it has come due).
+    Queue(SharedQueue),
+    /// Deliver this message to this plain topic subscriber.
+    Direct(Subscriber, Bytes),
+}
+
+/// A [`Timed`] action, ordered by when it is due.
+struct Timer {
+    due: i64,
+    /// Keeps actions due at the same moment in the order they were made.
+    seq: u64,
+    what: Timed,
+}
+
+impl PartialEq for Timer {
+    fn eq(&self, other: &Timer) -> bool {
+        (self.due, self.seq) == (other.due, other.seq)
+    }
+}
+
+impl Eq for Timer {}
+
+impl PartialOrd for Timer {
+    fn partial_cmp(&self, other: &Timer) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Timer {
+    fn cmp(&self, other: &Timer) -> std::cmp::Ordering {
+        (self.due, self.seq).cmp(&(other.due, other.seq))
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -264,6 +303,7 @@ impl Broker {
             expiry_queue: config.queues.expiry_queue.clone(),
             default_prefetch: config.queues.default_prefetch,
             store,
+            timers: Mutex::new(BinaryHeap::new()),
         }
     }
 
@@ -323,7 +363,9 @@ impl Broker {
                     };
                     match queue {
                         Some(q) => {
-                            lock(&q).restore(block, Some(id));
+                            if let Some(due) = lock(&q).restore(block, Some(id)) {
+                                self.schedule(due, Timed::Queue(q.clone()));
+                            }
                             messages += 1;
                         }
                         None => {
@@ -425,10 +467,43 @@ impl Broker {
             }
             _ => None,
         };
-        q.enqueue(block.clone(), journal_id, &mut dispatches)?;
+        let due = q.enqueue(block.clone(), journal_id, &mut dispatches)?;
         drop(q);
+        if let Some(due) = due {
+            self.schedule(due, Timed::Queue(queue.clone()));
+        }
         self.settled(queue, dispatches, out);
         Ok(journal_id.is_some())
+    }
+
+    fn schedule(&self, due: i64, what: Timed) {
+        let seq = self.next_key.fetch_add(1, Ordering::Relaxed);
+        lock(&self.timers).push(Reverse(Timer { due, seq, what }));
+    }
+
+    /// Runs what has come due: messages whose delivery time has arrived
+    /// are dispatched. Called on every worker's tick.
+    pub fn tick(&self, out: &mut Deliveries) {
+        let now = queue::now_ms();
+        let mut due = Vec::new();
+        {
+            let mut timers = lock(&self.timers);
+            while timers.peek().is_some_and(|t| t.0.due <= now) {
+                if let Some(Reverse(t)) = timers.pop() {
+                    due.push(t.what);
+                }
+            }
+        }
+        for what in due {
+            match what {
+                Timed::Queue(queue) => {
+                    let mut dispatches = Vec::new();
+                    lock(&queue).dispatch_due(&mut dispatches);
+                    self.settled(&queue, dispatches, out);
+                }
+                Timed::Direct(sub, block) => out.push(sub, block),
+            }
+        }
     }
 
     /// Creates a temporary queue that only connection `owner` may consume
@@ -525,7 +600,10 @@ impl Broker {
                         }
                     }
                     match &entry.target {
-                        Target::Direct(sub) => out.push(*sub, block.clone()),
+                        Target::Direct(sub) => match delivery_time(block) {
+                            due if due > queue::now_ms() => self.schedule(due, Timed::Direct(*sub, block.clone())),
+                            _ => out.push(*sub, block.clone()),
+                        },
                         Target::Queue(queue) => match self.enqueue(queue, block, mode, None, out) {
                             Ok(written) => journaled |= written,
                             Err(full) => log::warn!(

@@ -22,7 +22,9 @@ use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use herald_protocol::message::{priority_and_expiration, MessageRef, DEFAULT_PRIORITY};
+use herald_protocol::message::{
+    delivery_time, priority_and_expiration, MessageRef, DEFAULT_PRIORITY,
+};
 use herald_protocol::selector::Selector;
 
 use super::{ConnectionRef, Subscriber};
@@ -113,6 +115,8 @@ pub struct Queue {
     ready: BTreeMap<ReadyKey, QueuedMessage>,
     /// Messages found expired, for the broker to move or drop.
     expired: Vec<QueuedMessage>,
+    /// Messages with a delivery time still to come, by (time, sequence).
+    scheduled: BTreeMap<(i64, u64), QueuedMessage>,
     in_flight: HashMap<u64, (Subscriber, QueuedMessage)>,
     consumers: Vec<Consumer>,
     next_seq: u64,
@@ -136,6 +140,7 @@ impl Queue {
             limits,
             ready: BTreeMap::new(),
             expired: Vec::new(),
+            scheduled: BTreeMap::new(),
             in_flight: HashMap::new(),
             consumers: Vec::new(),
             next_seq: 1,
@@ -204,7 +209,9 @@ impl Queue {
 
     /// Fails if one more message would exceed the limit.
     pub fn check_room(&self) -> Result<(), QueueFull> {
-        if self.ready.len() + self.in_flight.len() >= self.limits.max_messages {
+        if self.ready.len() + self.in_flight.len() + self.scheduled.len()
+            >= self.limits.max_messages
+        {
             return Err(QueueFull {
                 max_messages: self.limits.max_messages,
             });
@@ -213,35 +220,50 @@ impl Queue {
     }
 
     /// Adds a message (with its store record, if persistent) and
-    /// dispatches what can be.
+    /// dispatches what can be. Returns its delivery time if that is still
+    /// to come (the broker then wakes the queue at that time).
     pub fn enqueue(
         &mut self,
         block: Bytes,
         journal_id: Option<u64>,
         out: &mut Vec<Dispatch>,
-    ) -> Result<(), QueueFull> {
+    ) -> Result<Option<i64>, QueueFull> {
         self.check_room()?;
-        self.restore(block, journal_id);
+        let due = self.restore(block, journal_id);
         self.dispatch(out);
-        Ok(())
+        Ok(due)
     }
 
     /// Adds a message kept from before a restart, whatever the limit: a
-    /// persistent message is never dropped.
-    pub fn restore(&mut self, block: Bytes, journal_id: Option<u64>) {
+    /// persistent message is never dropped. Returns its delivery time if
+    /// that is still to come.
+    pub fn restore(&mut self, block: Bytes, journal_id: Option<u64>) -> Option<i64> {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.enqueued += 1;
         let (priority, expiration) =
             priority_and_expiration(&block).unwrap_or((DEFAULT_PRIORITY, 0));
-        self.insert_ready(QueuedMessage {
+        let due = delivery_time(&block);
+        let m = QueuedMessage {
             seq,
             block,
             deliveries: 0,
             journal_id,
             priority,
             expiration,
-        });
+        };
+        if due > now_ms() {
+            self.scheduled.insert((due, seq), m);
+            return Some(due);
+        }
+        self.insert_ready(m);
+        None
+    }
+
+    /// Dispatches what can be now, messages whose delivery time has come
+    /// included.
+    pub fn dispatch_due(&mut self, out: &mut Vec<Dispatch>) {
+        self.dispatch(out);
     }
 
     /// Takes the messages found expired since the last call.
@@ -345,6 +367,7 @@ impl Queue {
     /// deleted).
     pub fn drain(&mut self) -> Vec<QueuedMessage> {
         let mut all: Vec<QueuedMessage> = std::mem::take(&mut self.ready).into_values().collect();
+        all.extend(std::mem::take(&mut self.scheduled).into_values());
         all.append(&mut self.expired);
         all.extend(self.in_flight.drain().map(|(_, (_, m))| m));
         for c in &mut self.consumers {
@@ -381,6 +404,13 @@ impl Queue {
     /// whose selectors take them; expired ones are set aside instead.
     fn dispatch(&mut self, out: &mut Vec<Dispatch>) {
         let now = now_ms();
+        while let Some(entry) = self.scheduled.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let m = entry.remove();
+            self.insert_ready(m);
+        }
         // Messages before `from` were looked at and no consumer took them.
         let mut from: Option<ReadyKey> = None;
         loop {

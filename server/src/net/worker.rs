@@ -472,6 +472,7 @@ impl Worker {
         if !expired.is_empty() {
             self.wake(expired);
         }
+        self.shared.broker.tick(&mut self.deliveries);
         let owed: Vec<usize> = self
             .conns
             .iter_mut()
