@@ -29,6 +29,27 @@ pub struct Args {
     /// JMS priority, 0 (lowest) to 9.
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=9))]
     priority: Option<u8>,
+    /// Time to live in milliseconds: not delivered after that.
+    #[arg(long, value_name = "MS")]
+    ttl: Option<u64>,
+    /// Delivery delay in milliseconds: not delivered before that.
+    #[arg(long, value_name = "MS")]
+    delay: Option<u64>,
+    /// Where replies should go: topic://NAME, queue://NAME, or a topic name.
+    #[arg(long, value_name = "DEST")]
+    reply_to: Option<String>,
+    /// The correlation id.
+    #[arg(long, value_name = "ID")]
+    correlation_id: Option<String>,
+}
+
+/// `queue://a.b`, `topic://a.b` or a bare topic name.
+pub fn parse_destination(text: &str) -> Destination {
+    match (text.strip_prefix("queue://"), text.strip_prefix("topic://")) {
+        (Some(q), _) => Destination::queue(q),
+        (None, Some(t)) => Destination::topic(t),
+        (None, None) => Destination::topic(text),
+    }
 }
 
 /// Parses `key=value`.
@@ -70,11 +91,23 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
     if let Some(priority) = args.priority {
         message.priority = priority;
     }
+    message.reply_to = args.reply_to.as_deref().map(parse_destination);
+    message.correlation_id = args.correlation_id;
     let connection = target.factory()?.create_connection()?;
     let session = connection.create_session(AckMode::Auto)?;
-    let producer = session.create_producer(&destination)?;
+    let mut producer = session.create_producer(&destination)?;
+    if let Some(ms) = args.delay {
+        producer.set_delivery_delay(std::time::Duration::from_millis(ms));
+    }
     for _ in 0..args.count {
-        producer.send(message.clone())?;
+        let mut m = message.clone();
+        if let Some(ttl) = args.ttl {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            m.expiration = now.saturating_add(ttl.min(i64::MAX as u64) as i64);
+        }
+        producer.send(m)?;
     }
     // DISCONNECT's receipt comes after the server has handled every frame
     // sent before it, so this returns once all were routed.
@@ -86,6 +119,13 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn destinations_parse_with_their_kind() {
+        assert_eq!(parse_destination("queue://a.b"), Destination::queue("a.b"));
+        assert_eq!(parse_destination("topic://a"), Destination::topic("a"));
+        assert_eq!(parse_destination("a.b"), Destination::topic("a.b"));
+    }
 
     #[test]
     fn properties_parse_with_inferred_types() {

@@ -210,3 +210,43 @@ fn a_durable_subscription_from_the_command_line_keeps_messages_while_away() {
         .unwrap();
     assert!(!needs_id.status.success());
 }
+
+#[test]
+fn ttl_delay_reply_to_and_correlation_id_from_the_command_line() {
+    let server = start();
+    let url = format!("herald://{}", server.local_addr());
+    run_ok(&[
+        "--server", &url, "pub", "--queue", "q", "expires", "--ttl", "1",
+    ]);
+    let before = std::time::Instant::now();
+    run_ok(&[
+        "--server",
+        &url,
+        "pub",
+        "--queue",
+        "q",
+        "later",
+        "--delay",
+        "300",
+        "--reply-to",
+        "queue://answers",
+        "--correlation-id",
+        "c7",
+    ]);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let (_c, session) = connect(&server);
+    let consumer = session
+        .create_consumer(&herald_client::Destination::queue("q"))
+        .unwrap();
+    let m = next(&consumer);
+    assert_eq!(m.body_text(), Some("later"), "the expired one never comes");
+    assert!(
+        before.elapsed() >= std::time::Duration::from_millis(300),
+        "not before its delay"
+    );
+    assert_eq!(
+        m.reply_to,
+        Some(herald_client::Destination::queue("answers"))
+    );
+    assert_eq!(m.correlation_id.as_deref(), Some("c7"));
+}
