@@ -2,6 +2,7 @@
 
 mod bench;
 mod publish;
+mod request;
 mod subscribe;
 mod target;
 
@@ -30,6 +31,10 @@ enum Command {
     Sub(subscribe::Args),
     /// List the messages waiting in a queue without consuming them.
     Browse(subscribe::BrowseArgs),
+    /// Send a request and print its reply.
+    Request(request::RequestArgs),
+    /// Answer every request that arrives with the same reply.
+    Reply(request::ReplyArgs),
     /// Measure throughput and latency.
     Bench(bench::Args),
 }
@@ -41,6 +46,8 @@ fn main() -> ExitCode {
         Command::Pub(args) => publish::run(&cli.target, args),
         Command::Sub(args) => subscribe::run(&cli.target, args),
         Command::Browse(args) => subscribe::browse(&cli.target, args),
+        Command::Request(args) => request::request(&cli.target, args),
+        Command::Reply(args) => request::reply(&cli.target, args),
         Command::Bench(args) => bench::run(&cli.target, args),
     };
     match result {

@@ -250,3 +250,39 @@ fn ttl_delay_reply_to_and_correlation_id_from_the_command_line() {
     );
     assert_eq!(m.correlation_id.as_deref(), Some("c7"));
 }
+
+#[test]
+fn request_and_reply_from_two_commands() {
+    let server = start();
+    let url = format!("herald://{}", server.local_addr());
+    let mut replier = herald()
+        .args([
+            "--server",
+            &url,
+            "reply",
+            "queue://service",
+            "pong",
+            "--count",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(replier.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("answering"), "{line}");
+    let answer = run_ok(&["--server", &url, "request", "queue://service", "ping"]);
+    assert_eq!(
+        answer,
+        "temp.".to_owned()
+            + answer
+                .trim_start_matches("temp.")
+                .split(' ')
+                .next()
+                .unwrap()
+            + " [] pong\n"
+    );
+    assert!(replier.wait().unwrap().success());
+}

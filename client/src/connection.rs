@@ -72,6 +72,11 @@ impl Inner {
         self.next_subscription.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// The prefix of this connection's temporary queue names.
+    pub(crate) fn temporary_prefix(&self) -> String {
+        format!("temp.{}.", self.connected.connection_id)
+    }
+
     /// A new message id, unique across connections of this process run.
     pub(crate) fn next_message_id(&self) -> String {
         let n = self.next_message.fetch_add(1, Ordering::Relaxed);

@@ -24,6 +24,7 @@ mod consumer;
 mod error;
 pub mod factory;
 mod producer;
+mod requestor;
 mod session;
 mod writer;
 
@@ -33,4 +34,5 @@ pub use error::{Error, Result};
 pub use factory::{ConnectionFactory, FactoryConfig};
 pub use herald_protocol::{Body, DeliveryMode, Destination, ErrorCode, Message, Value};
 pub use producer::Producer;
+pub use requestor::{reply, Requestor};
 pub use session::{AckMode, ConsumerOptions, QueueBrowser, Session};

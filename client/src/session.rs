@@ -236,6 +236,10 @@ impl Session {
                 .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         }
         let durable_name = options.durable_name.unwrap_or_default();
+        let temporary = destination.kind == DestinationKind::Queue
+            && destination
+                .name
+                .starts_with(&self.inner().temporary_prefix());
         let tracked = self
             .shared
             .tracks(destination.kind, !durable_name.is_empty());
@@ -260,6 +264,7 @@ impl Session {
             acknowledged: tracked,
             prefetch: options.prefetch,
             durable_name,
+            temporary,
         });
         if let Err(e) = inner.request(&subscribe, "the SUBSCRIBE receipt") {
             inner
@@ -276,6 +281,14 @@ impl Session {
             id,
             destination.clone(),
         ))
+    }
+
+    /// A temporary queue: only this connection may consume from it, and
+    /// the server deletes it when the connection ends. Create its consumer
+    /// before handing its name out (as a reply-to, say).
+    pub fn create_temporary_queue(&self) -> Destination {
+        let n = self.inner().next_subscription_id();
+        Destination::queue(format!("{}{n}", self.inner().temporary_prefix()))
     }
 
     /// Deletes the durable subscription `name` of this connection's client

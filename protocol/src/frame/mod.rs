@@ -196,6 +196,7 @@ mod tests {
                 acknowledged: true,
                 prefetch: 10,
                 durable_name: "d".into(),
+                temporary: true,
             }),
             Frame::Ack(Settle {
                 delivery_ids: vec![1, 2, u64::MAX],

@@ -8,7 +8,8 @@
 //! The subscription id is the client's choice, unique on its connection;
 //! every MESSAGE for this subscription carries it. Flags: bit 0,
 //! *acknowledged*: the server keeps each delivery until the client ACKs it
-//! (always so for queues and durable subscriptions).
+//! (always so for queues and durable subscriptions); bit 1, *temporary*: the
+//! queue is a temporary queue of this connection.
 
 use bytes::{BufMut, BytesMut};
 
@@ -17,6 +18,7 @@ use crate::destination::DestinationKind;
 use crate::error::Error;
 
 const FLAG_ACKNOWLEDGED: u8 = 0x01;
+const FLAG_TEMPORARY: u8 = 0x02;
 
 /// Starts a subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +38,10 @@ pub struct Subscribe {
     pub prefetch: u32,
     /// For a durable topic subscription, its name; empty = not durable.
     pub durable_name: String,
+    /// For a queue: it is a temporary queue of this connection, made now
+    /// if need be, deleted when the connection ends, and only this
+    /// connection may consume from it.
+    pub temporary: bool,
 }
 
 impl Subscribe {
@@ -53,6 +59,7 @@ impl Subscribe {
             acknowledged: false,
             prefetch: 0,
             durable_name: String::new(),
+            temporary: false,
         }
     }
 
@@ -63,7 +70,7 @@ impl Subscribe {
         let pattern = c.str16("pattern")?.to_owned();
         let selector = c.str16("selector")?.to_owned();
         let flags = c.u8("flags")?;
-        if flags & !FLAG_ACKNOWLEDGED != 0 {
+        if flags & !(FLAG_ACKNOWLEDGED | FLAG_TEMPORARY) != 0 {
             return Err(Error::invalid(
                 "flags",
                 format!("unknown bits 0x{flags:02x}"),
@@ -77,6 +84,7 @@ impl Subscribe {
             acknowledged: flags & FLAG_ACKNOWLEDGED != 0,
             prefetch: c.u32("prefetch")?,
             durable_name: c.str16("durable name")?.to_owned(),
+            temporary: flags & FLAG_TEMPORARY != 0,
         };
         c.finish()?;
         Ok(f)
@@ -87,11 +95,14 @@ impl Subscribe {
         d.put_u8(self.kind as u8);
         put_str16(d, &self.pattern, "pattern")?;
         put_str16(d, &self.selector, "selector")?;
-        d.put_u8(if self.acknowledged {
-            FLAG_ACKNOWLEDGED
-        } else {
-            0
-        });
+        let mut flags = 0;
+        if self.acknowledged {
+            flags |= FLAG_ACKNOWLEDGED;
+        }
+        if self.temporary {
+            flags |= FLAG_TEMPORARY;
+        }
+        d.put_u8(flags);
         d.put_u32(self.prefetch);
         put_str16(d, &self.durable_name, "durable name")
     }

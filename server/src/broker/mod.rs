@@ -177,6 +177,8 @@ pub struct SubscribeRequest<'a> {
     pub durable_name: &'a str,
     /// The connection's client id.
     pub client_id: &'a str,
+    /// A temporary queue of this connection.
+    pub temporary: bool,
 }
 
 struct Durable {
@@ -652,7 +654,10 @@ impl Broker {
             };
         match req.kind {
             DestinationKind::Queue => {
-                let queue = self.queue(req.destination);
+                let queue = match req.temporary {
+                    true => self.temporary_queue(req.destination, sub.conn.serial)?,
+                    false => self.queue(req.destination),
+                };
                 if lock(&queue).owner().is_some_and(|o| o != sub.conn.serial) {
                     return Err(SubscribeError::NotOwner(req.destination.to_owned()));
                 }

@@ -49,6 +49,13 @@ pub fn handle(
             ),
         ));
     };
+    let prefix = format!("temp.{}.", ctx.me.serial);
+    if f.temporary && !f.pattern.starts_with(&prefix) {
+        return Err(Refusal::soft(
+            ErrorCode::InvalidDestination,
+            format!("a temporary queue's name starts with {prefix} (temp.<connection id>.)"),
+        ));
+    }
     let subscriber = Subscriber {
         conn: ctx.me,
         subscription_id: f.subscription_id,
@@ -61,6 +68,7 @@ pub fn handle(
         prefetch: f.prefetch,
         durable_name: &f.durable_name,
         client_id: &session.client_id,
+        temporary: f.temporary,
     };
     // The RECEIPT is queued before any message the subscription may
     // already have waiting: deliveries are routed after this frame.
@@ -70,6 +78,9 @@ pub fn handle(
         .subscribe(request, subscriber, ctx.deliveries)
         .map_err(refusal)?;
     slot.insert(handle);
+    if f.temporary && !session.temporary_queues.contains(&f.pattern) {
+        session.temporary_queues.push(f.pattern);
+    }
     receipt(out, request_id);
     Ok(Flow::Continue)
 }

@@ -552,6 +552,8 @@ fn subscribe_to(
         prefetch: 0,
         durable_name: options.durable_name,
         client_id: &session.client_id,
+        // A STOMP temporary queue is made by `temporary` beforehand.
+        temporary: false,
     };
     let subscriber = Subscriber {
         conn: ctx.me,
