@@ -220,12 +220,8 @@ impl RawClient {
                 let frame = Frame::decode(RawFrame { header, body }).expect("server bodies decode");
                 return Some((frame, header.request_id));
             }
-            let mut chunk = [0u8; 65536];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
-                Err(e) => panic!("read failed: {e}"),
+            if !read_more(&mut self.stream, &mut self.buf) {
+                return None;
             }
         }
     }
@@ -252,6 +248,20 @@ impl RawClient {
             "connection closed after a fatal ERROR"
         );
         e
+    }
+}
+
+/// Appends one read's bytes to `buf`; false at end of stream.
+fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> bool {
+    let mut chunk = [0u8; 65536];
+    match stream.read(&mut chunk) {
+        Ok(0) => false,
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            true
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => false,
+        Err(e) => panic!("read failed: {e}"),
     }
 }
 
@@ -334,12 +344,8 @@ impl StompClient {
             {
                 return Some(f);
             }
-            let mut chunk = [0u8; 65536];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
-                Err(e) => panic!("read failed: {e}"),
+            if !read_more(&mut self.stream, &mut self.buf) {
+                return None;
             }
         }
     }

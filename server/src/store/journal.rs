@@ -774,16 +774,21 @@ mod tests {
         v.pop().unwrap()
     }
 
-    #[test]
-    fn a_torn_tail_is_truncated_and_the_rest_recovered() {
-        let dir = TempDir::new("torn");
-        let (j, _) = Journal::open(config(&dir)).unwrap();
+    /// Writes "one", "two", "three" and returns the segment holding them.
+    fn three_records(dir: &TempDir) -> PathBuf {
+        let (j, _) = Journal::open(config(dir)).unwrap();
         for body in ["one", "two", "three"] {
             enqueue(&j, "q", body);
         }
         sync(&j).unwrap();
         drop(j);
-        let path = last_segment(&dir);
+        last_segment(dir)
+    }
+
+    #[test]
+    fn a_torn_tail_is_truncated_and_the_rest_recovered() {
+        let dir = TempDir::new("torn");
+        let path = three_records(&dir);
         let len = fs::metadata(&path).unwrap().len();
         OpenOptions::new()
             .write(true)
@@ -804,13 +809,7 @@ mod tests {
     #[test]
     fn a_flipped_bit_fails_the_crc_and_ends_the_segment_there() {
         let dir = TempDir::new("flip");
-        let (j, _) = Journal::open(config(&dir)).unwrap();
-        for body in ["one", "two", "three"] {
-            enqueue(&j, "q", body);
-        }
-        sync(&j).unwrap();
-        drop(j);
-        let path = last_segment(&dir);
+        let path = three_records(&dir);
         let mut data = fs::read(&path).unwrap();
         let at = data.len() - 10;
         data[at] ^= 0x20;
