@@ -194,3 +194,65 @@ fn a_subscriber_that_never_reads_is_cut_off_and_others_get_everything() {
     assert_eq!(e.error_code(), Some(ErrorCode::SlowConsumer), "{e:?}");
     assert_eq!(healthy.dropped(), 0);
 }
+
+/// Resident memory of this process, in bytes.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+#[test]
+fn with_drop_oldest_a_stalled_subscriber_loses_old_messages_and_memory_stays_bounded() {
+    let mut config = test_config();
+    config.max_pending_bytes = 2 << 20;
+    config.slow_consumer = herald_server::config::SlowConsumerPolicy::DropOldest;
+    let server = start_with(config);
+    let mut stalled = RawClient::connected(&server, 0);
+    stalled.subscribe(1, "firehose", 1);
+    assert!(matches!(stalled.read_frame(), Some((Frame::Receipt, 1))));
+    let (_c, session) = connect(&server);
+    let healthy = subscribe(&session, "firehose");
+    let (_pc, ps) = connect(&server);
+    let producer = ps.create_producer(&Destination::topic("firehose")).unwrap();
+    let body = "x".repeat(16 * 1024);
+    let before = rss();
+    // 128 MiB through the server; the healthy subscriber keeps up (the
+    // publisher stays a few messages ahead of it), the stalled one never
+    // reads.
+    const AHEAD: usize = 16;
+    for i in 0..8192 + AHEAD {
+        if i < 8192 {
+            producer
+                .send_with_receipt(Message::text(body.clone()))
+                .unwrap();
+        }
+        if i >= AHEAD {
+            next(&healthy);
+        }
+    }
+    let grown = rss().saturating_sub(before);
+    assert!(
+        grown < 48 << 20,
+        "memory grew by {grown} bytes for a stalled subscriber"
+    );
+    assert!(server.stats().dropped > 0);
+    // Still connected: it can read what is left and is answered.
+    raw_ping(&mut stalled);
+}
+
+/// Sends PING and reads until its PONG.
+fn raw_ping(c: &mut RawClient) {
+    c.send(&Frame::Ping, 77);
+    loop {
+        match c.read_frame() {
+            Some((Frame::Pong, 77)) => return,
+            Some((Frame::Message(_), _)) => {}
+            other => panic!("expected MESSAGEs then PONG, got {other:?}"),
+        }
+    }
+}

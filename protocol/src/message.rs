@@ -478,6 +478,13 @@ pub fn priority_and_expiration(block: &[u8]) -> Option<(u8, i64)> {
     Some((priority, expiration))
 }
 
+/// Whether a message block is persistent (its first byte says).
+pub fn is_persistent(block: &[u8]) -> bool {
+    block
+        .first()
+        .is_some_and(|flags| flags & FLAG_PERSISTENT != 0)
+}
+
 /// When a validated message block may be delivered (0 = at once): fast
 /// when the message has no delivery time, which is most of them.
 pub fn delivery_time(block: &[u8]) -> i64 {

@@ -61,9 +61,11 @@ pub struct Config {
     pub max_connections: usize,
     /// Subscriptions per connection.
     pub max_subscriptions_per_connection: usize,
-    /// Bytes waiting to be written to one connection before it is dropped
-    /// as a slow consumer.
+    /// Bytes waiting to be written to one connection before the slow
+    /// consumer policy applies.
     pub max_pending_bytes: usize,
+    /// What happens to a connection over `max_pending_bytes`.
+    pub slow_consumer: SlowConsumerPolicy,
     /// Heart-beat interval for clients that ask for none.
     pub heartbeat_ms: u32,
     /// Shortest heart-beat interval a client may ask for.
@@ -109,6 +111,17 @@ impl Default for StompSection {
             websocket_listen: SocketAddr::from(([127, 0, 0, 1], 61614)),
         }
     }
+}
+
+/// What happens to a connection that reads too slowly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlowConsumerPolicy {
+    /// An ERROR (SlowConsumer) and the connection is closed.
+    Disconnect,
+    /// Its oldest non-persistent topic messages are dropped (and counted);
+    /// if what is left is still too much, it is disconnected.
+    DropOldest,
 }
 
 /// `[journal]`: how persistent state is written.
@@ -197,6 +210,7 @@ impl Default for Config {
             max_connections: 100_000,
             max_subscriptions_per_connection: 10_000,
             max_pending_bytes: 64 << 20,
+            slow_consumer: SlowConsumerPolicy::Disconnect,
             heartbeat_ms: 30_000,
             min_heartbeat_ms: 100,
             connect_timeout_ms: 10_000,

@@ -163,6 +163,8 @@ pub struct Stats {
     pub messages_in: u64,
     /// Messages delivered to subscribers.
     pub messages_out: u64,
+    /// Messages dropped for slow consumers.
+    pub dropped: u64,
     /// Topic subscriptions.
     pub subscriptions: usize,
     /// Named queues: (name, messages waiting, deliveries unacknowledged),
@@ -211,6 +213,11 @@ impl ServerHandle {
                 .stats
                 .iter()
                 .map(|w| w.messages_in.load(Ordering::Relaxed))
+                .sum(),
+            dropped: s
+                .stats
+                .iter()
+                .map(|w| w.dropped.load(Ordering::Relaxed))
                 .sum(),
             messages_out: s
                 .stats

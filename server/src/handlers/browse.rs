@@ -31,7 +31,13 @@ pub fn handle(
         .map_err(refusal)?
     {
         let delivery_id = session.next_delivery_id();
-        out.push_delivery(f.subscription_id, delivery_id, m.deliveries + 1, m.block);
+        out.push_delivery(
+            f.subscription_id,
+            delivery_id,
+            m.deliveries + 1,
+            m.block,
+            false,
+        );
     }
     receipt(out, request_id);
     Ok(Flow::Continue)

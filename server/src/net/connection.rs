@@ -105,11 +105,17 @@ impl Connection {
         delivery_id: u64,
         delivery_count: u32,
         message: Bytes,
+        droppable: bool,
     ) -> bool {
         match &mut self.stomp {
             None => {
-                self.out
-                    .push_delivery(subscription_id, delivery_id, delivery_count, message);
+                self.out.push_delivery(
+                    subscription_id,
+                    delivery_id,
+                    delivery_count,
+                    message,
+                    droppable,
+                );
                 false
             }
             Some(stomp) => stomp.message(

@@ -115,6 +115,8 @@ pub struct WorkerStats {
     pub messages_in: AtomicU64,
     /// Messages it delivered to its connections.
     pub messages_out: AtomicU64,
+    /// Messages it dropped for slow consumers (policy drop_oldest).
+    pub dropped: AtomicU64,
 }
 
 /// State shared by the acceptor and every worker of one server.

@@ -20,6 +20,9 @@ struct OutFrame {
     head: [u8; HEAD_CAP],
     head_len: u8,
     body: Bytes,
+    /// A delivery nobody tracks (a plain topic subscription's): it may be
+    /// dropped when the connection falls behind.
+    droppable: bool,
 }
 
 impl OutFrame {
@@ -76,16 +79,19 @@ impl Outbound {
             head: [0; HEAD_CAP],
             head_len: 0,
             body: frame,
+            droppable: false,
         });
     }
 
     /// Queues a MESSAGE frame: its own head, the shared message block.
+    /// `droppable` for a delivery nobody tracks.
     pub fn push_delivery(
         &mut self,
         subscription_id: u32,
         delivery_id: u64,
         delivery_count: u32,
         message: Bytes,
+        droppable: bool,
     ) {
         let head = Delivery::encode_head(
             0,
@@ -98,7 +104,26 @@ impl Outbound {
             head,
             head_len: HEAD_CAP as u8,
             body: message,
+            droppable,
         });
+    }
+
+    /// Drops the oldest droppable frames (never one partly written) until
+    /// at most `target` bytes wait; returns how many were dropped.
+    pub fn drop_oldest(&mut self, target: usize) -> u64 {
+        let mut dropped = 0;
+        let mut i = usize::from(self.written > 0);
+        while self.pending > target && i < self.frames.len() {
+            if self.frames[i].droppable {
+                if let Some(f) = self.frames.remove(i) {
+                    self.pending -= f.len();
+                    dropped += 1;
+                }
+            } else {
+                i += 1;
+            }
+        }
+        dropped
     }
 
     fn push(&mut self, f: OutFrame) {
@@ -206,7 +231,7 @@ mod tests {
         let mut expected = Vec::new();
         for i in 0..50u32 {
             let body = Bytes::from(vec![i as u8; (i * 7) as usize]);
-            o.push_delivery(i, i.into(), 1, body.clone());
+            o.push_delivery(i, i.into(), 1, body.clone(), false);
             expected.extend_from_slice(&Delivery::encode_head(0, i, i.into(), 1, body.len()));
             expected.extend_from_slice(&body);
             o.push_frame(&Frame::Pong, i);
@@ -227,10 +252,33 @@ mod tests {
     }
 
     #[test]
+    fn drop_oldest_spares_tracked_frames_and_the_one_being_written() {
+        let mut o = Outbound::default();
+        let body = Bytes::from_static(b"0123456789");
+        o.push_delivery(0, 0, 1, body.clone(), true);
+        for i in 1..6u32 {
+            o.push_delivery(i, i.into(), 1, body.clone(), i % 2 == 0);
+        }
+        let mut w = Trickle {
+            out: Vec::new(),
+            cap: 5,
+            calls: 0,
+        };
+        assert_eq!(o.write_to(&mut w).unwrap(), WriteStatus::Blocked);
+        let one = 28 + 10;
+        let dropped = o.drop_oldest(0);
+        assert_eq!(
+            dropped, 2,
+            "frames 2 and 4; 0 is partly written, 1, 3, 5 are tracked"
+        );
+        assert_eq!(o.pending(), one - 5 + 3 * one);
+    }
+
+    #[test]
     fn clear_keeps_the_rest_of_a_partly_written_frame() {
         let mut o = Outbound::default();
         for i in 0..3 {
-            o.push_delivery(i, 1, 1, Bytes::from_static(b"0123456789"));
+            o.push_delivery(i, 1, 1, Bytes::from_static(b"0123456789"), false);
         }
         let mut w = Trickle {
             out: Vec::new(),

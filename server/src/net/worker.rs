@@ -23,11 +23,13 @@ use super::connection::{Connection, ReadStatus};
 use super::outbound::WriteStatus;
 use super::{Command, Protocol, Shared, WAKER};
 use crate::broker::{ConnectionRef, Subscriber};
+use crate::config::SlowConsumerPolicy;
 use crate::delivery::{Deliveries, Delivery};
 use crate::handlers::send::{self, Published};
 use crate::handlers::{self, Context, Flow};
 use crate::session::{Session, Unacked};
 use crate::stomp::{self, StompSession};
+use herald_protocol::message::is_persistent;
 use herald_protocol::stomp::StompLimits;
 
 /// Bytes read from one connection per loop turn before the others get a
@@ -339,7 +341,9 @@ impl Worker {
 
     fn deliver(&mut self, batch: Vec<Delivery>) {
         let max_pending = self.shared.config.max_pending_bytes;
+        let policy = self.shared.config.slow_consumer;
         let mut delivered = 0;
+        let mut dropped = 0;
         for d in batch {
             let target = d.to.conn;
             let subscription_id = d.to.subscription_id;
@@ -358,8 +362,15 @@ impl Worker {
                 continue;
             };
             let delivery_id = conn.session.next_delivery_id();
-            let server_acks =
-                conn.push_message(subscription_id, delivery_id, d.delivery_count, d.message);
+            // Only what nobody tracks and nobody must keep may be dropped.
+            let droppable = d.ack.is_none() && !is_persistent(&d.message);
+            let server_acks = conn.push_message(
+                subscription_id,
+                delivery_id,
+                d.delivery_count,
+                d.message,
+                droppable,
+            );
             if let Some(ack) = d.ack {
                 if server_acks {
                     self.shared.broker.ack(&ack, &d.to, &mut self.deliveries);
@@ -382,6 +393,11 @@ impl Worker {
                     log::debug!("connection {}: write failed: {e}", conn.serial);
                 }
             }
+            if conn.out.pending() > max_pending && policy == SlowConsumerPolicy::DropOldest {
+                // Down to half the limit, so that a reader that stays slow
+                // is not trimmed one message at a time.
+                dropped += conn.out.drop_oldest(max_pending / 2);
+            }
             if conn.out.pending() > max_pending {
                 log::warn!(
                     "connection {}: {} bytes waiting, over max_pending_bytes ({max_pending}); disconnecting the slow consumer",
@@ -397,6 +413,9 @@ impl Worker {
                 );
             }
             self.mark_dirty(target.slot);
+        }
+        if dropped > 0 {
+            self.stats().dropped.fetch_add(dropped, Ordering::Relaxed);
         }
         self.stats()
             .messages_out
