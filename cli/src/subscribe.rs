@@ -105,6 +105,7 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
         selector: args.selector,
         prefetch: args.prefetch,
         durable_name: args.durable,
+        ..ConsumerOptions::default()
     };
     let consumer = session.create_consumer_with(&destination, options)?;
     let (lost_tx, lost_rx) = mpsc::channel();

@@ -135,8 +135,13 @@ pub struct ConsumerOptions {
     /// server's default. 1 gives strict one-at-a-time load balancing.
     pub prefetch: u32,
     /// Makes a topic subscription durable under this name (the connection
-    /// needs a client id).
+    /// needs a client id), or names the shared subscription.
     pub durable_name: Option<String>,
+    /// The named subscription is shared (JMS 2.0): its consumers, on any
+    /// connection, compete for its messages.
+    pub shared: bool,
+    /// A shared subscription is durable too.
+    pub shared_durable: bool,
 }
 
 impl ConsumerOptions {
@@ -156,6 +161,21 @@ impl ConsumerOptions {
     pub fn durable(mut self, name: impl Into<String>) -> ConsumerOptions {
         self.durable_name = Some(name.into());
         self
+    }
+
+    /// Makes it a consumer of the shared (non-durable) subscription
+    /// `name`, which ends with its last consumer.
+    pub fn shared(mut self, name: impl Into<String>) -> ConsumerOptions {
+        self.durable_name = Some(name.into());
+        self.shared = true;
+        self
+    }
+
+    /// Makes it a consumer of the shared durable subscription `name`.
+    pub fn shared_durable(self, name: impl Into<String>) -> ConsumerOptions {
+        let mut options = self.shared(name);
+        options.shared_durable = true;
+        options
     }
 }
 
@@ -216,6 +236,23 @@ impl Session {
         self.create_consumer_with(topic, ConsumerOptions::default().durable(name))
     }
 
+    /// A consumer of the shared subscription `name` on a topic (JMS 2.0):
+    /// each message goes to one of its consumers; it ends with the last.
+    pub fn create_shared_consumer(&self, topic: &Destination, name: &str) -> Result<Consumer> {
+        self.create_consumer_with(topic, ConsumerOptions::default().shared(name))
+    }
+
+    /// A consumer of the shared durable subscription `name` on a topic:
+    /// shared like [`Session::create_shared_consumer`], kept like a durable
+    /// subscriber's.
+    pub fn create_shared_durable_consumer(
+        &self,
+        topic: &Destination,
+        name: &str,
+    ) -> Result<Consumer> {
+        self.create_consumer_with(topic, ConsumerOptions::default().shared_durable(name))
+    }
+
     /// A consumer with every option.
     pub fn create_consumer_with(
         &self,
@@ -265,6 +302,8 @@ impl Session {
             prefetch: options.prefetch,
             durable_name,
             temporary,
+            shared: options.shared,
+            durable: options.shared_durable,
         });
         if let Err(e) = inner.request(&subscribe, "the SUBSCRIBE receipt") {
             inner

@@ -197,6 +197,8 @@ mod tests {
                 prefetch: 10,
                 durable_name: "d".into(),
                 temporary: true,
+                shared: true,
+                durable: true,
             }),
             Frame::Ack(Settle {
                 delivery_ids: vec![1, 2, u64::MAX],

@@ -19,6 +19,8 @@ use crate::error::Error;
 
 const FLAG_ACKNOWLEDGED: u8 = 0x01;
 const FLAG_TEMPORARY: u8 = 0x02;
+const FLAG_SHARED: u8 = 0x04;
+const FLAG_DURABLE: u8 = 0x08;
 
 /// Starts a subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +44,12 @@ pub struct Subscribe {
     /// if need be, deleted when the connection ends, and only this
     /// connection may consume from it.
     pub temporary: bool,
+    /// The named subscription (`durable_name`) is shared (JMS 2.0): its
+    /// consumers, on any connections, compete for its messages.
+    pub shared: bool,
+    /// A shared subscription is durable. (A named subscription that is not
+    /// shared is always durable.)
+    pub durable: bool,
 }
 
 impl Subscribe {
@@ -60,6 +68,8 @@ impl Subscribe {
             prefetch: 0,
             durable_name: String::new(),
             temporary: false,
+            shared: false,
+            durable: false,
         }
     }
 
@@ -70,7 +80,7 @@ impl Subscribe {
         let pattern = c.str16("pattern")?.to_owned();
         let selector = c.str16("selector")?.to_owned();
         let flags = c.u8("flags")?;
-        if flags & !(FLAG_ACKNOWLEDGED | FLAG_TEMPORARY) != 0 {
+        if flags & !(FLAG_ACKNOWLEDGED | FLAG_TEMPORARY | FLAG_SHARED | FLAG_DURABLE) != 0 {
             return Err(Error::invalid(
                 "flags",
                 format!("unknown bits 0x{flags:02x}"),
@@ -85,6 +95,8 @@ impl Subscribe {
             prefetch: c.u32("prefetch")?,
             durable_name: c.str16("durable name")?.to_owned(),
             temporary: flags & FLAG_TEMPORARY != 0,
+            shared: flags & FLAG_SHARED != 0,
+            durable: flags & FLAG_DURABLE != 0,
         };
         c.finish()?;
         Ok(f)
@@ -101,6 +113,12 @@ impl Subscribe {
         }
         if self.temporary {
             flags |= FLAG_TEMPORARY;
+        }
+        if self.shared {
+            flags |= FLAG_SHARED;
+        }
+        if self.durable {
+            flags |= FLAG_DURABLE;
         }
         d.put_u8(flags);
         d.put_u32(self.prefetch);

@@ -179,16 +179,25 @@ pub struct SubscribeRequest<'a> {
     pub client_id: &'a str,
     /// A temporary queue of this connection.
     pub temporary: bool,
+    /// The named subscription is shared.
+    pub shared: bool,
+    /// A shared named subscription is durable.
+    pub durable: bool,
 }
 
+/// A named topic subscription: durable (kept with its messages while no
+/// consumer is attached), shared (consumers compete), or both.
 struct Durable {
     pattern: Pattern,
     selector: String,
     key: u64,
     queue: SharedQueue,
-    active: Option<Subscriber>,
-    /// Its creation record in the store.
-    journal_id: u64,
+    /// Its consumers now: at most one unless it is shared.
+    consumers: Vec<Subscriber>,
+    shared: bool,
+    /// Its creation record in the store; `None` for a non-durable shared
+    /// subscription, which ends with its last consumer.
+    journal_id: Option<u64>,
 }
 
 /// The routing state of one server.
@@ -346,7 +355,14 @@ impl Broker {
                     match parsed {
                         Ok((pattern, sel)) => {
                             let key = (client_id.clone(), name.clone());
-                            let d = self.new_durable(&client_id, &name, pattern, selector, sel, id);
+                            let d = self.new_durable(
+                                &client_id,
+                                &name,
+                                pattern,
+                                selector,
+                                sel,
+                                Some(id),
+                            );
                             lock(&self.durables).insert(key, d);
                             durables += 1;
                         }
@@ -394,16 +410,13 @@ impl Broker {
         pattern: Pattern,
         selector_text: String,
         selector: Option<Arc<Selector>>,
-        journal_id: u64,
+        journal_id: Option<u64>,
     ) -> Durable {
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-        let holder = Holder::Durable(client_id.to_owned(), name.to_owned());
+        // Only a durable one files its persistent messages in the store.
+        let holder = journal_id.map(|_| Holder::Durable(client_id.to_owned(), name.to_owned()));
         let queue_name = format!("durable.{client_id}.{name}");
-        let queue = Arc::new(Mutex::new(Queue::new(
-            queue_name,
-            Some(holder),
-            self.limits,
-        )));
+        let queue = Arc::new(Mutex::new(Queue::new(queue_name, holder, self.limits)));
         let entry = TopicEntry {
             key,
             target: Target::Queue(queue.clone()),
@@ -415,7 +428,8 @@ impl Broker {
             selector: selector_text,
             key,
             queue,
-            active: None,
+            consumers: Vec::new(),
+            shared: false,
             journal_id,
         }
     }
@@ -429,7 +443,9 @@ impl Broker {
                 self.store.append(Record::End { id }, None);
             }
         }
-        self.store.append(Record::End { id: d.journal_id }, None);
+        if let Some(id) = d.journal_id {
+            self.store.append(Record::End { id }, None);
+        }
     }
 
     /// Puts a message into a queue, writing it to the store first if it is
@@ -702,35 +718,44 @@ impl Broker {
         if req.kind != DestinationKind::Topic {
             return Err(SubscribeError::DurableQueue);
         }
-        if req.client_id.is_empty() {
+        // A shared subscription may do without a client id (JMS 2.0).
+        if req.client_id.is_empty() && !req.shared {
             return Err(SubscribeError::ClientIdRequired);
         }
+        let durable = !req.shared || req.durable;
         let id = (req.client_id.to_owned(), req.durable_name.to_owned());
         let mut durables = lock(&self.durables);
         if let Some(d) = durables.get(&id) {
-            if d.active.is_some() {
+            let in_use = !d.consumers.is_empty();
+            if in_use && (!d.shared || !req.shared || d.journal_id.is_some() != durable) {
                 return Err(SubscribeError::InUse(req.durable_name.to_owned()));
             }
             // JMS: resubscribing with another topic or selector replaces
-            // the subscription and what it kept.
+            // the subscription and what it kept (not while in use).
             if d.pattern != pattern || d.selector != req.selector {
+                if in_use {
+                    return Err(SubscribeError::InUse(req.durable_name.to_owned()));
+                }
                 if let Some(old) = durables.remove(&id) {
                     self.drop_durable(old);
                 }
             }
         }
         let d = durables.entry(id.clone()).or_insert_with(|| {
-            let journal_id = self.store.next_id();
-            self.store.append(
-                Record::Durable {
-                    id: journal_id,
-                    client_id: req.client_id.to_owned(),
-                    name: req.durable_name.to_owned(),
-                    pattern: req.destination.to_owned(),
-                    selector: req.selector.to_owned(),
-                },
-                None,
-            );
+            let journal_id = durable.then(|| {
+                let journal_id = self.store.next_id();
+                self.store.append(
+                    Record::Durable {
+                        id: journal_id,
+                        client_id: req.client_id.to_owned(),
+                        name: req.durable_name.to_owned(),
+                        pattern: req.destination.to_owned(),
+                        selector: req.selector.to_owned(),
+                    },
+                    None,
+                );
+                journal_id
+            });
             let (client, name) = (req.client_id, req.durable_name);
             self.new_durable(
                 client,
@@ -741,7 +766,10 @@ impl Broker {
                 journal_id,
             )
         });
-        d.active = Some(sub);
+        // A durable subscription kept from before a restart takes the
+        // sharing of its first consumer.
+        d.shared = req.shared;
+        d.consumers.push(sub);
         let queue = d.queue.clone();
         drop(durables);
         let mut dispatches = Vec::new();
@@ -766,12 +794,19 @@ impl Broker {
             }
             SubscriptionHandle::Queue(queue) => self.detach(&queue, sub, out),
             SubscriptionHandle::Durable { queue, id } => {
-                if let Some(d) = lock(&self.durables).get_mut(&id) {
-                    if d.active == Some(*sub) {
-                        d.active = None;
-                    }
-                }
+                let mut durables = lock(&self.durables);
+                let ended = durables.get_mut(&id).is_some_and(|d| {
+                    d.consumers.retain(|c| c != sub);
+                    // A non-durable shared subscription ends with its last
+                    // consumer.
+                    d.consumers.is_empty() && d.journal_id.is_none()
+                });
+                let gone = if ended { durables.remove(&id) } else { None };
+                drop(durables);
                 self.detach(&queue, sub, out);
+                if let Some(d) = gone {
+                    self.drop_durable(d);
+                }
             }
         }
     }
@@ -789,7 +824,10 @@ impl Broker {
         let mut durables = lock(&self.durables);
         match durables.get(&id) {
             None => Err(SubscribeError::UnknownDurable(name.to_owned())),
-            Some(d) if d.active.is_some() => Err(SubscribeError::InUse(name.to_owned())),
+            Some(d) if !d.consumers.is_empty() => Err(SubscribeError::InUse(name.to_owned())),
+            Some(d) if d.journal_id.is_none() => {
+                Err(SubscribeError::UnknownDurable(name.to_owned()))
+            }
             Some(_) => {
                 if let Some(d) = durables.remove(&id) {
                     self.drop_durable(d);

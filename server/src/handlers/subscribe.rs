@@ -69,6 +69,8 @@ pub fn handle(
         durable_name: &f.durable_name,
         client_id: &session.client_id,
         temporary: f.temporary,
+        shared: f.shared,
+        durable: f.durable,
     };
     // The RECEIPT is queued before any message the subscription may
     // already have waiting: deliveries are routed after this frame.

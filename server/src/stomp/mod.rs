@@ -554,6 +554,8 @@ fn subscribe_to(
         client_id: &session.client_id,
         // A STOMP temporary queue is made by `temporary` beforehand.
         temporary: false,
+        shared: false,
+        durable: false,
     };
     let subscriber = Subscriber {
         conn: ctx.me,
