@@ -186,3 +186,49 @@ fn a_delayed_persistent_message_waits_across_a_restart() {
         "not before its delivery time"
     );
 }
+
+#[test]
+fn retained_topics_give_late_subscribers_their_last_messages_first() {
+    let mut config = test_config();
+    config.topics.retain = vec![herald_server::config::RetainRule {
+        pattern: "sensors.#".into(),
+        last: 2,
+    }];
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    for (topic, text) in [
+        ("sensors.a", "a1"),
+        ("sensors.a", "a2"),
+        ("sensors.a", "a3"),
+        ("sensors.b", "b1"),
+        ("other", "o1"),
+    ] {
+        publish(&s, topic, text);
+    }
+    let late = subscribe(&s, "sensors.#");
+    let got: Vec<String> = (0..3)
+        .map(|_| next(&late).body_text().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        got,
+        ["a2", "a3", "b1"],
+        "the last two of each topic, oldest first"
+    );
+    publish(&s, "sensors.b", "b2");
+    assert_eq!(next(&late).body_text(), Some("b2"), "then live ones");
+    assert_nothing(&late);
+    let picky = s
+        .create_consumer_with_selector(
+            &Destination::topic("sensors.*"),
+            "JMSTimestamp > 0 AND 1 = 0",
+        )
+        .unwrap();
+    assert_nothing(&picky);
+    let one = subscribe(&s, "sensors.a");
+    let got: Vec<String> = (0..2)
+        .map(|_| next(&one).body_text().unwrap().to_owned())
+        .collect();
+    assert_eq!(got, ["a2", "a3"]);
+    let none = subscribe(&s, "other");
+    assert_nothing(&none);
+}

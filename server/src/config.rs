@@ -199,6 +199,19 @@ pub struct TopicsConfig {
     pub strict: bool,
     /// Declared topic names.
     pub declared: Vec<String>,
+    /// Topics that keep their last messages for subscribers that join late.
+    pub retain: Vec<RetainRule>,
+}
+
+/// `[[topics.retain]]`: topics matching `pattern` keep their last `last`
+/// messages (DDS's transient-local durability, MQTT's retained messages).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetainRule {
+    /// A topic pattern.
+    pub pattern: String,
+    /// How many of each matching topic's last messages are kept.
+    pub last: usize,
 }
 
 impl Default for Config {
@@ -332,6 +345,14 @@ impl Config {
         if let Err(e) = herald_protocol::destination::validate_name(&format!("{prefix}x")) {
             return invalid("queues.dead_letter_prefix", e.to_string());
         }
+        for rule in &self.topics.retain {
+            if let Err(e) = herald_protocol::Pattern::parse(&rule.pattern) {
+                return invalid("topics.retain.pattern", e.to_string());
+            }
+            if rule.last == 0 {
+                return invalid("topics.retain.last", "must be greater than 0".into());
+            }
+        }
         for name in &self.topics.declared {
             if let Err(e) = herald_protocol::destination::validate_name(name) {
                 return invalid("topics.declared", e.to_string());
@@ -377,6 +398,15 @@ mod tests {
             ("[journal]\nsegment_size = 10", "journal.segment_size"),
             ("[queues]\nmax_deliveries = 0", "queues.max_deliveries"),
             ("[queues]\nfull_policy = \"wait\"", "full_policy"),
+            (
+                "[[topics.retain]]\npattern = \"a..b\"\nlast = 1",
+                "topics.retain.pattern",
+            ),
+            (
+                "[[topics.retain]]\npattern = \"a.#\"\nlast = 0",
+                "topics.retain.last",
+            ),
+            ("[[topics.retain]]\npattern = \"a.#\"\nkeep = 1", "keep"),
             (
                 "[queues]\ndead_letter_prefix = \"a b\"",
                 "queues.dead_letter_prefix",

@@ -21,7 +21,7 @@ pub use topic_tree::TopicTree;
 
 use std::cell::OnceCell;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -218,6 +218,12 @@ pub struct Broker {
     store: Arc<dyn Store>,
     /// Deliveries waiting for their delivery time, soonest first.
     timers: Mutex<BinaryHeap<Reverse<Timer>>>,
+    /// Topic patterns whose topics keep their last messages, and how many.
+    retain_rules: Vec<(Pattern, usize)>,
+    /// The kept messages, by topic name, oldest first. Locked only while
+    /// `topics` is (read by publishers, written by subscribers), so a new
+    /// subscriber gets each message once: kept, or live.
+    retained: Mutex<HashMap<String, VecDeque<Bytes>>>,
 }
 
 /// Something to do at a delivery time.
@@ -315,6 +321,13 @@ impl Broker {
             default_prefetch: config.queues.default_prefetch,
             store,
             timers: Mutex::new(BinaryHeap::new()),
+            retain_rules: config
+                .topics
+                .retain
+                .iter()
+                .filter_map(|r| Pattern::parse(&r.pattern).ok().map(|p| (p, r.last)))
+                .collect(),
+            retained: Mutex::new(HashMap::new()),
         }
     }
 
@@ -632,9 +645,54 @@ impl Broker {
                         },
                     }
                 });
+                self.retain(name, block);
+                drop(tree);
                 Ok(journaled)
             }
         }
+    }
+
+    /// Keeps a published message if a retain rule covers its topic. Called
+    /// with `topics` read-locked.
+    fn retain(&self, topic: &str, block: &Bytes) {
+        let Some(last) = self
+            .retain_rules
+            .iter()
+            .filter(|(p, _)| p.matches(topic))
+            .map(|(_, n)| *n)
+            .max()
+        else {
+            return;
+        };
+        let mut retained = lock(&self.retained);
+        let kept = retained.entry(topic.to_owned()).or_default();
+        kept.push_back(block.clone());
+        while kept.len() > last {
+            kept.pop_front();
+        }
+    }
+
+    /// The kept messages of every topic `pattern` matches that `selector`
+    /// selects, oldest first within a topic, unexpired. Called with
+    /// `topics` write-locked.
+    fn kept_for(&self, pattern: &Pattern, selector: Option<&Selector>) -> Vec<Bytes> {
+        if self.retain_rules.is_empty() {
+            return Vec::new();
+        }
+        let now = queue::now_ms();
+        let retained = lock(&self.retained);
+        let mut topics: Vec<&String> = retained.keys().filter(|t| pattern.matches(t)).collect();
+        topics.sort();
+        topics
+            .into_iter()
+            .flat_map(|t| retained[t].iter())
+            .filter(|b| {
+                let expiration =
+                    herald_protocol::message::priority_and_expiration(b).map_or(0, |(_, e)| e);
+                (expiration == 0 || expiration > now) && queue::selects(selector, b)
+            })
+            .cloned()
+            .collect()
     }
 
     /// Starts a subscription for `sub`.
@@ -691,12 +749,25 @@ impl Broker {
                 } else {
                     (Target::Direct(sub), None)
                 };
+                let kept_for = target.clone();
                 let entry = TopicEntry {
                     key,
                     target,
-                    selector,
+                    selector: selector.clone(),
                 };
-                self.write_topics().insert(&pattern, entry);
+                let mut tree = self.write_topics();
+                let kept = self.kept_for(&pattern, selector.as_deref());
+                tree.insert(&pattern, entry);
+                drop(tree);
+                for block in kept {
+                    match &kept_for {
+                        Target::Direct(s) => out.push(*s, block),
+                        Target::Queue(q) => {
+                            // Kept messages are not persistent copies.
+                            let _ = self.enqueue(q, &block, DeliveryMode::NonPersistent, None, out);
+                        }
+                    }
+                }
                 Ok(SubscriptionHandle::Topic {
                     pattern,
                     key,
