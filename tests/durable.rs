@@ -1,17 +1,7 @@
 //! Durable topic subscriptions: kept while the subscriber is away.
 
-use herald_client::{AckMode, Connection, ConsumerOptions, Destination, ErrorCode, Session};
-use herald_server::ServerHandle;
+use herald_client::{ConsumerOptions, Destination, ErrorCode};
 use herald_tests::*;
-
-fn as_client(server: &ServerHandle, id: &str) -> (Connection, Session) {
-    let c = factory(server)
-        .with_client_id(id)
-        .create_connection()
-        .unwrap();
-    let s = c.create_session(AckMode::Auto).unwrap();
-    (c, s)
-}
 
 #[test]
 fn messages_published_while_away_arrive_on_return() {

@@ -62,11 +62,7 @@ fn a_durable_subscription_and_its_persistent_messages_survive_a_restart() {
     let dir = config.data_dir.clone();
     let server = start_with(config);
     {
-        let c = factory(&server)
-            .with_client_id("app")
-            .create_connection()
-            .unwrap();
-        let s = c.create_session(AckMode::Auto).unwrap();
+        let (_c, s) = as_client(&server, "app");
         let sub = s
             .create_durable_subscriber(&Destination::topic("sales.#"), "d")
             .unwrap();
@@ -83,11 +79,7 @@ fn a_durable_subscription_and_its_persistent_messages_survive_a_restart() {
             .unwrap();
     }
     let server = restart(server, &dir);
-    let c = factory(&server)
-        .with_client_id("app")
-        .create_connection()
-        .unwrap();
-    let s = c.create_session(AckMode::Auto).unwrap();
+    let (c, s) = as_client(&server, "app");
     let sub = s
         .create_durable_subscriber(&Destination::topic("sales.#"), "d")
         .unwrap();

@@ -110,6 +110,16 @@ pub fn connect(server: &ServerHandle) -> (Connection, Session) {
     (c, s)
 }
 
+/// A connected client with this client id, and an auto-ack session.
+pub fn as_client(server: &ServerHandle, id: &str) -> (Connection, Session) {
+    let c = factory(server)
+        .with_client_id(id)
+        .create_connection()
+        .expect("connects");
+    let s = c.create_session(AckMode::Auto).expect("session");
+    (c, s)
+}
+
 /// A consumer of a topic pattern.
 pub fn subscribe(session: &Session, pattern: &str) -> Consumer {
     session

@@ -213,6 +213,17 @@ fn bench_topic(kind: &str) -> String {
     )
 }
 
+/// Seconds from `started` to the last arrival (at least a nanosecond),
+/// and `got` per second over them.
+fn rate(started: std::time::Instant, last: Option<std::time::Instant>, got: u64) -> (f64, f64) {
+    let seconds = last
+        .unwrap_or(started)
+        .duration_since(started)
+        .as_secs_f64()
+        .max(1e-9);
+    (seconds, got as f64 / seconds)
+}
+
 /// Waits until `received()` reaches `expected` or stops moving for
 /// [`STALL`]; returns the final count.
 fn wait_for(expected: u64, progress: &mut progress::Progress, received: impl Fn() -> u64) -> u64 {

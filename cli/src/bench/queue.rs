@@ -130,12 +130,8 @@ pub fn run(factory: &ConnectionFactory, plan: &Plan) -> Result<()> {
             }
         }
     }
-    let end = last
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .unwrap_or(started);
-    let seconds = end.duration_since(started).as_secs_f64().max(1e-9);
-    let rate = got as f64 / seconds;
+    let last = *last.lock().unwrap_or_else(|p| p.into_inner());
+    let (seconds, rate) = super::rate(started, last, got);
     let lost = plan.count - got.min(plan.count);
     let (receipted, failed) = (
         receipted.load(Ordering::Relaxed),

@@ -137,12 +137,8 @@ pub fn run(addr: SocketAddr, size: usize, count: u64) -> Result<()> {
     out.flush().map_err(io("SEND"))?;
     let got = wait_for(count, &mut progress, || received.load(Ordering::Relaxed));
     progress.finish();
-    let end = last
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .unwrap_or(started);
-    let seconds = end.duration_since(started).as_secs_f64().max(1e-9);
-    let rate = got as f64 / seconds;
+    let last = *last.lock().unwrap_or_else(|p| p.into_inner());
+    let (seconds, rate) = super::rate(started, last, got);
     let lost = count - got.min(count);
     println!("stomp 1 -> 1, {size} B: {got} of {count} delivered in {seconds:.3} s: {rate:.0} msgs/s; lost {lost}");
     println!(
