@@ -622,6 +622,10 @@ impl Broker {
                 // Parsed at most once, and only if a selector needs it.
                 let fields: OnceCell<Option<MessageRef<'_>>> = OnceCell::new();
                 let mut journaled = false;
+                // Looked at once per publish, not per subscriber: most
+                // messages have no delivery time, and then no clock is read.
+                let due = delivery_time(block);
+                let delayed = due != 0 && due > queue::now_ms();
                 let tree = self.read_topics();
                 tree.for_each_match(name, |entry| {
                     if let Some(selector) = &entry.selector {
@@ -631,10 +635,8 @@ impl Broker {
                         }
                     }
                     match &entry.target {
-                        Target::Direct(sub) => match delivery_time(block) {
-                            due if due > queue::now_ms() => self.schedule(due, Timed::Direct(*sub, block.clone())),
-                            _ => out.push(*sub, block.clone()),
-                        },
+                        Target::Direct(sub) if delayed => self.schedule(due, Timed::Direct(*sub, block.clone())),
+                        Target::Direct(sub) => out.push(*sub, block.clone()),
                         Target::Queue(queue) => match self.enqueue(queue, block, mode, None, out) {
                             Ok(written) => journaled |= written,
                             Err(full) => log::warn!(
