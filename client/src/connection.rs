@@ -14,7 +14,7 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
@@ -59,6 +59,9 @@ pub(crate) struct Inner {
     ended: Mutex<Option<String>>,
     /// DUPS_OK sessions.
     lazy_sessions: Mutex<Vec<Weak<SessionShared>>>,
+    /// The reader thread, which runs listeners: a request made there
+    /// cannot wait for its RECEIPT, which that same thread reads.
+    reader_thread: OnceLock<ThreadId>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -107,7 +110,15 @@ impl Inner {
         Duration::from_millis(self.config.request_timeout_ms)
     }
 
-    /// Sends a frame that asks for a RECEIPT and waits for it.
+    /// Whether this is the reader thread (inside a listener).
+    pub(crate) fn on_reader_thread(&self) -> bool {
+        self.reader_thread.get() == Some(&std::thread::current().id())
+    }
+
+    /// Sends a frame that asks for a RECEIPT and waits for it. Inside a
+    /// listener, which runs on the thread that reads RECEIPTs, it cannot
+    /// wait: the frame goes without asking, and an ERROR, should one come,
+    /// reaches the exception listener. Frames keep their order either way.
     pub(crate) fn request(&self, frame: &Frame, what: &'static str) -> Result<()> {
         self.request_with(frame.kind(), what, |d| frame.encode_body(d))
     }
@@ -122,6 +133,9 @@ impl Inner {
     where
         F: FnOnce(&mut BytesMut) -> std::result::Result<(), herald_protocol::Error>,
     {
+        if self.on_reader_thread() {
+            return self.writer.send_with(kind, 0, encode);
+        }
         let (tx, rx) = mpsc::sync_channel(1);
         let id = self.request_async(kind, encode, Box::new(move |r| drop(tx.try_send(r))))?;
         let timeout = self.request_timeout();
@@ -235,7 +249,6 @@ impl Inner {
 pub struct Connection {
     inner: Arc<Inner>,
     reader: Mutex<Option<JoinHandle<()>>>,
-    reader_id: ThreadId,
     flusher: Mutex<Option<(JoinHandle<()>, mpsc::Receiver<()>)>>,
 }
 
@@ -352,6 +365,7 @@ impl Connection {
             closing: AtomicBool::new(false),
             ended: Mutex::new(None),
             lazy_sessions: Mutex::new(Vec::new()),
+            reader_thread: OnceLock::new(),
         });
 
         let (done_tx, done_rx) = mpsc::channel();
@@ -370,7 +384,6 @@ impl Connection {
             .map_err(|e| Error::io("cannot start the reader thread", e))?;
         Ok(Connection {
             inner,
-            reader_id: reader.thread().id(),
             reader: Mutex::new(Some(reader)),
             flusher: Mutex::new(Some((flusher, done_rx))),
         })
@@ -451,7 +464,7 @@ impl Connection {
         self.inner.end("closed by this side".into());
         // Closing from inside a listener runs on the reader thread, which
         // cannot join itself; it ends on its own once the socket is shut.
-        if std::thread::current().id() != self.reader_id {
+        if !self.inner.on_reader_thread() {
             if let Some(reader) = lock(&self.reader).take() {
                 let _ = reader.join();
             }
@@ -471,6 +484,7 @@ impl Drop for Connection {
 
 /// The reader thread: decode, dispatch, keep the heart beating.
 fn read_loop(inner: Arc<Inner>, mut stream: TcpStream, mut buf: BytesMut, heartbeat: Duration) {
+    let _ = inner.reader_thread.set(std::thread::current().id());
     let decoder = Decoder::new(MAX_INBOUND_FRAME);
     // Ping when either direction has been quiet for a third of the
     // interval; give up when the server has been silent for two intervals

@@ -109,7 +109,7 @@ impl ConsumerShared {
             drop(q);
             // A tracked message is not lost: the server redelivers it.
             if let Some(s) = &self.session {
-                s.handed_out(message.delivery_id, false);
+                s.give_back(message.delivery_id);
             }
             return;
         }

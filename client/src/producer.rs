@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bytes::{BufMut, BytesMut};
 use herald_protocol::{DeliveryMode, Destination, FrameKind, Message};
 
 use crate::connection::Inner;
@@ -15,15 +16,45 @@ pub struct Producer {
     /// JMS 2.0 delivery delay: messages become visible this long after
     /// they are sent.
     delivery_delay: Duration,
+    /// The transacted session's transaction, whose commit sends.
+    transaction: Option<u32>,
 }
 
 impl Producer {
-    pub(crate) fn new(inner: Arc<Inner>, destination: Destination) -> Producer {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        destination: Destination,
+        transaction: Option<u32>,
+    ) -> Producer {
         Producer {
             inner,
             destination,
             delivery_delay: Duration::ZERO,
+            transaction,
         }
+    }
+
+    /// The frame a message goes in (TX_SEND in a transacted session) and
+    /// its body's encoder.
+    fn framed(
+        &self,
+        message: Message,
+    ) -> (
+        FrameKind,
+        impl FnOnce(&mut BytesMut) -> std::result::Result<(), herald_protocol::Error>,
+    ) {
+        let message = self.stamp(message);
+        let transaction = self.transaction;
+        let kind = match transaction {
+            Some(_) => FrameKind::TxSend,
+            None => FrameKind::Send,
+        };
+        (kind, move |d: &mut BytesMut| {
+            if let Some(id) = transaction {
+                d.put_u32(id);
+            }
+            message.encode(d)
+        })
     }
 
     /// Where this producer sends.
@@ -53,15 +84,14 @@ impl Producer {
     /// Sends a message. A non-persistent one is queued for the
     /// connection's flusher and this returns at once (errors the server
     /// reports later reach the exception listener). A persistent one waits,
-    /// as in JMS, until the server has it in its journal.
+    /// as in JMS, until the server has it in its journal. In a transacted
+    /// session every send returns at once: the commit waits.
     pub fn send(&self, message: Message) -> Result<()> {
-        if message.delivery_mode == DeliveryMode::Persistent {
+        if message.delivery_mode == DeliveryMode::Persistent && self.transaction.is_none() {
             return self.send_with_receipt(message);
         }
-        let message = self.stamp(message);
-        self.inner
-            .writer
-            .send_with(FrameKind::Send, 0, |d| message.encode(d))
+        let (kind, encode) = self.framed(message);
+        self.inner.writer.send_with(kind, 0, encode)
     }
 
     /// Sends without waiting and calls `completion` with the server's
@@ -75,9 +105,9 @@ impl Producer {
         message: Message,
         completion: impl FnOnce(Result<()>) + Send + 'static,
     ) -> Result<()> {
-        let message = self.stamp(message);
+        let (kind, encode) = self.framed(message);
         self.inner
-            .request_async(FrameKind::Send, |d| message.encode(d), Box::new(completion))
+            .request_async(kind, encode, Box::new(completion))
             .map(drop)
     }
 
@@ -85,9 +115,8 @@ impl Producer {
     /// and for a persistent one written it to its journal (or refuses it,
     /// which is returned as an error).
     pub fn send_with_receipt(&self, message: Message) -> Result<()> {
-        let message = self.stamp(message);
-        self.inner
-            .request_with(FrameKind::Send, "the SEND receipt", |d| message.encode(d))
+        let (kind, encode) = self.framed(message);
+        self.inner.request_with(kind, "the SEND receipt", encode)
     }
 }
 

@@ -8,8 +8,10 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use herald_protocol::frame::{Browse, Recover, Settle, Subscribe, UnsubscribeDurable};
-use herald_protocol::{Destination, DestinationKind, Frame, FrameKind, Message};
+use herald_protocol::frame::{
+    Browse, Commit, Recover, Rollback, Settle, Subscribe, UnsubscribeDurable,
+};
+use herald_protocol::{Destination, DestinationKind, ErrorCode, Frame, Message};
 
 use crate::connection::Inner;
 use crate::consumer::{Consumer, ConsumerShared};
@@ -32,6 +34,14 @@ pub enum AckMode {
     /// The application acknowledges each message on its own with
     /// [`Session::acknowledge_message`].
     Individual,
+    /// A transacted session: its sends are held by the server and the
+    /// messages it receives stay unacknowledged until
+    /// [`Session::commit`], which makes both happen at once (persistent
+    /// sends and acknowledgements reach the journal together: after a
+    /// crash, all or none). [`Session::rollback`] drops the sends and has
+    /// the received messages delivered again. A listener that panics rolls
+    /// its session's transaction back.
+    Transacted,
 }
 
 /// Ids in one ACK or NACK frame at most (8 bytes each, well inside any
@@ -44,9 +54,11 @@ const LAZY_BATCH: usize = 64;
 pub(crate) struct SessionShared {
     pub(crate) inner: Arc<Inner>,
     pub(crate) mode: AckMode,
-    /// CLIENT and INDIVIDUAL: delivery ids handed to the application and
-    /// not yet acknowledged, oldest first.
+    /// CLIENT, INDIVIDUAL and TRANSACTED: delivery ids handed to the
+    /// application and not yet acknowledged, oldest first.
     delivered: Mutex<Vec<u64>>,
+    /// TRANSACTED: the session's transaction id on the connection.
+    pub(crate) transaction: Option<u32>,
     /// DUPS_OK: acknowledgements not yet sent.
     lazy: Mutex<Vec<u64>>,
     /// The session's consumers, by subscription id.
@@ -64,7 +76,10 @@ impl SessionShared {
     fn tracks(&self, kind: DestinationKind, durable: bool) -> bool {
         kind == DestinationKind::Queue
             || durable
-            || matches!(self.mode, AckMode::Client | AckMode::Individual)
+            || matches!(
+                self.mode,
+                AckMode::Client | AckMode::Individual | AckMode::Transacted
+            )
     }
 
     /// Called once a tracked message has been handed to the application;
@@ -85,13 +100,97 @@ impl SessionShared {
                 drop(lazy);
                 self.settle(true, batch, false)
             }
-            (AckMode::Client | AckMode::Individual, _) => {
+            (AckMode::Client | AckMode::Individual, _) | (AckMode::Transacted, true) => {
                 lock(&self.delivered).push(delivery_id);
                 Ok(())
+            }
+            (AckMode::Transacted, false) => {
+                // The listener failed partway: nothing it did may stand.
+                lock(&self.delivered).push(delivery_id);
+                log::warn!("a listener panicked in a transacted session: rolling back");
+                self.rollback()
             }
         };
         if let Err(e) = result {
             log::debug!("acknowledgement not sent: {e}");
+        }
+    }
+
+    fn transaction_id(&self, what: &str) -> Result<u32> {
+        self.transaction.ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "cannot {what}: the session is not transacted ({:?})",
+                self.mode
+            ))
+        })
+    }
+
+    /// Drops the transaction's sends and redelivers its messages.
+    fn rollback(&self) -> Result<()> {
+        let transaction_id = self.transaction_id("roll back")?;
+        self.recover(Some(transaction_id))
+    }
+
+    /// RECOVER, or with a transaction id ROLLBACK: every unacknowledged
+    /// message of the session's tracked consumers comes again.
+    fn recover(&self, transaction: Option<u32>) -> Result<()> {
+        let consumers: Vec<(u32, Arc<ConsumerShared>)> = lock(&self.consumers)
+            .iter()
+            .filter(|(_, c)| c.is_tracked())
+            .cloned()
+            .collect();
+        if consumers.is_empty() && transaction.is_none() {
+            return Ok(());
+        }
+        // Arrivals are dropped from here until the RECEIPT: the server
+        // sends that after everything it sent before the recovery and
+        // before the redeliveries.
+        for (_, c) in &consumers {
+            c.set_discarding(true);
+            c.take_all();
+        }
+        lock(&self.delivered).clear();
+        let subscriptions = Recover {
+            subscription_ids: consumers.iter().map(|(id, _)| *id).collect(),
+        };
+        let frame = match transaction {
+            Some(transaction_id) => Frame::Rollback(Rollback {
+                transaction_id,
+                subscriptions,
+            }),
+            None => Frame::Recover(subscriptions),
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let resume = consumers.clone();
+        let waiter = Box::new(move |result: Result<()>| {
+            // Runs on the reader thread, between the last stale MESSAGE
+            // and the first redelivery.
+            for (_, c) in &resume {
+                c.set_discarding(false);
+            }
+            let _ = tx.try_send(result);
+        });
+        self.inner
+            .request_async(frame.kind(), |d| frame.encode_body(d), waiter)?;
+        if self.inner.on_reader_thread() {
+            // Inside a listener: the RECEIPT is read once it returns.
+            return Ok(());
+        }
+        let timeout = self.inner.request_timeout();
+        match rx.recv_timeout(timeout) {
+            Ok(result) => result,
+            Err(_) => Err(Error::Timeout {
+                what: "the RECOVER or ROLLBACK receipt",
+                millis: timeout.as_millis(),
+            }),
+        }
+    }
+
+    /// NACKs a tracked message the application never saw (its consumer's
+    /// queue was full), whatever the mode: the server delivers it again.
+    pub(crate) fn give_back(&self, delivery_id: u64) {
+        if let Err(e) = self.settle(false, vec![delivery_id], false) {
+            log::debug!("a NACK was not sent: {e}");
         }
     }
 
@@ -186,9 +285,11 @@ pub struct Session {
 
 impl Session {
     pub(crate) fn new(inner: Arc<Inner>, mode: AckMode) -> Session {
+        let transaction = (mode == AckMode::Transacted).then(|| inner.next_subscription_id());
         let shared = Arc::new(SessionShared {
             inner,
             mode,
+            transaction,
             delivered: Mutex::new(Vec::new()),
             lazy: Mutex::new(Vec::new()),
             consumers: Mutex::new(Vec::new()),
@@ -211,7 +312,11 @@ impl Session {
     /// A producer that sends to `destination` (a name, not a pattern).
     pub fn create_producer(&self, destination: &Destination) -> Result<Producer> {
         herald_protocol::destination::validate_name(&destination.name)?;
-        Ok(Producer::new(self.inner().clone(), destination.clone()))
+        Ok(Producer::new(
+            self.inner().clone(),
+            destination.clone(),
+            self.shared.transaction,
+        ))
     }
 
     /// A consumer of `destination`, which for topics may be a pattern with
@@ -393,51 +498,49 @@ impl Session {
     /// acknowledged, whether handed out, waiting unread, or still on its
     /// way: they come again, marked redelivered.
     pub fn recover(&self) -> Result<()> {
-        let consumers: Vec<(u32, Arc<ConsumerShared>)> = lock(&self.shared.consumers)
-            .iter()
-            .filter(|(_, c)| c.is_tracked())
-            .cloned()
-            .collect();
-        if consumers.is_empty() {
-            return Ok(());
-        }
-        // Arrivals are dropped from here until the RECEIPT: the server
-        // sends that after everything it sent before the recovery and
-        // before the redeliveries.
-        for (_, c) in &consumers {
-            c.set_discarding(true);
-            c.take_all();
-        }
-        lock(&self.shared.delivered).clear();
-        let frame = Frame::Recover(Recover {
-            subscription_ids: consumers.iter().map(|(id, _)| *id).collect(),
+        self.shared.recover(None)
+    }
+
+    /// TRANSACTED: makes the transaction's sends and acknowledgements
+    /// happen, all at once, and starts the next transaction. Waits until
+    /// the server has them (in its journal, if any is persistent). If the
+    /// server cannot commit, the transaction is rolled back and the error
+    /// (code `TransactionRolledBack`) says why. Inside a listener it
+    /// cannot wait: an error then reaches the exception listener.
+    pub fn commit(&self) -> Result<()> {
+        let transaction_id = self.shared.transaction_id("commit")?;
+        let ids = std::mem::take(&mut *lock(&self.shared.delivered));
+        let frame = Frame::Commit(Commit {
+            transaction_id,
+            consumed: Settle { delivery_ids: ids },
         });
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let resume = consumers.clone();
-        let waiter = Box::new(move |result: Result<()>| {
-            // Runs on the reader thread, between the last stale MESSAGE
-            // and the first redelivery.
-            for (_, c) in &resume {
-                c.set_discarding(false);
+        let result = self.inner().request(&frame, "the COMMIT receipt");
+        if let Err(e) = &result {
+            if e.server_code() == Some(ErrorCode::TransactionRolledBack) {
+                self.shared.rollback()?;
             }
-            let _ = tx.try_send(result);
-        });
-        self.inner()
-            .request_async(FrameKind::Recover, |d| frame.encode_body(d), waiter)?;
-        let timeout = self.inner().request_timeout();
-        match rx.recv_timeout(timeout) {
-            Ok(result) => result,
-            Err(_) => Err(Error::Timeout {
-                what: "the RECOVER receipt",
-                millis: timeout.as_millis(),
-            }),
         }
+        result
+    }
+
+    /// TRANSACTED: drops the transaction's sends and delivers its received
+    /// messages again (marked redelivered, delivery count + 1), then starts
+    /// the next transaction.
+    pub fn rollback(&self) -> Result<()> {
+        self.shared.transaction_id("roll back")?;
+        self.shared.rollback()
     }
 
     /// Closes every consumer created in this session; DUPS_OK
-    /// acknowledgements still held back are sent first.
+    /// acknowledgements still held back are sent first, and a transacted
+    /// session's open transaction is rolled back.
     pub fn close(&self) -> Result<()> {
         let mut first_error = self.shared.flush_lazy().err();
+        if self.shared.transaction.is_some() {
+            if let Err(e) = self.shared.rollback() {
+                first_error.get_or_insert(e);
+            }
+        }
         let consumers = std::mem::take(&mut *lock(&self.shared.consumers));
         for (id, _) in consumers {
             if let Err(e) = crate::consumer::unsubscribe(self.inner(), id, true) {

@@ -114,11 +114,17 @@ pub enum ErrorCode {
     InvalidSelector = 21,
     /// A durable subscription needs a client id on the connection.
     ClientIdRequired = 22,
+    /// A COMMIT could not be carried out: the transaction was rolled back.
+    TransactionRolledBack = 23,
+    /// CONNECT without valid credentials.
+    AuthenticationFailed = 24,
+    /// The user lacks the permission for the operation.
+    NotAuthorized = 25,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 25] = [
         ErrorCode::BadMagic,
         ErrorCode::UnsupportedVersion,
         ErrorCode::UnknownKind,
@@ -141,6 +147,9 @@ impl ErrorCode {
         ErrorCode::SubscriptionInUse,
         ErrorCode::InvalidSelector,
         ErrorCode::ClientIdRequired,
+        ErrorCode::TransactionRolledBack,
+        ErrorCode::AuthenticationFailed,
+        ErrorCode::NotAuthorized,
     ];
 
     /// The code for a number, if it is one.

@@ -74,6 +74,12 @@ frame_kinds! {
     UnsubscribeDurable = 15,
     /// Client → server: redeliver what these subscriptions have not settled.
     Recover = 16,
+    /// Client → server: publish a message inside a transaction.
+    TxSend = 17,
+    /// Client → server: commit a transaction.
+    Commit = 18,
+    /// Client → server: roll a transaction back.
+    Rollback = 19,
 }
 
 /// A decoded header.

@@ -64,6 +64,8 @@ pub struct Config {
     /// Bytes waiting to be written to one connection before the slow
     /// consumer policy applies.
     pub max_pending_bytes: usize,
+    /// Bytes of messages one connection may hold in open transactions.
+    pub max_transaction_bytes: usize,
     /// What happens to a connection over `max_pending_bytes`.
     pub slow_consumer: SlowConsumerPolicy,
     /// Heart-beat interval for clients that ask for none.
@@ -223,6 +225,7 @@ impl Default for Config {
             max_connections: 100_000,
             max_subscriptions_per_connection: 10_000,
             max_pending_bytes: 64 << 20,
+            max_transaction_bytes: 64 << 20,
             slow_consumer: SlowConsumerPolicy::Disconnect,
             heartbeat_ms: 30_000,
             min_heartbeat_ms: 100,
@@ -282,14 +285,19 @@ impl Config {
                 format!("{} is below the minimum of 1024", self.max_frame_size),
             );
         }
-        if self.max_pending_bytes < self.max_frame_size as usize {
-            return invalid(
-                "max_pending_bytes",
-                format!(
-                    "{} is below max_frame_size ({}): one message would not fit",
-                    self.max_pending_bytes, self.max_frame_size
-                ),
-            );
+        for (key, value) in [
+            ("max_pending_bytes", self.max_pending_bytes),
+            ("max_transaction_bytes", self.max_transaction_bytes),
+        ] {
+            if value < self.max_frame_size as usize {
+                return invalid(
+                    key,
+                    format!(
+                        "{value} is below max_frame_size ({}): one message would not fit",
+                        self.max_frame_size
+                    ),
+                );
+            }
         }
         for (key, value) in [
             ("queues.max_deliveries", self.queues.max_deliveries as usize),
@@ -393,6 +401,7 @@ mod tests {
             ("heartbeat_ms = 0", "heartbeat_ms"),
             ("heartbeat_ms = 50", "heartbeat_ms"),
             ("max_pending_bytes = 2048", "max_pending_bytes"),
+            ("max_transaction_bytes = 2048", "max_transaction_bytes"),
             ("[topics]\ndeclared = [\"a..b\"]", "topics.declared"),
             ("[journal]\nfsync = \"sometimes\"", "fsync"),
             ("[journal]\nsegment_size = 10", "journal.segment_size"),

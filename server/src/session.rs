@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::broker::{AckRef, SubscriptionHandle};
+use crate::handlers::transaction::Transactions;
 
 /// A delivery the client has not settled yet.
 pub struct Unacked {
@@ -39,6 +40,9 @@ pub struct Session {
     pub unacked: HashMap<u64, Unacked>,
     /// Temporary queues this connection made; deleted when it ends.
     pub temporary_queues: Vec<String>,
+    /// Open native transactions, by the client's id for them; dropped
+    /// (rolled back) with the connection.
+    pub transactions: Transactions<u32>,
     next_delivery_id: u64,
 }
 
@@ -52,6 +56,7 @@ impl Session {
             subscriptions: HashMap::new(),
             unacked: HashMap::new(),
             temporary_queues: Vec::new(),
+            transactions: Transactions::default(),
             next_delivery_id: 1,
         }
     }

@@ -192,3 +192,87 @@ fn a_truncated_or_bit_flipped_last_segment_is_recovered_from() {
         server.wait().unwrap();
     }
 }
+
+/// Transactions that move messages from one queue to another (consume ten,
+/// send ten, commit) while the server is killed: afterwards every message
+/// is in exactly one of the two queues. A commit is all or nothing, its
+/// acknowledgements included, and an uncommitted transaction leaves no
+/// trace.
+#[test]
+fn transactions_killed_mid_stream_are_all_or_nothing() {
+    const TOTAL: i64 = 3000;
+    let data = TempDir::new("tx-kill");
+    let (mut server, factory) = start(&data.0);
+    {
+        let c = factory.create_connection().unwrap();
+        let s = c.create_session(AckMode::Auto).unwrap();
+        let p = s.create_producer(&Destination::queue("in")).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        for i in 0..TOTAL {
+            let m = Message::text("payload").with_property("n", i).persistent();
+            let tx = tx.clone();
+            p.send_async(m, move |r| tx.send(r).unwrap()).unwrap();
+        }
+        for _ in 0..TOTAL {
+            rx.recv().unwrap().unwrap();
+        }
+    }
+    let committed = Arc::new(Mutex::new(0usize));
+    let mover = {
+        let (factory, committed) = (factory.clone(), committed.clone());
+        std::thread::spawn(move || {
+            let c = factory.create_connection().unwrap();
+            let s = c.create_session(AckMode::Transacted).unwrap();
+            let options = ConsumerOptions::default().prefetch(20);
+            let input = s
+                .create_consumer_with(&Destination::queue("in"), options)
+                .unwrap();
+            let out = s.create_producer(&Destination::queue("out")).unwrap();
+            loop {
+                for _ in 0..10 {
+                    let Ok(Some(m)) = input.receive(Duration::from_secs(5)) else {
+                        return;
+                    };
+                    let moved = Message::text("moved")
+                        .with_property("n", n(&m))
+                        .persistent();
+                    if out.send(moved).is_err() {
+                        return;
+                    }
+                }
+                if s.commit().is_err() {
+                    return;
+                }
+                *committed.lock().unwrap() += 1;
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while *committed.lock().unwrap() < 50 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    mover.join().unwrap();
+    let committed = *committed.lock().unwrap();
+    assert!(committed >= 10, "the mover got going: {committed} commits");
+
+    let (mut server, factory) = start(&data.0);
+    let mut all = drain(&factory, "in");
+    let moved = drain(&factory, "out");
+    assert!(
+        moved.len() >= committed * 10,
+        "{} moved, {committed} commits confirmed",
+        moved.len()
+    );
+    assert_eq!(moved.len() % 10, 0, "whole transactions only");
+    all.extend(moved);
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (0..TOTAL).collect::<Vec<_>>(),
+        "each message exactly once"
+    );
+    server.kill().unwrap();
+    server.wait().unwrap();
+}

@@ -10,6 +10,7 @@ mod delivery;
 mod error;
 mod recover;
 mod subscribe;
+mod transaction;
 mod unsubscribe;
 mod unsubscribe_durable;
 
@@ -21,6 +22,7 @@ pub use delivery::{Delivery, DELIVERY_HEAD_LEN};
 pub use error::ErrorFrame;
 pub use recover::Recover;
 pub use subscribe::Subscribe;
+pub use transaction::{Commit, Rollback, TxSend};
 pub use unsubscribe::Unsubscribe;
 pub use unsubscribe_durable::UnsubscribeDurable;
 
@@ -67,6 +69,12 @@ pub enum Frame {
     UnsubscribeDurable(UnsubscribeDurable),
     /// Redeliver what subscriptions have not settled.
     Recover(Recover),
+    /// Publish a message inside a transaction.
+    TxSend(TxSend),
+    /// Commit a transaction.
+    Commit(Commit),
+    /// Roll a transaction back.
+    Rollback(Rollback),
 }
 
 impl Frame {
@@ -93,6 +101,9 @@ impl Frame {
                 UnsubscribeDurable::decode(&body).map(Frame::UnsubscribeDurable)
             }
             FrameKind::Recover => Recover::decode(&body).map(Frame::Recover),
+            FrameKind::TxSend => TxSend::decode(body).map(Frame::TxSend),
+            FrameKind::Commit => Commit::decode(&body).map(Frame::Commit),
+            FrameKind::Rollback => Rollback::decode(&body).map(Frame::Rollback),
         }
     }
 
@@ -115,6 +126,9 @@ impl Frame {
             Frame::Browse(_) => FrameKind::Browse,
             Frame::UnsubscribeDurable(_) => FrameKind::UnsubscribeDurable,
             Frame::Recover(_) => FrameKind::Recover,
+            Frame::TxSend(_) => FrameKind::TxSend,
+            Frame::Commit(_) => FrameKind::Commit,
+            Frame::Rollback(_) => FrameKind::Rollback,
         }
     }
 
@@ -148,6 +162,12 @@ impl Frame {
             Frame::Browse(f) => f.encode(d),
             Frame::UnsubscribeDurable(f) => f.encode(d),
             Frame::Recover(f) => f.encode(d),
+            Frame::TxSend(f) => {
+                f.encode(d);
+                Ok(())
+            }
+            Frame::Commit(f) => f.encode(d),
+            Frame::Rollback(f) => f.encode(d),
         }
     }
 }
@@ -213,6 +233,22 @@ mod tests {
             Frame::Recover(Recover {
                 subscription_ids: vec![1, 7],
             }),
+            Frame::TxSend(TxSend {
+                transaction_id: 9,
+                message: MessageView::parse(block.clone()).unwrap(),
+            }),
+            Frame::Commit(Commit {
+                transaction_id: 9,
+                consumed: Settle {
+                    delivery_ids: vec![4, 5],
+                },
+            }),
+            Frame::Rollback(Rollback {
+                transaction_id: 9,
+                subscriptions: Recover {
+                    subscription_ids: vec![2],
+                },
+            }),
             Frame::Unsubscribe(Unsubscribe { subscription_id: 3 }),
             Frame::Message(Delivery {
                 subscription_id: 3,
@@ -250,7 +286,10 @@ mod tests {
             let kind = raw.header.kind;
             // Bodies that end in "the rest" (SEND, MESSAGE) accept extra
             // bytes there, so only fixed-layout bodies are padded.
-            if !matches!(kind, FrameKind::Send | FrameKind::Message) {
+            if !matches!(
+                kind,
+                FrameKind::Send | FrameKind::TxSend | FrameKind::Message
+            ) {
                 let mut padded = raw.clone();
                 padded.body = Bytes::from([&raw.body[..], b"!"].concat());
                 assert!(Frame::decode(padded).is_err(), "{kind:?} padded");
@@ -258,7 +297,7 @@ mod tests {
             // The sample's text body "hi" is "the rest": cutting inside it
             // still leaves a valid (shorter) text.
             let fixed = match kind {
-                FrameKind::Send | FrameKind::Message => raw.body.len() - 2,
+                FrameKind::Send | FrameKind::TxSend | FrameKind::Message => raw.body.len() - 2,
                 _ => raw.body.len(),
             };
             for n in 0..fixed {
@@ -286,7 +325,7 @@ mod tests {
             if round % 2 == 0 && len >= 12 {
                 // A valid header over a random body exercises body decoders.
                 bytes[..3].copy_from_slice(b"HR\x01");
-                bytes[3] = (next() % 18) as u8;
+                bytes[3] = (next() % 21) as u8;
                 bytes[8..12].copy_from_slice(&((len - 12) as u32).to_be_bytes());
             }
             let mut buf = BytesMut::from(&bytes[..]);

@@ -6,6 +6,12 @@
 //! deliveries are acknowledged (and every durable one) is backed by a
 //! private [`Queue`] that the topic feeds. Queues are created on first use.
 //!
+//! A transaction's commit runs between [`Broker::begin_atomic`] and
+//! [`Broker::end_atomic`]: what it
+//! journals becomes one atomic store record, and the messages it puts in
+//! queues become visible only once that record is appended, so no ACK of
+//! one of them can reach the store ahead of it.
+//!
 //! Locks, always taken in this order and never held across I/O: the
 //! `queues` or `durables` registry, then `topics`, then one queue. No two
 //! queues are ever locked at once (dead letters move after the source queue
@@ -19,7 +25,7 @@ pub use declared_topics::DeclaredTopics;
 pub use queue::{Queue, QueueLimits};
 pub use topic_tree::TopicTree;
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,6 +64,43 @@ pub struct Subscriber {
 
 /// A queue shared between the broker and the deliveries in flight from it.
 pub type SharedQueue = Arc<Mutex<Queue>>;
+
+/// What to do when a queue a message goes to is full.
+#[derive(Debug, Clone, Copy)]
+pub enum Room {
+    /// Refuse the message.
+    Refuse,
+    /// Refuse it, and wake this connection once there is room.
+    Wait(ConnectionRef),
+    /// Take it anyway: a committing transaction, whose room was checked
+    /// beforehand, is not refused halfway.
+    Overfill,
+}
+
+/// A transaction being committed on this thread.
+#[derive(Default)]
+struct Pending {
+    /// Its store records, appended together at the end.
+    records: Vec<Record>,
+    /// Its queue insertions, made once the records are appended.
+    inserts: Vec<(SharedQueue, Bytes, Option<u64>)>,
+}
+
+thread_local! {
+    /// Set while this thread runs [`Broker::atomically`].
+    static TRANSACTION: RefCell<Option<Pending>> = const { RefCell::new(None) };
+}
+
+/// A commit in progress on this thread, from [`Broker::begin_atomic`];
+/// dropped without [`Broker::end_atomic`] (a panic), it is forgotten.
+#[must_use = "a commit ends with Broker::end_atomic"]
+pub struct Atomic(());
+
+impl Drop for Atomic {
+    fn drop(&mut self) {
+        TRANSACTION.set(None);
+    }
+}
 
 /// Where a topic entry sends what matches.
 #[derive(Clone)]
@@ -381,7 +424,7 @@ impl Broker {
                         }
                         Err(e) => {
                             log::warn!("kept durable subscription {client_id}/{name} no longer parses ({e}): dropped");
-                            self.store.append(Record::End { id }, None);
+                            self.journal(Record::End { id });
                         }
                     }
                 }
@@ -401,11 +444,12 @@ impl Broker {
                         }
                         None => {
                             log::warn!("kept message {id} belongs to {holder:?}, which no longer exists: dropped");
-                            self.store.append(Record::End { id }, None);
+                            self.journal(Record::End { id });
                         }
                     }
                 }
-                Record::End { .. } => {}
+                // Replay hands over single live records only.
+                Record::End { .. } | Record::Batch(_) => {}
             }
         }
         if messages + durables > 0 {
@@ -413,6 +457,64 @@ impl Broker {
                 "restored {messages} persistent messages and {durables} durable subscriptions"
             );
         }
+    }
+
+    /// Appends a record to the store, or to the transaction this thread is
+    /// committing.
+    fn journal(&self, record: Record) {
+        let record = TRANSACTION.with_borrow_mut(|t| match t {
+            Some(pending) => {
+                pending.records.push(record);
+                None
+            }
+            None => Some(record),
+        });
+        if let Some(record) = record {
+            self.store.append(record, None);
+        }
+    }
+
+    /// Starts a commit on this thread: until [`Broker::end_atomic`],
+    /// what publishing and settling journal is held back, and so are the
+    /// messages they put in queues.
+    pub fn begin_atomic(&self) -> Atomic {
+        TRANSACTION.set(Some(Pending::default()));
+        Atomic(())
+    }
+
+    /// Ends a commit: what it journalled is appended as one atomic record,
+    /// and then its messages enter their queues. Returns whether anything
+    /// was journalled (then a RECEIPT waits for the store).
+    pub fn end_atomic(&self, atomic: Atomic, out: &mut Deliveries) -> bool {
+        let pending = TRANSACTION.take().unwrap_or_default();
+        drop(atomic);
+        let journaled = !pending.records.is_empty();
+        self.store.append_atomically(pending.records, None);
+        for (queue, block, journal_id) in pending.inserts {
+            self.insert(&queue, block, journal_id, out);
+        }
+        journaled
+    }
+
+    /// Whether a message may be published on `topic` (strict mode).
+    pub fn check_topic(&self, topic: &str) -> Result<(), RouteError> {
+        match &self.declared {
+            Some(declared) => declared.check(topic).map_err(RouteError::Undeclared),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `queue` has room for `n` more messages now.
+    pub fn has_room(&self, queue: &str, n: usize) -> Result<(), RouteError> {
+        let full = match self.find_queue(queue) {
+            Some(q) => lock(&q).check_room_for(n),
+            // Created on first use, empty.
+            None => Queue::new(queue, None, self.limits).check_room_for(n),
+        };
+        full.map_err(|f| RouteError::QueueFull {
+            queue: queue.to_owned(),
+            max: f.max_messages,
+        })
     }
 
     /// A durable subscription's entry and queue, entered in the topic tree.
@@ -453,11 +555,11 @@ impl Broker {
         self.write_topics().remove(&d.pattern, d.key);
         for m in lock(&d.queue).drain() {
             if let Some(id) = m.journal_id {
-                self.store.append(Record::End { id }, None);
+                self.journal(Record::End { id });
             }
         }
         if let Some(id) = d.journal_id {
-            self.store.append(Record::End { id }, None);
+            self.journal(Record::End { id });
         }
     }
 
@@ -465,46 +567,71 @@ impl Broker {
     /// persistent and the queue keeps persistent messages. Returns whether
     /// it was written. The store record is appended under the queue lock,
     /// so it precedes any acknowledgement of the message.
-    /// A `waiter` is remembered if the queue is full, and woken (through
-    /// `out`) once it has room.
+    /// `room` says what happens if the queue is full. Inside
+    /// [`Broker::atomically`] the message enters the queue later.
     fn enqueue(
         &self,
         queue: &SharedQueue,
         block: &Bytes,
         mode: DeliveryMode,
-        waiter: Option<ConnectionRef>,
+        room: Room,
         out: &mut Deliveries,
     ) -> Result<bool, QueueFull> {
-        let mut dispatches = Vec::new();
-        let mut q = lock(queue);
+        let q = lock(queue);
         if let Err(full) = q.check_room() {
-            // Registered under the same lock as the check, so room freed
-            // a moment later cannot go unnoticed.
-            if let Some(conn) = waiter {
-                q.add_waiter(conn);
+            match room {
+                Room::Overfill => {}
+                Room::Refuse => return Err(full),
+                Room::Wait(conn) => {
+                    // Registered under the same lock as the check, so room
+                    // freed a moment later cannot go unnoticed.
+                    let mut q = q;
+                    q.add_waiter(conn);
+                    return Err(full);
+                }
             }
-            return Err(full);
         }
         let journal_id = match (mode, q.holder()) {
             (DeliveryMode::Persistent, Some(holder)) => {
                 let id = self.store.next_id();
-                let record = Record::Enqueue {
+                self.journal(Record::Enqueue {
                     id,
                     holder: holder.clone(),
                     block: block.clone(),
-                };
-                self.store.append(record, None);
+                });
                 Some(id)
             }
             _ => None,
         };
-        let due = q.enqueue(block.clone(), journal_id, &mut dispatches)?;
         drop(q);
+        let later = (queue.clone(), block.clone(), journal_id);
+        let now = TRANSACTION.with_borrow_mut(|t| match t {
+            Some(pending) => {
+                pending.inserts.push(later);
+                None
+            }
+            None => Some(later),
+        });
+        if let Some((queue, block, journal_id)) = now {
+            self.insert(&queue, block, journal_id, out);
+        }
+        Ok(journal_id.is_some())
+    }
+
+    /// Puts an admitted message into its queue and dispatches.
+    fn insert(
+        &self,
+        queue: &SharedQueue,
+        block: Bytes,
+        journal_id: Option<u64>,
+        out: &mut Deliveries,
+    ) {
+        let mut dispatches = Vec::new();
+        let due = lock(queue).push(block, journal_id, &mut dispatches);
         if let Some(due) = due {
             self.schedule(due, Timed::Queue(queue.clone()));
         }
         self.settled(queue, dispatches, out);
-        Ok(journal_id.is_some())
     }
 
     fn schedule(&self, due: i64, what: Timed) {
@@ -563,7 +690,7 @@ impl Broker {
         if let Some(q) = removed {
             for m in lock(&q).drain() {
                 if let Some(id) = m.journal_id {
-                    self.store.append(Record::End { id }, None);
+                    self.journal(Record::End { id });
                 }
             }
         }
@@ -584,12 +711,12 @@ impl Broker {
 
     /// Routes a published message: to every matching topic subscription,
     /// or into its queue. Returns whether anything was written to the
-    /// store (then the publisher's RECEIPT must wait for it). If a queue is
-    /// full and `waiter` is given, it is woken when there is room.
+    /// store (then the publisher's RECEIPT must wait for it). `room` says
+    /// what happens if its queue is full.
     pub fn publish(
         &self,
         message: &MessageView,
-        waiter: Option<ConnectionRef>,
+        room: Room,
         out: &mut Deliveries,
     ) -> Result<bool, RouteError> {
         let name = message.destination();
@@ -597,15 +724,13 @@ impl Broker {
         let mode = message.delivery_mode;
         match message.destination_kind {
             DestinationKind::Queue => self
-                .enqueue(&self.queue(name), block, mode, waiter, out)
+                .enqueue(&self.queue(name), block, mode, room, out)
                 .map_err(|f| RouteError::QueueFull {
                     queue: name.to_owned(),
                     max: f.max_messages,
                 }),
             DestinationKind::Topic => {
-                if let Some(declared) = &self.declared {
-                    declared.check(name).map_err(RouteError::Undeclared)?;
-                }
+                self.check_topic(name)?;
                 if message.expiration != 0 && message.expiration <= queue::now_ms() {
                     // Expired before routing: no subscriber sees it.
                     let expired = QueuedMessage {
@@ -637,7 +762,7 @@ impl Broker {
                     match &entry.target {
                         Target::Direct(sub) if delayed => self.schedule(due, Timed::Direct(*sub, block.clone())),
                         Target::Direct(sub) => out.push(*sub, block.clone()),
-                        Target::Queue(queue) => match self.enqueue(queue, block, mode, None, out) {
+                        Target::Queue(queue) => match self.enqueue(queue, block, mode, Room::Refuse, out) {
                             Ok(written) => journaled |= written,
                             Err(full) => log::warn!(
                                 "subscription queue '{}' is full ({} messages): a message on {name} is not kept for it",
@@ -766,7 +891,13 @@ impl Broker {
                         Target::Direct(s) => out.push(*s, block),
                         Target::Queue(q) => {
                             // Kept messages are not persistent copies.
-                            let _ = self.enqueue(q, &block, DeliveryMode::NonPersistent, None, out);
+                            let _ = self.enqueue(
+                                q,
+                                &block,
+                                DeliveryMode::NonPersistent,
+                                Room::Refuse,
+                                out,
+                            );
                         }
                     }
                 }
@@ -918,7 +1049,7 @@ impl Broker {
             return false;
         };
         if let Some(id) = m.journal_id {
-            self.store.append(Record::End { id }, None);
+            self.journal(Record::End { id });
         }
         wake_blocked(&mut q, out);
         drop(q);
@@ -998,7 +1129,7 @@ impl Broker {
             // crash between keeps both, not none.
             self.refile_one(&from_name, &m, why, out);
             if let Some(id) = m.journal_id {
-                self.store.append(Record::End { id }, None);
+                self.journal(Record::End { id });
             }
         }
         wake_blocked(&mut lock(from), out);
@@ -1059,7 +1190,7 @@ impl Broker {
                 &queue,
                 &Bytes::from(block),
                 message.delivery_mode,
-                None,
+                Room::Refuse,
                 out,
             )
             .is_err()

@@ -209,9 +209,13 @@ impl Queue {
 
     /// Fails if one more message would exceed the limit.
     pub fn check_room(&self) -> Result<(), QueueFull> {
-        if self.ready.len() + self.in_flight.len() + self.scheduled.len()
-            >= self.limits.max_messages
-        {
+        self.check_room_for(1)
+    }
+
+    /// Whether `n` more messages fit under the limit.
+    pub fn check_room_for(&self, n: usize) -> Result<(), QueueFull> {
+        let held = self.ready.len() + self.in_flight.len() + self.scheduled.len();
+        if held.saturating_add(n) > self.limits.max_messages {
             return Err(QueueFull {
                 max_messages: self.limits.max_messages,
             });
@@ -229,9 +233,21 @@ impl Queue {
         out: &mut Vec<Dispatch>,
     ) -> Result<Option<i64>, QueueFull> {
         self.check_room()?;
+        Ok(self.push(block, journal_id, out))
+    }
+
+    /// Adds a message whatever the limit (the broker has checked it) and
+    /// dispatches what can be. Returns its delivery time if that is still
+    /// to come.
+    pub fn push(
+        &mut self,
+        block: Bytes,
+        journal_id: Option<u64>,
+        out: &mut Vec<Dispatch>,
+    ) -> Option<i64> {
         let due = self.restore(block, journal_id);
         self.dispatch(out);
-        Ok(due)
+        due
     }
 
     /// Adds a message kept from before a restart, whatever the limit: a

@@ -55,6 +55,14 @@ pub fn recover(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
+    recover_subscriptions(f, session, ctx);
+    receipt(out, request_id);
+    Ok(Flow::Continue)
+}
+
+/// NACKs every unsettled delivery of these subscriptions, in delivery
+/// order (RECOVER, ROLLBACK).
+pub fn recover_subscriptions(f: Recover, session: &mut Session, ctx: &mut Context<'_>) {
     let subscriptions: HashSet<u32> = f.subscription_ids.into_iter().collect();
     let mut ids: Vec<u64> = session
         .unacked
@@ -64,8 +72,6 @@ pub fn recover(
         .collect();
     ids.sort_unstable();
     settle(ids, Outcome::Redeliver, session, ctx);
-    receipt(out, request_id);
-    Ok(Flow::Continue)
 }
 
 /// Settles deliveries; returns the ids that were not outstanding.

@@ -13,6 +13,7 @@ mod disconnect;
 mod heartbeat;
 pub mod send;
 pub mod subscribe;
+pub mod transaction;
 pub mod unsubscribe;
 mod unsubscribe_durable;
 
@@ -161,6 +162,9 @@ fn handle(
         Frame::Nack(f) => ack::handle(f, ack::Outcome::Redeliver, request_id, session, out, ctx),
         Frame::Browse(f) => browse::handle(f, request_id, session, out, ctx),
         Frame::Recover(f) => ack::recover(f, request_id, session, out, ctx),
+        Frame::TxSend(f) => transaction::tx_send(f, request_id, session, out, ctx),
+        Frame::Commit(f) => transaction::handle_commit(f, request_id, session, ctx),
+        Frame::Rollback(f) => transaction::handle_rollback(f, request_id, session, out, ctx),
         Frame::UnsubscribeDurable(f) => {
             unsubscribe_durable::handle(f, request_id, session, out, ctx)
         }

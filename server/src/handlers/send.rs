@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use herald_protocol::{ErrorCode, MessageView};
 
 use super::{receipt, Context, Flow, Parked, Refusal};
-use crate::broker::RouteError;
+use crate::broker::{Room, RouteError};
 use crate::config::FullPolicy;
 use crate::net::outbound::Outbound;
 
@@ -31,8 +31,12 @@ pub fn publish(
 ) -> Result<Published, Refusal> {
     let config = &ctx.shared.config.queues;
     let block = config.full_policy == FullPolicy::Block;
-    let waiter = block.then_some(ctx.me);
-    let journaled = match ctx.shared.broker.publish(&message, waiter, ctx.deliveries) {
+    let room = if block {
+        Room::Wait(ctx.me)
+    } else {
+        Room::Refuse
+    };
+    let journaled = match ctx.shared.broker.publish(&message, room, ctx.deliveries) {
         Ok(journaled) => journaled,
         Err(RouteError::Undeclared(why)) => {
             return Err(Refusal::soft(ErrorCode::UndeclaredTopic, why))

@@ -25,12 +25,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use herald_protocol::stomp::{StompDecoder, StompFrame, StompLimits};
-use herald_protocol::{Destination, ErrorCode, MessageView};
+use herald_protocol::{Destination, ErrorCode};
 
 use crate::broker::{SubscribeRequest, Subscriber};
 use crate::handlers::ack::{settle, Outcome};
 use crate::handlers::send::{publish, Published};
 use crate::handlers::subscribe::refusal as subscribe_refusal;
+use crate::handlers::transaction::{commit, confirm, Deferred, Transactions};
 use crate::handlers::{unsubscribe, Context, Flow};
 use crate::net::outbound::Outbound;
 use crate::session::{Phase, Session};
@@ -65,28 +66,30 @@ pub struct StompSession {
     /// How often the client asked to hear from the server, if at all.
     heartbeat_out: Option<Duration>,
     /// Open transactions: what their frames will do on COMMIT.
-    transactions: HashMap<String, Vec<Deferred>>,
+    transactions: Transactions<String>,
     /// For STOMP over WebSocket, the WebSocket's state.
     websocket: Option<WebSocket>,
-}
-
-/// A frame held in a transaction until COMMIT.
-enum Deferred {
-    Send(MessageView),
-    Settle(Vec<u64>, Outcome),
 }
 
 /// A STOMP frame the server refuses: the ERROR's `message` header.
 type Refused = String;
 
 impl StompSession {
-    /// The frames held for an open transaction.
-    fn transaction(&mut self, name: &str) -> Result<&mut Vec<Deferred>, (ErrorCode, Refused)> {
-        self.transactions.get_mut(name).ok_or_else(|| {
-            (
-                ErrorCode::Malformed,
-                format!("no open transaction '{name}'"),
-            )
+    /// Holds a frame's work in an open transaction.
+    fn hold(
+        &mut self,
+        name: &str,
+        op: Deferred,
+        ctx: &Context<'_>,
+    ) -> Result<(), (ErrorCode, Refused)> {
+        let name = name.to_owned();
+        if !self.transactions.is_open(&name) {
+            return Err(no_transaction(&name));
+        }
+        let limit = ctx.shared.config.max_transaction_bytes;
+        self.transactions.hold(name, op, limit).map_err(|refusal| {
+            let (code, _, message) = refusal.into_parts();
+            (code, message)
         })
     }
 
@@ -103,7 +106,7 @@ impl StompSession {
             next_request: 1,
             next_message: 1,
             heartbeat_out: None,
-            transactions: HashMap::new(),
+            transactions: Transactions::default(),
             websocket: websocket.then(WebSocket::default),
         }
     }
@@ -313,7 +316,7 @@ fn dispatch(
             stomp.next_message += 1;
             let view = mapping::message_from(&frame, id, now_ms()).map_err(malformed)?;
             if let Some(tx) = frame.get("transaction") {
-                stomp.transaction(tx)?.push(Deferred::Send(view));
+                stomp.hold(tx, Deferred::Send(view), ctx)?;
                 stomp.receipt(out, request_id);
                 return Ok(Flow::Continue);
             }
@@ -354,7 +357,7 @@ fn dispatch(
         "ACK" | "NACK" => {
             let (ids, outcome) = settlement(&frame, command == "ACK", stomp, session)?;
             match frame.get("transaction") {
-                Some(tx) => stomp.transaction(tx)?.push(Deferred::Settle(ids, outcome)),
+                Some(tx) => stomp.hold(tx, Deferred::Settle(ids, outcome), ctx)?,
                 None => {
                     settle(ids, outcome, session, ctx);
                 }
@@ -364,37 +367,34 @@ fn dispatch(
         }
         "BEGIN" => {
             let tx = transaction_name(&frame)?;
-            if stomp.transactions.contains_key(tx) {
+            if !stomp.transactions.begin(tx.to_owned()) {
                 return Err((
                     ErrorCode::Malformed,
                     format!("transaction '{tx}' is already open"),
                 ));
             }
-            stomp.transactions.insert(tx.to_owned(), Vec::new());
             stomp.receipt(out, request_id);
             Ok(Flow::Continue)
         }
         "COMMIT" => {
             let tx = transaction_name(&frame)?;
-            let deferred = stomp
+            let held = stomp
                 .transactions
-                .remove(tx)
-                .ok_or_else(|| (ErrorCode::Malformed, format!("no open transaction '{tx}'")))?;
-            commit(deferred, session, ctx)?;
-            // A barrier after the transaction's records: its RECEIPT
-            // follows them to disk (it goes at once if there were none).
-            if request_id != 0 {
-                let done = crate::net::confirmation(ctx.shared, ctx.me, request_id);
-                ctx.shared.broker.store().barrier(done);
-            }
+                .end(&tx.to_owned())
+                .ok_or_else(|| no_transaction(tx))?;
+            commit(held, session, ctx).map_err(|refusal| {
+                let (code, _, message) = refusal.into_parts();
+                (code, message)
+            })?;
+            confirm(request_id, ctx);
             Ok(Flow::Continue)
         }
         "ABORT" => {
             let tx = transaction_name(&frame)?;
             stomp
                 .transactions
-                .remove(tx)
-                .ok_or_else(|| (ErrorCode::Malformed, format!("no open transaction '{tx}'")))?;
+                .end(&tx.to_owned())
+                .ok_or_else(|| no_transaction(tx))?;
             stomp.receipt(out, request_id);
             Ok(Flow::Continue)
         }
@@ -692,6 +692,13 @@ fn settlement(
     Ok((ids, outcome))
 }
 
+fn no_transaction(name: &str) -> (ErrorCode, Refused) {
+    (
+        ErrorCode::Malformed,
+        format!("no open transaction '{name}'"),
+    )
+}
+
 fn transaction_name(frame: &StompFrame) -> Result<&str, (ErrorCode, Refused)> {
     frame.get("transaction").ok_or_else(|| {
         (
@@ -699,35 +706,4 @@ fn transaction_name(frame: &StompFrame) -> Result<&str, (ErrorCode, Refused)> {
             format!("{} needs a transaction header", frame.command),
         )
     })
-}
-
-/// Carries out a transaction's frames in order. A send whose queue is full
-/// fails the COMMIT (it is not held back: the frames after it are already
-/// read).
-fn commit(
-    deferred: Vec<Deferred>,
-    session: &mut Session,
-    ctx: &mut Context<'_>,
-) -> Result<(), (ErrorCode, Refused)> {
-    for d in deferred {
-        match d {
-            Deferred::Send(view) => match publish(view, 0, None, ctx) {
-                Ok(Published::Now | Published::Later) => {}
-                Ok(Published::Held(_)) => {
-                    return Err((
-                        ErrorCode::QueueFull,
-                        "a queue the transaction sends to is full".into(),
-                    ))
-                }
-                Err(refusal) => {
-                    let (code, _, message) = refusal.into_parts();
-                    return Err((code, message));
-                }
-            },
-            Deferred::Settle(ids, outcome) => {
-                settle(ids, outcome, session, ctx);
-            }
-        }
-    }
-    Ok(())
 }

@@ -396,14 +396,17 @@ impl Writer {
                     break;
                 };
                 recovered.records_read += 1;
-                let id = record.id();
-                max_id = max_id.max(id);
-                match record {
-                    Record::End { id } => {
-                        live.remove(&id);
-                    }
-                    r => {
-                        live.insert(id, (r, seq, at as u64, len));
+                // A batch's parts all point at the batch's bytes.
+                for part in record.into_parts() {
+                    let id = part.id();
+                    max_id = max_id.max(id);
+                    match part {
+                        Record::End { id } => {
+                            live.remove(&id);
+                        }
+                        r => {
+                            live.insert(id, (r, seq, at as u64, len));
+                        }
                     }
                 }
                 at += len as usize;
@@ -550,20 +553,22 @@ impl Writer {
 
     /// Updates which records are live after a successful write.
     fn apply(&mut self, offset: u64, len: u32, record: Record) {
-        let Some(current) = self.segments.back_mut() else {
-            return;
-        };
-        match record {
-            Record::End { id } => {
-                if let Some(seq) = self.index.remove(&id) {
-                    if let Some(s) = self.segments.iter_mut().find(|s| s.seq == seq) {
-                        s.live.remove(&id);
+        for part in record.into_parts() {
+            match part {
+                Record::End { id } => {
+                    if let Some(seq) = self.index.remove(&id) {
+                        if let Some(s) = self.segments.iter_mut().find(|s| s.seq == seq) {
+                            s.live.remove(&id);
+                        }
                     }
                 }
-            }
-            r => {
-                current.live.insert(r.id(), (offset, len));
-                self.index.insert(r.id(), current.seq);
+                r => {
+                    let Some(current) = self.segments.back_mut() else {
+                        return;
+                    };
+                    current.live.insert(r.id(), (offset, len));
+                    self.index.insert(r.id(), current.seq);
+                }
             }
         }
     }
@@ -631,8 +636,24 @@ impl Writer {
             let mut bytes = vec![0u8; len as usize];
             file.read_exact_at(&mut bytes, offset)
                 .map_err(io_error(&path))?;
-            moved.push((id, self.current_len() + buf.len() as u64, len));
-            buf.extend_from_slice(&bytes);
+            // Only the live record moves: out of a batch, the part with
+            // its id (the others may have ended).
+            let corrupt = || JournalError::Io {
+                path: path.clone(),
+                source: io::Error::other(format!("record {id} no longer reads back")),
+            };
+            let (record, _) = read_record(&Bytes::from(bytes), 0).ok_or_else(corrupt)?;
+            let part = record
+                .into_parts()
+                .into_iter()
+                .find(|r| r.id() == id)
+                .ok_or_else(corrupt)?;
+            let at = self.current_len() + buf.len() as u64;
+            let len = frame(&part, &mut buf).map_err(|e| JournalError::Io {
+                path: path.clone(),
+                source: io::Error::other(e.to_string()),
+            })?;
+            moved.push((id, at, len));
         }
         let current_path = self
             .segments
@@ -851,6 +872,62 @@ mod tests {
         let (_, r) = Journal::open(c).unwrap();
         assert_eq!(bodies(&r), ["keep me"]);
         assert_eq!(r.records[0].id(), keep);
+    }
+
+    fn queued(j: &Journal, body: &str) -> Record {
+        Record::Enqueue {
+            id: j.next_id(),
+            holder: Holder::Queue("q".into()),
+            block: Bytes::copy_from_slice(body.as_bytes()),
+        }
+    }
+
+    #[test]
+    fn a_torn_batch_recovers_none_of_its_records() {
+        let dir = TempDir::new("torn-batch");
+        let (j, _) = Journal::open(config(&dir)).unwrap();
+        let before = enqueue(&j, "q", "before");
+        let batch = vec![
+            queued(&j, "tx-1"),
+            queued(&j, "tx-2"),
+            Record::End { id: before },
+        ];
+        j.append_atomically(batch, None);
+        sync(&j).unwrap();
+        drop(j);
+        let (j, r) = Journal::open(config(&dir)).unwrap();
+        assert_eq!(bodies(&r), ["tx-1", "tx-2"], "a whole batch takes effect");
+        drop(j);
+        // Cut the last byte of the batch: none of its parts takes effect,
+        // not even the End inside it.
+        let path = last_segment(&dir);
+        let len = fs::metadata(&path).unwrap().len();
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(len - 1).unwrap();
+        let (_, r) = Journal::open(config(&dir)).unwrap();
+        assert_eq!(bodies(&r), ["before"]);
+    }
+
+    #[test]
+    fn compaction_moves_only_the_live_parts_of_a_batch() {
+        let dir = TempDir::new("compact-batch");
+        let mut c = config(&dir);
+        c.segment_size = 4096;
+        c.max_segments = 3;
+        let (j, _) = Journal::open(c.clone()).unwrap();
+        let (gone, kept) = (queued(&j, "gone"), queued(&j, "kept"));
+        let gone_id = gone.id();
+        j.append_atomically(vec![gone, kept], None);
+        j.append(Record::End { id: gone_id }, None);
+        let body = "x".repeat(500);
+        for _ in 0..100 {
+            let id = enqueue(&j, "q", &body);
+            j.append(Record::End { id }, None);
+            sync(&j).unwrap();
+        }
+        drop(j);
+        let (_, r) = Journal::open(c).unwrap();
+        assert_eq!(bodies(&r), ["kept"]);
     }
 
     /// Faults to inject, shared between a test and its disk.

@@ -61,17 +61,31 @@ pub enum Record {
         /// The id of the record it ends.
         id: u64,
     },
+    /// Records that take effect together or not at all (a committed
+    /// transaction): one journal entry under one checksum. Never nested.
+    Batch(Vec<Record>),
 }
 
 const ENQUEUE: u8 = 1;
 const END: u8 = 2;
 const DURABLE: u8 = 3;
+const BATCH: u8 = 4;
 
 impl Record {
-    /// The id this record starts or ends.
+    /// The id this record starts or ends; a batch has none of its own (0).
     pub fn id(&self) -> u64 {
         match self {
             Record::Enqueue { id, .. } | Record::Durable { id, .. } | Record::End { id } => *id,
+            Record::Batch(_) => 0,
+        }
+    }
+
+    /// The single records this one stands for: a batch's parts, in order,
+    /// or the record itself.
+    pub fn into_parts(self) -> Vec<Record> {
+        match self {
+            Record::Batch(parts) => parts,
+            single => vec![single],
         }
     }
 
@@ -113,6 +127,22 @@ impl Record {
                 put_str16(d, pattern, "pattern")?;
                 put_str16(d, selector, "selector")?;
             }
+            Record::Batch(parts) => {
+                d.put_u8(BATCH);
+                let n = u32::try_from(parts.len())
+                    .map_err(|_| herald_protocol::Error::invalid("batch", "too many records"))?;
+                d.put_u32(n);
+                for part in parts {
+                    if matches!(part, Record::Batch(_)) {
+                        return Err(herald_protocol::Error::invalid("batch", "nested batch"));
+                    }
+                    let at = d.len();
+                    d.put_u32(0);
+                    part.encode(d)?;
+                    let len = (d.len() - at - 4) as u32;
+                    d[at..at + 4].copy_from_slice(&len.to_be_bytes());
+                }
+            }
         }
         Ok(())
     }
@@ -152,6 +182,29 @@ impl Record {
                 pattern: c.str16("pattern")?.to_owned(),
                 selector: c.str16("selector")?.to_owned(),
             },
+            BATCH => {
+                let n = c.u32("batch count")? as usize;
+                // Each part takes at least 4 + 9 bytes: the count is
+                // checked before anything is allocated for it.
+                if n > c.remaining() / 13 {
+                    return Err(herald_protocol::Error::invalid(
+                        "batch count",
+                        format!("{n} records do not fit {} bytes", c.remaining()),
+                    ));
+                }
+                let mut parts = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let len = c.u32("part length")? as usize;
+                    let start = c.position();
+                    c.bytes(len, "part")?;
+                    let part = Record::decode(&payload.slice(start..start + len))?;
+                    if matches!(part, Record::Batch(_)) {
+                        return Err(herald_protocol::Error::invalid("batch", "nested batch"));
+                    }
+                    parts.push(part);
+                }
+                Record::Batch(parts)
+            }
             t => {
                 return Err(herald_protocol::Error::invalid(
                     "record type",
@@ -172,6 +225,20 @@ pub trait Store: Send + Sync {
     /// Appends a record; `done` runs once it is durable. Records are
     /// applied in the order they are appended.
     fn append(&self, record: Record, done: Option<Completion>);
+
+    /// Appends records that take effect together or not at all: after a
+    /// crash, all of them are there or none.
+    fn append_atomically(&self, records: Vec<Record>, done: Option<Completion>) {
+        match records.len() {
+            0 => {
+                if let Some(done) = done {
+                    self.barrier(done);
+                }
+            }
+            1 => self.append(records.into_iter().next().expect("one record"), done),
+            _ => self.append(Record::Batch(records), done),
+        }
+    }
 
     /// Runs `done` once every record appended so far is durable.
     fn barrier(&self, done: Completion);
@@ -216,5 +283,29 @@ mod tests {
             }
         }
         assert!(Record::decode(&Bytes::from_static(&[9])).is_err());
+    }
+
+    #[test]
+    fn batches_round_trip_and_refuse_garbage() {
+        let batch = Record::Batch(vec![
+            Record::Enqueue {
+                id: 3,
+                holder: Holder::Queue("q".into()),
+                block: Bytes::from_static(b"one"),
+            },
+            Record::End { id: 1 },
+        ]);
+        let mut b = BytesMut::new();
+        batch.encode(&mut b).unwrap();
+        let bytes = b.freeze();
+        assert_eq!(Record::decode(&bytes).unwrap(), batch);
+        for n in 0..bytes.len() {
+            assert!(Record::decode(&bytes.slice(..n)).is_err(), "cut at {n}");
+        }
+        // An absurd count is refused before anything is allocated.
+        let absurd = Bytes::from_static(&[BATCH, 0xff, 0xff, 0xff, 0xff]);
+        assert!(Record::decode(&absurd).is_err());
+        let nested = Record::Batch(vec![Record::Batch(Vec::new())]);
+        assert!(nested.encode(&mut BytesMut::new()).is_err());
     }
 }
