@@ -1,6 +1,7 @@
 //! `herald`: publish, subscribe and benchmark from the command line.
 
 mod bench;
+mod passwd;
 mod publish;
 mod request;
 mod subscribe;
@@ -37,6 +38,9 @@ enum Command {
     Reply(request::ReplyArgs),
     /// Measure throughput and latency.
     Bench(bench::Args),
+    /// Read a password and print its Argon2 hash, for `[[auth.users]]` in
+    /// the server's config.
+    Passwd,
 }
 
 fn main() -> ExitCode {
@@ -49,6 +53,7 @@ fn main() -> ExitCode {
         Command::Request(args) => request::request(&cli.target, args),
         Command::Reply(args) => request::reply(&cli.target, args),
         Command::Bench(args) => bench::run(&cli.target, args),
+        Command::Passwd => passwd::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

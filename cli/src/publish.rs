@@ -99,6 +99,7 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
     if let Some(ms) = args.delay {
         producer.set_delivery_delay(std::time::Duration::from_millis(ms));
     }
+    let (answers, answered) = std::sync::mpsc::channel();
     for _ in 0..args.count {
         let mut m = message.clone();
         if let Some(ttl) = args.ttl {
@@ -107,11 +108,26 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
                 .map_or(0, |d| d.as_millis() as i64);
             m.expiration = now.saturating_add(ttl.min(i64::MAX as u64) as i64);
         }
-        producer.send(m)?;
+        // Every send asks for a receipt, so a refusal (a forbidden or
+        // full destination) is reported, not lost.
+        let answers = answers.clone();
+        producer.send_async(m, move |result| drop(answers.send(result)))?;
     }
-    // DISCONNECT's receipt comes after the server has handled every frame
-    // sent before it, so this returns once all were routed.
+    // Every send is answered, if only by the end of the connection.
+    let mut first_error = None;
+    for _ in 0..args.count {
+        match answered.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(_) => break,
+        }
+    }
     connection.close()?;
+    if let Some(e) = first_error {
+        return Err(e);
+    }
     eprintln!("published {} message(s) to {destination}", args.count);
     Ok(())
 }

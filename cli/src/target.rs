@@ -26,6 +26,13 @@ pub struct Target {
     /// Client id for the connection (durable subscriptions need one).
     #[arg(long, global = true)]
     pub client_id: Option<String>,
+    /// User name to log in as.
+    #[arg(long, global = true)]
+    pub user: Option<String>,
+    /// Password for --user (or set HERALD_PASSWORD, which stays out of
+    /// the process list and the shell's history).
+    #[arg(long, global = true, env = "HERALD_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
 }
 
 impl Target {
@@ -35,8 +42,14 @@ impl Target {
             Some(name) => ConnectionFactory::lookup(&self.client_config, name)?,
             None => ConnectionFactory::new(&self.server)?,
         };
-        Ok(match &self.client_id {
+        let factory = match &self.client_id {
             Some(id) => factory.with_client_id(id.clone()),
+            None => factory,
+        };
+        Ok(match &self.user {
+            Some(user) => {
+                factory.with_credentials(user.clone(), self.password.clone().unwrap_or_default())
+            }
             None => factory,
         })
     }

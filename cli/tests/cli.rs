@@ -286,3 +286,68 @@ fn request_and_reply_from_two_commands() {
     );
     assert!(replier.wait().unwrap().success());
 }
+
+#[test]
+fn passwd_prints_a_hash_the_server_accepts_for_user_and_password() {
+    let mut child = herald()
+        .arg("passwd")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"s3cret\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let hash = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(hash.starts_with("$argon2id$"), "{hash}");
+
+    let mut config = test_config();
+    config.auth.failed_login_delay_ms = 10;
+    config.auth.roles.insert(
+        "writer".into(),
+        herald_server::config::RoleEntry {
+            publish: vec!["queue:inbox".into()],
+            ..Default::default()
+        },
+    );
+    config.auth.users.push(herald_server::config::UserEntry {
+        name: "ann".into(),
+        password: hash,
+        roles: vec!["writer".into()],
+    });
+    let server = start_with(config);
+    let url = format!("herald://{}", server.local_addr());
+    run_ok(&[
+        "--server",
+        &url,
+        "--user",
+        "ann",
+        "--password",
+        "s3cret",
+        "pub",
+        "--queue",
+        "inbox",
+        "hello",
+    ]);
+    let refused = herald()
+        .args([
+            "--server", &url, "--user", "ann", "pub", "--queue", "inbox", "x",
+        ])
+        .env("HERALD_PASSWORD", "wrong")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("invalid user name or password"), "{err}");
+    let forbidden = herald()
+        .args([
+            "--server", &url, "--user", "ann", "pub", "--queue", "other", "x",
+        ])
+        .env("HERALD_PASSWORD", "s3cret")
+        .output()
+        .unwrap();
+    assert!(!forbidden.status.success());
+    let err = String::from_utf8_lossy(&forbidden.stderr);
+    assert!(err.contains("'publish'"), "{err}");
+}

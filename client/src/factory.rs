@@ -139,6 +139,17 @@ impl ConnectionFactory {
         self
     }
 
+    /// Sets the user name and password connections log in with.
+    pub fn with_credentials(
+        mut self,
+        user: impl Into<String>,
+        password: impl Into<String>,
+    ) -> ConnectionFactory {
+        self.config.user = user.into();
+        self.config.password = password.into();
+        self
+    }
+
     /// Sets the heart-beat interval asked for.
     pub fn with_heartbeat(mut self, interval: Duration) -> ConnectionFactory {
         self.config.heartbeat_ms = interval.as_millis().min(u32::MAX as u128) as u32;

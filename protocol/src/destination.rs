@@ -163,6 +163,31 @@ impl Pattern {
         let name: Vec<&str> = name.split('.').collect();
         matches_words(&self.words, &name)
     }
+
+    /// Whether every name `other` matches is matched by this pattern too
+    /// (a permission for `sales.#` covers a subscription to `sales.*`).
+    /// Conservative: a `#` in `other` is only covered by a `#`.
+    pub fn covers(&self, other: &Pattern) -> bool {
+        covers_words(&self.words, &other.words)
+    }
+}
+
+fn covers_words(p: &[PatternWord], q: &[PatternWord]) -> bool {
+    match p.split_first() {
+        None => q.is_empty(),
+        // Whatever words of `q` it takes, `#` matches them.
+        Some((PatternWord::Hash, rest)) => (0..=q.len()).any(|i| covers_words(rest, &q[i..])),
+        Some((PatternWord::Star, rest)) => match q.split_first() {
+            Some((PatternWord::Star | PatternWord::Literal(_), q_rest)) => {
+                covers_words(rest, q_rest)
+            }
+            _ => false,
+        },
+        Some((PatternWord::Literal(w), rest)) => match q.split_first() {
+            Some((PatternWord::Literal(v), q_rest)) => v == w && covers_words(rest, q_rest),
+            _ => false,
+        },
+    }
 }
 
 fn matches_words(pattern: &[PatternWord], name: &[&str]) -> bool {
@@ -184,6 +209,39 @@ mod tests {
 
     fn m(p: &str, n: &str) -> bool {
         Pattern::parse(p).unwrap().matches(n)
+    }
+
+    fn covers(p: &str, q: &str) -> bool {
+        Pattern::parse(p)
+            .unwrap()
+            .covers(&Pattern::parse(q).unwrap())
+    }
+
+    #[test]
+    fn coverage_between_patterns() {
+        for (p, q) in [
+            ("#", "a.b"),
+            ("#", "#"),
+            ("sales.#", "sales"),
+            ("sales.#", "sales.*"),
+            ("sales.#", "sales.eu.#"),
+            ("sales.*", "sales.eu"),
+            ("sales.*", "sales.*"),
+            ("*.eu", "sales.eu"),
+            ("a.#.z", "a.b.*.z"),
+        ] {
+            assert!(covers(p, q), "{p} covers {q}");
+        }
+        for (p, q) in [
+            ("sales.*", "sales.#"),
+            ("sales.*", "sales.eu.x"),
+            ("sales.eu", "sales.*"),
+            ("sales.#", "other"),
+            ("*", "#"),
+            ("a.#.z", "a.#"),
+        ] {
+            assert!(!covers(p, q), "{p} does not cover {q}");
+        }
     }
 
     #[test]

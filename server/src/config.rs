@@ -85,6 +85,66 @@ pub struct Config {
     pub queues: QueuesConfig,
     /// The STOMP listener.
     pub stomp: StompSection,
+    /// Requests of one connection waiting for the journal (persistent
+    /// sends and commits whose RECEIPT is not sent yet).
+    pub max_pending_receipts: usize,
+    /// Users, roles and their permissions.
+    pub auth: AuthSection,
+}
+
+/// `[auth]`: who may connect and what they may do.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSection {
+    /// Every connection must log in as a user.
+    pub required: bool,
+    /// How long a failed login waits before its ERROR.
+    pub failed_login_delay_ms: u32,
+    /// `[[auth.users]]`.
+    pub users: Vec<UserEntry>,
+    /// `[auth.roles.NAME]`.
+    pub roles: std::collections::BTreeMap<String, RoleEntry>,
+}
+
+impl Default for AuthSection {
+    fn default() -> AuthSection {
+        AuthSection {
+            required: false,
+            failed_login_delay_ms: 1000,
+            users: Vec::new(),
+            roles: std::collections::BTreeMap::new(),
+        }
+    }
+}
+
+/// `[[auth.users]]`: one user.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserEntry {
+    /// The login name.
+    pub name: String,
+    /// The password's Argon2 hash in PHC form (`herald passwd` prints one).
+    pub password: String,
+    /// The roles whose permissions the user has.
+    #[serde(default)]
+    pub roles: Vec<String>,
+}
+
+/// `[auth.roles.NAME]`: what a role may do, as destination patterns
+/// (`queue:` or `topic:` in front limits one to that kind).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoleEntry {
+    /// Send to these destinations.
+    pub publish: Vec<String>,
+    /// Subscribe to these topics and consume from these queues.
+    pub consume: Vec<String>,
+    /// Browse these queues.
+    pub browse: Vec<String>,
+    /// Create and delete durable subscriptions on these topics.
+    pub durable: Vec<String>,
+    /// Use the management interface.
+    pub admin: bool,
 }
 
 /// `[stomp]`: the second listener, for standard STOMP clients.
@@ -235,6 +295,8 @@ impl Default for Config {
             topics: TopicsConfig::default(),
             queues: QueuesConfig::default(),
             stomp: StompSection::default(),
+            max_pending_receipts: 65_536,
+            auth: AuthSection::default(),
         }
     }
 }
@@ -307,6 +369,7 @@ impl Config {
                 self.queues.default_prefetch as usize,
             ),
             ("max_connections", self.max_connections),
+            ("max_pending_receipts", self.max_pending_receipts),
             (
                 "max_subscriptions_per_connection",
                 self.max_subscriptions_per_connection,
@@ -352,6 +415,9 @@ impl Config {
         let prefix = &self.queues.dead_letter_prefix;
         if let Err(e) = herald_protocol::destination::validate_name(&format!("{prefix}x")) {
             return invalid("queues.dead_letter_prefix", e.to_string());
+        }
+        if let Err((key, reason)) = crate::auth::Users::from_config(&self.auth) {
+            return invalid(key, reason);
         }
         for rule in &self.topics.retain {
             if let Err(e) = herald_protocol::Pattern::parse(&rule.pattern) {

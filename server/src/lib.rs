@@ -12,10 +12,12 @@
 //! - [`store`]: persistence: the storage trait and the embedded journal.
 //! - [`stomp`]: the STOMP protocol's handlers, on the same broker.
 //! - [`delivery`]: routed messages on their way to the owning worker.
+//! - [`auth`]: users, passwords and permissions.
 //! - [`config`]: the settings of `herald.toml`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod broker;
 pub mod config;
 pub mod delivery;

@@ -12,6 +12,7 @@ use mio::net::TcpListener;
 use mio::{Poll, Waker};
 use thiserror::Error;
 
+use crate::auth::Authenticator;
 use crate::broker::Broker;
 use crate::config::Config;
 use crate::net::worker::Worker;
@@ -35,6 +36,9 @@ pub enum StartError {
     /// The journal could not be opened or replayed.
     #[error(transparent)]
     Journal(#[from] JournalError),
+    /// The config has a bad value.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// The entry point.
@@ -45,6 +49,7 @@ impl Server {
     /// worker threads. The server runs until the handle is shut down or
     /// dropped.
     pub fn start(config: Config) -> Result<ServerHandle, StartError> {
+        config.validate("the server's config")?;
         let listener = TcpListener::bind(config.listen).map_err(|source| StartError::Bind {
             addr: config.listen,
             source,
@@ -96,7 +101,9 @@ impl Server {
             handles.push(WorkerHandle::new(tx, waker, notified.clone()));
             worker_parts.push((poll, rx, notified));
         }
+        let auth = Authenticator::start(&config.auth)?;
         let shared = Arc::new(Shared {
+            auth,
             broker,
             config,
             workers: handles,

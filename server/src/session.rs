@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::auth::Principal;
 use crate::broker::{AckRef, SubscriptionHandle};
 use crate::handlers::transaction::Transactions;
 
@@ -30,6 +31,10 @@ pub struct Session {
     pub phase: Phase,
     /// The client's id from CONNECT ("" = none).
     pub client_id: String,
+    /// Who logged in, and what they may do.
+    pub principal: Principal,
+    /// Requests waiting for the journal before their RECEIPT.
+    pub pending_receipts: usize,
     /// How long the connection may stay silent before it is closed: the
     /// connect timeout until CONNECT, then the negotiated heart-beat.
     pub silence_limit: Duration,
@@ -52,6 +57,8 @@ impl Session {
         Session {
             phase: Phase::AwaitingConnect,
             client_id: String::new(),
+            principal: Principal::anonymous(),
+            pending_receipts: 0,
             silence_limit: connect_timeout,
             subscriptions: HashMap::new(),
             unacked: HashMap::new(),

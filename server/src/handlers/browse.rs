@@ -9,7 +9,8 @@ use super::{receipt, Context, Flow, Refusal};
 use crate::net::outbound::Outbound;
 use crate::session::Session;
 
-pub fn handle(
+/// A BROWSE frame.
+pub(super) fn handle(
     f: Browse,
     request_id: u32,
     session: &mut Session,
@@ -24,6 +25,12 @@ pub fn handle(
     }
     herald_protocol::destination::validate_name(&f.queue)
         .map_err(|e| Refusal::soft(ErrorCode::InvalidDestination, e.to_string()))?;
+    super::authorize(
+        session,
+        crate::auth::Permission::Browse,
+        herald_protocol::DestinationKind::Queue,
+        &f.queue,
+    )?;
     for m in ctx
         .shared
         .broker

@@ -1,4 +1,4 @@
-//! CONNECT: negotiate the heart-beat, answer CONNECTED.
+//! CONNECT: log in, negotiate the heart-beat, answer CONNECTED.
 
 use std::time::Duration;
 
@@ -9,7 +9,8 @@ use super::{Context, Flow, Refusal};
 use crate::net::outbound::Outbound;
 use crate::session::{Phase, Session};
 
-pub fn handle(
+/// A native CONNECT.
+pub(super) fn handle(
     f: Connect,
     request_id: u32,
     session: &mut Session,
@@ -36,6 +37,30 @@ pub fn handle(
         heartbeat_ms,
         max_frame_size: config.max_frame_size,
     };
-    out.push_frame(&Frame::Connected(connected), request_id);
-    Ok(Flow::Continue)
+    let done = crate::net::login_result(ctx.shared, ctx.me);
+    match ctx.shared.auth.login(&f.user, &f.password, done) {
+        Some(principal) => {
+            session.principal = principal;
+            out.push_frame(&Frame::Connected(connected), request_id);
+            Ok(Flow::Continue)
+        }
+        None => Ok(Flow::Login(Welcome::Native(connected, request_id))),
+    }
+}
+
+/// The answer to a CONNECT whose login is being checked, and its request.
+pub enum Welcome {
+    /// A native CONNECTED.
+    Native(Connected, u32),
+    /// A STOMP CONNECTED.
+    Stomp(herald_protocol::stomp::StompFrame, u32),
+}
+
+impl Welcome {
+    /// The CONNECT's request id.
+    pub fn request_id(&self) -> u32 {
+        match self {
+            Welcome::Native(_, id) | Welcome::Stomp(_, id) => *id,
+        }
+    }
 }

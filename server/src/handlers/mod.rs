@@ -8,7 +8,7 @@
 
 pub mod ack;
 mod browse;
-mod connect;
+pub mod connect;
 mod disconnect;
 mod heartbeat;
 pub mod send;
@@ -49,6 +49,9 @@ pub enum Flow {
     /// A send waits for room in a full queue: stop reading (the producer
     /// is pushed back on through TCP) until the queue wakes it.
     Park(Parked),
+    /// CONNECT's credentials are being checked: stop reading until the
+    /// answer comes, then welcome the client or refuse it.
+    Login(connect::Welcome),
 }
 
 /// A SEND held back because its queue is full.
@@ -152,7 +155,7 @@ fn handle(
     }
     match frame {
         Frame::Connect(f) => connect::handle(f, request_id, session, out, ctx),
-        Frame::Send(message) => send::handle(message, request_id, out, ctx),
+        Frame::Send(message) => send::handle(message, request_id, session, out, ctx),
         Frame::Subscribe(f) => subscribe::handle(f, request_id, session, out, ctx),
         Frame::Unsubscribe(f) => unsubscribe::handle(f, request_id, session, out, ctx),
         Frame::Ping => heartbeat::ping(request_id, out),
@@ -174,6 +177,29 @@ fn handle(
                 format!("{:?} is a server-to-client frame", frame.kind()),
             ))
         }
+    }
+}
+
+/// Refuses what the connection's user lacks `permission` for.
+pub fn authorize(
+    session: &Session,
+    permission: crate::auth::Permission,
+    kind: herald_protocol::DestinationKind,
+    target: &str,
+) -> Result<(), Refusal> {
+    session
+        .principal
+        .check(permission, kind, target)
+        .map_err(|why| Refusal::soft(ErrorCode::NotAuthorized, why))
+}
+
+/// Has the RECEIPT of `request_id` follow what was appended to the
+/// journal so far (at once if nothing was), counting it as pending.
+pub fn await_journal(request_id: u32, session: &mut Session, ctx: &mut Context<'_>) {
+    if request_id != 0 {
+        session.pending_receipts += 1;
+        let done = crate::net::confirmation(ctx.shared, ctx.me, request_id);
+        ctx.shared.broker.store().barrier(done);
     }
 }
 

@@ -3,12 +3,14 @@
 
 use std::time::{Duration, Instant};
 
-use herald_protocol::{ErrorCode, MessageView};
+use herald_protocol::{DeliveryMode, DestinationKind, ErrorCode, MessageView};
 
 use super::{receipt, Context, Flow, Parked, Refusal};
+use crate::auth::Permission;
 use crate::broker::{Room, RouteError};
 use crate::config::FullPolicy;
 use crate::net::outbound::Outbound;
+use crate::session::Session;
 
 /// What became of a published message.
 pub enum Published {
@@ -21,14 +23,35 @@ pub enum Published {
     Held(Parked),
 }
 
+/// Refuses a message the user may not publish. Anyone may answer to a
+/// temporary queue (a request's reply-to).
+pub fn authorize(session: &Session, message: &MessageView) -> Result<(), Refusal> {
+    let kind = message.destination_kind;
+    let name = message.destination();
+    if kind == DestinationKind::Queue && name.starts_with("temp.") {
+        return Ok(());
+    }
+    super::authorize(session, Permission::Publish, kind, name)
+}
+
 /// Routes a message, whatever protocol it came in; `since` is when it was
 /// first held back, if it was.
 pub fn publish(
     message: MessageView,
     request_id: u32,
     since: Option<Instant>,
+    session: &mut Session,
     ctx: &mut Context<'_>,
 ) -> Result<Published, Refusal> {
+    authorize(session, &message)?;
+    let most = ctx.shared.config.max_pending_receipts;
+    let persistent = message.delivery_mode == DeliveryMode::Persistent;
+    if request_id != 0 && persistent && session.pending_receipts >= most {
+        return Err(Refusal::soft(
+            ErrorCode::LimitExceeded,
+            format!("{most} requests of this connection already wait for the journal (max_pending_receipts)"),
+        ));
+    }
     let config = &ctx.shared.config.queues;
     let block = config.full_policy == FullPolicy::Block;
     let room = if block {
@@ -57,8 +80,7 @@ pub fn publish(
     ctx.published += 1;
     if journaled && request_id != 0 {
         // The RECEIPT waits until the journal has the message on disk.
-        let done = crate::net::confirmation(ctx.shared, ctx.me, request_id);
-        ctx.shared.broker.store().barrier(done);
+        super::await_journal(request_id, session, ctx);
         return Ok(Published::Later);
     }
     Ok(Published::Now)
@@ -68,10 +90,11 @@ pub fn publish(
 pub fn handle(
     message: MessageView,
     request_id: u32,
+    session: &mut Session,
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
-    Ok(match publish(message, request_id, None, ctx)? {
+    Ok(match publish(message, request_id, None, session, ctx)? {
         Published::Now => {
             receipt(out, request_id);
             Flow::Continue

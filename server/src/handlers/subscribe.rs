@@ -1,12 +1,11 @@
 //! SUBSCRIBE: a topic subscription (plain, acknowledged or durable) or a
 //! queue consumer.
 
-use std::collections::hash_map::Entry;
-
 use herald_protocol::frame::Subscribe;
-use herald_protocol::ErrorCode;
+use herald_protocol::{DestinationKind, ErrorCode};
 
 use super::{receipt, Context, Flow, Refusal};
+use crate::auth::Permission;
 use crate::broker::{SubscribeError, SubscribeRequest, Subscriber};
 use crate::net::outbound::Outbound;
 use crate::session::Session;
@@ -25,6 +24,36 @@ pub fn refusal(e: SubscribeError) -> Refusal {
     Refusal::soft(code, e.to_string())
 }
 
+/// Refuses a subscription the user lacks a permission for: `consume` on
+/// the destination, and `durable` for a durable one. A connection's own
+/// temporary queues need none.
+pub fn authorize(
+    session: &Session,
+    request: &SubscribeRequest<'_>,
+    ctx: &Context<'_>,
+) -> Result<(), Refusal> {
+    let own = format!("temp.{}.", ctx.me.serial);
+    if request.kind == DestinationKind::Queue && request.destination.starts_with(&own) {
+        return Ok(());
+    }
+    super::authorize(
+        session,
+        Permission::Consume,
+        request.kind,
+        request.destination,
+    )?;
+    let durable = !request.durable_name.is_empty() && (!request.shared || request.durable);
+    if durable && request.kind == DestinationKind::Topic {
+        super::authorize(
+            session,
+            Permission::Durable,
+            request.kind,
+            request.destination,
+        )?;
+    }
+    Ok(())
+}
+
 /// A native SUBSCRIBE frame.
 pub fn handle(
     f: Subscribe,
@@ -40,7 +69,7 @@ pub fn handle(
             format!("this connection already holds {limit} subscriptions, the most allowed"),
         ));
     }
-    let Entry::Vacant(slot) = session.subscriptions.entry(f.subscription_id) else {
+    if session.subscriptions.contains_key(&f.subscription_id) {
         return Err(Refusal::soft(
             ErrorCode::DuplicateSubscription,
             format!(
@@ -48,7 +77,7 @@ pub fn handle(
                 f.subscription_id
             ),
         ));
-    };
+    }
     let prefix = format!("temp.{}.", ctx.me.serial);
     if f.temporary && !f.pattern.starts_with(&prefix) {
         return Err(Refusal::soft(
@@ -72,6 +101,7 @@ pub fn handle(
         shared: f.shared,
         durable: f.durable,
     };
+    authorize(session, &request, ctx)?;
     // The RECEIPT is queued before any message the subscription may
     // already have waiting: deliveries are routed after this frame.
     let handle = ctx
@@ -79,7 +109,7 @@ pub fn handle(
         .broker
         .subscribe(request, subscriber, ctx.deliveries)
         .map_err(refusal)?;
-    slot.insert(handle);
+    session.subscriptions.insert(f.subscription_id, handle);
     if f.temporary && !session.temporary_queues.contains(&f.pattern) {
         session.temporary_queues.push(f.pattern);
     }

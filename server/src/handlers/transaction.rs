@@ -85,16 +85,23 @@ impl<K: std::hash::Hash + Eq + std::fmt::Display + Clone> Transactions<K> {
             let why = format!(
                 "transaction {tx} is rolled back: this connection's open transactions would hold more than max_transaction_bytes ({limit})"
             );
-            self.bytes -= held.bytes;
-            held.ops.clear();
-            held.bytes = 0;
-            held.doomed = Some(why.clone());
+            self.doom(tx, why.clone());
             return Err(Refusal::soft(ErrorCode::LimitExceeded, why));
         }
         self.bytes += cost;
         held.bytes += cost;
         held.ops.push(op);
         Ok(())
+    }
+
+    /// Rolls `tx` back now (opening it if need be): its work is dropped,
+    /// and its COMMIT will fail with `why`.
+    pub fn doom(&mut self, tx: K, why: String) {
+        let held = self.open.entry(tx).or_default();
+        self.bytes -= held.bytes;
+        held.ops.clear();
+        held.bytes = 0;
+        held.doomed.get_or_insert(why);
     }
 
     /// Ends `tx`, returning what it held (None if it was not open).
@@ -151,15 +158,6 @@ pub fn commit(held: Held, session: &mut Session, ctx: &mut Context<'_>) -> Resul
     Ok(broker.end_atomic(atomic, ctx.deliveries))
 }
 
-/// Answers a commit: the RECEIPT follows the transaction's records to disk
-/// (at once if there were none).
-pub fn confirm(request_id: u32, ctx: &mut Context<'_>) {
-    if request_id != 0 {
-        let done = crate::net::confirmation(ctx.shared, ctx.me, request_id);
-        ctx.shared.broker.store().barrier(done);
-    }
-}
-
 /// A native TX_SEND.
 pub fn tx_send(
     f: TxSend,
@@ -168,6 +166,12 @@ pub fn tx_send(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
+    if let Err(refusal) = super::send::authorize(session, &f.message) {
+        let (code, _, why) = refusal.into_parts();
+        let why = format!("transaction {} is rolled back: {why}", f.transaction_id);
+        session.transactions.doom(f.transaction_id, why.clone());
+        return Err(Refusal::soft(code, why));
+    }
     let limit = ctx.shared.config.max_transaction_bytes;
     session
         .transactions
@@ -194,7 +198,7 @@ pub fn handle_commit(
         ));
     }
     commit(held, session, ctx)?;
-    confirm(request_id, ctx);
+    super::await_journal(request_id, session, ctx);
     Ok(Flow::Continue)
 }
 

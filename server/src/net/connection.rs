@@ -11,6 +11,7 @@ use bytes::Bytes;
 use herald_protocol::ErrorCode;
 
 use super::outbound::{Outbound, WriteStatus};
+use crate::handlers::connect::Welcome;
 use crate::handlers::{self, Parked};
 use crate::session::Session;
 use crate::stomp::StompSession;
@@ -45,6 +46,8 @@ pub struct Connection {
     pub closing: bool,
     /// A SEND waiting for room in a full queue; no reading meanwhile.
     pub parked: Option<Parked>,
+    /// A CONNECT whose login is being checked; no reading meanwhile.
+    pub login: Option<Welcome>,
     /// For a STOMP connection, what that protocol needs besides the
     /// session; `None` for the native protocol.
     pub stomp: Option<Box<StompSession>>,
@@ -69,6 +72,7 @@ impl Connection {
             dirty: false,
             closing: false,
             parked: None,
+            login: None,
             stomp,
         }
     }
@@ -94,6 +98,22 @@ impl Connection {
         if fatal {
             self.closing = true;
         }
+    }
+
+    /// Answers a CONNECT whose login succeeded.
+    pub fn welcome(&mut self, welcome: Welcome) {
+        match (welcome, &self.stomp) {
+            (Welcome::Native(connected, request_id), _) => self
+                .out
+                .push_frame(&herald_protocol::Frame::Connected(connected), request_id),
+            (Welcome::Stomp(frame, _), Some(stomp)) => stomp.push(&mut self.out, &frame),
+            (Welcome::Stomp(..), None) => {}
+        }
+    }
+
+    /// Whether reading waits for something (room in a queue, a login).
+    pub fn waiting(&self) -> bool {
+        self.parked.is_some() || self.login.is_some()
     }
 
     /// Queues one delivery; returns whether the server must acknowledge

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use mio::net::TcpStream;
 use mio::{Token, Waker};
 
+use crate::auth::{Authenticator, Principal};
 use crate::broker::{Broker, ConnectionRef};
 use crate::config::Config;
 use crate::delivery::Delivery;
@@ -53,6 +54,13 @@ pub enum Command {
         /// What the store said.
         result: Result<(), String>,
     },
+    /// A login has been checked: go on with the connection, or refuse it.
+    LoggedIn {
+        /// The connection.
+        conn: ConnectionRef,
+        /// Who it is, or why not.
+        result: Result<Principal, String>,
+    },
     /// Close every connection and stop.
     Shutdown,
 }
@@ -68,6 +76,16 @@ pub fn confirmation(shared: &Arc<Shared>, conn: ConnectionRef, request_id: u32) 
                 request_id,
                 result,
             });
+        }
+    })
+}
+
+/// A login completion that reports to `conn`'s worker.
+pub fn login_result(shared: &Arc<Shared>, conn: ConnectionRef) -> crate::auth::LoginDone {
+    let shared = Arc::downgrade(shared);
+    Box::new(move |result| {
+        if let Some(shared) = shared.upgrade() {
+            shared.workers[conn.worker].send(Command::LoggedIn { conn, result });
         }
     })
 }
@@ -121,6 +139,8 @@ pub struct WorkerStats {
 
 /// State shared by the acceptor and every worker of one server.
 pub struct Shared {
+    /// Logs connections in.
+    pub auth: Authenticator,
     /// The server's configuration.
     pub config: Config,
     /// The routing state.

@@ -22,6 +22,7 @@ use slab::Slab;
 use super::connection::{Connection, ReadStatus};
 use super::outbound::WriteStatus;
 use super::{Command, Protocol, Shared, WAKER};
+use crate::auth::Principal;
 use crate::broker::{ConnectionRef, Subscriber};
 use crate::config::SlowConsumerPolicy;
 use crate::delivery::{Deliveries, Delivery};
@@ -154,6 +155,7 @@ impl Worker {
                     request_id,
                     result,
                 }) => self.confirm(conn, request_id, result),
+                Ok(Command::LoggedIn { conn, result }) => self.logged_in(conn, result),
                 Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => {
                     self.running = false;
                     return;
@@ -204,7 +206,7 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(slot) else {
             return;
         };
-        if conn.closing || conn.parked.is_some() {
+        if conn.closing || conn.waiting() {
             return;
         }
         let me = ConnectionRef {
@@ -234,8 +236,8 @@ impl Worker {
             match decode_all(&self.decoder, conn, &mut ctx) {
                 Flow::Continue => {}
                 Flow::Close => break Ok(Flow::Close),
-                Flow::Park(parked) => {
-                    conn.parked = Some(parked);
+                waiting => {
+                    stop(conn, waiting);
                     break Ok(Flow::Continue);
                 }
             }
@@ -283,7 +285,13 @@ impl Worker {
                 published: 0,
             };
             let request_id = parked.request_id;
-            let retried = send::publish(parked.message, request_id, Some(parked.since), &mut ctx);
+            let retried = send::publish(
+                parked.message,
+                request_id,
+                Some(parked.since),
+                &mut conn.session,
+                &mut ctx,
+            );
             let flow = match retried {
                 Ok(Published::Now) => {
                     conn.reply_receipt(request_id);
@@ -297,23 +305,46 @@ impl Worker {
                     Flow::Continue
                 }
             };
-            let flow = match flow {
-                Flow::Continue if !conn.closing => decode_all(&self.decoder, conn, &mut ctx),
-                Flow::Continue => Flow::Close,
-                other => other,
-            };
-            match flow {
-                Flow::Continue => {
-                    // The socket may hold more than was buffered; edge
-                    // triggering will not say so again.
-                    conn.last_read = Instant::now();
-                    self.unfinished.push(target.slot);
-                }
-                Flow::Close => conn.closing = true,
-                Flow::Park(again) => conn.parked = Some(again),
+            if resume(&self.decoder, conn, &mut ctx, flow) {
+                self.unfinished.push(target.slot);
             }
             self.mark_dirty(target.slot);
         }
+    }
+
+    /// Welcomes a connection whose login succeeded and goes on with what
+    /// it sent after CONNECT; refuses one whose login failed.
+    fn logged_in(&mut self, target: ConnectionRef, result: Result<Principal, String>) {
+        let Some(conn) = self
+            .conns
+            .get_mut(target.slot)
+            .filter(|c| c.serial == target.serial)
+        else {
+            return;
+        };
+        let Some(welcome) = conn.login.take() else {
+            return;
+        };
+        match result {
+            Ok(principal) => {
+                conn.session.principal = principal;
+                conn.welcome(welcome);
+                let mut ctx = Context {
+                    shared: &self.shared,
+                    me: target,
+                    deliveries: &mut self.deliveries,
+                    published: 0,
+                };
+                if resume(&self.decoder, conn, &mut ctx, Flow::Continue) {
+                    self.unfinished.push(target.slot);
+                }
+            }
+            Err(why) => {
+                let code = ErrorCode::AuthenticationFailed;
+                conn.reply_error(welcome.request_id(), code, true, why);
+            }
+        }
+        self.mark_dirty(target.slot);
     }
 
     /// Hands each other worker its bucket, delivers this worker's own.
@@ -432,6 +463,7 @@ impl Worker {
         else {
             return;
         };
+        conn.session.pending_receipts = conn.session.pending_receipts.saturating_sub(1);
         match result {
             Ok(()) => conn.reply_receipt(request_id),
             Err(why) => conn.reply_error(request_id, ErrorCode::Internal, false, why),
@@ -585,6 +617,33 @@ impl Worker {
 }
 
 /// Decodes and dispatches every whole frame in the read buffer.
+/// Records why a connection stopped reading.
+fn stop(conn: &mut Connection, flow: Flow) {
+    match flow {
+        Flow::Continue => {}
+        Flow::Close => conn.closing = true,
+        Flow::Park(parked) => conn.parked = Some(parked),
+        Flow::Login(welcome) => conn.login = Some(welcome),
+    }
+}
+
+/// Goes on with a connection after what it waited for: decodes what it
+/// buffered meanwhile. True if its socket must be read again (edge
+/// triggering will not report bytes that arrived while it waited).
+fn resume(decoder: &Decoder, conn: &mut Connection, ctx: &mut Context<'_>, flow: Flow) -> bool {
+    let flow = match flow {
+        Flow::Continue if !conn.closing => decode_all(decoder, conn, ctx),
+        Flow::Continue => Flow::Close,
+        other => other,
+    };
+    if let Flow::Continue = flow {
+        conn.last_read = Instant::now();
+        return true;
+    }
+    stop(conn, flow);
+    false
+}
+
 fn decode_all(decoder: &Decoder, conn: &mut Connection, ctx: &mut Context<'_>) -> Flow {
     if let Some(s) = conn.stomp.as_deref_mut() {
         return stomp::receive(s, &mut conn.read_buf, &mut conn.session, &mut conn.out, ctx);

@@ -29,10 +29,11 @@ use herald_protocol::{Destination, ErrorCode};
 
 use crate::broker::{SubscribeRequest, Subscriber};
 use crate::handlers::ack::{settle, Outcome};
-use crate::handlers::send::{publish, Published};
-use crate::handlers::subscribe::refusal as subscribe_refusal;
-use crate::handlers::transaction::{commit, confirm, Deferred, Transactions};
-use crate::handlers::{unsubscribe, Context, Flow};
+use crate::handlers::connect::Welcome;
+use crate::handlers::send::{authorize as send_authorize, publish, Published};
+use crate::handlers::subscribe::{authorize as subscribe_authorize, refusal as subscribe_refusal};
+use crate::handlers::transaction::{commit, Deferred, Transactions};
+use crate::handlers::{await_journal, unsubscribe, Context, Flow, Refusal};
 use crate::net::outbound::Outbound;
 use crate::session::{Phase, Session};
 
@@ -74,6 +75,12 @@ pub struct StompSession {
 /// A STOMP frame the server refuses: the ERROR's `message` header.
 type Refused = String;
 
+/// A handler's refusal, as STOMP reports it.
+fn refused(refusal: Refusal) -> (ErrorCode, Refused) {
+    let (code, _, message) = refusal.into_parts();
+    (code, message)
+}
+
 impl StompSession {
     /// Holds a frame's work in an open transaction.
     fn hold(
@@ -87,10 +94,7 @@ impl StompSession {
             return Err(no_transaction(&name));
         }
         let limit = ctx.shared.config.max_transaction_bytes;
-        self.transactions.hold(name, op, limit).map_err(|refusal| {
-            let (code, _, message) = refusal.into_parts();
-            (code, message)
-        })
+        self.transactions.hold(name, op, limit).map_err(refused)
     }
 
     /// A session that has not connected yet; `websocket` for one that
@@ -121,7 +125,8 @@ impl StompSession {
         self.version != "1.0"
     }
 
-    fn push(&self, out: &mut Outbound, frame: &StompFrame) {
+    /// Queues a STOMP frame.
+    pub fn push(&self, out: &mut Outbound, frame: &StompFrame) {
         let mut buf = BytesMut::new();
         frame.encode(self.escapes(), &mut buf);
         self.push_bytes(out, &buf);
@@ -308,7 +313,7 @@ fn dispatch(
     }
     let malformed = |m: String| (ErrorCode::Malformed, m);
     match command {
-        "CONNECT" | "STOMP" => connect(&frame, stomp, session, out, ctx),
+        "CONNECT" | "STOMP" => connect(&frame, request_id, stomp, session, out, ctx),
         "SEND" => {
             let mut frame = frame;
             resolve_reply_to(&mut frame, stomp, session, ctx)?;
@@ -316,21 +321,19 @@ fn dispatch(
             stomp.next_message += 1;
             let view = mapping::message_from(&frame, id, now_ms()).map_err(malformed)?;
             if let Some(tx) = frame.get("transaction") {
+                send_authorize(session, &view).map_err(refused)?;
                 stomp.hold(tx, Deferred::Send(view), ctx)?;
                 stomp.receipt(out, request_id);
                 return Ok(Flow::Continue);
             }
-            match publish(view, request_id, None, ctx) {
+            match publish(view, request_id, None, session, ctx) {
                 Ok(Published::Now) => {
                     stomp.receipt(out, request_id);
                     Ok(Flow::Continue)
                 }
                 Ok(Published::Later) => Ok(Flow::Continue),
                 Ok(Published::Held(parked)) => Ok(Flow::Park(parked)),
-                Err(refusal) => {
-                    let (code, _, message) = refusal.into_parts();
-                    Err((code, message))
-                }
+                Err(refusal) => Err(refused(refusal)),
             }
         }
         "SUBSCRIBE" => {
@@ -382,11 +385,8 @@ fn dispatch(
                 .transactions
                 .end(&tx.to_owned())
                 .ok_or_else(|| no_transaction(tx))?;
-            commit(held, session, ctx).map_err(|refusal| {
-                let (code, _, message) = refusal.into_parts();
-                (code, message)
-            })?;
-            confirm(request_id, ctx);
+            commit(held, session, ctx).map_err(refused)?;
+            await_journal(request_id, session, ctx);
             Ok(Flow::Continue)
         }
         "ABORT" => {
@@ -414,6 +414,7 @@ fn now_ms() -> i64 {
 
 fn connect(
     frame: &StompFrame,
+    request_id: u32,
     stomp: &mut StompSession,
     session: &mut Session,
     out: &mut Outbound,
@@ -469,8 +470,18 @@ fn connect(
         .header("server", format!("herald/{}", env!("CARGO_PKG_VERSION")))
         .header("session", ctx.me.serial.to_string())
         .header("heart-beat", format!("{outgoing},{incoming}"));
-    stomp.push(out, &connected);
-    Ok(Flow::Continue)
+    // The same users as the native protocol: login and passcode.
+    let done = crate::net::login_result(ctx.shared, ctx.me);
+    let user = frame.get("login").unwrap_or_default();
+    let password = frame.get("passcode").unwrap_or_default();
+    match ctx.shared.auth.login(user, password, done) {
+        Some(principal) => {
+            session.principal = principal;
+            stomp.push(out, &connected);
+            Ok(Flow::Continue)
+        }
+        None => Ok(Flow::Login(Welcome::Stomp(connected, request_id))),
+    }
 }
 
 fn subscribe(
@@ -557,6 +568,7 @@ fn subscribe_to(
         shared: false,
         durable: false,
     };
+    subscribe_authorize(session, &request, ctx).map_err(refused)?;
     let subscriber = Subscriber {
         conn: ctx.me,
         subscription_id: number,
@@ -565,10 +577,7 @@ fn subscribe_to(
         .shared
         .broker
         .subscribe(request, subscriber, ctx.deliveries)
-        .map_err(|e| {
-            let (code, _, message) = subscribe_refusal(e).into_parts();
-            (code, message)
-        })?;
+        .map_err(|e| refused(subscribe_refusal(e)))?;
     session.subscriptions.insert(number, handle);
     stomp.subscriptions.insert(id.to_owned(), (number, ack));
     stomp.names.insert(number, id.to_owned());
@@ -590,10 +599,7 @@ fn temporary(
         ctx.shared
             .broker
             .temporary_queue(&name, ctx.me.serial)
-            .map_err(|e| {
-                let (code, _, message) = subscribe_refusal(e).into_parts();
-                (code, message)
-            })?;
+            .map_err(|e| refused(subscribe_refusal(e)))?;
         session.temporary_queues.push(name.clone());
     }
     Ok(name)

@@ -1,0 +1,504 @@
+//! Authentication and authorization: users with Argon2 password hashes,
+//! roles with destination patterns per permission.
+//!
+//! Logins are checked on a thread of their own, `herald-auth`: one Argon2
+//! verification takes tens of milliseconds, and a failed login is answered
+//! only after `failed_login_delay_ms`; neither may hold up a worker and the
+//! other connections it serves. The worker parks the connection until the
+//! answer comes back through its inbox.
+//!
+//! With no users configured, credentials are ignored and every connection
+//! may do everything (an open broker). With users, a connection that gives
+//! a name must give its password and gets its roles' permissions; one that
+//! gives none is anonymous, allowed everything unless `auth.required`.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Read;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use herald_protocol::{DestinationKind, Pattern};
+
+use crate::config::{AuthSection, RoleEntry};
+
+/// What an operation needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permission {
+    /// Send to a destination.
+    Publish,
+    /// Subscribe to a topic or consume from a queue.
+    Consume,
+    /// Browse a queue.
+    Browse,
+    /// Create or delete a durable subscription.
+    Durable,
+}
+
+impl Permission {
+    const ALL: [Permission; 4] = [
+        Permission::Publish,
+        Permission::Consume,
+        Permission::Browse,
+        Permission::Durable,
+    ];
+
+    /// Its name in the config and in errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Permission::Publish => "publish",
+            Permission::Consume => "consume",
+            Permission::Browse => "browse",
+            Permission::Durable => "durable",
+        }
+    }
+
+    fn patterns(self, role: &RoleEntry) -> &[String] {
+        match self {
+            Permission::Publish => &role.publish,
+            Permission::Consume => &role.consume,
+            Permission::Browse => &role.browse,
+            Permission::Durable => &role.durable,
+        }
+    }
+}
+
+/// One permission pattern: a destination pattern, for one kind or both.
+struct Grant {
+    kind: Option<DestinationKind>,
+    pattern: Pattern,
+}
+
+impl Grant {
+    fn parse(text: &str) -> Result<Grant, String> {
+        let (kind, pattern) = match text.split_once(':') {
+            Some(("queue", rest)) => (Some(DestinationKind::Queue), rest),
+            Some(("topic", rest)) => (Some(DestinationKind::Topic), rest),
+            Some((other, _)) => {
+                return Err(format!(
+                    "'{text}': '{other}:' is neither 'queue:' nor 'topic:'"
+                ))
+            }
+            None => (None, text),
+        };
+        let pattern = Pattern::parse(pattern).map_err(|e| format!("'{text}': {e}"))?;
+        Ok(Grant { kind, pattern })
+    }
+}
+
+/// What one connection may do.
+pub struct Permissions {
+    /// Grants per [`Permission`], in the order of `Permission::ALL`.
+    grants: [Vec<Grant>; 4],
+    admin: bool,
+    everything: bool,
+}
+
+impl Permissions {
+    /// Anything at all: anonymous connections on an open broker.
+    pub fn everything() -> Permissions {
+        Permissions {
+            grants: Default::default(),
+            admin: true,
+            everything: true,
+        }
+    }
+
+    fn of_roles<'a>(roles: impl Iterator<Item = &'a RoleEntry>) -> Result<Permissions, String> {
+        let mut p = Permissions {
+            grants: Default::default(),
+            admin: false,
+            everything: false,
+        };
+        for role in roles {
+            p.admin |= role.admin;
+            for (i, permission) in Permission::ALL.into_iter().enumerate() {
+                for text in permission.patterns(role) {
+                    p.grants[i].push(Grant::parse(text)?);
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    /// Whether `permission` covers `target` of `kind`: a destination name,
+    /// or a subscription pattern (then every name it matches must be
+    /// covered).
+    pub fn allows(&self, permission: Permission, kind: DestinationKind, target: &str) -> bool {
+        if self.everything {
+            return true;
+        }
+        let grants = self.grants[permission as usize]
+            .iter()
+            .filter(|g| g.kind.is_none_or(|k| k == kind));
+        if !target.contains(['*', '#']) {
+            return grants.into_iter().any(|g| g.pattern.matches(target));
+        }
+        match Pattern::parse(target) {
+            Ok(wanted) => grants.into_iter().any(|g| g.pattern.covers(&wanted)),
+            Err(_) => false,
+        }
+    }
+
+    /// Whether the management interface is allowed.
+    pub fn is_admin(&self) -> bool {
+        self.admin
+    }
+}
+
+/// Who a connection is, and what it may do.
+#[derive(Clone)]
+pub struct Principal {
+    /// The user name; empty for an anonymous connection.
+    pub user: String,
+    /// Its permissions.
+    pub permissions: Arc<Permissions>,
+}
+
+impl Principal {
+    /// An anonymous connection that may do everything.
+    pub fn anonymous() -> Principal {
+        static EVERYTHING: OnceLock<Arc<Permissions>> = OnceLock::new();
+        Principal {
+            user: String::new(),
+            permissions: EVERYTHING
+                .get_or_init(|| Arc::new(Permissions::everything()))
+                .clone(),
+        }
+    }
+
+    /// Refuses, naming the permission, what this principal may not do.
+    pub fn check(
+        &self,
+        permission: Permission,
+        kind: DestinationKind,
+        target: &str,
+    ) -> Result<(), String> {
+        if self.permissions.allows(permission, kind, target) {
+            return Ok(());
+        }
+        let kind = match kind {
+            DestinationKind::Queue => "queue",
+            DestinationKind::Topic => "topic",
+        };
+        Err(format!(
+            "user '{}' lacks the '{}' permission for {kind} '{target}'",
+            self.user,
+            permission.name()
+        ))
+    }
+}
+
+struct User {
+    /// The Argon2 hash in PHC form, checked when the config was loaded.
+    hash: String,
+    permissions: Arc<Permissions>,
+}
+
+/// The users and rules of one config.
+pub struct Users {
+    required: bool,
+    delay: Duration,
+    users: HashMap<String, User>,
+}
+
+impl Users {
+    /// Checks and compiles `[auth]`; a bad entry is named by its key.
+    pub fn from_config(config: &AuthSection) -> Result<Users, (&'static str, String)> {
+        for (name, role) in &config.roles {
+            Permissions::of_roles(std::iter::once(role))
+                .map_err(|e| ("auth.roles", format!("role '{name}': {e}")))?;
+        }
+        let mut users = HashMap::new();
+        for u in &config.users {
+            if u.name.is_empty() {
+                return Err(("auth.users.name", "a user name is empty".into()));
+            }
+            PasswordHash::new(&u.password).map_err(|e| {
+                (
+                    "auth.users.password",
+                    format!(
+                        "user '{}': not an Argon2 hash in PHC form ({e}); `herald passwd` prints one",
+                        u.name
+                    ),
+                )
+            })?;
+            let roles = u
+                .roles
+                .iter()
+                .map(|r| {
+                    config.roles.get(r).ok_or_else(|| {
+                        (
+                            "auth.users.roles",
+                            format!("user '{}': no role '{r}' in [auth.roles]", u.name),
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let permissions = Permissions::of_roles(roles.into_iter())
+                .map_err(|e| ("auth.roles", format!("user '{}': {e}", u.name)))?;
+            let user = User {
+                hash: u.password.clone(),
+                permissions: Arc::new(permissions),
+            };
+            if users.insert(u.name.clone(), user).is_some() {
+                return Err((
+                    "auth.users.name",
+                    format!("user '{}' is listed twice", u.name),
+                ));
+            }
+        }
+        Ok(Users {
+            required: config.required,
+            delay: Duration::from_millis(config.failed_login_delay_ms.into()),
+            users,
+        })
+    }
+
+    /// The principal for these credentials, if no password check is
+    /// needed: an open broker, or an anonymous connection where that is
+    /// allowed.
+    fn at_once(&self, user: &str) -> Option<Principal> {
+        let open = self.users.is_empty() || (user.is_empty() && !self.required);
+        open.then(Principal::anonymous)
+    }
+
+    /// Checks a password; unknown users cost the same time as known ones.
+    fn verify(&self, user: &str, password: &str) -> Result<Principal, String> {
+        if user.is_empty() {
+            return Err("this server requires a user name and password".into());
+        }
+        let refused = || format!("invalid user name or password for '{user}'");
+        let (hash, permissions) = match self.users.get(user) {
+            Some(u) => (u.hash.as_str(), Some(&u.permissions)),
+            None => (dummy_hash(), None),
+        };
+        let parsed = PasswordHash::new(hash).map_err(|_| refused())?;
+        let matched = Argon2::default()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok();
+        match (matched, permissions) {
+            (true, Some(permissions)) => Ok(Principal {
+                user: user.to_owned(),
+                permissions: permissions.clone(),
+            }),
+            _ => Err(refused()),
+        }
+    }
+}
+
+/// A hash of nothing anyone knows, verified against for unknown users.
+fn dummy_hash() -> &'static str {
+    static DUMMY: OnceLock<String> = OnceLock::new();
+    DUMMY.get_or_init(|| hash_password("herald: no such user").unwrap_or_default())
+}
+
+/// Hashes a password with Argon2id and a random salt, in PHC form, for
+/// `[[auth.users]]`.
+pub fn hash_password(password: &str) -> Result<String, String> {
+    let mut salt = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut salt))
+        .map_err(|e| format!("cannot read random bytes for a salt: {e}"))?;
+    let salt = SaltString::encode_b64(&salt).map_err(|e| e.to_string())?;
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// Called with the outcome of a login: the principal, or why not.
+pub type LoginDone = Box<dyn FnOnce(Result<Principal, String>) + Send>;
+
+struct Job {
+    user: String,
+    password: String,
+    done: LoginDone,
+}
+
+/// Logs connections in: at once where no password check is needed, on
+/// the `herald-auth` thread otherwise.
+pub struct Authenticator {
+    users: Arc<RwLock<Arc<Users>>>,
+    jobs: Mutex<Option<Sender<Job>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Authenticator {
+    /// Compiles the config and starts the thread.
+    pub fn start(config: &AuthSection) -> std::io::Result<Authenticator> {
+        let users = Users::from_config(config)
+            .map_err(|(key, why)| std::io::Error::other(format!("{key}: {why}")))?;
+        let users = Arc::new(RwLock::new(Arc::new(users)));
+        let (tx, rx) = mpsc::channel();
+        let shared = users.clone();
+        let thread = std::thread::Builder::new()
+            .name("herald-auth".into())
+            .spawn(move || run(rx, shared))?;
+        Ok(Authenticator {
+            users,
+            jobs: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    fn current(&self) -> Arc<Users> {
+        self.users.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Logs a connection in. Returns the principal if that takes no
+    /// password check; otherwise `done` gets the outcome later, a failure
+    /// only after the configured delay.
+    pub fn login(&self, user: &str, password: &str, done: LoginDone) -> Option<Principal> {
+        if let Some(principal) = self.current().at_once(user) {
+            return Some(principal);
+        }
+        let job = Job {
+            user: user.to_owned(),
+            password: password.to_owned(),
+            done,
+        };
+        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        match jobs.as_ref().map(|tx| tx.send(job)) {
+            Some(Ok(())) => {}
+            Some(Err(mpsc::SendError(job))) => (job.done)(Err("the server is stopping".into())),
+            None => {}
+        }
+        None
+    }
+}
+
+impl Drop for Authenticator {
+    fn drop(&mut self) {
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // The last reference to the server can go on the auth thread
+        // itself (in a login's completion); it cannot wait for itself.
+        if let Some(thread) = thread.filter(|t| t.thread().id() != std::thread::current().id()) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The auth thread: checks logins in order, holds failures back.
+fn run(jobs: Receiver<Job>, users: Arc<RwLock<Arc<Users>>>) {
+    let mut failed: VecDeque<(Instant, LoginDone, String)> = VecDeque::new();
+    loop {
+        let now = Instant::now();
+        while failed.front().is_some_and(|(due, ..)| *due <= now) {
+            if let Some((_, done, why)) = failed.pop_front() {
+                done(Err(why));
+            }
+        }
+        let next = match failed.front() {
+            Some((due, ..)) => jobs.recv_timeout(due.saturating_duration_since(now)),
+            None => jobs.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        let job = match next {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        let users = users.read().unwrap_or_else(|p| p.into_inner()).clone();
+        match users.verify(&job.user, &job.password) {
+            Ok(principal) => (job.done)(Ok(principal)),
+            Err(why) => {
+                log::info!("failed login as '{}'", job.user);
+                failed.push_back((Instant::now() + users.delay, job.done, why));
+            }
+        }
+    }
+    // Stopping: answer whoever still waits.
+    for (_, done, why) in failed {
+        done(Err(why));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::UserEntry;
+
+    fn config() -> AuthSection {
+        let mut c = AuthSection::default();
+        c.roles.insert(
+            "orders".into(),
+            RoleEntry {
+                publish: vec!["queue:orders.#".into(), "topic:events.*".into()],
+                consume: vec!["sales.#".into()],
+                ..RoleEntry::default()
+            },
+        );
+        c.users.push(UserEntry {
+            name: "alice".into(),
+            password: hash_password("secret").unwrap(),
+            roles: vec!["orders".into()],
+        });
+        c
+    }
+
+    #[test]
+    fn passwords_verify_and_wrong_ones_do_not() {
+        let users = Users::from_config(&config()).unwrap();
+        let alice = users.verify("alice", "secret").unwrap();
+        assert_eq!(alice.user, "alice");
+        for (user, password) in [("alice", "Secret"), ("bob", "secret"), ("", "")] {
+            assert!(users.verify(user, password).is_err(), "{user}/{password}");
+        }
+        assert!(
+            users.at_once("").is_some(),
+            "anonymous allowed unless required"
+        );
+        assert!(users.at_once("alice").is_none(), "a named user is checked");
+    }
+
+    #[test]
+    fn permissions_follow_kinds_and_patterns() {
+        let users = Users::from_config(&config()).unwrap();
+        let p = &users.verify("alice", "secret").unwrap().permissions;
+        let (q, t) = (DestinationKind::Queue, DestinationKind::Topic);
+        assert!(p.allows(Permission::Publish, q, "orders.eu"));
+        assert!(
+            !p.allows(Permission::Publish, t, "orders.eu"),
+            "queue: only"
+        );
+        assert!(p.allows(Permission::Publish, t, "events.new"));
+        assert!(!p.allows(Permission::Publish, t, "events.new.x"));
+        assert!(p.allows(Permission::Consume, t, "sales.*"));
+        assert!(p.allows(Permission::Consume, q, "sales.eu"));
+        assert!(!p.allows(Permission::Consume, t, "#"));
+        assert!(!p.allows(Permission::Browse, q, "orders.eu"));
+        assert!(!p.is_admin());
+        let e = users
+            .verify("alice", "secret")
+            .unwrap()
+            .check(Permission::Browse, q, "orders.eu")
+            .unwrap_err();
+        assert!(e.contains("'browse'") && e.contains("orders.eu"), "{e}");
+    }
+
+    #[test]
+    fn bad_auth_config_is_refused_by_key() {
+        let mut c = config();
+        c.users[0].password = "plain text".into();
+        assert_eq!(
+            Users::from_config(&c).err().unwrap().0,
+            "auth.users.password"
+        );
+        let mut c = config();
+        c.users[0].roles = vec!["nobody".into()];
+        assert_eq!(Users::from_config(&c).err().unwrap().0, "auth.users.roles");
+        let mut c = config();
+        c.users.push(c.users[0].clone());
+        assert_eq!(Users::from_config(&c).err().unwrap().0, "auth.users.name");
+        let mut c = config();
+        c.roles.get_mut("orders").unwrap().browse = vec!["queues:x".into()];
+        assert_eq!(Users::from_config(&c).err().unwrap().0, "auth.roles");
+        let mut c = config();
+        c.roles.get_mut("orders").unwrap().browse = vec!["a..b".into()];
+        assert_eq!(Users::from_config(&c).err().unwrap().0, "auth.roles");
+    }
+}
