@@ -26,6 +26,10 @@ pub struct Target {
     /// Client id for the connection (durable subscriptions need one).
     #[arg(long, global = true)]
     pub client_id: Option<String>,
+    /// For a herald+tls:// server: PEM file of the CA that signed its
+    /// certificate.
+    #[arg(long, global = true)]
+    pub tls_ca: Option<String>,
     /// User name to log in as.
     #[arg(long, global = true)]
     pub user: Option<String>,
@@ -41,6 +45,10 @@ impl Target {
         let factory = match &self.factory {
             Some(name) => ConnectionFactory::lookup(&self.client_config, name)?,
             None => ConnectionFactory::new(&self.server)?,
+        };
+        let factory = match &self.tls_ca {
+            Some(ca) => factory.with_tls_ca(ca.clone()),
+            None => factory,
         };
         let factory = match &self.client_id {
             Some(id) => factory.with_client_id(id.clone()),

@@ -22,11 +22,13 @@ use bytes::BytesMut;
 use herald_protocol::codec::DecodeError;
 use herald_protocol::frame::{Connect, Connected, Delivery};
 use herald_protocol::{Decoder, Frame, FrameKind, Message, RawFrame};
+use rustls::ClientConfig;
 
 use crate::consumer::ConsumerShared;
 use crate::error::{Error, Result};
 use crate::factory::FactoryConfig;
 use crate::session::{AckMode, Session, SessionShared};
+use crate::transport::{ReadHalf, Transport};
 use crate::writer::Writer;
 
 /// Largest frame the client accepts from a server.
@@ -253,8 +255,15 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Opens a connection to `address` with these settings.
-    pub(crate) fn open(address: String, config: FactoryConfig) -> Result<Connection> {
+    /// Opens a connection to `host:port` with these settings, over TLS
+    /// with `tls`.
+    pub(crate) fn open(
+        host: &str,
+        port: u16,
+        tls: Option<Arc<ClientConfig>>,
+        config: FactoryConfig,
+    ) -> Result<Connection> {
+        let address = format!("{host}:{port}");
         let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
         let addrs: Vec<_> = address
             .to_socket_addrs()
@@ -271,7 +280,7 @@ impl Connection {
                 Err(e) => last_error = Some(e),
             }
         }
-        let Some(mut stream) = stream else {
+        let Some(stream) = stream else {
             let e =
                 last_error.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"));
             return Err(Error::io(format!("cannot connect to {address}"), e));
@@ -279,7 +288,12 @@ impl Connection {
         let ctx = |what: &str| format!("{what} {address}");
         stream
             .set_nodelay(true)
+            .and_then(|()| stream.set_read_timeout(Some(connect_timeout)))
             .map_err(|e| Error::io(ctx("cannot configure socket to"), e))?;
+        let transport = Transport::new(stream, tls.map(|config| (config, host)))?;
+        let io_error = |e| Error::io(ctx("cannot use the socket to"), e);
+        let mut stream = transport.reader().map_err(io_error)?;
+        let mut write_stream = transport.writer().map_err(io_error)?;
 
         // The handshake is synchronous, before any thread starts.
         let connect = Frame::Connect(Connect {
@@ -290,12 +304,9 @@ impl Connection {
         });
         let mut buf = BytesMut::new();
         connect.encode(0, &mut buf)?;
-        stream
+        write_stream
             .write_all(&buf)
             .map_err(|e| Error::io(ctx("cannot send CONNECT to"), e))?;
-        stream
-            .set_read_timeout(Some(connect_timeout))
-            .map_err(|e| Error::io(ctx("cannot configure socket to"), e))?;
         let decoder = Decoder::new(MAX_INBOUND_FRAME);
         let mut rbuf = BytesMut::new();
         let raw = loop {
@@ -345,16 +356,12 @@ impl Connection {
         };
 
         let heartbeat = Duration::from_millis(connected.heartbeat_ms.into());
-        let read_stream = stream
-            .try_clone()
-            .map_err(|e| Error::io("cannot clone socket", e))?;
-        let write_stream = stream
-            .try_clone()
-            .map_err(|e| Error::io("cannot clone socket", e))?;
+        let read_stream = stream;
+        let socket = transport.socket_handle().map_err(io_error)?;
         let inner = Arc::new(Inner {
             config,
             writer: Writer::new(),
-            stream,
+            stream: socket,
             connected,
             pending: Mutex::new(HashMap::new()),
             next_request: AtomicU32::new(1),
@@ -483,7 +490,7 @@ impl Drop for Connection {
 }
 
 /// The reader thread: decode, dispatch, keep the heart beating.
-fn read_loop(inner: Arc<Inner>, mut stream: TcpStream, mut buf: BytesMut, heartbeat: Duration) {
+fn read_loop(inner: Arc<Inner>, mut stream: ReadHalf, mut buf: BytesMut, heartbeat: Duration) {
     let _ = inner.reader_thread.set(std::thread::current().id());
     let decoder = Decoder::new(MAX_INBOUND_FRAME);
     // Ping when either direction has been quiet for a third of the

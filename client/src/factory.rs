@@ -13,13 +13,20 @@ use crate::error::{Error, Result};
 
 /// The default port of the native protocol.
 pub const DEFAULT_PORT: u16 = 7777;
+/// The default port of the native protocol over TLS.
+pub const DEFAULT_TLS_PORT: u16 = 7443;
 
 /// One factory's settings; see `config/client.toml`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FactoryConfig {
-    /// `herald://host:port`.
+    /// `herald://host:port`, or `herald+tls://host:port`; several
+    /// `host:port` separated by commas are tried in order.
     pub url: String,
+    /// For `herald+tls://`: a PEM file with the certificate authorities
+    /// whose server certificates are trusted.
+    #[serde(default)]
+    pub tls_ca: String,
     /// Client id sent in CONNECT.
     #[serde(default)]
     pub client_id: String,
@@ -68,16 +75,18 @@ struct ClientFile {
 #[derive(Debug, Clone)]
 pub struct ConnectionFactory {
     config: FactoryConfig,
-    host: String,
-    port: u16,
+    tls: bool,
+    servers: Vec<(String, u16)>,
 }
 
 impl ConnectionFactory {
-    /// A factory for `herald://[user[:password]@]host[:port]`, other
+    /// A factory for `herald[+tls]://[user[:password]@]host[:port]`
+    /// (several `host[:port]` may follow, separated by commas), other
     /// settings at their defaults.
     pub fn new(url: &str) -> Result<ConnectionFactory> {
         ConnectionFactory::from_config(FactoryConfig {
             url: url.to_owned(),
+            tls_ca: String::new(),
             client_id: String::new(),
             user: String::new(),
             password: String::new(),
@@ -112,12 +121,12 @@ impl ConnectionFactory {
 
     /// A factory from explicit settings.
     pub fn from_config(mut config: FactoryConfig) -> Result<ConnectionFactory> {
-        let (user, password, host, port) = parse_url(&config.url)?;
+        let url = parse_url(&config.url)?;
         if config.user.is_empty() {
-            config.user = user;
+            config.user = url.user;
         }
         if config.password.is_empty() {
-            config.password = password;
+            config.password = url.password;
         }
         for (key, value) in [
             ("connect_timeout_ms", config.connect_timeout_ms),
@@ -130,7 +139,11 @@ impl ConnectionFactory {
                 )));
             }
         }
-        Ok(ConnectionFactory { config, host, port })
+        Ok(ConnectionFactory {
+            config,
+            tls: url.tls,
+            servers: url.servers,
+        })
     }
 
     /// Sets the client id of connections made from now on.
@@ -150,6 +163,13 @@ impl ConnectionFactory {
         self
     }
 
+    /// Trusts the certificate authorities in this PEM file for
+    /// `herald+tls://`.
+    pub fn with_tls_ca(mut self, path: impl Into<String>) -> ConnectionFactory {
+        self.config.tls_ca = path.into();
+        self
+    }
+
     /// Sets the heart-beat interval asked for.
     pub fn with_heartbeat(mut self, interval: Duration) -> ConnectionFactory {
         self.config.heartbeat_ms = interval.as_millis().min(u32::MAX as u128) as u32;
@@ -161,34 +181,68 @@ impl ConnectionFactory {
         &self.config
     }
 
-    /// `host:port`.
+    /// `host:port` of the first server.
     pub fn address(&self) -> String {
-        format!("{}:{}", self.host, self.port)
+        let (host, port) = &self.servers[0];
+        format!("{host}:{port}")
     }
 
-    /// Opens a connection: TCP, CONNECT, CONNECTED.
+    /// Opens a connection: TCP (and TLS), CONNECT, CONNECTED. With several
+    /// servers, the first that answers.
     pub fn create_connection(&self) -> Result<Connection> {
-        Connection::open(self.address(), self.config.clone())
+        let tls = match (self.tls, self.config.tls_ca.as_str()) {
+            (false, _) => None,
+            (true, "") => {
+                return Err(Error::InvalidArgument(format!(
+                    "{}: herald+tls:// needs the CA that signed the server's certificate (tls_ca)",
+                    self.config.url
+                )))
+            }
+            (true, ca) => Some(crate::transport::client_config(Path::new(ca))?),
+        };
+        let mut last = None;
+        for (host, port) in &self.servers {
+            match Connection::open(host, *port, tls.clone(), self.config.clone()) {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::InvalidArgument("no server".into())))
     }
 }
 
-type UrlParts = (String, String, String, u16);
+/// What a URL says.
+#[derive(Debug, PartialEq, Eq)]
+struct Url {
+    tls: bool,
+    user: String,
+    password: String,
+    /// (host, port), in the order to try them.
+    servers: Vec<(String, u16)>,
+}
 
-fn parse_url(url: &str) -> Result<UrlParts> {
+/// `herald[+tls]://[user[:password]@]host[:port][,host[:port]...]`.
+fn parse_url(url: &str) -> Result<Url> {
     let bad = |reason: &str| Error::InvalidUrl {
         url: url.to_owned(),
         reason: reason.to_owned(),
     };
-    let rest = url
-        .strip_prefix("herald://")
-        .ok_or_else(|| bad("must start with herald://"))?;
+    let (tls, rest) = match (
+        url.strip_prefix("herald://"),
+        url.strip_prefix("herald+tls://"),
+    ) {
+        (Some(rest), _) => (false, rest),
+        (_, Some(rest)) => (true, rest),
+        _ => return Err(bad("must start with herald:// or herald+tls://")),
+    };
+    let default_port = if tls { DEFAULT_TLS_PORT } else { DEFAULT_PORT };
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     if rest.contains('/') || rest.contains('?') {
         return Err(bad(
-            "only herald://[user[:password]@]host[:port] is understood",
+            "only herald[+tls]://[user[:password]@]host[:port][,host[:port]...] is understood",
         ));
     }
-    let (credentials, hostport) = match rest.rsplit_once('@') {
+    let (credentials, hosts) = match rest.rsplit_once('@') {
         Some((c, h)) => (Some(c), h),
         None => (None, rest),
     };
@@ -199,37 +253,45 @@ fn parse_url(url: &str) -> Result<UrlParts> {
         },
         None => (String::new(), String::new()),
     };
+    let servers = hosts
+        .split(',')
+        .map(|hostport| parse_server(hostport, default_port).map_err(bad))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Url {
+        tls,
+        user,
+        password,
+        servers,
+    })
+}
+
+/// `host[:port]`, `[v6]:port` or `[v6]`.
+fn parse_server(
+    hostport: &str,
+    default_port: u16,
+) -> std::result::Result<(String, u16), &'static str> {
+    let port = |p: &str| {
+        p.parse()
+            .map_err(|_| "port is not a number from 0 to 65535")
+    };
     let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
-        let (host, after) = v6
-            .split_once(']')
-            .ok_or_else(|| bad("unclosed [ in IPv6 address"))?;
+        let (host, after) = v6.split_once(']').ok_or("unclosed [ in IPv6 address")?;
         let port = match after.strip_prefix(':') {
-            Some(p) => p
-                .parse()
-                .map_err(|_| bad("port is not a number from 0 to 65535"))?,
-            None if after.is_empty() => DEFAULT_PORT,
-            None => return Err(bad("junk after IPv6 address")),
+            Some(p) => port(p)?,
+            None if after.is_empty() => default_port,
+            None => return Err("junk after IPv6 address"),
         };
-        (host.to_owned(), port)
+        (format!("[{host}]"), port)
     } else {
         match hostport.rsplit_once(':') {
-            Some((h, p)) => (
-                h.to_owned(),
-                p.parse()
-                    .map_err(|_| bad("port is not a number from 0 to 65535"))?,
-            ),
-            None => (hostport.to_owned(), DEFAULT_PORT),
+            Some((h, p)) => (h.to_owned(), port(p)?),
+            None => (hostport.to_owned(), default_port),
         }
     };
-    if host.is_empty() {
-        return Err(bad("no host"));
+    if host.is_empty() || host == "[]" {
+        return Err("no host");
     }
-    let host = if host.contains(':') {
-        format!("[{host}]")
-    } else {
-        host
-    };
-    Ok((user, password, host, port))
+    Ok((host, port))
 }
 
 #[cfg(test)]
@@ -248,6 +310,13 @@ mod tests {
         );
         let f = ConnectionFactory::new("herald://[::1]:9/").unwrap();
         assert_eq!(f.address(), "[::1]:9");
+        let url = parse_url("herald+tls://u@a,b:8,[::1]").unwrap();
+        assert!(url.tls);
+        assert_eq!(url.user, "u");
+        assert_eq!(
+            url.servers,
+            [("a".into(), 7443), ("b".into(), 8), ("[::1]".into(), 7443)]
+        );
         for bad in [
             "http://x",
             "herald://",
@@ -256,6 +325,8 @@ mod tests {
             "herald://h/path",
             "herald://[::1",
             "herald://[::1]x",
+            "herald://a,",
+            "herald+tcp://a",
         ] {
             assert!(
                 matches!(ConnectionFactory::new(bad), Err(Error::InvalidUrl { .. })),

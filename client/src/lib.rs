@@ -26,6 +26,7 @@ pub mod factory;
 mod producer;
 mod requestor;
 mod session;
+mod transport;
 mod writer;
 
 pub use connection::Connection;

@@ -8,7 +8,6 @@
 //! bytes a sender waits for the flusher, which is the client's flow control.
 
 use std::io::Write;
-use std::net::TcpStream;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -121,7 +120,7 @@ impl Writer {
     }
 
     /// The flusher thread's body.
-    pub fn run_flusher(&self, mut stream: TcpStream) {
+    pub fn run_flusher(&self, mut stream: impl Write) {
         let mut spare = BytesMut::with_capacity(64 * 1024);
         loop {
             {

@@ -90,6 +90,33 @@ pub struct Config {
     pub max_pending_receipts: usize,
     /// Users, roles and their permissions.
     pub auth: AuthSection,
+    /// The TLS listener.
+    pub tls: TlsSection,
+}
+
+/// `[tls]`: a listener for the native protocol over TLS.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsSection {
+    /// Whether the TLS listener runs.
+    pub enabled: bool,
+    /// Its address.
+    pub listen: SocketAddr,
+    /// PEM file with the server's certificate chain, its own first.
+    pub cert: PathBuf,
+    /// PEM file with the certificate's private key.
+    pub key: PathBuf,
+}
+
+impl Default for TlsSection {
+    fn default() -> TlsSection {
+        TlsSection {
+            enabled: false,
+            listen: SocketAddr::from(([127, 0, 0, 1], 7443)),
+            cert: PathBuf::new(),
+            key: PathBuf::new(),
+        }
+    }
 }
 
 /// `[auth]`: who may connect and what they may do.
@@ -297,6 +324,7 @@ impl Default for Config {
             stomp: StompSection::default(),
             max_pending_receipts: 65_536,
             auth: AuthSection::default(),
+            tls: TlsSection::default(),
         }
     }
 }
@@ -416,6 +444,15 @@ impl Config {
         if let Err(e) = herald_protocol::destination::validate_name(&format!("{prefix}x")) {
             return invalid("queues.dead_letter_prefix", e.to_string());
         }
+        if self.tls.enabled && self.tls.cert.as_os_str().is_empty() {
+            return invalid(
+                "tls.cert",
+                "the TLS listener needs a certificate file".into(),
+            );
+        }
+        if self.tls.enabled && self.tls.key.as_os_str().is_empty() {
+            return invalid("tls.key", "the TLS listener needs a key file".into());
+        }
         if let Err((key, reason)) = crate::auth::Users::from_config(&self.auth) {
             return invalid(key, reason);
         }
@@ -468,6 +505,9 @@ mod tests {
             ("heartbeat_ms = 50", "heartbeat_ms"),
             ("max_pending_bytes = 2048", "max_pending_bytes"),
             ("max_transaction_bytes = 2048", "max_transaction_bytes"),
+            ("[tls]\nenabled = true", "tls.cert"),
+            ("[tls]\nenabled = true\ncert = \"c.pem\"", "tls.key"),
+            ("max_pending_receipts = 0", "max_pending_receipts"),
             ("[topics]\ndeclared = [\"a..b\"]", "topics.declared"),
             ("[journal]\nfsync = \"sometimes\"", "fsync"),
             ("[journal]\nsegment_size = 10", "journal.segment_size"),

@@ -34,6 +34,10 @@ struct Args {
     /// Address of the STOMP-over-WebSocket listener, overriding the config.
     #[arg(long)]
     stomp_ws_listen: Option<SocketAddr>,
+    /// Address of the TLS listener (it needs tls.cert and tls.key),
+    /// overriding the config.
+    #[arg(long)]
+    tls_listen: Option<SocketAddr>,
 }
 
 fn main() -> ExitCode {
@@ -67,6 +71,10 @@ fn main() -> ExitCode {
         config.stomp.websocket_listen = addr;
         config.stomp.websocket_enabled = true;
     }
+    if let Some(addr) = args.tls_listen {
+        config.tls.listen = addr;
+        config.tls.enabled = true;
+    }
     if let Err(e) = config.validate("command line") {
         eprintln!("herald-server: {e}");
         return ExitCode::from(2);
@@ -97,6 +105,9 @@ fn main() -> ExitCode {
         announce.push_str(&format!(
             "herald-server STOMP over WebSocket listening on {addr}\n"
         ));
+    }
+    if let Some(addr) = server.tls_addr() {
+        announce.push_str(&format!("herald-server TLS listening on {addr}\n"));
     }
     let mut stdout = std::io::stdout();
     let _ = stdout

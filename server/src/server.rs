@@ -36,6 +36,9 @@ pub enum StartError {
     /// The journal could not be opened or replayed.
     #[error(transparent)]
     Journal(#[from] JournalError),
+    /// The TLS certificate or key cannot be used.
+    #[error("{0}")]
+    Tls(String),
     /// The config has a bad value.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
@@ -73,6 +76,14 @@ impl Server {
             config.stomp.websocket_listen,
             Protocol::StompWebSocket,
         )?;
+        let tls_addr = bind(config.tls.enabled, config.tls.listen, Protocol::NativeTls)?;
+        let tls = match config.tls.enabled {
+            true => Some(
+                crate::net::tls::server_config(&config.tls.cert, &config.tls.key)
+                    .map_err(StartError::Tls)?,
+            ),
+            false => None,
+        };
         let n = config.worker_count();
         let (journal, recovered) = Journal::open(JournalConfig::new(
             config.data_dir.clone(),
@@ -103,6 +114,7 @@ impl Server {
         }
         let auth = Authenticator::start(&config.auth)?;
         let shared = Arc::new(Shared {
+            tls,
             auth,
             broker,
             config,
@@ -135,8 +147,12 @@ impl Server {
         if let Some(addr) = stomp_ws_addr {
             log::info!("STOMP over WebSocket listening on {addr}");
         }
+        if let Some(addr) = tls_addr {
+            log::info!("TLS listening on {addr}");
+        }
         Ok(ServerHandle {
             local_addr,
+            tls_addr,
             stomp_addr,
             stomp_ws_addr,
             journal,
@@ -184,6 +200,7 @@ pub struct ServerHandle {
     local_addr: SocketAddr,
     stomp_addr: Option<SocketAddr>,
     stomp_ws_addr: Option<SocketAddr>,
+    tls_addr: Option<SocketAddr>,
     journal: Arc<Journal>,
     shared: Arc<Shared>,
     acceptor_waker: Waker,
@@ -205,6 +222,11 @@ impl ServerHandle {
     /// The STOMP-over-WebSocket listener's address, if it runs.
     pub fn stomp_ws_addr(&self) -> Option<SocketAddr> {
         self.stomp_ws_addr
+    }
+
+    /// The TLS listener's address, if it runs.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
     }
 
     /// The server's counters now.

@@ -379,3 +379,31 @@ impl StompClient {
         f
     }
 }
+
+/// A certificate authority and a server certificate it signed for these
+/// names (host names or IP addresses), written as PEM files into `dir`:
+/// returns (CA, certificate, key) paths. Another call makes another,
+/// unrelated CA.
+pub fn tls_files(dir: &std::path::Path, names: &[&str]) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    std::fs::create_dir_all(dir).expect("tls dir");
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("CA certificate");
+    let key = KeyPair::generate().expect("server key");
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let params = CertificateParams::new(names).expect("server params");
+    let cert = params
+        .signed_by(&key, &ca, &ca_key)
+        .expect("server certificate");
+    let paths = (
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    );
+    std::fs::write(&paths.0, ca.pem()).expect("write CA");
+    std::fs::write(&paths.1, cert.pem()).expect("write certificate");
+    std::fs::write(&paths.2, key.serialize_pem()).expect("write key");
+    paths
+}

@@ -30,7 +30,12 @@ pub fn handle(
 ) -> Result<Flow, Refusal> {
     let unknown = settle(f.delivery_ids, outcome, session, ctx);
     if unknown.is_empty() {
-        receipt(out, request_id);
+        match outcome {
+            // A confirmed acknowledgement is one the journal has: its
+            // RECEIPT follows the End records to disk.
+            Outcome::Processed => super::await_journal(request_id, session, ctx),
+            Outcome::Redeliver => receipt(out, request_id),
+        }
         return Ok(Flow::Continue);
     }
     let shown: Vec<String> = unknown.iter().take(10).map(u64::to_string).collect();

@@ -91,6 +91,8 @@ fn refuse(mut stream: TcpStream, protocol: Protocol, max: usize) {
     let why = format!("the server has {max} connections open, the most it allows");
     let mut buf = BytesMut::new();
     match protocol {
+        // No TLS session yet: nothing can be said.
+        Protocol::NativeTls => return,
         Protocol::Native => {
             let error = ErrorFrame::new(ErrorCode::LimitExceeded, true, why);
             if Frame::Error(error).encode(0, &mut buf).is_err() {

@@ -10,7 +10,10 @@ use mio::net::TcpStream;
 use bytes::Bytes;
 use herald_protocol::ErrorCode;
 
+use rustls::ServerConnection;
+
 use super::outbound::{Outbound, WriteStatus};
+use super::tls::Plaintext;
 use crate::handlers::connect::Welcome;
 use crate::handlers::{self, Parked};
 use crate::session::Session;
@@ -51,6 +54,8 @@ pub struct Connection {
     /// For a STOMP connection, what that protocol needs besides the
     /// session; `None` for the native protocol.
     pub stomp: Option<Box<StompSession>>,
+    /// The TLS session of a connection to the TLS listener.
+    pub tls: Option<Box<ServerConnection>>,
 }
 
 impl Connection {
@@ -59,6 +64,7 @@ impl Connection {
         stream: TcpStream,
         session: Session,
         stomp: Option<Box<StompSession>>,
+        tls: Option<Box<ServerConnection>>,
     ) -> Connection {
         Connection {
             serial,
@@ -74,6 +80,7 @@ impl Connection {
             parked: None,
             login: None,
             stomp,
+            tls,
         }
     }
 
@@ -153,7 +160,11 @@ impl Connection {
     /// `unsafe` out and copies only the bytes that arrived.)
     pub fn read_some(&mut self, scratch: &mut [u8]) -> io::Result<ReadStatus> {
         loop {
-            match self.stream.read(scratch) {
+            let read = match &mut self.tls {
+                Some(tls) => super::tls::read(tls, &mut self.stream, scratch),
+                None => self.stream.read(scratch),
+            };
+            match read {
                 Ok(0) => return Ok(ReadStatus::Closed),
                 Ok(n) => {
                     self.read_buf.extend_from_slice(&scratch[..n]);
@@ -172,7 +183,23 @@ impl Connection {
         if !self.out.is_empty() {
             self.last_write = Instant::now();
         }
-        let status = self.out.write_to(&mut self.stream)?;
+        let status = match &mut self.tls {
+            None => self.out.write_to(&mut self.stream)?,
+            Some(tls) => {
+                let mut plain = Plaintext::new(tls, &mut self.stream);
+                let taken = self.out.write_to(&mut plain)?;
+                // The records for what was taken, and any of the handshake.
+                match plain.send_records() {
+                    Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
+                    _ => {}
+                }
+                match taken {
+                    _ if plain.socket_blocked() => WriteStatus::Blocked,
+                    WriteStatus::Drained => WriteStatus::Drained,
+                    _ => WriteStatus::Waiting,
+                }
+            }
+        };
         self.blocked = status == WriteStatus::Blocked;
         Ok(status)
     }

@@ -7,6 +7,7 @@
 pub mod acceptor;
 mod connection;
 pub mod outbound;
+pub mod tls;
 pub mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -30,6 +31,8 @@ pub const WAKER: Token = Token(usize::MAX);
 pub enum Protocol {
     /// Herald's own binary protocol.
     Native,
+    /// The native protocol over TLS.
+    NativeTls,
     /// STOMP 1.0 to 1.2.
     Stomp,
     /// STOMP carried in WebSocket messages (browsers).
@@ -139,6 +142,8 @@ pub struct WorkerStats {
 
 /// State shared by the acceptor and every worker of one server.
 pub struct Shared {
+    /// The TLS listener's settings, if it runs.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Logs connections in.
     pub auth: Authenticator,
     /// The server's configuration.

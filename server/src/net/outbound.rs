@@ -38,6 +38,9 @@ pub enum WriteStatus {
     Drained,
     /// The socket would block; wait for it to become writable.
     Blocked,
+    /// Not all written, but not for the socket: a TLS session still in
+    /// its handshake takes no more yet. The next read goes on with it.
+    Waiting,
 }
 
 /// Frames waiting to be written, in order.

@@ -22,6 +22,8 @@ use slab::Slab;
 use super::connection::{Connection, ReadStatus};
 use super::outbound::WriteStatus;
 use super::{Command, Protocol, Shared, WAKER};
+use rustls::ServerConnection;
+
 use crate::auth::Principal;
 use crate::broker::{ConnectionRef, Subscriber};
 use crate::config::SlowConsumerPolicy;
@@ -185,8 +187,18 @@ impl Worker {
             max_frame_size: config.max_frame_size as usize,
             max_headers: config.stomp.max_headers,
         };
+        let tls = match (protocol, &self.shared.tls) {
+            (Protocol::NativeTls, Some(config)) => match ServerConnection::new(config.clone()) {
+                Ok(tls) => Some(Box::new(tls)),
+                Err(e) => {
+                    log::error!("cannot start a TLS session: {e}");
+                    return;
+                }
+            },
+            _ => None,
+        };
         let stomp = match protocol {
-            Protocol::Native => None,
+            Protocol::Native | Protocol::NativeTls => None,
             Protocol::Stomp => Some(Box::new(StompSession::new(limits, false))),
             Protocol::StompWebSocket => Some(Box::new(StompSession::new(limits, true))),
         };
@@ -195,6 +207,7 @@ impl Worker {
             stream,
             Session::new(timeout),
             stomp,
+            tls,
         ));
         self.stats().connections.fetch_add(1, Ordering::Relaxed);
         // Bytes may have arrived before registration; edge-triggered polls

@@ -363,6 +363,11 @@ fn dispatch(
                 Some(tx) => stomp.hold(tx, Deferred::Settle(ids, outcome), ctx)?,
                 None => {
                     settle(ids, outcome, session, ctx);
+                    if outcome == Outcome::Processed {
+                        // The RECEIPT follows the acknowledgement to disk.
+                        await_journal(request_id, session, ctx);
+                        return Ok(Flow::Continue);
+                    }
                 }
             }
             stomp.receipt(out, request_id);

@@ -1,0 +1,126 @@
+//! TLS for the native protocol: rustls over the workers' non-blocking
+//! sockets.
+//!
+//! rustls does no I/O of its own. Reading, ciphertext goes from the socket
+//! into the session and plaintext comes out into the connection's read
+//! buffer; writing, the outbound frames go into the session as plaintext
+//! (as much as its buffer limit takes) and the records it makes go to the
+//! socket. The handshake happens on the way: its records are written when
+//! the connection is next flushed, which the worker does after every read.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ServerConfig, ServerConnection};
+
+/// The server's TLS settings from a PEM certificate chain and key.
+pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, String> {
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("tls.cert {}: {e}", cert.display()))?;
+    if chain.is_empty() {
+        return Err(format!("tls.cert {}: no certificate in it", cert.display()));
+    }
+    let key =
+        PrivateKeyDer::from_pem_file(key).map_err(|e| format!("tls.key {}: {e}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
+        .map(Arc::new)
+        .map_err(|e| format!("tls: {e}"))
+}
+
+/// Reads what the socket has, decrypted: Ok(0) at the end of the stream
+/// (a close_notify or a closed socket), `WouldBlock` when nothing more is
+/// there now.
+pub fn read(
+    tls: &mut ServerConnection,
+    socket: &mut impl Read,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    loop {
+        match tls.reader().read(buf) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        if tls.read_tls(socket)? == 0 {
+            return Ok(0);
+        }
+        // A bad record or a failed handshake: say so (the alert goes out
+        // with the next flush) and give up on the connection.
+        tls.process_new_packets()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    }
+}
+
+/// The plaintext side of a TLS session, for `Outbound::write_to`: it takes
+/// what the session's buffer has room for, sending records to the socket
+/// to make room, and blocks (`WouldBlock`) only when the socket does.
+pub struct Plaintext<'a, S: Write> {
+    tls: &'a mut ServerConnection,
+    socket: &'a mut S,
+    /// The socket took no more.
+    blocked: bool,
+}
+
+impl<'a, S: Write> Plaintext<'a, S> {
+    /// The plaintext side of `tls` over `socket`.
+    pub fn new(tls: &'a mut ServerConnection, socket: &'a mut S) -> Self {
+        Plaintext {
+            tls,
+            socket,
+            blocked: false,
+        }
+    }
+
+    /// Whether the socket blocked (rather than the session waiting for
+    /// its handshake).
+    pub fn socket_blocked(&self) -> bool {
+        self.blocked
+    }
+
+    /// Sends the session's records until it has none or the socket blocks.
+    pub fn send_records(&mut self) -> io::Result<()> {
+        while self.tls.wants_write() {
+            match self.tls.write_tls(self.socket) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(_) => {}
+                Err(e) => {
+                    self.blocked = e.kind() == io::ErrorKind::WouldBlock;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<S: Write> Write for Plaintext<'_, S> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        loop {
+            let n = self.tls.writer().write_vectored(bufs)?;
+            if n > 0 || bufs.iter().all(|b| b.is_empty()) {
+                return Ok(n);
+            }
+            if !self.tls.wants_write() {
+                // Full, and nothing to send: the handshake is not done.
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            // The session's buffer is full: empty it into the socket.
+            self.send_records()?;
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.send_records()
+    }
+}
