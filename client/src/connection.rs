@@ -10,8 +10,8 @@
 //! draining the queue is atomic.
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::io::{self, Read};
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
@@ -20,19 +20,16 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use herald_protocol::codec::DecodeError;
-use herald_protocol::frame::{Connect, Connected, Delivery};
-use herald_protocol::{Decoder, Frame, FrameKind, Message, RawFrame};
-use rustls::ClientConfig;
+use herald_protocol::frame::{Connected, Delivery};
+use herald_protocol::{Decoder, ErrorCode, Frame, FrameKind, Message, RawFrame};
 
 use crate::consumer::ConsumerShared;
+use crate::dial::{Dialer, Link, MAX_INBOUND_FRAME};
 use crate::error::{Error, Result};
 use crate::factory::FactoryConfig;
 use crate::session::{AckMode, Session, SessionShared};
-use crate::transport::{ReadHalf, Transport};
+use crate::transport::{ReadHalf, WriteHalf};
 use crate::writer::Writer;
-
-/// Largest frame the client accepts from a server.
-const MAX_INBOUND_FRAME: u32 = 256 << 20;
 
 type ExceptionListener = Box<dyn FnMut(Error) + Send>;
 /// Called with the answer to a request: on the reader thread, or on the
@@ -43,10 +40,15 @@ type Waiter = Box<dyn FnOnce(Result<()>) + Send>;
 /// consumers, and its two threads.
 pub(crate) struct Inner {
     pub(crate) config: FactoryConfig,
+    /// How to connect again after a failure.
+    dialer: Dialer,
     pub(crate) writer: Writer,
     /// A handle on the socket used only to shut it down.
-    stream: TcpStream,
-    connected: Connected,
+    stream: Mutex<TcpStream>,
+    /// What the server said in CONNECTED (the last one, after failover).
+    connected: RwLock<Connected>,
+    /// The flusher thread and its "done" signal.
+    flusher: Mutex<Option<(JoinHandle<()>, mpsc::Receiver<()>)>>,
     /// Waiters for a RECEIPT or ERROR, by request id.
     pending: Mutex<HashMap<u32, Waiter>>,
     next_request: AtomicU32,
@@ -59,8 +61,9 @@ pub(crate) struct Inner {
     closing: AtomicBool,
     /// Why the connection ended, once it has.
     ended: Mutex<Option<String>>,
-    /// DUPS_OK sessions.
-    lazy_sessions: Mutex<Vec<Weak<SessionShared>>>,
+    /// The sessions, to flush DUPS_OK acknowledgements and to forget
+    /// deliveries of a connection that failed.
+    sessions: Mutex<Vec<Weak<SessionShared>>>,
     /// The reader thread, which runs listeners: a request made there
     /// cannot wait for its RECEIPT, which that same thread reads.
     reader_thread: OnceLock<ThreadId>,
@@ -79,29 +82,37 @@ impl Inner {
 
     /// The prefix of this connection's temporary queue names.
     pub(crate) fn temporary_prefix(&self) -> String {
-        format!("temp.{}.", self.connected.connection_id)
+        format!("temp.{}.", self.connected().connection_id)
     }
 
     /// A new message id, unique across connections of this process run.
     pub(crate) fn next_message_id(&self) -> String {
         let n = self.next_message.fetch_add(1, Ordering::Relaxed);
-        format!("ID:{}-{}", self.connected.connection_id, n)
+        format!("ID:{}-{}", self.connected().connection_id, n)
     }
 
-    /// Registers a DUPS_OK session, whose held-back acknowledgements the
-    /// reader sends after each batch of frames it reads.
-    pub(crate) fn add_lazy_session(&self, session: Weak<SessionShared>) {
-        let mut sessions = lock(&self.lazy_sessions);
+    fn connected(&self) -> std::sync::RwLockReadGuard<'_, Connected> {
+        self.connected.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a session: the reader sends its held-back DUPS_OK
+    /// acknowledgements after each batch of frames it reads, and a
+    /// failover makes it forget the old connection's deliveries.
+    pub(crate) fn add_session(&self, session: Weak<SessionShared>) {
+        let mut sessions = lock(&self.sessions);
         sessions.retain(|s| s.strong_count() > 0);
         sessions.push(session);
     }
 
-    fn flush_lazy_acks(&self) {
-        let sessions: Vec<_> = lock(&self.lazy_sessions)
+    fn sessions(&self) -> Vec<Arc<SessionShared>> {
+        lock(&self.sessions)
             .iter()
             .filter_map(Weak::upgrade)
-            .collect();
-        for s in sessions {
+            .collect()
+    }
+
+    fn flush_lazy_acks(&self) {
+        for s in self.sessions() {
             if let Err(e) = s.flush_lazy() {
                 log::debug!("acknowledgements not sent: {e}");
             }
@@ -160,12 +171,7 @@ impl Inner {
     where
         F: FnOnce(&mut BytesMut) -> std::result::Result<(), herald_protocol::Error>,
     {
-        let id = loop {
-            let id = self.next_request.fetch_add(1, Ordering::Relaxed);
-            if id != 0 {
-                break id;
-            }
-        };
+        let id = self.next_request_id();
         lock(&self.pending).insert(id, waiter);
         if let Err(e) = self.writer.send_with(kind, id, encode) {
             lock(&self.pending).remove(&id);
@@ -219,19 +225,47 @@ impl Inner {
                 Error::ConnectionLost(why.clone())
             }));
         }
-        let consumers: Vec<_> = self
-            .consumers
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        for c in consumers {
+        for c in self.consumer_list() {
             c.close();
         }
         if !expected {
             self.report(Error::ConnectionLost(why));
         }
+    }
+
+    fn consumer_list(&self) -> Vec<Arc<ConsumerShared>> {
+        self.consumers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    fn next_request_id(&self) -> u32 {
+        loop {
+            let id = self.next_request.fetch_add(1, Ordering::Relaxed);
+            if id != 0 {
+                return id;
+            }
+        }
+    }
+
+    /// Waits `delay`; false if the connection is closed meanwhile.
+    fn sleep_unless_closing(&self, delay: Duration) -> bool {
+        let until = Instant::now() + delay;
+        while !self.closing.load(Ordering::Acquire) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(20)));
+        }
+        false
+    }
+
+    fn shutdown_socket(&self) {
+        let _ = lock(&self.stream).shutdown(Shutdown::Both);
     }
 
     fn complete(&self, request_id: u32, result: Result<()>) -> bool {
@@ -251,118 +285,36 @@ impl Inner {
 pub struct Connection {
     inner: Arc<Inner>,
     reader: Mutex<Option<JoinHandle<()>>>,
-    flusher: Mutex<Option<(JoinHandle<()>, mpsc::Receiver<()>)>>,
+}
+
+/// Starts a flusher thread writing to `stream`; `done` says when it has.
+fn start_flusher(inner: &Arc<Inner>, stream: WriteHalf) -> Result<()> {
+    let (done_tx, done_rx) = mpsc::channel();
+    let flusher_inner = inner.clone();
+    let flusher = std::thread::Builder::new()
+        .name("herald-flusher".into())
+        .spawn(move || {
+            flusher_inner.writer.run_flusher(stream);
+            let _ = done_tx.send(());
+        })
+        .map_err(|e| Error::io("cannot start the flusher thread", e))?;
+    *lock(&inner.flusher) = Some((flusher, done_rx));
+    Ok(())
 }
 
 impl Connection {
-    /// Opens a connection to `host:port` with these settings, over TLS
-    /// with `tls`.
-    pub(crate) fn open(
-        host: &str,
-        port: u16,
-        tls: Option<Arc<ClientConfig>>,
-        config: FactoryConfig,
-    ) -> Result<Connection> {
-        let address = format!("{host}:{port}");
-        let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
-        let addrs: Vec<_> = address
-            .to_socket_addrs()
-            .map_err(|e| Error::io(format!("cannot resolve {address}"), e))?
-            .collect();
-        let mut last_error = None;
-        let mut stream = None;
-        for addr in &addrs {
-            match TcpStream::connect_timeout(addr, connect_timeout) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
-                }
-                Err(e) => last_error = Some(e),
-            }
-        }
-        let Some(stream) = stream else {
-            let e =
-                last_error.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"));
-            return Err(Error::io(format!("cannot connect to {address}"), e));
-        };
-        let ctx = |what: &str| format!("{what} {address}");
-        stream
-            .set_nodelay(true)
-            .and_then(|()| stream.set_read_timeout(Some(connect_timeout)))
-            .map_err(|e| Error::io(ctx("cannot configure socket to"), e))?;
-        let transport = Transport::new(stream, tls.map(|config| (config, host)))?;
-        let io_error = |e| Error::io(ctx("cannot use the socket to"), e);
-        let mut stream = transport.reader().map_err(io_error)?;
-        let mut write_stream = transport.writer().map_err(io_error)?;
-
-        // The handshake is synchronous, before any thread starts.
-        let connect = Frame::Connect(Connect {
-            client_id: config.client_id.clone(),
-            user: config.user.clone(),
-            password: config.password.clone(),
-            heartbeat_ms: config.heartbeat_ms,
-        });
-        let mut buf = BytesMut::new();
-        connect.encode(0, &mut buf)?;
-        write_stream
-            .write_all(&buf)
-            .map_err(|e| Error::io(ctx("cannot send CONNECT to"), e))?;
-        let decoder = Decoder::new(MAX_INBOUND_FRAME);
-        let mut rbuf = BytesMut::new();
-        let raw = loop {
-            if let Some(raw) = decoder
-                .decode(&mut rbuf)
-                .map_err(|e| Error::Protocol(e.error))?
-            {
-                break raw;
-            }
-            let mut chunk = [0u8; 4096];
-            match stream.read(&mut chunk) {
-                Ok(0) => {
-                    return Err(Error::ConnectionLost(format!(
-                        "{address} closed the connection during CONNECT"
-                    )))
-                }
-                Ok(n) => rbuf.extend_from_slice(&chunk[..n]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Err(Error::Timeout {
-                        what: "CONNECTED",
-                        millis: connect_timeout.as_millis(),
-                    })
-                }
-                Err(e) => return Err(Error::io(ctx("cannot read CONNECTED from"), e)),
-            }
-        };
-        let connected = match Frame::decode(raw)? {
-            Frame::Connected(c) => c,
-            Frame::Error(e) => {
-                return Err(Error::Server {
-                    code: e.code,
-                    message: e.message,
-                    fatal: e.fatal,
-                })
-            }
-            other => {
-                return Err(Error::ConnectionLost(format!(
-                    "expected CONNECTED, got {:?}",
-                    other.kind()
-                )))
-            }
-        };
-
-        let heartbeat = Duration::from_millis(connected.heartbeat_ms.into());
-        let read_stream = stream;
-        let socket = transport.socket_handle().map_err(io_error)?;
+    /// Opens a connection to the first of the dialer's servers that
+    /// answers.
+    pub(crate) fn open(dialer: Dialer) -> Result<Connection> {
+        let link = dialer.dial()?;
+        let heartbeat = Duration::from_millis(link.connected.heartbeat_ms.into());
+        let send_timeout = Duration::from_millis(dialer.config.send_timeout_ms);
         let inner = Arc::new(Inner {
-            config,
-            writer: Writer::new(),
-            stream: socket,
-            connected,
+            config: dialer.config.clone(),
+            dialer,
+            writer: Writer::new(send_timeout),
+            stream: Mutex::new(link.socket),
+            connected: RwLock::new(link.connected),
             pending: Mutex::new(HashMap::new()),
             next_request: AtomicU32::new(1),
             consumers: RwLock::new(HashMap::new()),
@@ -371,28 +323,20 @@ impl Connection {
             exception_listener: Mutex::new(None),
             closing: AtomicBool::new(false),
             ended: Mutex::new(None),
-            lazy_sessions: Mutex::new(Vec::new()),
+            sessions: Mutex::new(Vec::new()),
             reader_thread: OnceLock::new(),
+            flusher: Mutex::new(None),
         });
-
-        let (done_tx, done_rx) = mpsc::channel();
-        let flusher_inner = inner.clone();
-        let flusher = std::thread::Builder::new()
-            .name("herald-flusher".into())
-            .spawn(move || {
-                flusher_inner.writer.run_flusher(write_stream);
-                let _ = done_tx.send(());
-            })
-            .map_err(|e| Error::io("cannot start the flusher thread", e))?;
+        start_flusher(&inner, link.writer)?;
         let reader_inner = inner.clone();
+        let (reader, leftover) = (link.reader, link.leftover);
         let reader = std::thread::Builder::new()
             .name("herald-reader".into())
-            .spawn(move || read_loop(reader_inner, read_stream, rbuf, heartbeat))
+            .spawn(move || read_loop(reader_inner, reader, leftover, heartbeat))
             .map_err(|e| Error::io("cannot start the reader thread", e))?;
         Ok(Connection {
             inner,
             reader: Mutex::new(Some(reader)),
-            flusher: Mutex::new(Some((flusher, done_rx))),
         })
     }
 
@@ -411,18 +355,18 @@ impl Connection {
     }
 
     /// The server's version.
-    pub fn server_version(&self) -> &str {
-        &self.inner.connected.server_version
+    pub fn server_version(&self) -> String {
+        self.inner.connected().server_version.clone()
     }
 
-    /// The server's id for this connection.
-    pub fn connection_id(&self) -> &str {
-        &self.inner.connected.connection_id
+    /// The server's id for this connection (a new one after a failover).
+    pub fn connection_id(&self) -> String {
+        self.inner.connected().connection_id.clone()
     }
 
     /// The negotiated heart-beat interval.
     pub fn heartbeat(&self) -> Duration {
-        Duration::from_millis(self.inner.connected.heartbeat_ms.into())
+        Duration::from_millis(self.inner.connected().heartbeat_ms.into())
     }
 
     /// The client id this connection presented.
@@ -446,6 +390,11 @@ impl Connection {
         if self.inner.closing.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        if self.inner.writer.is_paused() {
+            // Away and reconnecting: there is no one to say goodbye to.
+            self.teardown();
+            return Ok(());
+        }
         let result = match self
             .inner
             .request(&Frame::Disconnect, "the DISCONNECT receipt")
@@ -462,12 +411,13 @@ impl Connection {
     /// write what is queued, then the socket is shut down under it.
     fn teardown(&self) {
         self.inner.writer.close();
-        if let Some((flusher, done)) = lock(&self.flusher).take() {
+        let flusher = lock(&self.inner.flusher).take();
+        if let Some((flusher, done)) = flusher {
             let _ = done.recv_timeout(Duration::from_secs(1));
-            let _ = self.inner.stream.shutdown(Shutdown::Both);
+            self.inner.shutdown_socket();
             let _ = flusher.join();
         }
-        let _ = self.inner.stream.shutdown(Shutdown::Both);
+        self.inner.shutdown_socket();
         self.inner.end("closed by this side".into());
         // Closing from inside a listener runs on the reader thread, which
         // cannot join itself; it ends on its own once the socket is shut.
@@ -481,17 +431,73 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        if !self.inner.closing.swap(true, Ordering::AcqRel) {
-            // No waiting for a receipt in Drop: say goodbye and go.
+        // No waiting for a receipt in Drop (nor for a connection that is
+        // away to come back): say goodbye and go.
+        if !self.inner.closing.swap(true, Ordering::AcqRel) && !self.inner.writer.is_paused() {
             let _ = self.inner.writer.send(&Frame::Disconnect, 0);
         }
         self.teardown();
     }
 }
 
-/// The reader thread: decode, dispatch, keep the heart beating.
+/// Why the session with a server ended, and whether another may follow.
+struct Lost {
+    why: String,
+    /// A failure of the network or of that server (the connection may
+    /// fail over), not a refusal or a protocol error.
+    resumable: bool,
+}
+
+impl Lost {
+    fn network(why: String) -> Lost {
+        Lost {
+            why,
+            resumable: true,
+        }
+    }
+
+    fn fatal(why: String) -> Lost {
+        Lost {
+            why,
+            resumable: false,
+        }
+    }
+}
+
+/// The reader thread: serves one session with a server after another,
+/// failing over between them when the connection is set to.
 fn read_loop(inner: Arc<Inner>, mut stream: ReadHalf, mut buf: BytesMut, heartbeat: Duration) {
     let _ = inner.reader_thread.set(std::thread::current().id());
+    let mut heartbeat = heartbeat;
+    loop {
+        let lost = serve(&inner, &mut stream, &mut buf, heartbeat);
+        let fails_over = inner.config.reconnect_attempts > 0 && lost.resumable;
+        if !fails_over || inner.closing.load(Ordering::Acquire) {
+            inner.end(lost.why);
+            return;
+        }
+        match failover(&inner, &lost.why) {
+            Ok((reader, leftover, interval)) => {
+                stream = reader;
+                buf = leftover;
+                heartbeat = interval;
+            }
+            Err(why) => {
+                inner.end(why);
+                return;
+            }
+        }
+    }
+}
+
+/// Decodes, dispatches and keeps the heart beating until the session
+/// ends.
+fn serve(
+    inner: &Arc<Inner>,
+    stream: &mut ReadHalf,
+    buf: &mut BytesMut,
+    heartbeat: Duration,
+) -> Lost {
     let decoder = Decoder::new(MAX_INBOUND_FRAME);
     // Ping when either direction has been quiet for a third of the
     // interval; give up when the server has been silent for two intervals
@@ -499,26 +505,23 @@ fn read_loop(inner: Arc<Inner>, mut stream: ReadHalf, mut buf: BytesMut, heartbe
     let ping_every = heartbeat / 3;
     let tick = (ping_every / 2).max(Duration::from_millis(5));
     if let Err(e) = stream.set_read_timeout(Some(tick)) {
-        inner.end(format!("cannot configure the socket: {e}"));
-        return;
+        return Lost::network(format!("cannot configure the socket: {e}"));
     }
     let mut last_read = Instant::now();
     let mut last_ping = Instant::now();
     let mut scratch = vec![0u8; 64 * 1024];
     // Frames that came with CONNECTED.
-    let mut why = dispatch_all(&inner, &decoder, &mut buf).err();
-    while why.is_none() {
+    if let Err(lost) = dispatch_all(inner, &decoder, buf) {
+        return lost;
+    }
+    loop {
         match stream.read(&mut scratch) {
-            Ok(0) => {
-                why = Some("the server closed the connection".to_owned());
-                break;
-            }
+            Ok(0) => return Lost::network("the server closed the connection".to_owned()),
             Ok(n) => {
                 last_read = Instant::now();
                 buf.extend_from_slice(&scratch[..n]);
-                if let Err(e) = dispatch_all(&inner, &decoder, &mut buf) {
-                    why = Some(e);
-                    break;
+                if let Err(lost) = dispatch_all(inner, &decoder, buf) {
+                    return lost;
                 }
                 inner.flush_lazy_acks();
             }
@@ -529,28 +532,122 @@ fn read_loop(inner: Arc<Inner>, mut stream: ReadHalf, mut buf: BytesMut, heartbe
                         | io::ErrorKind::TimedOut
                         | io::ErrorKind::Interrupted
                 ) => {}
-            Err(e) => {
-                why = Some(format!("read failed: {e}"));
-                break;
-            }
+            Err(e) => return Lost::network(format!("read failed: {e}")),
         }
         let now = Instant::now();
         if now.duration_since(last_read) > heartbeat * 2 {
-            why = Some(format!(
+            return Lost::network(format!(
                 "nothing heard from the server for {} ms",
                 (heartbeat * 2).as_millis()
             ));
-            break;
         }
         let quiet = now.duration_since(last_read).min(inner.writer.idle_for());
         if quiet >= ping_every && now.duration_since(last_ping) >= ping_every {
             last_ping = now;
             if inner.writer.send(&Frame::Ping, 0).is_err() {
-                why = Some(inner.writer.failure().unwrap_or_else(|| "closed".into()));
+                return Lost::network(inner.writer.failure().unwrap_or_else(|| "closed".into()));
             }
         }
     }
-    inner.end(why.unwrap_or_default());
+}
+
+/// After a lost session: tells the exception listener, forgets what
+/// belonged to the old session, dials the servers again with back-off
+/// and, once one answers, subscribes every consumer again and lets the
+/// senders go on. Returns the new session's reader, the bytes that came
+/// with its CONNECTED and its heart-beat; or why it gave up.
+fn failover(
+    inner: &Arc<Inner>,
+    why: &str,
+) -> std::result::Result<(ReadHalf, BytesMut, Duration), String> {
+    inner.writer.pause();
+    inner.shutdown_socket();
+    let flusher = lock(&inner.flusher).take();
+    if let Some((flusher, _)) = flusher {
+        let _ = flusher.join();
+    }
+    log::warn!("herald connection interrupted: {why}; reconnecting");
+    inner.report(Error::Interrupted(why.to_owned()));
+    let waiters: Vec<Waiter> = lock(&inner.pending).drain().map(|(_, w)| w).collect();
+    for waiter in waiters {
+        waiter(Err(Error::ConnectionLost(format!(
+            "{why}: interrupted before the answer came, so it may or may not have been carried out"
+        ))));
+    }
+    // Deliveries of the old session: the server delivers them again.
+    for c in inner.consumer_list() {
+        if c.is_tracked() {
+            c.take_all();
+        }
+    }
+    for s in inner.sessions() {
+        s.connection_lost();
+    }
+    let config = &inner.config;
+    let mut delay = Duration::from_millis(config.reconnect_delay_ms);
+    let most = Duration::from_millis(config.reconnect_max_delay_ms);
+    let mut last = String::new();
+    for attempt in 1..=config.reconnect_attempts {
+        if !inner.sleep_unless_closing(delay) {
+            return Err(format!("{why}; closed while reconnecting"));
+        }
+        match inner.dialer.dial() {
+            Ok(link) => return resume(inner, link).map_err(|e| format!("{why}; {e}")),
+            Err(e) => {
+                log::info!("reconnection attempt {attempt} failed: {e}");
+                last = e.to_string();
+            }
+        }
+        delay = (delay * 2).min(most);
+    }
+    Err(format!(
+        "{why}; gave up after {} reconnection attempts, the last: {last}",
+        config.reconnect_attempts
+    ))
+}
+
+/// Takes a new session into use: consumers subscribe again (ahead of
+/// anything else sent), a new flusher writes, senders go on.
+fn resume(inner: &Arc<Inner>, link: Link) -> Result<(ReadHalf, BytesMut, Duration)> {
+    let heartbeat = Duration::from_millis(link.connected.heartbeat_ms.into());
+    *lock(&inner.stream) = link.socket;
+    *inner.connected.write().unwrap_or_else(|p| p.into_inner()) = link.connected;
+    let mut first = BytesMut::new();
+    let consumers: Vec<(u32, Arc<ConsumerShared>)> = inner
+        .consumers
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(id, c)| (*id, c.clone()))
+        .collect();
+    for (id, consumer) in consumers {
+        let Some(subscribe) = consumer.subscription() else {
+            continue;
+        };
+        let request_id = inner.next_request_id();
+        let weak = Arc::downgrade(inner);
+        let waiter: Waiter = Box::new(move |result| {
+            let (Err(e), Some(inner)) = (result, weak.upgrade()) else {
+                return;
+            };
+            // It cannot be had again (a durable subscription still held
+            // by the old session, a temporary queue that ended with it).
+            inner
+                .consumers
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            consumer.close();
+            inner.report(e);
+        });
+        lock(&inner.pending).insert(request_id, waiter);
+        Frame::Subscribe(subscribe).encode(request_id, &mut first)?;
+    }
+    start_flusher(inner, link.writer)?;
+    inner.writer.resume(first);
+    log::info!("herald connection resumed with {}", link.server);
+    inner.report(Error::Resumed(link.server));
+    Ok((link.reader, link.leftover, heartbeat))
 }
 
 /// Handles every whole frame in `buf`; an error ends the connection.
@@ -558,21 +655,23 @@ fn dispatch_all(
     inner: &Inner,
     decoder: &Decoder,
     buf: &mut BytesMut,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), Lost> {
     loop {
         let raw = match decoder.decode(buf) {
             Ok(Some(raw)) => raw,
             Ok(None) => return Ok(()),
             Err(DecodeError { error, .. }) => {
-                return Err(format!("undecodable frame from the server: {error}"))
+                return Err(Lost::fatal(format!(
+                    "undecodable frame from the server: {error}"
+                )))
             }
         };
         dispatch(inner, raw)?;
     }
 }
 
-fn dispatch(inner: &Inner, raw: RawFrame) -> std::result::Result<(), String> {
-    let bad = |e: herald_protocol::Error| format!("bad frame from the server: {e}");
+fn dispatch(inner: &Inner, raw: RawFrame) -> std::result::Result<(), Lost> {
+    let bad = |e: herald_protocol::Error| Lost::fatal(format!("bad frame from the server: {e}"));
     let request_id = raw.header.request_id;
     if raw.header.kind == FrameKind::Message {
         let d = Delivery::decode_head(raw.body).map_err(bad)?;
@@ -606,18 +705,27 @@ fn dispatch(inner: &Inner, raw: RawFrame) -> std::result::Result<(), String> {
             let answered = request_id != 0 && inner.complete(request_id, Err(error()));
             if e.fatal {
                 // The server closes next: end with its reason, not with
-                // "the server closed the connection".
-                return Err(format!("server error {}: {}", e.code, e.message));
+                // "the server closed the connection". A server going away
+                // or timing this side out is a reason to fail over; a
+                // refusal is not.
+                let why = format!("server error {}: {}", e.code, e.message);
+                let away = [ErrorCode::ServerShutdown, ErrorCode::HeartbeatTimeout]
+                    .map(|c| c as u32)
+                    .contains(&e.code);
+                return Err(Lost {
+                    why,
+                    resumable: away,
+                });
             }
             if !answered {
                 inner.report(error());
             }
         }
         other => {
-            return Err(format!(
+            return Err(Lost::fatal(format!(
                 "the server sent {:?}, which servers do not send",
                 other.kind()
-            ))
+            )))
         }
     }
     Ok(())

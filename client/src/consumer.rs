@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use herald_protocol::frame::Unsubscribe;
+use herald_protocol::frame::{Subscribe, Unsubscribe};
 use herald_protocol::{Destination, Frame, Message};
 
 use crate::connection::Inner;
@@ -41,6 +41,9 @@ pub(crate) struct ConsumerShared {
     /// Set by `Session::recover` until the server confirms: messages that
     /// arrive meanwhile were sent before the recovery and come again.
     discarding: AtomicBool,
+    /// The SUBSCRIBE that made it, sent again after a failover; `None`
+    /// for a browser's snapshot.
+    subscribe: Option<Subscribe>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -59,7 +62,11 @@ fn call(listener: &mut Listener, message: Message) -> bool {
 }
 
 impl ConsumerShared {
-    pub(crate) fn new(limit: usize, session: Option<Arc<SessionShared>>) -> ConsumerShared {
+    pub(crate) fn new(
+        limit: usize,
+        session: Option<Arc<SessionShared>>,
+        subscribe: Option<Subscribe>,
+    ) -> ConsumerShared {
         ConsumerShared {
             listener: Mutex::new(None),
             queue: Mutex::new(Queue {
@@ -71,7 +78,13 @@ impl ConsumerShared {
             dropped: AtomicU64::new(0),
             session,
             discarding: AtomicBool::new(false),
+            subscribe,
         }
+    }
+
+    /// The SUBSCRIBE that made it, if it is a subscription.
+    pub(crate) fn subscription(&self) -> Option<Subscribe> {
+        self.subscribe.clone()
     }
 
     /// Whether the server tracks this consumer's deliveries.
@@ -255,6 +268,11 @@ pub(crate) fn unsubscribe(inner: &Inner, id: u32, wait: bool) -> Result<()> {
         return Ok(());
     };
     shared.close();
+    if inner.writer.is_paused() {
+        // The session that held the subscription is gone, and the next
+        // one will not subscribe it again.
+        return Ok(());
+    }
     let frame = Frame::Unsubscribe(Unsubscribe {
         subscription_id: id,
     });

@@ -62,6 +62,15 @@ pub enum Error {
     /// An argument that cannot be used.
     #[error("{0}")]
     InvalidArgument(String),
+    /// Not a failure but news for the exception listener of a connection
+    /// that fails over: it lost its server and is reconnecting. Sends wait
+    /// meanwhile; requests in flight failed.
+    #[error("connection interrupted, reconnecting: {0}")]
+    Interrupted(String),
+    /// News for the exception listener: the connection is back, with this
+    /// server (`host:port`), its consumers subscribed again.
+    #[error("connection resumed with {0}")]
+    Resumed(String),
 }
 
 impl Error {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::connection::Connection;
+use crate::dial::Dialer;
 use crate::error::{Error, Result};
 
 /// The default port of the native protocol.
@@ -48,6 +49,20 @@ pub struct FactoryConfig {
     /// Messages a consumer without a listener buffers.
     #[serde(default = "defaults::pending_messages")]
     pub pending_messages: usize,
+    /// Failover: times a lost connection is dialled again (every server,
+    /// in order, each time) before it is given up; 0 = never.
+    #[serde(default)]
+    pub reconnect_attempts: u32,
+    /// Failover: the wait before the first attempt; it doubles after each.
+    #[serde(default = "defaults::reconnect_delay_ms")]
+    pub reconnect_delay_ms: u64,
+    /// Failover: the longest wait between attempts.
+    #[serde(default = "defaults::reconnect_max_delay_ms")]
+    pub reconnect_max_delay_ms: u64,
+    /// Failover: how long a send waits for an interrupted connection to
+    /// come back before it fails.
+    #[serde(default = "defaults::send_timeout_ms")]
+    pub send_timeout_ms: u64,
 }
 
 mod defaults {
@@ -62,6 +77,15 @@ mod defaults {
     }
     pub fn pending_messages() -> usize {
         65_536
+    }
+    pub fn reconnect_delay_ms() -> u64 {
+        100
+    }
+    pub fn reconnect_max_delay_ms() -> u64 {
+        5000
+    }
+    pub fn send_timeout_ms() -> u64 {
+        10_000
     }
 }
 
@@ -94,6 +118,10 @@ impl ConnectionFactory {
             heartbeat_ms: defaults::heartbeat_ms(),
             request_timeout_ms: defaults::request_timeout_ms(),
             pending_messages: defaults::pending_messages(),
+            reconnect_attempts: 0,
+            reconnect_delay_ms: defaults::reconnect_delay_ms(),
+            reconnect_max_delay_ms: defaults::reconnect_max_delay_ms(),
+            send_timeout_ms: defaults::send_timeout_ms(),
         })
     }
 
@@ -132,6 +160,9 @@ impl ConnectionFactory {
             ("connect_timeout_ms", config.connect_timeout_ms),
             ("request_timeout_ms", config.request_timeout_ms),
             ("pending_messages", config.pending_messages as u64),
+            ("reconnect_delay_ms", config.reconnect_delay_ms),
+            ("reconnect_max_delay_ms", config.reconnect_max_delay_ms),
+            ("send_timeout_ms", config.send_timeout_ms),
         ] {
             if value == 0 {
                 return Err(Error::InvalidArgument(format!(
@@ -160,6 +191,15 @@ impl ConnectionFactory {
     ) -> ConnectionFactory {
         self.config.user = user.into();
         self.config.password = password.into();
+        self
+    }
+
+    /// Fails over: a lost connection is dialled again up to `attempts`
+    /// times, waiting `delay` before the first and twice as long before
+    /// each next (at most `reconnect_max_delay_ms`).
+    pub fn with_reconnect(mut self, attempts: u32, delay: Duration) -> ConnectionFactory {
+        self.config.reconnect_attempts = attempts;
+        self.config.reconnect_delay_ms = (delay.as_millis() as u64).max(1);
         self
     }
 
@@ -200,14 +240,11 @@ impl ConnectionFactory {
             }
             (true, ca) => Some(crate::transport::client_config(Path::new(ca))?),
         };
-        let mut last = None;
-        for (host, port) in &self.servers {
-            match Connection::open(host, *port, tls.clone(), self.config.clone()) {
-                Ok(c) => return Ok(c),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| Error::InvalidArgument("no server".into())))
+        Connection::open(Dialer {
+            servers: self.servers.clone(),
+            tls,
+            config: self.config.clone(),
+        })
     }
 }
 

@@ -21,6 +21,7 @@
 
 mod connection;
 mod consumer;
+mod dial;
 mod error;
 pub mod factory;
 mod producer;

@@ -61,6 +61,9 @@ pub(crate) struct SessionShared {
     pub(crate) transaction: Option<u32>,
     /// DUPS_OK: acknowledgements not yet sent.
     lazy: Mutex<Vec<u64>>,
+    /// TRANSACTED: the connection failed over during the transaction,
+    /// which the server rolled back; its commit must fail.
+    interrupted: std::sync::atomic::AtomicBool,
     /// The session's consumers, by subscription id.
     consumers: Mutex<Vec<(u32, Arc<ConsumerShared>)>>,
 }
@@ -128,6 +131,8 @@ impl SessionShared {
     /// Drops the transaction's sends and redelivers its messages.
     fn rollback(&self) -> Result<()> {
         let transaction_id = self.transaction_id("roll back")?;
+        self.interrupted
+            .store(false, std::sync::atomic::Ordering::Release);
         self.recover(Some(transaction_id))
     }
 
@@ -183,6 +188,18 @@ impl SessionShared {
                 what: "the RECOVER or ROLLBACK receipt",
                 millis: timeout.as_millis(),
             }),
+        }
+    }
+
+    /// The connection failed over: the old session's deliveries cannot be
+    /// acknowledged any more (the server delivers them again), and an
+    /// open transaction was rolled back by the server.
+    pub(crate) fn connection_lost(&self) {
+        lock(&self.delivered).clear();
+        lock(&self.lazy).clear();
+        if self.transaction.is_some() {
+            self.interrupted
+                .store(true, std::sync::atomic::Ordering::Release);
         }
     }
 
@@ -292,11 +309,10 @@ impl Session {
             transaction,
             delivered: Mutex::new(Vec::new()),
             lazy: Mutex::new(Vec::new()),
+            interrupted: std::sync::atomic::AtomicBool::new(false),
             consumers: Mutex::new(Vec::new()),
         });
-        if mode == AckMode::DupsOk {
-            shared.inner.add_lazy_session(Arc::downgrade(&shared));
-        }
+        shared.inner.add_session(Arc::downgrade(&shared));
         Session { shared }
     }
 
@@ -387,18 +403,7 @@ impl Session {
             .tracks(destination.kind, !durable_name.is_empty());
         let inner = self.inner();
         let id = inner.next_subscription_id();
-        let consumer = Arc::new(ConsumerShared::new(
-            inner.config.pending_messages,
-            tracked.then(|| self.shared.clone()),
-        ));
-        // Registered before SUBSCRIBE goes out: the first message can
-        // arrive before the RECEIPT does.
-        inner
-            .consumers
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, consumer.clone());
-        let subscribe = Frame::Subscribe(Subscribe {
+        let subscribe = Subscribe {
             subscription_id: id,
             kind: destination.kind,
             pattern: destination.name.clone(),
@@ -409,7 +414,20 @@ impl Session {
             temporary,
             shared: options.shared,
             durable: options.shared_durable,
-        });
+        };
+        let consumer = Arc::new(ConsumerShared::new(
+            inner.config.pending_messages,
+            tracked.then(|| self.shared.clone()),
+            Some(subscribe.clone()),
+        ));
+        // Registered before SUBSCRIBE goes out: the first message can
+        // arrive before the RECEIPT does.
+        inner
+            .consumers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, consumer.clone());
+        let subscribe = Frame::Subscribe(subscribe);
         if let Err(e) = inner.request(&subscribe, "the SUBSCRIBE receipt") {
             inner
                 .consumers
@@ -509,6 +527,18 @@ impl Session {
     /// cannot wait: an error then reaches the exception listener.
     pub fn commit(&self) -> Result<()> {
         let transaction_id = self.shared.transaction_id("commit")?;
+        let interrupted = std::sync::atomic::Ordering::AcqRel;
+        if self.shared.interrupted.swap(false, interrupted) {
+            // What was sent since the failover belongs to the lost
+            // transaction too.
+            self.shared.rollback()?;
+            return Err(Error::Server {
+                code: ErrorCode::TransactionRolledBack as u32,
+                message: "the connection failed over during the transaction, which was rolled back"
+                    .into(),
+                fatal: false,
+            });
+        }
         let ids = std::mem::take(&mut *lock(&self.shared.delivered));
         let frame = Frame::Commit(Commit {
             transaction_id,
@@ -580,7 +610,7 @@ impl QueueBrowser {
     pub fn messages(&self) -> Result<Vec<Message>> {
         let inner = &self.inner;
         let id = inner.next_subscription_id();
-        let snapshot = Arc::new(ConsumerShared::new(usize::MAX, None));
+        let snapshot = Arc::new(ConsumerShared::new(usize::MAX, None, None));
         inner
             .consumers
             .write()

@@ -209,6 +209,17 @@ pub(crate) enum WriteHalf {
     Tls { tls: Arc<Tls>, records: Vec<u8> },
 }
 
+impl WriteHalf {
+    /// Shuts the socket down, which also wakes the reader.
+    pub(crate) fn shutdown(&self) {
+        let socket = match self {
+            WriteHalf::Plain(s) => s,
+            WriteHalf::Tls { tls, .. } => &tls.socket,
+        };
+        let _ = socket.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 impl Write for WriteHalf {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.write_all(buf).map(|()| buf.len())

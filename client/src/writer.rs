@@ -6,15 +6,22 @@
 //! write in progress and go out together, so a fast publisher costs far
 //! fewer syscalls than frames. The buffer is bounded: past `MAX_BUFFERED`
 //! bytes a sender waits for the flusher, which is the client's flow control.
+//!
+//! While a connection that fails over is away, the writer is paused:
+//! senders wait (up to the send timeout) for it to come back, and the
+//! frames it still holds are sorted: plain SENDs go on the new connection,
+//! anything tied to the old one (acknowledgements of its deliveries,
+//! requests whose waiters were failed) is dropped.
 
 use std::io::Write;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use herald_protocol::{Frame, FrameKind};
+use herald_protocol::{Frame, FrameKind, HEADER_LEN};
 
 use crate::error::{Error, Result};
+use crate::transport::WriteHalf;
 
 /// Bytes buffered before senders wait.
 const MAX_BUFFERED: usize = 4 << 20;
@@ -31,6 +38,8 @@ struct State {
     failed: Option<String>,
     /// When the flusher last took frames to write: the heart-beat clock.
     last_write: Instant,
+    /// The connection is away and being re-established.
+    paused: bool,
 }
 
 /// The shared write side of a connection.
@@ -38,17 +47,22 @@ pub struct Writer {
     state: Mutex<State>,
     data: Condvar,
     space: Condvar,
+    /// How long a sender waits for a paused connection to come back.
+    send_timeout: Duration,
 }
 
 impl Writer {
-    pub fn new() -> Writer {
+    /// A writer whose senders wait up to `send_timeout` while paused.
+    pub fn new(send_timeout: Duration) -> Writer {
         Writer {
+            send_timeout,
             state: Mutex::new(State {
                 buf: BytesMut::with_capacity(64 * 1024),
                 flusher_waiting: false,
                 closed: false,
                 failed: None,
                 last_write: Instant::now(),
+                paused: false,
             }),
             data: Condvar::new(),
             space: Condvar::new(),
@@ -67,8 +81,24 @@ impl Writer {
         F: FnOnce(&mut BytesMut) -> std::result::Result<(), herald_protocol::Error>,
     {
         let mut s = self.lock();
-        while s.buf.len() >= MAX_BUFFERED && !s.closed {
-            s = self.space.wait(s).unwrap_or_else(|p| p.into_inner());
+        let deadline = Instant::now() + self.send_timeout;
+        while (s.buf.len() >= MAX_BUFFERED || s.paused) && !s.closed {
+            if s.paused {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(Error::ConnectionLost(format!(
+                        "the connection is interrupted and did not come back within {} ms",
+                        self.send_timeout.as_millis()
+                    )));
+                }
+                s = self
+                    .space
+                    .wait_timeout(s, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            } else {
+                s = self.space.wait(s).unwrap_or_else(|p| p.into_inner());
+            }
         }
         if let Some(why) = &s.failed {
             return Err(Error::ConnectionLost(why.clone()));
@@ -111,6 +141,35 @@ impl Writer {
         self.space.notify_all();
     }
 
+    /// The connection is away: senders wait, the flusher stops, and of
+    /// the frames not yet written only SENDs without a receipt are kept.
+    pub fn pause(&self) {
+        let mut s = self.lock();
+        if s.paused || s.closed {
+            return;
+        }
+        s.paused = true;
+        s.buf = keep_plain_sends(&s.buf);
+        self.data.notify_all();
+    }
+
+    /// Whether the connection is away.
+    pub fn is_paused(&self) -> bool {
+        self.lock().paused
+    }
+
+    /// The connection is back: `first` (its re-established subscriptions)
+    /// goes ahead of the SENDs kept from before, and senders go on.
+    pub fn resume(&self, mut first: BytesMut) {
+        let mut s = self.lock();
+        first.extend_from_slice(&s.buf);
+        s.buf = first;
+        s.paused = false;
+        s.last_write = Instant::now();
+        self.data.notify_all();
+        self.space.notify_all();
+    }
+
     /// Stops accepting frames; the flusher writes what is left and ends.
     pub fn close(&self) {
         let mut s = self.lock();
@@ -120,12 +179,16 @@ impl Writer {
     }
 
     /// The flusher thread's body.
-    pub fn run_flusher(&self, mut stream: impl Write) {
+    pub fn run_flusher(&self, mut stream: WriteHalf) {
         let mut spare = BytesMut::with_capacity(64 * 1024);
         loop {
             {
                 let mut s = self.lock();
-                while s.buf.is_empty() && !s.closed {
+                while (s.buf.is_empty() || s.paused) && !s.closed {
+                    if s.paused {
+                        // A new flusher serves the new connection.
+                        return;
+                    }
                     s.flusher_waiting = true;
                     s = self.data.wait(s).unwrap_or_else(|p| p.into_inner());
                 }
@@ -137,10 +200,53 @@ impl Writer {
                 self.space.notify_all();
             }
             if let Err(e) = stream.write_all(&spare) {
-                self.fail(&format!("write failed: {e}"));
+                // The reader notices too, and says whether it fails over.
+                log::debug!("write failed: {e}");
+                stream.shutdown();
                 return;
             }
             spare.clear();
         }
+    }
+}
+
+/// The SEND frames without a request id in `buf`, in order.
+fn keep_plain_sends(buf: &[u8]) -> BytesMut {
+    let mut kept = BytesMut::new();
+    let mut at = 0;
+    while let Some(head) = buf.get(at..at + HEADER_LEN) {
+        let len = u32::from_be_bytes([head[8], head[9], head[10], head[11]]) as usize;
+        let end = at + HEADER_LEN + len;
+        let request_id = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
+        if head[3] == FrameKind::Send as u8 && request_id == 0 {
+            kept.extend_from_slice(&buf[at..end.min(buf.len())]);
+        }
+        at = end;
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herald_protocol::codec::encode_frame;
+
+    #[test]
+    fn a_pause_keeps_only_plain_sends() {
+        let mut buf = BytesMut::new();
+        let body = |b: &'static [u8]| {
+            move |d: &mut BytesMut| -> std::result::Result<(), herald_protocol::Error> {
+                d.extend_from_slice(b);
+                Ok(())
+            }
+        };
+        encode_frame(&mut buf, FrameKind::Send, 0, body(b"one")).unwrap();
+        encode_frame(&mut buf, FrameKind::Ack, 0, body(b"ack")).unwrap();
+        encode_frame(&mut buf, FrameKind::Send, 7, body(b"receipted")).unwrap();
+        encode_frame(&mut buf, FrameKind::Send, 0, body(b"two")).unwrap();
+        let kept = keep_plain_sends(&buf);
+        assert_eq!(kept.len(), 2 * (HEADER_LEN + 3));
+        assert_eq!(&kept[HEADER_LEN..HEADER_LEN + 3], b"one");
+        assert_eq!(&kept[2 * HEADER_LEN + 3..], b"two");
     }
 }
