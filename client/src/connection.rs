@@ -47,6 +47,9 @@ pub(crate) struct Inner {
     stream: Mutex<TcpStream>,
     /// What the server said in CONNECTED (the last one, after failover).
     connected: RwLock<Connected>,
+    /// The shortest consumer deadline in ms (0 = none), which sets how
+    /// often the reader looks at them.
+    shortest_deadline: AtomicU64,
     /// The flusher thread and its "done" signal.
     flusher: Mutex<Option<(JoinHandle<()>, mpsc::Receiver<()>)>>,
     /// Waiters for a RECEIPT or ERROR, by request id.
@@ -233,6 +236,30 @@ impl Inner {
         }
     }
 
+    /// A consumer asks for a deadline of `period`.
+    pub(crate) fn watch_deadline(&self, period: Duration) {
+        let ms = (period.as_millis() as u64).max(1);
+        let _ = self
+            .shortest_deadline
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| {
+                (d == 0 || ms < d).then_some(ms)
+            });
+    }
+
+    /// Tells the exception listener of every consumer whose deadline
+    /// passed with no message.
+    fn check_deadlines(&self, now: Instant) {
+        for c in self.consumer_list() {
+            if let Some(period) = c.deadline_missed(now) {
+                let destination = c.subscription().map(|s| s.pattern).unwrap_or_default();
+                self.report(Error::DeadlineMissed {
+                    destination,
+                    period_ms: period.as_millis(),
+                });
+            }
+        }
+    }
+
     fn consumer_list(&self) -> Vec<Arc<ConsumerShared>> {
         self.consumers
             .read()
@@ -326,6 +353,7 @@ impl Connection {
             sessions: Mutex::new(Vec::new()),
             reader_thread: OnceLock::new(),
             flusher: Mutex::new(None),
+            shortest_deadline: AtomicU64::new(0),
         });
         start_flusher(&inner, link.writer)?;
         let reader_inner = inner.clone();
@@ -503,10 +531,12 @@ fn serve(
     // interval; give up when the server has been silent for two intervals
     // (it answers every PING, so that is several missed answers).
     let ping_every = heartbeat / 3;
-    let tick = (ping_every / 2).max(Duration::from_millis(5));
+    let heartbeat_tick = (ping_every / 2).max(Duration::from_millis(5));
+    let mut tick = heartbeat_tick;
     if let Err(e) = stream.set_read_timeout(Some(tick)) {
         return Lost::network(format!("cannot configure the socket: {e}"));
     }
+    let mut deadline_check = Instant::now();
     let mut last_read = Instant::now();
     let mut last_ping = Instant::now();
     let mut scratch = vec![0u8; 64 * 1024];
@@ -515,6 +545,21 @@ fn serve(
         return lost;
     }
     loop {
+        // Deadlines are looked at four times a period, so one is reported
+        // at most a quarter late.
+        let shortest = inner.shortest_deadline.load(Ordering::Acquire);
+        let every = Duration::from_millis(shortest / 4).max(Duration::from_millis(1));
+        let wanted = if shortest == 0 {
+            heartbeat_tick
+        } else {
+            heartbeat_tick.min(every)
+        };
+        if wanted != tick {
+            tick = wanted;
+            if let Err(e) = stream.set_read_timeout(Some(tick)) {
+                return Lost::network(format!("cannot configure the socket: {e}"));
+            }
+        }
         match stream.read(&mut scratch) {
             Ok(0) => return Lost::network("the server closed the connection".to_owned()),
             Ok(n) => {
@@ -535,6 +580,10 @@ fn serve(
             Err(e) => return Lost::network(format!("read failed: {e}")),
         }
         let now = Instant::now();
+        if shortest != 0 && now.duration_since(deadline_check) >= every {
+            deadline_check = now;
+            inner.check_deadlines(now);
+        }
         if now.duration_since(last_read) > heartbeat * 2 {
             return Lost::network(format!(
                 "nothing heard from the server for {} ms",

@@ -44,6 +44,9 @@ pub(crate) struct ConsumerShared {
     /// The SUBSCRIBE that made it, sent again after a failover; `None`
     /// for a browser's snapshot.
     subscribe: Option<Subscribe>,
+    /// The deadline asked for, and when a message last came (or the
+    /// deadline was last reported missed).
+    deadline: Option<(Duration, Mutex<Instant>)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -66,6 +69,7 @@ impl ConsumerShared {
         limit: usize,
         session: Option<Arc<SessionShared>>,
         subscribe: Option<Subscribe>,
+        deadline: Option<Duration>,
     ) -> ConsumerShared {
         ConsumerShared {
             listener: Mutex::new(None),
@@ -79,7 +83,20 @@ impl ConsumerShared {
             session,
             discarding: AtomicBool::new(false),
             subscribe,
+            deadline: deadline.map(|d| (d, Mutex::new(Instant::now()))),
         }
+    }
+
+    /// If its deadline passed with no message since, the period (and the
+    /// clock starts again).
+    pub(crate) fn deadline_missed(&self, now: Instant) -> Option<Duration> {
+        let (period, last) = self.deadline.as_ref()?;
+        let mut last = lock(last);
+        if now.duration_since(*last) < *period {
+            return None;
+        }
+        *last = now;
+        Some(*period)
     }
 
     /// The SUBSCRIBE that made it, if it is a subscription.
@@ -108,6 +125,9 @@ impl ConsumerShared {
     pub(crate) fn deliver(&self, message: Message) {
         if self.discarding.load(Ordering::Acquire) {
             return;
+        }
+        if let Some((_, last)) = &self.deadline {
+            *lock(last) = Instant::now();
         }
         let mut listener = lock(&self.listener);
         if let Some(l) = listener.as_mut() {

@@ -67,6 +67,15 @@ pub enum Error {
     /// meanwhile; requests in flight failed.
     #[error("connection interrupted, reconnecting: {0}")]
     Interrupted(String),
+    /// DDS's deadline missed: no message reached the consumer of this
+    /// destination for the period it asked.
+    #[error("deadline missed: nothing from {destination} for {period_ms} ms")]
+    DeadlineMissed {
+        /// The consumer's destination.
+        destination: String,
+        /// The deadline, in milliseconds.
+        period_ms: u128,
+    },
     /// News for the exception listener: the connection is back, with this
     /// server (`host:port`), its consumers subscribed again.
     #[error("connection resumed with {0}")]

@@ -258,6 +258,14 @@ pub struct ConsumerOptions {
     pub shared: bool,
     /// A shared subscription is durable too.
     pub shared_durable: bool,
+    /// DDS's best-effort reliability, for a plain topic subscription in an
+    /// AUTO or DUPS_OK session: the server may drop its messages when this
+    /// consumer falls behind, rather than slow anyone down or disconnect.
+    pub best_effort: bool,
+    /// DDS's deadline: if no message arrives for this long, the
+    /// connection's exception listener hears [`Error::DeadlineMissed`]
+    /// (again each period while none comes).
+    pub deadline: Option<std::time::Duration>,
 }
 
 impl ConsumerOptions {
@@ -284,6 +292,18 @@ impl ConsumerOptions {
     pub fn shared(mut self, name: impl Into<String>) -> ConsumerOptions {
         self.durable_name = Some(name.into());
         self.shared = true;
+        self
+    }
+
+    /// Asks for best-effort delivery (see [`ConsumerOptions::best_effort`]).
+    pub fn best_effort(mut self) -> ConsumerOptions {
+        self.best_effort = true;
+        self
+    }
+
+    /// Asks to hear when no message came for `period`.
+    pub fn deadline(mut self, period: std::time::Duration) -> ConsumerOptions {
+        self.deadline = Some(period);
         self
     }
 
@@ -401,6 +421,18 @@ impl Session {
         let tracked = self
             .shared
             .tracks(destination.kind, !durable_name.is_empty());
+        if options.best_effort && (tracked || destination.kind == DestinationKind::Queue) {
+            return Err(Error::InvalidArgument(format!(
+                "best effort is for plain topic subscriptions in AUTO or DUPS_OK sessions, not {destination} in {:?}{}",
+                self.shared.mode,
+                if durable_name.is_empty() { "" } else { " (durable)" }
+            )));
+        }
+        if options.deadline.is_some_and(|d| d.is_zero()) {
+            return Err(Error::InvalidArgument(
+                "a deadline must be longer than 0".into(),
+            ));
+        }
         let inner = self.inner();
         let id = inner.next_subscription_id();
         let subscribe = Subscribe {
@@ -414,12 +446,17 @@ impl Session {
             temporary,
             shared: options.shared,
             durable: options.shared_durable,
+            best_effort: options.best_effort,
         };
         let consumer = Arc::new(ConsumerShared::new(
             inner.config.pending_messages,
             tracked.then(|| self.shared.clone()),
             Some(subscribe.clone()),
+            options.deadline,
         ));
+        if let Some(period) = options.deadline {
+            inner.watch_deadline(period);
+        }
         // Registered before SUBSCRIBE goes out: the first message can
         // arrive before the RECEIPT does.
         inner
@@ -451,6 +488,15 @@ impl Session {
     pub fn create_temporary_queue(&self) -> Destination {
         let n = self.inner().next_subscription_id();
         Destination::queue(format!("{}{n}", self.inner().temporary_prefix()))
+    }
+
+    /// A temporary topic: only this connection may subscribe to it (even a
+    /// wildcard subscription of another connection does not see its
+    /// messages), anyone may publish to it, and it ends with the
+    /// connection.
+    pub fn create_temporary_topic(&self) -> Destination {
+        let n = self.inner().next_subscription_id();
+        Destination::topic(format!("{}t{n}", self.inner().temporary_prefix()))
     }
 
     /// Deletes the durable subscription `name` of this connection's client
@@ -610,7 +656,7 @@ impl QueueBrowser {
     pub fn messages(&self) -> Result<Vec<Message>> {
         let inner = &self.inner;
         let id = inner.next_subscription_id();
-        let snapshot = Arc::new(ConsumerShared::new(usize::MAX, None, None));
+        let snapshot = Arc::new(ConsumerShared::new(usize::MAX, None, None, None));
         inner
             .consumers
             .write()

@@ -43,6 +43,8 @@ pub struct Session {
     pub subscriptions: HashMap<u32, SubscriptionHandle>,
     /// Acknowledged deliveries not yet settled, by delivery id.
     pub unacked: HashMap<u64, Unacked>,
+    /// Best-effort subscriptions: their deliveries may be dropped.
+    pub best_effort: std::collections::HashSet<u32>,
     /// Temporary queues this connection made; deleted when it ends.
     pub temporary_queues: Vec<String>,
     /// Open native transactions, by the client's id for them; dropped
@@ -63,6 +65,7 @@ impl Session {
             subscriptions: HashMap::new(),
             unacked: HashMap::new(),
             temporary_queues: Vec::new(),
+            best_effort: std::collections::HashSet::new(),
             transactions: Transactions::default(),
             next_delivery_id: 1,
         }

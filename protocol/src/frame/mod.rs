@@ -219,6 +219,7 @@ mod tests {
                 temporary: true,
                 shared: true,
                 durable: true,
+                best_effort: true,
             }),
             Frame::Ack(Settle {
                 delivery_ids: vec![1, 2, u64::MAX],

@@ -9,7 +9,10 @@
 //! every MESSAGE for this subscription carries it. Flags: bit 0,
 //! *acknowledged*: the server keeps each delivery until the client ACKs it
 //! (always so for queues and durable subscriptions); bit 1, *temporary*: the
-//! queue is a temporary queue of this connection.
+//! queue is a temporary queue of this connection; bit 2, *shared*; bit 3,
+//! *durable* (of a shared subscription); bit 4, *best effort*: a plain
+//! topic subscription whose messages the server may drop when the client
+//! falls behind, rather than slow anyone down or disconnect it.
 
 use bytes::{BufMut, BytesMut};
 
@@ -21,6 +24,7 @@ const FLAG_ACKNOWLEDGED: u8 = 0x01;
 const FLAG_TEMPORARY: u8 = 0x02;
 const FLAG_SHARED: u8 = 0x04;
 const FLAG_DURABLE: u8 = 0x08;
+const FLAG_BEST_EFFORT: u8 = 0x10;
 
 /// Starts a subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +54,9 @@ pub struct Subscribe {
     /// A shared subscription is durable. (A named subscription that is not
     /// shared is always durable.)
     pub durable: bool,
+    /// DDS's best-effort reliability: messages may be dropped when this
+    /// subscriber falls behind. Only for plain topic subscriptions.
+    pub best_effort: bool,
 }
 
 impl Subscribe {
@@ -70,6 +77,7 @@ impl Subscribe {
             temporary: false,
             shared: false,
             durable: false,
+            best_effort: false,
         }
     }
 
@@ -80,7 +88,9 @@ impl Subscribe {
         let pattern = c.str16("pattern")?.to_owned();
         let selector = c.str16("selector")?.to_owned();
         let flags = c.u8("flags")?;
-        if flags & !(FLAG_ACKNOWLEDGED | FLAG_TEMPORARY | FLAG_SHARED | FLAG_DURABLE) != 0 {
+        let known =
+            FLAG_ACKNOWLEDGED | FLAG_TEMPORARY | FLAG_SHARED | FLAG_DURABLE | FLAG_BEST_EFFORT;
+        if flags & !known != 0 {
             return Err(Error::invalid(
                 "flags",
                 format!("unknown bits 0x{flags:02x}"),
@@ -97,6 +107,7 @@ impl Subscribe {
             temporary: flags & FLAG_TEMPORARY != 0,
             shared: flags & FLAG_SHARED != 0,
             durable: flags & FLAG_DURABLE != 0,
+            best_effort: flags & FLAG_BEST_EFFORT != 0,
         };
         c.finish()?;
         Ok(f)
@@ -119,6 +130,9 @@ impl Subscribe {
         }
         if self.durable {
             flags |= FLAG_DURABLE;
+        }
+        if self.best_effort {
+            flags |= FLAG_BEST_EFFORT;
         }
         d.put_u8(flags);
         d.put_u32(self.prefetch);

@@ -120,6 +120,17 @@ pub struct TopicEntry {
     pub target: Target,
     /// Only messages it selects go there.
     pub selector: Option<Arc<Selector>>,
+    /// The connection of a subscription that lives and dies with it;
+    /// `None` for durable and shared ones. Only a temporary topic's owner
+    /// receives its messages.
+    pub owner: Option<u64>,
+}
+
+/// The connection a temporary topic or queue (`temp.<connection>.…`)
+/// belongs to, if `name` is one.
+pub fn temporary_owner(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("temp.")?;
+    rest.split('.').next()?.parse().ok()
 }
 
 impl std::fmt::Debug for TopicEntry {
@@ -199,8 +210,8 @@ pub enum SubscribeError {
     /// The destination is not a valid name or pattern.
     #[error("{0}")]
     Destination(String),
-    /// A temporary queue of another connection.
-    #[error("queue '{0}' is a temporary queue of another connection: only it may consume")]
+    /// A temporary queue or topic of another connection.
+    #[error("'{0}' is a temporary destination of another connection: only it may consume")]
     NotOwner(String),
 }
 
@@ -536,6 +547,7 @@ impl Broker {
             key,
             target: Target::Queue(queue.clone()),
             selector,
+            owner: None,
         };
         self.write_topics().insert(&pattern, entry);
         Durable {
@@ -751,8 +763,14 @@ impl Broker {
                 // messages have no delivery time, and then no clock is read.
                 let due = delivery_time(block);
                 let delayed = due != 0 && due > queue::now_ms();
+                // A temporary topic's messages reach its owner only, even
+                // through wildcards.
+                let owner = temporary_owner(name);
                 let tree = self.read_topics();
                 tree.for_each_match(name, |entry| {
+                    if owner.is_some() && entry.owner != owner {
+                        return;
+                    }
                     if let Some(selector) = &entry.selector {
                         match fields.get_or_init(|| MessageRef::parse(block).ok()) {
                             Some(r) if selector.matches(r) => {}
@@ -866,6 +884,10 @@ impl Broker {
                 Ok(SubscriptionHandle::Queue(queue))
             }
             DestinationKind::Topic => {
+                let own = format!("temp.{}.", sub.conn.serial);
+                if req.destination.starts_with("temp.") && !req.destination.starts_with(&own) {
+                    return Err(SubscribeError::NotOwner(req.destination.to_owned()));
+                }
                 let key = self.next_key.fetch_add(1, Ordering::Relaxed);
                 let (target, queue) = if req.acknowledged {
                     let name = format!("subscription.{}.{}", sub.conn.serial, sub.subscription_id);
@@ -881,6 +903,7 @@ impl Broker {
                     key,
                     target,
                     selector: selector.clone(),
+                    owner: Some(sub.conn.serial),
                 };
                 let mut tree = self.write_topics();
                 let kept = self.kept_for(&pattern, selector.as_deref());
@@ -921,6 +944,12 @@ impl Broker {
     ) -> Result<SubscriptionHandle, SubscribeError> {
         if req.kind != DestinationKind::Topic {
             return Err(SubscribeError::DurableQueue);
+        }
+        if req.destination.starts_with("temp.") {
+            return Err(SubscribeError::Destination(format!(
+                "'{}': a temporary topic has no durable or shared subscriptions",
+                req.destination
+            )));
         }
         // A shared subscription may do without a client id (JMS 2.0).
         if req.client_id.is_empty() && !req.shared {

@@ -175,6 +175,7 @@ mod tests {
                 subscription_id: id,
             }),
             selector: None,
+            owner: Some(1),
         }
     }
 

@@ -43,7 +43,7 @@ pub(super) fn handle(
             delivery_id,
             m.deliveries + 1,
             m.block,
-            false,
+            crate::net::outbound::Droppable::Never,
         );
     }
     receipt(out, request_id);

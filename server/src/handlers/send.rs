@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use herald_protocol::{DeliveryMode, DestinationKind, ErrorCode, MessageView};
+use herald_protocol::{DeliveryMode, ErrorCode, MessageView};
 
 use super::{receipt, Context, Flow, Parked, Refusal};
 use crate::auth::Permission;
@@ -24,11 +24,11 @@ pub enum Published {
 }
 
 /// Refuses a message the user may not publish. Anyone may answer to a
-/// temporary queue (a request's reply-to).
+/// temporary queue or topic (a request's reply-to).
 pub fn authorize(session: &Session, message: &MessageView) -> Result<(), Refusal> {
     let kind = message.destination_kind;
     let name = message.destination();
-    if kind == DestinationKind::Queue && name.starts_with("temp.") {
+    if name.starts_with("temp.") {
         return Ok(());
     }
     super::authorize(session, Permission::Publish, kind, name)

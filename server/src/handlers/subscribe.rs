@@ -26,14 +26,14 @@ pub fn refusal(e: SubscribeError) -> Refusal {
 
 /// Refuses a subscription the user lacks a permission for: `consume` on
 /// the destination, and `durable` for a durable one. A connection's own
-/// temporary queues need none.
+/// temporary queues and topics need none.
 pub fn authorize(
     session: &Session,
     request: &SubscribeRequest<'_>,
     ctx: &Context<'_>,
 ) -> Result<(), Refusal> {
     let own = format!("temp.{}.", ctx.me.serial);
-    if request.kind == DestinationKind::Queue && request.destination.starts_with(&own) {
+    if request.destination.starts_with(&own) {
         return Ok(());
     }
     super::authorize(
@@ -78,6 +78,13 @@ pub fn handle(
             ),
         ));
     }
+    let plain = f.kind == DestinationKind::Topic && !f.acknowledged && f.durable_name.is_empty();
+    if f.best_effort && !plain {
+        return Err(Refusal::soft(
+            ErrorCode::Malformed,
+            "best effort is for plain topic subscriptions (not acknowledged, not durable or shared)",
+        ));
+    }
     let prefix = format!("temp.{}.", ctx.me.serial);
     if f.temporary && !f.pattern.starts_with(&prefix) {
         return Err(Refusal::soft(
@@ -110,6 +117,9 @@ pub fn handle(
         .subscribe(request, subscriber, ctx.deliveries)
         .map_err(refusal)?;
     session.subscriptions.insert(f.subscription_id, handle);
+    if f.best_effort {
+        session.best_effort.insert(f.subscription_id);
+    }
     if f.temporary && !session.temporary_queues.contains(&f.pattern) {
         session.temporary_queues.push(f.pattern);
     }

@@ -39,6 +39,7 @@ pub fn end(subscription_id: u32, session: &mut Session, ctx: &mut Context<'_>) -
     session
         .unacked
         .retain(|_, u| u.subscription_id != subscription_id);
+    session.best_effort.remove(&subscription_id);
     let subscriber = Subscriber {
         conn: ctx.me,
         subscription_id,

@@ -12,7 +12,7 @@ use herald_protocol::ErrorCode;
 
 use rustls::ServerConnection;
 
-use super::outbound::{Outbound, WriteStatus};
+use super::outbound::{Droppable, Outbound, WriteStatus};
 use super::tls::Plaintext;
 use crate::handlers::connect::Welcome;
 use crate::handlers::{self, Parked};
@@ -132,7 +132,7 @@ impl Connection {
         delivery_id: u64,
         delivery_count: u32,
         message: Bytes,
-        droppable: bool,
+        droppable: Droppable,
     ) -> bool {
         match &mut self.stomp {
             None => {

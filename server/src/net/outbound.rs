@@ -16,13 +16,24 @@ const HEAD_CAP: usize = HEADER_LEN + DELIVERY_HEAD_LEN;
 /// Frames gathered into one `writev` (two slices each).
 const FRAMES_PER_WRITE: usize = 256;
 
+/// Whether a queued frame may be dropped when its connection falls
+/// behind, weakest guarantee last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Droppable {
+    /// Never: tracked, persistent, or not a delivery.
+    Never,
+    /// Under the `drop_oldest` slow-consumer policy: a delivery nobody
+    /// tracks (a plain topic subscription's) of a non-persistent message.
+    ByPolicy,
+    /// Always first, whatever the policy: a best-effort subscription's.
+    BestEffort,
+}
+
 struct OutFrame {
     head: [u8; HEAD_CAP],
     head_len: u8,
     body: Bytes,
-    /// A delivery nobody tracks (a plain topic subscription's): it may be
-    /// dropped when the connection falls behind.
-    droppable: bool,
+    droppable: Droppable,
 }
 
 impl OutFrame {
@@ -82,19 +93,20 @@ impl Outbound {
             head: [0; HEAD_CAP],
             head_len: 0,
             body: frame,
-            droppable: false,
+            droppable: Droppable::Never,
         });
     }
 
     /// Queues a MESSAGE frame: its own head, the shared message block.
-    /// `droppable` for a delivery nobody tracks.
+    /// `droppable` says whether it may be dropped when the connection
+    /// falls behind.
     pub fn push_delivery(
         &mut self,
         subscription_id: u32,
         delivery_id: u64,
         delivery_count: u32,
         message: Bytes,
-        droppable: bool,
+        droppable: Droppable,
     ) {
         let head = Delivery::encode_head(
             0,
@@ -111,13 +123,15 @@ impl Outbound {
         });
     }
 
-    /// Drops the oldest droppable frames (never one partly written) until
-    /// at most `target` bytes wait; returns how many were dropped.
-    pub fn drop_oldest(&mut self, target: usize) -> u64 {
+    /// Drops the oldest frames at least as droppable as `least` (never
+    /// one partly written) until at most `target` bytes wait; returns how
+    /// many were dropped.
+    pub fn drop_oldest(&mut self, target: usize, least: Droppable) -> u64 {
         let mut dropped = 0;
         let mut i = usize::from(self.written > 0);
         while self.pending > target && i < self.frames.len() {
-            if self.frames[i].droppable {
+            let droppable = self.frames[i].droppable;
+            if droppable != Droppable::Never && droppable >= least {
                 if let Some(f) = self.frames.remove(i) {
                     self.pending -= f.len();
                     dropped += 1;
@@ -234,7 +248,7 @@ mod tests {
         let mut expected = Vec::new();
         for i in 0..50u32 {
             let body = Bytes::from(vec![i as u8; (i * 7) as usize]);
-            o.push_delivery(i, i.into(), 1, body.clone(), false);
+            o.push_delivery(i, i.into(), 1, body.clone(), Droppable::Never);
             expected.extend_from_slice(&Delivery::encode_head(0, i, i.into(), 1, body.len()));
             expected.extend_from_slice(&body);
             o.push_frame(&Frame::Pong, i);
@@ -258,9 +272,14 @@ mod tests {
     fn drop_oldest_spares_tracked_frames_and_the_one_being_written() {
         let mut o = Outbound::default();
         let body = Bytes::from_static(b"0123456789");
-        o.push_delivery(0, 0, 1, body.clone(), true);
+        o.push_delivery(0, 0, 1, body.clone(), Droppable::ByPolicy);
         for i in 1..6u32 {
-            o.push_delivery(i, i.into(), 1, body.clone(), i % 2 == 0);
+            let droppable = match i {
+                2 => Droppable::BestEffort,
+                4 => Droppable::ByPolicy,
+                _ => Droppable::Never,
+            };
+            o.push_delivery(i, i.into(), 1, body.clone(), droppable);
         }
         let mut w = Trickle {
             out: Vec::new(),
@@ -269,7 +288,8 @@ mod tests {
         };
         assert_eq!(o.write_to(&mut w).unwrap(), WriteStatus::Blocked);
         let one = 28 + 10;
-        let dropped = o.drop_oldest(0);
+        assert_eq!(o.drop_oldest(0, Droppable::BestEffort), 1, "frame 2 first");
+        let dropped = 1 + o.drop_oldest(0, Droppable::ByPolicy);
         assert_eq!(
             dropped, 2,
             "frames 2 and 4; 0 is partly written, 1, 3, 5 are tracked"
@@ -281,7 +301,7 @@ mod tests {
     fn clear_keeps_the_rest_of_a_partly_written_frame() {
         let mut o = Outbound::default();
         for i in 0..3 {
-            o.push_delivery(i, 1, 1, Bytes::from_static(b"0123456789"), false);
+            o.push_delivery(i, 1, 1, Bytes::from_static(b"0123456789"), Droppable::Never);
         }
         let mut w = Trickle {
             out: Vec::new(),

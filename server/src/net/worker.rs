@@ -20,7 +20,7 @@ use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
 use super::connection::{Connection, ReadStatus};
-use super::outbound::WriteStatus;
+use super::outbound::{Droppable, WriteStatus};
 use super::{Command, Protocol, Shared, WAKER};
 use rustls::ServerConnection;
 
@@ -406,8 +406,17 @@ impl Worker {
                 continue;
             };
             let delivery_id = conn.session.next_delivery_id();
-            // Only what nobody tracks and nobody must keep may be dropped.
-            let droppable = d.ack.is_none() && !is_persistent(&d.message);
+            // Only what nobody tracks and nobody must keep may be dropped,
+            // and whatever a best-effort subscriber gets.
+            let best_effort = !conn.session.best_effort.is_empty()
+                && conn.session.best_effort.contains(&subscription_id);
+            let droppable = if best_effort {
+                Droppable::BestEffort
+            } else if d.ack.is_none() && !is_persistent(&d.message) {
+                Droppable::ByPolicy
+            } else {
+                Droppable::Never
+            };
             let server_acks = conn.push_message(
                 subscription_id,
                 delivery_id,
@@ -437,10 +446,14 @@ impl Worker {
                     log::debug!("connection {}: write failed: {e}", conn.serial);
                 }
             }
+            // Down to half the limit, so that a reader that stays slow is
+            // not trimmed one message at a time: best-effort deliveries
+            // first, whatever the policy, then by the policy.
+            if conn.out.pending() > max_pending {
+                dropped += conn.out.drop_oldest(max_pending / 2, Droppable::BestEffort);
+            }
             if conn.out.pending() > max_pending && policy == SlowConsumerPolicy::DropOldest {
-                // Down to half the limit, so that a reader that stays slow
-                // is not trimmed one message at a time.
-                dropped += conn.out.drop_oldest(max_pending / 2);
+                dropped += conn.out.drop_oldest(max_pending / 2, Droppable::ByPolicy);
             }
             if conn.out.pending() > max_pending {
                 log::warn!(
