@@ -45,11 +45,7 @@ pub struct Args {
 
 /// `queue://a.b`, `topic://a.b` or a bare topic name.
 pub fn parse_destination(text: &str) -> Destination {
-    match (text.strip_prefix("queue://"), text.strip_prefix("topic://")) {
-        (Some(q), _) => Destination::queue(q),
-        (None, Some(t)) => Destination::topic(t),
-        (None, None) => Destination::topic(text),
-    }
+    Destination::from_uri(text)
 }
 
 /// Parses `key=value`.

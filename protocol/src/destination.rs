@@ -14,7 +14,7 @@ pub const MAX_NAME_LEN: usize = 1024;
 
 /// Whether a destination is a topic (every subscriber gets a copy) or a
 /// queue (one consumer gets each message).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DestinationKind {
     /// Publish/subscribe.
     Topic = 0,
@@ -59,6 +59,18 @@ impl Destination {
         Destination {
             kind: DestinationKind::Queue,
             name: name.into(),
+        }
+    }
+}
+
+impl Destination {
+    /// `queue://name` or `topic://name`, as a destination prints; a bare
+    /// name is a topic.
+    pub fn from_uri(text: &str) -> Destination {
+        match (text.strip_prefix("queue://"), text.strip_prefix("topic://")) {
+            (Some(q), _) => Destination::queue(q),
+            (None, Some(t)) => Destination::topic(t),
+            (None, None) => Destination::topic(text),
         }
     }
 }
@@ -187,6 +199,22 @@ fn covers_words(p: &[PatternWord], q: &[PatternWord]) -> bool {
             Some((PatternWord::Literal(v), q_rest)) => v == w && covers_words(rest, q_rest),
             _ => false,
         },
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, w) in self.words.iter().enumerate() {
+            if i > 0 {
+                f.write_str(".")?;
+            }
+            match w {
+                PatternWord::Star => f.write_str("*")?,
+                PatternWord::Hash => f.write_str("#")?,
+                PatternWord::Literal(l) => f.write_str(l)?,
+            }
+        }
+        Ok(())
     }
 }
 

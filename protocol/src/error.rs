@@ -120,11 +120,13 @@ pub enum ErrorCode {
     AuthenticationFailed = 24,
     /// The user lacks the permission for the operation.
     NotAuthorized = 25,
+    /// An administrator closed the connection.
+    ClosedByAdmin = 26,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 25] = [
+    pub const ALL: [ErrorCode; 26] = [
         ErrorCode::BadMagic,
         ErrorCode::UnsupportedVersion,
         ErrorCode::UnknownKind,
@@ -150,6 +152,7 @@ impl ErrorCode {
         ErrorCode::TransactionRolledBack,
         ErrorCode::AuthenticationFailed,
         ErrorCode::NotAuthorized,
+        ErrorCode::ClosedByAdmin,
     ];
 
     /// The code for a number, if it is one.

@@ -130,6 +130,12 @@ impl Message {
         }
     }
 
+    /// Removes a property, returning its value.
+    pub fn remove_property(&mut self, name: &str) -> Option<Value> {
+        let at = self.properties.iter().position(|(n, _)| n == name)?;
+        Some(self.properties.remove(at).1)
+    }
+
     /// Builder form of [`Message::set_property`].
     pub fn with_property(mut self, name: impl Into<String>, value: impl Into<Value>) -> Message {
         self.set_property(name, value);

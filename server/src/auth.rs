@@ -323,6 +323,8 @@ struct Job {
 /// the `herald-auth` thread otherwise.
 pub struct Authenticator {
     users: Arc<RwLock<Arc<Users>>>,
+    /// Counts reloads: what was verified before one must be again.
+    generation: std::sync::atomic::AtomicU64,
     jobs: Mutex<Option<Sender<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -340,9 +342,36 @@ impl Authenticator {
             .spawn(move || run(rx, shared))?;
         Ok(Authenticator {
             users,
+            generation: Default::default(),
             jobs: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
         })
+    }
+
+    /// Takes a reloaded `[auth]`: logins from now on use it; connections
+    /// already in keep the permissions they logged in with.
+    pub fn reload(&self, config: &AuthSection) -> Result<(), String> {
+        let users = Users::from_config(config).map_err(|(key, why)| format!("{key}: {why}"))?;
+        *self.users.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(users);
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// How many reloads there have been.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Checks a user's password now, on the calling thread (the management
+    /// interface's, never a worker's), without the failed-login delay.
+    pub fn verify(&self, user: &str, password: &str) -> Result<Principal, String> {
+        self.current().verify(user, password)
+    }
+
+    /// Whether any user is configured (else everyone may do everything).
+    pub fn has_users(&self) -> bool {
+        !self.current().users.is_empty()
     }
 
     fn current(&self) -> Arc<Users> {

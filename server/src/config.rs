@@ -92,6 +92,31 @@ pub struct Config {
     pub auth: AuthSection,
     /// The TLS listener.
     pub tls: TlsSection,
+    /// The management interface.
+    pub admin: AdminSection,
+    /// The file this config was read from, for reloads; `None` for the
+    /// embedded defaults or a config built in code.
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
+}
+
+/// `[admin]`: the management HTTP interface (JSON API, metrics, console).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminSection {
+    /// Whether it runs.
+    pub enabled: bool,
+    /// Its address.
+    pub listen: SocketAddr,
+}
+
+impl Default for AdminSection {
+    fn default() -> AdminSection {
+        AdminSection {
+            enabled: true,
+            listen: SocketAddr::from(([127, 0, 0, 1], 8161)),
+        }
+    }
 }
 
 /// `[tls]`: a listener for the native protocol over TLS.
@@ -325,6 +350,8 @@ impl Default for Config {
             max_pending_receipts: 65_536,
             auth: AuthSection::default(),
             tls: TlsSection::default(),
+            admin: AdminSection::default(),
+            source: None,
         }
     }
 }
@@ -336,7 +363,9 @@ impl Config {
             path: path.display().to_string(),
             source,
         })?;
-        Config::parse(&text, &path.display().to_string())
+        let mut config = Config::parse(&text, &path.display().to_string())?;
+        config.source = Some(path.to_owned());
+        Ok(config)
     }
 
     /// Parses and checks config text; `origin` names it in errors.
@@ -452,6 +481,16 @@ impl Config {
         }
         if self.tls.enabled && self.tls.key.as_os_str().is_empty() {
             return invalid("tls.key", "the TLS listener needs a key file".into());
+        }
+        if self.admin.enabled && !self.admin.listen.ip().is_loopback() && self.auth.users.is_empty()
+        {
+            return invalid(
+                "admin.listen",
+                format!(
+                    "{} is reachable beyond this machine: the management interface needs [[auth.users]] there",
+                    self.admin.listen
+                ),
+            );
         }
         if let Err((key, reason)) = crate::auth::Users::from_config(&self.auth) {
             return invalid(key, reason);

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use herald_server::config::DEFAULT_TOML;
 use herald_server::{Config, Server};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 /// The Herald event notification server.
@@ -38,6 +38,9 @@ struct Args {
     /// overriding the config.
     #[arg(long)]
     tls_listen: Option<SocketAddr>,
+    /// Address of the management interface, overriding the config.
+    #[arg(long)]
+    admin_listen: Option<SocketAddr>,
 }
 
 fn main() -> ExitCode {
@@ -71,6 +74,10 @@ fn main() -> ExitCode {
         config.stomp.websocket_listen = addr;
         config.stomp.websocket_enabled = true;
     }
+    if let Some(addr) = args.admin_listen {
+        config.admin.listen = addr;
+        config.admin.enabled = true;
+    }
     if let Some(addr) = args.tls_listen {
         config.tls.listen = addr;
         config.tls.enabled = true;
@@ -81,7 +88,7 @@ fn main() -> ExitCode {
     }
     // Registered before anything is announced, so that a signal sent as
     // soon as the address is printed is handled rather than fatal.
-    let mut signals = match Signals::new([SIGINT, SIGTERM]) {
+    let mut signals = match Signals::new([SIGINT, SIGTERM, SIGHUP]) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("herald-server: cannot handle signals: {e}");
@@ -109,14 +116,27 @@ fn main() -> ExitCode {
     if let Some(addr) = server.tls_addr() {
         announce.push_str(&format!("herald-server TLS listening on {addr}\n"));
     }
+    if let Some(addr) = server.admin_addr() {
+        announce.push_str(&format!(
+            "herald-server admin listening on http://{addr}/\n"
+        ));
+    }
     let mut stdout = std::io::stdout();
     let _ = stdout
         .write_all(announce.as_bytes())
         .and_then(|()| stdout.flush());
     // The server's threads do the work; this one waits for SIGINT or
     // SIGTERM and then shuts down gracefully: every client is told why.
-    if let Some(signal) = signals.forever().next() {
-        log::info!("signal {signal}: shutting down");
+    // SIGHUP re-reads users, permissions and limits.
+    for signal in signals.forever() {
+        if signal != SIGHUP {
+            log::info!("signal {signal}: shutting down");
+            break;
+        }
+        match server.reload() {
+            Ok(file) => log::info!("SIGHUP: reloaded {file}"),
+            Err(why) => log::error!("SIGHUP: reload refused, the old config stays: {why}"),
+        }
     }
     server.shutdown();
     ExitCode::SUCCESS

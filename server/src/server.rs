@@ -12,6 +12,7 @@ use mio::net::TcpListener;
 use mio::{Poll, Waker};
 use thiserror::Error;
 
+use crate::admin::{Addresses, Admin};
 use crate::auth::Authenticator;
 use crate::broker::Broker;
 use crate::config::Config;
@@ -114,6 +115,7 @@ impl Server {
         }
         let auth = Authenticator::start(&config.auth)?;
         let shared = Arc::new(Shared {
+            limits: crate::net::Limits::new(&config),
             tls,
             auth,
             broker,
@@ -122,6 +124,8 @@ impl Server {
             stats: (0..n).map(|_| WorkerStats::default()).collect(),
             open_connections: AtomicUsize::new(0),
             next_serial: AtomicU64::new(1),
+            connections: std::sync::Mutex::new(std::collections::HashMap::new()),
+            started: std::time::Instant::now(),
         });
 
         let mut threads = Vec::with_capacity(n + 1);
@@ -150,7 +154,31 @@ impl Server {
         if let Some(addr) = tls_addr {
             log::info!("TLS listening on {addr}");
         }
+        let admin = match shared.config.admin.enabled {
+            true => {
+                let addresses = Addresses {
+                    native: Some(local_addr),
+                    stomp: stomp_addr,
+                    stomp_ws: stomp_ws_addr,
+                    tls: tls_addr,
+                    admin: None,
+                };
+                let listen = shared.config.admin.listen;
+                let metrics = Some(journal.metrics().clone());
+                let admin =
+                    Admin::start(shared.clone(), listen, addresses, metrics).map_err(|source| {
+                        StartError::Bind {
+                            addr: listen,
+                            source,
+                        }
+                    })?;
+                log::info!("management interface on http://{}/", admin.addr());
+                Some(admin)
+            }
+            false => None,
+        };
         Ok(ServerHandle {
+            admin,
             local_addr,
             tls_addr,
             stomp_addr,
@@ -201,6 +229,7 @@ pub struct ServerHandle {
     stomp_addr: Option<SocketAddr>,
     stomp_ws_addr: Option<SocketAddr>,
     tls_addr: Option<SocketAddr>,
+    admin: Option<Admin>,
     journal: Arc<Journal>,
     shared: Arc<Shared>,
     acceptor_waker: Waker,
@@ -229,6 +258,17 @@ impl ServerHandle {
         self.tls_addr
     }
 
+    /// The management interface's address, if it runs.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(Admin::addr)
+    }
+
+    /// Re-reads users, permissions and limits from the config file (see
+    /// [`crate::admin::reload`]); returns the file read.
+    pub fn reload(&self) -> Result<String, String> {
+        crate::admin::reload(&self.shared)
+    }
+
     /// The server's counters now.
     pub fn stats(&self) -> Stats {
         let s = &self.shared;
@@ -254,7 +294,12 @@ impl ServerHandle {
                 .map(|w| w.messages_out.load(Ordering::Relaxed))
                 .sum(),
             subscriptions: s.broker.subscription_count(),
-            queues: s.broker.queue_stats(),
+            queues: s
+                .broker
+                .queue_stats()
+                .into_iter()
+                .map(|q| (q.name, q.depth, q.in_flight))
+                .collect(),
         }
     }
 
@@ -267,6 +312,9 @@ impl ServerHandle {
     fn stop(&mut self) {
         if self.stopped.swap(true, Ordering::AcqRel) {
             return;
+        }
+        if let Some(admin) = &mut self.admin {
+            admin.shutdown();
         }
         if let Err(e) = self.acceptor_waker.wake() {
             log::error!("cannot wake the acceptor: {e}");

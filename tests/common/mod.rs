@@ -40,6 +40,7 @@ pub fn test_config() -> Config {
     };
     config.stomp.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.stomp.websocket_listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.admin.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config
 }
 

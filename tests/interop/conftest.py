@@ -31,6 +31,7 @@ class Server:
                 "--listen", "127.0.0.1:0",
                 "--stomp-listen", "127.0.0.1:0",
                 "--stomp-ws-listen", "127.0.0.1:0",
+                "--admin-listen", "127.0.0.1:0",
                 "--data-dir", self.data,
             ],
             stdout=subprocess.PIPE,
@@ -48,6 +49,9 @@ class Server:
         self.stomp = (host, int(port))
         host, port = ws_line.rsplit(" ", 1)[1].rsplit(":", 1)
         self.stomp_ws = (host, int(port))
+        admin_line = self.proc.stdout.readline().strip()
+        assert admin_line.startswith("herald-server admin listening on "), admin_line
+        self.admin = admin_line.rsplit(" ", 1)[1].rstrip("/")
 
     def stop(self):
         self.proc.terminate()

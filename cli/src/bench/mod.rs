@@ -138,6 +138,10 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
                 websocket_enabled: false,
                 ..StompSection::default()
             },
+            admin: herald_server::config::AdminSection {
+                enabled: false,
+                ..Default::default()
+            },
             ..Config::default()
         };
         let server = Server::start(config).map_err(|e| Error::InvalidArgument(e.to_string()))?;

@@ -30,6 +30,50 @@ impl DeclaredTopics {
         t
     }
 
+    /// Declares `name` and its prefixes.
+    pub fn declare(&mut self, name: &str) {
+        let mut node = &mut self.root;
+        for word in name.split('.') {
+            node = node.children.entry(word.into()).or_default();
+        }
+    }
+
+    /// Removes `name` and everything under it; false if it was not
+    /// declared.
+    pub fn remove(&mut self, name: &str) -> bool {
+        let (parent, last) = match name.rsplit_once('.') {
+            Some((parent, last)) => (Some(parent), last),
+            None => (None, name),
+        };
+        let mut node = &mut self.root;
+        for word in parent.into_iter().flat_map(|p| p.split('.')) {
+            match node.children.get_mut(word) {
+                Some(child) => node = child,
+                None => return false,
+            }
+        }
+        node.children.remove(last).is_some()
+    }
+
+    /// Every declared topic, in order.
+    pub fn names(&self) -> Vec<String> {
+        fn walk(node: &Node, prefix: &str, out: &mut Vec<String>) {
+            let mut words: Vec<&Box<str>> = node.children.keys().collect();
+            words.sort();
+            for word in words {
+                let name = match prefix {
+                    "" => word.to_string(),
+                    p => format!("{p}.{word}"),
+                };
+                out.push(name.clone());
+                walk(&node.children[word], &name, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.root, "", &mut out);
+        out
+    }
+
     /// Ok if `topic` is declared; otherwise why not.
     pub fn check(&self, topic: &str) -> Result<(), String> {
         let mut node = &self.root;

@@ -18,10 +18,12 @@
 //! is unlocked).
 
 mod declared_topics;
+mod manage;
 pub mod queue;
 mod topic_tree;
 
 pub use declared_topics::DeclaredTopics;
+pub use manage::{BrokerCounters, LiveSubscription, QueueStats, SubscriptionView};
 pub use queue::{Queue, QueueLimits};
 pub use topic_tree::TopicTree;
 
@@ -64,6 +66,15 @@ pub struct Subscriber {
 
 /// A queue shared between the broker and the deliveries in flight from it.
 pub type SharedQueue = Arc<Mutex<Queue>>;
+
+/// What became of a published message.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Routed {
+    /// Something was written to the store: a RECEIPT waits for it.
+    pub journaled: bool,
+    /// Subscriptions (or the queue) it went to.
+    pub delivered: usize,
+}
 
 /// What to do when a queue a message goes to is full.
 #[derive(Debug, Clone, Copy)]
@@ -258,7 +269,12 @@ struct Durable {
 pub struct Broker {
     topics: RwLock<TopicTree>,
     /// Strict mode's declared tree; `None` when publishing is open.
-    declared: Option<DeclaredTopics>,
+    declared: Option<RwLock<DeclaredTopics>>,
+    /// Live subscriptions by (connection, subscription id), for the
+    /// management interface.
+    live: Mutex<HashMap<(u64, u32), LiveSubscription>>,
+    /// Redeliveries, dead letters, expiries.
+    counters: BrokerCounters,
     queues: Mutex<HashMap<String, SharedQueue>>,
     /// Durable subscriptions by (client id, name).
     durables: Mutex<HashMap<(String, String), Durable>>,
@@ -359,10 +375,13 @@ impl Broker {
         let declared = config
             .topics
             .strict
-            .then(|| DeclaredTopics::new(config.topics.declared.iter().map(String::as_str)));
+            .then(|| DeclaredTopics::new(config.topics.declared.iter().map(String::as_str)))
+            .map(RwLock::new);
         Broker {
             topics: RwLock::new(TopicTree::default()),
             declared,
+            live: Mutex::new(HashMap::new()),
+            counters: BrokerCounters::default(),
             queues: Mutex::new(HashMap::new()),
             durables: Mutex::new(HashMap::new()),
             next_key: AtomicU64::new(1),
@@ -510,7 +529,11 @@ impl Broker {
     /// Whether a message may be published on `topic` (strict mode).
     pub fn check_topic(&self, topic: &str) -> Result<(), RouteError> {
         match &self.declared {
-            Some(declared) => declared.check(topic).map_err(RouteError::Undeclared),
+            Some(declared) => declared
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .check(topic)
+                .map_err(RouteError::Undeclared),
             None => Ok(()),
         }
     }
@@ -730,13 +753,17 @@ impl Broker {
         message: &MessageView,
         room: Room,
         out: &mut Deliveries,
-    ) -> Result<bool, RouteError> {
+    ) -> Result<Routed, RouteError> {
         let name = message.destination();
         let block = message.block();
         let mode = message.delivery_mode;
         match message.destination_kind {
             DestinationKind::Queue => self
                 .enqueue(&self.queue(name), block, mode, room, out)
+                .map(|journaled| Routed {
+                    journaled,
+                    delivered: 1,
+                })
                 .map_err(|f| RouteError::QueueFull {
                     queue: name.to_owned(),
                     max: f.max_messages,
@@ -754,11 +781,11 @@ impl Broker {
                         expiration: message.expiration,
                     };
                     self.refile_one(name, &expired, Refile::Expired, out);
-                    return Ok(false);
+                    return Ok(Routed::default());
                 }
                 // Parsed at most once, and only if a selector needs it.
                 let fields: OnceCell<Option<MessageRef<'_>>> = OnceCell::new();
-                let mut journaled = false;
+                let mut routed = Routed::default();
                 // Looked at once per publish, not per subscriber: most
                 // messages have no delivery time, and then no clock is read.
                 let due = delivery_time(block);
@@ -777,11 +804,12 @@ impl Broker {
                             _ => return,
                         }
                     }
+                    routed.delivered += 1;
                     match &entry.target {
                         Target::Direct(sub) if delayed => self.schedule(due, Timed::Direct(*sub, block.clone())),
                         Target::Direct(sub) => out.push(*sub, block.clone()),
                         Target::Queue(queue) => match self.enqueue(queue, block, mode, Room::Refuse, out) {
-                            Ok(written) => journaled |= written,
+                            Ok(written) => routed.journaled |= written,
                             Err(full) => log::warn!(
                                 "subscription queue '{}' is full ({} messages): a message on {name} is not kept for it",
                                 lock(queue).name(),
@@ -792,7 +820,7 @@ impl Broker {
                 });
                 self.retain(name, block);
                 drop(tree);
-                Ok(journaled)
+                Ok(routed)
             }
         }
     }
@@ -842,6 +870,21 @@ impl Broker {
 
     /// Starts a subscription for `sub`.
     pub fn subscribe(
+        &self,
+        req: SubscribeRequest<'_>,
+        sub: Subscriber,
+        out: &mut Deliveries,
+    ) -> Result<SubscriptionHandle, SubscribeError> {
+        let info = LiveSubscription::new(&req);
+        let handle = self.start_subscription(req, sub, out)?;
+        lock(&self.live).insert(
+            (sub.conn.serial, sub.subscription_id),
+            info.with_queue(&handle),
+        );
+        Ok(handle)
+    }
+
+    fn start_subscription(
         &self,
         req: SubscribeRequest<'_>,
         sub: Subscriber,
@@ -1015,6 +1058,7 @@ impl Broker {
     /// return to their queue for other consumers (or to the dead-letter
     /// queue).
     pub fn unsubscribe(&self, handle: SubscriptionHandle, sub: &Subscriber, out: &mut Deliveries) {
+        lock(&self.live).remove(&(sub.conn.serial, sub.subscription_id));
         match handle {
             SubscriptionHandle::Topic {
                 pattern,
@@ -1089,6 +1133,7 @@ impl Broker {
     /// Gives one delivery back for redelivery. False if `sub` does not
     /// hold it.
     pub fn nack(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) -> bool {
+        self.counters.redelivered.fetch_add(1, Ordering::Relaxed);
         let mut dispatches = Vec::new();
         let dead = lock(&ack.queue).nack(sub, ack.seq, &mut dispatches);
         self.settled(&ack.queue, dispatches, out);
@@ -1135,6 +1180,8 @@ impl Broker {
         reason: &str,
         out: &mut Deliveries,
     ) {
+        let n = dead.len() as u64;
+        self.counters.dead_lettered.fetch_add(n, Ordering::Relaxed);
         self.refile(from, dead, Refile::Dead(reason), out);
     }
 
@@ -1194,6 +1241,7 @@ impl Broker {
                 (target, format!("{reason} ({} deliveries)", m.deliveries))
             }
             Refile::Expired => {
+                self.counters.expired.fetch_add(1, Ordering::Relaxed);
                 if self.expiry_queue.is_empty() {
                     log::debug!("message {} expired: dropped", message.message_id);
                     return;
@@ -1246,19 +1294,5 @@ impl Broker {
     /// Number of topic subscriptions (durable ones included).
     pub fn subscription_count(&self) -> usize {
         self.read_topics().len()
-    }
-
-    /// Names, depths and in-flight counts of the named queues.
-    pub fn queue_stats(&self) -> Vec<(String, usize, usize)> {
-        let queues: Vec<SharedQueue> = lock(&self.queues).values().cloned().collect();
-        let mut v: Vec<_> = queues
-            .iter()
-            .map(|q| {
-                let q = lock(q);
-                (q.name().to_owned(), q.depth(), q.in_flight())
-            })
-            .collect();
-        v.sort();
-        v
     }
 }

@@ -379,6 +379,14 @@ impl Queue {
             .collect()
     }
 
+    /// Takes the waiting messages (not those in flight).
+    pub fn purge(&mut self) -> Vec<QueuedMessage> {
+        let mut all: Vec<QueuedMessage> = std::mem::take(&mut self.ready).into_values().collect();
+        all.extend(std::mem::take(&mut self.scheduled).into_values());
+        all.append(&mut self.expired);
+        all
+    }
+
     /// Takes every message, waiting and in flight (the queue is being
     /// deleted).
     pub fn drain(&mut self) -> Vec<QueuedMessage> {

@@ -44,7 +44,10 @@ pub fn publish(
     ctx: &mut Context<'_>,
 ) -> Result<Published, Refusal> {
     authorize(session, &message)?;
-    let most = ctx.shared.config.max_pending_receipts;
+    let most = ctx
+        .shared
+        .limits
+        .get(&ctx.shared.limits.max_pending_receipts);
     let persistent = message.delivery_mode == DeliveryMode::Persistent;
     if request_id != 0 && persistent && session.pending_receipts >= most {
         return Err(Refusal::soft(
@@ -59,8 +62,8 @@ pub fn publish(
     } else {
         Room::Refuse
     };
-    let journaled = match ctx.shared.broker.publish(&message, room, ctx.deliveries) {
-        Ok(journaled) => journaled,
+    let routed = match ctx.shared.broker.publish(&message, room, ctx.deliveries) {
+        Ok(routed) => routed,
         Err(RouteError::Undeclared(why)) => {
             return Err(Refusal::soft(ErrorCode::UndeclaredTopic, why))
         }
@@ -78,7 +81,8 @@ pub fn publish(
         }
     };
     ctx.published += 1;
-    if journaled && request_id != 0 {
+    ctx.shared.stats[ctx.me.worker].count(&message, routed.delivered);
+    if routed.journaled && request_id != 0 {
         // The RECEIPT waits until the journal has the message on disk.
         super::await_journal(request_id, session, ctx);
         return Ok(Published::Later);

@@ -62,7 +62,10 @@ pub fn handle(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
-    let limit = ctx.shared.config.max_subscriptions_per_connection;
+    let limit = ctx
+        .shared
+        .limits
+        .get(&ctx.shared.limits.max_subscriptions_per_connection);
     if session.subscriptions.len() >= limit {
         return Err(Refusal::soft(
             ErrorCode::LimitExceeded,

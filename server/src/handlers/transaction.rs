@@ -147,7 +147,10 @@ pub fn commit(held: Held, session: &mut Session, ctx: &mut Context<'_>) -> Resul
     for op in held.ops {
         match op {
             Deferred::Send(view) => match broker.publish(&view, Room::Overfill, ctx.deliveries) {
-                Ok(_) => ctx.published += 1,
+                Ok(routed) => {
+                    ctx.published += 1;
+                    ctx.shared.stats[ctx.me.worker].count(&view, routed.delivered);
+                }
                 Err(e) => log::warn!("a committed message was not routed: {e}"),
             },
             Deferred::Settle(ids, outcome) => {
@@ -172,7 +175,10 @@ pub fn tx_send(
         session.transactions.doom(f.transaction_id, why.clone());
         return Err(Refusal::soft(code, why));
     }
-    let limit = ctx.shared.config.max_transaction_bytes;
+    let limit = ctx
+        .shared
+        .limits
+        .get(&ctx.shared.limits.max_transaction_bytes);
     session
         .transactions
         .hold(f.transaction_id, Deferred::Send(f.message), limit)?;

@@ -65,7 +65,7 @@ fn accept_all(
                 if let Err(e) = stream.set_nodelay(true) {
                     log::warn!("cannot set TCP_NODELAY for {peer}: {e}");
                 }
-                let max = shared.config.max_connections;
+                let max = shared.limits.get(&shared.limits.max_connections);
                 if shared.open_connections.load(Ordering::Acquire) >= max {
                     log::warn!("refusing {peer}: {max} connections are open, the most allowed");
                     refuse(stream, protocol, max);

@@ -16,7 +16,11 @@ use super::outbound::{Droppable, Outbound, WriteStatus};
 use super::tls::Plaintext;
 use crate::handlers::connect::Welcome;
 use crate::handlers::{self, Parked};
-use crate::session::Session;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::ConnInfo;
+use crate::session::{Phase, Session};
 use crate::stomp::StompSession;
 
 /// What one read found.
@@ -56,6 +60,10 @@ pub struct Connection {
     pub stomp: Option<Box<StompSession>>,
     /// The TLS session of a connection to the TLS listener.
     pub tls: Option<Box<ServerConnection>>,
+    /// What the management interface sees of it.
+    pub info: Arc<ConnInfo>,
+    /// `info` has its client id and user.
+    pub identified: bool,
 }
 
 impl Connection {
@@ -65,6 +73,7 @@ impl Connection {
         session: Session,
         stomp: Option<Box<StompSession>>,
         tls: Option<Box<ServerConnection>>,
+        info: Arc<ConnInfo>,
     ) -> Connection {
         Connection {
             serial,
@@ -81,6 +90,24 @@ impl Connection {
             login: None,
             stomp,
             tls,
+            info,
+            identified: false,
+        }
+    }
+
+    /// Brings `info` up to date after frames were handled.
+    pub fn note(&mut self) {
+        let subscriptions = self.session.subscriptions.len();
+        self.info
+            .subscriptions
+            .store(subscriptions, Ordering::Relaxed);
+        if !self.identified && self.session.phase == Phase::Connected {
+            self.identified = true;
+            let identity = (
+                self.session.client_id.clone(),
+                self.session.principal.user.clone(),
+            );
+            *self.info.identity.lock().unwrap_or_else(|p| p.into_inner()) = identity;
         }
     }
 
@@ -167,6 +194,7 @@ impl Connection {
             match read {
                 Ok(0) => return Ok(ReadStatus::Closed),
                 Ok(n) => {
+                    self.info.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
                     self.read_buf.extend_from_slice(&scratch[..n]);
                     self.last_read = Instant::now();
                     return Ok(ReadStatus::Data);
@@ -183,7 +211,19 @@ impl Connection {
         if !self.out.is_empty() {
             self.last_write = Instant::now();
         }
-        let status = match &mut self.tls {
+        let before = self.out.pending();
+        let status = self.flush_out();
+        let written = before.saturating_sub(self.out.pending());
+        self.info
+            .bytes_out
+            .fetch_add(written as u64, Ordering::Relaxed);
+        let status = status?;
+        self.blocked = status == WriteStatus::Blocked;
+        Ok(status)
+    }
+
+    fn flush_out(&mut self) -> io::Result<WriteStatus> {
+        Ok(match &mut self.tls {
             None => self.out.write_to(&mut self.stream)?,
             Some(tls) => {
                 let mut plain = Plaintext::new(tls, &mut self.stream);
@@ -199,9 +239,7 @@ impl Connection {
                     _ => WriteStatus::Waiting,
                 }
             }
-        };
-        self.blocked = status == WriteStatus::Blocked;
-        Ok(status)
+        })
     }
 
     /// Queues a heart-beat if the protocol owes one and nothing else went

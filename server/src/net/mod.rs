@@ -10,7 +10,10 @@ pub mod outbound;
 pub mod tls;
 pub mod worker;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use herald_protocol::{DestinationKind, MessageView};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
@@ -64,8 +67,83 @@ pub enum Command {
         /// Who it is, or why not.
         result: Result<Principal, String>,
     },
+    /// An administrator closes this connection.
+    Close(ConnectionRef),
     /// Close every connection and stop.
     Shutdown,
+}
+
+/// The limits a config reload changes, read where they apply.
+#[derive(Debug)]
+pub struct Limits {
+    /// `max_connections`.
+    pub max_connections: AtomicUsize,
+    /// `max_subscriptions_per_connection`.
+    pub max_subscriptions_per_connection: AtomicUsize,
+    /// `max_pending_bytes`.
+    pub max_pending_bytes: AtomicUsize,
+    /// `max_transaction_bytes`.
+    pub max_transaction_bytes: AtomicUsize,
+    /// `max_pending_receipts`.
+    pub max_pending_receipts: AtomicUsize,
+}
+
+impl Limits {
+    /// The limits of a config.
+    pub fn new(config: &Config) -> Limits {
+        let limits = Limits {
+            max_connections: AtomicUsize::new(0),
+            max_subscriptions_per_connection: AtomicUsize::new(0),
+            max_pending_bytes: AtomicUsize::new(0),
+            max_transaction_bytes: AtomicUsize::new(0),
+            max_pending_receipts: AtomicUsize::new(0),
+        };
+        limits.set(config);
+        limits
+    }
+
+    /// Takes a (reloaded) config's limits.
+    pub fn set(&self, config: &Config) {
+        for (limit, value) in [
+            (&self.max_connections, config.max_connections),
+            (
+                &self.max_subscriptions_per_connection,
+                config.max_subscriptions_per_connection,
+            ),
+            (&self.max_pending_bytes, config.max_pending_bytes),
+            (&self.max_transaction_bytes, config.max_transaction_bytes),
+            (&self.max_pending_receipts, config.max_pending_receipts),
+        ] {
+            limit.store(value, Ordering::Relaxed);
+        }
+    }
+
+    /// One limit's value now.
+    pub fn get(&self, limit: &AtomicUsize) -> usize {
+        limit.load(Ordering::Relaxed)
+    }
+}
+
+/// A connection as the management interface sees it. The worker that owns
+/// the connection keeps it up to date.
+#[derive(Debug)]
+pub struct ConnInfo {
+    /// Where it lives.
+    pub conn: ConnectionRef,
+    /// Its listener's protocol.
+    pub protocol: Protocol,
+    /// The peer's address.
+    pub peer: String,
+    /// When it was accepted.
+    pub since: std::time::SystemTime,
+    /// (client id, user) once it has connected.
+    pub identity: std::sync::Mutex<(String, String)>,
+    /// Subscriptions it holds.
+    pub subscriptions: AtomicUsize,
+    /// Bytes read from it.
+    pub bytes_in: AtomicU64,
+    /// Bytes written to it.
+    pub bytes_out: AtomicU64,
 }
 
 /// A store completion that answers `request_id` on `conn` through its
@@ -136,8 +214,93 @@ pub struct WorkerStats {
     pub messages_in: AtomicU64,
     /// Messages it delivered to its connections.
     pub messages_out: AtomicU64,
-    /// Messages it dropped for slow consumers (policy drop_oldest).
+    /// Messages it dropped for slow consumers (policy drop_oldest, or
+    /// best-effort subscriptions).
     pub dropped: AtomicU64,
+    /// Time spent working rather than waiting in `poll`, in nanoseconds.
+    pub busy_ns: AtomicU64,
+    /// Messages and bytes published by its connections, and deliveries
+    /// routed, per destination.
+    pub destinations: std::sync::Mutex<HashMap<(DestinationKind, String), DestinationCounts>>,
+}
+
+/// What went through one destination.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DestinationCounts {
+    /// Messages published to it.
+    pub messages_in: u64,
+    /// Their bytes.
+    pub bytes_in: u64,
+    /// Deliveries routed from it (one per matching subscription; one per
+    /// message for a queue).
+    pub deliveries: u64,
+}
+
+/// Destinations counted one by one per worker; the rest are summed under
+/// [`OTHER_DESTINATIONS`].
+const MAX_COUNTED_DESTINATIONS: usize = 10_000;
+/// Where destinations past the limit are counted.
+pub const OTHER_DESTINATIONS: &str = "(other)";
+
+impl WorkerStats {
+    /// Counts a published message and how many deliveries it made.
+    pub fn count(&self, message: &MessageView, delivered: usize) {
+        let mut map = self.destinations.lock().unwrap_or_else(|p| p.into_inner());
+        let name = message.destination();
+        let key = (message.destination_kind, name);
+        let counts = match map.get_mut(&key as &dyn DestinationKey) {
+            Some(c) => c,
+            None => {
+                let name = if map.len() < MAX_COUNTED_DESTINATIONS {
+                    name
+                } else {
+                    OTHER_DESTINATIONS
+                };
+                map.entry((message.destination_kind, name.to_owned()))
+                    .or_default()
+            }
+        };
+        counts.messages_in += 1;
+        counts.bytes_in += message.block().len() as u64;
+        counts.deliveries += delivered as u64;
+    }
+}
+
+/// Looks up `(kind, String)` keys by `(kind, &str)` without allocating.
+trait DestinationKey {
+    fn key(&self) -> (DestinationKind, &str);
+}
+
+impl DestinationKey for (DestinationKind, String) {
+    fn key(&self) -> (DestinationKind, &str) {
+        (self.0, &self.1)
+    }
+}
+
+impl DestinationKey for (DestinationKind, &str) {
+    fn key(&self) -> (DestinationKind, &str) {
+        *self
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn DestinationKey + 'a> for (DestinationKind, String) {
+    fn borrow(&self) -> &(dyn DestinationKey + 'a) {
+        self
+    }
+}
+
+impl PartialEq for dyn DestinationKey + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for dyn DestinationKey + '_ {}
+
+impl std::hash::Hash for dyn DestinationKey + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
 }
 
 /// State shared by the acceptor and every worker of one server.
@@ -146,6 +309,8 @@ pub struct Shared {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Logs connections in.
     pub auth: Authenticator,
+    /// The limits a config reload changes.
+    pub limits: Limits,
     /// The server's configuration.
     pub config: Config,
     /// The routing state.
@@ -159,4 +324,8 @@ pub struct Shared {
     pub open_connections: AtomicUsize,
     /// Source of connection serial numbers.
     pub next_serial: AtomicU64,
+    /// Every open connection, by serial number.
+    pub connections: std::sync::Mutex<HashMap<u64, Arc<ConnInfo>>>,
+    /// When the server started.
+    pub started: std::time::Instant,
 }

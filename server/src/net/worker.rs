@@ -21,7 +21,7 @@ use slab::Slab;
 
 use super::connection::{Connection, ReadStatus};
 use super::outbound::{Droppable, WriteStatus};
-use super::{Command, Protocol, Shared, WAKER};
+use super::{Command, ConnInfo, Protocol, Shared, WAKER};
 use rustls::ServerConnection;
 
 use crate::auth::Principal;
@@ -92,13 +92,19 @@ impl Worker {
     pub fn run(mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         let mut last_tick = Instant::now();
+        // When the loop last woke from `poll`: the busy-time clock.
+        let mut awake = Instant::now();
         while self.running {
             let timeout = if self.unfinished.is_empty() {
                 self.tick
             } else {
                 Duration::ZERO
             };
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+            let busy = awake.elapsed().as_nanos() as u64;
+            self.stats().busy_ns.fetch_add(busy, Ordering::Relaxed);
+            let polled = self.poll.poll(&mut events, Some(timeout));
+            awake = Instant::now();
+            if let Err(e) = polled {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
@@ -158,6 +164,7 @@ impl Worker {
                     result,
                 }) => self.confirm(conn, request_id, result),
                 Ok(Command::LoggedIn { conn, result }) => self.logged_in(conn, result),
+                Ok(Command::Close(conn)) => self.close_by_admin(conn),
                 Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => {
                     self.running = false;
                     return;
@@ -168,6 +175,17 @@ impl Worker {
     }
 
     fn adopt(&mut self, mut stream: TcpStream, protocol: Protocol) {
+        let tls = match (protocol, &self.shared.tls) {
+            (Protocol::NativeTls, Some(config)) => match ServerConnection::new(config.clone()) {
+                Ok(tls) => Some(Box::new(tls)),
+                Err(e) => {
+                    log::error!("cannot start a TLS session: {e}");
+                    self.shared.open_connections.fetch_sub(1, Ordering::AcqRel);
+                    return;
+                }
+            },
+            _ => None,
+        };
         let entry = self.conns.vacant_entry();
         let slot = entry.key();
         let interest = Interest::READABLE | Interest::WRITABLE;
@@ -187,27 +205,39 @@ impl Worker {
             max_frame_size: config.max_frame_size as usize,
             max_headers: config.stomp.max_headers,
         };
-        let tls = match (protocol, &self.shared.tls) {
-            (Protocol::NativeTls, Some(config)) => match ServerConnection::new(config.clone()) {
-                Ok(tls) => Some(Box::new(tls)),
-                Err(e) => {
-                    log::error!("cannot start a TLS session: {e}");
-                    return;
-                }
-            },
-            _ => None,
-        };
         let stomp = match protocol {
             Protocol::Native | Protocol::NativeTls => None,
             Protocol::Stomp => Some(Box::new(StompSession::new(limits, false))),
             Protocol::StompWebSocket => Some(Box::new(StompSession::new(limits, true))),
         };
+        let info = Arc::new(ConnInfo {
+            conn: ConnectionRef {
+                worker: self.index,
+                slot,
+                serial,
+            },
+            protocol,
+            peer: stream
+                .peer_addr()
+                .map_or_else(|_| "?".into(), |a| a.to_string()),
+            since: std::time::SystemTime::now(),
+            identity: Default::default(),
+            subscriptions: Default::default(),
+            bytes_in: Default::default(),
+            bytes_out: Default::default(),
+        });
+        self.shared
+            .connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(serial, info.clone());
         entry.insert(Connection::new(
             serial,
             stream,
             Session::new(timeout),
             stomp,
             tls,
+            info,
         ));
         self.stats().connections.fetch_add(1, Ordering::Relaxed);
         // Bytes may have arrived before registration; edge-triggered polls
@@ -261,6 +291,7 @@ impl Worker {
                 .messages_in
                 .fetch_add(published, Ordering::Relaxed);
         }
+        conn.note();
         match outcome {
             Ok(Flow::Close) => conn.closing = true,
             Ok(_) => {}
@@ -321,8 +352,24 @@ impl Worker {
             if resume(&self.decoder, conn, &mut ctx, flow) {
                 self.unfinished.push(target.slot);
             }
+            conn.note();
             self.mark_dirty(target.slot);
         }
+    }
+
+    /// Tells a connection an administrator closes it, and closes it once
+    /// that is written.
+    fn close_by_admin(&mut self, target: ConnectionRef) {
+        let Some(conn) = self
+            .conns
+            .get_mut(target.slot)
+            .filter(|c| c.serial == target.serial)
+        else {
+            return;
+        };
+        let why = "closed by an administrator".to_owned();
+        conn.reply_error(0, ErrorCode::ClosedByAdmin, true, why);
+        self.mark_dirty(target.slot);
     }
 
     /// Welcomes a connection whose login succeeded and goes on with what
@@ -351,6 +398,7 @@ impl Worker {
                 if resume(&self.decoder, conn, &mut ctx, Flow::Continue) {
                     self.unfinished.push(target.slot);
                 }
+                conn.note();
             }
             Err(why) => {
                 let code = ErrorCode::AuthenticationFailed;
@@ -384,7 +432,10 @@ impl Worker {
     }
 
     fn deliver(&mut self, batch: Vec<Delivery>) {
-        let max_pending = self.shared.config.max_pending_bytes;
+        let max_pending = self
+            .shared
+            .limits
+            .get(&self.shared.limits.max_pending_bytes);
         let policy = self.shared.config.slow_consumer;
         let mut delivered = 0;
         let mut dropped = 0;
@@ -616,6 +667,11 @@ impl Worker {
         for name in conn.session.temporary_queues.drain(..) {
             self.shared.broker.delete_queue(&name);
         }
+        self.shared
+            .connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&conn.serial);
         self.stats().connections.fetch_sub(1, Ordering::Relaxed);
         self.shared.open_connections.fetch_sub(1, Ordering::AcqRel);
         log::debug!("connection {} closed", conn.serial);

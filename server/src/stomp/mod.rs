@@ -93,7 +93,10 @@ impl StompSession {
         if !self.transactions.is_open(&name) {
             return Err(no_transaction(&name));
         }
-        let limit = ctx.shared.config.max_transaction_bytes;
+        let limit = ctx
+            .shared
+            .limits
+            .get(&ctx.shared.limits.max_transaction_bytes);
         self.transactions.hold(name, op, limit).map_err(refused)
     }
 
@@ -551,7 +554,10 @@ fn subscribe_to(
             format!("subscription id '{id}' is already in use"),
         ));
     }
-    let limit = ctx.shared.config.max_subscriptions_per_connection;
+    let limit = ctx
+        .shared
+        .limits
+        .get(&ctx.shared.limits.max_subscriptions_per_connection);
     if session.subscriptions.len() >= limit {
         return Err((
             ErrorCode::LimitExceeded,

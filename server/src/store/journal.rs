@@ -53,6 +53,7 @@
 //! byte, to the current segment. A crash in between leaves two copies of a
 //! record with one id, which replay treats as one.
 
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -216,8 +217,29 @@ enum Request {
     Stop,
 }
 
+/// How long the journal's writes and syncs take, in seconds.
+#[derive(Debug, Clone)]
+pub struct JournalMetrics {
+    /// One `write` of a group of records.
+    pub append: Histogram,
+    /// One `fdatasync`.
+    pub sync: Histogram,
+}
+
+impl Default for JournalMetrics {
+    fn default() -> JournalMetrics {
+        // 10 µs to about 1.3 s.
+        let buckets = || exponential_buckets(0.000_01, 2.0, 18);
+        JournalMetrics {
+            append: Histogram::new(buckets()),
+            sync: Histogram::new(buckets()),
+        }
+    }
+}
+
 /// The journal as the broker sees it: a channel to the journal thread.
 pub struct Journal {
+    metrics: JournalMetrics,
     tx: Mutex<Sender<Request>>,
     next_id: AtomicU64,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -239,6 +261,7 @@ impl Journal {
             return Err(JournalError::Locked(dir));
         }
         let (mut writer, recovered, max_id) = Writer::replay(config, lock)?;
+        let metrics = writer.metrics.clone();
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("herald-journal".into())
@@ -246,6 +269,7 @@ impl Journal {
             .map_err(io_error(&dir))?;
         Ok((
             Journal {
+                metrics,
                 tx: Mutex::new(tx),
                 next_id: AtomicU64::new(max_id + 1),
                 thread: Mutex::new(Some(thread)),
@@ -259,6 +283,11 @@ impl Journal {
         if tx.send(request).is_err() {
             log::error!("the journal thread has stopped; a record was not written");
         }
+    }
+
+    /// Latencies of its writes and syncs.
+    pub fn metrics(&self) -> &JournalMetrics {
+        &self.metrics
     }
 
     /// Writes what is queued and stops the thread (once).
@@ -304,6 +333,7 @@ struct Segment {
 
 /// The journal thread's state.
 struct Writer {
+    metrics: JournalMetrics,
     config: JournalConfig,
     segments: VecDeque<Segment>,
     current: Box<dyn SegmentFile>,
@@ -450,6 +480,7 @@ impl Writer {
         });
         recovered.records = live.into_values().map(|(r, ..)| r).collect();
         let mut writer = Writer {
+            metrics: JournalMetrics::default(),
             config,
             segments,
             current,
@@ -527,7 +558,10 @@ impl Writer {
             return Ok(());
         }
         let start = self.current_len();
-        if let Err(e) = self.current.write_all(buf) {
+        let began = std::time::Instant::now();
+        let written = self.current.write_all(buf);
+        self.metrics.append.observe(began.elapsed().as_secs_f64());
+        if let Err(e) = written {
             // Leave no partial record behind the ones already written, and
             // go on writing where they end (a full disk may drain).
             if let Err(r) = self.current.rewind_to(start) {
@@ -545,7 +579,10 @@ impl Writer {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        self.current.sync_data().inspect_err(|e| {
+        let began = std::time::Instant::now();
+        let synced = self.current.sync_data();
+        self.metrics.sync.observe(began.elapsed().as_secs_f64());
+        synced.inspect_err(|e| {
             log::error!("journal sync failed: {e}; persistent sends fail from now on");
             self.failed = Some(format!("the journal could not sync ({e})"));
         })

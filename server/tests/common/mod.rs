@@ -38,6 +38,8 @@ pub fn command(data: &Path, args: &[&str]) -> Command {
             "127.0.0.1:0",
             "--stomp-ws-listen",
             "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
         ])
         .args(args)
         .stdout(Stdio::piped())

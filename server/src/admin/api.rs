@@ -1,0 +1,523 @@
+//! The JSON API's routes and handlers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Path, State};
+use axum::http::{Method, StatusCode};
+use axum::routing::{delete, get, post};
+use axum::Json;
+use bytes::BytesMut;
+use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, MessageView, Value};
+use serde::Deserialize;
+use serde_json::{json, Value as Json_};
+
+use super::{lock, ApiError, AppState, Route};
+use crate::broker::{Room, RouteError};
+use crate::delivery::Deliveries;
+use crate::net::{Command, Protocol};
+
+type ApiResult = Result<Json<Json_>, ApiError>;
+
+/// Samples kept for the console's chart: five minutes, one a second.
+const HISTORY: usize = 300;
+
+/// Every route of the interface, the OpenAPI document's source.
+pub(crate) fn routes() -> Vec<Route> {
+    let r = |method: Method, path, summary, handler| Route {
+        path,
+        takes_body: false,
+        method,
+        summary,
+        handler,
+    };
+    let with_body = |route: Route| Route {
+        takes_body: true,
+        ..route
+    };
+    vec![
+        r(Method::GET, "/", "The web console", get(super::console::page)),
+        r(Method::GET, "/console.js", "The web console's script", get(super::console::script)),
+        r(Method::GET, "/openapi.json", "This document", get(super::openapi::document)),
+        r(Method::GET, "/metrics", "Prometheus metrics, text exposition format", get(super::metrics::metrics)),
+        r(Method::GET, "/api/server", "Version, uptime, listeners, totals", get(server)),
+        r(Method::GET, "/api/health", "Liveness", get(health)),
+        r(Method::GET, "/api/ready", "Readiness: accepting connections", get(ready)),
+        r(Method::GET, "/api/history", "Rates and queue depths, one sample a second, the last five minutes", get(history)),
+        r(Method::GET, "/api/topics", "Topics with traffic, subscription patterns, declared topics", get(topics)),
+        with_body(r(Method::POST, "/api/topics", "Declare a topic (strict mode): {\"name\": ...}", post(declare_topic))),
+        r(Method::DELETE, "/api/topics/{name}", "Remove a declared topic and its subtree (strict mode)", delete(undeclare_topic)),
+        r(Method::GET, "/api/subscriptions", "Every subscription, live and durable", get(subscriptions)),
+        r(Method::DELETE, "/api/subscriptions/{client_id}/{name}", "Delete a durable subscription without a consumer", delete(delete_subscription)),
+        r(Method::GET, "/api/queues", "Queues with depth, in flight, consumers, rates", get(queues)),
+        r(Method::POST, "/api/queues/{name}/purge", "Drop the waiting messages of a queue", post(purge)),
+        r(Method::POST, "/api/queues/{name}/replay", "Move a dead-letter queue's messages back where they came from", post(replay)),
+        r(Method::GET, "/api/connections", "Open connections", get(connections)),
+        r(Method::DELETE, "/api/connections/{id}", "Close a connection", delete(close_connection)),
+        with_body(r(Method::POST, "/api/publish", "Publish a message: {\"destination\", \"body\", \"properties\", \"persistent\", \"priority\", \"ttl_ms\"}", post(publish))),
+        r(Method::POST, "/api/reload", "Re-read users, permissions and limits from the config file", post(reload)),
+    ]
+}
+
+fn now_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Totals across workers.
+fn totals(state: &AppState) -> (u64, u64, u64) {
+    state.shared.stats.iter().fold((0, 0, 0), |(i, o, d), s| {
+        (
+            i + s.messages_in.load(Ordering::Relaxed),
+            o + s.messages_out.load(Ordering::Relaxed),
+            d + s.dropped.load(Ordering::Relaxed),
+        )
+    })
+}
+
+/// Per-destination counters summed across workers.
+pub(crate) fn destination_counts(
+    state: &AppState,
+) -> BTreeMap<(DestinationKind, String), crate::net::DestinationCounts> {
+    let mut all: BTreeMap<(DestinationKind, String), crate::net::DestinationCounts> =
+        BTreeMap::new();
+    for s in &state.shared.stats {
+        for (key, c) in lock(&s.destinations).iter() {
+            let sum = all.entry(key.clone()).or_default();
+            sum.messages_in += c.messages_in;
+            sum.bytes_in += c.bytes_in;
+            sum.deliveries += c.deliveries;
+        }
+    }
+    all
+}
+
+/// One second of history.
+#[derive(Debug, Clone)]
+pub(crate) struct Sample {
+    at: f64,
+    messages_in: u64,
+    messages_out: u64,
+    in_rate: f64,
+    out_rate: f64,
+    /// Queue name → (depth, enqueued, acknowledged, enqueue rate, dequeue rate).
+    queues: BTreeMap<String, (usize, u64, u64, f64, f64)>,
+}
+
+/// Takes a sample a second, for rates and the console's chart.
+pub(crate) async fn sample(state: AppState) {
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        every.tick().await;
+        let (messages_in, messages_out, _) = totals(&state);
+        let at = now_s();
+        let mut history = lock(&state.history);
+        let last = history.back().cloned();
+        let dt = last.as_ref().map_or(1.0, |l| (at - l.at).max(0.001));
+        let rate =
+            |now: u64, then: Option<u64>| then.map_or(0.0, |t| now.saturating_sub(t) as f64 / dt);
+        let queues = state
+            .shared
+            .broker
+            .queue_stats()
+            .into_iter()
+            .map(|q| {
+                let before = last.as_ref().and_then(|l| l.queues.get(&q.name));
+                let enq = rate(q.enqueued, before.map(|b| b.1));
+                let deq = rate(q.acknowledged, before.map(|b| b.2));
+                (q.name, (q.depth, q.enqueued, q.acknowledged, enq, deq))
+            })
+            .collect();
+        let sample = Sample {
+            at,
+            messages_in,
+            messages_out,
+            in_rate: rate(messages_in, last.as_ref().map(|l| l.messages_in)),
+            out_rate: rate(messages_out, last.as_ref().map(|l| l.messages_out)),
+            queues,
+        };
+        history.push_back(sample);
+        while history.len() > HISTORY {
+            history.pop_front();
+        }
+    }
+}
+
+async fn server(State(state): State<AppState>) -> ApiResult {
+    let s = &state.shared;
+    let (messages_in, messages_out, dropped) = totals(&state);
+    let a = &state.addresses;
+    let addr = |a: Option<std::net::SocketAddr>| a.map(|a| a.to_string());
+    Ok(Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_s": s.started.elapsed().as_secs(),
+        "workers": s.workers.len(),
+        "connections": s.open_connections.load(Ordering::Relaxed),
+        "subscriptions": s.broker.subscription_count(),
+        "messages_in": messages_in,
+        "messages_out": messages_out,
+        "dropped": dropped,
+        "listeners": {
+            "native": addr(a.native),
+            "stomp": addr(a.stomp),
+            "stomp_ws": addr(a.stomp_ws),
+            "tls": addr(a.tls),
+            "admin": addr(a.admin),
+        },
+        "config": {
+            "strict": s.config.topics.strict,
+            "auth_required": s.config.auth.required,
+            "journal_fsync": format!("{:?}", s.config.journal.fsync).to_lowercase(),
+            "max_connections": s.limits.get(&s.limits.max_connections),
+            "max_pending_bytes": s.limits.get(&s.limits.max_pending_bytes),
+            "max_messages_per_queue": s.config.queues.max_messages,
+        },
+        "health": "ok",
+    })))
+}
+
+async fn health() -> ApiResult {
+    Ok(Json(json!({"status": "ok"})))
+}
+
+async fn ready(State(state): State<AppState>) -> ApiResult {
+    let s = &state.shared;
+    let open = s.open_connections.load(Ordering::Relaxed);
+    let max = s.limits.get(&s.limits.max_connections);
+    if open >= max {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{open} connections open, the most allowed"),
+        ));
+    }
+    Ok(Json(json!({"ready": true})))
+}
+
+async fn history(State(state): State<AppState>) -> ApiResult {
+    let samples: Vec<Json_> = lock(&state.history)
+        .iter()
+        .map(|s| {
+            let queues: BTreeMap<&String, usize> = s.queues.iter().map(|(n, q)| (n, q.0)).collect();
+            json!({"at": s.at, "in_rate": s.in_rate, "out_rate": s.out_rate, "queues": queues})
+        })
+        .collect();
+    Ok(Json(json!(samples)))
+}
+
+async fn topics(State(state): State<AppState>) -> ApiResult {
+    let mut patterns: BTreeMap<String, usize> = BTreeMap::new();
+    for s in state.shared.broker.subscriptions() {
+        if s.kind == DestinationKind::Topic {
+            *patterns.entry(s.pattern).or_default() += 1;
+        }
+    }
+    let topics: Vec<Json_> = destination_counts(&state)
+        .into_iter()
+        .filter(|((kind, _), _)| *kind == DestinationKind::Topic)
+        .map(|((_, name), c)| {
+            json!({
+                "name": name,
+                "messages_in": c.messages_in,
+                "bytes_in": c.bytes_in,
+                "deliveries": c.deliveries,
+            })
+        })
+        .collect();
+    let patterns: Vec<Json_> = patterns
+        .into_iter()
+        .map(|(pattern, subscribers)| json!({"pattern": pattern, "subscribers": subscribers}))
+        .collect();
+    let declared = state.shared.broker.declared_topics();
+    Ok(Json(json!({
+        "strict": declared.is_some(),
+        "declared": declared.unwrap_or_default(),
+        "topics": topics,
+        "patterns": patterns,
+    })))
+}
+
+#[derive(Deserialize)]
+struct TopicBody {
+    name: String,
+}
+
+async fn declare_topic(
+    State(state): State<AppState>,
+    body: Result<Json<TopicBody>, axum::extract::rejection::JsonRejection>,
+) -> ApiResult {
+    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    state
+        .shared
+        .broker
+        .declare_topic(&body.name)
+        .map_err(ApiError::conflict)?;
+    Ok(Json(json!({"declared": body.name})))
+}
+
+async fn undeclare_topic(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult {
+    match state.shared.broker.undeclare_topic(&name) {
+        Ok(true) => Ok(Json(json!({"removed": name}))),
+        Ok(false) => Err(ApiError::not_found(format!(
+            "topic '{name}' is not declared"
+        ))),
+        Err(why) => Err(ApiError::conflict(why)),
+    }
+}
+
+fn kind_name(kind: DestinationKind) -> &'static str {
+    match kind {
+        DestinationKind::Topic => "topic",
+        DestinationKind::Queue => "queue",
+    }
+}
+
+async fn subscriptions(State(state): State<AppState>) -> ApiResult {
+    let list: Vec<Json_> = state
+        .shared
+        .broker
+        .subscriptions()
+        .into_iter()
+        .map(|s| {
+            json!({
+                "kind": kind_name(s.kind),
+                "pattern": s.pattern,
+                "selector": s.selector,
+                "name": s.name,
+                "client_id": s.client_id,
+                "durable": s.durable,
+                "connection": s.connection,
+                "subscription_id": s.subscription_id,
+                "backlog": s.backlog,
+            })
+        })
+        .collect();
+    Ok(Json(json!(list)))
+}
+
+async fn delete_subscription(
+    State(state): State<AppState>,
+    Path((client_id, name)): Path<(String, String)>,
+) -> ApiResult {
+    use crate::broker::SubscribeError;
+    match state.shared.broker.unsubscribe_durable(&client_id, &name) {
+        Ok(()) => Ok(Json(
+            json!({"deleted": {"client_id": client_id, "name": name}}),
+        )),
+        Err(e @ SubscribeError::UnknownDurable(_)) => Err(ApiError::not_found(e.to_string())),
+        Err(e) => Err(ApiError::conflict(e.to_string())),
+    }
+}
+
+async fn queues(State(state): State<AppState>) -> ApiResult {
+    let rates: HashMap<String, (f64, f64)> = lock(&state.history)
+        .back()
+        .map(|s| {
+            s.queues
+                .iter()
+                .map(|(n, q)| (n.clone(), (q.3, q.4)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let list: Vec<Json_> = state
+        .shared
+        .broker
+        .queue_stats()
+        .into_iter()
+        .map(|q| {
+            let (enqueue_rate, dequeue_rate) = rates.get(&q.name).copied().unwrap_or_default();
+            json!({
+                "name": q.name,
+                "depth": q.depth,
+                "in_flight": q.in_flight,
+                "consumers": q.consumers,
+                "enqueued": q.enqueued,
+                "acknowledged": q.acknowledged,
+                "enqueue_rate": enqueue_rate,
+                "dequeue_rate": dequeue_rate,
+            })
+        })
+        .collect();
+    Ok(Json(json!(list)))
+}
+
+fn deliveries(state: &AppState) -> Deliveries {
+    Deliveries::new(state.shared.workers.len())
+}
+
+async fn purge(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult {
+    let mut out = deliveries(&state);
+    let purged = state.shared.broker.purge(&name, &mut out);
+    state.route(out);
+    match purged {
+        Some(n) => Ok(Json(json!({"queue": name, "purged": n}))),
+        None => Err(ApiError::not_found(format!("no queue '{name}'"))),
+    }
+}
+
+async fn replay(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult {
+    let mut out = deliveries(&state);
+    let moved = state.shared.broker.replay(&name, &mut out);
+    state.route(out);
+    match moved {
+        Some(n) => Ok(Json(json!({"queue": name, "moved": n}))),
+        None => Err(ApiError::not_found(format!("no queue '{name}'"))),
+    }
+}
+
+fn protocol_name(p: Protocol) -> &'static str {
+    match p {
+        Protocol::Native => "herald",
+        Protocol::NativeTls => "herald+tls",
+        Protocol::Stomp => "stomp",
+        Protocol::StompWebSocket => "stomp+ws",
+    }
+}
+
+async fn connections(State(state): State<AppState>) -> ApiResult {
+    let mut list: Vec<(u64, Json_)> = lock(&state.shared.connections)
+        .values()
+        .map(|c| {
+            let (client_id, user) = lock(&c.identity).clone();
+            let age = c.since.elapsed().map_or(0, |d| d.as_secs());
+            (
+                c.conn.serial,
+                json!({
+                    "id": c.conn.serial,
+                    "client_id": client_id,
+                    "user": user,
+                    "peer": c.peer,
+                    "protocol": protocol_name(c.protocol),
+                    "subscriptions": c.subscriptions.load(Ordering::Relaxed),
+                    "bytes_in": c.bytes_in.load(Ordering::Relaxed),
+                    "bytes_out": c.bytes_out.load(Ordering::Relaxed),
+                    "connected_s": age,
+                }),
+            )
+        })
+        .collect();
+    list.sort_by_key(|(id, _)| *id);
+    Ok(Json(json!(list
+        .into_iter()
+        .map(|(_, c)| c)
+        .collect::<Vec<_>>())))
+}
+
+async fn close_connection(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let id: u64 = id
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("'{id}' is not a connection id")))?;
+    let conn = lock(&state.shared.connections).get(&id).map(|c| c.conn);
+    let Some(conn) = conn else {
+        return Err(ApiError::not_found(format!("no connection {id}")));
+    };
+    state.shared.workers[conn.worker].send(Command::Close(conn));
+    Ok(Json(json!({"closed": id})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PublishBody {
+    /// `queue://name`, `topic://name`, or a topic name.
+    destination: String,
+    #[serde(default)]
+    body: String,
+    #[serde(default)]
+    properties: BTreeMap<String, Json_>,
+    #[serde(default)]
+    persistent: bool,
+    priority: Option<u8>,
+    ttl_ms: Option<u64>,
+}
+
+fn property(name: &str, v: &Json_) -> Result<Value, ApiError> {
+    Ok(match v {
+        Json_::Bool(b) => Value::Bool(*b),
+        Json_::String(s) => Value::String(s.clone()),
+        Json_::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => match i32::try_from(i) {
+                Ok(i) => Value::I32(i),
+                Err(_) => Value::I64(i),
+            },
+            (None, Some(f)) => Value::F64(f),
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "property '{name}': {n} is out of range"
+                )))
+            }
+        },
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "property '{name}': {other} is not a string, number or boolean"
+            )))
+        }
+    })
+}
+
+async fn publish(
+    State(state): State<AppState>,
+    body: Result<Json<PublishBody>, axum::extract::rejection::JsonRejection>,
+) -> ApiResult {
+    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let destination = Destination::from_uri(&body.destination);
+    herald_protocol::destination::validate_name(&destination.name)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let mut message = Message::text(body.body);
+    for (name, value) in &body.properties {
+        message.set_property(name.clone(), property(name, value)?);
+    }
+    if body.persistent {
+        message.delivery_mode = DeliveryMode::Persistent;
+    }
+    if let Some(p) = body.priority {
+        if p > 9 {
+            return Err(ApiError::bad_request(format!("priority {p} is not 0 to 9")));
+        }
+        message.priority = p;
+    }
+    let now = (now_s() * 1000.0) as i64;
+    message.timestamp = now;
+    if let Some(ttl) = body.ttl_ms {
+        message.expiration = now.saturating_add(ttl.min(i64::MAX as u64) as i64);
+    }
+    message.message_id = format!(
+        "ID:admin-{now}-{}",
+        state.shared.next_serial.load(Ordering::Relaxed)
+    );
+    message.destination = Some(destination.clone());
+    let mut block = BytesMut::new();
+    message
+        .encode(&mut block)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let view =
+        MessageView::parse(block.freeze()).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let mut out = deliveries(&state);
+    let routed = state.shared.broker.publish(&view, Room::Refuse, &mut out);
+    state.route(out);
+    let routed = routed.map_err(|e| match e {
+        RouteError::Undeclared(why) => ApiError::conflict(why),
+        full @ RouteError::QueueFull { .. } => ApiError::conflict(full.to_string()),
+    })?;
+    if routed.journaled {
+        // Answered once the journal has it, as a native persistent send.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        state.shared.broker.store().barrier(Box::new(move |r| {
+            let _ = tx.send(r);
+        }));
+        rx.await
+            .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the journal stopped"))?
+            .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, why))?;
+    }
+    Ok(Json(json!({
+        "destination": destination.to_string(),
+        "delivered": routed.delivered,
+        "persistent": routed.journaled,
+    })))
+}
+
+async fn reload(State(state): State<AppState>) -> ApiResult {
+    let file = super::reload(&state.shared).map_err(ApiError::bad_request)?;
+    lock(&state.logins).clear();
+    Ok(Json(json!({"reloaded": file})))
+}

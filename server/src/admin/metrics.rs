@@ -1,0 +1,228 @@
+//! `/metrics`: the broker's figures in the Prometheus text format, encoded
+//! by `prometheus-client` from a registry filled at each scrape.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::api::destination_counts;
+use super::AppState;
+
+type Labels = Vec<(&'static str, String)>;
+
+fn gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
+    let g: Gauge = Gauge::default();
+    g.set(value);
+    registry.register(name, help, g);
+}
+
+fn counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
+    let c: Counter = Counter::default();
+    c.inc_by(value);
+    registry.register(name, help, c);
+}
+
+/// A family of counters or gauges, one per label set.
+fn family<M, F>(registry: &mut Registry, name: &str, help: &str, rows: Vec<(Labels, F)>)
+where
+    M: Default + std::fmt::Debug + 'static,
+    F: Fn(&M),
+    Family<Labels, M>: prometheus_client::registry::Metric,
+{
+    let f: Family<Labels, M> = Family::default();
+    for (labels, set) in rows {
+        set(&f.get_or_create(&labels));
+    }
+    registry.register(name, help, f);
+}
+
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
+    let s = &state.shared;
+    let mut r = Registry::default();
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    gauge(
+        &mut r,
+        "herald_connections",
+        "Open connections",
+        s.open_connections.load(Ordering::Relaxed) as i64,
+    );
+    gauge(
+        &mut r,
+        "herald_subscriptions",
+        "Subscriptions in the topic tree",
+        s.broker.subscription_count() as i64,
+    );
+    let sum = |f: fn(&crate::net::WorkerStats) -> &AtomicU64| {
+        s.stats.iter().map(|w| load(f(w))).sum::<u64>()
+    };
+    counter(
+        &mut r,
+        "herald_messages_in",
+        "Messages published",
+        sum(|w| &w.messages_in),
+    );
+    counter(
+        &mut r,
+        "herald_messages_out",
+        "Messages delivered",
+        sum(|w| &w.messages_out),
+    );
+    counter(
+        &mut r,
+        "herald_slow_consumer_dropped",
+        "Messages dropped for slow consumers",
+        sum(|w| &w.dropped),
+    );
+    let c = s.broker.counters();
+    counter(
+        &mut r,
+        "herald_redeliveries",
+        "Deliveries given back for redelivery",
+        load(&c.redelivered),
+    );
+    counter(
+        &mut r,
+        "herald_dead_lettered",
+        "Messages moved to a dead-letter queue",
+        load(&c.dead_lettered),
+    );
+    counter(
+        &mut r,
+        "herald_expired",
+        "Messages that expired before delivery",
+        load(&c.expired),
+    );
+
+    let destinations = destination_counts(&state);
+    let labels = |kind: herald_protocol::DestinationKind, name: &str| -> Labels {
+        let kind = match kind {
+            herald_protocol::DestinationKind::Topic => "topic",
+            herald_protocol::DestinationKind::Queue => "queue",
+        };
+        vec![("kind", kind.to_owned()), ("destination", name.to_owned())]
+    };
+    let rows = |f: fn(&crate::net::DestinationCounts) -> u64| {
+        destinations
+            .iter()
+            .map(|((k, n), c)| {
+                (labels(*k, n), move |m: &Counter| {
+                    m.inc_by(f(c));
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    family(
+        &mut r,
+        "herald_destination_messages_in",
+        "Messages published, per destination",
+        rows(|c| c.messages_in),
+    );
+    family(
+        &mut r,
+        "herald_destination_bytes_in",
+        "Bytes published, per destination",
+        rows(|c| c.bytes_in),
+    );
+    family(
+        &mut r,
+        "herald_destination_deliveries",
+        "Deliveries routed, per destination",
+        rows(|c| c.deliveries),
+    );
+
+    let queues = s.broker.queue_stats();
+    let q = |f: fn(&crate::broker::QueueStats) -> i64| {
+        queues
+            .iter()
+            .map(|q| {
+                (vec![("queue", q.name.clone())], move |g: &Gauge| {
+                    g.set(f(q));
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    family(
+        &mut r,
+        "herald_queue_depth",
+        "Messages waiting in a queue",
+        q(|q| q.depth as i64),
+    );
+    family(
+        &mut r,
+        "herald_queue_in_flight",
+        "Deliveries not yet acknowledged",
+        q(|q| q.in_flight as i64),
+    );
+    family(
+        &mut r,
+        "herald_queue_consumers",
+        "Consumers of a queue",
+        q(|q| q.consumers as i64),
+    );
+    let qc = |f: fn(&crate::broker::QueueStats) -> u64| {
+        queues
+            .iter()
+            .map(|q| {
+                (vec![("queue", q.name.clone())], move |c: &Counter| {
+                    c.inc_by(f(q));
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    family(
+        &mut r,
+        "herald_queue_enqueued",
+        "Messages enqueued",
+        qc(|q| q.enqueued),
+    );
+    family(
+        &mut r,
+        "herald_queue_acknowledged",
+        "Messages acknowledged",
+        qc(|q| q.acknowledged),
+    );
+
+    let busy: Family<Labels, Counter<f64, AtomicU64>> = Family::default();
+    for (i, w) in s.stats.iter().enumerate() {
+        let seconds = load(&w.busy_ns) as f64 / 1e9;
+        busy.get_or_create(&vec![("worker", i.to_string())])
+            .inc_by(seconds);
+    }
+    r.register(
+        "herald_worker_busy_seconds",
+        "Time a worker spent working, not waiting",
+        busy,
+    );
+    if let Some(journal) = &state.journal {
+        r.register(
+            "herald_journal_append_seconds",
+            "Journal writes",
+            journal.append.clone(),
+        );
+        r.register(
+            "herald_journal_fsync_seconds",
+            "Journal syncs",
+            journal.sync.clone(),
+        );
+    }
+
+    let mut text = String::new();
+    if let Err(e) = encode(&mut text, &r) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}

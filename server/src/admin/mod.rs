@@ -1,0 +1,318 @@
+//! The management interface: a JSON API under `/api`, Prometheus metrics
+//! at `/metrics`, the OpenAPI document at `/openapi.json` and the web
+//! console at `/`.
+//!
+//! It runs on a thread of its own (`herald-admin`) with a single-threaded
+//! tokio runtime and axum, so the broker's workers never wait on it. It
+//! reads the broker's state through the same shared structures the workers
+//! use, and asks workers to act (deliver, close a connection) through
+//! their inboxes.
+//!
+//! With users configured, every request needs HTTP basic auth with a
+//! user's credentials; reading needs any user, changing needs a role with
+//! `admin = true`. Without users, the interface only runs on loopback (the
+//! config refuses anything else) and is open.
+
+mod api;
+mod console;
+mod metrics;
+mod openapi;
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use axum::extract::{Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
+use axum::{Json, Router};
+use base64::Engine;
+
+use crate::auth::Principal;
+use crate::delivery::Deliveries;
+use crate::net::{Command, Shared};
+
+/// The listeners' addresses, for `/api/server`.
+#[derive(Debug, Clone, Default)]
+pub struct Addresses {
+    /// Native protocol.
+    pub native: Option<SocketAddr>,
+    /// STOMP.
+    pub stomp: Option<SocketAddr>,
+    /// STOMP over WebSocket.
+    pub stomp_ws: Option<SocketAddr>,
+    /// Native over TLS.
+    pub tls: Option<SocketAddr>,
+    /// This interface.
+    pub admin: Option<SocketAddr>,
+}
+
+/// What every request handler sees.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    shared: Arc<Shared>,
+    addresses: Addresses,
+    history: Arc<Mutex<VecDeque<api::Sample>>>,
+    /// Verified (user, password hash, auth generation) → principal:
+    /// Argon2 costs tens of milliseconds, too much for every request; a
+    /// reload makes earlier entries miss.
+    logins: Arc<Mutex<Logins>>,
+    hasher: RandomState,
+    /// The journal's latency histograms, for `/metrics`.
+    journal: Option<crate::store::JournalMetrics>,
+}
+
+/// The running interface.
+pub struct Admin {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Admin {
+    /// Binds `listen` and serves on a thread of its own.
+    pub fn start(
+        shared: Arc<Shared>,
+        listen: SocketAddr,
+        mut addresses: Addresses,
+        journal: Option<crate::store::JournalMetrics>,
+    ) -> io::Result<Admin> {
+        let listener = std::net::TcpListener::bind(listen)?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        addresses.admin = Some(addr);
+        let state = AppState {
+            shared,
+            addresses,
+            history: Arc::default(),
+            logins: Arc::default(),
+            hasher: RandomState::new(),
+            journal,
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()?;
+        let thread = std::thread::Builder::new()
+            .name("herald-admin".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let listener = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            log::error!("management interface: {e}");
+                            return;
+                        }
+                    };
+                    tokio::spawn(api::sample(state.clone()));
+                    let app = router(state);
+                    let served = axum::serve(listener, app)
+                        .with_graceful_shutdown(async move {
+                            let _ = stopped.await;
+                        })
+                        .await;
+                    if let Err(e) = served {
+                        log::error!("management interface stopped: {e}");
+                    }
+                });
+            })?;
+        Ok(Admin {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops serving and waits for the thread.
+    pub fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Admin {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// One route: its path, method, what it does, and its handler.
+pub(crate) struct Route {
+    pub(crate) path: &'static str,
+    pub(crate) method: Method,
+    pub(crate) summary: &'static str,
+    /// It reads a JSON request body.
+    pub(crate) takes_body: bool,
+    pub(crate) handler: MethodRouter<AppState>,
+}
+
+/// Verified logins: (user, password hash, auth generation) → principal.
+type Logins = HashMap<(String, u64, u64), Principal>;
+
+/// The router, built from the same table as the OpenAPI document.
+fn router(state: AppState) -> Router {
+    let mut by_path: Vec<(&'static str, MethodRouter<AppState>)> = Vec::new();
+    for route in api::routes() {
+        match by_path.iter_mut().find(|(p, _)| *p == route.path) {
+            Some((_, m)) => *m = std::mem::take(m).merge(route.handler),
+            None => by_path.push((route.path, route.handler)),
+        }
+    }
+    let mut router = Router::new();
+    for (path, handler) in by_path {
+        router = router.route(path, handler);
+    }
+    router
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .with_state(state)
+}
+
+/// An error answer: its status and a JSON body saying why.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    pub(crate) fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    }
+
+    pub(crate) fn conflict(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(serde_json::json!({
+            "status": self.status.as_u16(),
+            "error": self.message,
+        }));
+        let mut response = (self.status, body).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Basic realm=\"herald\""),
+            );
+        }
+        response
+    }
+}
+
+/// Checks HTTP basic auth where users are configured: reading needs a
+/// user, anything else a user with the admin permission.
+async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if !state.shared.auth.has_users() {
+        return next.run(request).await;
+    }
+    let credentials = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Basic "))
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .and_then(|b| String::from_utf8(b).ok());
+    let Some((user, password)) = credentials
+        .as_deref()
+        .and_then(|c| c.split_once(':'))
+        .map(|(u, p)| (u.to_owned(), p.to_owned()))
+    else {
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "HTTP basic auth with a user is required",
+        )
+        .into_response();
+    };
+    let principal = match state.login(&user, &password).await {
+        Ok(p) => p,
+        Err(why) => return ApiError::new(StatusCode::UNAUTHORIZED, why).into_response(),
+    };
+    let reading = matches!(*request.method(), Method::GET | Method::HEAD);
+    if !reading && !principal.permissions.is_admin() {
+        let why = format!("user '{user}' lacks the 'admin' permission: it may look, not change");
+        return ApiError::new(StatusCode::FORBIDDEN, why).into_response();
+    }
+    next.run(request).await
+}
+
+impl AppState {
+    /// Verifies credentials, from the cache if they were verified before.
+    async fn login(&self, user: &str, password: &str) -> Result<Principal, String> {
+        let mut h = self.hasher.build_hasher();
+        h.write(password.as_bytes());
+        let key = (user.to_owned(), h.finish(), self.shared.auth.generation());
+        if let Some(p) = lock(&self.logins).get(&key) {
+            return Ok(p.clone());
+        }
+        let shared = self.shared.clone();
+        let (u, p) = (user.to_owned(), password.to_owned());
+        // Argon2 off the runtime's only thread.
+        let verified = tokio::task::spawn_blocking(move || shared.auth.verify(&u, &p))
+            .await
+            .map_err(|e| e.to_string())??;
+        lock(&self.logins).insert(key, verified.clone());
+        Ok(verified)
+    }
+
+    /// Hands routed messages to the workers that own their connections.
+    fn route(&self, mut deliveries: Deliveries) {
+        let workers = &self.shared.workers;
+        for (worker, conns) in deliveries.drain_wakes() {
+            workers[worker].send(Command::Wake(conns));
+        }
+        for (worker, batch) in deliveries.drain() {
+            workers[worker].send(Command::Deliver(batch));
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Re-reads the config file the server was started with and applies what
+/// can change without a restart: users, roles and permissions, and the
+/// limits. A file that does not load is refused with the reason, and the
+/// old config stays. Returns the file read.
+pub fn reload(shared: &Shared) -> Result<String, String> {
+    let Some(path) = &shared.config.source else {
+        return Err("the server runs on its embedded config: there is no file to reload".into());
+    };
+    let config = crate::Config::load(path).map_err(|e| e.to_string())?;
+    shared.auth.reload(&config.auth)?;
+    shared.limits.set(&config);
+    log::info!(
+        "reloaded users, permissions and limits from {}",
+        path.display()
+    );
+    Ok(path.display().to_string())
+}
