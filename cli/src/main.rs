@@ -1,5 +1,6 @@
 //! `herald`: publish, subscribe and benchmark from the command line.
 
+mod admin;
 mod bench;
 mod passwd;
 mod publish;
@@ -41,6 +42,19 @@ enum Command {
     /// Read a password and print its Argon2 hash, for `[[auth.users]]` in
     /// the server's config.
     Passwd,
+    /// List topics with traffic and subscription patterns (management API).
+    Topics,
+    /// List queues with depth, in flight, consumers and rates.
+    Queues,
+    /// List open connections.
+    Connections,
+    /// Drop the waiting messages of a queue.
+    Purge {
+        /// The queue.
+        queue: String,
+    },
+    /// Print message rates, connections and queued messages, live.
+    Stats(admin::StatsArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +68,11 @@ fn main() -> ExitCode {
         Command::Reply(args) => request::reply(&cli.target, args),
         Command::Bench(args) => bench::run(&cli.target, args),
         Command::Passwd => passwd::run(),
+        Command::Topics => admin::topics(&cli.target),
+        Command::Queues => admin::queues(&cli.target),
+        Command::Connections => admin::connections(&cli.target),
+        Command::Purge { queue } => admin::purge(&cli.target, &queue),
+        Command::Stats(args) => admin::stats(&cli.target, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

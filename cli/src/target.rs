@@ -30,6 +30,10 @@ pub struct Target {
     /// certificate.
     #[arg(long, global = true)]
     pub tls_ca: Option<String>,
+    /// Management API of the server, for topics, queues, connections,
+    /// purge and stats.
+    #[arg(long, global = true, default_value = "http://127.0.0.1:8161")]
+    pub admin: String,
     /// User name to log in as.
     #[arg(long, global = true)]
     pub user: Option<String>,

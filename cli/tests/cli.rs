@@ -351,3 +351,43 @@ fn passwd_prints_a_hash_the_server_accepts_for_user_and_password() {
     let err = String::from_utf8_lossy(&forbidden.stderr);
     assert!(err.contains("'publish'"), "{err}");
 }
+
+#[test]
+fn admin_commands_go_through_the_management_api() {
+    let server = start();
+    let url = format!("herald://{}", server.local_addr());
+    let admin = format!("http://{}", server.admin_addr().unwrap());
+    run_ok(&[
+        "--server", &url, "pub", "--queue", "backlog", "x", "--count", "2",
+    ]);
+    run_ok(&["--server", &url, "pub", "news.today", "y"]);
+    let queues = run_ok(&["--admin", &admin, "queues"]);
+    let row = queues
+        .lines()
+        .find(|l| l.starts_with("backlog"))
+        .unwrap_or_else(|| panic!("{queues}"));
+    assert_eq!(row.split_whitespace().nth(1), Some("2"), "{queues}");
+    let topics = run_ok(&["--admin", &admin, "topics"]);
+    assert!(topics.contains("news.today"), "{topics}");
+    let connections = run_ok(&["--admin", &admin, "connections"]);
+    assert!(connections.starts_with("ID"), "{connections}");
+    let purged = run_ok(&["--admin", &admin, "purge", "backlog"]);
+    assert!(purged.contains("purged 2"), "{purged}");
+    let stats = run_ok(&[
+        "--admin",
+        &admin,
+        "stats",
+        "--count",
+        "2",
+        "--interval",
+        "10",
+    ]);
+    assert_eq!(stats.lines().count(), 3, "{stats}");
+    let missing = herald()
+        .args(["--admin", &admin, "purge", "nothing"])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("404") && err.contains("nothing"), "{err}");
+}

@@ -1,0 +1,228 @@
+//! Admin commands: `herald topics`, `queues`, `connections`, `purge QUEUE`
+//! and `stats`, through the management API (`--admin URL`, with `--user`
+//! and `--password` where the server has users).
+
+use std::time::Duration;
+
+use herald_client::{Error, Result};
+use serde_json::Value;
+
+use crate::target::Target;
+
+/// Arguments of `herald stats`.
+#[derive(Debug, clap::Args)]
+pub struct StatsArgs {
+    /// Samples to print before exiting; 0 = until interrupted.
+    #[arg(long, default_value_t = 0)]
+    count: u64,
+    /// Milliseconds between samples.
+    #[arg(long, default_value_t = 1000)]
+    interval: u64,
+}
+
+fn call(target: &Target, method: &str, path: &str) -> Result<Value> {
+    let url = format!("{}{path}", target.admin.trim_end_matches('/'));
+    let mut request = ureq::request(method, &url).timeout(Duration::from_secs(10));
+    if let Some(user) = &target.user {
+        use base64::Engine;
+        let password = target.password.clone().unwrap_or_default();
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        request = request.set("Authorization", &format!("Basic {token}"));
+    }
+    let fail = |why: String| Error::InvalidArgument(format!("management API {url}: {why}"));
+    let response = match request.call() {
+        Ok(r) => r,
+        Err(ureq::Error::Status(code, r)) => {
+            let body: Value = r.into_json().unwrap_or_default();
+            let why = body["error"].as_str().unwrap_or("no reason given");
+            return Err(fail(format!("{code}: {why}")));
+        }
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    response.into_json().map_err(|e| fail(e.to_string()))
+}
+
+/// Prints rows under a header, columns aligned.
+fn table(header: &[&str], rows: Vec<Vec<String>>) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(header.iter().map(|h| h.to_string()).collect());
+    for row in rows {
+        line(row);
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() => format!("{f:.1}"),
+            _ => n.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+fn rows(list: &Value, keys: &[&str]) -> Vec<Vec<String>> {
+    list.as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|item| keys.iter().map(|k| text(&item[*k])).collect())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `herald topics`.
+pub fn topics(target: &Target) -> Result<()> {
+    let t = call(target, "GET", "/api/topics")?;
+    table(
+        &["TOPIC", "PUBLISHED", "BYTES", "DELIVERIES"],
+        rows(
+            &t["topics"],
+            &["name", "messages_in", "bytes_in", "deliveries"],
+        ),
+    );
+    println!();
+    table(
+        &["PATTERN", "SUBSCRIBERS"],
+        rows(&t["patterns"], &["pattern", "subscribers"]),
+    );
+    if t["strict"] == Value::Bool(true) {
+        let declared = t["declared"].as_array().cloned().unwrap_or_default();
+        println!("\ndeclared (strict mode): {}", declared.len());
+        for name in &declared {
+            println!("  {}", text(name));
+        }
+    }
+    Ok(())
+}
+
+/// `herald queues`.
+pub fn queues(target: &Target) -> Result<()> {
+    let q = call(target, "GET", "/api/queues")?;
+    let keys = [
+        "name",
+        "depth",
+        "in_flight",
+        "consumers",
+        "enqueued",
+        "acknowledged",
+        "enqueue_rate",
+        "dequeue_rate",
+    ];
+    table(
+        &[
+            "QUEUE",
+            "DEPTH",
+            "IN FLIGHT",
+            "CONSUMERS",
+            "ENQUEUED",
+            "ACKED",
+            "IN/S",
+            "OUT/S",
+        ],
+        rows(&q, &keys),
+    );
+    Ok(())
+}
+
+/// `herald connections`.
+pub fn connections(target: &Target) -> Result<()> {
+    let c = call(target, "GET", "/api/connections")?;
+    let keys = [
+        "id",
+        "client_id",
+        "user",
+        "peer",
+        "protocol",
+        "subscriptions",
+        "bytes_in",
+        "bytes_out",
+    ];
+    table(
+        &[
+            "ID",
+            "CLIENT ID",
+            "USER",
+            "PEER",
+            "PROTOCOL",
+            "SUBS",
+            "BYTES IN",
+            "BYTES OUT",
+        ],
+        rows(&c, &keys),
+    );
+    Ok(())
+}
+
+/// `herald purge QUEUE`.
+pub fn purge(target: &Target, queue: &str) -> Result<()> {
+    let path = format!("/api/queues/{}/purge", urlencode(queue));
+    let a = call(target, "POST", &path)?;
+    println!("purged {} message(s) from {queue}", text(&a["purged"]));
+    Ok(())
+}
+
+/// Queue names are destination names: letters, digits and `._-` need no
+/// escaping, anything else is percent-encoded.
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `herald stats`: one line per interval, rates from the server's samples.
+pub fn stats(target: &Target, args: StatsArgs) -> Result<()> {
+    let mut printed = 0;
+    println!(
+        "{:>10} {:>10} {:>12} {:>12} {:>8}",
+        "IN/S", "OUT/S", "CONNECTIONS", "QUEUED", "DROPPED"
+    );
+    loop {
+        let server = call(target, "GET", "/api/server")?;
+        let history = call(target, "GET", "/api/history")?;
+        let queues = call(target, "GET", "/api/queues")?;
+        let last = history
+            .as_array()
+            .and_then(|h| h.last())
+            .cloned()
+            .unwrap_or_default();
+        let queued: u64 = queues
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|q| q["depth"].as_u64())
+            .sum();
+        println!(
+            "{:>10.1} {:>10.1} {:>12} {:>12} {:>8}",
+            last["in_rate"].as_f64().unwrap_or(0.0),
+            last["out_rate"].as_f64().unwrap_or(0.0),
+            text(&server["connections"]),
+            queued,
+            text(&server["dropped"]),
+        );
+        printed += 1;
+        if args.count != 0 && printed >= args.count {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(args.interval));
+    }
+}

@@ -1,0 +1,526 @@
+//! The management interface over real HTTP: every documented route, the
+//! bad and the unauthorized requests, the metrics after known traffic,
+//! and config reload.
+
+use herald_client::{AckMode, Destination, Message};
+use herald_server::auth::hash_password;
+use herald_server::Config;
+use herald_tests::*;
+use serde_json::{json, Value};
+
+/// An HTTP answer: status and JSON (or text) body.
+struct Answer {
+    status: u16,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    fn error(&self) -> String {
+        self.json()["error"].as_str().unwrap_or_default().to_owned()
+    }
+}
+
+fn call(
+    server: &TestServer,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    auth: Option<(&str, &str)>,
+) -> Answer {
+    let url = format!("http://{}{path}", server.admin_addr().expect("admin runs"));
+    let mut request = ureq::request(method, &url).timeout(PATIENCE);
+    if let Some((user, password)) = auth {
+        use base64::Engine;
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        request = request.set("Authorization", &format!("Basic {token}"));
+    }
+    let result = match body {
+        Some(b) => request.send_json(b),
+        None => request.call(),
+    };
+    let response = match result {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{method} {path}: {e}"),
+    };
+    Answer {
+        status: response.status(),
+        body: response.into_string().unwrap(),
+    }
+}
+
+fn get(server: &TestServer, path: &str) -> Answer {
+    call(server, "GET", path, None, None)
+}
+
+#[test]
+fn every_documented_route_answers_and_unknown_ones_do_not() {
+    let server = start();
+    let doc = get(&server, "/openapi.json").json();
+    assert_eq!(doc["openapi"], "3.0.3");
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(paths.len() >= 17, "{paths:?}");
+    for (path, operations) in paths {
+        for method in operations.as_object().unwrap().keys() {
+            let concrete = path
+                .replace("{name}", "nothing")
+                .replace("{client_id}", "nobody")
+                .replace("{id}", "999999");
+            let body = (method == "post").then(|| json!({}));
+            let a = call(&server, &method.to_uppercase(), &concrete, body, None);
+            assert!(
+                !(a.status == 404 && a.body.contains("no such route")) && a.status != 405,
+                "{method} {path}: {} {}",
+                a.status,
+                a.body
+            );
+        }
+    }
+    let a = get(&server, "/api/nothing-here");
+    assert_eq!(a.status, 404);
+    assert_eq!(a.error(), "no such route");
+    // The console and its script.
+    assert!(get(&server, "/").body.contains("Herald console"));
+    assert!(get(&server, "/console.js").body.contains("/api/queues"));
+}
+
+#[test]
+fn server_health_and_readiness() {
+    let server = start();
+    let s = get(&server, "/api/server").json();
+    assert_eq!(s["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(s["listeners"]["native"], server.local_addr().to_string());
+    assert_eq!(s["health"], "ok");
+    assert_eq!(get(&server, "/api/health").json()["status"], "ok");
+    assert_eq!(get(&server, "/api/ready").json()["ready"], true);
+}
+
+#[test]
+fn queues_are_listed_purged_and_replayed() {
+    let mut config = test_config();
+    config.queues.max_deliveries = 1;
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("work")).unwrap();
+    for i in 0..3 {
+        p.send_with_receipt(Message::text(format!("job {i}")))
+            .unwrap();
+    }
+    let queues = get(&server, "/api/queues").json();
+    let work = queues
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "work")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (work["depth"].as_u64(), work["enqueued"].as_u64()),
+        (Some(3), Some(3))
+    );
+    let a = call(&server, "POST", "/api/queues/work/purge", None, None);
+    assert_eq!((a.status, a.json()["purged"].as_u64()), (200, Some(3)));
+    let a = call(&server, "POST", "/api/queues/nothing/purge", None, None);
+    assert_eq!(a.status, 404);
+    assert!(a.error().contains("nothing"));
+
+    // A message that fails once goes to DLQ.work; replay brings it back.
+    p.send_with_receipt(Message::text("fragile").with_property("n", 7))
+        .unwrap();
+    let c = factory(&server).create_connection().unwrap();
+    let cs = c.create_session(AckMode::Client).unwrap();
+    let consumer = cs.create_consumer(&Destination::queue("work")).unwrap();
+    next(&consumer);
+    cs.recover().unwrap();
+    drop(consumer);
+    wait_until("the message is dead-lettered", || {
+        server
+            .stats()
+            .queues
+            .iter()
+            .any(|q| q.0 == "DLQ.work" && q.1 == 1)
+    });
+    let a = call(&server, "POST", "/api/queues/DLQ.work/replay", None, None);
+    assert_eq!(a.json()["moved"].as_u64(), Some(1), "{}", a.body);
+    let again = s.create_consumer(&Destination::queue("work")).unwrap();
+    let m = next(&again);
+    assert_eq!(m.body_text(), Some("fragile"));
+    assert_eq!(m.property("n").and_then(|v| v.as_i64()), Some(7));
+    assert!(m.property("HeraldDeadLetterReason").is_none());
+}
+
+#[test]
+fn publishing_over_http_and_bad_requests_that_change_nothing() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let sub = subscribe(&s, "news.#");
+    let body = json!({"destination": "topic://news.eu", "body": "hello", "properties": {"n": 3, "hot": true, "tag": "x"}});
+    let a = call(&server, "POST", "/api/publish", Some(body), None);
+    assert_eq!(
+        (a.status, a.json()["delivered"].as_u64()),
+        (200, Some(1)),
+        "{}",
+        a.body
+    );
+    let m = next(&sub);
+    assert_eq!(m.body_text(), Some("hello"));
+    assert_eq!(m.property("n").and_then(|v| v.as_i64()), Some(3));
+    let a = call(
+        &server,
+        "POST",
+        "/api/publish",
+        Some(json!({"destination": "queue://kept", "body": "on disk", "persistent": true})),
+        None,
+    );
+    assert_eq!(a.json()["persistent"], true);
+
+    for bad in [
+        json!({"body": "no destination"}),
+        json!({"destination": "topic://a..b"}),
+        json!({"destination": "queue://q", "priority": 12}),
+        json!({"destination": "queue://q", "properties": {"nested": {"a": 1}}}),
+        json!({"destination": "queue://q", "surprise": 1}),
+    ] {
+        let a = call(&server, "POST", "/api/publish", Some(bad.clone()), None);
+        assert_eq!(a.status, 400, "{bad}: {}", a.body);
+        assert_eq!(a.json()["status"], 400);
+        assert!(!a.error().is_empty());
+    }
+    let url = format!("http://{}/api/publish", server.admin_addr().unwrap());
+    let garbage = ureq::post(&url)
+        .set("Content-Type", "application/json")
+        .send_string("{not json");
+    assert!(matches!(garbage, Err(ureq::Error::Status(400, _))));
+    assert_nothing(&sub);
+    assert!(
+        !server.stats().queues.iter().any(|q| q.0 == "q"),
+        "nothing was made"
+    );
+}
+
+#[test]
+fn topics_show_traffic_and_strict_mode_declares_through_the_api() {
+    let mut config = test_config();
+    config.topics.strict = true;
+    config.topics.declared = vec!["sales.eu".into()];
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let _sub = subscribe(&s, "sales.*");
+    for _ in 0..4 {
+        publish(&s, "sales.eu", "x");
+    }
+    let t = get(&server, "/api/topics").json();
+    assert_eq!(t["strict"], true);
+    let eu = t["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "sales.eu")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (eu["messages_in"].as_u64(), eu["deliveries"].as_u64()),
+        (Some(4), Some(4))
+    );
+    assert_eq!(
+        t["patterns"][0],
+        json!({"pattern": "sales.*", "subscribers": 1})
+    );
+    // Publishing to sales.us is refused until it is declared.
+    let p = s.create_producer(&Destination::topic("sales.us")).unwrap();
+    assert!(p.send_with_receipt(Message::text("x")).is_err());
+    let a = call(
+        &server,
+        "POST",
+        "/api/topics",
+        Some(json!({"name": "sales.us"})),
+        None,
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    p.send_with_receipt(Message::text("x")).unwrap();
+    let a = call(&server, "DELETE", "/api/topics/sales", None, None);
+    assert_eq!(a.status, 200);
+    assert!(
+        p.send_with_receipt(Message::text("x")).is_err(),
+        "the subtree went"
+    );
+    assert_eq!(
+        call(&server, "DELETE", "/api/topics/sales", None, None).status,
+        404
+    );
+    let a = call(
+        &server,
+        "POST",
+        "/api/topics",
+        Some(json!({"name": "a..b"})),
+        None,
+    );
+    assert_eq!(a.status, 409);
+}
+
+#[test]
+fn subscriptions_and_connections_are_listed_and_can_be_ended() {
+    let server = start();
+    let c = factory(&server)
+        .with_client_id("keeper")
+        .create_connection()
+        .unwrap();
+    let s = c.create_session(AckMode::Auto).unwrap();
+    let d = s
+        .create_durable_subscriber(&Destination::topic("audit.#"), "trail")
+        .unwrap();
+    let _plain = s
+        .create_consumer_with_selector(&Destination::topic("x.*"), "n > 1")
+        .unwrap();
+    let subs = get(&server, "/api/subscriptions").json();
+    let list = subs.as_array().unwrap();
+    assert!(
+        list.iter()
+            .any(|s| s["pattern"] == "x.*" && s["selector"] == "n > 1"),
+        "{subs}"
+    );
+    assert!(
+        list.iter()
+            .any(|s| s["name"] == "trail" && s["client_id"] == "keeper" && s["durable"] == true),
+        "{subs}"
+    );
+    // In use: refused. Without its consumer: deleted.
+    assert_eq!(
+        call(
+            &server,
+            "DELETE",
+            "/api/subscriptions/keeper/trail",
+            None,
+            None
+        )
+        .status,
+        409
+    );
+    d.close().unwrap();
+    assert_eq!(
+        call(
+            &server,
+            "DELETE",
+            "/api/subscriptions/keeper/trail",
+            None,
+            None
+        )
+        .status,
+        200
+    );
+    assert_eq!(
+        call(
+            &server,
+            "DELETE",
+            "/api/subscriptions/keeper/trail",
+            None,
+            None
+        )
+        .status,
+        404
+    );
+
+    let conns = get(&server, "/api/connections").json();
+    let me = conns
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["client_id"] == "keeper")
+        .unwrap()
+        .clone();
+    assert_eq!(me["protocol"], "herald");
+    assert_eq!(me["subscriptions"].as_u64(), Some(1));
+    assert!(me["bytes_in"].as_u64().unwrap() > 0);
+    let id = me["id"].as_u64().unwrap();
+    assert_eq!(
+        call(
+            &server,
+            "DELETE",
+            &format!("/api/connections/{id}"),
+            None,
+            None
+        )
+        .status,
+        200
+    );
+    wait_until("the connection is closed", || c.is_closed());
+    assert_eq!(
+        call(&server, "DELETE", "/api/connections/abc", None, None).status,
+        400
+    );
+    assert_eq!(
+        call(&server, "DELETE", "/api/connections/999999", None, None).status,
+        404
+    );
+}
+
+#[test]
+fn metrics_count_known_traffic() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let _sub = subscribe(&s, "m.#");
+    for _ in 0..5 {
+        publish(&s, "m.one", "x");
+    }
+    let p = s.create_producer(&Destination::queue("mq")).unwrap();
+    for _ in 0..2 {
+        p.send(Message::text("y").persistent()).unwrap();
+    }
+    let text = get(&server, "/metrics").body;
+    for line in [
+        "herald_destination_messages_in_total{kind=\"topic\",destination=\"m.one\"} 5",
+        "herald_destination_deliveries_total{kind=\"topic\",destination=\"m.one\"} 5",
+        "herald_queue_depth{queue=\"mq\"} 2",
+        "herald_queue_enqueued_total{queue=\"mq\"} 2",
+        "herald_connections 1",
+    ] {
+        assert!(text.contains(line), "missing {line} in\n{text}");
+    }
+    for name in [
+        "herald_messages_in_total",
+        "herald_messages_out_total",
+        "herald_redeliveries_total",
+        "herald_dead_lettered_total",
+        "herald_expired_total",
+        "herald_slow_consumer_dropped_total",
+        "herald_subscriptions",
+        "herald_queue_in_flight",
+        "herald_worker_busy_seconds_total",
+        "herald_journal_append_seconds_bucket",
+        "herald_journal_fsync_seconds_count",
+    ] {
+        assert!(text.contains(name), "missing {name}");
+    }
+}
+
+fn secured_config(extra_user: bool) -> String {
+    let admin = hash_password("root").unwrap();
+    let reader = hash_password("look").unwrap();
+    let mut text = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n[stomp]\nenabled = false\nwebsocket_enabled = false\n\
+         [auth]\nfailed_login_delay_ms = 10\n\
+         [[auth.users]]\nname = \"ops\"\npassword = \"{admin}\"\nroles = [\"admin\"]\n\
+         [[auth.users]]\nname = \"viewer\"\npassword = \"{reader}\"\nroles = [\"reader\"]\n"
+    );
+    if extra_user {
+        let new = hash_password("fresh").unwrap();
+        text.push_str(&format!(
+            "[[auth.users]]\nname = \"newcomer\"\npassword = \"{new}\"\nroles = [\"admin\"]\n"
+        ));
+    }
+    text.push_str("[auth.roles.admin]\nadmin = true\n[auth.roles.reader]\nconsume = [\"#\"]\n");
+    text
+}
+
+fn secured_server(file: &std::path::Path) -> TestServer {
+    let mut config = Config::load(file).unwrap();
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.data_dir = temp_dir("admin-auth");
+    start_with(config)
+}
+
+#[test]
+fn with_users_reading_needs_a_user_and_changing_needs_admin() {
+    let dir = temp_dir("admin-conf");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("herald.toml");
+    std::fs::write(&file, secured_config(false)).unwrap();
+    let server = secured_server(&file);
+    let a = call(&server, "GET", "/api/queues", None, None);
+    assert_eq!(a.status, 401);
+    assert_eq!(a.json()["status"], 401);
+    let a = call(&server, "GET", "/api/queues", None, Some(("ops", "wrong")));
+    assert_eq!(a.status, 401);
+    assert!(a.error().contains("invalid user name or password"));
+    assert_eq!(
+        call(
+            &server,
+            "GET",
+            "/api/queues",
+            None,
+            Some(("viewer", "look"))
+        )
+        .status,
+        200
+    );
+    let a = call(
+        &server,
+        "POST",
+        "/api/queues/x/purge",
+        None,
+        Some(("viewer", "look")),
+    );
+    assert_eq!(a.status, 403);
+    assert!(a.error().contains("'admin'"), "{}", a.body);
+    assert_eq!(
+        call(
+            &server,
+            "POST",
+            "/api/queues/x/purge",
+            None,
+            Some(("ops", "root"))
+        )
+        .status,
+        404
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn reload_takes_new_users_and_refuses_a_bad_file() {
+    let dir = temp_dir("admin-reload");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("herald.toml");
+    std::fs::write(&file, secured_config(false)).unwrap();
+    let server = secured_server(&file);
+    let ops = Some(("ops", "root"));
+    assert_eq!(
+        call(
+            &server,
+            "GET",
+            "/api/server",
+            None,
+            Some(("newcomer", "fresh"))
+        )
+        .status,
+        401
+    );
+    std::fs::write(&file, secured_config(true)).unwrap();
+    let a = call(&server, "POST", "/api/reload", None, ops);
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(
+        call(
+            &server,
+            "GET",
+            "/api/server",
+            None,
+            Some(("newcomer", "fresh"))
+        )
+        .status,
+        200
+    );
+    // A bad file is refused with the reason; the old config stays.
+    std::fs::write(&file, "[auth]\nrequired = \"sometimes\"\n").unwrap();
+    let a = call(&server, "POST", "/api/reload", None, ops);
+    assert_eq!(a.status, 400);
+    assert!(a.error().contains("required"), "{}", a.body);
+    assert_eq!(
+        call(
+            &server,
+            "GET",
+            "/api/server",
+            None,
+            Some(("newcomer", "fresh"))
+        )
+        .status,
+        200
+    );
+    // A server on its embedded defaults has nothing to reload.
+    let plain = start();
+    assert_eq!(call(&plain, "POST", "/api/reload", None, None).status, 400);
+    let _ = std::fs::remove_dir_all(dir);
+}
