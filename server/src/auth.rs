@@ -156,6 +156,9 @@ pub struct Principal {
     pub user: String,
     /// Its permissions.
     pub permissions: Arc<Permissions>,
+    /// The reload its permissions come from (see
+    /// [`Authenticator::refresh`]).
+    generation: u64,
 }
 
 impl Principal {
@@ -167,6 +170,7 @@ impl Principal {
             permissions: EVERYTHING
                 .get_or_init(|| Arc::new(Permissions::everything()))
                 .clone(),
+            generation: 0,
         }
     }
 
@@ -200,6 +204,8 @@ struct User {
 
 /// The users and rules of one config.
 pub struct Users {
+    /// Which reload made it (0 = the config the server started with).
+    generation: u64,
     required: bool,
     delay: Duration,
     users: HashMap<String, User>,
@@ -252,6 +258,7 @@ impl Users {
             }
         }
         Ok(Users {
+            generation: 0,
             required: config.required,
             delay: Duration::from_millis(config.failed_login_delay_ms.into()),
             users,
@@ -284,6 +291,7 @@ impl Users {
             (true, Some(permissions)) => Ok(Principal {
                 user: user.to_owned(),
                 permissions: permissions.clone(),
+                generation: self.generation,
             }),
             _ => Err(refused()),
         }
@@ -348,14 +356,40 @@ impl Authenticator {
         })
     }
 
-    /// Takes a reloaded `[auth]`: logins from now on use it; connections
-    /// already in keep the permissions they logged in with.
+    /// Takes a reloaded `[auth]`: logins from now on use it, and
+    /// connections already in take their user's new permissions when
+    /// their worker next reads from them (see [`Authenticator::refresh`]).
     pub fn reload(&self, config: &AuthSection) -> Result<(), String> {
-        let users = Users::from_config(config).map_err(|(key, why)| format!("{key}: {why}"))?;
-        *self.users.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(users);
+        let mut users = Users::from_config(config).map_err(|(key, why)| format!("{key}: {why}"))?;
+        let mut current = self.users.write().unwrap_or_else(|p| p.into_inner());
+        users.generation = current.generation + 1;
+        *current = Arc::new(users);
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(())
+    }
+
+    /// A logged-in user's permissions as the config says now, if a reload
+    /// changed them since `principal` was made: a user removed by the
+    /// reload may do nothing more. Anonymous connections stay as they are.
+    pub fn refresh(&self, principal: &Principal) -> Option<Principal> {
+        if principal.user.is_empty() || principal.generation == self.generation() {
+            return None;
+        }
+        let users = self.current();
+        let permissions = match users.users.get(&principal.user) {
+            Some(u) => u.permissions.clone(),
+            None => Arc::new(Permissions {
+                grants: Default::default(),
+                admin: false,
+                everything: false,
+            }),
+        };
+        Some(Principal {
+            user: principal.user.clone(),
+            permissions,
+            generation: users.generation,
+        })
     }
 
     /// How many reloads there have been.

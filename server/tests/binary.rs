@@ -115,3 +115,54 @@ fn a_taken_port_is_a_clear_error() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains(&addr));
 }
+
+#[test]
+fn sighup_reloads_permissions_without_dropping_connections() {
+    let dir = TempDir::new("reload");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let path = dir.0.join("herald.toml");
+    let hash = herald_server::auth::hash_password("pw").unwrap();
+    let config = |grants: &str| {
+        format!(
+            "[auth]\nfailed_login_delay_ms = 10\n[[auth.users]]\nname = \"alice\"\npassword = \"{hash}\"\nroles = [\"r\"]\n[auth.roles.r]\npublish = [{grants}]\n"
+        )
+    };
+    std::fs::write(&path, config("\"a.#\"")).unwrap();
+    let config_arg = path.display().to_string();
+    let (mut child, addr, _data) = start(&["--config", &config_arg, "--listen", "127.0.0.1:0"]);
+    let factory = ConnectionFactory::new(&format!("herald://alice:pw@{addr}")).unwrap();
+    let send = |c: &herald_client::Connection, topic: &str| {
+        c.create_session(herald_client::AckMode::Auto)
+            .unwrap()
+            .create_producer(&herald_client::Destination::topic(topic))
+            .unwrap()
+            .send_with_receipt(herald_client::Message::text("x"))
+    };
+    let before = factory.create_connection().unwrap();
+    assert!(send(&before, "b.x").is_err(), "not yet allowed");
+    std::fs::write(&path, config("\"a.#\", \"b.#\"")).unwrap();
+    signal(&child, "HUP");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let c = factory.create_connection().unwrap();
+        if send(&c, "b.x").is_ok() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reload took effect"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Connections are not dropped, and take the new permissions too.
+    send(&before, "b.x").unwrap();
+    // A bad file is refused; the server goes on with the old config.
+    std::fs::write(&path, "[auth]\nrequired = 3\n").unwrap();
+    signal(&child, "HUP");
+    std::thread::sleep(Duration::from_millis(200));
+    let c = factory.create_connection().unwrap();
+    send(&c, "b.x").unwrap();
+    before.ping().unwrap();
+    signal(&child, "TERM");
+    assert!(child.wait().unwrap().success());
+}

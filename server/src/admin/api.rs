@@ -89,6 +89,7 @@ pub(crate) fn destination_counts(
             sum.messages_in += c.messages_in;
             sum.bytes_in += c.bytes_in;
             sum.deliveries += c.deliveries;
+            sum.bytes_out += c.bytes_out;
         }
     }
     all
@@ -222,6 +223,7 @@ async fn topics(State(state): State<AppState>) -> ApiResult {
                 "messages_in": c.messages_in,
                 "bytes_in": c.bytes_in,
                 "deliveries": c.deliveries,
+                "bytes_out": c.bytes_out,
             })
         })
         .collect();

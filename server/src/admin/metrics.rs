@@ -136,6 +136,12 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         "Deliveries routed, per destination",
         rows(|c| c.deliveries),
     );
+    family(
+        &mut r,
+        "herald_destination_bytes_out",
+        "Bytes of the deliveries routed, per destination",
+        rows(|c| c.bytes_out),
+    );
 
     let queues = s.broker.queue_stats();
     let q = |f: fn(&crate::broker::QueueStats) -> i64| {

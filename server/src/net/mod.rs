@@ -234,6 +234,8 @@ pub struct DestinationCounts {
     /// Deliveries routed from it (one per matching subscription; one per
     /// message for a queue).
     pub deliveries: u64,
+    /// Their bytes.
+    pub bytes_out: u64,
 }
 
 /// Destinations counted one by one per worker; the rest are summed under
@@ -260,9 +262,11 @@ impl WorkerStats {
                     .or_default()
             }
         };
+        let bytes = message.block().len() as u64;
         counts.messages_in += 1;
-        counts.bytes_in += message.block().len() as u64;
+        counts.bytes_in += bytes;
         counts.deliveries += delivered as u64;
+        counts.bytes_out += bytes * delivered as u64;
     }
 }
 

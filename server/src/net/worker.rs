@@ -252,6 +252,10 @@ impl Worker {
         if conn.closing || conn.waiting() {
             return;
         }
+        // A reload may have changed what its user may do.
+        if let Some(fresh) = self.shared.auth.refresh(&conn.session.principal) {
+            conn.session.principal = fresh;
+        }
         let me = ConnectionRef {
             worker: self.index,
             slot,
