@@ -154,3 +154,76 @@ fn unusable_certificate_files_stop_the_server_from_starting() {
     assert!(e.to_string().contains("tls.key"), "{e}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// One HTTPS request over rustls, trusting `ca`; returns the raw answer.
+fn https_get(addr: std::net::SocketAddr, ca: &std::path::Path, path: &str, auth: &str) -> String {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from("localhost").unwrap();
+    let session = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let socket = TcpStream::connect(addr).unwrap();
+    socket.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut tls = rustls::StreamOwned::new(session, socket);
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic {auth}\r\nConnection: close\r\n\r\n"
+    );
+    tls.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    let _ = tls.read_to_string(&mut answer);
+    answer
+}
+
+#[test]
+fn the_management_interface_speaks_https_with_basic_auth() {
+    let mut config = test_config();
+    let dir = config.data_dir.join("tls");
+    let (ca, cert, key) = tls_files(&dir, &["localhost"]);
+    config.tls.cert = cert;
+    config.tls.key = key;
+    config.admin.tls = true;
+    config.auth.failed_login_delay_ms = 10;
+    config.auth.roles.insert(
+        "ops".into(),
+        herald_server::config::RoleEntry {
+            admin: true,
+            ..Default::default()
+        },
+    );
+    config.auth.users.push(herald_server::config::UserEntry {
+        name: "ops".into(),
+        password: herald_server::auth::hash_password("root").unwrap(),
+        roles: vec!["ops".into()],
+    });
+    let server = start_with(config);
+    let admin = server.admin_addr().unwrap();
+    assert!(server.admin_url().unwrap().starts_with("https://"));
+    // "ops:root" and "ops:nope", base64.
+    let ok = https_get(admin, &ca, "/api/health", "b3BzOnJvb3Q=");
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    assert!(ok.contains("\"status\":\"ok\""), "{ok}");
+    let refused = https_get(admin, &ca, "/api/health", "b3BzOm5vcGU=");
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    // Plain HTTP to it gets no HTTP answer.
+    let mut plain = TcpStream::connect(admin).unwrap();
+    plain.set_read_timeout(Some(PATIENCE)).unwrap();
+    plain
+        .write_all(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert!(
+        !answer.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+}

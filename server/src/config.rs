@@ -108,6 +108,8 @@ pub struct AdminSection {
     pub enabled: bool,
     /// Its address.
     pub listen: SocketAddr,
+    /// HTTPS with `[tls]`'s certificate and key.
+    pub tls: bool,
 }
 
 impl Default for AdminSection {
@@ -115,6 +117,7 @@ impl Default for AdminSection {
         AdminSection {
             enabled: true,
             listen: SocketAddr::from(([127, 0, 0, 1], 8161)),
+            tls: false,
         }
     }
 }
@@ -473,13 +476,14 @@ impl Config {
         if let Err(e) = herald_protocol::destination::validate_name(&format!("{prefix}x")) {
             return invalid("queues.dead_letter_prefix", e.to_string());
         }
-        if self.tls.enabled && self.tls.cert.as_os_str().is_empty() {
+        let needs_cert = self.tls.enabled || (self.admin.enabled && self.admin.tls);
+        if needs_cert && self.tls.cert.as_os_str().is_empty() {
             return invalid(
                 "tls.cert",
                 "the TLS listener needs a certificate file".into(),
             );
         }
-        if self.tls.enabled && self.tls.key.as_os_str().is_empty() {
+        if needs_cert && self.tls.key.as_os_str().is_empty() {
             return invalid("tls.key", "the TLS listener needs a key file".into());
         }
         if self.admin.enabled && !self.admin.listen.ip().is_loopback() && self.auth.users.is_empty()

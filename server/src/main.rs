@@ -116,10 +116,8 @@ fn main() -> ExitCode {
     if let Some(addr) = server.tls_addr() {
         announce.push_str(&format!("herald-server TLS listening on {addr}\n"));
     }
-    if let Some(addr) = server.admin_addr() {
-        announce.push_str(&format!(
-            "herald-server admin listening on http://{addr}/\n"
-        ));
+    if let Some(url) = server.admin_url() {
+        announce.push_str(&format!("herald-server admin listening on {url}\n"));
     }
     let mut stdout = std::io::stdout();
     let _ = stdout

@@ -78,7 +78,7 @@ impl Server {
             Protocol::StompWebSocket,
         )?;
         let tls_addr = bind(config.tls.enabled, config.tls.listen, Protocol::NativeTls)?;
-        let tls = match config.tls.enabled {
+        let tls = match config.tls.enabled || (config.admin.enabled && config.admin.tls) {
             true => Some(
                 crate::net::tls::server_config(&config.tls.cert, &config.tls.key)
                     .map_err(StartError::Tls)?,
@@ -165,14 +165,19 @@ impl Server {
                 };
                 let listen = shared.config.admin.listen;
                 let metrics = Some(journal.metrics().clone());
-                let admin =
-                    Admin::start(shared.clone(), listen, addresses, metrics).map_err(|source| {
-                        StartError::Bind {
-                            addr: listen,
-                            source,
-                        }
+                let https = shared
+                    .config
+                    .admin
+                    .tls
+                    .then(|| shared.tls.clone())
+                    .flatten();
+                let scheme = if https.is_some() { "https" } else { "http" };
+                let admin = Admin::start(shared.clone(), listen, addresses, metrics, https)
+                    .map_err(|source| StartError::Bind {
+                        addr: listen,
+                        source,
                     })?;
-                log::info!("management interface on http://{}/", admin.addr());
+                log::info!("management interface on {scheme}://{}/", admin.addr());
                 Some(admin)
             }
             false => None,
@@ -261,6 +266,16 @@ impl ServerHandle {
     /// The management interface's address, if it runs.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin.as_ref().map(Admin::addr)
+    }
+
+    /// The management interface's URL (`https://` with `[admin] tls`).
+    pub fn admin_url(&self) -> Option<String> {
+        let scheme = if self.shared.config.admin.tls {
+            "https"
+        } else {
+            "http"
+        };
+        self.admin_addr().map(|a| format!("{scheme}://{a}/"))
     }
 
     /// Re-reads users, permissions and limits from the config file (see

@@ -8,6 +8,9 @@
 //! use, and asks workers to act (deliver, close a connection) through
 //! their inboxes.
 //!
+//! With `[admin] tls = true` it speaks HTTPS with the `[tls]` listener's
+//! certificate.
+//!
 //! With users configured, every request needs HTTP basic auth with a
 //! user's credentials; reading needs any user, changing needs a role with
 //! `admin = true`. Without users, the interface only runs on loopback (the
@@ -17,6 +20,7 @@ mod api;
 mod console;
 mod metrics;
 mod openapi;
+mod tls;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher, RandomState};
@@ -81,6 +85,7 @@ impl Admin {
         listen: SocketAddr,
         mut addresses: Addresses,
         journal: Option<crate::store::JournalMetrics>,
+        tls: Option<Arc<rustls::ServerConfig>>,
     ) -> io::Result<Admin> {
         let listener = std::net::TcpListener::bind(listen)?;
         listener.set_nonblocking(true)?;
@@ -112,11 +117,20 @@ impl Admin {
                     };
                     tokio::spawn(api::sample(state.clone()));
                     let app = router(state);
-                    let served = axum::serve(listener, app)
-                        .with_graceful_shutdown(async move {
-                            let _ = stopped.await;
-                        })
-                        .await;
+                    let stop = async move {
+                        let _ = stopped.await;
+                    };
+                    let served = match tls {
+                        None => {
+                            axum::serve(listener, app)
+                                .with_graceful_shutdown(stop)
+                                .await
+                        }
+                        Some(config) => match tls::TlsListener::new(listener, config) {
+                            Ok(l) => axum::serve(l, app).with_graceful_shutdown(stop).await,
+                            Err(e) => Err(e),
+                        },
+                    };
                     if let Err(e) = served {
                         log::error!("management interface stopped: {e}");
                     }
