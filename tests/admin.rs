@@ -226,6 +226,7 @@ fn topics_show_traffic_and_strict_mode_declares_through_the_api() {
         (eu["messages_in"].as_u64(), eu["deliveries"].as_u64()),
         (Some(4), Some(4))
     );
+    assert!(eu["rate"].is_number(), "{eu}");
     assert_eq!(
         t["patterns"][0],
         json!({"pattern": "sales.*", "subscribers": 1})

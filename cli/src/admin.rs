@@ -91,10 +91,10 @@ fn rows(list: &Value, keys: &[&str]) -> Vec<Vec<String>> {
 pub fn topics(target: &Target) -> Result<()> {
     let t = call(target, "GET", "/api/topics")?;
     table(
-        &["TOPIC", "PUBLISHED", "BYTES", "DELIVERIES"],
+        &["TOPIC", "PUBLISHED", "BYTES", "DELIVERIES", "MSGS/S"],
         rows(
             &t["topics"],
-            &["name", "messages_in", "bytes_in", "deliveries"],
+            &["name", "messages_in", "bytes_in", "deliveries", "rate"],
         ),
     );
     println!();

@@ -91,7 +91,7 @@ async function refresh() {
   });
   fill("topics", topics.topics, (tr, t) => {
     tr.dataset.topic = t.name;
-    tr.append(cell(t.name), cell(t.messages_in, true), cell(t.deliveries, true));
+    tr.append(cell(t.name), cell(t.messages_in, true), cell(t.deliveries, true), cell(rate(t.rate), true));
   });
   fill("patterns", topics.patterns, (tr, p) => tr.append(cell(p.pattern), cell(p.subscribers, true)));
   fill("subscriptions", subscriptions, (tr, s) => {

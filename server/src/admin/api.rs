@@ -105,6 +105,8 @@ pub(crate) struct Sample {
     out_rate: f64,
     /// Queue name → (depth, enqueued, acknowledged, enqueue rate, dequeue rate).
     queues: BTreeMap<String, (usize, u64, u64, f64, f64)>,
+    /// Topic name → (messages published, publish rate).
+    topics: BTreeMap<String, (u64, f64)>,
 }
 
 /// Takes a sample a second, for rates and the console's chart.
@@ -131,7 +133,17 @@ pub(crate) async fn sample(state: AppState) {
                 (q.name, (q.depth, q.enqueued, q.acknowledged, enq, deq))
             })
             .collect();
+        let topics = destination_counts(&state)
+            .into_iter()
+            .filter(|((kind, _), _)| *kind == DestinationKind::Topic)
+            .map(|((_, name), c)| {
+                let before = last.as_ref().and_then(|l| l.topics.get(&name)).map(|t| t.0);
+                let r = rate(c.messages_in, before);
+                (name, (c.messages_in, r))
+            })
+            .collect();
         let sample = Sample {
+            topics,
             at,
             messages_in,
             messages_out,
@@ -214,6 +226,10 @@ async fn topics(State(state): State<AppState>) -> ApiResult {
             *patterns.entry(s.pattern).or_default() += 1;
         }
     }
+    let rates: HashMap<String, f64> = lock(&state.history)
+        .back()
+        .map(|s| s.topics.iter().map(|(n, t)| (n.clone(), t.1)).collect())
+        .unwrap_or_default();
     let topics: Vec<Json_> = destination_counts(&state)
         .into_iter()
         .filter(|((kind, _), _)| *kind == DestinationKind::Topic)
@@ -224,6 +240,7 @@ async fn topics(State(state): State<AppState>) -> ApiResult {
                 "bytes_in": c.bytes_in,
                 "deliveries": c.deliveries,
                 "bytes_out": c.bytes_out,
+                "rate": rates.get(&name).copied().unwrap_or_default(),
             })
         })
         .collect();
