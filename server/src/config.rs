@@ -551,6 +551,8 @@ mod tests {
             ("[tls]\nenabled = true", "tls.cert"),
             ("[tls]\nenabled = true\ncert = \"c.pem\"", "tls.key"),
             ("max_pending_receipts = 0", "max_pending_receipts"),
+            ("[admin]\nlisten = \"0.0.0.0:8161\"", "admin.listen"),
+            ("[admin]\ntls = true", "tls.cert"),
             ("[topics]\ndeclared = [\"a..b\"]", "topics.declared"),
             ("[journal]\nfsync = \"sometimes\"", "fsync"),
             ("[journal]\nsegment_size = 10", "journal.segment_size"),
