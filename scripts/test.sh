@@ -3,24 +3,31 @@
 # then the interoperability tests with clients this project did not write:
 # stomp.py (installed into a local virtual environment) and stomp.js in
 # headless Chromium (Debian's chromium package, installed if missing, and
-# the npm packages pinned in tests/browser).
+# the npm packages pinned in tests/browser). The benchmark's comparison
+# with NATS is tested against Debian's nats-server, installed if missing.
 # Every server a test starts listens on 127.0.0.1 ephemeral ports and is
 # stopped by the test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Debian packages the tests use: command, then package.
+missing=()
+for pair in chromium:chromium nats-server:nats-server; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "missing: ${missing[*]}: install Debian's packages (as root: apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
 cargo test --workspace --locked "$@"
 
 echo "== interoperability tests"
 cargo build --locked --bins
-if ! command -v chromium >/dev/null 2>&1; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "chromium is missing: install Debian's chromium package (as root: apt-get install chromium)" >&2
-    exit 1
-  fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-fi
 (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 venv=target/interop-venv
 [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"

@@ -391,3 +391,55 @@ fn admin_commands_go_through_the_management_api() {
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(err.contains("404") && err.contains("nothing"), "{err}");
 }
+
+#[test]
+fn bench_compares_with_a_nats_server_in_one_run() {
+    // Debian's nats-server (scripts/test.sh installs it), on a free port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut nats = Command::new("nats-server")
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nats-server is installed (Debian's package; scripts/test.sh installs it)");
+    let addr = format!("127.0.0.1:{port}");
+    wait_until("nats-server listens", || {
+        std::net::TcpStream::connect(&addr).is_ok()
+    });
+    let server = start();
+    let url = format!("herald://{}", server.local_addr());
+    let out = run_ok(&[
+        "--server",
+        &url,
+        "bench",
+        "--compare-nats",
+        &addr,
+        "--count",
+        "20000",
+        "--fanout",
+        "2",
+        "--latency-count",
+        "2000",
+        "--rate",
+        "5000",
+    ]);
+    let _ = nats.kill();
+    let _ = nats.wait();
+    let comparison = out
+        .lines()
+        .find(|l| l.starts_with("{\"scenario\":\"comparison\""))
+        .unwrap_or_else(|| panic!("no comparison in\n{out}"));
+    assert_eq!(comparison.matches("\"ratio\"").count(), 5, "{comparison}");
+    let nats_runs: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with('{') && l.contains("\"system\":\"nats\""))
+        .collect();
+    assert_eq!(nats_runs.len(), 3, "{out}");
+    for run in nats_runs {
+        assert!(run.contains("\"lost\":0"), "{run}");
+    }
+}

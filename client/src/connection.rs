@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
 use std::thread::{JoinHandle, ThreadId};
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use herald_protocol::codec::DecodeError;
-use herald_protocol::frame::{Connected, Delivery};
+use herald_protocol::frame::{Connected, Delivery, Subscribe};
 use herald_protocol::{Decoder, ErrorCode, Frame, FrameKind, Message, RawFrame};
 
 use crate::consumer::ConsumerShared;
@@ -662,41 +662,73 @@ fn resume(inner: &Arc<Inner>, link: Link) -> Result<(ReadHalf, BytesMut, Duratio
     *lock(&inner.stream) = link.socket;
     *inner.connected.write().unwrap_or_else(|p| p.into_inner()) = link.connected;
     let mut first = BytesMut::new();
-    let consumers: Vec<(u32, Arc<ConsumerShared>)> = inner
+    let mut consumers: Vec<(u32, Arc<ConsumerShared>, Subscribe)> = inner
         .consumers
         .read()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
-        .map(|(id, c)| (*id, c.clone()))
+        .filter_map(|(id, c)| Some((*id, c.clone(), c.subscription()?)))
         .collect();
-    for (id, consumer) in consumers {
-        let Some(subscribe) = consumer.subscription() else {
-            continue;
-        };
+    // In the order they were made.
+    consumers.sort_by_key(|(id, ..)| *id);
+    // The resumption is reported once every consumer has its answer, so
+    // that what is published after it reaches them.
+    let resumed = Arc::new(Resumption {
+        left: AtomicUsize::new(consumers.len()),
+        server: link.server.clone(),
+    });
+    for (id, consumer, subscribe) in consumers {
         let request_id = inner.next_request_id();
         let weak = Arc::downgrade(inner);
+        let resumed = resumed.clone();
         let waiter: Waiter = Box::new(move |result| {
-            let (Err(e), Some(inner)) = (result, weak.upgrade()) else {
+            let Some(inner) = weak.upgrade() else {
                 return;
             };
-            // It cannot be had again (a durable subscription still held
-            // by the old session, a temporary queue that ended with it).
-            inner
-                .consumers
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
-            consumer.close();
-            inner.report(e);
+            // A refusal, not a session lost again (the next failover
+            // subscribes it once more).
+            if let Err(e @ Error::Server { .. }) = result {
+                // It cannot be had again (a durable subscription still
+                // held by the old session, a temporary queue that ended
+                // with it).
+                inner
+                    .consumers
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                consumer.close();
+                inner.report(e);
+            }
+            resumed.one_done(&inner);
         });
         lock(&inner.pending).insert(request_id, waiter);
         Frame::Subscribe(subscribe).encode(request_id, &mut first)?;
     }
     start_flusher(inner, link.writer)?;
     inner.writer.resume(first);
-    log::info!("herald connection resumed with {}", link.server);
-    inner.report(Error::Resumed(link.server));
+    if resumed.left.load(Ordering::Acquire) == 0 {
+        resumed.report(inner);
+    }
     Ok((link.reader, link.leftover, heartbeat))
+}
+
+/// Counts the consumers still to be subscribed again after a failover.
+struct Resumption {
+    left: AtomicUsize,
+    server: String,
+}
+
+impl Resumption {
+    fn one_done(&self, inner: &Inner) {
+        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.report(inner);
+        }
+    }
+
+    fn report(&self, inner: &Inner) {
+        log::info!("herald connection resumed with {}", self.server);
+        inner.report(Error::Resumed(self.server.clone()));
+    }
 }
 
 /// Handles every whole frame in `buf`; an error ends the connection.

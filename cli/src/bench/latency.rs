@@ -17,14 +17,51 @@ use super::progress::Progress;
 use super::{bench_topic, wait_for};
 
 /// Messages sent first and not recorded, while connections warm up.
-const WARM_UP: u64 = 1000;
+pub const WARM_UP: u64 = 1000;
+
+/// What a latency run measured.
+pub struct LatencyReport {
+    /// "herald" or "nats".
+    pub system: &'static str,
+    pub rate: u64,
+    pub size: usize,
+    pub count: u64,
+    pub lost: u64,
+    /// Nanoseconds from due to arrival.
+    pub histogram: Histogram<u64>,
+}
+
+impl LatencyReport {
+    /// A quantile in microseconds.
+    pub fn us(&self, q: f64) -> f64 {
+        self.histogram.value_at_quantile(q) as f64 / 1000.0
+    }
+
+    /// Prints a line for people and a JSON line for scripts.
+    pub fn print(&self) {
+        let (system, rate, size, count, lost) =
+            (self.system, self.rate, self.size, self.count, self.lost);
+        let (p50, p99, p999) = (self.us(0.5), self.us(0.99), self.us(0.999));
+        let max = self.histogram.max() as f64 / 1000.0;
+        let recorded = self.histogram.len();
+        println!(
+            "{system} latency at {rate} msgs/s, {size} B: p50 {p50:.1} us, p99 {p99:.1} us, p99.9 {p999:.1} us, \
+             max {max:.1} us over {recorded} messages; lost {lost}"
+        );
+        println!(
+            "{{\"scenario\":\"latency\",\"system\":\"{system}\",\"rate\":{rate},\"size\":{size},\"count\":{count},\
+             \"recorded\":{recorded},\"lost\":{lost},\"p50_us\":{p50:.1},\"p99_us\":{p99:.1},\"p999_us\":{p999:.1},\
+             \"max_us\":{max:.1}}}"
+        );
+    }
+}
 
 pub fn run(
     factory: &herald_client::ConnectionFactory,
     size: usize,
     rate: u64,
     count: u64,
-) -> Result<()> {
+) -> Result<LatencyReport> {
     let destination = Destination::topic(bench_topic("latency"));
     let base = Instant::now();
     let histogram = Arc::new(Mutex::new(
@@ -75,23 +112,15 @@ pub fn run(
     let got = wait_for(total, &mut progress, || received.load(Ordering::Relaxed));
     progress.finish();
     let lost = total - got.min(total);
-    let h = histogram.lock().unwrap_or_else(|p| p.into_inner());
-    let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-    let (p50, p99, p999, max) = (us(0.5), us(0.99), us(0.999), h.max() as f64 / 1000.0);
-    println!(
-        "latency at {rate} msgs/s, {} B: p50 {p50:.1} us, p99 {p99:.1} us, p99.9 {p999:.1} us, max {max:.1} us \
-         over {} messages; lost {lost}",
-        body.len(),
-        h.len()
-    );
-    println!(
-        "{{\"scenario\":\"latency\",\"rate\":{rate},\"size\":{},\"count\":{count},\"recorded\":{},\"lost\":{lost},\
-         \"p50_us\":{p50:.1},\"p99_us\":{p99:.1},\"p999_us\":{p999:.1},\"max_us\":{max:.1}}}",
-        body.len(),
-        h.len()
-    );
-    drop(h);
+    let histogram = histogram.lock().unwrap_or_else(|p| p.into_inner()).clone();
     pub_connection.close()?;
     sub_connection.close()?;
-    Ok(())
+    Ok(LatencyReport {
+        system: "herald",
+        rate,
+        size,
+        count,
+        lost,
+        histogram,
+    })
 }

@@ -7,6 +7,7 @@
 
 mod latency;
 mod machine;
+mod nats;
 mod progress;
 mod queue;
 mod stomp;
@@ -85,6 +86,14 @@ pub struct Args {
     /// The STOMP listener for --mode stomp (ignored with --embedded).
     #[arg(long, default_value = "127.0.0.1:61613")]
     stomp: SocketAddr,
+    /// Run the topic scenarios (1 -> 1, 1 -> --fanout, latency) against
+    /// Herald and then against the NATS server at this address, with the
+    /// same load, and print the ratios.
+    #[arg(long)]
+    compare_nats: Option<SocketAddr>,
+    /// Subscribers of the fan-out scenario of --compare-nats.
+    #[arg(long, default_value_t = 10)]
+    fanout: usize,
 }
 
 /// How long the subscribers may make no progress before the rest counts
@@ -166,18 +175,22 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
         None => factory.address(),
     };
     println!("server: {server_desc}");
-    if matches!(args.mode, Mode::All | Mode::Throughput) {
-        throughput::run(&factory, args.subscribers, args.size, args.count)?;
-    }
-    if matches!(args.mode, Mode::All | Mode::Latency) {
-        latency::run(&factory, args.size, args.rate, args.latency_count)?;
+    if let Some(nats) = args.compare_nats {
+        compare(&factory, nats, &args)?;
+    } else {
+        if matches!(args.mode, Mode::All | Mode::Throughput) {
+            throughput::run(&factory, args.subscribers, args.size, args.count)?.print();
+        }
+        if matches!(args.mode, Mode::All | Mode::Latency) {
+            latency::run(&factory, args.size, args.rate, args.latency_count)?.print();
+        }
     }
     if args.mode == Mode::Stomp {
         let stomp_addr = match &embedded {
             Some(server) => server.stomp_addr().unwrap_or(args.stomp),
             None => args.stomp,
         };
-        throughput::run(&factory, 1, args.size, args.count)?;
+        throughput::run(&factory, 1, args.size, args.count)?.print();
         stomp::run(stomp_addr, args.size, args.count)?;
     }
     if args.mode == Mode::Queue {
@@ -198,6 +211,64 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
         server.shutdown();
         let _ = std::fs::remove_dir_all(embedded_data_dir());
     }
+    Ok(())
+}
+
+/// The topic scenarios on Herald and on NATS, one after the other, and the
+/// ratios.
+fn compare(
+    factory: &herald_client::ConnectionFactory,
+    nats_addr: SocketAddr,
+    args: &Args,
+) -> Result<()> {
+    println!("comparing with the NATS server at {nats_addr}");
+    let mut rows: Vec<(String, f64, f64, bool)> = Vec::new();
+    for subscribers in [1, args.fanout] {
+        let h = throughput::run(factory, subscribers, args.size, args.count)?;
+        h.print();
+        let n = nats::throughput(nats_addr, subscribers, args.size, args.count)?;
+        n.print();
+        let name = format!(
+            "1 -> {subscribers} deliveries/s (lost {} / {})",
+            h.lost(),
+            n.lost()
+        );
+        rows.push((name, h.deliveries_per_sec(), n.deliveries_per_sec(), true));
+    }
+    let h = latency::run(factory, args.size, args.rate, args.latency_count)?;
+    h.print();
+    let n = nats::latency(nats_addr, args.size, args.rate, args.latency_count)?;
+    n.print();
+    for (q, label) in [(0.5, "p50"), (0.99, "p99"), (0.999, "p99.9")] {
+        rows.push((
+            format!("latency {label} us at {}/s", args.rate),
+            h.us(q),
+            n.us(q),
+            false,
+        ));
+    }
+    println!(
+        "\n{:<44} {:>14} {:>14} {:>8}",
+        "scenario", "herald", "nats", "ratio"
+    );
+    let mut json = Vec::new();
+    for (name, herald, nats, higher_is_better) in rows {
+        // The ratio is always "how many times better Herald is": above 1
+        // means Herald wins.
+        let ratio = if higher_is_better {
+            herald / nats
+        } else {
+            nats / herald
+        };
+        println!("{name:<44} {herald:>14.1} {nats:>14.1} {ratio:>8.2}");
+        json.push(format!(
+            "{{\"scenario\":\"{name}\",\"herald\":{herald:.1},\"nats\":{nats:.1},\"ratio\":{ratio:.3}}}"
+        ));
+    }
+    println!(
+        "{{\"scenario\":\"comparison\",\"rows\":[{}]}}",
+        json.join(",")
+    );
     Ok(())
 }
 

@@ -24,7 +24,7 @@ pub fn run(
     subscribers: usize,
     size: usize,
     count: u64,
-) -> Result<()> {
+) -> Result<ThroughputReport> {
     let topic = bench_topic("throughput");
     let destination = Destination::topic(topic);
     let mut connections = Vec::new();
@@ -82,32 +82,75 @@ pub fn run(
     let last = counters
         .iter()
         .filter_map(|c| *c.last.lock().unwrap_or_else(|p| p.into_inner()))
-        .max()
-        .unwrap_or(started);
-    let seconds = last.duration_since(started).as_secs_f64().max(1e-9);
-    let lost = expected - received.min(expected);
-    let out_of_order: u64 = counters
-        .iter()
-        .map(|c| c.out_of_order.load(Ordering::Relaxed))
-        .sum();
-    let deliveries_per_sec = received as f64 / seconds;
-    let per_subscriber = deliveries_per_sec / subscribers as f64;
-    let mb_per_sec = deliveries_per_sec * size as f64 / 1e6;
-    println!(
-        "throughput 1 -> {subscribers}, {size} B: {received} of {expected} delivered in {seconds:.3} s \
-         ({:.3} s to publish): {per_subscriber:.0} msgs/s per subscriber, {deliveries_per_sec:.0} deliveries/s, \
-         {mb_per_sec:.1} MB/s; lost {lost}, out of order {out_of_order}",
-        published.as_secs_f64()
-    );
-    println!(
-        "{{\"scenario\":\"throughput\",\"publishers\":1,\"subscribers\":{subscribers},\"size\":{size},\
-         \"count\":{count},\"expected\":{expected},\"received\":{received},\"lost\":{lost},\
-         \"out_of_order\":{out_of_order},\"seconds\":{seconds:.6},\"msgs_per_sec_per_subscriber\":{per_subscriber:.0},\
-         \"deliveries_per_sec\":{deliveries_per_sec:.0},\"mb_per_sec\":{mb_per_sec:.1}}}"
-    );
+        .max();
+    let report = ThroughputReport {
+        system: "herald",
+        subscribers,
+        size,
+        count,
+        received,
+        out_of_order: counters
+            .iter()
+            .map(|c| c.out_of_order.load(Ordering::Relaxed))
+            .sum(),
+        seconds: super::rate(started, last, received).0,
+        published,
+    };
     publisher.close()?;
     for (connection, _, _) in connections {
         connection.close()?;
     }
-    Ok(())
+    Ok(report)
+}
+
+/// What a throughput run measured.
+pub struct ThroughputReport {
+    /// "herald" or "nats".
+    pub system: &'static str,
+    pub subscribers: usize,
+    pub size: usize,
+    pub count: u64,
+    pub received: u64,
+    pub out_of_order: u64,
+    /// From the first publish to the last arrival.
+    pub seconds: f64,
+    /// How long publishing took.
+    pub published: std::time::Duration,
+}
+
+impl ThroughputReport {
+    /// Deliveries a second, all subscribers together.
+    pub fn deliveries_per_sec(&self) -> f64 {
+        self.received as f64 / self.seconds
+    }
+
+    /// Deliveries that never came.
+    pub fn lost(&self) -> u64 {
+        let expected = self.count * self.subscribers as u64;
+        expected - self.received.min(expected)
+    }
+
+    /// Prints a line for people and a JSON line for scripts.
+    pub fn print(&self) {
+        let (system, subscribers, size, count) =
+            (self.system, self.subscribers, self.size, self.count);
+        let (received, out_of_order, seconds) = (self.received, self.out_of_order, self.seconds);
+        let expected = count * subscribers as u64;
+        let lost = self.lost();
+        let deliveries_per_sec = self.deliveries_per_sec();
+        let per_subscriber = deliveries_per_sec / subscribers as f64;
+        let mb_per_sec = deliveries_per_sec * size as f64 / 1e6;
+        println!(
+            "{system} throughput 1 -> {subscribers}, {size} B: {received} of {expected} delivered in {seconds:.3} s \
+             ({:.3} s to publish): {per_subscriber:.0} msgs/s per subscriber, {deliveries_per_sec:.0} deliveries/s, \
+             {mb_per_sec:.1} MB/s; lost {lost}, out of order {out_of_order}",
+            self.published.as_secs_f64()
+        );
+        println!(
+            "{{\"scenario\":\"throughput\",\"system\":\"{system}\",\"publishers\":1,\"subscribers\":{subscribers},\"size\":{size},\
+             \"count\":{count},\"expected\":{expected},\"received\":{received},\"lost\":{lost},\
+             \"out_of_order\":{out_of_order},\"seconds\":{seconds:.6},\"msgs_per_sec_per_subscriber\":{per_subscriber:.0},\
+             \"deliveries_per_sec\":{deliveries_per_sec:.0},\"mb_per_sec\":{mb_per_sec:.1}}}"
+        );
+    }
 }
