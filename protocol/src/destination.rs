@@ -109,8 +109,32 @@ fn check_common(s: &str, field: &'static str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The common case in one pass over the bytes: printable ASCII, no empty
+/// word, no wildcard. Anything else takes the slower checks, which also
+/// say what is wrong.
+fn plain_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    if b.is_empty() || b.len() > MAX_NAME_LEN || b[0] == b'.' || b[b.len() - 1] == b'.' {
+        return false;
+    }
+    let mut after_dot = false;
+    for &c in b {
+        match c {
+            b'.' if after_dot => return false,
+            b'.' => after_dot = true,
+            // Space and control characters, and anything not ASCII.
+            0..=0x20 | 0x7f..=0xff | b'*' | b'#' => return false,
+            _ => after_dot = false,
+        }
+    }
+    true
+}
+
 /// Checks a destination name: a publish target, no wildcards.
 pub fn validate_name(name: &str) -> Result<(), Error> {
+    if plain_name(name) {
+        return Ok(());
+    }
     check_common(name, "destination")?;
     if name.contains(['*', '#']) {
         return Err(Error::invalid(
@@ -300,5 +324,28 @@ mod tests {
         assert!(validate_name(&"a".repeat(MAX_NAME_LEN + 1)).is_err());
         validate_name("sales.europe.smartphone").unwrap();
         assert!(Pattern::parse("sales.*.#").unwrap().is_wildcard());
+    }
+
+    #[test]
+    fn the_fast_check_never_accepts_what_the_full_one_refuses() {
+        let names = [
+            "sales",
+            "a.b.c",
+            "a-b_c.D9",
+            "café.menu",
+            "a\u{2003}b",
+            "a\tb",
+            "~x",
+            "a..b",
+            ".",
+            "*",
+            "a.#",
+            "x\u{7f}",
+        ];
+        for name in names {
+            let full = check_common(name, "destination").is_ok() && !name.contains(['*', '#']);
+            assert!(!plain_name(name) || full, "{name:?}");
+            assert_eq!(validate_name(name).is_ok(), full, "{name:?}");
+        }
     }
 }

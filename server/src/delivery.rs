@@ -77,6 +77,18 @@ impl Deliveries {
     }
 }
 
+impl Deliveries {
+    /// Gives an emptied batch's room back to the bucket of `worker`, if
+    /// that has less.
+    pub fn recycle(&mut self, worker: usize, mut batch: Vec<Delivery>) {
+        batch.clear();
+        let bucket = &mut self.buckets[worker];
+        if bucket.is_empty() && bucket.capacity() < batch.capacity() {
+            *bucket = batch;
+        }
+    }
+}
+
 /// Empties each non-empty list, yielding it with its index.
 fn take_non_empty<T>(lists: &mut [Vec<T>]) -> impl Iterator<Item = (usize, Vec<T>)> + '_ {
     lists

@@ -18,14 +18,14 @@ pub mod unsubscribe;
 mod unsubscribe_durable;
 
 use herald_protocol::frame::ErrorFrame;
-use herald_protocol::{ErrorCode, Frame, MessageView, RawFrame};
+use herald_protocol::{DestinationKind, ErrorCode, Frame, MessageView, RawFrame};
 
 use std::sync::Arc;
 
 use crate::broker::ConnectionRef;
 use crate::delivery::Deliveries;
 use crate::net::outbound::Outbound;
-use crate::net::Shared;
+use crate::net::{DestinationCounts, Shared};
 use crate::session::{Phase, Session};
 
 /// What a handler needs besides the session it works on.
@@ -38,6 +38,49 @@ pub struct Context<'a> {
     pub deliveries: &'a mut Deliveries,
     /// Messages accepted from this connection in this burst.
     pub published: u64,
+    /// Per-destination counts of this burst, added to the worker's when
+    /// the destination changes and when the context ends: one lookup per
+    /// run of messages to one destination, not one per message.
+    tally: Option<((DestinationKind, String), DestinationCounts)>,
+}
+
+impl<'a> Context<'a> {
+    /// A context for handling frames of connection `me`.
+    pub fn new(shared: &'a Arc<Shared>, me: ConnectionRef, deliveries: &'a mut Deliveries) -> Self {
+        Context {
+            shared,
+            me,
+            deliveries,
+            published: 0,
+            tally: None,
+        }
+    }
+
+    /// Counts a published message and the deliveries it made.
+    pub fn count(&mut self, message: &MessageView, delivered: usize) {
+        let kind = message.destination_kind;
+        let name = message.destination();
+        let same = matches!(&self.tally, Some(((k, n), _)) if *k == kind && n == name);
+        if !same {
+            self.flush_tally();
+            self.tally = Some(((kind, name.to_owned()), DestinationCounts::default()));
+        }
+        if let Some((_, counts)) = &mut self.tally {
+            counts.add(message.block().len() as u64, delivered as u64);
+        }
+    }
+
+    fn flush_tally(&mut self) {
+        if let Some((key, counts)) = self.tally.take() {
+            self.shared.stats[self.me.worker].add(key, counts);
+        }
+    }
+}
+
+impl Drop for Context<'_> {
+    fn drop(&mut self) {
+        self.flush_tally();
+    }
 }
 
 /// Whether the connection goes on after a frame.

@@ -81,7 +81,7 @@ pub fn publish(
         }
     };
     ctx.published += 1;
-    ctx.shared.stats[ctx.me.worker].count(&message, routed.delivered);
+    ctx.count(&message, routed.delivered);
     if routed.journaled && request_id != 0 {
         // The RECEIPT waits until the journal has the message on disk.
         super::await_journal(request_id, session, ctx);

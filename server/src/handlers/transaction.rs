@@ -149,7 +149,7 @@ pub fn commit(held: Held, session: &mut Session, ctx: &mut Context<'_>) -> Resul
             Deferred::Send(view) => match broker.publish(&view, Room::Overfill, ctx.deliveries) {
                 Ok(routed) => {
                     ctx.published += 1;
-                    ctx.shared.stats[ctx.me.worker].count(&view, routed.delivered);
+                    ctx.count(&view, routed.delivered);
                 }
                 Err(e) => log::warn!("a committed message was not routed: {e}"),
             },

@@ -13,7 +13,7 @@ pub mod worker;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use herald_protocol::{DestinationKind, MessageView};
+use herald_protocol::DestinationKind;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
@@ -244,66 +244,33 @@ const MAX_COUNTED_DESTINATIONS: usize = 10_000;
 /// Where destinations past the limit are counted.
 pub const OTHER_DESTINATIONS: &str = "(other)";
 
+impl DestinationCounts {
+    /// One published message of `bytes` that made `deliveries`.
+    pub fn add(&mut self, bytes: u64, deliveries: u64) {
+        self.messages_in += 1;
+        self.bytes_in += bytes;
+        self.deliveries += deliveries;
+        self.bytes_out += bytes * deliveries;
+    }
+
+    fn merge(&mut self, other: DestinationCounts) {
+        self.messages_in += other.messages_in;
+        self.bytes_in += other.bytes_in;
+        self.deliveries += other.deliveries;
+        self.bytes_out += other.bytes_out;
+    }
+}
+
 impl WorkerStats {
-    /// Counts a published message and how many deliveries it made.
-    pub fn count(&self, message: &MessageView, delivered: usize) {
+    /// Adds a burst's counts for one destination.
+    pub fn add(&self, key: (DestinationKind, String), counts: DestinationCounts) {
         let mut map = self.destinations.lock().unwrap_or_else(|p| p.into_inner());
-        let name = message.destination();
-        let key = (message.destination_kind, name);
-        let counts = match map.get_mut(&key as &dyn DestinationKey) {
-            Some(c) => c,
-            None => {
-                let name = if map.len() < MAX_COUNTED_DESTINATIONS {
-                    name
-                } else {
-                    OTHER_DESTINATIONS
-                };
-                map.entry((message.destination_kind, name.to_owned()))
-                    .or_default()
-            }
+        let key = if map.len() < MAX_COUNTED_DESTINATIONS || map.contains_key(&key) {
+            key
+        } else {
+            (key.0, OTHER_DESTINATIONS.to_owned())
         };
-        let bytes = message.block().len() as u64;
-        counts.messages_in += 1;
-        counts.bytes_in += bytes;
-        counts.deliveries += delivered as u64;
-        counts.bytes_out += bytes * delivered as u64;
-    }
-}
-
-/// Looks up `(kind, String)` keys by `(kind, &str)` without allocating.
-trait DestinationKey {
-    fn key(&self) -> (DestinationKind, &str);
-}
-
-impl DestinationKey for (DestinationKind, String) {
-    fn key(&self) -> (DestinationKind, &str) {
-        (self.0, &self.1)
-    }
-}
-
-impl DestinationKey for (DestinationKind, &str) {
-    fn key(&self) -> (DestinationKind, &str) {
-        *self
-    }
-}
-
-impl<'a> std::borrow::Borrow<dyn DestinationKey + 'a> for (DestinationKind, String) {
-    fn borrow(&self) -> &(dyn DestinationKey + 'a) {
-        self
-    }
-}
-
-impl PartialEq for dyn DestinationKey + '_ {
-    fn eq(&self, other: &Self) -> bool {
-        self.key() == other.key()
-    }
-}
-
-impl Eq for dyn DestinationKey + '_ {}
-
-impl std::hash::Hash for dyn DestinationKey + '_ {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.key().hash(state);
+        map.entry(key).or_default().merge(counts);
     }
 }
 
