@@ -443,3 +443,30 @@ fn bench_compares_with_a_nats_server_in_one_run() {
         assert!(run.contains("\"lost\":0"), "{run}");
     }
 }
+
+#[test]
+fn bench_measures_throughput_beside_many_subscriptions() {
+    let server = start();
+    let url = format!("herald://{}", server.local_addr());
+    let out = run_ok(&[
+        "--server",
+        &url,
+        "bench",
+        "--mode",
+        "subscriptions",
+        "--subscriptions",
+        "300",
+        "--count",
+        "20000",
+    ]);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("{\"scenario\":\"subscriptions\""))
+        .unwrap_or_else(|| panic!("no summary in\n{out}"));
+    assert!(line.contains("\"subscriptions\":300"), "{line}");
+    assert_eq!(
+        out.matches("\"lost\":0").count(),
+        2,
+        "both runs lose nothing: {out}"
+    );
+}

@@ -11,6 +11,7 @@ mod nats;
 mod progress;
 mod queue;
 mod stomp;
+mod subscriptions;
 mod throughput;
 
 use std::net::SocketAddr;
@@ -36,6 +37,8 @@ pub enum Mode {
     Queue,
     /// Topic 1 → 1 over the native protocol, then over STOMP.
     Stomp,
+    /// Topic 1 → 1 alone, then with --subscriptions that never match.
+    Subscriptions,
 }
 
 /// Arguments of `herald bench`.
@@ -94,6 +97,9 @@ pub struct Args {
     /// Subscribers of the fan-out scenario of --compare-nats.
     #[arg(long, default_value_t = 10)]
     fanout: usize,
+    /// Subscriptions that never match, for --mode subscriptions.
+    #[arg(long, default_value_t = 100_000)]
+    subscriptions: usize,
 }
 
 /// How long the subscribers may make no progress before the rest counts
@@ -192,6 +198,9 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
         };
         throughput::run(&factory, 1, args.size, args.count)?.print();
         stomp::run(stomp_addr, args.size, args.count)?;
+    }
+    if args.mode == Mode::Subscriptions {
+        subscriptions::run(&factory, args.subscriptions, args.size, args.count)?;
     }
     if args.mode == Mode::Queue {
         if embedded.is_some() {
