@@ -471,6 +471,12 @@ fn with_users_reading_needs_a_user_and_changing_needs_admin() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// What the user added by a reload gets when it asks for the server.
+fn newcomer(server: &TestServer) -> u16 {
+    let credentials = Some(("newcomer", "fresh"));
+    call(server, "GET", "/api/server", None, credentials).status
+}
+
 #[test]
 fn reload_takes_new_users_and_refuses_a_bad_file() {
     let dir = temp_dir("admin-reload");
@@ -479,47 +485,17 @@ fn reload_takes_new_users_and_refuses_a_bad_file() {
     std::fs::write(&file, secured_config(false)).unwrap();
     let server = secured_server(&file);
     let ops = Some(("ops", "root"));
-    assert_eq!(
-        call(
-            &server,
-            "GET",
-            "/api/server",
-            None,
-            Some(("newcomer", "fresh"))
-        )
-        .status,
-        401
-    );
+    assert_eq!(newcomer(&server), 401);
     std::fs::write(&file, secured_config(true)).unwrap();
     let a = call(&server, "POST", "/api/reload", None, ops);
     assert_eq!(a.status, 200, "{}", a.body);
-    assert_eq!(
-        call(
-            &server,
-            "GET",
-            "/api/server",
-            None,
-            Some(("newcomer", "fresh"))
-        )
-        .status,
-        200
-    );
+    assert_eq!(newcomer(&server), 200);
     // A bad file is refused with the reason; the old config stays.
     std::fs::write(&file, "[auth]\nrequired = \"sometimes\"\n").unwrap();
     let a = call(&server, "POST", "/api/reload", None, ops);
     assert_eq!(a.status, 400);
     assert!(a.error().contains("required"), "{}", a.body);
-    assert_eq!(
-        call(
-            &server,
-            "GET",
-            "/api/server",
-            None,
-            Some(("newcomer", "fresh"))
-        )
-        .status,
-        200
-    );
+    assert_eq!(newcomer(&server), 200);
     // A server on its embedded defaults has nothing to reload.
     let plain = start();
     assert_eq!(call(&plain, "POST", "/api/reload", None, None).status, 400);

@@ -330,26 +330,23 @@ fn passwd_prints_a_hash_the_server_accepts_for_user_and_password() {
         "inbox",
         "hello",
     ]);
-    let refused = herald()
-        .args([
-            "--server", &url, "--user", "ann", "pub", "--queue", "inbox", "x",
-        ])
-        .env("HERALD_PASSWORD", "wrong")
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(err.contains("invalid user name or password"), "{err}");
-    let forbidden = herald()
-        .args([
-            "--server", &url, "--user", "ann", "pub", "--queue", "other", "x",
-        ])
-        .env("HERALD_PASSWORD", "s3cret")
-        .output()
-        .unwrap();
-    assert!(!forbidden.status.success());
-    let err = String::from_utf8_lossy(&forbidden.stderr);
-    assert!(err.contains("'publish'"), "{err}");
+    // The password from the environment: a wrong one, then a forbidden
+    // destination.
+    for (password, queue, complaint) in [
+        ("wrong", "inbox", "invalid user name or password"),
+        ("s3cret", "other", "'publish'"),
+    ] {
+        let out = herald()
+            .args([
+                "--server", &url, "--user", "ann", "pub", "--queue", queue, "x",
+            ])
+            .env("HERALD_PASSWORD", password)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(complaint), "{err}");
+    }
 }
 
 #[test]

@@ -7,7 +7,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 
-import { chromium } from "playwright-core";
+import { launch } from "./launch.mjs";
 
 const admin = process.env.HERALD_ADMIN;
 const native = process.env.HERALD_NATIVE;
@@ -18,11 +18,7 @@ const depth = (tab, queue) =>
 
 test("the console shows a queue, publishes to it and purges it", async () => {
   execFileSync(herald, ["--server", native, "pub", "--queue", "console.q", "waiting", "--count", "2"]);
-  const browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  const browser = await launch();
   try {
     const tab = await browser.newPage();
     await tab.goto(admin);

@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 
-import { chromium } from "playwright-core";
+import { launch } from "./launch.mjs";
 
 const ws = process.env.HERALD_WS;
 const native = process.env.HERALD_NATIVE;
@@ -14,11 +14,7 @@ const herald = `${process.env.HERALD_BIN_DIR}/herald`;
 const page = new URL("./page.html", import.meta.url);
 
 test("a stomp.js page receives a native publish and answers it", async () => {
-  const browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  const browser = await launch();
   try {
     const tab = await browser.newPage();
     await tab.goto(`${page.href}#${ws}`);

@@ -1,5 +1,6 @@
-"""A browser application: stomp.js over WebSocket in headless Chromium
-(Debian's chromium package), driven by tests/browser with playwright-core."""
+"""Browser tests in headless Chromium (Debian's chromium package), driven
+by tests/browser with playwright-core: a stomp.js application over
+WebSocket, and the server's management console."""
 
 import os
 import subprocess
@@ -9,37 +10,30 @@ from conftest import BIN_DIR
 BROWSER_DIR = os.path.join(os.path.dirname(__file__), "..", "browser")
 
 
-def test_a_stomp_js_page_talks_to_native_clients(server):
-    env = dict(
-        os.environ,
-        HERALD_WS=f"ws://{server.stomp_ws[0]}:{server.stomp_ws[1]}/stomp",
-        HERALD_NATIVE=f"herald://{server.native}",
-        HERALD_BIN_DIR=os.path.abspath(BIN_DIR),
-    )
+def run_node(test, **env):
+    """Runs one node test file in tests/browser with these variables."""
     result = subprocess.run(
-        ["node", "--test", "stomp.test.mjs"],
+        ["node", "--test", test],
         cwd=BROWSER_DIR,
-        env=env,
+        env=dict(os.environ, HERALD_BIN_DIR=os.path.abspath(BIN_DIR), **env),
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_stomp_js_page_talks_to_native_clients(server):
+    run_node(
+        "stomp.test.mjs",
+        HERALD_WS=f"ws://{server.stomp_ws[0]}:{server.stomp_ws[1]}/stomp",
+        HERALD_NATIVE=f"herald://{server.native}",
+    )
 
 
 def test_the_management_console_in_a_browser(server):
-    env = dict(
-        os.environ,
+    run_node(
+        "console.test.mjs",
         HERALD_ADMIN=server.admin,
         HERALD_NATIVE=f"herald://{server.native}",
-        HERALD_BIN_DIR=os.path.abspath(BIN_DIR),
     )
-    result = subprocess.run(
-        ["node", "--test", "console.test.mjs"],
-        cwd=BROWSER_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr

@@ -56,6 +56,91 @@ impl LatencyReport {
     }
 }
 
+/// The timing of one latency run, shared by the subscriber (which records
+/// arrivals) and the publisher (which paces the sends).
+#[derive(Clone)]
+pub struct Timing {
+    base: Instant,
+    histogram: Arc<Mutex<Histogram<u64>>>,
+    received: Arc<AtomicU64>,
+}
+
+impl Timing {
+    /// A run starting now.
+    pub fn new() -> Result<Timing> {
+        let histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
+            .map_err(|e| Error::InvalidArgument(format!("histogram: {e}")))?;
+        Ok(Timing {
+            base: Instant::now(),
+            histogram: Arc::new(Mutex::new(histogram)),
+            received: Arc::default(),
+        })
+    }
+
+    /// Records an arrival whose body starts with its sequence number and
+    /// the time it was due (nanoseconds since the start), both big-endian.
+    pub fn arrived(&self, body: &[u8]) {
+        let now = self.base.elapsed().as_nanos() as u64;
+        let word = |at: usize| {
+            body.get(at..at + 8)
+                .map_or(0, |b| u64::from_be_bytes(b.try_into().unwrap_or_default()))
+        };
+        if word(0) >= WARM_UP {
+            let mut h = self.histogram.lock().unwrap_or_else(|p| p.into_inner());
+            h.saturating_record(now.saturating_sub(word(8)).max(1));
+        }
+        self.received.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Sends `count` messages (after the warm-up ones) of `size` bytes,
+    /// each at its due time, through `send`; waits for them to arrive and
+    /// reports.
+    pub fn run(
+        &self,
+        system: &'static str,
+        rate: u64,
+        size: usize,
+        count: u64,
+        mut send: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<LatencyReport> {
+        let interval_ns = 1_000_000_000 / rate;
+        let total = count + WARM_UP;
+        let mut body = vec![0u8; size];
+        let mut progress = Progress::new("latency", total);
+        for seq in 0..total {
+            let due = Duration::from_nanos(interval_ns * seq);
+            let now = self.base.elapsed();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            body[..8].copy_from_slice(&seq.to_be_bytes());
+            body[8..16].copy_from_slice(&(due.as_nanos() as u64).to_be_bytes());
+            send(&body)?;
+            if seq % 1024 == 0 {
+                progress.update(seq);
+            }
+        }
+        let got = wait_for(total, &mut progress, || {
+            self.received.load(Ordering::Relaxed)
+        });
+        progress.finish();
+        let histogram = self
+            .histogram
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Ok(LatencyReport {
+            system,
+            rate,
+            size,
+            count,
+            lost: total - got.min(total),
+            histogram,
+        })
+    }
+}
+
+/// One Herald publisher at `rate`, one subscriber.
 pub fn run(
     factory: &herald_client::ConnectionFactory,
     size: usize,
@@ -63,64 +148,23 @@ pub fn run(
     count: u64,
 ) -> Result<LatencyReport> {
     let destination = Destination::topic(bench_topic("latency"));
-    let base = Instant::now();
-    let histogram = Arc::new(Mutex::new(
-        Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
-            .map_err(|e| Error::InvalidArgument(format!("histogram: {e}")))?,
-    ));
-    let received = Arc::new(AtomicU64::new(0));
-
+    let timing = Timing::new()?;
     let sub_connection = factory.create_connection()?;
     let sub_session = sub_connection.create_session(AckMode::Auto)?;
     let consumer = sub_session.create_consumer(&destination)?;
-    let (h, r) = (histogram.clone(), received.clone());
+    let t = timing.clone();
     consumer.set_message_listener(move |m| {
-        let now = base.elapsed().as_nanos() as u64;
         if let Body::Bytes(b) = &m.body {
-            let mut stamp = [0u8; 16];
-            stamp.copy_from_slice(&b[..16]);
-            let seq = u64::from_be_bytes(stamp[..8].try_into().unwrap_or_default());
-            let due = u64::from_be_bytes(stamp[8..].try_into().unwrap_or_default());
-            if seq >= WARM_UP {
-                let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
-                h.saturating_record(now.saturating_sub(due).max(1));
-            }
+            t.arrived(b);
         }
-        r.fetch_add(1, Ordering::Relaxed);
     })?;
-
     let pub_connection = factory.create_connection()?;
     let pub_session = pub_connection.create_session(AckMode::Auto)?;
     let producer = pub_session.create_producer(&destination)?;
-    let interval_ns = 1_000_000_000 / rate;
-    let total = count + WARM_UP;
-    let mut body = vec![0u8; size];
-    let mut progress = Progress::new("latency", total);
-    for seq in 0..total {
-        let due = Duration::from_nanos(interval_ns * seq);
-        let now = base.elapsed();
-        if due > now {
-            std::thread::sleep(due - now);
-        }
-        body[..8].copy_from_slice(&seq.to_be_bytes());
-        body[8..16].copy_from_slice(&(due.as_nanos() as u64).to_be_bytes());
-        producer.send(Message::bytes(Bytes::copy_from_slice(&body)))?;
-        if seq % 1024 == 0 {
-            progress.update(seq);
-        }
-    }
-    let got = wait_for(total, &mut progress, || received.load(Ordering::Relaxed));
-    progress.finish();
-    let lost = total - got.min(total);
-    let histogram = histogram.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let report = timing.run("herald", rate, size, count, |body| {
+        producer.send(Message::bytes(Bytes::copy_from_slice(body)))
+    })?;
     pub_connection.close()?;
     sub_connection.close()?;
-    Ok(LatencyReport {
-        system: "herald",
-        rate,
-        size,
-        count,
-        lost,
-        histogram,
-    })
+    Ok(report)
 }

@@ -11,12 +11,11 @@ use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use hdrhistogram::Histogram;
 use herald_client::{Error, Result};
 
-use super::latency::{LatencyReport, WARM_UP};
+use super::latency::{LatencyReport, Timing};
 use super::progress::Progress;
 use super::throughput::ThroughputReport;
 use super::{bench_topic, wait_for};
@@ -190,51 +189,13 @@ pub fn throughput(
 /// when it was due.
 pub fn latency(addr: SocketAddr, size: usize, rate: u64, count: u64) -> Result<LatencyReport> {
     let subject = bench_topic("nats-latency");
-    let base = Instant::now();
-    let histogram = Arc::new(Mutex::new(
-        Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
-            .map_err(|e| Error::InvalidArgument(format!("histogram: {e}")))?,
-    ));
-    let received = Arc::new(AtomicU64::new(0));
-    let (h, r) = (histogram.clone(), received.clone());
-    Nats::connect(addr)?.subscribe(&subject, move |body| {
-        let now = base.elapsed().as_nanos() as u64;
-        if sequence(body, 0) >= WARM_UP {
-            let due = sequence(body, 8);
-            let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
-            h.saturating_record(now.saturating_sub(due).max(1));
-        }
-        r.fetch_add(1, Ordering::Relaxed);
-    })?;
+    let timing = Timing::new()?;
+    let t = timing.clone();
+    Nats::connect(addr)?.subscribe(&subject, move |body| t.arrived(body))?;
     let mut publisher = Nats::connect(addr)?;
-    let interval_ns = 1_000_000_000 / rate;
-    let total = count + WARM_UP;
-    let mut body = vec![0u8; size];
-    let mut progress = Progress::new("NATS latency", total);
-    for seq in 0..total {
-        let due = Duration::from_nanos(interval_ns * seq);
-        let now = base.elapsed();
-        if due > now {
-            std::thread::sleep(due - now);
-        }
-        body[..8].copy_from_slice(&seq.to_be_bytes());
-        body[8..16].copy_from_slice(&(due.as_nanos() as u64).to_be_bytes());
-        publisher.publish(&subject, &body)?;
+    timing.run("nats", rate, size, count, |body| {
+        publisher.publish(&subject, body)?;
         // A lone message leaves at once, as the Herald client's does.
-        publisher.writer.flush().map_err(io("write"))?;
-        if seq % 1024 == 0 {
-            progress.update(seq);
-        }
-    }
-    let got = wait_for(total, &mut progress, || received.load(Ordering::Relaxed));
-    progress.finish();
-    let h = histogram.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    Ok(LatencyReport {
-        system: "nats",
-        rate,
-        size,
-        count,
-        lost: total - got.min(total),
-        histogram: h,
+        publisher.writer.flush().map_err(io("write"))
     })
 }

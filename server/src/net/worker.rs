@@ -313,12 +313,9 @@ impl Worker {
     /// through carry on with what they had sent after it.
     fn wake(&mut self, conns: Vec<ConnectionRef>) {
         for target in conns {
-            let Some(conn) = self.conns.get_mut(target.slot) else {
+            let Some(conn) = live(&mut self.conns, target) else {
                 continue;
             };
-            if conn.serial != target.serial {
-                continue;
-            }
             let Some(parked) = conn.parked.take() else {
                 continue;
             };
@@ -357,11 +354,7 @@ impl Worker {
     /// Tells a connection an administrator closes it, and closes it once
     /// that is written.
     fn close_by_admin(&mut self, target: ConnectionRef) {
-        let Some(conn) = self
-            .conns
-            .get_mut(target.slot)
-            .filter(|c| c.serial == target.serial)
-        else {
+        let Some(conn) = live(&mut self.conns, target) else {
             return;
         };
         let why = "closed by an administrator".to_owned();
@@ -372,11 +365,7 @@ impl Worker {
     /// Welcomes a connection whose login succeeded and goes on with what
     /// it sent after CONNECT; refuses one whose login failed.
     fn logged_in(&mut self, target: ConnectionRef, result: Result<Principal, String>) {
-        let Some(conn) = self
-            .conns
-            .get_mut(target.slot)
-            .filter(|c| c.serial == target.serial)
-        else {
+        let Some(conn) = live(&mut self.conns, target) else {
             return;
         };
         let Some(welcome) = conn.login.take() else {
@@ -528,11 +517,7 @@ impl Worker {
     /// Answers a request the store has confirmed, if its connection is
     /// still there.
     fn confirm(&mut self, target: ConnectionRef, request_id: u32, result: Result<(), String>) {
-        let Some(conn) = self
-            .conns
-            .get_mut(target.slot)
-            .filter(|c| c.serial == target.serial)
-        else {
+        let Some(conn) = live(&mut self.conns, target) else {
             return;
         };
         conn.session.pending_receipts = conn.session.pending_receipts.saturating_sub(1);
@@ -694,6 +679,14 @@ impl Worker {
 }
 
 /// Decodes and dispatches every whole frame in the read buffer.
+/// The connection `target` names, if it is still the one in its slot (a
+/// slot is reused once its connection closes).
+fn live(conns: &mut Slab<Connection>, target: ConnectionRef) -> Option<&mut Connection> {
+    conns
+        .get_mut(target.slot)
+        .filter(|c| c.serial == target.serial)
+}
+
 /// Records why a connection stopped reading.
 fn stop(conn: &mut Connection, flow: Flow) {
     match flow {
