@@ -263,6 +263,17 @@ fn topics_show_traffic_and_strict_mode_declares_through_the_api() {
     assert_eq!(a.status, 409);
 }
 
+fn delete_trail(server: &TestServer) -> u16 {
+    call(
+        server,
+        "DELETE",
+        "/api/subscriptions/keeper/trail",
+        None,
+        None,
+    )
+    .status
+}
+
 #[test]
 fn subscriptions_and_connections_are_listed_and_can_be_ended() {
     let server = start();
@@ -290,40 +301,10 @@ fn subscriptions_and_connections_are_listed_and_can_be_ended() {
         "{subs}"
     );
     // In use: refused. Without its consumer: deleted.
-    assert_eq!(
-        call(
-            &server,
-            "DELETE",
-            "/api/subscriptions/keeper/trail",
-            None,
-            None
-        )
-        .status,
-        409
-    );
+    assert_eq!(delete_trail(&server), 409);
     d.close().unwrap();
-    assert_eq!(
-        call(
-            &server,
-            "DELETE",
-            "/api/subscriptions/keeper/trail",
-            None,
-            None
-        )
-        .status,
-        200
-    );
-    assert_eq!(
-        call(
-            &server,
-            "DELETE",
-            "/api/subscriptions/keeper/trail",
-            None,
-            None
-        )
-        .status,
-        404
-    );
+    assert_eq!(delete_trail(&server), 200);
+    assert_eq!(delete_trail(&server), 404);
 
     let conns = get(&server, "/api/connections").json();
     let me = conns

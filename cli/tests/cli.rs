@@ -113,6 +113,14 @@ fn bench_reports_figures_and_no_loss() {
     }
 }
 
+/// The JSON summary line of a bench scenario.
+fn summary<'a>(out: &'a str, scenario: &str) -> &'a str {
+    let prefix = format!("{{\"scenario\":\"{scenario}\"");
+    out.lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no {scenario} summary in\n{out}"))
+}
+
 fn run_ok(args: &[&str]) -> String {
     let out = herald().args(args).output().unwrap();
     assert!(
@@ -426,10 +434,7 @@ fn bench_compares_with_a_nats_server_in_one_run() {
     ]);
     let _ = nats.kill();
     let _ = nats.wait();
-    let comparison = out
-        .lines()
-        .find(|l| l.starts_with("{\"scenario\":\"comparison\""))
-        .unwrap_or_else(|| panic!("no comparison in\n{out}"));
+    let comparison = summary(&out, "comparison");
     assert_eq!(comparison.matches("\"ratio\"").count(), 5, "{comparison}");
     let nats_runs: Vec<&str> = out
         .lines()
@@ -456,10 +461,7 @@ fn bench_measures_throughput_beside_many_subscriptions() {
         "--count",
         "20000",
     ]);
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("{\"scenario\":\"subscriptions\""))
-        .unwrap_or_else(|| panic!("no summary in\n{out}"));
+    let line = summary(&out, "subscriptions");
     assert!(line.contains("\"subscriptions\":300"), "{line}");
     assert_eq!(
         out.matches("\"lost\":0").count(),
