@@ -83,6 +83,10 @@ pub struct Args {
     /// Persistent sends in flight per producer.
     #[arg(long, default_value_t = 1000)]
     window: usize,
+    /// Queue consumers acknowledge in CLIENT mode, every this many
+    /// messages at once; 0 = AUTO, each one.
+    #[arg(long, default_value_t = 0)]
+    ack_every: u32,
     /// The embedded server's journal fsync policy: always, batch or never.
     #[arg(long, default_value = "batch")]
     fsync: String,
@@ -213,6 +217,7 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             count: args.count,
             persistent: args.persistent,
             window: args.window,
+            ack_every: args.ack_every,
         };
         queue::run(&factory, &plan)?;
     }

@@ -1,6 +1,8 @@
 //! Queues: N producers → M competing consumers, persistent or not.
 //!
-//! Consumers acknowledge every message (AUTO). Persistent producers keep a
+//! Consumers acknowledge every message (AUTO), or with `ack_every` in
+//! CLIENT mode, every that many at once (with twice as many prefetched, so
+//! a batch is never waiting for credit). Persistent producers keep a
 //! window of asynchronous sends in flight, each completed by its RECEIPT
 //! once the journal has it, so the journal's group commit has company;
 //! every receipt is counted.
@@ -10,7 +12,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
-use herald_client::{AckMode, ConnectionFactory, Destination, Message, Result};
+use herald_client::{AckMode, ConnectionFactory, ConsumerOptions, Destination, Message, Result};
 
 use super::progress::Progress;
 use super::{bench_topic, wait_for};
@@ -24,6 +26,8 @@ pub struct Plan {
     pub persistent: bool,
     /// Persistent sends in flight per producer.
     pub window: usize,
+    /// 0: AUTO acknowledgements; otherwise CLIENT, every this many.
+    pub ack_every: u32,
 }
 
 /// A counting gate for in-flight sends.
@@ -61,12 +65,27 @@ pub fn run(factory: &ConnectionFactory, plan: &Plan) -> Result<()> {
     let mut consumers = Vec::new();
     for _ in 0..plan.consumers {
         let connection = factory.create_connection()?;
-        let session = connection.create_session(AckMode::Auto)?;
-        let consumer = session.create_consumer(&destination)?;
-        let (r, l) = (received.clone(), last.clone());
+        let every = plan.ack_every;
+        let mode = if every == 0 {
+            AckMode::Auto
+        } else {
+            AckMode::Client
+        };
+        let session = Arc::new(connection.create_session(mode)?);
+        let options = ConsumerOptions::default().prefetch(every.saturating_mul(2));
+        let consumer = session.create_consumer_with(&destination, options)?;
+        let (r, l, s) = (received.clone(), last.clone(), session.clone());
+        let mut unacked = 0;
         consumer.set_message_listener(move |_| {
             r.fetch_add(1, Ordering::Relaxed);
             *l.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+            unacked += 1;
+            if every != 0 && unacked == every {
+                unacked = 0;
+                if let Err(e) = s.acknowledge() {
+                    eprintln!("acknowledge failed: {e}");
+                }
+            }
         })?;
         consumers.push((connection, session, consumer));
     }
@@ -143,15 +162,27 @@ pub fn run(factory: &ConnectionFactory, plan: &Plan) -> Result<()> {
         "non-persistent"
     };
     println!(
-        "queue {} -> {}, {kind}, {} B: {got} of {} consumed in {seconds:.3} s: {rate:.0} msgs/s; \
+        "queue {} -> {}, {kind}, {} B, ack {}: {got} of {} consumed in {seconds:.3} s: {rate:.0} msgs/s; \
          receipted {receipted}, failed {failed}, lost {lost}",
-        plan.producers, plan.consumers, plan.size, plan.count
+        plan.producers,
+        plan.consumers,
+        plan.size,
+        match plan.ack_every {
+            0 => "auto".to_owned(),
+            n => format!("client every {n}"),
+        },
+        plan.count
     );
     println!(
-        "{{\"scenario\":\"queue\",\"producers\":{},\"consumers\":{},\"persistent\":{},\"size\":{},\"count\":{},\
+        "{{\"scenario\":\"queue\",\"producers\":{},\"consumers\":{},\"persistent\":{},\"ack_every\":{},\"size\":{},\"count\":{},\
          \"consumed\":{got},\"receipted\":{receipted},\"failed\":{failed},\"lost\":{lost},\"seconds\":{seconds:.6},\
          \"msgs_per_sec\":{rate:.0}}}",
-        plan.producers, plan.consumers, plan.persistent, plan.size, plan.count
+        plan.producers,
+        plan.consumers,
+        plan.persistent,
+        plan.ack_every,
+        plan.size,
+        plan.count
     );
     for (connection, _, _) in consumers {
         connection.close()?;

@@ -405,7 +405,12 @@ impl Broker {
     }
 
     fn queue(&self, name: &str) -> SharedQueue {
-        lock(&self.queues)
+        let mut queues = lock(&self.queues);
+        // Looked up first: no key to allocate for a queue that exists.
+        if let Some(q) = queues.get(name) {
+            return q.clone();
+        }
+        queues
             .entry(name.to_owned())
             .or_insert_with(|| {
                 let holder = Holder::Queue(name.to_owned());
@@ -638,18 +643,20 @@ impl Broker {
             }
             _ => None,
         };
-        drop(q);
-        let later = (queue.clone(), block.clone(), journal_id);
-        let now = TRANSACTION.with_borrow_mut(|t| match t {
+        let deferred = TRANSACTION.with_borrow_mut(|t| match t {
             Some(pending) => {
-                pending.inserts.push(later);
-                None
+                pending
+                    .inserts
+                    .push((queue.clone(), block.clone(), journal_id));
+                true
             }
-            None => Some(later),
+            None => false,
         });
-        if let Some((queue, block, journal_id)) = now {
-            self.insert(&queue, block, journal_id, out);
+        if deferred {
+            return Ok(journal_id.is_some());
         }
+        // Under the same lock as the room check: one lock per message.
+        self.insert_locked(queue, q, block.clone(), journal_id, out);
         Ok(journal_id.is_some())
     }
 
@@ -661,8 +668,21 @@ impl Broker {
         journal_id: Option<u64>,
         out: &mut Deliveries,
     ) {
+        self.insert_locked(queue, lock(queue), block, journal_id, out);
+    }
+
+    /// [`Broker::insert`] with the queue already locked.
+    fn insert_locked(
+        &self,
+        queue: &SharedQueue,
+        mut q: MutexGuard<'_, Queue>,
+        block: Bytes,
+        journal_id: Option<u64>,
+        out: &mut Deliveries,
+    ) {
         let mut dispatches = Vec::new();
-        let due = lock(queue).push(block, journal_id, &mut dispatches);
+        let due = q.push(block, journal_id, &mut dispatches);
+        drop(q);
         if let Some(due) = due {
             self.schedule(due, Timed::Queue(queue.clone()));
         }
