@@ -11,8 +11,9 @@ use herald_tests::*;
 #[test]
 fn a_silent_connection_is_closed_after_its_heartbeat_interval() {
     let server = start();
-    let mut raw = RawClient::connected(&server, 200);
+    // Before CONNECT: the server's silence clock starts after this.
     let started = Instant::now();
+    let mut raw = RawClient::connected(&server, 200);
     let e = raw.expect_fatal(ErrorCode::HeartbeatTimeout);
     assert!(e.message.contains("200 ms"), "{e:?}");
     assert!(started.elapsed() >= Duration::from_millis(200));

@@ -104,7 +104,7 @@ impl Broker {
 
     /// Every named queue's figures, by name.
     pub fn queue_stats(&self) -> Vec<QueueStats> {
-        let queues: Vec<SharedQueue> = lock(&self.queues).values().cloned().collect();
+        let queues: Vec<SharedQueue> = super::read(&self.queues).values().cloned().collect();
         let mut v: Vec<QueueStats> = queues
             .iter()
             .map(|q| {

@@ -275,7 +275,9 @@ pub struct Broker {
     live: Mutex<HashMap<(u64, u32), LiveSubscription>>,
     /// Redeliveries, dead letters, expiries.
     counters: BrokerCounters,
-    queues: Mutex<HashMap<String, SharedQueue>>,
+    /// Named queues. Read-mostly: every SEND to a queue looks its queue
+    /// up here, and only a new queue takes the write lock.
+    queues: RwLock<HashMap<String, SharedQueue>>,
     /// Durable subscriptions by (client id, name).
     durables: Mutex<HashMap<(String, String), Durable>>,
     next_key: AtomicU64,
@@ -338,6 +340,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    // As for `lock`: poisoning leaves consistent data.
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Wakes the senders blocked on `q` if it now has room.
 fn wake_blocked(q: &mut Queue, out: &mut Deliveries) {
     for conn in q.take_waiters_if_room() {
@@ -382,7 +393,7 @@ impl Broker {
             declared,
             live: Mutex::new(HashMap::new()),
             counters: BrokerCounters::default(),
-            queues: Mutex::new(HashMap::new()),
+            queues: RwLock::new(HashMap::new()),
             durables: Mutex::new(HashMap::new()),
             next_key: AtomicU64::new(1),
             limits: QueueLimits {
@@ -405,12 +416,10 @@ impl Broker {
     }
 
     fn queue(&self, name: &str) -> SharedQueue {
-        let mut queues = lock(&self.queues);
-        // Looked up first: no key to allocate for a queue that exists.
-        if let Some(q) = queues.get(name) {
-            return q.clone();
+        if let Some(q) = self.find_queue(name) {
+            return q;
         }
-        queues
+        write(&self.queues)
             .entry(name.to_owned())
             .or_insert_with(|| {
                 let holder = Holder::Queue(name.to_owned());
@@ -724,7 +733,7 @@ impl Broker {
     /// [`Broker::delete_queue`] when its connection ends. Returns it, or
     /// the existing one if the name is taken by the same owner.
     pub fn temporary_queue(&self, name: &str, owner: u64) -> Result<SharedQueue, SubscribeError> {
-        let mut queues = lock(&self.queues);
+        let mut queues = write(&self.queues);
         if let Some(q) = queues.get(name) {
             return match lock(q).owner() {
                 Some(o) if o == owner => Ok(q.clone()),
@@ -741,7 +750,7 @@ impl Broker {
     /// Removes a queue and drops what it holds (a temporary queue whose
     /// connection has ended).
     pub fn delete_queue(&self, name: &str) {
-        let removed = lock(&self.queues).remove(name);
+        let removed = write(&self.queues).remove(name);
         if let Some(q) = removed {
             for m in lock(&q).drain() {
                 if let Some(id) = m.journal_id {
@@ -753,15 +762,15 @@ impl Broker {
 
     /// The queue called `name`, if it exists.
     pub fn find_queue(&self, name: &str) -> Option<SharedQueue> {
-        lock(&self.queues).get(name).cloned()
+        read(&self.queues).get(name).cloned()
     }
 
     fn read_topics(&self) -> std::sync::RwLockReadGuard<'_, TopicTree> {
-        self.topics.read().unwrap_or_else(|p| p.into_inner())
+        read(&self.topics)
     }
 
     fn write_topics(&self) -> std::sync::RwLockWriteGuard<'_, TopicTree> {
-        self.topics.write().unwrap_or_else(|p| p.into_inner())
+        write(&self.topics)
     }
 
     /// Routes a published message: to every matching topic subscription,
