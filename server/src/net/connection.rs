@@ -34,6 +34,9 @@ pub enum ReadStatus {
     Closed,
 }
 
+/// Read buffer an idle connection keeps.
+const KEPT_READ: usize = 64 * 1024;
+
 pub struct Connection {
     pub serial: u64,
     pub stream: TcpStream,
@@ -95,8 +98,12 @@ impl Connection {
         }
     }
 
-    /// Brings `info` up to date after frames were handled.
+    /// Brings `info` up to date after frames were handled, and gives back
+    /// a read buffer that a large frame grew once it is empty.
     pub fn note(&mut self) {
+        if self.read_buf.is_empty() && self.read_buf.capacity() > KEPT_READ {
+            self.read_buf = BytesMut::new();
+        }
         let subscriptions = self.session.subscriptions.len();
         self.info
             .subscriptions

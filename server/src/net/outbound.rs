@@ -13,6 +13,9 @@ use herald_protocol::frame::{Delivery, DELIVERY_HEAD_LEN};
 use herald_protocol::{Frame, HEADER_LEN};
 
 const HEAD_CAP: usize = HEADER_LEN + DELIVERY_HEAD_LEN;
+/// Queue slots an idle connection keeps (a few kilobytes); more are given
+/// back once drained.
+const KEPT_FRAMES: usize = 64;
 /// Frames gathered into one `writev` (two slices each).
 const FRAMES_PER_WRITE: usize = 256;
 
@@ -188,6 +191,11 @@ impl Outbound {
             };
             self.consume(n);
         }
+        // A burst's room goes back once it is written: an idle connection
+        // does not keep the queue its busiest moment needed.
+        if self.frames.capacity() > KEPT_FRAMES {
+            self.frames.shrink_to(KEPT_FRAMES);
+        }
         Ok(WriteStatus::Drained)
     }
 
@@ -318,5 +326,22 @@ mod tests {
         Frame::Pong.encode(9, &mut pong).unwrap();
         expected.extend_from_slice(&pong);
         assert_eq!(w.out, expected);
+    }
+
+    #[test]
+    fn a_drained_queue_gives_back_what_a_burst_grew() {
+        let mut o = Outbound::default();
+        let body = Bytes::from_static(b"0123456789");
+        for i in 0..10_000u32 {
+            o.push_delivery(i, i.into(), 1, body.clone(), Droppable::Never);
+        }
+        let mut sink = Vec::new();
+        assert_eq!(o.write_to(&mut sink).unwrap(), WriteStatus::Drained);
+        assert!(o.is_empty());
+        assert!(
+            o.frames.capacity() <= 2 * KEPT_FRAMES,
+            "{}",
+            o.frames.capacity()
+        );
     }
 }
