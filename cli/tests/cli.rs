@@ -53,30 +53,18 @@ fn pub_reaches_sub_with_its_properties() {
 
 #[test]
 fn bad_arguments_fail_clearly() {
-    let out = herald()
-        .args(["--server", "nats://x", "pub", "a", "b"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("herald://"));
-    let out = herald()
-        .args([
-            "--server",
-            "herald://127.0.0.1:1",
-            "pub",
-            "a",
-            "-P",
-            "novalue",
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("key=value"));
-    let out = herald()
-        .args(["bench", "--embedded", "--size", "3"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
+    let out = fails(herald().args(["--server", "nats://x", "pub", "a", "b"]));
+    assert!(out.contains("herald://"), "{out}");
+    let out = fails(herald().args([
+        "--server",
+        "herald://127.0.0.1:1",
+        "pub",
+        "a",
+        "-P",
+        "novalue",
+    ]));
+    assert!(out.contains("key=value"), "{out}");
+    fails(herald().args(["bench", "--embedded", "--size", "3"]));
 }
 
 #[test]
@@ -119,6 +107,13 @@ fn summary<'a>(out: &'a str, scenario: &str) -> &'a str {
     out.lines()
         .find(|l| l.starts_with(&prefix))
         .unwrap_or_else(|| panic!("no {scenario} summary in\n{out}"))
+}
+
+/// Runs a command that must fail; returns what it said on stderr.
+fn fails(command: &mut Command) -> String {
+    let out = command.output().unwrap();
+    assert!(!out.status.success(), "{command:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn run_ok(args: &[&str]) -> String {
@@ -186,11 +181,7 @@ fn queues_persistence_browse_and_selectors_from_the_command_line() {
         "1",
     ]);
     assert_eq!(rest, "orders [region=NA] two\n");
-    let bad = herald()
-        .args(["--server", &url, "pub", "t", "--priority", "10"])
-        .output()
-        .unwrap();
-    assert!(!bad.status.success());
+    fails(herald().args(["--server", &url, "pub", "t", "--priority", "10"]));
 }
 
 #[test]
@@ -212,11 +203,7 @@ fn a_durable_subscription_from_the_command_line_keeps_messages_while_away() {
     assert_eq!(run_ok(&durable), "");
     run_ok(&["--server", &url, "pub", "news.sport", "goal"]);
     assert_eq!(run_ok(&durable), "news.sport [] goal\n");
-    let needs_id = herald()
-        .args(["--server", &url, "sub", "t", "--durable", "d"])
-        .output()
-        .unwrap();
-    assert!(!needs_id.status.success());
+    fails(herald().args(["--server", &url, "sub", "t", "--durable", "d"]));
 }
 
 #[test]
@@ -344,16 +331,14 @@ fn passwd_prints_a_hash_the_server_accepts_for_user_and_password() {
         ("wrong", "inbox", "invalid user name or password"),
         ("s3cret", "other", "'publish'"),
     ] {
-        let out = herald()
-            .args([
-                "--server", &url, "--user", "ann", "pub", "--queue", queue, "x",
-            ])
-            .env("HERALD_PASSWORD", password)
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(complaint), "{err}");
+        let out = fails(
+            herald()
+                .args([
+                    "--server", &url, "--user", "ann", "pub", "--queue", queue, "x",
+                ])
+                .env("HERALD_PASSWORD", password),
+        );
+        assert!(out.contains(complaint), "{out}");
     }
 }
 
@@ -388,13 +373,11 @@ fn admin_commands_go_through_the_management_api() {
         "10",
     ]);
     assert_eq!(stats.lines().count(), 3, "{stats}");
-    let missing = herald()
-        .args(["--admin", &admin, "purge", "nothing"])
-        .output()
-        .unwrap();
-    assert!(!missing.status.success());
-    let err = String::from_utf8_lossy(&missing.stderr);
-    assert!(err.contains("404") && err.contains("nothing"), "{err}");
+    let missing = fails(herald().args(["--admin", &admin, "purge", "nothing"]));
+    assert!(
+        missing.contains("404") && missing.contains("nothing"),
+        "{missing}"
+    );
 }
 
 #[test]
