@@ -81,9 +81,11 @@ impl Writer {
         F: FnOnce(&mut BytesMut) -> std::result::Result<(), herald_protocol::Error>,
     {
         let mut s = self.lock();
-        let deadline = Instant::now() + self.send_timeout;
+        // Read the clock only when a failover makes the send wait.
+        let mut deadline = None;
         while (s.buf.len() >= MAX_BUFFERED || s.paused) && !s.closed {
             if s.paused {
+                let deadline = *deadline.get_or_insert_with(|| Instant::now() + self.send_timeout);
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(Error::ConnectionLost(format!(
