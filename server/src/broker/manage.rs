@@ -30,6 +30,9 @@ pub struct LiveSubscription {
     pattern: String,
     selector: String,
     name: String,
+    /// A named (durable or shared) subscription's client id.
+    client_id: String,
+    durable: bool,
     queue: Option<SharedQueue>,
 }
 
@@ -40,6 +43,13 @@ impl LiveSubscription {
             pattern: req.destination.to_owned(),
             selector: req.selector.to_owned(),
             name: req.durable_name.to_owned(),
+            client_id: match req.durable_name {
+                "" => String::new(),
+                _ => req.client_id.to_owned(),
+            },
+            // A named subscription is durable unless it is shared and
+            // not asked to be.
+            durable: !req.durable_name.is_empty() && (!req.shared || req.durable),
             queue: None,
         }
     }
@@ -135,10 +145,10 @@ impl Broker {
                 pattern: s.pattern.clone(),
                 selector: s.selector.clone(),
                 name: s.name.clone(),
-                client_id: String::new(),
+                client_id: s.client_id.clone(),
                 connection: Some(*conn),
                 subscription_id: Some(*id),
-                durable: false,
+                durable: s.durable,
                 backlog: backlog(&s.queue),
             })
             .collect();
@@ -155,18 +165,6 @@ impl Broker {
                     durable: d.journal_id.is_some(),
                     backlog: lock(&d.queue).depth(),
                 });
-            }
-        }
-        for s in &mut v {
-            if s.connection.is_some() && !s.name.is_empty() {
-                let durable = lock(&self.durables)
-                    .iter()
-                    .find(|((_, n), d)| *n == s.name && d.pattern.to_string() == s.pattern)
-                    .map(|((c, _), d)| (c.clone(), d.journal_id.is_some()));
-                if let Some((client_id, durable)) = durable {
-                    s.client_id = client_id;
-                    s.durable = durable;
-                }
             }
         }
         v.sort_by(|a, b| (&a.pattern, a.connection).cmp(&(&b.pattern, b.connection)));
