@@ -47,6 +47,9 @@ pub(crate) struct Inner {
     stream: Mutex<TcpStream>,
     /// What the server said in CONNECTED (the last one, after failover).
     connected: RwLock<Connected>,
+    /// "ID:<connection id>-", which message ids start with: kept ready so
+    /// that a send allocates nothing for its id.
+    id_prefix: RwLock<Arc<str>>,
     /// The shortest consumer deadline in ms (0 = none), which sets how
     /// often the reader looks at them.
     shortest_deadline: AtomicU64,
@@ -88,10 +91,18 @@ impl Inner {
         format!("temp.{}.", self.connected().connection_id)
     }
 
-    /// A new message id, unique across connections of this process run.
-    pub(crate) fn next_message_id(&self) -> String {
+    /// A new message id, unique across connections of this process run,
+    /// as its prefix and number.
+    pub(crate) fn next_message_id(&self) -> (Arc<str>, u64) {
         let n = self.next_message.fetch_add(1, Ordering::Relaxed);
-        format!("ID:{}-{}", self.connected().connection_id, n)
+        let prefix = self.id_prefix.read().unwrap_or_else(|p| p.into_inner());
+        (prefix.clone(), n)
+    }
+
+    /// Takes what a server said in CONNECTED into use.
+    fn set_connected(&self, connected: Connected) {
+        *self.id_prefix.write().unwrap_or_else(|p| p.into_inner()) = id_prefix(&connected);
+        *self.connected.write().unwrap_or_else(|p| p.into_inner()) = connected;
     }
 
     fn connected(&self) -> std::sync::RwLockReadGuard<'_, Connected> {
@@ -341,6 +352,7 @@ impl Connection {
             dialer,
             writer: Writer::new(send_timeout),
             stream: Mutex::new(link.socket),
+            id_prefix: RwLock::new(id_prefix(&link.connected)),
             connected: RwLock::new(link.connected),
             pending: Mutex::new(HashMap::new()),
             next_request: AtomicU32::new(1),
@@ -660,7 +672,7 @@ fn failover(
 fn resume(inner: &Arc<Inner>, link: Link) -> Result<(ReadHalf, BytesMut, Duration)> {
     let heartbeat = Duration::from_millis(link.connected.heartbeat_ms.into());
     *lock(&inner.stream) = link.socket;
-    *inner.connected.write().unwrap_or_else(|p| p.into_inner()) = link.connected;
+    inner.set_connected(link.connected);
     let mut first = BytesMut::new();
     let mut consumers: Vec<(u32, Arc<ConsumerShared>, Subscribe)> = inner
         .consumers
@@ -729,6 +741,10 @@ impl Resumption {
         log::info!("herald connection resumed with {}", self.server);
         inner.report(Error::Resumed(self.server.clone()));
     }
+}
+
+fn id_prefix(connected: &Connected) -> Arc<str> {
+    format!("ID:{}-", connected.connection_id).into()
 }
 
 /// Handles every whole frame in `buf`; an error ends the connection.

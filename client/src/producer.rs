@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, BytesMut};
-use herald_protocol::{DeliveryMode, Destination, FrameKind, Message};
+use herald_protocol::{DeliveryMode, Destination, FrameKind, Message, MessageId, Stamp};
 
 use crate::connection::Inner;
 use crate::error::Result;
@@ -41,9 +41,18 @@ impl Producer {
         message: Message,
     ) -> (
         FrameKind,
-        impl FnOnce(&mut BytesMut) -> std::result::Result<(), herald_protocol::Error>,
+        impl FnOnce(&mut BytesMut) -> std::result::Result<(), herald_protocol::Error> + '_,
     ) {
-        let message = self.stamp(message);
+        let (id_prefix, id) = self.inner.next_message_id();
+        let timestamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let delivery_time = if self.delivery_delay.is_zero() {
+            0
+        } else {
+            timestamp + self.delivery_delay.as_millis() as i64
+        };
+        let destination = &self.destination;
         let transaction = self.transaction;
         let kind = match transaction {
             Some(_) => FrameKind::TxSend,
@@ -53,25 +62,19 @@ impl Producer {
             if let Some(id) = transaction {
                 d.put_u32(id);
             }
-            message.encode(d)
+            let stamp = Stamp {
+                destination,
+                message_id: MessageId::Numbered(&id_prefix, id),
+                timestamp,
+                delivery_time,
+            };
+            message.encode_stamped(&stamp, d)
         })
     }
 
     /// Where this producer sends.
     pub fn destination(&self) -> &Destination {
         &self.destination
-    }
-
-    fn stamp(&self, mut message: Message) -> Message {
-        message.message_id = self.inner.next_message_id();
-        message.destination = Some(self.destination.clone());
-        message.timestamp = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        if !self.delivery_delay.is_zero() {
-            message.delivery_time = message.timestamp + self.delivery_delay.as_millis() as i64;
-        }
-        message
     }
 
     /// Sets the delivery delay (JMS 2.0): each message sent from now on is

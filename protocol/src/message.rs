@@ -176,6 +176,19 @@ impl Message {
             .destination
             .as_ref()
             .ok_or_else(|| Error::invalid("destination", "not set"))?;
+        let stamp = Stamp {
+            destination,
+            message_id: MessageId::Whole(&self.message_id),
+            timestamp: self.timestamp,
+            delivery_time: self.delivery_time,
+        };
+        self.encode_stamped(&stamp, dst)
+    }
+
+    /// Appends the message block with the fields a producer sets on send
+    /// taken from `stamp` instead of from the message, which is how a
+    /// producer sends without cloning its destination or allocating an id.
+    pub fn encode_stamped(&self, stamp: &Stamp<'_>, dst: &mut impl BufMut) -> Result<(), Error> {
         if self.priority > MAX_PRIORITY {
             return Err(Error::invalid(
                 "priority",
@@ -195,7 +208,7 @@ impl Message {
         if self.message_type.is_some() {
             flags |= FLAG_TYPE;
         }
-        if self.delivery_time != 0 {
+        if stamp.delivery_time != 0 {
             flags |= FLAG_DELIVERY_TIME;
         }
         let properties = u16::try_from(self.properties.len()).map_err(|_| {
@@ -206,10 +219,10 @@ impl Message {
         })?;
         dst.put_u8(flags);
         dst.put_u8(self.priority);
-        dst.put_u8(destination.kind as u8);
-        put_str16(dst, &destination.name, "destination")?;
-        put_str16(dst, &self.message_id, "message id")?;
-        dst.put_i64(self.timestamp);
+        dst.put_u8(stamp.destination.kind as u8);
+        put_str16(dst, &stamp.destination.name, "destination")?;
+        stamp.message_id.encode(dst)?;
+        dst.put_i64(stamp.timestamp);
         dst.put_i64(self.expiration);
         if let Some(c) = &self.correlation_id {
             put_str16(dst, c, "correlation id")?;
@@ -221,8 +234,8 @@ impl Message {
         if let Some(t) = &self.message_type {
             put_str16(dst, t, "type")?;
         }
-        if self.delivery_time != 0 {
-            dst.put_i64(self.delivery_time);
+        if stamp.delivery_time != 0 {
+            dst.put_i64(stamp.delivery_time);
         }
         dst.put_u16(properties);
         encode_entries(&self.properties, dst)?;
@@ -251,10 +264,11 @@ impl Message {
         Ok(())
     }
 
-    /// Decodes a message block; `delivery_count` comes from the MESSAGE
-    /// frame that carried it.
+    /// Decodes a message block that a server validated (see
+    /// [`MessageRef::read`]); `delivery_count` comes from the MESSAGE frame
+    /// that carried it.
     pub fn decode(block: &Bytes, delivery_count: u32) -> Result<Message, Error> {
-        let r = MessageRef::parse(block)?;
+        let r = MessageRef::read(block)?;
         let body = match r.body.clone() {
             BodyRef::Empty => Body::Empty,
             BodyRef::Bytes(range) => Body::Bytes(block.slice(range)),
@@ -287,6 +301,61 @@ impl Message {
                 .collect(),
             body,
         })
+    }
+}
+
+/// The fields a producer sets on each message it sends, borrowed.
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp<'a> {
+    /// Where the message goes.
+    pub destination: &'a Destination,
+    /// Its id.
+    pub message_id: MessageId<'a>,
+    /// Milliseconds since the Unix epoch.
+    pub timestamp: i64,
+    /// Not before this (ms since the epoch); 0 = at once.
+    pub delivery_time: i64,
+}
+
+/// A message id as encoded: a whole string, or a prefix and a sequence
+/// number written out in decimal, which needs no allocation.
+#[derive(Debug, Clone, Copy)]
+pub enum MessageId<'a> {
+    /// The id as it is.
+    Whole(&'a str),
+    /// `prefix` followed by the decimal digits of the number.
+    Numbered(&'a str, u64),
+}
+
+impl MessageId<'_> {
+    fn encode(self, dst: &mut impl BufMut) -> Result<(), Error> {
+        match self {
+            MessageId::Whole(id) => put_str16(dst, id, "message id"),
+            MessageId::Numbered(prefix, n) => {
+                let mut digits = [0u8; 20];
+                let mut at = digits.len();
+                let mut n = n;
+                loop {
+                    at -= 1;
+                    digits[at] = b'0' + (n % 10) as u8;
+                    n /= 10;
+                    if n == 0 {
+                        break;
+                    }
+                }
+                let digits = &digits[at..];
+                let len = u16::try_from(prefix.len() + digits.len()).map_err(|_| {
+                    Error::invalid(
+                        "message id",
+                        format!("{} bytes long, at most 65535", prefix.len()),
+                    )
+                })?;
+                dst.put_u16(len);
+                dst.put_slice(prefix.as_bytes());
+                dst.put_slice(digits);
+                Ok(())
+            }
+        }
     }
 }
 
@@ -388,8 +457,22 @@ pub struct MessageRef<'a> {
 }
 
 impl<'a> MessageRef<'a> {
-    /// Validates a whole message block.
+    /// Validates a whole message block from an untrusted peer: its
+    /// structure, UTF-8, and the naming rules of its destinations.
     pub fn parse(block: &'a [u8]) -> Result<MessageRef<'a>, Error> {
+        MessageRef::walk(block, true)
+    }
+
+    /// Reads a block that was validated with [`MessageRef::parse`] when it
+    /// entered the server (a stored message, a delivery from the server):
+    /// structure and UTF-8 are still checked, so a bad block is an error
+    /// and never undefined behaviour, but destination names are not
+    /// checked against the naming rules again.
+    pub fn read(block: &'a [u8]) -> Result<MessageRef<'a>, Error> {
+        MessageRef::walk(block, false)
+    }
+
+    fn walk(block: &'a [u8], check_names: bool) -> Result<MessageRef<'a>, Error> {
         let mut c = Cursor::new(block);
         let flags = c.u8("flags")?;
         if flags & !KNOWN_FLAGS != 0 {
@@ -407,7 +490,9 @@ impl<'a> MessageRef<'a> {
         }
         let destination_kind = DestinationKind::from_u8(c.u8("destination kind")?)?;
         let destination = c.str16("destination")?;
-        validate_name(destination)?;
+        if check_names {
+            validate_name(destination)?;
+        }
         let message_id = c.str16("message id")?;
         let timestamp = c.i64("timestamp")?;
         let expiration = c.i64("expiration")?;
@@ -417,7 +502,9 @@ impl<'a> MessageRef<'a> {
         let reply_to = if flags & FLAG_REPLY_TO != 0 {
             let kind = DestinationKind::from_u8(c.u8("reply-to kind")?)?;
             let name = c.str16("reply-to")?;
-            validate_name(name)?;
+            if check_names {
+                validate_name(name)?;
+            }
             Some((kind, name))
         } else {
             None
@@ -498,7 +585,7 @@ pub fn delivery_time(block: &[u8]) -> i64 {
         .first()
         .is_some_and(|flags| flags & FLAG_DELIVERY_TIME != 0)
     {
-        MessageRef::parse(block).map_or(0, |r| r.delivery_time)
+        MessageRef::read(block).map_or(0, |r| r.delivery_time)
     } else {
         0
     }
@@ -558,7 +645,7 @@ impl MessageView {
 
     /// A borrowed view of every field (re-walks the block).
     pub fn fields(&self) -> Result<MessageRef<'_>, Error> {
-        MessageRef::parse(&self.block)
+        MessageRef::read(&self.block)
     }
 }
 
@@ -605,6 +692,52 @@ mod tests {
         let mut expected = m.clone();
         expected.delivery_count = 1;
         assert_eq!(back, expected);
+    }
+
+    #[test]
+    fn a_stamp_replaces_what_a_producer_sets() {
+        let m = Message::text("x");
+        let destination = Destination::queue("orders");
+        for (n, id) in [
+            (0, "ID:c-0"),
+            (7, "ID:c-7"),
+            (u64::MAX, "ID:c-18446744073709551615"),
+        ] {
+            let stamp = Stamp {
+                destination: &destination,
+                message_id: MessageId::Numbered("ID:c-", n),
+                timestamp: 5,
+                delivery_time: 9,
+            };
+            let mut b = BytesMut::new();
+            m.encode_stamped(&stamp, &mut b).unwrap();
+            let back = Message::decode(&b.freeze(), 1).unwrap();
+            assert_eq!(back.message_id, id);
+            assert_eq!(back.destination.as_ref(), Some(&destination));
+            assert_eq!((back.timestamp, back.delivery_time), (5, 9));
+        }
+        let long = "p".repeat(65_530);
+        let stamp = Stamp {
+            destination: &destination,
+            message_id: MessageId::Numbered(&long, 123_456),
+            timestamp: 0,
+            delivery_time: 0,
+        };
+        assert!(m.encode_stamped(&stamp, &mut BytesMut::new()).is_err());
+    }
+
+    #[test]
+    fn read_skips_only_the_naming_rules() {
+        let mut m = full();
+        m.destination = Some(Destination::topic("ok"));
+        let mut block = BytesMut::from(&encode(&m)[..]);
+        // "ok" -> "o*": a wildcard is no destination name.
+        block[6] = b'*';
+        assert!(MessageRef::parse(&block).is_err());
+        assert_eq!(MessageRef::read(&block).unwrap().destination, "o*");
+        // Bad UTF-8 is refused by both.
+        block[6] = 0xff;
+        assert!(MessageRef::read(&block).is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! The first 16 bytes are the per-delivery head; the message block is the
 //! publisher's, byte for byte, shared among all deliveries of one message.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::cursor::Cursor;
 use crate::error::Error;
@@ -66,7 +66,8 @@ impl Delivery {
         let subscription_id = c.u32("subscription id")?;
         let delivery_id = c.u64("delivery id")?;
         let delivery_count = c.u32("delivery count")?;
-        let message = body.slice(DELIVERY_HEAD_LEN..);
+        let mut message = body;
+        message.advance(DELIVERY_HEAD_LEN);
         Ok(Delivery {
             subscription_id,
             delivery_id,

@@ -828,7 +828,7 @@ impl Broker {
                         return;
                     }
                     if let Some(selector) = &entry.selector {
-                        match fields.get_or_init(|| MessageRef::parse(block).ok()) {
+                        match fields.get_or_init(|| MessageRef::read(block).ok()) {
                             Some(r) if selector.matches(r) => {}
                             _ => return,
                         }

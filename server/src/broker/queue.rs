@@ -487,7 +487,7 @@ pub fn selects(selector: Option<&Selector>, block: &[u8]) -> bool {
         None => true,
         // Blocks were validated on the way in; one that no longer parses
         // is selected by nothing.
-        Some(s) => MessageRef::parse(block).is_ok_and(|r| s.matches(&r)),
+        Some(s) => MessageRef::read(block).is_ok_and(|r| s.matches(&r)),
     }
 }
 
