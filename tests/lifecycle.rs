@@ -196,6 +196,75 @@ fn a_subscriber_that_never_reads_is_cut_off_and_others_get_everything() {
     assert_eq!(healthy.dropped(), 0);
 }
 
+/// A subscriber that reads about 16 MB/s gets 32 MiB published as fast as
+/// the publisher can, through a server allowed 4 MiB of backlog per
+/// connection. Returns what it received in order, the first error its
+/// connection reported, and the server's publisher pauses.
+fn burst_to_a_slow_reader(grace_ms: u32) -> (u32, Option<Error>, u64) {
+    let mut config = test_config();
+    config.max_pending_bytes = 4 << 20;
+    config.max_frame_size = 64 * 1024;
+    config.slow_consumer_grace_ms = grace_ms;
+    let server = start_with(config);
+    let (sc, session) = connect(&server);
+    let (error_tx, errors) = mpsc::channel();
+    sc.set_exception_listener(move |e| {
+        let _ = error_tx.send(e);
+    });
+    let consumer = subscribe(&session, "burst");
+    let (tx, received) = mpsc::channel();
+    let mut n = 0u32;
+    consumer
+        .set_message_listener(move |m| {
+            n += 1;
+            if n.is_multiple_of(4) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let _ = tx.send(m.body_text().and_then(|t| t.get(..8)).map(str::to_owned));
+        })
+        .unwrap();
+    let (_pc, ps) = connect(&server);
+    let producer = ps.create_producer(&Destination::topic("burst")).unwrap();
+    const COUNT: u32 = 8192;
+    let pad = "x".repeat(4096);
+    for i in 0..COUNT {
+        producer
+            .send(Message::text(format!("{i:08}{pad}")))
+            .unwrap();
+    }
+    let mut in_order = 0;
+    let mut error = None;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while in_order < COUNT && error.is_none() && Instant::now() < deadline {
+        match received.recv_timeout(Duration::from_millis(100)) {
+            Ok(seq) => {
+                assert_eq!(seq, Some(format!("{in_order:08}")), "out of order");
+                in_order += 1;
+            }
+            Err(_) => error = errors.try_recv().ok(),
+        }
+    }
+    (in_order, error, server.stats().publisher_pauses)
+}
+
+#[test]
+fn a_publisher_faster_than_its_subscriber_pauses_and_nothing_is_lost() {
+    let (received, error, pauses) = burst_to_a_slow_reader(1000);
+    assert_eq!(error.map(|e| e.to_string()), None);
+    assert_eq!(received, 8192);
+    assert!(pauses > 0);
+}
+
+#[test]
+fn without_a_grace_period_the_same_burst_cuts_the_subscriber_off() {
+    let (received, error, pauses) = burst_to_a_slow_reader(0);
+    assert!(received < 8192, "got all {received}");
+    // The connection ends with the server's reason.
+    let error = error.expect("an error for the subscriber").to_string();
+    assert!(error.contains("server error 15"), "{error}");
+    assert_eq!(pauses, 0);
+}
+
 /// Resident memory of this process, in bytes.
 fn rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();

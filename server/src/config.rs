@@ -68,6 +68,10 @@ pub struct Config {
     pub max_transaction_bytes: usize,
     /// What happens to a connection over `max_pending_bytes`.
     pub slow_consumer: SlowConsumerPolicy,
+    /// How long a subscriber that falls behind may make its publishers
+    /// pause, in ms, before it is left to `slow_consumer`; 0 = publishers
+    /// never pause.
+    pub slow_consumer_grace_ms: u32,
     /// Heart-beat interval for clients that ask for none.
     pub heartbeat_ms: u32,
     /// Shortest heart-beat interval a client may ask for.
@@ -342,6 +346,7 @@ impl Default for Config {
             max_pending_bytes: 64 << 20,
             max_transaction_bytes: 64 << 20,
             slow_consumer: SlowConsumerPolicy::Disconnect,
+            slow_consumer_grace_ms: 1000,
             heartbeat_ms: 30_000,
             min_heartbeat_ms: 100,
             connect_timeout_ms: 10_000,
@@ -441,6 +446,12 @@ impl Config {
             if value == 0 {
                 return invalid(key, "must be greater than 0".into());
             }
+        }
+        if self.slow_consumer_grace_ms > 60_000 {
+            return invalid(
+                "slow_consumer_grace_ms",
+                format!("{} is more than 60000", self.slow_consumer_grace_ms),
+            );
         }
         if self.heartbeat_ms < self.min_heartbeat_ms {
             return invalid(
@@ -551,6 +562,8 @@ mod tests {
             ("[tls]\nenabled = true", "tls.cert"),
             ("[tls]\nenabled = true\ncert = \"c.pem\"", "tls.key"),
             ("max_pending_receipts = 0", "max_pending_receipts"),
+            ("slow_consumer_grace_ms = 60001", "slow_consumer_grace_ms"),
+            ("slow_consumer_grace_ms = -1", "slow_consumer_grace_ms"),
             ("[admin]\nlisten = \"0.0.0.0:8161\"", "admin.listen"),
             ("[admin]\ntls = true", "tls.cert"),
             ("[topics]\ndeclared = [\"a..b\"]", "topics.declared"),

@@ -221,6 +221,8 @@ pub struct Stats {
     pub messages_out: u64,
     /// Messages dropped for slow consumers.
     pub dropped: u64,
+    /// Times a publisher paused while a subscriber drained a backlog.
+    pub publisher_pauses: u64,
     /// Topic subscriptions.
     pub subscriptions: usize,
     /// Named queues: (name, messages waiting, deliveries unacknowledged),
@@ -302,6 +304,11 @@ impl ServerHandle {
                 .stats
                 .iter()
                 .map(|w| w.dropped.load(Ordering::Relaxed))
+                .sum(),
+            publisher_pauses: s
+                .stats
+                .iter()
+                .map(|w| w.publisher_pauses.load(Ordering::Relaxed))
                 .sum(),
             messages_out: s
                 .stats

@@ -2,10 +2,11 @@
 //! whether CONNECT has happened, the negotiated terms, the subscriptions.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::auth::Principal;
-use crate::broker::{AckRef, SubscriptionHandle};
+use crate::broker::{AckRef, Backlog, SubscriptionHandle};
 use crate::handlers::transaction::Transactions;
 
 /// A delivery the client has not settled yet.
@@ -50,6 +51,9 @@ pub struct Session {
     /// Open native transactions, by the client's id for them; dropped
     /// (rolled back) with the connection.
     pub transactions: Transactions<u32>,
+    /// Raised while this connection drains a backlog: its direct
+    /// subscriptions' publishers pause meanwhile.
+    pub backlog: Arc<Backlog>,
     next_delivery_id: u64,
 }
 
@@ -67,6 +71,7 @@ impl Session {
             temporary_queues: Vec::new(),
             best_effort: std::collections::HashSet::new(),
             transactions: Transactions::default(),
+            backlog: Arc::default(),
             next_delivery_id: 1,
         }
     }

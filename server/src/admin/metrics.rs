@@ -80,6 +80,12 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         "Messages dropped for slow consumers",
         sum(|w| &w.dropped),
     );
+    counter(
+        &mut r,
+        "herald_publisher_pauses",
+        "Times a publisher paused while a subscriber drained a backlog",
+        sum(|w| &w.publisher_pauses),
+    );
     let c = s.broker.counters();
     counter(
         &mut r,

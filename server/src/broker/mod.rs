@@ -30,7 +30,7 @@ pub use topic_tree::TopicTree;
 use std::cell::{OnceCell, RefCell};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use bytes::{Bytes, BytesMut};
@@ -68,12 +68,35 @@ pub struct Subscriber {
 pub type SharedQueue = Arc<Mutex<Queue>>;
 
 /// What became of a published message.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct Routed {
     /// Something was written to the store: a RECEIPT waits for it.
     pub journaled: bool,
     /// Subscriptions (or the queue) it went to.
     pub delivered: usize,
+    /// The backlog of a subscriber it went to, if one has a backlog: its
+    /// publisher should pause until that is drained.
+    pub backlog: Option<Arc<Backlog>>,
+}
+
+/// Set while a connection has more waiting to be written than it drains
+/// at once, and is draining it: publishers to its subscriptions pause
+/// briefly, as NATS stalls a fast producer, instead of growing the
+/// backlog until the subscriber is cut off. Shared by the connection's
+/// worker, which sets it, and every worker that routes to it.
+#[derive(Debug, Default)]
+pub struct Backlog(AtomicBool);
+
+impl Backlog {
+    /// Whether publishers should pause.
+    pub fn is_high(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Says whether publishers should pause.
+    pub fn set(&self, high: bool) {
+        self.0.store(high, Ordering::Relaxed);
+    }
 }
 
 /// What to do when a queue a message goes to is full.
@@ -135,6 +158,9 @@ pub struct TopicEntry {
     /// `None` for durable and shared ones. Only a temporary topic's owner
     /// receives its messages.
     pub owner: Option<u64>,
+    /// The backlog signal of a direct subscription's connection; `None`
+    /// where deliveries may be dropped (best effort) or are queued.
+    pub backlog: Option<Arc<Backlog>>,
 }
 
 /// The connection a temporary topic or queue (`temp.<connection>.…`)
@@ -248,6 +274,9 @@ pub struct SubscribeRequest<'a> {
     pub shared: bool,
     /// A shared named subscription is durable.
     pub durable: bool,
+    /// The connection's backlog signal, for a subscription whose
+    /// publishers should pause while the connection drains a backlog.
+    pub backlog: Option<Arc<Backlog>>,
 }
 
 /// A named topic subscription: durable (kept with its messages while no
@@ -585,6 +614,7 @@ impl Broker {
             target: Target::Queue(queue.clone()),
             selector,
             owner: None,
+            backlog: None,
         };
         self.write_topics().insert(&pattern, entry);
         Durable {
@@ -792,6 +822,7 @@ impl Broker {
                 .map(|journaled| Routed {
                     journaled,
                     delivered: 1,
+                    backlog: None,
                 })
                 .map_err(|f| RouteError::QueueFull {
                     queue: name.to_owned(),
@@ -834,6 +865,9 @@ impl Broker {
                         }
                     }
                     routed.delivered += 1;
+                    if routed.backlog.is_none() {
+                        routed.backlog = entry.backlog.clone().filter(|b| b.is_high());
+                    }
                     match &entry.target {
                         Target::Direct(sub) if delayed => self.schedule(due, Timed::Direct(*sub, block.clone())),
                         Target::Direct(sub) => out.push(*sub, block.clone()),
@@ -961,14 +995,14 @@ impl Broker {
                     return Err(SubscribeError::NotOwner(req.destination.to_owned()));
                 }
                 let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-                let (target, queue) = if req.acknowledged {
+                let (target, queue, backlog) = if req.acknowledged {
                     let name = format!("subscription.{}.{}", sub.conn.serial, sub.subscription_id);
                     // Lives and dies with its connection: nothing to keep.
                     let queue = Arc::new(Mutex::new(Queue::new(name, None, self.limits)));
                     attach(&queue, None, out);
-                    (Target::Queue(queue.clone()), Some(queue))
+                    (Target::Queue(queue.clone()), Some(queue), None)
                 } else {
-                    (Target::Direct(sub), None)
+                    (Target::Direct(sub), None, req.backlog.clone())
                 };
                 let kept_for = target.clone();
                 let entry = TopicEntry {
@@ -976,6 +1010,7 @@ impl Broker {
                     target,
                     selector: selector.clone(),
                     owner: Some(sub.conn.serial),
+                    backlog,
                 };
                 let mut tree = self.write_topics();
                 let kept = self.kept_for(&pattern, selector.as_deref());

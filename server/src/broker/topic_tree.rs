@@ -176,6 +176,7 @@ mod tests {
             }),
             selector: None,
             owner: Some(1),
+            backlog: None,
         }
     }
 

@@ -22,7 +22,7 @@ use herald_protocol::{DestinationKind, ErrorCode, Frame, MessageView, RawFrame};
 
 use std::sync::Arc;
 
-use crate::broker::ConnectionRef;
+use crate::broker::{Backlog, ConnectionRef, Routed};
 use crate::delivery::Deliveries;
 use crate::net::outbound::Outbound;
 use crate::net::{DestinationCounts, Shared};
@@ -38,6 +38,9 @@ pub struct Context<'a> {
     pub deliveries: &'a mut Deliveries,
     /// Messages accepted from this connection in this burst.
     pub published: u64,
+    /// The backlog of a subscriber one of them went to, if it has one:
+    /// the worker pauses reading this connection until it is drained.
+    pub backlog: Option<Arc<Backlog>>,
     /// Per-destination counts of this burst, added to the worker's when
     /// the destination changes and when the context ends: one lookup per
     /// run of messages to one destination, not one per message.
@@ -52,12 +55,22 @@ impl<'a> Context<'a> {
             me,
             deliveries,
             published: 0,
+            backlog: None,
             tally: None,
         }
     }
 
-    /// Counts a published message and the deliveries it made.
-    pub fn count(&mut self, message: &MessageView, delivered: usize) {
+    /// Takes note of a routed message: counts it and the deliveries it
+    /// made, and whether a subscriber asks its publisher to pause.
+    pub fn routed(&mut self, message: &MessageView, routed: Routed) {
+        self.published += 1;
+        if self.backlog.is_none() {
+            self.backlog = routed.backlog;
+        }
+        self.count(message, routed.delivered);
+    }
+
+    fn count(&mut self, message: &MessageView, delivered: usize) {
         let kind = message.destination_kind;
         let name = message.destination();
         let same = matches!(&self.tally, Some(((k, n), _)) if *k == kind && n == name);

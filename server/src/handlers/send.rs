@@ -80,9 +80,9 @@ pub fn publish(
             return Err(Refusal::soft(ErrorCode::QueueFull, full.to_string()));
         }
     };
-    ctx.published += 1;
-    ctx.count(&message, routed.delivered);
-    if routed.journaled && request_id != 0 {
+    let journaled = routed.journaled;
+    ctx.routed(&message, routed);
+    if journaled && request_id != 0 {
         // The RECEIPT waits until the journal has the message on disk.
         super::await_journal(request_id, session, ctx);
         return Ok(Published::Later);

@@ -110,6 +110,8 @@ pub fn handle(
         temporary: f.temporary,
         shared: f.shared,
         durable: f.durable,
+        // A best-effort subscriber's deliveries are dropped instead.
+        backlog: (!f.best_effort).then(|| session.backlog.clone()),
     };
     authorize(session, &request, ctx)?;
     // The RECEIPT is queued before any message the subscription may

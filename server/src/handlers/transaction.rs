@@ -147,10 +147,7 @@ pub fn commit(held: Held, session: &mut Session, ctx: &mut Context<'_>) -> Resul
     for op in held.ops {
         match op {
             Deferred::Send(view) => match broker.publish(&view, Room::Overfill, ctx.deliveries) {
-                Ok(routed) => {
-                    ctx.published += 1;
-                    ctx.count(&view, routed.delivered);
-                }
+                Ok(routed) => ctx.routed(&view, routed),
                 Err(e) => log::warn!("a committed message was not routed: {e}"),
             },
             Deferred::Settle(ids, outcome) => {

@@ -2,7 +2,7 @@
 //! the protocol session.
 
 use std::io::{self, Read};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use mio::net::TcpStream;
@@ -14,6 +14,7 @@ use rustls::ServerConnection;
 
 use super::outbound::{Droppable, Outbound, WriteStatus};
 use super::tls::Plaintext;
+use crate::broker::Backlog;
 use crate::handlers::connect::Welcome;
 use crate::handlers::{self, Parked};
 use std::sync::atomic::Ordering;
@@ -67,6 +68,14 @@ pub struct Connection {
     pub info: Arc<ConnInfo>,
     /// `info` has its client id and user.
     pub identified: bool,
+    /// When it raised its backlog signal (`session.backlog`), if it has.
+    pub backlogged_since: Option<Instant>,
+    /// It stayed behind past the grace period: it no longer makes
+    /// publishers pause, until it has drained.
+    pub left_behind: bool,
+    /// As a publisher, not read until this subscriber backlog is drained;
+    /// since when.
+    pub paused: Option<(Arc<Backlog>, Instant)>,
 }
 
 impl Connection {
@@ -95,6 +104,9 @@ impl Connection {
             tls,
             info,
             identified: false,
+            backlogged_since: None,
+            left_behind: false,
+            paused: None,
         }
     }
 
@@ -152,9 +164,39 @@ impl Connection {
         }
     }
 
-    /// Whether reading waits for something (room in a queue, a login).
+    /// Whether reading waits for something (room in a queue, a login, a
+    /// subscriber's backlog).
     pub fn waiting(&self) -> bool {
-        self.parked.is_some() || self.login.is_some()
+        self.parked.is_some() || self.login.is_some() || self.paused.is_some()
+    }
+
+    /// Raises the backlog signal once more than `high` bytes wait to be
+    /// written, and lowers it once no more than half of that does.
+    pub fn check_backlog(&mut self, high: usize) {
+        let pending = self.out.pending();
+        if pending <= high / 2 {
+            self.left_behind = false;
+            if self.backlogged_since.take().is_some() {
+                self.session.backlog.set(false);
+            }
+        } else if pending > high && self.backlogged_since.is_none() && !self.left_behind {
+            self.backlogged_since = Some(Instant::now());
+            self.session.backlog.set(true);
+        }
+    }
+
+    /// Lowers the backlog signal of a connection that has been behind for
+    /// `grace`: from then on it is a slow consumer like any other, and its
+    /// publishers go on.
+    pub fn check_grace(&mut self, now: Instant, grace: Duration) {
+        if self
+            .backlogged_since
+            .is_some_and(|since| now.duration_since(since) >= grace)
+        {
+            self.backlogged_since = None;
+            self.left_behind = true;
+            self.session.backlog.set(false);
+        }
     }
 
     /// Queues one delivery; returns whether the server must acknowledge

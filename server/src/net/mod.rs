@@ -86,6 +86,8 @@ pub struct Limits {
     pub max_transaction_bytes: AtomicUsize,
     /// `max_pending_receipts`.
     pub max_pending_receipts: AtomicUsize,
+    /// `slow_consumer_grace_ms`.
+    pub slow_consumer_grace_ms: AtomicUsize,
 }
 
 impl Limits {
@@ -97,6 +99,7 @@ impl Limits {
             max_pending_bytes: AtomicUsize::new(0),
             max_transaction_bytes: AtomicUsize::new(0),
             max_pending_receipts: AtomicUsize::new(0),
+            slow_consumer_grace_ms: AtomicUsize::new(0),
         };
         limits.set(config);
         limits
@@ -113,6 +116,10 @@ impl Limits {
             (&self.max_pending_bytes, config.max_pending_bytes),
             (&self.max_transaction_bytes, config.max_transaction_bytes),
             (&self.max_pending_receipts, config.max_pending_receipts),
+            (
+                &self.slow_consumer_grace_ms,
+                config.slow_consumer_grace_ms as usize,
+            ),
         ] {
             limit.store(value, Ordering::Relaxed);
         }
@@ -217,6 +224,8 @@ pub struct WorkerStats {
     /// Messages it dropped for slow consumers (policy drop_oldest, or
     /// best-effort subscriptions).
     pub dropped: AtomicU64,
+    /// Times it paused a publisher while a subscriber drained a backlog.
+    pub publisher_pauses: AtomicU64,
     /// Time spent working rather than waiting in `poll`, in nanoseconds.
     pub busy_ns: AtomicU64,
     /// Messages and bytes published by its connections, and deliveries

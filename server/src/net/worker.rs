@@ -25,7 +25,7 @@ use super::{Command, ConnInfo, Protocol, Shared, WAKER};
 use rustls::ServerConnection;
 
 use crate::auth::Principal;
-use crate::broker::{ConnectionRef, Subscriber};
+use crate::broker::{Backlog, ConnectionRef, Subscriber};
 use crate::config::SlowConsumerPolicy;
 use crate::delivery::{Deliveries, Delivery};
 use crate::handlers::send::{self, Published};
@@ -39,6 +39,8 @@ use herald_protocol::stomp::StompLimits;
 /// turn; what is left is read on the next turn.
 const READ_BUDGET: usize = 256 * 1024;
 const SCRATCH_LEN: usize = 64 * 1024;
+/// How often a paused publisher looks at its subscriber's backlog.
+const PAUSE_CHECK: Duration = Duration::from_millis(1);
 
 /// One worker's state, owned by its thread.
 pub struct Worker {
@@ -55,6 +57,8 @@ pub struct Worker {
     dirty: Vec<usize>,
     /// Connections whose read budget ran out with input possibly left.
     unfinished: Vec<usize>,
+    /// Publishers not read while a subscriber drains its backlog.
+    paused: Vec<ConnectionRef>,
     tick: Duration,
     running: bool,
 }
@@ -82,6 +86,7 @@ impl Worker {
             scratch: vec![0; SCRATCH_LEN],
             dirty: Vec::new(),
             unfinished: Vec::new(),
+            paused: Vec::new(),
             tick,
             running: true,
             shared,
@@ -95,10 +100,14 @@ impl Worker {
         // When the loop last woke from `poll`: the busy-time clock.
         let mut awake = Instant::now();
         while self.running {
-            let timeout = if self.unfinished.is_empty() {
-                self.tick
-            } else {
+            let timeout = if !self.unfinished.is_empty() {
                 Duration::ZERO
+            } else if !self.paused.is_empty() {
+                // Paused publishers look at their subscriber's backlog
+                // every millisecond.
+                PAUSE_CHECK.min(self.tick)
+            } else {
+                self.tick
             };
             let busy = awake.elapsed().as_nanos() as u64;
             self.stats().busy_ns.fetch_add(busy, Ordering::Relaxed);
@@ -126,6 +135,7 @@ impl Worker {
                     }
                 }
             }
+            self.unpause();
             for slot in std::mem::take(&mut self.unfinished) {
                 self.read(slot);
             }
@@ -276,6 +286,9 @@ impl Worker {
                 Err(e) => break Err(Some(e)),
             }
             match decode_all(&self.decoder, conn, &mut ctx) {
+                // A subscriber it published to drains a backlog: read no
+                // more from it until that is done.
+                Flow::Continue if ctx.backlog.is_some() => break Ok(Flow::Continue),
                 Flow::Continue => {}
                 Flow::Close => break Ok(Flow::Close),
                 waiting => {
@@ -285,6 +298,7 @@ impl Worker {
             }
         };
         let published = ctx.published;
+        let backlog = ctx.backlog.take();
         drop(ctx);
         if published > 0 {
             self.shared.stats[self.index]
@@ -306,7 +320,73 @@ impl Worker {
                 return;
             }
         }
+        self.carry_on(me, false, backlog);
         self.mark_dirty(slot);
+    }
+
+    /// What follows handling a connection's input: it pauses if it
+    /// published to a subscriber draining a backlog, and is read again
+    /// if `more` input may be waiting.
+    fn carry_on(&mut self, target: ConnectionRef, more: bool, backlog: Option<Arc<Backlog>>) {
+        match backlog {
+            Some(backlog) => {
+                if let Some(conn) = live(&mut self.conns, target) {
+                    conn.paused = Some((backlog, Instant::now()));
+                    self.paused.push(target);
+                    self.stats()
+                        .publisher_pauses
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            None if more => self.unfinished.push(target.slot),
+            None => {}
+        }
+    }
+
+    /// Reads again from paused publishers whose subscriber has drained its
+    /// backlog, or that have waited twice the grace period (a bound that
+    /// holds even if the subscriber's worker is slow to say so).
+    fn unpause(&mut self) {
+        if self.paused.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let most = 2 * self.grace();
+        let conns = &self.conns;
+        let (ready, waiting): (Vec<_>, Vec<_>) = self.paused.drain(..).partition(|target| {
+            let paused = conns
+                .get(target.slot)
+                .filter(|c| c.serial == target.serial)
+                .and_then(|c| c.paused.as_ref());
+            match paused {
+                Some((backlog, since)) => !backlog.is_high() || now.duration_since(*since) >= most,
+                None => true,
+            }
+        });
+        self.paused = waiting;
+        for target in ready {
+            let Some(conn) = live(&mut self.conns, target) else {
+                continue;
+            };
+            if conn.paused.take().is_none() {
+                continue;
+            }
+            // Frames it sent before the pause come first; `resume` also
+            // restarts its silence clock, which a pause stopped.
+            let mut ctx = Context::new(&self.shared, target, &mut self.deliveries);
+            let more = resume(&self.decoder, conn, &mut ctx, Flow::Continue);
+            let backlog = ctx.backlog.take();
+            drop(ctx);
+            conn.note();
+            self.carry_on(target, more, backlog);
+            self.mark_dirty(target.slot);
+        }
+    }
+
+    /// `slow_consumer_grace_ms`.
+    fn grace(&self) -> Duration {
+        let limits = &self.shared.limits;
+        Duration::from_millis(limits.get(&limits.slow_consumer_grace_ms) as u64)
     }
 
     /// Retries the blocked sends of these connections; those that go
@@ -342,11 +422,10 @@ impl Worker {
                 }
             };
             let more = resume(&self.decoder, conn, &mut ctx, flow);
+            let backlog = ctx.backlog.take();
             drop(ctx);
-            if more {
-                self.unfinished.push(target.slot);
-            }
             conn.note();
+            self.carry_on(target, more, backlog);
             self.mark_dirty(target.slot);
         }
     }
@@ -376,10 +455,11 @@ impl Worker {
                 conn.session.principal = principal;
                 conn.welcome(welcome);
                 let mut ctx = Context::new(&self.shared, target, &mut self.deliveries);
-                if resume(&self.decoder, conn, &mut ctx, Flow::Continue) {
-                    self.unfinished.push(target.slot);
-                }
+                let more = resume(&self.decoder, conn, &mut ctx, Flow::Continue);
+                let backlog = ctx.backlog.take();
+                drop(ctx);
                 conn.note();
+                self.carry_on(target, more, backlog);
             }
             Err(why) => {
                 let code = ErrorCode::AuthenticationFailed;
@@ -418,6 +498,8 @@ impl Worker {
             .limits
             .get(&self.shared.limits.max_pending_bytes);
         let policy = self.shared.config.slow_consumer;
+        // Past this a subscriber makes its publishers pause.
+        let high = (!self.grace().is_zero()).then_some(max_pending / 8);
         let mut delivered = 0;
         let mut dropped = 0;
         for d in batch.drain(..) {
@@ -477,6 +559,9 @@ impl Worker {
                 if let Err(e) = conn.flush() {
                     log::debug!("connection {}: write failed: {e}", conn.serial);
                 }
+            }
+            if let Some(high) = high {
+                conn.check_backlog(high);
             }
             // Down to half the limit, so that a reader that stays slow is
             // not trimmed one message at a time: best-effort deliveries
@@ -538,6 +623,10 @@ impl Worker {
     }
 
     fn flush_dirty(&mut self) {
+        let max_pending = self
+            .shared
+            .limits
+            .get(&self.shared.limits.max_pending_bytes);
         for slot in std::mem::take(&mut self.dirty) {
             let Some(conn) = self.conns.get_mut(slot) else {
                 continue;
@@ -548,7 +637,11 @@ impl Worker {
             }
             match conn.flush() {
                 Ok(WriteStatus::Drained) if conn.closing => self.close(slot),
-                Ok(_) => {}
+                Ok(_) => {
+                    if conn.backlogged_since.is_some() || conn.left_behind {
+                        conn.check_backlog(max_pending / 8);
+                    }
+                }
                 Err(e) => {
                     log::debug!("connection {}: write failed: {e}", conn.serial);
                     self.close(slot);
@@ -581,6 +674,10 @@ impl Worker {
             self.wake(expired);
         }
         self.shared.broker.tick(&mut self.deliveries);
+        let grace = self.grace();
+        for (_, conn) in self.conns.iter_mut() {
+            conn.check_grace(now, grace);
+        }
         let owed: Vec<usize> = self
             .conns
             .iter_mut()
@@ -594,7 +691,9 @@ impl Worker {
             .conns
             .iter()
             .filter(|(_, c)| {
-                c.parked.is_none() && now.duration_since(c.last_read) > c.session.silence_limit
+                c.parked.is_none()
+                    && c.paused.is_none()
+                    && now.duration_since(c.last_read) > c.session.silence_limit
             })
             .map(|(slot, _)| slot)
             .collect();
@@ -627,6 +726,8 @@ impl Worker {
         }
         let mut conn = self.conns.remove(slot);
         let _ = self.poll.registry().deregister(&mut conn.stream);
+        // Publishers paused for it go on.
+        conn.session.backlog.set(false);
         let me = ConnectionRef {
             worker: self.index,
             slot,
@@ -721,6 +822,8 @@ fn decode_all(decoder: &Decoder, conn: &mut Connection, ctx: &mut Context<'_>) -
     loop {
         match decoder.decode(&mut conn.read_buf) {
             Ok(Some(raw)) => match handlers::dispatch(raw, &mut conn.session, &mut conn.out, ctx) {
+                // The rest waits while a subscriber drains its backlog.
+                Flow::Continue if ctx.backlog.is_some() => return Flow::Continue,
                 Flow::Continue => {}
                 stop => return stop,
             },

@@ -578,6 +578,7 @@ fn subscribe_to(
         temporary: false,
         shared: false,
         durable: false,
+        backlog: Some(session.backlog.clone()),
     };
     subscribe_authorize(session, &request, ctx).map_err(refused)?;
     let subscriber = Subscriber {
