@@ -414,6 +414,8 @@ fn bench_compares_with_a_nats_server_in_one_run() {
         "2000",
         "--rate",
         "5000",
+        "--rounds",
+        "2",
     ]);
     let _ = nats.kill();
     let _ = nats.wait();
@@ -423,7 +425,8 @@ fn bench_compares_with_a_nats_server_in_one_run() {
         .lines()
         .filter(|l| l.starts_with('{') && l.contains("\"system\":\"nats\""))
         .collect();
-    assert_eq!(nats_runs.len(), 3, "{out}");
+    // Two rounds of 1 -> 1, 1 -> 2 and latency.
+    assert_eq!(nats_runs.len(), 6, "{out}");
     for run in nats_runs {
         assert!(run.contains("\"lost\":0"), "{run}");
     }

@@ -101,6 +101,10 @@ pub struct Args {
     /// Subscribers of the fan-out scenario of --compare-nats.
     #[arg(long, default_value_t = 10)]
     fanout: usize,
+    /// Rounds of --compare-nats: each scenario runs against Herald and
+    /// NATS in turn this many times, and the medians are compared.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=99))]
+    rounds: u32,
     /// Subscriptions that never match, for --mode subscriptions.
     #[arg(long, default_value_t = 100_000)]
     subscriptions: usize,
@@ -235,29 +239,43 @@ fn compare(
     nats_addr: SocketAddr,
     args: &Args,
 ) -> Result<()> {
-    println!("comparing with the NATS server at {nats_addr}");
+    println!(
+        "comparing with the NATS server at {nats_addr}, {} rounds, medians",
+        args.rounds
+    );
     let mut rows: Vec<(String, f64, f64, bool)> = Vec::new();
     for subscribers in [1, args.fanout] {
-        let h = throughput::run(factory, subscribers, args.size, args.count)?;
-        h.print();
-        let n = nats::throughput(nats_addr, subscribers, args.size, args.count)?;
-        n.print();
-        let name = format!(
-            "1 -> {subscribers} deliveries/s (lost {} / {})",
-            h.lost(),
-            n.lost()
-        );
-        rows.push((name, h.deliveries_per_sec(), n.deliveries_per_sec(), true));
+        let (mut h_rates, mut n_rates, mut h_lost, mut n_lost) = (vec![], vec![], 0, 0);
+        for _ in 0..args.rounds {
+            let h = throughput::run(factory, subscribers, args.size, args.count)?;
+            h.print();
+            let n = nats::throughput(nats_addr, subscribers, args.size, args.count)?;
+            n.print();
+            h_rates.push(h.deliveries_per_sec());
+            n_rates.push(n.deliveries_per_sec());
+            h_lost += h.lost();
+            n_lost += n.lost();
+        }
+        let name = format!("1 -> {subscribers} deliveries/s (lost {h_lost} / {n_lost})");
+        rows.push((name, median(h_rates), median(n_rates), true));
     }
-    let h = latency::run(factory, args.size, args.rate, args.latency_count)?;
-    h.print();
-    let n = nats::latency(nats_addr, args.size, args.rate, args.latency_count)?;
-    n.print();
-    for (q, label) in [(0.5, "p50"), (0.99, "p99"), (0.999, "p99.9")] {
+    let quantiles = [(0.5, "p50"), (0.99, "p99"), (0.999, "p99.9")];
+    let (mut h_us, mut n_us) = (vec![vec![]; 3], vec![vec![]; 3]);
+    for _ in 0..args.rounds {
+        let h = latency::run(factory, args.size, args.rate, args.latency_count)?;
+        h.print();
+        let n = nats::latency(nats_addr, args.size, args.rate, args.latency_count)?;
+        n.print();
+        for (i, (q, _)) in quantiles.iter().enumerate() {
+            h_us[i].push(h.us(*q));
+            n_us[i].push(n.us(*q));
+        }
+    }
+    for ((_, label), (h, n)) in quantiles.iter().zip(h_us.into_iter().zip(n_us)) {
         rows.push((
             format!("latency {label} us at {}/s", args.rate),
-            h.us(q),
-            n.us(q),
+            median(h),
+            median(n),
             false,
         ));
     }
@@ -284,6 +302,12 @@ fn compare(
         json.join(",")
     );
     Ok(())
+}
+
+/// The middle value (the upper one of an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// The embedded server's journal directory, private to this process.
