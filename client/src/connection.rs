@@ -28,7 +28,7 @@ use crate::dial::{Dialer, Link, MAX_INBOUND_FRAME};
 use crate::error::{Error, Result};
 use crate::factory::FactoryConfig;
 use crate::session::{AckMode, Session, SessionShared};
-use crate::transport::{ReadHalf, WriteHalf};
+use crate::transport::ReadHalf;
 use crate::writer::Writer;
 
 type ExceptionListener = Box<dyn FnMut(Error) + Send>;
@@ -325,14 +325,15 @@ pub struct Connection {
     reader: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// Starts a flusher thread writing to `stream`; `done` says when it has.
-fn start_flusher(inner: &Arc<Inner>, stream: WriteHalf) -> Result<()> {
+/// Starts a flusher thread for the writer's socket; `done` says when it
+/// has ended.
+fn start_flusher(inner: &Arc<Inner>) -> Result<()> {
     let (done_tx, done_rx) = mpsc::channel();
     let flusher_inner = inner.clone();
     let flusher = std::thread::Builder::new()
         .name("herald-flusher".into())
         .spawn(move || {
-            flusher_inner.writer.run_flusher(stream);
+            flusher_inner.writer.run_flusher();
             let _ = done_tx.send(());
         })
         .map_err(|e| Error::io("cannot start the flusher thread", e))?;
@@ -350,7 +351,7 @@ impl Connection {
         let inner = Arc::new(Inner {
             config: dialer.config.clone(),
             dialer,
-            writer: Writer::new(send_timeout),
+            writer: Writer::new(send_timeout, link.writer),
             stream: Mutex::new(link.socket),
             id_prefix: RwLock::new(id_prefix(&link.connected)),
             connected: RwLock::new(link.connected),
@@ -367,7 +368,7 @@ impl Connection {
             flusher: Mutex::new(None),
             shortest_deadline: AtomicU64::new(0),
         });
-        start_flusher(&inner, link.writer)?;
+        start_flusher(&inner)?;
         let reader_inner = inner.clone();
         let (reader, leftover) = (link.reader, link.leftover);
         let reader = std::thread::Builder::new()
@@ -716,8 +717,8 @@ fn resume(inner: &Arc<Inner>, link: Link) -> Result<(ReadHalf, BytesMut, Duratio
         lock(&inner.pending).insert(request_id, waiter);
         Frame::Subscribe(subscribe).encode(request_id, &mut first)?;
     }
-    start_flusher(inner, link.writer)?;
-    inner.writer.resume(first);
+    inner.writer.resume(first, link.writer);
+    start_flusher(inner)?;
     if resumed.left.load(Ordering::Acquire) == 0 {
         resumed.report(inner);
     }
