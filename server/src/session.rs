@@ -1,7 +1,7 @@
 //! What the server knows of one client session, apart from its socket:
 //! whether CONNECT has happened, the negotiated terms, the subscriptions.
 
-use std::collections::HashMap;
+use crate::FastMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,9 +41,9 @@ pub struct Session {
     pub silence_limit: Duration,
     /// The client's subscriptions by their id, with what it takes to end
     /// them.
-    pub subscriptions: HashMap<u32, SubscriptionHandle>,
+    pub subscriptions: FastMap<u32, SubscriptionHandle>,
     /// Acknowledged deliveries not yet settled, by delivery id.
-    pub unacked: HashMap<u64, Unacked>,
+    pub unacked: FastMap<u64, Unacked>,
     /// Best-effort subscriptions: their deliveries may be dropped.
     pub best_effort: std::collections::HashSet<u32>,
     /// Temporary queues this connection made; deleted when it ends.
@@ -66,8 +66,8 @@ impl Session {
             principal: Principal::anonymous(),
             pending_receipts: 0,
             silence_limit: connect_timeout,
-            subscriptions: HashMap::new(),
-            unacked: HashMap::new(),
+            subscriptions: FastMap::default(),
+            unacked: FastMap::default(),
             temporary_queues: Vec::new(),
             best_effort: std::collections::HashSet::new(),
             transactions: Transactions::default(),

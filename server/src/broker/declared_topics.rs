@@ -4,11 +4,11 @@
 //! too. A publish to an undeclared topic is refused with a message naming
 //! the first word that is not declared, and under which parent.
 
-use std::collections::HashMap;
+use crate::FastMap;
 
 #[derive(Debug, Default)]
 struct Node {
-    children: HashMap<Box<str>, Node>,
+    children: FastMap<Box<str>, Node>,
 }
 
 /// The set of declared topics, as a tree of words.

@@ -27,6 +27,7 @@ pub use manage::{BrokerCounters, LiveSubscription, QueueStats, SubscriptionView}
 pub use queue::{Queue, QueueLimits};
 pub use topic_tree::TopicTree;
 
+use crate::FastMap;
 use std::cell::{OnceCell, RefCell};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -306,7 +307,7 @@ pub struct Broker {
     counters: BrokerCounters,
     /// Named queues. Read-mostly: every SEND to a queue looks its queue
     /// up here, and only a new queue takes the write lock.
-    queues: RwLock<HashMap<String, SharedQueue>>,
+    queues: RwLock<FastMap<String, SharedQueue>>,
     /// Durable subscriptions by (client id, name).
     durables: Mutex<HashMap<(String, String), Durable>>,
     next_key: AtomicU64,
@@ -422,7 +423,7 @@ impl Broker {
             declared,
             live: Mutex::new(HashMap::new()),
             counters: BrokerCounters::default(),
-            queues: RwLock::new(HashMap::new()),
+            queues: RwLock::default(),
             durables: Mutex::new(HashMap::new()),
             next_key: AtomicU64::new(1),
             limits: QueueLimits {

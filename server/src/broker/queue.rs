@@ -16,8 +16,9 @@
 //! order: priority, then sequence number), `in_flight` and `expired`, and a consumer's `in_flight` count is
 //! the number of `in_flight` entries that name it.
 
+use crate::FastMap;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
 
@@ -117,7 +118,7 @@ pub struct Queue {
     expired: Vec<QueuedMessage>,
     /// Messages with a delivery time still to come, by (time, sequence).
     scheduled: BTreeMap<(i64, u64), QueuedMessage>,
-    in_flight: HashMap<u64, (Subscriber, QueuedMessage)>,
+    in_flight: FastMap<u64, (Subscriber, QueuedMessage)>,
     consumers: Vec<Consumer>,
     next_seq: u64,
     /// Where the next round-robin search starts.
@@ -141,7 +142,7 @@ impl Queue {
             ready: BTreeMap::new(),
             expired: Vec::new(),
             scheduled: BTreeMap::new(),
-            in_flight: HashMap::new(),
+            in_flight: FastMap::default(),
             consumers: Vec::new(),
             next_seq: 1,
             rr: 0,

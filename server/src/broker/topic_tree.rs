@@ -9,7 +9,7 @@
 //! `a.b.b`), so the nodes reached are de-duplicated before their
 //! subscribers are visited: each subscription sees a message at most once.
 
-use std::collections::HashMap;
+use crate::FastMap;
 
 use herald_protocol::destination::{Pattern, PatternWord};
 
@@ -17,7 +17,7 @@ use super::TopicEntry;
 
 #[derive(Debug, Default)]
 struct Node {
-    literal: HashMap<Box<str>, Node>,
+    literal: FastMap<Box<str>, Node>,
     star: Option<Box<Node>>,
     hash: Option<Box<Node>>,
     subscribers: Vec<TopicEntry>,

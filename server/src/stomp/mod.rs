@@ -18,6 +18,7 @@
 mod mapping;
 pub mod websocket;
 
+use crate::FastMap;
 use websocket::WebSocket;
 
 use std::collections::HashMap;
@@ -57,7 +58,7 @@ pub struct StompSession {
     /// STOMP subscription id → (the server's number for it, its ack mode).
     subscriptions: HashMap<String, (u32, Ack)>,
     /// The server's number → STOMP subscription id.
-    names: HashMap<u32, String>,
+    names: FastMap<u32, String>,
     next_subscription: u32,
     /// Request numbers given to frames with a `receipt` header, → the
     /// receipt id to answer with.
@@ -107,7 +108,7 @@ impl StompSession {
             decoder: StompDecoder::new(limits),
             version: "1.0",
             subscriptions: HashMap::new(),
-            names: HashMap::new(),
+            names: FastMap::default(),
             next_subscription: 1,
             receipts: HashMap::new(),
             next_request: 1,

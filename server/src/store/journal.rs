@@ -53,8 +53,9 @@
 //! byte, to the current segment. A crash in between leaves two copies of a
 //! record with one id, which replay treats as one.
 
+use crate::FastMap;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
@@ -328,7 +329,7 @@ struct Segment {
     len: u64,
     /// Live records in this segment: id → (offset of the record head,
     /// whole record length).
-    live: HashMap<u64, (u64, u32)>,
+    live: FastMap<u64, (u64, u32)>,
 }
 
 /// The journal thread's state.
@@ -343,7 +344,7 @@ struct Writer {
     /// failed fsync).
     failed: Option<String>,
     /// Which segment holds each live id.
-    index: HashMap<u64, u64>,
+    index: FastMap<u64, u64>,
     /// Held for the life of the writer: the directory lock.
     _lock: File,
 }
@@ -459,11 +460,11 @@ impl Writer {
                 seq,
                 path,
                 len: at as u64,
-                live: HashMap::new(),
+                live: FastMap::default(),
             });
         }
         // Live entries point at the last copy of each id.
-        let mut index = HashMap::new();
+        let mut index = FastMap::default();
         for (id, (_, seq, offset, len)) in &live {
             if let Some(s) = segments.iter_mut().find(|s| s.seq == *seq) {
                 s.live.insert(*id, (*offset, *len));
@@ -476,7 +477,7 @@ impl Writer {
             seq: next_seq,
             path,
             len: HEADER_LEN,
-            live: HashMap::new(),
+            live: FastMap::default(),
         });
         recovered.records = live.into_values().map(|(r, ..)| r).collect();
         let mut writer = Writer {
@@ -624,7 +625,7 @@ impl Writer {
             seq,
             path,
             len: HEADER_LEN,
-            live: HashMap::new(),
+            live: FastMap::default(),
         });
         self.compact();
         Ok(())
