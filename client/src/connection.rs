@@ -773,7 +773,7 @@ fn dispatch(inner: &Inner, raw: RawFrame) -> std::result::Result<(), Lost> {
     let request_id = raw.header.request_id;
     if raw.header.kind == FrameKind::Message {
         let d = Delivery::decode_head(raw.body).map_err(bad)?;
-        let mut message = Message::decode(&d.message, d.delivery_count).map_err(bad)?;
+        let mut message = Message::from_block(d.message, d.delivery_count).map_err(bad)?;
         message.delivery_id = d.delivery_id;
         let consumer = inner
             .consumers

@@ -5,7 +5,7 @@
 //! `Bytes` without copying. Many frames per read and frames split across
 //! reads both work; the caller just keeps appending to the same buffer.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::error::Error;
 use crate::header::{FrameKind, Header, HEADER_LEN, MAGIC, VERSION};
@@ -70,9 +70,14 @@ impl Decoder {
             buf.reserve(total - buf.len());
             return Ok(None);
         }
+        // One reference count for the frame; skipping the header moves a
+        // pointer and takes none.
         let mut frame = buf.split_to(total);
-        let body = frame.split_off(HEADER_LEN).freeze();
-        Ok(Some(RawFrame { header, body }))
+        frame.advance(HEADER_LEN);
+        Ok(Some(RawFrame {
+            header,
+            body: frame.freeze(),
+        }))
     }
 }
 

@@ -14,7 +14,7 @@
 
 use std::ops::Range;
 
-use bytes::{BufMut, Bytes};
+use bytes::{Buf, BufMut, Bytes};
 
 use crate::cursor::{put_str16, utf8, Cursor};
 use crate::destination::{validate_name, Destination, DestinationKind};
@@ -268,10 +268,20 @@ impl Message {
     /// [`MessageRef::read`]); `delivery_count` comes from the MESSAGE frame
     /// that carried it.
     pub fn decode(block: &Bytes, delivery_count: u32) -> Result<Message, Error> {
-        let r = MessageRef::read(block)?;
+        Message::from_block(block.clone(), delivery_count)
+    }
+
+    /// [`Message::decode`], taking the block: a bytes body keeps it
+    /// without another reference count.
+    pub fn from_block(block: Bytes, delivery_count: u32) -> Result<Message, Error> {
+        let r = MessageRef::read(&block)?;
+        let mut body_at = None;
         let body = match r.body.clone() {
             BodyRef::Empty => Body::Empty,
-            BodyRef::Bytes(range) => Body::Bytes(block.slice(range)),
+            BodyRef::Bytes(range) => {
+                body_at = Some(range.start);
+                Body::Empty
+            }
             BodyRef::Text(t) => Body::Text(t.to_owned()),
             BodyRef::Map(m) => Body::Map(m.map(|(k, v)| (k.to_owned(), v.to_owned())).collect()),
         };
@@ -299,7 +309,14 @@ impl Message {
                 .properties
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
-            body,
+            body: match body_at {
+                Some(at) => {
+                    let mut bytes = block;
+                    bytes.advance(at);
+                    Body::Bytes(bytes)
+                }
+                None => body,
+            },
         })
     }
 }
