@@ -203,6 +203,51 @@ fn topic_subscriptions_in_client_mode_are_redelivered_on_recover() {
 }
 
 #[test]
+fn one_ack_settles_deliveries_of_several_queues_and_names_only_the_unknown() {
+    use herald_protocol::frame::{Settle, Subscribe};
+    use herald_protocol::{DestinationKind, Frame};
+    let server = start();
+    let mut raw = RawClient::connected(&server, 0);
+    for (id, queue) in [(1, "acks.a"), (2, "acks.b")] {
+        let mut subscribe = Subscribe::new(id, DestinationKind::Queue, queue);
+        subscribe.acknowledged = true;
+        raw.send(&Frame::Subscribe(subscribe), id);
+        assert!(matches!(raw.read_frame(), Some((Frame::Receipt, r)) if r == id));
+    }
+    let (_c, session) = connect(&server);
+    for queue in ["acks.a", "acks.b"] {
+        let producer = session.create_producer(&Destination::queue(queue)).unwrap();
+        for i in 0..3 {
+            producer
+                .send_with_receipt(Message::text(i.to_string()))
+                .unwrap();
+        }
+    }
+    let mut by_queue: [Vec<u64>; 2] = Default::default();
+    while by_queue.iter().map(Vec::len).sum::<usize>() < 6 {
+        match raw.read_frame() {
+            Some((Frame::Message(d), _)) => {
+                by_queue[d.subscription_id as usize - 1].push(d.delivery_id)
+            }
+            other => panic!("expected MESSAGE, got {other:?}"),
+        }
+    }
+    // The two queues' deliveries interleaved, an unknown id among them.
+    let [a, b] = &by_queue;
+    let delivery_ids = vec![a[0], b[0], a[1], 999, b[1], a[2], b[2]];
+    raw.send(&Frame::Ack(Settle { delivery_ids }), 7);
+    let (e, id) = raw.expect_error();
+    assert_eq!((e.error_code(), id), (Some(ErrorCode::UnknownDelivery), 7));
+    assert!(e.message.ends_with(": 999"), "{e:?}");
+    assert!(e.message.starts_with("1 delivery"), "{e:?}");
+    let queues = server.stats().queues;
+    for queue in ["acks.a", "acks.b"] {
+        let (_, waiting, unacked) = queues.iter().find(|q| q.0 == queue).unwrap();
+        assert_eq!((*waiting, *unacked), (0, 0), "{queue}: {queues:?}");
+    }
+}
+
+#[test]
 fn acknowledging_unknown_deliveries_is_an_error_and_harmless() {
     let server = start();
     let mut raw = RawClient::connected(&server, 0);

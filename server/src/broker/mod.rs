@@ -1181,18 +1181,37 @@ impl Broker {
 
     /// Settles one delivery as processed. False if `sub` does not hold it.
     pub fn ack(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) -> bool {
+        let mut held = true;
+        self.ack_all(&ack.queue, &[(*sub, ack.seq)], |_| held = false, out);
+        held
+    }
+
+    /// Settles many deliveries of one queue under one lock, and then
+    /// dispatches what the freed credit allows once; calls `not_held`
+    /// with the index of each that its subscriber does not hold.
+    pub fn ack_all(
+        &self,
+        queue: &SharedQueue,
+        acks: &[(Subscriber, u64)],
+        mut not_held: impl FnMut(usize),
+        out: &mut Deliveries,
+    ) {
         let mut dispatches = Vec::new();
-        let mut q = lock(&ack.queue);
-        let Some(m) = q.ack(sub, ack.seq, &mut dispatches) else {
-            return false;
-        };
-        if let Some(id) = m.journal_id {
-            self.journal(Record::End { id });
+        let mut q = lock(queue);
+        for (i, (sub, seq)) in acks.iter().enumerate() {
+            match q.acked(sub, *seq) {
+                Some(m) => {
+                    if let Some(id) = m.journal_id {
+                        self.journal(Record::End { id });
+                    }
+                }
+                None => not_held(i),
+            }
         }
+        q.dispatch_due(&mut dispatches);
         wake_blocked(&mut q, out);
         drop(q);
-        self.settled(&ack.queue, dispatches, out);
-        true
+        self.settled(queue, dispatches, out);
     }
 
     /// Gives one delivery back for redelivery. False if `sub` does not

@@ -269,7 +269,7 @@ impl Queue {
             priority,
             expiration,
         };
-        if due > now_ms() {
+        if due != 0 && due > now_ms() {
             self.scheduled.insert((due, seq), m);
             return Some(due);
         }
@@ -338,9 +338,17 @@ impl Queue {
         seq: u64,
         out: &mut Vec<Dispatch>,
     ) -> Option<QueuedMessage> {
+        let m = self.acked(sub, seq)?;
+        self.dispatch(out);
+        Some(m)
+    }
+
+    /// [`Queue::ack`] without dispatching what the freed credit allows: for
+    /// many acknowledgements at once, followed by one
+    /// [`Queue::dispatch_due`].
+    pub fn acked(&mut self, sub: &Subscriber, seq: u64) -> Option<QueuedMessage> {
         let m = self.take_in_flight(sub, seq)?;
         self.acknowledged += 1;
-        self.dispatch(out);
         Some(m)
     }
 
@@ -428,9 +436,12 @@ impl Queue {
     /// Gives waiting messages, in delivery order, to consumers with credit
     /// whose selectors take them; expired ones are set aside instead.
     fn dispatch(&mut self, out: &mut Vec<Dispatch>) {
-        let now = now_ms();
+        // The clock is read only if a message has a time to compare: most
+        // have neither a delivery time nor an expiration.
+        let mut clock = None;
+        let mut now = || *clock.get_or_insert_with(now_ms);
         while let Some(entry) = self.scheduled.first_entry() {
-            if entry.key().0 > now {
+            if entry.key().0 > now() {
                 break;
             }
             let m = entry.remove();
@@ -449,7 +460,7 @@ impl Queue {
             let Some((&key, m)) = next else {
                 return;
             };
-            if m.expired(now) {
+            if m.expiration != 0 && m.expired(now()) {
                 if let Some(m) = self.ready.remove(&key) {
                     self.expired.push(m);
                 }

@@ -1,12 +1,13 @@
 //! ACK, NACK and RECOVER: settle deliveries of tracked subscriptions.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use herald_protocol::frame::{Recover, Settle};
 use herald_protocol::ErrorCode;
 
 use super::{receipt, Context, Flow, Refusal};
-use crate::broker::Subscriber;
+use crate::broker::{SharedQueue, Subscriber};
 use crate::net::outbound::Outbound;
 use crate::session::Session;
 
@@ -87,6 +88,9 @@ pub fn settle(
     ctx: &mut Context<'_>,
 ) -> Vec<u64> {
     let mut unknown = Vec::new();
+    // Consecutive acknowledgements of one queue are settled together,
+    // under one lock of it.
+    let mut run: Option<AckRun> = None;
     for id in ids {
         let Some(u) = session.unacked.remove(&id) else {
             unknown.push(id);
@@ -96,13 +100,37 @@ pub fn settle(
             conn: ctx.me,
             subscription_id: u.subscription_id,
         };
-        let settled = match outcome {
-            Outcome::Processed => ctx.shared.broker.ack(&u.ack, &sub, ctx.deliveries),
-            Outcome::Redeliver => ctx.shared.broker.nack(&u.ack, &sub, ctx.deliveries),
-        };
-        if !settled {
-            unknown.push(id);
+        if outcome == Outcome::Redeliver {
+            if !ctx.shared.broker.nack(&u.ack, &sub, ctx.deliveries) {
+                unknown.push(id);
+            }
+            continue;
         }
+        if run
+            .as_ref()
+            .is_some_and(|(q, ..)| !Arc::ptr_eq(q, &u.ack.queue))
+        {
+            ack_run(run.take(), &mut unknown, ctx);
+        }
+        let (_, acks, ids) =
+            run.get_or_insert_with(|| (u.ack.queue.clone(), Vec::new(), Vec::new()));
+        acks.push((sub, u.ack.seq));
+        ids.push(id);
     }
+    ack_run(run, &mut unknown, ctx);
     unknown
+}
+
+/// A queue, acknowledgements of its deliveries (subscriber, sequence
+/// number), and their delivery ids.
+type AckRun = (SharedQueue, Vec<(Subscriber, u64)>, Vec<u64>);
+
+/// Settles a run of acknowledgements of one queue.
+fn ack_run(run: Option<AckRun>, unknown: &mut Vec<u64>, ctx: &mut Context<'_>) {
+    if let Some((queue, acks, ids)) = run {
+        let not_held = |i: usize| unknown.push(ids[i]);
+        ctx.shared
+            .broker
+            .ack_all(&queue, &acks, not_held, ctx.deliveries);
+    }
 }
