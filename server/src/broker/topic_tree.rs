@@ -33,7 +33,7 @@ impl Node {
 
     /// Pushes every node that `rest` (the words still to match, `None`
     /// when none are left) ends on.
-    fn collect<'a>(&'a self, rest: Option<&str>, out: &mut Vec<&'a Node>) {
+    fn collect<'a>(&'a self, rest: Option<&str>, out: &mut Matches<'a>) {
         if let Some(hash) = &self.hash {
             // `#` swallows zero words, then one, two, ... all of them.
             let mut tail = rest;
@@ -63,6 +63,23 @@ impl Node {
                     star.collect(tail, out);
                 }
             }
+        }
+    }
+}
+
+/// The nodes a topic ends on: the first inline, so that the usual single
+/// match allocates nothing.
+#[derive(Default)]
+struct Matches<'a> {
+    first: Option<&'a Node>,
+    more: Vec<&'a Node>,
+}
+
+impl<'a> Matches<'a> {
+    fn push(&mut self, node: &'a Node) {
+        match self.first {
+            None => self.first = Some(node),
+            Some(_) => self.more.push(node),
         }
     }
 }
@@ -101,12 +118,20 @@ impl TopicTree {
 
     /// Calls `f` for every entry whose pattern matches `topic`, once each.
     pub fn for_each_match(&self, topic: &str, mut f: impl FnMut(&TopicEntry)) {
-        let mut nodes = Vec::new();
-        self.root.collect(Some(topic), &mut nodes);
-        if nodes.len() > 1 {
-            nodes.sort_unstable_by_key(|n| *n as *const Node as usize);
-            nodes.dedup_by(|a, b| std::ptr::eq(*a, *b));
+        let mut matches = Matches::default();
+        self.root.collect(Some(topic), &mut matches);
+        let Some(first) = matches.first else {
+            return;
+        };
+        if matches.more.is_empty() {
+            first.subscribers.iter().for_each(&mut f);
+            return;
         }
+        // Several patterns (wildcards) can end on one node: once each.
+        let mut nodes = matches.more;
+        nodes.push(first);
+        nodes.sort_unstable_by_key(|n| *n as *const Node as usize);
+        nodes.dedup_by(|a, b| std::ptr::eq(*a, *b));
         for node in nodes {
             node.subscribers.iter().for_each(&mut f);
         }
