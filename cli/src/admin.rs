@@ -20,7 +20,8 @@ pub struct StatsArgs {
     interval: u64,
 }
 
-fn call(target: &Target, method: &str, path: &str) -> Result<Value> {
+/// Calls the management API and returns the JSON it answers.
+pub(crate) fn call(target: &Target, method: &str, path: &str) -> Result<Value> {
     let url = format!("{}{path}", target.admin.trim_end_matches('/'));
     let mut request = ureq::request(method, &url).timeout(Duration::from_secs(10));
     if let Some(user) = &target.user {

@@ -77,6 +77,8 @@ fn bench_reports_figures_and_no_loss() {
             "20000",
             "--subscribers",
             "2",
+            "--publishers",
+            "3",
             "--rate",
             "5000",
             "--latency-count",
@@ -99,6 +101,12 @@ fn bench_reports_figures_and_no_loss() {
     for s in summaries {
         assert!(s.contains("\"lost\":0"), "{s}");
     }
+    // Three publishers' 20,000 each reach both subscribers, each
+    // publisher's in order.
+    let throughput = summary(&stdout, "throughput");
+    assert!(throughput.contains("\"publishers\":3,"), "{throughput}");
+    assert!(throughput.contains("\"received\":120000,"), "{throughput}");
+    assert!(throughput.contains("\"out_of_order\":0,"), "{throughput}");
 }
 
 /// The JSON summary line of a bench scenario.
@@ -454,4 +462,45 @@ fn bench_measures_throughput_beside_many_subscriptions() {
         2,
         "both runs lose nothing: {out}"
     );
+}
+
+#[test]
+fn bench_measures_idle_connections_through_the_management_api() {
+    let server = start();
+    let url = format!("herald://{}", server.local_addr());
+    let admin = format!("http://{}", server.admin_addr().unwrap());
+    let out = run_ok(&[
+        "--server",
+        &url,
+        "--admin",
+        &admin,
+        "bench",
+        "--mode",
+        "connections",
+        "--connections",
+        "300",
+    ]);
+    let line = summary(&out, "connections");
+    let number = |key: &str| -> u64 {
+        let at = line
+            .find(&format!("\"{key}\":"))
+            .unwrap_or_else(|| panic!("{line}"))
+            + key.len()
+            + 3;
+        line[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{key} in {line}"))
+    };
+    assert_eq!(number("connections"), 300, "{line}");
+    // The test server runs in this process: its threads are this test's.
+    assert!(
+        number("threads_after") >= number("threads_before"),
+        "{line}"
+    );
+    assert!(number("rss_after") > 0, "{line}");
+    // It measures a server of its own, not one inside the bench.
+    let refused = fails(herald().args(["bench", "--embedded", "--mode", "connections"]));
+    assert!(refused.contains("--admin"), "{refused}");
 }

@@ -5,6 +5,7 @@
 //! subscriber's listener has it. Lost messages are counted, not hidden.
 //! Each scenario ends with one JSON line for scripts.
 
+mod connections;
 mod latency;
 mod machine;
 mod nats;
@@ -29,7 +30,7 @@ use crate::target::Target;
 pub enum Mode {
     /// Throughput and latency.
     All,
-    /// Messages per second, 1 publisher → N subscribers.
+    /// Messages per second on a topic, --publishers → --subscribers.
     Throughput,
     /// Latency percentiles at a fixed publish rate.
     Latency,
@@ -39,6 +40,9 @@ pub enum Mode {
     Stomp,
     /// Topic 1 → 1 alone, then with --subscriptions that never match.
     Subscriptions,
+    /// --connections idle connections: the server's memory per connection
+    /// and its threads, through the management API (--admin)
+    Connections,
 }
 
 /// Arguments of `herald bench`.
@@ -50,6 +54,10 @@ pub struct Args {
     /// Subscribers for the throughput run (each on its own connection).
     #[arg(long, default_value_t = 1)]
     subscribers: usize,
+    /// Publishers for the throughput run (each on its own connection and
+    /// thread, each sending --count messages).
+    #[arg(long, default_value_t = 1)]
+    publishers: usize,
     /// Message body size in bytes (at least 16: the body carries a
     /// sequence number and a timestamp).
     #[arg(long, default_value_t = 128)]
@@ -108,6 +116,9 @@ pub struct Args {
     /// Subscriptions that never match, for --mode subscriptions.
     #[arg(long, default_value_t = 100_000)]
     subscriptions: usize,
+    /// Idle connections for --mode connections.
+    #[arg(long, default_value_t = 10_000)]
+    connections: usize,
 }
 
 /// How long the subscribers may make no progress before the rest counts
@@ -123,9 +134,11 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
     }
     if [
         args.subscribers,
+        args.publishers,
         args.producers,
         args.consumers,
         args.window,
+        args.connections,
     ]
     .contains(&0)
         || args.count == 0
@@ -193,7 +206,8 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
         compare(&factory, nats, &args)?;
     } else {
         if matches!(args.mode, Mode::All | Mode::Throughput) {
-            throughput::run(&factory, args.subscribers, args.size, args.count)?.print();
+            let (publishers, subscribers) = (args.publishers, args.subscribers);
+            throughput::run(&factory, publishers, subscribers, args.size, args.count)?.print();
         }
         if matches!(args.mode, Mode::All | Mode::Latency) {
             latency::run(&factory, args.size, args.rate, args.latency_count)?.print();
@@ -204,11 +218,20 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             Some(server) => server.stomp_addr().unwrap_or(args.stomp),
             None => args.stomp,
         };
-        throughput::run(&factory, 1, args.size, args.count)?.print();
+        throughput::run(&factory, 1, 1, args.size, args.count)?.print();
         stomp::run(stomp_addr, args.size, args.count)?;
     }
     if args.mode == Mode::Subscriptions {
         subscriptions::run(&factory, args.subscriptions, args.size, args.count)?;
+    }
+    if args.mode == Mode::Connections {
+        if embedded.is_some() {
+            return Err(Error::InvalidArgument(
+                "--mode connections measures a server of its own: use --server and --admin, not --embedded"
+                    .into(),
+            ));
+        }
+        connections::run(target, &factory.address(), args.connections)?;
     }
     if args.mode == Mode::Queue {
         if embedded.is_some() {
@@ -247,7 +270,7 @@ fn compare(
     for subscribers in [1, args.fanout] {
         let (mut h_rates, mut n_rates, mut h_lost, mut n_lost) = (vec![], vec![], 0, 0);
         for _ in 0..args.rounds {
-            let h = throughput::run(factory, subscribers, args.size, args.count)?;
+            let h = throughput::run(factory, 1, subscribers, args.size, args.count)?;
             h.print();
             let n = nats::throughput(nats_addr, subscribers, args.size, args.count)?;
             n.print();

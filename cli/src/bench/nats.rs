@@ -175,6 +175,7 @@ pub fn throughput(
     let last = *last.lock().unwrap_or_else(|p| p.into_inner());
     Ok(ThroughputReport {
         system: "nats",
+        publishers: 1,
         subscribers,
         size,
         count,

@@ -19,7 +19,7 @@ pub fn run(
     size: usize,
     count: u64,
 ) -> Result<()> {
-    let alone = throughput::run(factory, 1, size, count)?;
+    let alone = throughput::run(factory, 1, 1, size, count)?;
     alone.print();
     let started = Instant::now();
     let mut held = Vec::new();
@@ -44,7 +44,7 @@ pub fn run(
         "{subscriptions} subscriptions made in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let crowded = throughput::run(factory, 1, size, count)?;
+    let crowded = throughput::run(factory, 1, 1, size, count)?;
     crowded.print();
     let ratio = crowded.deliveries_per_sec() / alone.deliveries_per_sec();
     println!(

@@ -1,5 +1,5 @@
-//! Throughput: one publisher sends as fast as it can; N subscribers on
-//! their own connections count what arrives and check the order.
+//! Throughput: publishers send as fast as they can; subscribers on their
+//! own connections count what arrives and check each publisher's order.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,8 +19,11 @@ struct Counter {
     last: Mutex<Option<Instant>>,
 }
 
+/// `publishers` each send `count` messages of `size` bytes (at least 12:
+/// a sequence number and the publisher's index) to `subscribers`.
 pub fn run(
     factory: &herald_client::ConnectionFactory,
+    publishers: usize,
     subscribers: usize,
     size: usize,
     count: u64,
@@ -35,16 +38,25 @@ pub fn run(
         let consumer = session.create_consumer(&destination)?;
         let counter = Arc::new(Counter::default());
         let c = counter.clone();
-        let mut expected_seq = 0u64;
+        let mut expected_seq = vec![0u64; publishers];
         consumer.set_message_listener(move |m| {
             if let herald_client::Body::Bytes(b) = &m.body {
                 let seq = b.get(..8).map_or(u64::MAX, |s| {
                     u64::from_be_bytes(s.try_into().unwrap_or_default())
                 });
-                if seq != expected_seq {
-                    c.out_of_order.fetch_add(1, Ordering::Relaxed);
+                let from = b.get(8..12).map_or(usize::MAX, |s| {
+                    u32::from_be_bytes(s.try_into().unwrap_or_default()) as usize
+                });
+                match expected_seq.get_mut(from) {
+                    Some(expected) if seq == *expected => *expected = seq + 1,
+                    Some(expected) => {
+                        c.out_of_order.fetch_add(1, Ordering::Relaxed);
+                        *expected = seq + 1;
+                    }
+                    None => {
+                        c.out_of_order.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
-                expected_seq = seq + 1;
             }
             c.received.fetch_add(1, Ordering::Relaxed);
             *c.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
@@ -53,23 +65,50 @@ pub fn run(
         connections.push((connection, session, consumer));
     }
 
-    let publisher = factory.create_connection()?;
-    let session = publisher.create_session(AckMode::Auto)?;
-    let producer = session.create_producer(&destination)?;
-    let mut body = vec![0u8; size];
-    let mut progress = Progress::new("publishing", count);
-    let started = Instant::now();
-    for seq in 0..count {
-        body[..8].copy_from_slice(&seq.to_be_bytes());
-        producer.send(Message::bytes(Bytes::copy_from_slice(&body)))?;
-        if seq % 65_536 == 0 {
-            progress.update(seq);
-        }
+    let mut producers = Vec::new();
+    for _ in 0..publishers {
+        let connection = factory.create_connection()?;
+        let session = connection.create_session(AckMode::Auto)?;
+        let producer = session.create_producer(&destination)?;
+        producers.push((connection, session, producer));
     }
+    let progress = Mutex::new(Progress::new("publishing", count));
+    let started = Instant::now();
+    std::thread::scope(|scope| -> Result<()> {
+        let threads: Vec<_> = producers
+            .iter()
+            .enumerate()
+            .map(|(index, (_, _, producer))| {
+                let progress = &progress;
+                scope.spawn(move || -> Result<()> {
+                    let mut body = vec![0u8; size];
+                    body[8..12].copy_from_slice(&(index as u32).to_be_bytes());
+                    for seq in 0..count {
+                        body[..8].copy_from_slice(&seq.to_be_bytes());
+                        producer.send(Message::bytes(Bytes::copy_from_slice(&body)))?;
+                        if index == 0 && seq % 65_536 == 0 {
+                            progress
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .update(seq);
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+        }
+        Ok(())
+    })?;
     let published = started.elapsed();
-    progress.finish();
+    progress
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .finish();
 
-    let expected = count * subscribers as u64;
+    let expected = count * (publishers * subscribers) as u64;
     let mut progress = Progress::new("receiving", expected);
     let total = || {
         counters
@@ -85,6 +124,7 @@ pub fn run(
         .max();
     let report = ThroughputReport {
         system: "herald",
+        publishers,
         subscribers,
         size,
         count,
@@ -96,8 +136,8 @@ pub fn run(
         seconds: super::rate(started, last, received).0,
         published,
     };
-    publisher.close()?;
-    for (connection, _, _) in connections {
+    let producers = producers.into_iter().map(|(c, _, _)| c);
+    for connection in producers.chain(connections.into_iter().map(|(c, _, _)| c)) {
         connection.close()?;
     }
     Ok(report)
@@ -107,6 +147,7 @@ pub fn run(
 pub struct ThroughputReport {
     /// "herald" or "nats".
     pub system: &'static str,
+    pub publishers: usize,
     pub subscribers: usize,
     pub size: usize,
     pub count: u64,
@@ -126,28 +167,33 @@ impl ThroughputReport {
 
     /// Deliveries that never came.
     pub fn lost(&self) -> u64 {
-        let expected = self.count * self.subscribers as u64;
+        let expected = self.count * (self.publishers * self.subscribers) as u64;
         expected - self.received.min(expected)
     }
 
     /// Prints a line for people and a JSON line for scripts.
     pub fn print(&self) {
-        let (system, subscribers, size, count) =
-            (self.system, self.subscribers, self.size, self.count);
+        let (system, publishers, subscribers, size, count) = (
+            self.system,
+            self.publishers,
+            self.subscribers,
+            self.size,
+            self.count,
+        );
         let (received, out_of_order, seconds) = (self.received, self.out_of_order, self.seconds);
-        let expected = count * subscribers as u64;
+        let expected = count * (publishers * subscribers) as u64;
         let lost = self.lost();
         let deliveries_per_sec = self.deliveries_per_sec();
         let per_subscriber = deliveries_per_sec / subscribers as f64;
         let mb_per_sec = deliveries_per_sec * size as f64 / 1e6;
         println!(
-            "{system} throughput 1 -> {subscribers}, {size} B: {received} of {expected} delivered in {seconds:.3} s \
+            "{system} throughput {publishers} -> {subscribers}, {size} B: {received} of {expected} delivered in {seconds:.3} s \
              ({:.3} s to publish): {per_subscriber:.0} msgs/s per subscriber, {deliveries_per_sec:.0} deliveries/s, \
              {mb_per_sec:.1} MB/s; lost {lost}, out of order {out_of_order}",
             self.published.as_secs_f64()
         );
         println!(
-            "{{\"scenario\":\"throughput\",\"system\":\"{system}\",\"publishers\":1,\"subscribers\":{subscribers},\"size\":{size},\
+            "{{\"scenario\":\"throughput\",\"system\":\"{system}\",\"publishers\":{publishers},\"subscribers\":{subscribers},\"size\":{size},\
              \"count\":{count},\"expected\":{expected},\"received\":{received},\"lost\":{lost},\
              \"out_of_order\":{out_of_order},\"seconds\":{seconds:.6},\"msgs_per_sec_per_subscriber\":{per_subscriber:.0},\
              \"deliveries_per_sec\":{deliveries_per_sec:.0},\"mb_per_sec\":{mb_per_sec:.1}}}"

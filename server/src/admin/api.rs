@@ -172,6 +172,10 @@ async fn server(State(state): State<AppState>) -> ApiResult {
         "messages_in": messages_in,
         "messages_out": messages_out,
         "dropped": dropped,
+        "process": super::process_footprint().map(|(rss_bytes, threads)| json!({
+            "rss_bytes": rss_bytes,
+            "threads": threads,
+        })),
         "listeners": {
             "native": addr(a.native),
             "stomp": addr(a.stomp),

@@ -47,6 +47,16 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let s = &state.shared;
     let mut r = Registry::default();
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    if let Some((rss, threads)) = super::process_footprint() {
+        let (rss, threads) = (rss as i64, threads as i64);
+        gauge(
+            &mut r,
+            "process_resident_memory_bytes",
+            "Resident memory",
+            rss,
+        );
+        gauge(&mut r, "process_threads", "Threads of the process", threads);
+    }
     gauge(
         &mut r,
         "herald_connections",

@@ -330,3 +330,14 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
     );
     Ok(path.display().to_string())
 }
+
+/// This process's resident memory in bytes and its thread count, from
+/// `/proc/self/status`; `None` where there is no such file.
+pub fn process_footprint() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = status.lines().find_map(|l| l.strip_prefix(name))?;
+        line.trim().trim_end_matches("kB").trim().parse().ok()
+    };
+    Some((field("VmRSS:")? * 1024, field("Threads:")?))
+}
