@@ -4,7 +4,8 @@
 # stomp.py (installed into a local virtual environment) and stomp.js in
 # headless Chromium (Debian's chromium package, installed if missing, and
 # the npm packages pinned in tests/browser). The benchmark's comparison
-# with NATS is tested against Debian's nats-server, installed if missing.
+# with NATS is tested against Debian's nats-server, and cluster mode
+# against Debian's redis-server, both installed if missing.
 # Every server a test starts listens on 127.0.0.1 ephemeral ports and is
 # stopped by the test.
 set -euo pipefail
@@ -12,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 # Debian packages the tests use: command, then package.
 missing=()
-for pair in chromium:chromium nats-server:nats-server; do
+for pair in chromium:chromium nats-server:nats-server redis-server:redis-server; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -98,6 +98,8 @@ pub struct Config {
     pub tls: TlsSection,
     /// The management interface.
     pub admin: AdminSection,
+    /// Cluster mode.
+    pub cluster: ClusterSection,
     /// The file this config was read from, for reloads; `None` for the
     /// embedded defaults or a config built in code.
     #[serde(skip)]
@@ -122,6 +124,31 @@ impl Default for AdminSection {
             enabled: true,
             listen: SocketAddr::from(([127, 0, 0, 1], 8161)),
             tls: false,
+        }
+    }
+}
+
+/// `[cluster]`: nodes that share topics through Redis.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSection {
+    /// `redis://host:port[/db]`; empty = a single node, no cluster.
+    pub redis: String,
+    /// This node's name among the nodes; empty = `herald-<process id>`.
+    pub node_id: String,
+}
+
+impl ClusterSection {
+    /// Whether this node is part of a cluster.
+    pub fn enabled(&self) -> bool {
+        !self.redis.is_empty()
+    }
+
+    /// The node id, or the one made up when none is set.
+    pub fn node_id(&self) -> String {
+        match self.node_id.as_str() {
+            "" => format!("herald-{}", std::process::id()),
+            id => id.to_owned(),
         }
     }
 }
@@ -359,6 +386,7 @@ impl Default for Config {
             auth: AuthSection::default(),
             tls: TlsSection::default(),
             admin: AdminSection::default(),
+            cluster: ClusterSection::default(),
             source: None,
         }
     }
@@ -446,6 +474,27 @@ impl Config {
             if value == 0 {
                 return invalid(key, "must be greater than 0".into());
             }
+        }
+        if self.cluster.enabled()
+            && !["redis://", "rediss://", "unix://"]
+                .iter()
+                .any(|s| self.cluster.redis.starts_with(s))
+        {
+            return invalid(
+                "cluster.redis",
+                format!("{:?} is not a redis:// URL", self.cluster.redis),
+            );
+        }
+        let id = &self.cluster.node_id;
+        if id.len() > 64
+            || !id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return invalid(
+                "cluster.node_id",
+                format!("{id:?}: at most 64 letters, digits, '-', '_' and '.'"),
+            );
         }
         if self.slow_consumer_grace_ms > 60_000 {
             return invalid(
@@ -563,6 +612,9 @@ mod tests {
             ("[tls]\nenabled = true\ncert = \"c.pem\"", "tls.key"),
             ("max_pending_receipts = 0", "max_pending_receipts"),
             ("slow_consumer_grace_ms = 60001", "slow_consumer_grace_ms"),
+            ("[cluster]\nredis = \"localhost:6379\"", "cluster.redis"),
+            ("[cluster]\nnode_id = \"a b\"", "cluster.node_id"),
+            ("[cluster]\nnodes = 3", "nodes"),
             ("slow_consumer_grace_ms = -1", "slow_consumer_grace_ms"),
             ("[admin]\nlisten = \"0.0.0.0:8161\"", "admin.listen"),
             ("[admin]\ntls = true", "tls.cert"),

@@ -20,6 +20,7 @@
 pub mod admin;
 pub mod auth;
 pub mod broker;
+pub mod cluster;
 pub mod config;
 pub mod delivery;
 pub mod handlers;

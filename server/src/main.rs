@@ -41,6 +41,13 @@ struct Args {
     /// Address of the management interface, overriding the config.
     #[arg(long)]
     admin_listen: Option<SocketAddr>,
+    /// Cluster mode through this Redis (`redis://host:port`), overriding
+    /// the config.
+    #[arg(long)]
+    cluster_redis: Option<String>,
+    /// This node's id in the cluster, overriding the config.
+    #[arg(long)]
+    node_id: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -81,6 +88,12 @@ fn main() -> ExitCode {
     if let Some(addr) = args.tls_listen {
         config.tls.listen = addr;
         config.tls.enabled = true;
+    }
+    if let Some(url) = args.cluster_redis {
+        config.cluster.redis = url;
+    }
+    if let Some(id) = args.node_id {
+        config.cluster.node_id = id;
     }
     if let Err(e) = config.validate("command line") {
         eprintln!("herald-server: {e}");

@@ -126,7 +126,17 @@ impl Server {
             next_serial: AtomicU64::new(1),
             connections: std::sync::Mutex::new(std::collections::HashMap::new()),
             started: std::time::Instant::now(),
+            cluster: std::sync::OnceLock::new(),
         });
+        // Before any connection is accepted: no subscription goes untold.
+        let cluster = match shared.config.cluster.enabled() {
+            true => {
+                let handle = crate::cluster::start(&shared.config.cluster, &shared)?;
+                let _ = shared.cluster.set(handle.cluster().clone());
+                Some(handle)
+            }
+            false => None,
+        };
 
         let mut threads = Vec::with_capacity(n + 1);
         for (index, (poll, rx, notified)) in worker_parts.into_iter().enumerate() {
@@ -192,6 +202,7 @@ impl Server {
             shared,
             acceptor_waker,
             threads,
+            cluster,
             stopped: AtomicBool::new(false),
         })
     }
@@ -241,10 +252,16 @@ pub struct ServerHandle {
     shared: Arc<Shared>,
     acceptor_waker: Waker,
     threads: Vec<JoinHandle<()>>,
+    cluster: Option<crate::cluster::ClusterHandle>,
     stopped: AtomicBool,
 }
 
 impl ServerHandle {
+    /// The link to the other nodes, in cluster mode.
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        self.cluster.as_ref().map(|c| c.cluster())
+    }
+
     /// The address the listener is bound to (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
@@ -348,6 +365,9 @@ impl ServerHandle {
             if t.join().is_err() {
                 log::error!("a server thread panicked");
             }
+        }
+        if let Some(cluster) = self.cluster.take() {
+            cluster.stop();
         }
         // Last: what the workers appended is written before the journal
         // thread ends.

@@ -172,6 +172,18 @@ async fn server(State(state): State<AppState>) -> ApiResult {
         "messages_in": messages_in,
         "messages_out": messages_out,
         "dropped": dropped,
+        "cluster": s.cluster.get().map(|c| {
+            let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+            let st = &c.stats;
+            json!({
+                "node_id": c.node_id,
+                "connected": st.connected_in.load(Ordering::Relaxed)
+                    && st.connected_out.load(Ordering::Relaxed),
+                "published": load(&st.published),
+                "received": load(&st.received),
+                "dropped": load(&st.dropped),
+            })
+        }),
         "process": super::process_footprint().map(|(rss_bytes, threads)| json!({
             "rss_bytes": rss_bytes,
             "threads": threads,

@@ -47,6 +47,37 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let s = &state.shared;
     let mut r = Registry::default();
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    if let Some(c) = s.cluster.get() {
+        let st = &c.stats;
+        let up =
+            st.connected_in.load(Ordering::Relaxed) && st.connected_out.load(Ordering::Relaxed);
+        gauge(
+            &mut r,
+            "herald_cluster_connected",
+            "Linked to Redis (1) or not (0)",
+            up.into(),
+        );
+        let rows = [
+            (
+                "herald_cluster_published",
+                "Topic messages sent to other nodes",
+                &st.published,
+            ),
+            (
+                "herald_cluster_received",
+                "Topic messages from other nodes",
+                &st.received,
+            ),
+            (
+                "herald_cluster_dropped",
+                "Topic messages not sent to other nodes",
+                &st.dropped,
+            ),
+        ];
+        for (name, help, value) in rows {
+            counter(&mut r, name, help, value.load(Ordering::Relaxed));
+        }
+    }
     if let Some((rss, threads)) = super::process_footprint() {
         let (rss, threads) = (rss as i64, threads as i64);
         gauge(

@@ -39,7 +39,7 @@ use base64::Engine;
 
 use crate::auth::Principal;
 use crate::delivery::Deliveries;
-use crate::net::{Command, Shared};
+use crate::net::Shared;
 
 /// The listeners' addresses, for `/api/server`.
 #[derive(Debug, Clone, Default)]
@@ -298,14 +298,8 @@ impl AppState {
     }
 
     /// Hands routed messages to the workers that own their connections.
-    fn route(&self, mut deliveries: Deliveries) {
-        let workers = &self.shared.workers;
-        for (worker, conns) in deliveries.drain_wakes() {
-            workers[worker].send(Command::Wake(conns));
-        }
-        for (worker, batch) in deliveries.drain() {
-            workers[worker].send(Command::Deliver(batch));
-        }
+    fn route(&self, deliveries: Deliveries) {
+        crate::net::hand_out(&self.shared, deliveries);
     }
 }
 

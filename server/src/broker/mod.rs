@@ -32,9 +32,10 @@ use std::cell::{OnceCell, RefCell};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use bytes::{Bytes, BytesMut};
+use herald_protocol::destination::PatternWord;
 use herald_protocol::message::{delivery_time, MessageRef};
 use herald_protocol::selector::Selector;
 use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, MessageView, Pattern};
@@ -326,6 +327,25 @@ pub struct Broker {
     /// `topics` is (read by publishers, written by subscribers), so a new
     /// subscriber gets each message once: kept, or live.
     retained: Mutex<HashMap<String, VecDeque<Bytes>>>,
+    /// The other nodes, in cluster mode.
+    peers: OnceLock<Arc<dyn Peers>>,
+}
+
+/// What a broker tells the other nodes of a cluster (see `crate::cluster`).
+/// Called on workers: implementations hand the work to threads of their
+/// own and never block.
+pub trait Peers: Send + Sync {
+    /// A message was published on `topic` here: other nodes route it to
+    /// their own subscribers.
+    fn published(&self, topic: &str, block: &Bytes);
+    /// A subscription to `pattern` began here (`true`) or ended.
+    fn interest(&self, pattern: &Pattern, interested: bool);
+}
+
+/// Whether topics under a pattern can be heard beyond this node: a
+/// temporary topic's subscribers are all on its owner's node.
+fn shared_with_peers(pattern: &Pattern) -> bool {
+    !matches!(pattern.words().first(), Some(PatternWord::Literal(w)) if w.as_str() == "temp")
 }
 
 /// Something to do at a delivery time.
@@ -442,6 +462,7 @@ impl Broker {
                 .filter_map(|r| Pattern::parse(&r.pattern).ok().map(|p| (p, r.last)))
                 .collect(),
             retained: Mutex::new(HashMap::new()),
+            peers: OnceLock::new(),
         }
     }
 
@@ -617,7 +638,7 @@ impl Broker {
             owner: None,
             backlog: None,
         };
-        self.write_topics().insert(&pattern, entry);
+        self.enter(&mut self.write_topics(), &pattern, entry);
         Durable {
             pattern,
             selector: selector_text,
@@ -632,7 +653,7 @@ impl Broker {
     /// Removes a durable subscription from the tree and ends it and its
     /// messages in the store.
     fn drop_durable(&self, d: Durable) {
-        self.write_topics().remove(&d.pattern, d.key);
+        self.leave(&mut self.write_topics(), &d.pattern, d.key);
         for m in lock(&d.queue).drain() {
             if let Some(id) = m.journal_id {
                 self.journal(Record::End { id });
@@ -804,10 +825,51 @@ impl Broker {
         write(&self.topics)
     }
 
+    /// Makes this broker one node of a cluster: its topic messages and
+    /// subscriptions are told to `peers` from now on, the subscriptions it
+    /// has already (durable ones restored from the journal) at once.
+    pub fn join_cluster(&self, peers: Arc<dyn Peers>) {
+        for d in lock(&self.durables).values() {
+            peers.interest(&d.pattern, true);
+        }
+        let _ = self.peers.set(peers);
+    }
+
+    /// Enters a subscription in the tree, and tells the other nodes.
+    fn enter(&self, tree: &mut TopicTree, pattern: &Pattern, entry: TopicEntry) {
+        tree.insert(pattern, entry);
+        if let Some(peers) = self.peers.get().filter(|_| shared_with_peers(pattern)) {
+            peers.interest(pattern, true);
+        }
+    }
+
+    /// Takes a subscription out of the tree, and tells the other nodes.
+    fn leave(&self, tree: &mut TopicTree, pattern: &Pattern, key: u64) {
+        let removed = tree.remove(pattern, key);
+        if let Some(peers) = self
+            .peers
+            .get()
+            .filter(|_| removed && shared_with_peers(pattern))
+        {
+            peers.interest(pattern, false);
+        }
+    }
+
+    /// Routes a message another node published on a topic to this node's
+    /// subscribers; it is not told to the other nodes again.
+    pub fn publish_from_peer(&self, message: &MessageView, out: &mut Deliveries) {
+        if message.destination_kind == DestinationKind::Topic {
+            if let Err(e) = self.route_topic(message, out) {
+                log::warn!("a message from another node was not routed: {e}");
+            }
+        }
+    }
+
     /// Routes a published message: to every matching topic subscription,
     /// or into its queue. Returns whether anything was written to the
     /// store (then the publisher's RECEIPT must wait for it). `room` says
-    /// what happens if its queue is full.
+    /// what happens if its queue is full. In a cluster, topic messages go
+    /// to the other nodes too.
     pub fn publish(
         &self,
         message: &MessageView,
@@ -830,63 +892,81 @@ impl Broker {
                     max: f.max_messages,
                 }),
             DestinationKind::Topic => {
-                self.check_topic(name)?;
-                if message.expiration != 0 && message.expiration <= queue::now_ms() {
-                    // Expired before routing: no subscriber sees it.
-                    let expired = QueuedMessage {
-                        seq: 0,
-                        block: block.clone(),
-                        deliveries: 0,
-                        journal_id: None,
-                        priority: message.priority,
-                        expiration: message.expiration,
-                    };
-                    self.refile_one(name, &expired, Refile::Expired, out);
-                    return Ok(Routed::default());
+                let routed = self.route_topic(message, out)?;
+                if let Some(peers) = self.peers.get() {
+                    if temporary_owner(name).is_none() {
+                        peers.published(name, block);
+                    }
                 }
-                // Parsed at most once, and only if a selector needs it.
-                let fields: OnceCell<Option<MessageRef<'_>>> = OnceCell::new();
-                let mut routed = Routed::default();
-                // Looked at once per publish, not per subscriber: most
-                // messages have no delivery time, and then no clock is read.
-                let due = delivery_time(block);
-                let delayed = due != 0 && due > queue::now_ms();
-                // A temporary topic's messages reach its owner only, even
-                // through wildcards.
-                let owner = temporary_owner(name);
-                let tree = self.read_topics();
-                tree.for_each_match(name, |entry| {
-                    if owner.is_some() && entry.owner != owner {
-                        return;
-                    }
-                    if let Some(selector) = &entry.selector {
-                        match fields.get_or_init(|| MessageRef::read(block).ok()) {
-                            Some(r) if selector.matches(r) => {}
-                            _ => return,
-                        }
-                    }
-                    routed.delivered += 1;
-                    if routed.backlog.is_none() {
-                        routed.backlog = entry.backlog.clone().filter(|b| b.is_high());
-                    }
-                    match &entry.target {
-                        Target::Direct(sub) if delayed => self.schedule(due, Timed::Direct(*sub, block.clone())),
-                        Target::Direct(sub) => out.push(*sub, block.clone()),
-                        Target::Queue(queue) => match self.enqueue(queue, block, mode, Room::Refuse, out) {
-                            Ok(written) => routed.journaled |= written,
-                            Err(full) => log::warn!(
-                                "subscription queue '{}' is full ({} messages): a message on {name} is not kept for it",
-                                lock(queue).name(),
-                                full.max_messages
-                            ),
-                        },
-                    }
-                });
-                self.retain(name, block);
-                drop(tree);
                 Ok(routed)
             }
         }
+    }
+
+    /// Routes a topic message to this node's subscribers.
+    fn route_topic(
+        &self,
+        message: &MessageView,
+        out: &mut Deliveries,
+    ) -> Result<Routed, RouteError> {
+        let name = message.destination();
+        let block = message.block();
+        let mode = message.delivery_mode;
+        self.check_topic(name)?;
+        if message.expiration != 0 && message.expiration <= queue::now_ms() {
+            // Expired before routing: no subscriber sees it.
+            let expired = QueuedMessage {
+                seq: 0,
+                block: block.clone(),
+                deliveries: 0,
+                journal_id: None,
+                priority: message.priority,
+                expiration: message.expiration,
+            };
+            self.refile_one(name, &expired, Refile::Expired, out);
+            return Ok(Routed::default());
+        }
+        // Parsed at most once, and only if a selector needs it.
+        let fields: OnceCell<Option<MessageRef<'_>>> = OnceCell::new();
+        let mut routed = Routed::default();
+        // Looked at once per publish, not per subscriber: most
+        // messages have no delivery time, and then no clock is read.
+        let due = delivery_time(block);
+        let delayed = due != 0 && due > queue::now_ms();
+        // A temporary topic's messages reach its owner only, even
+        // through wildcards.
+        let owner = temporary_owner(name);
+        let tree = self.read_topics();
+        tree.for_each_match(name, |entry| {
+            if owner.is_some() && entry.owner != owner {
+                return;
+            }
+            if let Some(selector) = &entry.selector {
+                match fields.get_or_init(|| MessageRef::read(block).ok()) {
+                    Some(r) if selector.matches(r) => {}
+                    _ => return,
+                }
+            }
+            routed.delivered += 1;
+            if routed.backlog.is_none() {
+                routed.backlog = entry.backlog.clone().filter(|b| b.is_high());
+            }
+            match &entry.target {
+                Target::Direct(sub) if delayed => self.schedule(due, Timed::Direct(*sub, block.clone())),
+                Target::Direct(sub) => out.push(*sub, block.clone()),
+                Target::Queue(queue) => match self.enqueue(queue, block, mode, Room::Refuse, out) {
+                    Ok(written) => routed.journaled |= written,
+                    Err(full) => log::warn!(
+                        "subscription queue '{}' is full ({} messages): a message on {name} is not kept for it",
+                        lock(queue).name(),
+                        full.max_messages
+                    ),
+                },
+            }
+        });
+        self.retain(name, block);
+        drop(tree);
+        Ok(routed)
     }
 
     /// Keeps a published message if a retain rule covers its topic. Called
@@ -1015,7 +1095,7 @@ impl Broker {
                 };
                 let mut tree = self.write_topics();
                 let kept = self.kept_for(&pattern, selector.as_deref());
-                tree.insert(&pattern, entry);
+                self.enter(&mut tree, &pattern, entry);
                 drop(tree);
                 for block in kept {
                     match &kept_for {
@@ -1130,7 +1210,7 @@ impl Broker {
                 key,
                 queue,
             } => {
-                self.write_topics().remove(&pattern, key);
+                self.leave(&mut self.write_topics(), &pattern, key);
                 // A private queue goes with its subscription.
                 drop(queue);
             }

@@ -306,6 +306,19 @@ pub struct Shared {
     pub next_serial: AtomicU64,
     /// Every open connection, by serial number.
     pub connections: std::sync::Mutex<HashMap<u64, Arc<ConnInfo>>>,
+    /// The link to the other nodes, in cluster mode.
+    pub cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
     /// When the server started.
     pub started: std::time::Instant,
+}
+
+/// Hands messages routed off the workers (by the management interface, or
+/// from other nodes) to the workers that own their connections.
+pub fn hand_out(shared: &Shared, mut deliveries: crate::delivery::Deliveries) {
+    for (worker, conns) in deliveries.drain_wakes() {
+        shared.workers[worker].send(Command::Wake(conns));
+    }
+    for (worker, batch) in deliveries.drain() {
+        shared.workers[worker].send(Command::Deliver(batch));
+    }
 }

@@ -1,0 +1,471 @@
+//! Cluster mode: nodes share topics through Redis pub/sub.
+//!
+//! Nothing here runs on a worker. A topic message published on this node
+//! is handed to the `herald-cluster-out` thread through a bounded channel
+//! (a full channel drops it and counts it: Redis pub/sub is at-most-once
+//! anyway), which `PUBLISH`es it, many per round trip, on channel
+//! `herald:t:<topic>`. The `herald-cluster-in` thread holds a pub/sub
+//! connection `PSUBSCRIBE`d to a Redis glob for each topic pattern that
+//! local subscriptions use, a superset that arriving messages are matched
+//! against exactly by the topic tree, and routes what other nodes
+//! published to the local subscribers, selectors evaluated here.
+//!
+//! Each published payload carries its origin (node id and this process's
+//! start, so a restarted node is a new origin) and a sequence number: a
+//! node skips its own messages, whose subscribers had them already, and a
+//! message that arrives once for each of several matching globs is routed
+//! once.
+//!
+//! Either thread reconnects with back-off when Redis goes away; the outage
+//! is logged and shown in `connected`, and messages published meanwhile do
+//! not reach other nodes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use herald_protocol::destination::{Pattern, PatternWord};
+use herald_protocol::MessageView;
+
+use crate::broker::Peers;
+use crate::config::ClusterSection;
+use crate::net::{hand_out, Shared};
+
+/// The prefix of the Redis channel a topic's messages go on.
+const CHANNEL: &str = "herald:t:";
+/// Messages waiting for the outbound thread.
+const OUTBOUND_QUEUE: usize = 65_536;
+/// Messages `PUBLISH`ed in one round trip at most.
+const BATCH: usize = 1024;
+/// How often the inbound thread looks for new interest while no message
+/// comes: the longest a new subscription waits to hear other nodes.
+const INTEREST_CHECK: Duration = Duration::from_millis(20);
+
+/// Counters of the cluster link, read by the management interface.
+#[derive(Debug, Default)]
+pub struct ClusterStats {
+    /// Messages sent to other nodes.
+    pub published: AtomicU64,
+    /// Messages from other nodes routed here.
+    pub received: AtomicU64,
+    /// Messages not sent to other nodes: the queue to Redis was full, or
+    /// Redis was away.
+    pub dropped: AtomicU64,
+    /// Both threads are connected to Redis.
+    pub connected_out: AtomicBool,
+    /// See `connected_out`.
+    pub connected_in: AtomicBool,
+}
+
+/// This node's side of the cluster: what the broker calls.
+pub struct Cluster {
+    /// The configured node id.
+    pub node_id: String,
+    /// Node id and process start: what payloads name as their origin.
+    origin: Vec<u8>,
+    next_seq: AtomicU64,
+    outbound: SyncSender<(String, Bytes)>,
+    /// Local subscriptions per Redis glob; a glob is subscribed to while
+    /// its count is above zero.
+    interest: Mutex<HashMap<String, usize>>,
+    changes: Mutex<mpsc::Sender<(String, bool)>>,
+    /// Counters.
+    pub stats: ClusterStats,
+    stop: AtomicBool,
+}
+
+/// The running cluster threads.
+pub struct ClusterHandle {
+    cluster: Arc<Cluster>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl ClusterHandle {
+    /// The cluster link.
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
+    /// Stops both threads and waits for them.
+    pub fn stop(self) {
+        self.cluster.stop.store(true, Ordering::Release);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the cluster threads for `shared`'s broker and registers the
+/// cluster with it.
+pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<ClusterHandle> {
+    let client = redis::Client::open(section.redis.as_str())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    let node_id = section.node_id();
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let origin = format!("{node_id}/{started:x}").into_bytes();
+    let (outbound, outbound_rx) = mpsc::sync_channel(OUTBOUND_QUEUE);
+    let (changes, changes_rx) = mpsc::channel();
+    let cluster = Arc::new(Cluster {
+        node_id,
+        origin,
+        next_seq: AtomicU64::new(0),
+        outbound,
+        interest: Mutex::new(HashMap::new()),
+        changes: Mutex::new(changes),
+        stats: ClusterStats::default(),
+        stop: AtomicBool::new(false),
+    });
+    shared.broker.join_cluster(cluster.clone());
+    let out = {
+        let (cluster, client) = (cluster.clone(), client.clone());
+        std::thread::Builder::new()
+            .name("herald-cluster-out".into())
+            .spawn(move || run_outbound(&cluster, &client, &outbound_rx))?
+    };
+    let inbound = {
+        let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
+        std::thread::Builder::new()
+            .name("herald-cluster-in".into())
+            .spawn(move || run_inbound(&cluster, &client, &changes_rx, &shared))?
+    };
+    log::info!(
+        "cluster: node {} through {}",
+        cluster.node_id,
+        section.redis
+    );
+    Ok(ClusterHandle {
+        cluster,
+        threads: vec![out, inbound],
+    })
+}
+
+impl Peers for Cluster {
+    fn published(&self, topic: &str, block: &Bytes) {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let mut payload = BytesMut::with_capacity(1 + self.origin.len() + 8 + block.len());
+        payload.put_u8(self.origin.len() as u8);
+        payload.put_slice(&self.origin);
+        payload.put_u64(seq);
+        payload.put_slice(block);
+        let channel = format!("{CHANNEL}{topic}");
+        match self.outbound.try_send((channel, payload.freeze())) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn interest(&self, pattern: &Pattern, interested: bool) {
+        let glob = redis_glob(pattern);
+        let mut interest = self.interest.lock().unwrap_or_else(|p| p.into_inner());
+        let count = interest.entry(glob.clone()).or_default();
+        let changed = if interested {
+            *count += 1;
+            *count == 1
+        } else {
+            *count = count.saturating_sub(1);
+            *count == 0
+        };
+        if *count == 0 {
+            interest.remove(&glob);
+        }
+        if changed {
+            let changes = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = changes.send((glob, interested));
+        }
+    }
+}
+
+/// The Redis glob for a topic pattern's channel: a superset of the
+/// topics it matches (Redis's `*` also spans dots), which the topic tree
+/// then matches exactly. Glob characters in literal words are escaped.
+pub fn redis_glob(pattern: &Pattern) -> String {
+    let mut glob = String::from(CHANNEL);
+    for (i, word) in pattern.words().iter().enumerate() {
+        match word {
+            // `#` matches any number of words, none included: everything
+            // from here on, without the dot before it.
+            PatternWord::Hash => {
+                if i > 0 {
+                    glob.pop();
+                }
+                glob.push('*');
+                return glob;
+            }
+            PatternWord::Star => glob.push('*'),
+            PatternWord::Literal(w) => {
+                for c in w.chars() {
+                    if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                        glob.push('\\');
+                    }
+                    glob.push(c);
+                }
+            }
+        }
+        glob.push('.');
+    }
+    glob.pop();
+    glob
+}
+
+/// Sleeps before reconnecting, longer each time up to two seconds; false
+/// if the cluster stops meanwhile.
+fn back_off(cluster: &Cluster, attempt: &mut u32) -> bool {
+    let delay = Duration::from_millis(100u64 << (*attempt).min(4)).min(Duration::from_secs(2));
+    *attempt += 1;
+    let mut slept = Duration::ZERO;
+    while slept < delay {
+        if cluster.stop.load(Ordering::Acquire) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        slept += Duration::from_millis(20);
+    }
+    !cluster.stop.load(Ordering::Acquire)
+}
+
+/// Marks one side of the link up or down, and says so when it changes.
+fn connected(flag: &AtomicBool, side: &str, up: bool, why: &str) {
+    if flag.swap(up, Ordering::AcqRel) != up {
+        if up {
+            log::info!("cluster: {side} connected to Redis");
+        } else {
+            log::warn!("cluster: {side} lost Redis ({why}); reconnecting");
+        }
+    }
+}
+
+fn run_outbound(cluster: &Cluster, client: &redis::Client, rx: &Receiver<(String, Bytes)>) {
+    let mut attempt = 0;
+    let mut batch = Vec::with_capacity(BATCH);
+    while !cluster.stop.load(Ordering::Acquire) {
+        let mut con = match client.get_connection() {
+            Ok(con) => con,
+            Err(e) => {
+                connected(
+                    &cluster.stats.connected_out,
+                    "publisher",
+                    false,
+                    &e.to_string(),
+                );
+                // What waits meanwhile would reach nobody in time.
+                let lost = rx.try_iter().count() as u64;
+                cluster.stats.dropped.fetch_add(lost, Ordering::Relaxed);
+                if !back_off(cluster, &mut attempt) {
+                    return;
+                }
+                continue;
+            }
+        };
+        attempt = 0;
+        connected(&cluster.stats.connected_out, "publisher", true, "");
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(first) => batch.push(first),
+                Err(RecvTimeoutError::Timeout) if !cluster.stop.load(Ordering::Acquire) => continue,
+                Err(_) => return,
+            }
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+                }
+            }
+            let mut pipe = redis::pipe();
+            for (channel, payload) in &batch {
+                pipe.cmd("PUBLISH").arg(channel).arg(&payload[..]).ignore();
+            }
+            let n = batch.len() as u64;
+            batch.clear();
+            match pipe.query::<()>(&mut con) {
+                Ok(()) => {
+                    cluster.stats.published.fetch_add(n, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    cluster.stats.dropped.fetch_add(n, Ordering::Relaxed);
+                    connected(
+                        &cluster.stats.connected_out,
+                        "publisher",
+                        false,
+                        &e.to_string(),
+                    );
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn run_inbound(
+    cluster: &Cluster,
+    client: &redis::Client,
+    changes: &Receiver<(String, bool)>,
+    shared: &Weak<Shared>,
+) {
+    let mut attempt = 0;
+    // The last sequence number routed from each origin.
+    let mut last: HashMap<Vec<u8>, u64> = HashMap::new();
+    while !cluster.stop.load(Ordering::Acquire) {
+        let result = client.get_connection().and_then(|mut con| {
+            let mut pubsub = con.as_pubsub();
+            pubsub.set_read_timeout(Some(INTEREST_CHECK))?;
+            // Changes sent before this point are in the map already.
+            while changes.try_recv().is_ok() {}
+            let globs: Vec<String> = cluster
+                .interest
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .cloned()
+                .collect();
+            for glob in globs {
+                pubsub.psubscribe(glob)?;
+            }
+            attempt = 0;
+            connected(&cluster.stats.connected_in, "subscriber", true, "");
+            serve(cluster, &mut pubsub, changes, shared, &mut last)
+        });
+        match result {
+            Ok(()) => return,
+            Err(e) => {
+                connected(
+                    &cluster.stats.connected_in,
+                    "subscriber",
+                    false,
+                    &e.to_string(),
+                );
+                if !back_off(cluster, &mut attempt) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Routes messages from other nodes until the cluster stops (`Ok`) or
+/// Redis fails (`Err`).
+fn serve(
+    cluster: &Cluster,
+    pubsub: &mut redis::PubSub<'_>,
+    changes: &Receiver<(String, bool)>,
+    shared: &Weak<Shared>,
+    last: &mut HashMap<Vec<u8>, u64>,
+) -> redis::RedisResult<()> {
+    loop {
+        if cluster.stop.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        while let Ok((glob, interested)) = changes.try_recv() {
+            if interested {
+                pubsub.psubscribe(glob)?;
+            } else {
+                pubsub.punsubscribe(glob)?;
+            }
+        }
+        let message = match pubsub.get_message() {
+            Ok(m) => m,
+            Err(e) if e.is_timeout() => continue,
+            Err(e) => return Err(e),
+        };
+        let Some(shared) = shared.upgrade() else {
+            return Ok(());
+        };
+        let payload: Vec<u8> = message.get_payload()?;
+        match Inbound::parse(&payload) {
+            Some(inbound) if inbound.origin == cluster.origin.as_slice() => {}
+            Some(inbound) => {
+                let seen = last.get(inbound.origin).is_some_and(|&s| inbound.seq <= s);
+                if !seen {
+                    last.insert(inbound.origin.to_vec(), inbound.seq);
+                    route(cluster, &shared, message.get_channel_name(), inbound.block);
+                }
+            }
+            None => log::warn!(
+                "cluster: a malformed message on {} was ignored",
+                message.get_channel_name()
+            ),
+        }
+    }
+}
+
+/// A payload from another node.
+struct Inbound<'a> {
+    origin: &'a [u8],
+    seq: u64,
+    block: &'a [u8],
+}
+
+impl<'a> Inbound<'a> {
+    fn parse(payload: &'a [u8]) -> Option<Inbound<'a>> {
+        let (&len, rest) = payload.split_first()?;
+        let (origin, rest) = rest.split_at_checked(len as usize)?;
+        let (seq, block) = rest.split_first_chunk::<8>()?;
+        Some(Inbound {
+            origin,
+            seq: u64::from_be_bytes(*seq),
+            block,
+        })
+    }
+}
+
+/// Routes a message from another node to this node's subscribers.
+fn route(cluster: &Cluster, shared: &Arc<Shared>, channel: &str, block: &[u8]) {
+    // Checked as any client's message is: a peer is not trusted further.
+    let view = match MessageView::parse(Bytes::copy_from_slice(block)) {
+        Ok(view) => view,
+        Err(e) => {
+            log::warn!("cluster: an invalid message on {channel} was ignored: {e}");
+            return;
+        }
+    };
+    if channel.strip_prefix(CHANNEL) != Some(view.destination()) {
+        log::warn!(
+            "cluster: a message for {} came on {channel}; ignored",
+            view.destination()
+        );
+        return;
+    }
+    let mut out = crate::delivery::Deliveries::new(shared.workers.len());
+    shared.broker.publish_from_peer(&view, &mut out);
+    hand_out(shared, out);
+    cluster.stats.received.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn glob(p: &str) -> String {
+        redis_glob(&Pattern::parse(p).unwrap())
+    }
+
+    #[test]
+    fn globs_cover_what_patterns_match() {
+        assert_eq!(glob("sales.eu"), "herald:t:sales.eu");
+        assert_eq!(glob("sales.*.phones"), "herald:t:sales.*.phones");
+        assert_eq!(glob("sales.#"), "herald:t:sales*");
+        assert_eq!(glob("#"), "herald:t:*");
+        assert_eq!(glob("a.#.z"), "herald:t:a*");
+    }
+
+    #[test]
+    fn payloads_from_peers_are_parsed_or_refused() {
+        let mut p = vec![3];
+        p.extend_from_slice(b"n/1");
+        p.extend_from_slice(&7u64.to_be_bytes());
+        p.extend_from_slice(b"block");
+        let i = Inbound::parse(&p).unwrap();
+        assert_eq!((i.origin, i.seq, i.block), (&b"n/1"[..], 7, &b"block"[..]));
+        for cut in 0..12 {
+            assert!(Inbound::parse(&p[..cut]).is_none(), "{cut}");
+        }
+        assert!(Inbound::parse(&[200, 1, 2]).is_none());
+    }
+}

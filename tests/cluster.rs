@@ -1,0 +1,184 @@
+//! Cluster mode: Herald nodes that share topics through a real Redis
+//! (Debian's redis-server, started here on a free port).
+
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use herald_client::{Consumer, ConsumerOptions, Destination, Message, Session};
+use herald_tests::*;
+
+/// A redis-server of this test's, stopped when dropped.
+struct Redis {
+    child: Child,
+    port: u16,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Redis::on(port)
+    }
+
+    fn on(port: u16) -> Redis {
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (Debian's package; scripts/test.sh installs it)");
+        wait_until("redis-server listens", || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        Redis { child, port }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn node(redis: &Redis, id: &str) -> TestServer {
+    let mut config = test_config();
+    config.cluster.redis = redis.url();
+    config.cluster.node_id = id.into();
+    start_with(config)
+}
+
+/// Publishes on `from` until `consumer` (subscribed on another node)
+/// hears it: the other node has told Redis of its subscriptions so far.
+fn until_heard(from: &Session, topic: &str, consumer: &Consumer) {
+    let producer = from.create_producer(&Destination::topic(topic)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        producer.send_with_receipt(Message::text("probe")).unwrap();
+        if consumer
+            .receive(Duration::from_millis(50))
+            .unwrap()
+            .is_some()
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic} never crossed to the other node"
+        );
+    }
+    // Probes sent after the first one heard.
+    while consumer
+        .receive(Duration::from_millis(100))
+        .unwrap()
+        .is_some()
+    {}
+}
+
+/// The texts a consumer receives until it is quiet for a moment.
+fn texts(consumer: &Consumer) -> Vec<String> {
+    let mut got = Vec::new();
+    while let Some(m) = consumer.receive(Duration::from_millis(300)).unwrap() {
+        got.push(m.body_text().unwrap_or_default().to_owned());
+    }
+    got
+}
+
+#[test]
+fn topics_reach_subscribers_on_every_node_once_with_wildcards_and_selectors() {
+    let redis = Redis::start();
+    let (a, b, c) = (node(&redis, "a"), node(&redis, "b"), node(&redis, "c"));
+    let (_ca, on_a) = connect(&a);
+    let (_cb, on_b) = connect(&b);
+    let exact = subscribe(&on_b, "sales.eu.phones");
+    let star = subscribe(&on_b, "sales.*.phones");
+    // Overlaps `sales.*.phones`: Redis sends a message once for each
+    // matching glob, and the node must route it once.
+    let hash = subscribe(&on_b, "sales.#");
+    let selected = on_b
+        .create_consumer_with(
+            &Destination::topic("sales.#"),
+            ConsumerOptions::default().selector("units > 2"),
+        )
+        .unwrap();
+    let local = subscribe(&on_a, "sales.#");
+    let probe = subscribe(&on_b, "probe");
+    until_heard(&on_a, "probe", &probe);
+    while local.receive(Duration::from_millis(100)).unwrap().is_some() {}
+
+    for (topic, units) in [
+        ("sales.eu.phones", 1),
+        ("sales.us.phones", 5),
+        ("sales.eu.tv", 3),
+        ("other.thing", 9),
+    ] {
+        let producer = on_a.create_producer(&Destination::topic(topic)).unwrap();
+        producer
+            .send_with_receipt(Message::text(topic).with_property("units", units))
+            .unwrap();
+    }
+    assert_eq!(texts(&exact), ["sales.eu.phones"]);
+    assert_eq!(texts(&star), ["sales.eu.phones", "sales.us.phones"]);
+    assert_eq!(
+        texts(&hash),
+        ["sales.eu.phones", "sales.us.phones", "sales.eu.tv"]
+    );
+    assert_eq!(texts(&selected), ["sales.us.phones", "sales.eu.tv"]);
+    // The publisher's own node delivers once, not again from Redis.
+    assert_eq!(
+        texts(&local),
+        ["sales.eu.phones", "sales.us.phones", "sales.eu.tv"]
+    );
+    // Node c has no subscribers: Redis sends it nothing.
+    let stats = &c.cluster().unwrap().stats;
+    assert_eq!(stats.received.load(Ordering::Relaxed), 0);
+    assert!(b.cluster().unwrap().stats.received.load(Ordering::Relaxed) >= 3);
+    // Nor does b once its subscribers are gone.
+    drop((exact, star, hash, selected, probe));
+    let before = b.cluster().unwrap().stats.received.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(200));
+    let producer = on_a
+        .create_producer(&Destination::topic("sales.eu.phones"))
+        .unwrap();
+    producer.send_with_receipt(Message::text("late")).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let after = b.cluster().unwrap().stats.received.load(Ordering::Relaxed);
+    assert_eq!(after, before, "b still hears topics nobody there wants");
+}
+
+#[test]
+fn nodes_reconnect_to_a_restarted_redis_and_say_so() {
+    let mut redis = Redis::start();
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    let (_ca, on_a) = connect(&a);
+    let (_cb, on_b) = connect(&b);
+    let feed = subscribe(&on_b, "feed");
+    until_heard(&on_a, "feed", &feed);
+    let port = redis.port;
+    drop(redis);
+    let linked = |n: &TestServer| {
+        let s = &n.cluster().unwrap().stats;
+        s.connected_in.load(Ordering::Relaxed) && s.connected_out.load(Ordering::Relaxed)
+    };
+    // A publish while Redis is away finds the link down.
+    let producer = on_a.create_producer(&Destination::topic("feed")).unwrap();
+    wait_until("the nodes notice Redis is gone", || {
+        let _ = producer.send(Message::text("lost"));
+        !linked(&a) && !linked(&b)
+    });
+    redis = Redis::on(port);
+    wait_until("the nodes reconnect", || linked(&a) && linked(&b));
+    // Subscriptions are made again on the new Redis, and messages cross.
+    until_heard(&on_a, "feed", &feed);
+    drop(redis);
+}
