@@ -21,29 +21,44 @@
 //! not reach other nodes.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use herald_protocol::destination::{Pattern, PatternWord};
 use herald_protocol::MessageView;
 
-use crate::broker::Peers;
+use crate::broker::{Backlog, Peers};
 use crate::config::ClusterSection;
+use crate::delivery::Deliveries;
 use crate::net::{hand_out, Shared};
 
 /// The prefix of the Redis channel a topic's messages go on.
 const CHANNEL: &str = "herald:t:";
 /// Messages waiting for the outbound thread.
 const OUTBOUND_QUEUE: usize = 65_536;
+/// Past this many waiting, publishers pause (while Redis is there).
+const OUTBOUND_HIGH: usize = OUTBOUND_QUEUE / 4;
+/// Publishers go on once no more than this many wait.
+const OUTBOUND_LOW: usize = OUTBOUND_QUEUE / 16;
 /// Messages `PUBLISH`ed in one round trip at most.
 const BATCH: usize = 1024;
-/// How often the inbound thread looks for new interest while no message
-/// comes: the longest a new subscription waits to hear other nodes.
-const INTEREST_CHECK: Duration = Duration::from_millis(20);
+/// How long the inbound thread waits for a message before it looks for
+/// new interest and hands out what it routed: the longest a new
+/// subscription waits to hear other nodes, and the longest the last
+/// message of a burst waits.
+const INTEREST_CHECK: Duration = Duration::from_millis(5);
+/// Routed messages are handed to the workers in batches under load: when
+/// this many are waiting, or the first of them has waited `HAND_OUT_AFTER`.
+const HAND_OUT_BATCH: usize = 256;
+/// See `HAND_OUT_BATCH`.
+const HAND_OUT_AFTER: Duration = Duration::from_micros(100);
+/// A message that comes this long after the one before is not part of a
+/// burst: it is handed out at once.
+const LONE_AFTER: Duration = Duration::from_micros(50);
 
 /// Counters of the cluster link, read by the management interface.
 #[derive(Debug, Default)]
@@ -69,6 +84,10 @@ pub struct Cluster {
     origin: Vec<u8>,
     next_seq: AtomicU64,
     outbound: SyncSender<(String, Bytes)>,
+    /// Messages in `outbound`.
+    queued: AtomicUsize,
+    /// Raised while `outbound` is fuller than `OUTBOUND_HIGH`.
+    backlog: Arc<Backlog>,
     /// Local subscriptions per Redis glob; a glob is subscribed to while
     /// its count is above zero.
     interest: Mutex<HashMap<String, usize>>,
@@ -116,6 +135,8 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         origin,
         next_seq: AtomicU64::new(0),
         outbound,
+        queued: AtomicUsize::new(0),
+        backlog: Arc::default(),
         interest: Mutex::new(HashMap::new()),
         changes: Mutex::new(changes),
         stats: ClusterStats::default(),
@@ -145,8 +166,21 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
     })
 }
 
+impl Cluster {
+    /// `n` messages left the outbound queue.
+    fn dequeued(&self, n: usize) {
+        let left = self
+            .queued
+            .fetch_sub(n, Ordering::Relaxed)
+            .saturating_sub(n);
+        if left <= OUTBOUND_LOW || !self.stats.connected_out.load(Ordering::Relaxed) {
+            self.backlog.set(false);
+        }
+    }
+}
+
 impl Peers for Cluster {
-    fn published(&self, topic: &str, block: &Bytes) {
+    fn published(&self, topic: &str, block: &Bytes) -> Option<Arc<Backlog>> {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let mut payload = BytesMut::with_capacity(1 + self.origin.len() + 8 + block.len());
         payload.put_u8(self.origin.len() as u8);
@@ -154,12 +188,23 @@ impl Peers for Cluster {
         payload.put_u64(seq);
         payload.put_slice(block);
         let channel = format!("{CHANNEL}{topic}");
+        // Counted before it is queued, so that the outbound thread never
+        // takes off more than was added.
+        let queued = self.queued.fetch_add(1, Ordering::Relaxed) + 1;
         match self.outbound.try_send((channel, payload.freeze())) {
-            Ok(()) => {}
+            Ok(()) => {
+                // While Redis is away nobody drains the queue: publishers
+                // go on, and what the queue cannot take is dropped.
+                if queued > OUTBOUND_HIGH && self.stats.connected_out.load(Ordering::Relaxed) {
+                    self.backlog.set(true);
+                }
+            }
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.queued.fetch_sub(1, Ordering::Relaxed);
                 self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+        self.backlog.is_high().then(|| self.backlog.clone())
     }
 
     fn interest(&self, pattern: &Pattern, interested: bool) {
@@ -256,8 +301,12 @@ fn run_outbound(cluster: &Cluster, client: &redis::Client, rx: &Receiver<(String
                     &e.to_string(),
                 );
                 // What waits meanwhile would reach nobody in time.
-                let lost = rx.try_iter().count() as u64;
-                cluster.stats.dropped.fetch_add(lost, Ordering::Relaxed);
+                let lost = rx.try_iter().count();
+                cluster.dequeued(lost);
+                cluster
+                    .stats
+                    .dropped
+                    .fetch_add(lost as u64, Ordering::Relaxed);
                 if !back_off(cluster, &mut attempt) {
                     return;
                 }
@@ -278,6 +327,7 @@ fn run_outbound(cluster: &Cluster, client: &redis::Client, rx: &Receiver<(String
                     Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
                 }
             }
+            cluster.dequeued(batch.len());
             let mut pipe = redis::pipe();
             for (channel, payload) in &batch {
                 pipe.cmd("PUBLISH").arg(channel).arg(&payload[..]).ignore();
@@ -312,6 +362,7 @@ fn run_inbound(
     let mut attempt = 0;
     // The last sequence number routed from each origin.
     let mut last: HashMap<Vec<u8>, u64> = HashMap::new();
+    let mut out = None;
     while !cluster.stop.load(Ordering::Acquire) {
         let result = client.get_connection().and_then(|mut con| {
             let mut pubsub = con.as_pubsub();
@@ -330,7 +381,7 @@ fn run_inbound(
             }
             attempt = 0;
             connected(&cluster.stats.connected_in, "subscriber", true, "");
-            serve(cluster, &mut pubsub, changes, shared, &mut last)
+            serve(cluster, &mut pubsub, changes, shared, &mut last, &mut out)
         });
         match result {
             Ok(()) => return,
@@ -357,7 +408,12 @@ fn serve(
     changes: &Receiver<(String, bool)>,
     shared: &Weak<Shared>,
     last: &mut HashMap<Vec<u8>, u64>,
+    out: &mut Option<Deliveries>,
 ) -> redis::RedisResult<()> {
+    // Messages routed and not handed out yet, and when the first came.
+    let mut pending: (usize, Option<Instant>) = (0, None);
+    // When the last message came.
+    let mut previous: Option<Instant> = None;
     loop {
         if cluster.stop.load(Ordering::Acquire) {
             return Ok(());
@@ -371,20 +427,37 @@ fn serve(
         }
         let message = match pubsub.get_message() {
             Ok(m) => m,
-            Err(e) if e.is_timeout() => continue,
+            Err(e) if e.is_timeout() => {
+                if let (Some(shared), Some(out)) = (shared.upgrade(), out.as_mut()) {
+                    hand_out(&shared, out);
+                }
+                pending = (0, None);
+                continue;
+            }
             Err(e) => return Err(e),
         };
         let Some(shared) = shared.upgrade() else {
             return Ok(());
         };
-        let payload: Vec<u8> = message.get_payload()?;
+        let payload = Bytes::from(message.get_payload::<Vec<u8>>()?);
         match Inbound::parse(&payload) {
             Some(inbound) if inbound.origin == cluster.origin.as_slice() => {}
             Some(inbound) => {
                 let seen = last.get(inbound.origin).is_some_and(|&s| inbound.seq <= s);
                 if !seen {
                     last.insert(inbound.origin.to_vec(), inbound.seq);
-                    route(cluster, &shared, message.get_channel_name(), inbound.block);
+                    let block = payload.slice_ref(inbound.block);
+                    let out = out.get_or_insert_with(|| Deliveries::new(shared.workers.len()));
+                    route(cluster, &shared, message.get_channel_name(), block, out);
+                    let now = Instant::now();
+                    let lone = previous.is_none_or(|p| now - p >= LONE_AFTER);
+                    previous = Some(now);
+                    let oldest = *pending.1.get_or_insert(now);
+                    pending.0 += 1;
+                    if lone || pending.0 >= HAND_OUT_BATCH || now - oldest >= HAND_OUT_AFTER {
+                        hand_out(&shared, out);
+                        pending = (0, None);
+                    }
                 }
             }
             None => log::warn!(
@@ -416,9 +489,9 @@ impl<'a> Inbound<'a> {
 }
 
 /// Routes a message from another node to this node's subscribers.
-fn route(cluster: &Cluster, shared: &Arc<Shared>, channel: &str, block: &[u8]) {
+fn route(cluster: &Cluster, shared: &Shared, channel: &str, block: Bytes, out: &mut Deliveries) {
     // Checked as any client's message is: a peer is not trusted further.
-    let view = match MessageView::parse(Bytes::copy_from_slice(block)) {
+    let view = match MessageView::parse(block) {
         Ok(view) => view,
         Err(e) => {
             log::warn!("cluster: an invalid message on {channel} was ignored: {e}");
@@ -432,9 +505,7 @@ fn route(cluster: &Cluster, shared: &Arc<Shared>, channel: &str, block: &[u8]) {
         );
         return;
     }
-    let mut out = crate::delivery::Deliveries::new(shared.workers.len());
-    shared.broker.publish_from_peer(&view, &mut out);
-    hand_out(shared, out);
+    shared.broker.publish_from_peer(&view, out);
     cluster.stats.received.fetch_add(1, Ordering::Relaxed);
 }
 

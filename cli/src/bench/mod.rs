@@ -116,6 +116,11 @@ pub struct Args {
     /// Subscriptions that never match, for --mode subscriptions.
     #[arg(long, default_value_t = 100_000)]
     subscriptions: usize,
+    /// Another node of the same cluster: the throughput run is measured
+    /// with everyone on --server, then with the subscribers on this one,
+    /// and the two compared.
+    #[arg(long)]
+    subscriber_server: Option<String>,
     /// Idle connections for --mode connections.
     #[arg(long, default_value_t = 10_000)]
     connections: usize,
@@ -207,7 +212,29 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
     } else {
         if matches!(args.mode, Mode::All | Mode::Throughput) {
             let (publishers, subscribers) = (args.publishers, args.subscribers);
-            throughput::run(&factory, publishers, subscribers, args.size, args.count)?.print();
+            let one = throughput::run(&factory, publishers, subscribers, args.size, args.count)?;
+            one.print();
+            if let Some(url) = &args.subscriber_server {
+                let other = ConnectionFactory::new(url)?;
+                let across = throughput::run_across(
+                    &factory,
+                    &other,
+                    publishers,
+                    subscribers,
+                    args.size,
+                    args.count,
+                )?;
+                across.print();
+                let (one, across) = (one.deliveries_per_sec(), across.deliveries_per_sec());
+                println!(
+                    "across nodes: {across:.0} deliveries/s, one node: {one:.0}, ratio {:.2}",
+                    across / one
+                );
+                println!(
+                    "{{\"scenario\":\"across_nodes\",\"one_node\":{one:.0},\"across\":{across:.0},\"ratio\":{:.3}}}",
+                    across / one
+                );
+            }
         }
         if matches!(args.mode, Mode::All | Mode::Latency) {
             latency::run(&factory, args.size, args.rate, args.latency_count)?.print();

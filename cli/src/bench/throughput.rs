@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use herald_client::{AckMode, Destination, Message, Result};
@@ -17,7 +17,14 @@ struct Counter {
     out_of_order: AtomicU64,
     /// When the last message arrived.
     last: Mutex<Option<Instant>>,
+    /// A probe arrived: the subscription is heard from the publishers'
+    /// node.
+    probed: std::sync::atomic::AtomicBool,
 }
+
+/// The body of a warm-up message across nodes (shorter than any measured
+/// one, which has at least 16 bytes).
+const PROBE: &[u8] = b"probe";
 
 /// `publishers` each send `count` messages of `size` bytes (at least 12:
 /// a sequence number and the publisher's index) to `subscribers`.
@@ -28,12 +35,25 @@ pub fn run(
     size: usize,
     count: u64,
 ) -> Result<ThroughputReport> {
+    run_across(factory, factory, publishers, subscribers, size, count)
+}
+
+/// [`run`] with the subscribers on the server of `subscribe_to` (another
+/// node of a cluster) and the publishers on that of `publish_to`.
+pub fn run_across(
+    publish_to: &herald_client::ConnectionFactory,
+    subscribe_to: &herald_client::ConnectionFactory,
+    publishers: usize,
+    subscribers: usize,
+    size: usize,
+    count: u64,
+) -> Result<ThroughputReport> {
     let topic = bench_topic("throughput");
     let destination = Destination::topic(topic);
     let mut connections = Vec::new();
     let mut counters = Vec::new();
     for _ in 0..subscribers {
-        let connection = factory.create_connection()?;
+        let connection = subscribe_to.create_connection()?;
         let session = connection.create_session(AckMode::Auto)?;
         let consumer = session.create_consumer(&destination)?;
         let counter = Arc::new(Counter::default());
@@ -41,6 +61,10 @@ pub fn run(
         let mut expected_seq = vec![0u64; publishers];
         consumer.set_message_listener(move |m| {
             if let herald_client::Body::Bytes(b) = &m.body {
+                if &b[..] == PROBE {
+                    c.probed.store(true, Ordering::Relaxed);
+                    return;
+                }
                 let seq = b.get(..8).map_or(u64::MAX, |s| {
                     u64::from_be_bytes(s.try_into().unwrap_or_default())
                 });
@@ -67,10 +91,26 @@ pub fn run(
 
     let mut producers = Vec::new();
     for _ in 0..publishers {
-        let connection = factory.create_connection()?;
+        let connection = publish_to.create_connection()?;
         let session = connection.create_session(AckMode::Auto)?;
         let producer = session.create_producer(&destination)?;
         producers.push((connection, session, producer));
+    }
+    if !std::ptr::eq(publish_to, subscribe_to) {
+        // Another node hears the subscriptions a moment after they are
+        // made: probe until every subscriber has heard one.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !counters.iter().all(|c| c.probed.load(Ordering::Relaxed)) {
+            if Instant::now() > deadline {
+                return Err(herald_client::Error::InvalidArgument(
+                    "the subscribers' node never heard the publishers' node".into(),
+                ));
+            }
+            producers[0]
+                .2
+                .send_with_receipt(Message::bytes(Bytes::from_static(PROBE)))?;
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
     let progress = Mutex::new(Progress::new("publishing", count));
     let started = Instant::now();

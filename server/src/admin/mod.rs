@@ -298,8 +298,8 @@ impl AppState {
     }
 
     /// Hands routed messages to the workers that own their connections.
-    fn route(&self, deliveries: Deliveries) {
-        crate::net::hand_out(&self.shared, deliveries);
+    fn route(&self, mut deliveries: Deliveries) {
+        crate::net::hand_out(&self.shared, &mut deliveries);
     }
 }
 

@@ -336,8 +336,10 @@ pub struct Broker {
 /// own and never block.
 pub trait Peers: Send + Sync {
     /// A message was published on `topic` here: other nodes route it to
-    /// their own subscribers.
-    fn published(&self, topic: &str, block: &Bytes);
+    /// their own subscribers. Returns a backlog signal while the copies
+    /// for other nodes pile up faster than they leave: its publisher
+    /// pauses, as for a slow subscriber.
+    fn published(&self, topic: &str, block: &Bytes) -> Option<Arc<Backlog>>;
     /// A subscription to `pattern` began here (`true`) or ended.
     fn interest(&self, pattern: &Pattern, interested: bool);
 }
@@ -892,10 +894,12 @@ impl Broker {
                     max: f.max_messages,
                 }),
             DestinationKind::Topic => {
-                let routed = self.route_topic(message, out)?;
+                let mut routed = self.route_topic(message, out)?;
                 if let Some(peers) = self.peers.get() {
                     if temporary_owner(name).is_none() {
-                        peers.published(name, block);
+                        if let Some(backlog) = peers.published(name, block) {
+                            routed.backlog.get_or_insert(backlog);
+                        }
                     }
                 }
                 Ok(routed)

@@ -314,7 +314,7 @@ pub struct Shared {
 
 /// Hands messages routed off the workers (by the management interface, or
 /// from other nodes) to the workers that own their connections.
-pub fn hand_out(shared: &Shared, mut deliveries: crate::delivery::Deliveries) {
+pub fn hand_out(shared: &Shared, deliveries: &mut crate::delivery::Deliveries) {
     for (worker, conns) in deliveries.drain_wakes() {
         shared.workers[worker].send(Command::Wake(conns));
     }
