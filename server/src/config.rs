@@ -475,11 +475,9 @@ impl Config {
                 return invalid(key, "must be greater than 0".into());
             }
         }
-        if self.cluster.enabled()
-            && !["redis://", "rediss://", "unix://"]
-                .iter()
-                .any(|s| self.cluster.redis.starts_with(s))
-        {
+        // Plain TCP only: the inbound connection is read by Herald's own
+        // RESP reader (cluster::resp), which speaks no TLS.
+        if self.cluster.enabled() && !self.cluster.redis.starts_with("redis://") {
             return invalid(
                 "cluster.redis",
                 format!("{:?} is not a redis:// URL", self.cluster.redis),

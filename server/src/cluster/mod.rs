@@ -20,6 +20,8 @@
 //! is logged and shown in `connected`, and messages published meanwhile do
 //! not reach other nodes.
 
+mod resp;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
@@ -35,6 +37,7 @@ use crate::broker::{Backlog, Peers};
 use crate::config::ClusterSection;
 use crate::delivery::Deliveries;
 use crate::net::{hand_out, Shared};
+use resp::{Item, Subscriber};
 
 /// The prefix of the Redis channel a topic's messages go on.
 const CHANNEL: &str = "herald:t:";
@@ -364,25 +367,25 @@ fn run_inbound(
     let mut last: HashMap<Vec<u8>, u64> = HashMap::new();
     let mut out = None;
     while !cluster.stop.load(Ordering::Acquire) {
-        let result = client.get_connection().and_then(|mut con| {
-            let mut pubsub = con.as_pubsub();
-            pubsub.set_read_timeout(Some(INTEREST_CHECK))?;
-            // Changes sent before this point are in the map already.
-            while changes.try_recv().is_ok() {}
-            let globs: Vec<String> = cluster
-                .interest
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .keys()
-                .cloned()
-                .collect();
-            for glob in globs {
-                pubsub.psubscribe(glob)?;
-            }
-            attempt = 0;
-            connected(&cluster.stats.connected_in, "subscriber", true, "");
-            serve(cluster, &mut pubsub, changes, shared, &mut last, &mut out)
-        });
+        let result = Subscriber::connect(client.get_connection_info(), INTEREST_CHECK).and_then(
+            |mut sub| {
+                // Changes sent before this point are in the map already.
+                while changes.try_recv().is_ok() {}
+                let globs: Vec<String> = cluster
+                    .interest
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .keys()
+                    .cloned()
+                    .collect();
+                for glob in globs {
+                    sub.send(&[b"PSUBSCRIBE", glob.as_bytes()])?;
+                }
+                attempt = 0;
+                connected(&cluster.stats.connected_in, "subscriber", true, "");
+                serve(cluster, &mut sub, changes, shared, &mut last, &mut out)
+            },
+        );
         match result {
             Ok(()) => return,
             Err(e) => {
@@ -404,12 +407,12 @@ fn run_inbound(
 /// Redis fails (`Err`).
 fn serve(
     cluster: &Cluster,
-    pubsub: &mut redis::PubSub<'_>,
+    sub: &mut Subscriber,
     changes: &Receiver<(String, bool)>,
     shared: &Weak<Shared>,
     last: &mut HashMap<Vec<u8>, u64>,
     out: &mut Option<Deliveries>,
-) -> redis::RedisResult<()> {
+) -> std::io::Result<()> {
     // Messages routed and not handed out yet, and when the first came.
     let mut pending: (usize, Option<Instant>) = (0, None);
     // When the last message came.
@@ -419,28 +422,38 @@ fn serve(
             return Ok(());
         }
         while let Ok((glob, interested)) = changes.try_recv() {
-            if interested {
-                pubsub.psubscribe(glob)?;
+            let verb: &[u8] = if interested {
+                b"PSUBSCRIBE"
             } else {
-                pubsub.punsubscribe(glob)?;
-            }
+                b"PUNSUBSCRIBE"
+            };
+            sub.send(&[verb, glob.as_bytes()])?;
         }
-        let message = match pubsub.get_message() {
-            Ok(m) => m,
-            Err(e) if e.is_timeout() => {
-                if let (Some(shared), Some(out)) = (shared.upgrade(), out.as_mut()) {
+        let Some(shared) = shared.upgrade() else {
+            return Ok(());
+        };
+        let items = match sub.next()? {
+            Some(Ok(items)) => items,
+            Some(Err(why)) => return Err(std::io::Error::other(format!("Redis refused: {why}"))),
+            None => {
+                if let Some(out) = out.as_mut() {
                     hand_out(&shared, out);
                 }
                 pending = (0, None);
                 continue;
             }
-            Err(e) => return Err(e),
         };
-        let Some(shared) = shared.upgrade() else {
-            return Ok(());
+        // Confirmations of (un)subscribing are the only other replies.
+        let [Item::Bulk(Some(kind)), _, Item::Bulk(Some(channel)), Item::Bulk(Some(payload))] =
+            &items[..]
+        else {
+            continue;
         };
-        let payload = Bytes::from(message.get_payload::<Vec<u8>>()?);
-        match Inbound::parse(&payload) {
+        if &kind[..] != b"pmessage" {
+            continue;
+        }
+        let channel = String::from_utf8_lossy(channel);
+        match Inbound::parse(payload) {
             Some(inbound) if inbound.origin == cluster.origin.as_slice() => {}
             Some(inbound) => {
                 let seen = last.get(inbound.origin).is_some_and(|&s| inbound.seq <= s);
@@ -448,7 +461,7 @@ fn serve(
                     last.insert(inbound.origin.to_vec(), inbound.seq);
                     let block = payload.slice_ref(inbound.block);
                     let out = out.get_or_insert_with(|| Deliveries::new(shared.workers.len()));
-                    route(cluster, &shared, message.get_channel_name(), block, out);
+                    route(cluster, &shared, &channel, block, out);
                     let now = Instant::now();
                     let lone = previous.is_none_or(|p| now - p >= LONE_AFTER);
                     previous = Some(now);
@@ -460,10 +473,7 @@ fn serve(
                     }
                 }
             }
-            None => log::warn!(
-                "cluster: a malformed message on {} was ignored",
-                message.get_channel_name()
-            ),
+            None => log::warn!("cluster: a malformed message on {channel} was ignored"),
         }
     }
 }
