@@ -182,3 +182,29 @@ fn nodes_reconnect_to_a_restarted_redis_and_say_so() {
     until_heard(&on_a, "feed", &feed);
     drop(redis);
 }
+
+#[test]
+fn a_node_sends_redis_only_topics_another_node_subscribes_to() {
+    let redis = Redis::start();
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    let (_ca, on_a) = connect(&a);
+    let (_cb, on_b) = connect(&b);
+    let wanted = subscribe(&on_b, "wanted.*");
+    until_heard(&on_a, "wanted.probe", &wanted);
+    let sent = || a.cluster().unwrap().stats.published.load(Ordering::Relaxed);
+    let before = sent();
+    // Nobody elsewhere subscribes to `local.only`: it stays on node a.
+    let local = subscribe(&on_a, "local.only");
+    let producer = on_a
+        .create_producer(&Destination::topic("local.only"))
+        .unwrap();
+    for _ in 0..20 {
+        producer.send_with_receipt(Message::text("here")).unwrap();
+    }
+    assert_eq!(texts(&local).len(), 20);
+    assert_eq!(sent(), before, "a sent Redis topics nobody elsewhere wants");
+    // Once b subscribes, a hears of it and sends.
+    let now_wanted = subscribe(&on_b, "local.*");
+    until_heard(&on_a, "local.only", &now_wanted);
+    assert!(sent() > before);
+}

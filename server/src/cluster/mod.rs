@@ -25,7 +25,7 @@ mod resp;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -41,6 +41,17 @@ use resp::{Item, Subscriber};
 
 /// The prefix of the Redis channel a topic's messages go on.
 const CHANNEL: &str = "herald:t:";
+/// The prefix of the Redis set of a node's globs.
+const INTEREST_KEY: &str = "herald:interest:";
+/// The channel on which a node says its globs changed (the message is its
+/// node id).
+const INTEREST_CHANNEL: &str = "herald:interest";
+/// A node's set expires unless renewed, so a dead node's interest fades.
+const INTEREST_TTL_S: u64 = 60;
+/// How often a node renews its set and reads the others' again.
+const INTEREST_REFRESH: Duration = Duration::from_secs(20);
+/// Topics whose answer (does another node want them?) is remembered.
+const WANTED_CACHE: usize = 65_536;
 /// Messages waiting for the outbound thread.
 const OUTBOUND_QUEUE: usize = 65_536;
 /// Past this many waiting, publishers pause (while Redis is there).
@@ -94,6 +105,12 @@ pub struct Cluster {
     /// Local subscriptions per Redis glob; a glob is subscribed to while
     /// its count is above zero.
     interest: Mutex<HashMap<String, usize>>,
+    /// The local globs changed since they were last written to Redis.
+    own_changed: AtomicBool,
+    /// Another node's globs changed: read them again.
+    others_changed: AtomicBool,
+    /// What the other nodes subscribe to.
+    others: RwLock<Others>,
     changes: Mutex<mpsc::Sender<(String, bool)>>,
     /// Counters.
     pub stats: ClusterStats,
@@ -141,6 +158,9 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         queued: AtomicUsize::new(0),
         backlog: Arc::default(),
         interest: Mutex::new(HashMap::new()),
+        own_changed: AtomicBool::new(true),
+        others_changed: AtomicBool::new(true),
+        others: RwLock::default(),
         changes: Mutex::new(changes),
         stats: ClusterStats::default(),
         stop: AtomicBool::new(false),
@@ -169,7 +189,110 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
     })
 }
 
+/// The globs other nodes subscribe to, and which topics they cover.
+#[derive(Default)]
+struct Others {
+    /// Read from Redis at least once: until then every topic is sent.
+    loaded: bool,
+    globs: Vec<String>,
+    /// Topic → whether a glob covers it.
+    wanted: crate::FastMap<String, bool>,
+}
+
 impl Cluster {
+    /// Whether another node subscribes to something that covers `topic`:
+    /// if none does, its messages are not sent to Redis at all.
+    fn wanted(&self, topic: &str) -> bool {
+        let others = self.others.read().unwrap_or_else(|p| p.into_inner());
+        if !others.loaded {
+            return true;
+        }
+        if let Some(&wanted) = others.wanted.get(topic) {
+            return wanted;
+        }
+        drop(others);
+        let mut others = self.others.write().unwrap_or_else(|p| p.into_inner());
+        let channel = format!("{CHANNEL}{topic}");
+        let wanted = others
+            .globs
+            .iter()
+            .any(|g| glob_matches(g.as_bytes(), channel.as_bytes()));
+        if others.wanted.len() >= WANTED_CACHE {
+            others.wanted.clear();
+        }
+        others.wanted.insert(topic.to_owned(), wanted);
+        wanted
+    }
+
+    /// Writes this node's globs to its set in Redis and tells the others.
+    fn write_interest(&self, con: &mut redis::Connection) -> redis::RedisResult<()> {
+        let globs: Vec<String> = self
+            .interest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        let key = format!("{INTEREST_KEY}{}", self.node_id);
+        let mut pipe = redis::pipe();
+        pipe.atomic().del(&key).ignore();
+        if !globs.is_empty() {
+            pipe.sadd(&key, &globs).ignore();
+            pipe.expire(&key, INTEREST_TTL_S as i64).ignore();
+        }
+        pipe.publish(INTEREST_CHANNEL, &self.node_id).ignore();
+        pipe.query(con)
+    }
+
+    /// Reads the other nodes' globs.
+    fn read_others(&self, con: &mut redis::Connection) -> redis::RedisResult<()> {
+        let own = format!("{INTEREST_KEY}{}", self.node_id);
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{INTEREST_KEY}*"))
+            .query(con)?;
+        let mut globs = Vec::new();
+        for key in keys.into_iter().filter(|k| *k != own) {
+            let members: Vec<String> = redis::cmd("SMEMBERS").arg(&key).query(con)?;
+            globs.extend(members);
+        }
+        globs.sort();
+        globs.dedup();
+        let mut others = self.others.write().unwrap_or_else(|p| p.into_inner());
+        *others = Others {
+            loaded: true,
+            globs,
+            wanted: crate::FastMap::default(),
+        };
+        Ok(())
+    }
+
+    /// Keeps this node's set and its view of the others' current.
+    fn sync_interest(
+        &self,
+        con: &mut redis::Connection,
+        due: &mut Instant,
+    ) -> redis::RedisResult<()> {
+        let now = Instant::now();
+        if now >= *due {
+            *due = now + INTEREST_REFRESH;
+            self.own_changed.store(true, Ordering::Relaxed);
+            self.others_changed.store(true, Ordering::Relaxed);
+        }
+        if self.own_changed.swap(false, Ordering::AcqRel) {
+            if let Err(e) = self.write_interest(con) {
+                self.own_changed.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+        if self.others_changed.swap(false, Ordering::AcqRel) {
+            if let Err(e) = self.read_others(con) {
+                self.others_changed.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     /// `n` messages left the outbound queue.
     fn dequeued(&self, n: usize) {
         let left = self
@@ -184,6 +307,9 @@ impl Cluster {
 
 impl Peers for Cluster {
     fn published(&self, topic: &str, block: &Bytes) -> Option<Arc<Backlog>> {
+        if !self.wanted(topic) {
+            return None;
+        }
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let mut payload = BytesMut::with_capacity(1 + self.origin.len() + 8 + block.len());
         payload.put_u8(self.origin.len() as u8);
@@ -225,6 +351,7 @@ impl Peers for Cluster {
             interest.remove(&glob);
         }
         if changed {
+            self.own_changed.store(true, Ordering::Release);
             let changes = self.changes.lock().unwrap_or_else(|p| p.into_inner());
             let _ = changes.send((glob, interested));
         }
@@ -261,6 +388,47 @@ pub fn redis_glob(pattern: &Pattern) -> String {
     }
     glob.pop();
     glob
+}
+
+/// Whether `text` matches a Redis glob made by [`redis_glob`]: `*`, `?`
+/// and `\`-escaped characters (no `[` sets, which it never makes).
+fn glob_matches(glob: &[u8], text: &[u8]) -> bool {
+    // Where the last `*` was, and the text position it has swallowed to.
+    let (mut g, mut t, mut star) = (0, 0, None);
+    while t < text.len() {
+        match glob.get(g) {
+            Some(b'*') => {
+                star = Some((g, t));
+                g += 1;
+                continue;
+            }
+            Some(b'?') => {
+                g += 1;
+                t += 1;
+                continue;
+            }
+            Some(b'\\') if glob.get(g + 1) == Some(&text[t]) => {
+                g += 2;
+                t += 1;
+                continue;
+            }
+            Some(&c) if c != b'\\' && c == text[t] => {
+                g += 1;
+                t += 1;
+                continue;
+            }
+            _ => {}
+        }
+        match star {
+            Some((sg, st)) => {
+                g = sg + 1;
+                t = st + 1;
+                star = Some((sg, st + 1));
+            }
+            None => return false,
+        }
+    }
+    glob[g..].iter().all(|&c| c == b'*')
 }
 
 /// Sleeps before reconnecting, longer each time up to two seconds; false
@@ -318,8 +486,21 @@ fn run_outbound(cluster: &Cluster, client: &redis::Client, rx: &Receiver<(String
         };
         attempt = 0;
         connected(&cluster.stats.connected_out, "publisher", true, "");
+        // Written and read again at once on every (re)connection.
+        cluster.own_changed.store(true, Ordering::Relaxed);
+        cluster.others_changed.store(true, Ordering::Relaxed);
+        let mut due = Instant::now() + INTEREST_REFRESH;
         loop {
-            match rx.recv_timeout(Duration::from_millis(100)) {
+            if let Err(e) = cluster.sync_interest(&mut con, &mut due) {
+                connected(
+                    &cluster.stats.connected_out,
+                    "publisher",
+                    false,
+                    &e.to_string(),
+                );
+                break;
+            }
+            match rx.recv_timeout(Duration::from_millis(20)) {
                 Ok(first) => batch.push(first),
                 Err(RecvTimeoutError::Timeout) if !cluster.stop.load(Ordering::Acquire) => continue,
                 Err(_) => return,
@@ -381,6 +562,9 @@ fn run_inbound(
                 for glob in globs {
                     sub.send(&[b"PSUBSCRIBE", glob.as_bytes()])?;
                 }
+                sub.send(&[b"SUBSCRIBE", INTEREST_CHANNEL.as_bytes()])?;
+                // What changed while this node was away.
+                cluster.others_changed.store(true, Ordering::Relaxed);
                 attempt = 0;
                 connected(&cluster.stats.connected_in, "subscriber", true, "");
                 serve(cluster, &mut sub, changes, shared, &mut last, &mut out)
@@ -443,6 +627,13 @@ fn serve(
                 continue;
             }
         };
+        // Another node's globs changed.
+        if let [Item::Bulk(Some(kind)), _, Item::Bulk(Some(node))] = &items[..] {
+            if &kind[..] == b"message" && &node[..] != cluster.node_id.as_bytes() {
+                cluster.others_changed.store(true, Ordering::Release);
+            }
+            continue;
+        }
         // Confirmations of (un)subscribing are the only other replies.
         let [Item::Bulk(Some(kind)), _, Item::Bulk(Some(channel)), Item::Bulk(Some(payload))] =
             &items[..]
@@ -534,6 +725,30 @@ mod tests {
         assert_eq!(glob("sales.#"), "herald:t:sales*");
         assert_eq!(glob("#"), "herald:t:*");
         assert_eq!(glob("a.#.z"), "herald:t:a*");
+    }
+
+    #[test]
+    fn globs_match_as_redis_matches_them() {
+        let m = |g: &str, t: &str| glob_matches(g.as_bytes(), t.as_bytes());
+        assert!(m("herald:t:a.b", "herald:t:a.b"));
+        assert!(!m("herald:t:a.b", "herald:t:a.bc"));
+        assert!(m("herald:t:a.*.c", "herald:t:a.x.y.c"));
+        assert!(m("herald:t:a*", "herald:t:a"));
+        assert!(m("herald:t:*", "herald:t:"));
+        assert!(m("herald:t:a?c", "herald:t:abc"));
+        assert!(!m("herald:t:a*c", "herald:t:abd"));
+        assert!(m("herald:t:a\\*", "herald:t:a*"));
+        assert!(!m("herald:t:a\\*", "herald:t:ab"));
+        // Every pattern's glob covers every topic the pattern matches.
+        for (pattern, topic) in [
+            ("a.#.z", "a.z"),
+            ("a.#", "a"),
+            ("*.b", "x.b"),
+            ("#", "q.r.s"),
+        ] {
+            let glob = redis_glob(&Pattern::parse(pattern).unwrap());
+            assert!(m(&glob, &format!("{CHANNEL}{topic}")), "{pattern} {topic}");
+        }
     }
 
     #[test]
