@@ -224,15 +224,15 @@ impl Cluster {
         wanted
     }
 
+    /// The globs this node's subscriptions need now.
+    fn globs(&self) -> Vec<String> {
+        let interest = self.interest.lock().unwrap_or_else(|p| p.into_inner());
+        interest.keys().cloned().collect()
+    }
+
     /// Writes this node's globs to its set in Redis and tells the others.
     fn write_interest(&self, con: &mut redis::Connection) -> redis::RedisResult<()> {
-        let globs: Vec<String> = self
-            .interest
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
-            .collect();
+        let globs = self.globs();
         let key = format!("{INTEREST_KEY}{}", self.node_id);
         let mut pipe = redis::pipe();
         pipe.atomic().del(&key).ignore();
@@ -552,14 +552,7 @@ fn run_inbound(
             |mut sub| {
                 // Changes sent before this point are in the map already.
                 while changes.try_recv().is_ok() {}
-                let globs: Vec<String> = cluster
-                    .interest
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .keys()
-                    .cloned()
-                    .collect();
-                for glob in globs {
+                for glob in cluster.globs() {
                     sub.send(&[b"PSUBSCRIBE", glob.as_bytes()])?;
                 }
                 sub.send(&[b"SUBSCRIBE", INTEREST_CHANNEL.as_bytes()])?;

@@ -174,6 +174,8 @@ impl Connection {
     /// written, and lowers it once no more than half of that does.
     pub fn check_backlog(&mut self, high: usize) {
         let pending = self.out.pending();
+        let limit = if self.left_behind { 0 } else { high };
+        self.session.backlog.set_limit(limit);
         if pending <= high / 2 {
             self.left_behind = false;
             if self.backlogged_since.take().is_some() {
@@ -196,6 +198,7 @@ impl Connection {
             self.backlogged_since = None;
             self.left_behind = true;
             self.session.backlog.set(false);
+            self.session.backlog.set_limit(0);
         }
     }
 

@@ -373,14 +373,23 @@ impl Worker {
             }
             // Frames it sent before the pause come first; `resume` also
             // restarts its silence clock, which a pause stopped.
-            let mut ctx = Context::new(&self.shared, target, &mut self.deliveries);
-            let more = resume(&self.decoder, conn, &mut ctx, Flow::Continue);
-            let backlog = ctx.backlog.take();
-            drop(ctx);
-            conn.note();
-            self.carry_on(target, more, backlog);
+            self.read_on(target);
             self.mark_dirty(target.slot);
         }
+    }
+
+    /// Goes on with a connection that waited (a pause, a login): handles
+    /// what it buffered meanwhile and reads it again.
+    fn read_on(&mut self, target: ConnectionRef) {
+        let Some(conn) = live(&mut self.conns, target) else {
+            return;
+        };
+        let mut ctx = Context::new(&self.shared, target, &mut self.deliveries);
+        let more = resume(&self.decoder, conn, &mut ctx, Flow::Continue);
+        let backlog = ctx.backlog.take();
+        drop(ctx);
+        conn.note();
+        self.carry_on(target, more, backlog);
     }
 
     /// `slow_consumer_grace_ms`.
@@ -454,12 +463,7 @@ impl Worker {
             Ok(principal) => {
                 conn.session.principal = principal;
                 conn.welcome(welcome);
-                let mut ctx = Context::new(&self.shared, target, &mut self.deliveries);
-                let more = resume(&self.decoder, conn, &mut ctx, Flow::Continue);
-                let backlog = ctx.backlog.take();
-                drop(ctx);
-                conn.note();
-                self.carry_on(target, more, backlog);
+                self.read_on(target);
             }
             Err(why) => {
                 let code = ErrorCode::AuthenticationFailed;
@@ -505,12 +509,15 @@ impl Worker {
         for d in batch.drain(..) {
             let target = d.to.conn;
             let subscription_id = d.to.subscription_id;
-            let live = self.conns.get_mut(target.slot).filter(|c| {
+            let conn = live(&mut self.conns, target);
+            if let (Some(c), None) = (&conn, &d.ack) {
+                // Routed to it and now here, even if not delivered.
+                c.session.backlog.arrived(d.message.len());
+            }
+            let live = conn.filter(|c| {
                 // The slot may have been reused, or the subscription
                 // dropped, since the message was routed.
-                c.serial == target.serial
-                    && !c.closing
-                    && c.session.subscriptions.contains_key(&subscription_id)
+                !c.closing && c.session.subscriptions.contains_key(&subscription_id)
             });
             let Some(conn) = live else {
                 // A queue's message must not vanish with its consumer.
@@ -728,6 +735,7 @@ impl Worker {
         let _ = self.poll.registry().deregister(&mut conn.stream);
         // Publishers paused for it go on.
         conn.session.backlog.set(false);
+        conn.session.backlog.set_limit(0);
         let me = ConnectionRef {
             worker: self.index,
             slot,
