@@ -47,6 +47,10 @@ fn receipted_messages_survive_sigkill_and_acknowledged_ones_stay_gone() {
     let (mut server, factory) = start(&data.0);
     let receipted = Arc::new(Mutex::new(BTreeSet::new()));
     let acked = Arc::new(Mutex::new(BTreeSet::new()));
+    // The batch whose ACK was sent when the server died: the journal may
+    // have its End records even though the RECEIPT never came back, so
+    // whether these come again is unknown (JMS says as much).
+    let unsettled = Arc::new(Mutex::new(BTreeSet::new()));
     let stop = Arc::new(AtomicBool::new(false));
 
     let producer = {
@@ -73,6 +77,7 @@ fn receipted_messages_survive_sigkill_and_acknowledged_ones_stay_gone() {
     };
     let consumer = {
         let (factory, acked, stop) = (factory.clone(), acked.clone(), stop.clone());
+        let unsettled = unsettled.clone();
         std::thread::spawn(move || {
             let c = factory.create_connection().unwrap();
             let s = c.create_session(AckMode::Client).unwrap();
@@ -91,6 +96,7 @@ fn receipted_messages_survive_sigkill_and_acknowledged_ones_stay_gone() {
                 // acknowledgements count.
                 if batch.len() == 10 {
                     if s.acknowledge().is_err() {
+                        unsettled.lock().unwrap().extend(batch);
                         return;
                     }
                     acked.lock().unwrap().extend(batch.drain(..));
@@ -111,6 +117,8 @@ fn receipted_messages_survive_sigkill_and_acknowledged_ones_stay_gone() {
 
     let receipted = receipted.lock().unwrap().clone();
     let acked = acked.lock().unwrap().clone();
+    let unsettled = unsettled.lock().unwrap().clone();
+    assert!(unsettled.len() <= 10, "{unsettled:?}");
     assert!(
         receipted.len() >= 1000,
         "the producer got going: {}",
@@ -122,7 +130,7 @@ fn receipted_messages_survive_sigkill_and_acknowledged_ones_stay_gone() {
     let after: BTreeSet<i64> = drain(&factory, "crash").into_iter().collect();
     let lost: Vec<_> = receipted
         .iter()
-        .filter(|i| !acked.contains(i) && !after.contains(i))
+        .filter(|i| !acked.contains(i) && !unsettled.contains(i) && !after.contains(i))
         .collect();
     assert!(
         lost.is_empty(),
