@@ -208,3 +208,59 @@ fn a_node_sends_redis_only_topics_another_node_subscribes_to() {
     until_heard(&on_a, "local.only", &now_wanted);
     assert!(sent() > before);
 }
+
+/// `PUBLISH channel payload` straight to Redis, as a rogue or broken peer
+/// would.
+fn raw_publish(redis: &Redis, channel: &str, payload: &[u8]) {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+    let mut cmd = format!(
+        "*3\r\n$7\r\nPUBLISH\r\n${}\r\n{channel}\r\n${}\r\n",
+        channel.len(),
+        payload.len()
+    )
+    .into_bytes();
+    cmd.extend_from_slice(payload);
+    cmd.extend_from_slice(b"\r\n");
+    s.write_all(&cmd).unwrap();
+    let mut answer = [0u8; 16];
+    assert!(s.read(&mut answer).unwrap() > 0);
+}
+
+#[test]
+fn garbage_from_redis_is_ignored_and_the_node_goes_on() {
+    let redis = Redis::start();
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    let (_ca, on_a) = connect(&a);
+    let (_cb, on_b) = connect(&b);
+    let feed = subscribe(&on_b, "feed");
+    until_heard(&on_a, "feed", &feed);
+    // A payload too short for its header, an origin longer than the
+    // payload, a header with a block that is no message, an empty one,
+    // and a huge one of noise.
+    let mut no_message = vec![1, b'x'];
+    no_message.extend_from_slice(&1u64.to_be_bytes());
+    no_message.extend_from_slice(b"not a message block");
+    for payload in [
+        &b"\x05ab"[..],
+        &[200, 1, 2, 3][..],
+        &no_message[..],
+        &[][..],
+        &vec![0xA5; 4 << 20][..],
+    ] {
+        raw_publish(&redis, "herald:t:feed", payload);
+    }
+    // A real message from node a, then nothing else: the garbage reached
+    // nobody, and the node still routes.
+    on_a.create_producer(&Destination::topic("feed"))
+        .unwrap()
+        .send_with_receipt(Message::text("after"))
+        .unwrap();
+    assert_eq!(texts(&feed), ["after"]);
+    assert!(b
+        .cluster()
+        .unwrap()
+        .stats
+        .connected_in
+        .load(Ordering::Relaxed));
+}

@@ -447,14 +447,17 @@ fn back_off(cluster: &Cluster, attempt: &mut u32) -> bool {
     !cluster.stop.load(Ordering::Acquire)
 }
 
-/// Marks one side of the link up or down, and says so when it changes.
-fn connected(flag: &AtomicBool, side: &str, up: bool, why: &str) {
-    if flag.swap(up, Ordering::AcqRel) != up {
-        if up {
-            log::info!("cluster: {side} connected to Redis");
-        } else {
-            log::warn!("cluster: {side} lost Redis ({why}); reconnecting");
-        }
+/// Marks one side of the link up, and says so when it changes.
+fn link_up(flag: &AtomicBool, side: &str) {
+    if !flag.swap(true, Ordering::AcqRel) {
+        log::info!("cluster: {side} connected to Redis");
+    }
+}
+
+/// See [`link_up`].
+fn link_down(flag: &AtomicBool, side: &str, why: impl std::fmt::Display) {
+    if flag.swap(false, Ordering::AcqRel) {
+        log::warn!("cluster: {side} lost Redis ({why}); reconnecting");
     }
 }
 
@@ -465,12 +468,7 @@ fn run_outbound(cluster: &Cluster, client: &redis::Client, rx: &Receiver<(String
         let mut con = match client.get_connection() {
             Ok(con) => con,
             Err(e) => {
-                connected(
-                    &cluster.stats.connected_out,
-                    "publisher",
-                    false,
-                    &e.to_string(),
-                );
+                link_down(&cluster.stats.connected_out, "publisher", &e);
                 // What waits meanwhile would reach nobody in time.
                 let lost = rx.try_iter().count();
                 cluster.dequeued(lost);
@@ -485,19 +483,14 @@ fn run_outbound(cluster: &Cluster, client: &redis::Client, rx: &Receiver<(String
             }
         };
         attempt = 0;
-        connected(&cluster.stats.connected_out, "publisher", true, "");
+        link_up(&cluster.stats.connected_out, "publisher");
         // Written and read again at once on every (re)connection.
         cluster.own_changed.store(true, Ordering::Relaxed);
         cluster.others_changed.store(true, Ordering::Relaxed);
         let mut due = Instant::now() + INTEREST_REFRESH;
         loop {
             if let Err(e) = cluster.sync_interest(&mut con, &mut due) {
-                connected(
-                    &cluster.stats.connected_out,
-                    "publisher",
-                    false,
-                    &e.to_string(),
-                );
+                link_down(&cluster.stats.connected_out, "publisher", &e);
                 break;
             }
             match rx.recv_timeout(Duration::from_millis(20)) {
@@ -524,12 +517,7 @@ fn run_outbound(cluster: &Cluster, client: &redis::Client, rx: &Receiver<(String
                 }
                 Err(e) => {
                     cluster.stats.dropped.fetch_add(n, Ordering::Relaxed);
-                    connected(
-                        &cluster.stats.connected_out,
-                        "publisher",
-                        false,
-                        &e.to_string(),
-                    );
+                    link_down(&cluster.stats.connected_out, "publisher", &e);
                     break;
                 }
             }
@@ -559,19 +547,14 @@ fn run_inbound(
                 // What changed while this node was away.
                 cluster.others_changed.store(true, Ordering::Relaxed);
                 attempt = 0;
-                connected(&cluster.stats.connected_in, "subscriber", true, "");
+                link_up(&cluster.stats.connected_in, "subscriber");
                 serve(cluster, &mut sub, changes, shared, &mut last, &mut out)
             },
         );
         match result {
             Ok(()) => return,
             Err(e) => {
-                connected(
-                    &cluster.stats.connected_in,
-                    "subscriber",
-                    false,
-                    &e.to_string(),
-                );
+                link_down(&cluster.stats.connected_in, "subscriber", &e);
                 if !back_off(cluster, &mut attempt) {
                     return;
                 }
