@@ -5,9 +5,9 @@ use std::process::{Command, Stdio};
 
 use herald_tests::*;
 
-fn herald() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_herald"))
-}
+mod common;
+
+use common::{fails, herald, run_ok, summary};
 
 #[test]
 fn pub_reaches_sub_with_its_properties() {
@@ -107,31 +107,6 @@ fn bench_reports_figures_and_no_loss() {
     assert!(throughput.contains("\"publishers\":3,"), "{throughput}");
     assert!(throughput.contains("\"received\":120000,"), "{throughput}");
     assert!(throughput.contains("\"out_of_order\":0,"), "{throughput}");
-}
-
-/// The JSON summary line of a bench scenario.
-fn summary<'a>(out: &'a str, scenario: &str) -> &'a str {
-    let prefix = format!("{{\"scenario\":\"{scenario}\"");
-    out.lines()
-        .find(|l| l.starts_with(&prefix))
-        .unwrap_or_else(|| panic!("no {scenario} summary in\n{out}"))
-}
-
-/// Runs a command that must fail; returns what it said on stderr.
-fn fails(command: &mut Command) -> String {
-    let out = command.output().unwrap();
-    assert!(!out.status.success(), "{command:?} succeeded");
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn run_ok(args: &[&str]) -> String {
-    let out = herald().args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 #[test]
@@ -462,45 +437,4 @@ fn bench_measures_throughput_beside_many_subscriptions() {
         2,
         "both runs lose nothing: {out}"
     );
-}
-
-#[test]
-fn bench_measures_idle_connections_through_the_management_api() {
-    let server = start();
-    let url = format!("herald://{}", server.local_addr());
-    let admin = format!("http://{}", server.admin_addr().unwrap());
-    let out = run_ok(&[
-        "--server",
-        &url,
-        "--admin",
-        &admin,
-        "bench",
-        "--mode",
-        "connections",
-        "--connections",
-        "300",
-    ]);
-    let line = summary(&out, "connections");
-    let number = |key: &str| -> u64 {
-        let at = line
-            .find(&format!("\"{key}\":"))
-            .unwrap_or_else(|| panic!("{line}"))
-            + key.len()
-            + 3;
-        line[at..]
-            .split(|c: char| !c.is_ascii_digit())
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{key} in {line}"))
-    };
-    assert_eq!(number("connections"), 300, "{line}");
-    // The test server runs in this process: its threads are this test's.
-    assert!(
-        number("threads_after") >= number("threads_before"),
-        "{line}"
-    );
-    assert!(number("rss_after") > 0, "{line}");
-    // It measures a server of its own, not one inside the bench.
-    let refused = fails(herald().args(["bench", "--embedded", "--mode", "connections"]));
-    assert!(refused.contains("--admin"), "{refused}");
 }

@@ -1,0 +1,34 @@
+//! Helpers shared by the command line's test binaries.
+
+use std::process::Command;
+
+/// The `herald` binary under test.
+pub fn herald() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_herald"))
+}
+
+/// The JSON summary line of a bench scenario.
+pub fn summary<'a>(out: &'a str, scenario: &str) -> &'a str {
+    let prefix = format!("{{\"scenario\":\"{scenario}\"");
+    out.lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no {scenario} summary in\n{out}"))
+}
+
+/// Runs a command that must fail; returns what it said on stderr.
+pub fn fails(command: &mut Command) -> String {
+    let out = command.output().unwrap();
+    assert!(!out.status.success(), "{command:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs `herald` with `args`, which must succeed; returns its stdout.
+pub fn run_ok(args: &[&str]) -> String {
+    let out = herald().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
