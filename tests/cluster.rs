@@ -2,60 +2,14 @@
 //! (Debian's redis-server, started here on a free port).
 
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use herald_client::{Consumer, ConsumerOptions, Destination, Message, Session};
 use herald_tests::*;
 
-/// A redis-server of this test's, stopped when dropped.
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    fn start() -> Redis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        Redis::on(port)
-    }
-
-    fn on(port: u16) -> Redis {
-        let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed (Debian's package; scripts/test.sh installs it)");
-        wait_until("redis-server listens", || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        Redis { child, port }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn node(redis: &Redis, id: &str) -> TestServer {
-    let mut config = test_config();
-    config.cluster.redis = redis.url();
-    config.cluster.node_id = id.into();
-    start_with(config)
+    start_with(cluster_config(redis, id))
 }
 
 /// Publishes on `from` until `consumer` (subscribed on another node)
@@ -164,19 +118,15 @@ fn nodes_reconnect_to_a_restarted_redis_and_say_so() {
     let (_cb, on_b) = connect(&b);
     let feed = subscribe(&on_b, "feed");
     until_heard(&on_a, "feed", &feed);
-    let port = redis.port;
-    drop(redis);
-    let linked = |n: &TestServer| {
-        let s = &n.cluster().unwrap().stats;
-        s.connected_in.load(Ordering::Relaxed) && s.connected_out.load(Ordering::Relaxed)
-    };
+    let stopped = redis.stop();
+    let linked = |n: &TestServer| n.cluster().unwrap().stats.connected();
     // A publish while Redis is away finds the link down.
     let producer = on_a.create_producer(&Destination::topic("feed")).unwrap();
     wait_until("the nodes notice Redis is gone", || {
         let _ = producer.send(Message::text("lost"));
         !linked(&a) && !linked(&b)
     });
-    redis = Redis::on(port);
+    redis = stopped.start();
     wait_until("the nodes reconnect", || linked(&a) && linked(&b));
     // Subscriptions are made again on the new Redis, and messages cross.
     until_heard(&on_a, "feed", &feed);

@@ -128,14 +128,27 @@ impl Default for AdminSection {
     }
 }
 
-/// `[cluster]`: nodes that share topics through Redis.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+/// `[cluster]`: nodes that share topics and queues through Redis.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterSection {
     /// `redis://host:port[/db]`; empty = a single node, no cluster.
     pub redis: String,
     /// This node's name among the nodes; empty = `herald-<process id>`.
     pub node_id: String,
+    /// How long a queue message read by a node that stopped renewing its
+    /// hold (it died) waits before a live node claims and redelivers it.
+    pub claim_idle_ms: u32,
+}
+
+impl Default for ClusterSection {
+    fn default() -> ClusterSection {
+        ClusterSection {
+            redis: String::new(),
+            node_id: String::new(),
+            claim_idle_ms: 30_000,
+        }
+    }
 }
 
 impl ClusterSection {
@@ -494,6 +507,15 @@ impl Config {
                 format!("{id:?}: at most 64 letters, digits, '-', '_' and '.'"),
             );
         }
+        if !(300..=3_600_000).contains(&self.cluster.claim_idle_ms) {
+            return invalid(
+                "cluster.claim_idle_ms",
+                format!(
+                    "{} is not between 300 and 3600000",
+                    self.cluster.claim_idle_ms
+                ),
+            );
+        }
         if self.slow_consumer_grace_ms > 60_000 {
             return invalid(
                 "slow_consumer_grace_ms",
@@ -612,6 +634,8 @@ mod tests {
             ("slow_consumer_grace_ms = 60001", "slow_consumer_grace_ms"),
             ("[cluster]\nredis = \"localhost:6379\"", "cluster.redis"),
             ("[cluster]\nnode_id = \"a b\"", "cluster.node_id"),
+            ("[cluster]\nclaim_idle_ms = 10", "cluster.claim_idle_ms"),
+            ("[cluster]\nclaim_idle_ms = -5", "claim_idle_ms"),
             ("[cluster]\nnodes = 3", "nodes"),
             ("slow_consumer_grace_ms = -1", "slow_consumer_grace_ms"),
             ("[admin]\nlisten = \"0.0.0.0:8161\"", "admin.listen"),

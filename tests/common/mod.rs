@@ -1,6 +1,10 @@
 //! Shared helpers for the end-to-end tests: start a server on an ephemeral
 //! port, connect real clients, and speak raw frames for protocol tests.
 
+mod redis;
+
+pub use redis::{Redis, Stopped};
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::ops::Deref;
@@ -41,6 +45,14 @@ pub fn test_config() -> Config {
     config.stomp.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.stomp.websocket_listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.admin.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config
+}
+
+/// [`test_config`] for node `node_id` of a cluster on `redis`.
+pub fn cluster_config(redis: &Redis, node_id: &str) -> Config {
+    let mut config = test_config();
+    config.cluster.redis = redis.url();
+    config.cluster.node_id = node_id.into();
     config
 }
 

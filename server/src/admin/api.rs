@@ -177,11 +177,13 @@ async fn server(State(state): State<AppState>) -> ApiResult {
             let st = &c.stats;
             json!({
                 "node_id": c.node_id,
-                "connected": st.connected_in.load(Ordering::Relaxed)
-                    && st.connected_out.load(Ordering::Relaxed),
+                "connected": st.connected(),
                 "published": load(&st.published),
                 "received": load(&st.received),
                 "dropped": load(&st.dropped),
+                "queue_appended": load(&st.appended),
+                "queue_read": load(&st.read),
+                "queue_claimed": load(&st.claimed),
             })
         }),
         "process": super::process_footprint().map(|(rss_bytes, threads)| json!({
@@ -528,7 +530,10 @@ async fn publish(
     let view =
         MessageView::parse(block.freeze()).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let mut out = deliveries(&state);
-    let routed = state.shared.broker.publish(&view, Room::Refuse, &mut out);
+    let routed = state
+        .shared
+        .broker
+        .publish(&view, Room::Refuse, None, &mut out);
     state.route(out);
     let routed = routed.map_err(|e| match e {
         RouteError::Undeclared(why) => ApiError::conflict(why),
@@ -537,9 +542,12 @@ async fn publish(
     if routed.journaled {
         // Answered once the journal has it, as a native persistent send.
         let (tx, rx) = tokio::sync::oneshot::channel();
-        state.shared.broker.store().barrier(Box::new(move |r| {
-            let _ = tx.send(r);
-        }));
+        state.shared.broker.barrier(
+            None,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
         rx.await
             .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the journal stopped"))?
             .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, why))?;

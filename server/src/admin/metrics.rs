@@ -49,13 +49,11 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     if let Some(c) = s.cluster.get() {
         let st = &c.stats;
-        let up =
-            st.connected_in.load(Ordering::Relaxed) && st.connected_out.load(Ordering::Relaxed);
         gauge(
             &mut r,
             "herald_cluster_connected",
             "Linked to Redis (1) or not (0)",
-            up.into(),
+            st.connected().into(),
         );
         let rows = [
             (
@@ -72,6 +70,21 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
                 "herald_cluster_dropped",
                 "Topic messages not sent to other nodes",
                 &st.dropped,
+            ),
+            (
+                "herald_cluster_queue_appended",
+                "Messages appended to shared queues' streams",
+                &st.appended,
+            ),
+            (
+                "herald_cluster_queue_read",
+                "Shared queue messages read for consumers here",
+                &st.read,
+            ),
+            (
+                "herald_cluster_queue_claimed",
+                "Shared queue messages claimed from nodes that stopped",
+                &st.claimed,
             ),
         ];
         for (name, help, value) in rows {

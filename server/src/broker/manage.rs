@@ -10,7 +10,6 @@ use herald_protocol::{DestinationKind, Message, MessageView};
 
 use super::{lock, Broker, Room, RouteError, SharedQueue, SubscribeRequest, SubscriptionHandle};
 use crate::delivery::Deliveries;
-use crate::store::Record;
 
 /// Counters of what happened to messages after they were routed.
 #[derive(Debug, Default)]
@@ -206,9 +205,7 @@ impl Broker {
         let mut q = lock(&queue);
         let purged = q.purge();
         for m in &purged {
-            if let Some(id) = m.journal_id {
-                self.journal(Record::End { id });
-            }
+            self.ended(name, m);
         }
         super::wake_blocked(&mut q, out);
         Some(purged.len())
@@ -228,9 +225,7 @@ impl Broker {
             match self.republish(&m.block, out) {
                 Ok(()) => {
                     moved += 1;
-                    if let Some(id) = m.journal_id {
-                        self.journal(Record::End { id });
-                    }
+                    self.ended(name, &m);
                 }
                 Err(why) => {
                     log::warn!("message in {name} stays: {why}");
@@ -261,7 +256,7 @@ impl Broker {
         let mut encoded = BytesMut::new();
         message.encode(&mut encoded).map_err(|e| e.to_string())?;
         let view = MessageView::parse(encoded.freeze()).map_err(|e| e.to_string())?;
-        self.publish(&view, Room::Refuse, out)
+        self.publish(&view, Room::Refuse, None, out)
             .map(drop)
             .map_err(|e: RouteError| e.to_string())
     }

@@ -42,7 +42,8 @@ use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, Messa
 
 use crate::config::Config;
 use crate::delivery::Deliveries;
-use crate::store::{Holder, Record, Recovered, Store};
+use crate::store::{Completion, Holder, Record, Recovered, Store};
+pub use queue::EntryId;
 use queue::{Dispatch, QueueFull, QueuedMessage};
 
 /// Where a connection lives: the worker that owns it, its slot in that
@@ -153,6 +154,25 @@ struct Pending {
     records: Vec<Record>,
     /// Its queue insertions, made once the records are appended.
     inserts: Vec<(SharedQueue, Bytes, Option<u64>)>,
+    /// In a cluster: messages for shared queues, and their stream entries
+    /// settled, that go to Redis in one transaction at the end.
+    shared: SharedChanges,
+}
+
+/// Changes to queues shared through Redis that take effect together.
+#[derive(Debug, Default)]
+pub struct SharedChanges {
+    /// (queue, message block) to append.
+    pub sends: Vec<(String, Bytes)>,
+    /// (queue, entry) done with.
+    pub settled: Vec<(String, EntryId)>,
+}
+
+impl SharedChanges {
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.sends.is_empty() && self.settled.is_empty()
+    }
 }
 
 thread_local! {
@@ -375,6 +395,28 @@ pub trait Peers: Send + Sync {
     fn published(&self, topic: &str, block: &Bytes) -> Option<Arc<Backlog>>;
     /// A subscription to `pattern` began here (`true`) or ended.
     fn interest(&self, pattern: &Pattern, interested: bool);
+    /// A message was sent to the shared queue `queue` here (by connection
+    /// `from`, if a client sent it): it goes to the queue's stream, which
+    /// the nodes with consumers read. Returns a backlog signal as
+    /// [`Peers::published`] does.
+    fn queue_send(
+        &self,
+        queue: &str,
+        block: &Bytes,
+        from: Option<ConnectionRef>,
+    ) -> Option<Arc<Backlog>>;
+    /// A committed transaction's changes to shared queues: all of them
+    /// or none.
+    fn commit(&self, changes: SharedChanges, from: Option<ConnectionRef>);
+    /// A message read from `queue`'s stream is done with (acknowledged,
+    /// moved, expired): its entry goes.
+    fn settle(&self, queue: &str, entry: EntryId);
+    /// Runs `done` once Redis has answered everything sent before it,
+    /// with an error if something `from` sent was not accepted.
+    fn barrier(&self, from: Option<ConnectionRef>, done: Completion);
+    /// A consumer attached to (`true`) or detached from the shared queue
+    /// `name` here: the node reads the queue's stream while it has any.
+    fn consuming(&self, name: &str, queue: &SharedQueue, attached: bool);
 }
 
 /// Whether topics under a pattern can be heard beyond this node: a
@@ -604,6 +646,46 @@ impl Broker {
         }
     }
 
+    /// A message leaves `queue` for good: its store record ends, or its
+    /// entry in the queue's Redis stream is settled.
+    fn ended(&self, queue: &str, m: &QueuedMessage) {
+        if let Some(id) = m.journal_id {
+            self.journal(Record::End { id });
+        }
+        let (Some(entry), Some(peers)) = (m.entry, self.peers.get()) else {
+            return;
+        };
+        let deferred = TRANSACTION.with_borrow_mut(|t| {
+            t.as_mut()
+                .map(|p| p.shared.settled.push((queue.to_owned(), entry)))
+                .is_some()
+        });
+        if !deferred {
+            peers.settle(queue, entry);
+        }
+    }
+
+    /// Runs `done` once everything routed so far is as safe as it gets:
+    /// in the journal, and in a cluster accepted by Redis (with an error
+    /// if something `from` sent was not).
+    pub fn barrier(&self, from: Option<ConnectionRef>, done: Completion) {
+        match self.peers.get().cloned() {
+            None => self.store.barrier(done),
+            Some(peers) => self.store.barrier(Box::new(move |stored| match stored {
+                Ok(()) => peers.barrier(from, done),
+                Err(e) => done(Err(e)),
+            })),
+        }
+    }
+
+    /// The other nodes, if `queue` is shared with them: every named queue
+    /// in a cluster but the temporary ones, whose consumer is here.
+    fn sharing(&self, queue: &str) -> Option<&Arc<dyn Peers>> {
+        self.peers
+            .get()
+            .filter(|_| temporary_owner(queue).is_none())
+    }
+
     /// Starts a commit on this thread: until [`Broker::end_atomic`],
     /// what publishing and settling journal is held back, and so are the
     /// messages they put in queues.
@@ -615,11 +697,19 @@ impl Broker {
     /// Ends a commit: what it journalled is appended as one atomic record,
     /// and then its messages enter their queues. Returns whether anything
     /// was journalled (then a RECEIPT waits for the store).
-    pub fn end_atomic(&self, atomic: Atomic, out: &mut Deliveries) -> bool {
+    pub fn end_atomic(
+        &self,
+        atomic: Atomic,
+        from: Option<ConnectionRef>,
+        out: &mut Deliveries,
+    ) -> bool {
         let pending = TRANSACTION.take().unwrap_or_default();
         drop(atomic);
-        let journaled = !pending.records.is_empty();
+        let journaled = !pending.records.is_empty() || !pending.shared.is_empty();
         self.store.append_atomically(pending.records, None);
+        if let (Some(peers), false) = (self.peers.get(), pending.shared.is_empty()) {
+            peers.commit(pending.shared, from);
+        }
         for (queue, block, journal_id) in pending.inserts {
             self.insert(&queue, block, journal_id, out);
         }
@@ -640,6 +730,10 @@ impl Broker {
 
     /// Whether `queue` has room for `n` more messages now.
     pub fn has_room(&self, queue: &str, n: usize) -> Result<(), RouteError> {
+        if self.sharing(queue).is_some() {
+            // Held in Redis, which refuses what its memory cannot take.
+            return Ok(());
+        }
         let full = match self.find_queue(queue) {
             Some(q) => lock(&q).check_room_for(n),
             // Created on first use, empty.
@@ -840,9 +934,7 @@ impl Broker {
         let removed = write(&self.queues).remove(name);
         if let Some(q) = removed {
             for m in lock(&q).drain() {
-                if let Some(id) = m.journal_id {
-                    self.journal(Record::End { id });
-                }
+                self.ended(name, &m);
             }
         }
     }
@@ -905,10 +997,12 @@ impl Broker {
     /// store (then the publisher's RECEIPT must wait for it). `room` says
     /// what happens if its queue is full. In a cluster, topic messages go
     /// to the other nodes too.
+    /// `from` is the connection that sent it, if one did.
     pub fn publish(
         &self,
         message: &MessageView,
         room: Room,
+        from: Option<ConnectionRef>,
         out: &mut Deliveries,
     ) -> Result<Routed, RouteError> {
         let name = message.destination();
@@ -916,12 +1010,7 @@ impl Broker {
         let mode = message.delivery_mode;
         match message.destination_kind {
             DestinationKind::Queue => self
-                .enqueue(&self.queue(name), block, mode, room, out)
-                .map(|journaled| Routed {
-                    journaled,
-                    delivered: 1,
-                    backlog: None,
-                })
+                .send_to_queue(name, block, mode, room, from, out)
                 .map_err(|f| RouteError::QueueFull {
                     queue: name.to_owned(),
                     max: f.max_messages,
@@ -937,6 +1026,66 @@ impl Broker {
                 }
                 Ok(routed)
             }
+        }
+    }
+
+    /// Puts a message into the named queue: here, or in a cluster into
+    /// the queue's stream in Redis (inside a commit, at its end).
+    fn send_to_queue(
+        &self,
+        name: &str,
+        block: &Bytes,
+        mode: DeliveryMode,
+        room: Room,
+        from: Option<ConnectionRef>,
+        out: &mut Deliveries,
+    ) -> Result<Routed, QueueFull> {
+        let Some(peers) = self.sharing(name) else {
+            let journaled = self.enqueue(&self.queue(name), block, mode, room, out)?;
+            return Ok(Routed {
+                journaled,
+                delivered: 1,
+                backlog: None,
+            });
+        };
+        let deferred = TRANSACTION.with_borrow_mut(|t| {
+            t.as_mut()
+                .map(|p| p.shared.sends.push((name.to_owned(), block.clone())))
+                .is_some()
+        });
+        let backlog = match deferred {
+            true => None,
+            false => peers.queue_send(name, block, from),
+        };
+        Ok(Routed {
+            // A persistent message's RECEIPT waits for Redis to accept it.
+            journaled: mode == DeliveryMode::Persistent,
+            delivered: 1,
+            backlog,
+        })
+    }
+
+    /// Takes a message that the cluster read from the stream of the shared
+    /// queue `queue` for this node's consumers, delivered `deliveries`
+    /// times before; one delivered as often as allowed is dead instead.
+    pub fn arrived(
+        &self,
+        queue: &SharedQueue,
+        block: Bytes,
+        entry: EntryId,
+        deliveries: u32,
+        out: &mut Deliveries,
+    ) {
+        let mut dispatches = Vec::new();
+        let admitted = lock(queue).push_entry(block, entry, deliveries, &mut dispatches);
+        match admitted {
+            Ok(due) => {
+                if let Some(due) = due {
+                    self.schedule(due, Timed::Queue(queue.clone()));
+                }
+                self.settled(queue, dispatches, out);
+            }
+            Err(dead) => self.dead_letter(queue, vec![dead], "delivered too many times", out),
         }
     }
 
@@ -959,6 +1108,7 @@ impl Broker {
                 journal_id: None,
                 priority: message.priority,
                 expiration: message.expiration,
+                entry: None,
             };
             self.refile_one(name, &expired, Refile::Expired, out);
             return Ok(Routed::default());
@@ -1108,6 +1258,9 @@ impl Broker {
                     return Err(SubscribeError::NotOwner(req.destination.to_owned()));
                 }
                 attach(&queue, selector, out);
+                if let Some(peers) = self.sharing(req.destination) {
+                    peers.consuming(req.destination, &queue, true);
+                }
                 Ok(SubscriptionHandle::Queue(queue))
             }
             DestinationKind::Topic => {
@@ -1254,7 +1407,13 @@ impl Broker {
                 // A private queue goes with its subscription.
                 drop(queue);
             }
-            SubscriptionHandle::Queue(queue) => self.detach(&queue, sub, out),
+            SubscriptionHandle::Queue(queue) => {
+                self.detach(&queue, sub, out);
+                let name = lock(&queue).name().to_owned();
+                if let Some(peers) = self.sharing(&name) {
+                    peers.consuming(&name, &queue, false);
+                }
+            }
             SubscriptionHandle::Durable { queue, id } => {
                 let mut durables = lock(&self.durables);
                 let ended = durables.get_mut(&id).is_some_and(|d| {
@@ -1320,11 +1479,7 @@ impl Broker {
         let mut q = lock(queue);
         for (i, (sub, seq)) in acks.iter().enumerate() {
             match q.acked(sub, *seq) {
-                Some(m) => {
-                    if let Some(id) = m.journal_id {
-                        self.journal(Record::End { id });
-                    }
-                }
+                Some(m) => self.ended(q.name(), &m),
                 None => not_held(i),
             }
         }
@@ -1408,9 +1563,7 @@ impl Broker {
             // The copy is written before the original's record ends: a
             // crash between keeps both, not none.
             self.refile_one(&from_name, &m, why, out);
-            if let Some(id) = m.journal_id {
-                self.journal(Record::End { id });
-            }
+            self.ended(&from_name, &m);
         }
         wake_blocked(&mut lock(from), out);
     }
@@ -1465,13 +1618,13 @@ impl Broker {
         if message.encode(&mut block).is_err() {
             return;
         }
-        let queue = self.queue(&target);
         if self
-            .enqueue(
-                &queue,
+            .send_to_queue(
+                &target,
                 &Bytes::from(block),
                 message.delivery_mode,
                 Room::Refuse,
+                None,
                 out,
             )
             .is_err()

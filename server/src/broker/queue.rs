@@ -47,6 +47,36 @@ pub struct QueuedMessage {
     /// Milliseconds since the epoch after which it is not delivered; 0 =
     /// never.
     pub expiration: i64,
+    /// Its entry in the queue's Redis stream, for a queue shared by the
+    /// nodes of a cluster.
+    pub entry: Option<EntryId>,
+}
+
+/// The id of a Redis stream entry (`<ms>-<seq>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EntryId {
+    /// Milliseconds part.
+    pub ms: u64,
+    /// Sequence part.
+    pub seq: u64,
+}
+
+impl EntryId {
+    /// Parses `<ms>-<seq>`.
+    pub fn parse(text: &[u8]) -> Option<EntryId> {
+        let text = std::str::from_utf8(text).ok()?;
+        let (ms, seq) = text.split_once('-')?;
+        Some(EntryId {
+            ms: ms.parse().ok()?,
+            seq: seq.parse().ok()?,
+        })
+    }
+}
+
+impl std::fmt::Display for EntryId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.ms, self.seq)
+    }
 }
 
 impl QueuedMessage {
@@ -198,6 +228,29 @@ impl Queue {
         self.in_flight.len()
     }
 
+    /// How many more messages the consumers could take now: their unused
+    /// credit, less what already waits for them.
+    pub fn wants(&self) -> usize {
+        let credit: usize = self
+            .consumers
+            .iter()
+            .map(|c| c.prefetch.saturating_sub(c.in_flight) as usize)
+            .sum();
+        credit.saturating_sub(self.ready.len())
+    }
+
+    /// The stream entries of the messages this queue holds, waiting and
+    /// in flight.
+    pub fn entries(&self) -> Vec<EntryId> {
+        let in_flight = self.in_flight.values().map(|(_, m)| m);
+        self.ready
+            .values()
+            .chain(self.scheduled.values())
+            .chain(in_flight)
+            .filter_map(|m| m.entry)
+            .collect()
+    }
+
     /// Consumers attached.
     pub fn consumer_count(&self) -> usize {
         self.consumers.len()
@@ -255,26 +308,67 @@ impl Queue {
     /// persistent message is never dropped. Returns its delivery time if
     /// that is still to come.
     pub fn restore(&mut self, block: Bytes, journal_id: Option<u64>) -> Option<i64> {
+        self.admit(block, journal_id, None, 0)
+    }
+
+    /// Adds a message read from the queue's stream in Redis, delivered
+    /// `deliveries` times before (by any node), and dispatches what can be.
+    /// Returns its delivery time if that is still to come, or the message
+    /// if it was delivered as often as it may be (it is dead).
+    pub fn push_entry(
+        &mut self,
+        block: Bytes,
+        entry: EntryId,
+        deliveries: u32,
+        out: &mut Vec<Dispatch>,
+    ) -> Result<Option<i64>, QueuedMessage> {
+        if deliveries >= self.limits.max_deliveries {
+            return Err(self.message(block, None, Some(entry), deliveries));
+        }
+        let due = self.admit(block, None, Some(entry), deliveries);
+        self.dispatch(out);
+        Ok(due)
+    }
+
+    fn admit(
+        &mut self,
+        block: Bytes,
+        journal_id: Option<u64>,
+        entry: Option<EntryId>,
+        deliveries: u32,
+    ) -> Option<i64> {
+        let m = self.message(block, journal_id, entry, deliveries);
+        let due = delivery_time(&m.block);
+        if due != 0 && due > now_ms() {
+            self.scheduled.insert((due, m.seq), m);
+            return Some(due);
+        }
+        self.insert_ready(m);
+        None
+    }
+
+    /// A message of this queue's, numbered in its order.
+    fn message(
+        &mut self,
+        block: Bytes,
+        journal_id: Option<u64>,
+        entry: Option<EntryId>,
+        deliveries: u32,
+    ) -> QueuedMessage {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.enqueued += 1;
         let (priority, expiration) =
             priority_and_expiration(&block).unwrap_or((DEFAULT_PRIORITY, 0));
-        let due = delivery_time(&block);
-        let m = QueuedMessage {
+        QueuedMessage {
             seq,
             block,
-            deliveries: 0,
+            deliveries,
             journal_id,
             priority,
             expiration,
-        };
-        if due != 0 && due > now_ms() {
-            self.scheduled.insert((due, seq), m);
-            return Some(due);
+            entry,
         }
-        self.insert_ready(m);
-        None
     }
 
     /// Dispatches what can be now, messages whose delivery time has come

@@ -1,4 +1,5 @@
-//! Cluster mode: nodes share topics through Redis pub/sub.
+//! Cluster mode: nodes share topics through Redis pub/sub, and queues
+//! through Redis streams (see [`queues`]).
 //!
 //! Nothing here runs on a worker. A topic message published on this node
 //! is handed to the `herald-cluster-out` thread through a bounded channel
@@ -20,11 +21,12 @@
 //! is logged and shown in `connected`, and messages published meanwhile do
 //! not reach other nodes.
 
+mod queues;
 mod resp;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -33,10 +35,11 @@ use bytes::{BufMut, Bytes, BytesMut};
 use herald_protocol::destination::{Pattern, PatternWord};
 use herald_protocol::MessageView;
 
-use crate::broker::{Backlog, Peers};
+use crate::broker::{Backlog, ConnectionRef, EntryId, Peers, SharedChanges, SharedQueue};
 use crate::config::ClusterSection;
 use crate::delivery::Deliveries;
 use crate::net::{hand_out, Shared};
+use crate::store::Completion;
 use resp::{Item, Subscriber};
 
 /// The prefix of the Redis channel a topic's messages go on.
@@ -52,7 +55,8 @@ const INTEREST_TTL_S: u64 = 60;
 const INTEREST_REFRESH: Duration = Duration::from_secs(20);
 /// Topics whose answer (does another node want them?) is remembered.
 const WANTED_CACHE: usize = 65_536;
-/// Messages waiting for the outbound thread.
+/// Commands waiting for the outbound thread, past which topic messages
+/// are dropped (queue messages and settlements never are).
 const OUTBOUND_QUEUE: usize = 65_536;
 /// Past this many waiting, publishers pause (while Redis is there).
 const OUTBOUND_HIGH: usize = OUTBOUND_QUEUE / 4;
@@ -84,22 +88,48 @@ pub struct ClusterStats {
     /// Messages not sent to other nodes: the queue to Redis was full, or
     /// Redis was away.
     pub dropped: AtomicU64,
+    /// Messages appended to shared queues' streams.
+    pub appended: AtomicU64,
+    /// Messages read from shared queues' streams for consumers here.
+    pub read: AtomicU64,
+    /// Messages claimed from nodes that stopped renewing their hold.
+    pub claimed: AtomicU64,
     /// Both threads are connected to Redis.
     pub connected_out: AtomicBool,
     /// See `connected_out`.
     pub connected_in: AtomicBool,
+    /// See `connected_out`.
+    pub connected_queues: AtomicBool,
+}
+
+impl ClusterStats {
+    /// Whether every thread of the link is connected to Redis.
+    pub fn connected(&self) -> bool {
+        [
+            &self.connected_out,
+            &self.connected_in,
+            &self.connected_queues,
+        ]
+        .iter()
+        .all(|c| c.load(Ordering::Relaxed))
+    }
 }
 
 /// This node's side of the cluster: what the broker calls.
 pub struct Cluster {
     /// The configured node id.
     pub node_id: String,
-    /// Node id and process start: what payloads name as their origin.
+    /// Node id and process start: what payloads name as their origin, and
+    /// this node's consumer name in the queues' consumer groups.
     origin: Vec<u8>,
     next_seq: AtomicU64,
-    outbound: SyncSender<(String, Bytes)>,
-    /// Messages in `outbound`.
+    outbound: Sender<Command>,
+    /// Commands in `outbound`.
     queued: AtomicUsize,
+    /// Shared queues with consumers here.
+    consumed: Mutex<HashMap<String, queues::Consumed>>,
+    /// See `ClusterSection::claim_idle_ms`.
+    claim_idle: Duration,
     /// Raised while `outbound` is fuller than `OUTBOUND_HIGH`.
     backlog: Arc<Backlog>,
     /// Local subscriptions per Redis glob; a glob is subscribed to while
@@ -115,6 +145,8 @@ pub struct Cluster {
     /// Counters.
     pub stats: ClusterStats,
     stop: AtomicBool,
+    /// Stops the queue reader, which stops first.
+    stop_queues: AtomicBool,
 }
 
 /// The running cluster threads.
@@ -129,10 +161,16 @@ impl ClusterHandle {
         &self.cluster
     }
 
-    /// Stops both threads and waits for them.
+    /// Stops the threads and waits for them: the queue reader first, so
+    /// that what it gives back is sent before the others stop.
     pub fn stop(self) {
+        let mut threads = self.threads.into_iter();
+        self.cluster.stop_queues.store(true, Ordering::Release);
+        if let Some(queues) = threads.next() {
+            let _ = queues.join();
+        }
         self.cluster.stop.store(true, Ordering::Release);
-        for t in self.threads {
+        for t in threads {
             let _ = t.join();
         }
     }
@@ -148,7 +186,7 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let origin = format!("{node_id}/{started:x}").into_bytes();
-    let (outbound, outbound_rx) = mpsc::sync_channel(OUTBOUND_QUEUE);
+    let (outbound, outbound_rx) = mpsc::channel();
     let (changes, changes_rx) = mpsc::channel();
     let cluster = Arc::new(Cluster {
         node_id,
@@ -156,6 +194,8 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         next_seq: AtomicU64::new(0),
         outbound,
         queued: AtomicUsize::new(0),
+        consumed: Mutex::new(HashMap::new()),
+        claim_idle: Duration::from_millis(section.claim_idle_ms.into()),
         backlog: Arc::default(),
         interest: Mutex::new(HashMap::new()),
         own_changed: AtomicBool::new(true),
@@ -164,6 +204,7 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         changes: Mutex::new(changes),
         stats: ClusterStats::default(),
         stop: AtomicBool::new(false),
+        stop_queues: AtomicBool::new(false),
     });
     shared.broker.join_cluster(cluster.clone());
     let out = {
@@ -173,10 +214,16 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
             .spawn(move || run_outbound(&cluster, &client, &outbound_rx))?
     };
     let inbound = {
-        let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
+        let (cluster, client, shared) = (cluster.clone(), client.clone(), Arc::downgrade(shared));
         std::thread::Builder::new()
             .name("herald-cluster-in".into())
             .spawn(move || run_inbound(&cluster, &client, &changes_rx, &shared))?
+    };
+    let queues = {
+        let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
+        std::thread::Builder::new()
+            .name("herald-cluster-q".into())
+            .spawn(move || queues::run(&cluster, &client, &shared))?
     };
     log::info!(
         "cluster: node {} through {}",
@@ -185,7 +232,7 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
     );
     Ok(ClusterHandle {
         cluster,
-        threads: vec![out, inbound],
+        threads: vec![queues, out, inbound],
     })
 }
 
@@ -293,7 +340,34 @@ impl Cluster {
         Ok(())
     }
 
-    /// `n` messages left the outbound queue.
+    /// Hands a command to the outbound thread. Counted before it is
+    /// queued, so that the thread never takes off more than was added.
+    fn send(&self, command: Command) -> usize {
+        let queued = self.queued.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Err(mpsc::SendError(command)) = self.outbound.send(command) {
+            // The thread is gone (the server is stopping).
+            self.queued.fetch_sub(1, Ordering::Relaxed);
+            command.fail("the cluster link stopped", &mut Outcomes::default());
+        }
+        queued
+    }
+
+    /// Raises the backlog signal when `queued` commands wait (while Redis
+    /// is there to take them); returns it while it is up.
+    fn pressure(&self, queued: usize) -> Option<Arc<Backlog>> {
+        if queued > OUTBOUND_HIGH && self.stats.connected_out.load(Ordering::Relaxed) {
+            self.backlog.set(true);
+        }
+        self.backlog.is_high().then(|| self.backlog.clone())
+    }
+
+    /// Counts the topic messages `outcomes` lost.
+    fn count_dropped(&self, outcomes: &mut Outcomes) {
+        let n = std::mem::take(&mut outcomes.dropped);
+        self.stats.dropped.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `n` commands left the outbound queue.
     fn dequeued(&self, n: usize) {
         let left = self
             .queued
@@ -316,24 +390,17 @@ impl Peers for Cluster {
         payload.put_slice(&self.origin);
         payload.put_u64(seq);
         payload.put_slice(block);
-        let channel = format!("{CHANNEL}{topic}");
-        // Counted before it is queued, so that the outbound thread never
-        // takes off more than was added.
-        let queued = self.queued.fetch_add(1, Ordering::Relaxed) + 1;
-        match self.outbound.try_send((channel, payload.freeze())) {
-            Ok(()) => {
-                // While Redis is away nobody drains the queue: publishers
-                // go on, and what the queue cannot take is dropped.
-                if queued > OUTBOUND_HIGH && self.stats.connected_out.load(Ordering::Relaxed) {
-                    self.backlog.set(true);
-                }
-            }
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.queued.fetch_sub(1, Ordering::Relaxed);
-                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+        // While Redis is away nobody drains the queue: publishers go on,
+        // and what the queue cannot take is dropped.
+        if self.queued.load(Ordering::Relaxed) >= OUTBOUND_QUEUE {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return self.backlog.is_high().then(|| self.backlog.clone());
         }
-        self.backlog.is_high().then(|| self.backlog.clone())
+        let queued = self.send(Command::Publish {
+            channel: format!("{CHANNEL}{topic}"),
+            payload: payload.freeze(),
+        });
+        self.pressure(queued)
     }
 
     fn interest(&self, pattern: &Pattern, interested: bool) {
@@ -354,6 +421,144 @@ impl Peers for Cluster {
             self.own_changed.store(true, Ordering::Release);
             let changes = self.changes.lock().unwrap_or_else(|p| p.into_inner());
             let _ = changes.send((glob, interested));
+        }
+    }
+
+    fn queue_send(
+        &self,
+        queue: &str,
+        block: &Bytes,
+        from: Option<ConnectionRef>,
+    ) -> Option<Arc<Backlog>> {
+        let queued = self.send(Command::Append {
+            queue: queue.to_owned(),
+            block: block.clone(),
+            from,
+        });
+        self.pressure(queued)
+    }
+
+    fn commit(&self, changes: SharedChanges, from: Option<ConnectionRef>) {
+        self.send(Command::Commit { changes, from });
+    }
+
+    fn settle(&self, queue: &str, entry: EntryId) {
+        self.send(Command::Settle {
+            queue: queue.to_owned(),
+            entry,
+        });
+    }
+
+    fn barrier(&self, from: Option<ConnectionRef>, done: Completion) {
+        self.send(Command::Barrier { from, done });
+    }
+
+    fn consuming(&self, name: &str, queue: &SharedQueue, attached: bool) {
+        queues::consuming(self, name, queue, attached);
+    }
+}
+
+/// What the outbound thread does in Redis, in the order given.
+enum Command {
+    /// Publish a topic message for the other nodes.
+    Publish { channel: String, payload: Bytes },
+    /// Append a message to a shared queue's stream.
+    Append {
+        queue: String,
+        block: Bytes,
+        from: Option<ConnectionRef>,
+    },
+    /// A shared queue's entry is done with: acknowledge and delete it.
+    Settle { queue: String, entry: EntryId },
+    /// A committed transaction's changes, in MULTI/EXEC.
+    Commit {
+        changes: SharedChanges,
+        from: Option<ConnectionRef>,
+    },
+    /// Messages this node read and gives back for other nodes: appended
+    /// anew with their delivery counts, their old entries settled, in
+    /// MULTI/EXEC.
+    Release {
+        queue: String,
+        messages: Vec<queues::Held>,
+    },
+    /// Answer once everything before it was answered.
+    Barrier {
+        from: Option<ConnectionRef>,
+        done: Completion,
+    },
+}
+
+/// What became of commands that did not reach Redis.
+#[derive(Default)]
+struct Outcomes {
+    /// Connections something of whose was not accepted: their next
+    /// barrier fails.
+    failed: std::collections::HashSet<Option<ConnectionRef>>,
+    /// Settlements to send again once Redis is back: acknowledging twice
+    /// is harmless, never acknowledging would hold the entry forever.
+    retry: Vec<Command>,
+    /// Topic messages lost.
+    dropped: u64,
+}
+
+impl Command {
+    /// Adds the command to `pipe`; false for a barrier, which sends
+    /// nothing.
+    fn add_to(&self, pipe: &mut redis::Pipeline) -> bool {
+        match self {
+            Command::Publish { channel, payload } => {
+                pipe.cmd("PUBLISH").arg(channel).arg(&payload[..]).ignore();
+            }
+            Command::Append { queue, block, .. } => queues::append(pipe, queue, block, 0),
+            Command::Settle { queue, entry } => queues::settle(pipe, queue, *entry),
+            Command::Commit { changes, .. } => {
+                pipe.cmd("MULTI").ignore();
+                for (queue, block) in &changes.sends {
+                    queues::append(pipe, queue, block, 0);
+                }
+                for (queue, entry) in &changes.settled {
+                    queues::settle(pipe, queue, *entry);
+                }
+                pipe.cmd("EXEC").ignore();
+            }
+            Command::Release { queue, messages } => {
+                pipe.cmd("MULTI").ignore();
+                for m in messages {
+                    queues::append(pipe, queue, &m.block, m.deliveries);
+                    queues::settle(pipe, queue, m.entry);
+                }
+                pipe.cmd("EXEC").ignore();
+            }
+            Command::Barrier { .. } => return false,
+        }
+        true
+    }
+
+    /// Redis did not take the command (`why`).
+    fn fail(self, why: &str, outcomes: &mut Outcomes) {
+        match self {
+            Command::Publish { .. } => outcomes.dropped += 1,
+            Command::Append { from, .. } | Command::Commit { from, .. } => {
+                outcomes.failed.insert(from);
+            }
+            retry @ (Command::Settle { .. } | Command::Release { .. }) => {
+                outcomes.retry.push(retry)
+            }
+            Command::Barrier { from, done } => {
+                outcomes.failed.remove(&from);
+                done(Err(format!("Redis did not confirm: {why}")));
+            }
+        }
+    }
+
+    /// Redis answered everything before this command.
+    fn done(self, outcomes: &mut Outcomes) {
+        if let Command::Barrier { from, done } = self {
+            match outcomes.failed.remove(&from) {
+                true => done(Err("Redis did not accept a message".into())),
+                false => done(Ok(())),
+            }
         }
     }
 }
@@ -431,20 +636,25 @@ fn glob_matches(glob: &[u8], text: &[u8]) -> bool {
     glob[g..].iter().all(|&c| c == b'*')
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section leaves consistent data before it can panic.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Sleeps before reconnecting, longer each time up to two seconds; false
 /// if the cluster stops meanwhile.
-fn back_off(cluster: &Cluster, attempt: &mut u32) -> bool {
+fn back_off(stop: &AtomicBool, attempt: &mut u32) -> bool {
     let delay = Duration::from_millis(100u64 << (*attempt).min(4)).min(Duration::from_secs(2));
     *attempt += 1;
     let mut slept = Duration::ZERO;
     while slept < delay {
-        if cluster.stop.load(Ordering::Acquire) {
+        if stop.load(Ordering::Acquire) {
             return false;
         }
         std::thread::sleep(Duration::from_millis(20));
         slept += Duration::from_millis(20);
     }
-    !cluster.stop.load(Ordering::Acquire)
+    !stop.load(Ordering::Acquire)
 }
 
 /// Marks one side of the link up, and says so when it changes.
@@ -461,8 +671,9 @@ fn link_down(flag: &AtomicBool, side: &str, why: impl std::fmt::Display) {
     }
 }
 
-fn run_outbound(cluster: &Cluster, client: &redis::Client, rx: &Receiver<(String, Bytes)>) {
+fn run_outbound(cluster: &Cluster, client: &redis::Client, rx: &Receiver<Command>) {
     let mut attempt = 0;
+    let mut outcomes = Outcomes::default();
     let mut batch = Vec::with_capacity(BATCH);
     while !cluster.stop.load(Ordering::Acquire) {
         let mut con = match client.get_connection() {
@@ -470,13 +681,14 @@ fn run_outbound(cluster: &Cluster, client: &redis::Client, rx: &Receiver<(String
             Err(e) => {
                 link_down(&cluster.stats.connected_out, "publisher", &e);
                 // What waits meanwhile would reach nobody in time.
-                let lost = rx.try_iter().count();
-                cluster.dequeued(lost);
-                cluster
-                    .stats
-                    .dropped
-                    .fetch_add(lost as u64, Ordering::Relaxed);
-                if !back_off(cluster, &mut attempt) {
+                let waiting: Vec<Command> = rx.try_iter().collect();
+                cluster.dequeued(waiting.len());
+                let why = e.to_string();
+                for command in waiting {
+                    command.fail(&why, &mut outcomes);
+                }
+                cluster.count_dropped(&mut outcomes);
+                if !back_off(&cluster.stop, &mut attempt) {
                     return;
                 }
                 continue;
@@ -493,35 +705,76 @@ fn run_outbound(cluster: &Cluster, client: &redis::Client, rx: &Receiver<(String
                 link_down(&cluster.stats.connected_out, "publisher", &e);
                 break;
             }
-            match rx.recv_timeout(Duration::from_millis(20)) {
-                Ok(first) => batch.push(first),
-                Err(RecvTimeoutError::Timeout) if !cluster.stop.load(Ordering::Acquire) => continue,
-                Err(_) => return,
+            batch.append(&mut outcomes.retry);
+            if batch.is_empty() {
+                match rx.recv_timeout(Duration::from_millis(20)) {
+                    Ok(first) => {
+                        cluster.dequeued(1);
+                        batch.push(first);
+                    }
+                    Err(RecvTimeoutError::Timeout) if !cluster.stop.load(Ordering::Acquire) => {
+                        continue
+                    }
+                    Err(_) => return,
+                }
             }
+            let before = batch.len();
             while batch.len() < BATCH {
                 match rx.try_recv() {
                     Ok(next) => batch.push(next),
                     Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
                 }
             }
-            cluster.dequeued(batch.len());
+            cluster.dequeued(batch.len() - before);
             let mut pipe = redis::pipe();
-            for (channel, payload) in &batch {
-                pipe.cmd("PUBLISH").arg(channel).arg(&payload[..]).ignore();
+            let mut published = 0;
+            for command in &batch {
+                command.add_to(&mut pipe);
+                match command {
+                    Command::Publish { .. } => published += 1,
+                    Command::Append { .. } => {
+                        cluster.stats.appended.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Command::Commit { changes, .. } => {
+                        let n = changes.sends.len() as u64;
+                        cluster.stats.appended.fetch_add(n, Ordering::Relaxed);
+                    }
+                    _ => {}
+                }
             }
-            let n = batch.len() as u64;
-            batch.clear();
             match pipe.query::<()>(&mut con) {
                 Ok(()) => {
-                    cluster.stats.published.fetch_add(n, Ordering::Relaxed);
+                    cluster
+                        .stats
+                        .published
+                        .fetch_add(published, Ordering::Relaxed);
+                    for command in batch.drain(..) {
+                        command.done(&mut outcomes);
+                    }
                 }
                 Err(e) => {
-                    cluster.stats.dropped.fetch_add(n, Ordering::Relaxed);
-                    link_down(&cluster.stats.connected_out, "publisher", &e);
-                    break;
+                    let why = e.to_string();
+                    // A refusal (not a lost link) would be refused again.
+                    let lost_link = e.is_io_error() || e.is_connection_dropped();
+                    for command in batch.drain(..) {
+                        command.fail(&why, &mut outcomes);
+                    }
+                    if !lost_link {
+                        log::warn!("cluster: Redis refused a batch: {why}");
+                        outcomes.retry.clear();
+                    }
+                    cluster.count_dropped(&mut outcomes);
+                    if lost_link {
+                        link_down(&cluster.stats.connected_out, "publisher", &e);
+                        break;
+                    }
                 }
             }
         }
+    }
+    // Stopping: what is left fails, so that nobody waits for it.
+    for command in batch.drain(..).chain(rx.try_iter()) {
+        command.fail("the server is stopping", &mut outcomes);
     }
 }
 
@@ -555,7 +808,7 @@ fn run_inbound(
             Ok(()) => return,
             Err(e) => {
                 link_down(&cluster.stats.connected_in, "subscriber", &e);
-                if !back_off(cluster, &mut attempt) {
+                if !back_off(&cluster.stop, &mut attempt) {
                     return;
                 }
             }

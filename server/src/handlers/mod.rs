@@ -255,7 +255,7 @@ pub fn await_journal(request_id: u32, session: &mut Session, ctx: &mut Context<'
     if request_id != 0 {
         session.pending_receipts += 1;
         let done = crate::net::confirmation(ctx.shared, ctx.me, request_id);
-        ctx.shared.broker.store().barrier(done);
+        ctx.shared.broker.barrier(Some(ctx.me), done);
     }
 }
 

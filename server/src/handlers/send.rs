@@ -62,7 +62,11 @@ pub fn publish(
     } else {
         Room::Refuse
     };
-    let routed = match ctx.shared.broker.publish(&message, room, ctx.deliveries) {
+    let routed = match ctx
+        .shared
+        .broker
+        .publish(&message, room, Some(ctx.me), ctx.deliveries)
+    {
         Ok(routed) => routed,
         Err(RouteError::Undeclared(why)) => {
             return Err(Refusal::soft(ErrorCode::UndeclaredTopic, why))

@@ -146,16 +146,18 @@ pub fn commit(held: Held, session: &mut Session, ctx: &mut Context<'_>) -> Resul
     let atomic = broker.begin_atomic();
     for op in held.ops {
         match op {
-            Deferred::Send(view) => match broker.publish(&view, Room::Overfill, ctx.deliveries) {
-                Ok(routed) => ctx.routed(&view, routed),
-                Err(e) => log::warn!("a committed message was not routed: {e}"),
-            },
+            Deferred::Send(view) => {
+                match broker.publish(&view, Room::Overfill, Some(ctx.me), ctx.deliveries) {
+                    Ok(routed) => ctx.routed(&view, routed),
+                    Err(e) => log::warn!("a committed message was not routed: {e}"),
+                }
+            }
             Deferred::Settle(ids, outcome) => {
                 settle(ids, outcome, session, ctx);
             }
         }
     }
-    Ok(broker.end_atomic(atomic, ctx.deliveries))
+    Ok(broker.end_atomic(atomic, Some(ctx.me), ctx.deliveries))
 }
 
 /// A native TX_SEND.

@@ -1,0 +1,664 @@
+//! Queues shared by the nodes of a cluster, on Redis streams.
+//!
+//! A named queue is the stream `herald:q:<name>` with one consumer group,
+//! `herald`. A message sent to it on any node is appended to the stream
+//! (by the outbound thread; a persistent message's RECEIPT waits for
+//! Redis's answer). Each node with consumers of the queue reads it for
+//! them as one member of the group, named after the node and its process
+//! start, on the `herald-cluster-q` thread: no more than its consumers
+//! have credit for, into the node's own [`crate::broker::Queue`], which
+//! dispatches as on a single node. An acknowledgement settles the entry
+//! (`XACK` and `XDEL`), and so does a move to the dead-letter or expiry
+//! queue, which are shared queues too.
+//!
+//! A node renews its hold on the entries it has read (`XCLAIM ... JUSTID`
+//! resets their idle time) every third of `claim_idle_ms`. Entries whose
+//! holder stopped renewing (it died) are claimed by a node that has
+//! consumers once they have been idle that long, and redelivered with the
+//! delivery count the stream kept (the max-delivery rule applies). When a
+//! node's last consumer of a queue leaves, or the node stops, the
+//! messages it read and did not deliver are given back: appended anew
+//! with their delivery counts, their old entries settled, in one
+//! transaction.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::Weak;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use herald_protocol::{DestinationKind, MessageView};
+use redis::Value;
+
+use super::{back_off, link_down, link_up, Cluster, Command};
+use crate::broker::queue::QueuedMessage;
+use crate::broker::{EntryId, SharedQueue};
+use crate::delivery::Deliveries;
+use crate::net::{hand_out, Shared};
+
+/// The prefix of a shared queue's stream key.
+const STREAM: &str = "herald:q:";
+/// The consumer group every node reads a queue's stream in.
+const GROUP: &str = "herald";
+/// How long a read waits for new entries: the longest a consumer that got
+/// credit back waits for the node to read more for it.
+const BLOCK_MS: u64 = 5;
+/// Entries read from one stream at once at most.
+const READ_MAX: usize = 256;
+/// Entry ids per `XCLAIM` at most.
+const CLAIM_CHUNK: usize = 512;
+
+/// A shared queue with consumers on this node.
+pub(super) struct Consumed {
+    queue: SharedQueue,
+    consumers: usize,
+}
+
+/// A message this node read from a stream and gives back.
+pub(super) struct Held {
+    pub entry: EntryId,
+    pub block: Bytes,
+    pub deliveries: u32,
+}
+
+/// The stream key of a shared queue.
+fn key(queue: &str) -> String {
+    format!("{STREAM}{queue}")
+}
+
+/// Adds the commands that append `block` to `queue`'s stream, with the
+/// times it was delivered before (none for a new message).
+pub(super) fn append(pipe: &mut redis::Pipeline, queue: &str, block: &Bytes, deliveries: u32) {
+    let cmd = pipe
+        .cmd("XADD")
+        .arg(key(queue))
+        .arg("*")
+        .arg("m")
+        .arg(&block[..]);
+    if deliveries > 0 {
+        cmd.arg("d").arg(deliveries);
+    }
+    cmd.ignore();
+}
+
+/// Adds the commands that settle an entry of `queue`'s stream.
+pub(super) fn settle(pipe: &mut redis::Pipeline, queue: &str, entry: EntryId) {
+    let (key, id) = (key(queue), entry.to_string());
+    pipe.cmd("XACK").arg(&key).arg(GROUP).arg(&id).ignore();
+    pipe.cmd("XDEL").arg(&key).arg(&id).ignore();
+}
+
+/// Counts a consumer of `name` in or out.
+pub(super) fn consuming(cluster: &Cluster, name: &str, queue: &SharedQueue, attached: bool) {
+    let mut consumed = super::lock(&cluster.consumed);
+    let entry = consumed.entry(name.to_owned()).or_insert_with(|| Consumed {
+        queue: queue.clone(),
+        consumers: 0,
+    });
+    entry.consumers = match attached {
+        true => entry.consumers + 1,
+        false => entry.consumers.saturating_sub(1),
+    };
+}
+
+/// The messages of `read` that came from a stream, to give back.
+fn held(read: Vec<QueuedMessage>) -> Vec<Held> {
+    read.into_iter()
+        .filter_map(|m| {
+            Some(Held {
+                entry: m.entry?,
+                block: m.block,
+                deliveries: m.deliveries,
+            })
+        })
+        .collect()
+}
+
+/// This node's name in the consumer groups.
+fn consumer(cluster: &Cluster) -> String {
+    String::from_utf8_lossy(&cluster.origin).into_owned()
+}
+
+/// The `herald-cluster-q` thread: reads the shared queues this node has
+/// consumers for, until the cluster stops.
+pub(super) fn run(cluster: &Cluster, client: &redis::Client, shared: &Weak<Shared>) {
+    let me = consumer(cluster);
+    let mut attempt = 0;
+    while !cluster.stop_queues.load(Ordering::Acquire) {
+        let result = client.get_connection().and_then(|mut con| {
+            link_up(&cluster.stats.connected_queues, "queue reader");
+            attempt = 0;
+            let mut reader = Reader {
+                cluster,
+                me: &me,
+                con: &mut con,
+                groups: HashSet::new(),
+                renewed: Instant::now(),
+                claimed: Instant::now(),
+            };
+            let served = reader.serve(shared);
+            if served.is_ok() {
+                reader.give_back_all();
+            }
+            served
+        });
+        match result {
+            Ok(()) => return,
+            Err(e) => {
+                link_down(&cluster.stats.connected_queues, "queue reader", &e);
+                if !back_off(&cluster.stop_queues, &mut attempt) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+struct Reader<'a> {
+    cluster: &'a Cluster,
+    me: &'a str,
+    con: &'a mut redis::Connection,
+    /// Streams whose group this connection has made sure of.
+    groups: HashSet<String>,
+    /// When this node last renewed its hold on what it read.
+    renewed: Instant,
+    /// When it last looked for entries to claim.
+    claimed: Instant,
+}
+
+impl Reader<'_> {
+    fn serve(&mut self, shared: &Weak<Shared>) -> redis::RedisResult<()> {
+        let mut out = None;
+        loop {
+            if self.cluster.stop_queues.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            let Some(shared) = shared.upgrade() else {
+                return Ok(());
+            };
+            let out = out.get_or_insert_with(|| Deliveries::new(shared.workers.len()));
+            let wanted = self.wanted();
+            for (name, _, _) in &wanted {
+                self.make_group(name)?;
+            }
+            let idle = self.cluster.claim_idle;
+            if self.renewed.elapsed() >= idle / 3 {
+                self.renewed = Instant::now();
+                self.renew()?;
+            }
+            if self.claimed.elapsed() >= idle / 2 {
+                self.claimed = Instant::now();
+                for (name, queue, want) in &wanted {
+                    self.claim(&shared, name, queue, *want, out)?;
+                }
+                hand_out(&shared, out);
+            }
+            let wanted: Vec<_> = wanted.into_iter().filter(|w| w.2 > 0).collect();
+            if wanted.is_empty() {
+                std::thread::sleep(Duration::from_millis(BLOCK_MS));
+                continue;
+            }
+            self.read(&shared, &wanted, out)?;
+            hand_out(&shared, out);
+        }
+    }
+
+    /// The queues to read for, with what their consumers can take; gives
+    /// back what a queue without consumers here still holds.
+    fn wanted(&mut self) -> Vec<(String, SharedQueue, usize)> {
+        let mut idle = Vec::new();
+        let mut wanted = Vec::new();
+        {
+            let mut consumed = super::lock(&self.cluster.consumed);
+            consumed.retain(|name, c| {
+                if c.consumers == 0 {
+                    idle.push((name.clone(), c.queue.clone()));
+                    return false;
+                }
+                let want = super::lock(&c.queue).wants().min(READ_MAX);
+                wanted.push((name.clone(), c.queue.clone(), want));
+                true
+            });
+        }
+        for (name, queue) in idle {
+            let mut q = super::lock(&queue);
+            // A consumer may have come back meanwhile.
+            if q.consumer_count() == 0 {
+                let held = q.purge();
+                drop(q);
+                self.give_back(&name, held);
+            }
+        }
+        wanted
+    }
+
+    /// Hands messages this node read back to the stream for the others.
+    fn give_back(&self, name: &str, read: Vec<QueuedMessage>) {
+        let messages = held(read);
+        if !messages.is_empty() {
+            self.cluster.send(Command::Release {
+                queue: name.to_owned(),
+                messages,
+            });
+        }
+    }
+
+    /// At a stop: gives back everything read here, delivered or not (its
+    /// consumers are going away with the server), on this connection.
+    fn give_back_all(&mut self) {
+        let consumed: Vec<(String, SharedQueue)> = super::lock(&self.cluster.consumed)
+            .drain()
+            .map(|(name, c)| (name, c.queue))
+            .collect();
+        for (name, queue) in consumed {
+            let messages = held(super::lock(&queue).drain());
+            if messages.is_empty() {
+                continue;
+            }
+            let mut pipe = redis::pipe();
+            let release = Command::Release {
+                queue: name.clone(),
+                messages,
+            };
+            release.add_to(&mut pipe);
+            if let Err(e) = pipe.query::<()>(self.con) {
+                log::warn!("cluster: what this node read from {name} was not given back ({e}); another node claims it later");
+            }
+        }
+    }
+
+    /// Creates the queue's stream and group unless this connection did.
+    fn make_group(&mut self, name: &str) -> redis::RedisResult<()> {
+        if self.groups.contains(name) {
+            return Ok(());
+        }
+        // From the stream's start: what was sent before any consumer
+        // existed is there for the first.
+        let made: redis::RedisResult<()> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(key(name))
+            .arg(GROUP)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query(self.con);
+        match made {
+            Err(e) if e.code() != Some("BUSYGROUP") => return Err(e),
+            _ => {}
+        }
+        self.groups.insert(name.to_owned());
+        Ok(())
+    }
+
+    /// Reads new entries for the queues whose consumers want some.
+    fn read(
+        &mut self,
+        shared: &Shared,
+        wanted: &[(String, SharedQueue, usize)],
+        out: &mut Deliveries,
+    ) -> redis::RedisResult<()> {
+        let count = wanted.iter().map(|w| w.2).max().unwrap_or(1);
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP").arg(GROUP).arg(self.me);
+        cmd.arg("COUNT").arg(count).arg("BLOCK").arg(BLOCK_MS);
+        cmd.arg("STREAMS");
+        for (name, _, _) in wanted {
+            cmd.arg(key(name));
+        }
+        for _ in wanted {
+            cmd.arg(">");
+        }
+        let reply: redis::RedisResult<Value> = cmd.query(self.con);
+        let reply = match reply {
+            Err(e) if e.code() == Some("NOGROUP") => {
+                // The stream went (deleted in Redis): made again next time.
+                self.groups.clear();
+                return Ok(());
+            }
+            reply => reply?,
+        };
+        for (stream, entries) in streams(reply) {
+            let Some((name, queue, _)) = wanted.iter().find(|w| key(&w.0) == stream) else {
+                continue;
+            };
+            for (entry, fields) in entries {
+                self.cluster.stats.read.fetch_add(1, Ordering::Relaxed);
+                self.admit(shared, (name, queue), (entry, fields), None, out);
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands an entry to the local queue `to` (name and queue), or
+    /// settles one that holds no message for it (it could never be
+    /// delivered). `deliveries` is what the stream counted for a claimed
+    /// entry.
+    fn admit(
+        &self,
+        shared: &Shared,
+        (name, queue): (&str, &SharedQueue),
+        (entry, fields): (EntryId, Fields),
+        deliveries: Option<u32>,
+        out: &mut Deliveries,
+    ) {
+        let valid = fields.block.clone().and_then(|block| {
+            let view = MessageView::parse(block).ok()?;
+            (view.destination_kind == DestinationKind::Queue && view.destination() == name)
+                .then(|| view.block().clone())
+        });
+        match valid {
+            Some(block) => {
+                let deliveries = deliveries.unwrap_or(fields.deliveries);
+                shared.broker.arrived(queue, block, entry, deliveries, out);
+            }
+            None => {
+                log::warn!(
+                    "cluster: entry {entry} of {} holds no message for it: dropped",
+                    key(name)
+                );
+                super::Peers::settle(self.cluster, name, entry);
+            }
+        }
+    }
+
+    /// Renews this node's hold on every entry it read and still has.
+    fn renew(&mut self) -> redis::RedisResult<()> {
+        let held: Vec<(String, Vec<EntryId>)> = super::lock(&self.cluster.consumed)
+            .iter()
+            .map(|(name, c)| (name.clone(), super::lock(&c.queue).entries()))
+            .filter(|(_, entries)| !entries.is_empty())
+            .collect();
+        for (name, entries) in held {
+            for chunk in entries.chunks(CLAIM_CHUNK) {
+                let mut cmd = redis::cmd("XCLAIM");
+                cmd.arg(key(&name)).arg(GROUP).arg(self.me).arg(0);
+                for entry in chunk {
+                    cmd.arg(entry.to_string());
+                }
+                cmd.arg("JUSTID");
+                cmd.query::<Value>(self.con)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Claims, for consumers that want them, entries another node read
+    /// and stopped renewing; forgets members that hold nothing and have
+    /// not been seen for as long.
+    fn claim(
+        &mut self,
+        shared: &Shared,
+        name: &str,
+        queue: &SharedQueue,
+        want: usize,
+        out: &mut Deliveries,
+    ) -> redis::RedisResult<()> {
+        let stream = key(name);
+        let idle_ms = self.cluster.claim_idle.as_millis() as u64;
+        if want > 0 {
+            let pending: Value = redis::cmd("XPENDING")
+                .arg(&stream)
+                .arg(GROUP)
+                .arg("IDLE")
+                .arg(idle_ms)
+                .arg("-")
+                .arg("+")
+                .arg(want)
+                .query(self.con)?;
+            // This node's own idle entries count too, unless it holds them
+            // (then it renews them): a read whose answer was lost leaves
+            // one behind.
+            let held: HashSet<EntryId> = super::lock(queue).entries().into_iter().collect();
+            let stale: HashMap<EntryId, u32> = pending_entries(pending)
+                .into_iter()
+                .filter(|p| p.consumer != self.me || !held.contains(&p.entry))
+                .map(|p| (p.entry, p.deliveries))
+                .collect();
+            if !stale.is_empty() {
+                let mut cmd = redis::cmd("XCLAIM");
+                cmd.arg(&stream).arg(GROUP).arg(self.me).arg(idle_ms);
+                for entry in stale.keys() {
+                    cmd.arg(entry.to_string());
+                }
+                // Only those still idle that long are taken: another node
+                // claiming at the same moment gets the rest.
+                let claimed: Value = cmd.query(self.con)?;
+                for (entry, fields) in entries(claimed) {
+                    self.cluster.stats.claimed.fetch_add(1, Ordering::Relaxed);
+                    let before = stale.get(&entry).copied().unwrap_or(1);
+                    self.admit(shared, (name, queue), (entry, fields), Some(before), out);
+                }
+            }
+        }
+        let members: Value = redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg(&stream)
+            .arg(GROUP)
+            .query(self.con)?;
+        for member in consumers(members) {
+            if member.pending == 0 && member.idle_ms > idle_ms && member.name != self.me {
+                redis::cmd("XGROUP")
+                    .arg("DELCONSUMER")
+                    .arg(&stream)
+                    .arg(GROUP)
+                    .arg(&member.name)
+                    .query::<Value>(self.con)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An entry's fields that Herald reads.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Fields {
+    /// `m`: the message block.
+    block: Option<Bytes>,
+    /// `d`: deliveries before it was given back.
+    deliveries: u32,
+}
+
+fn bulk(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+fn int(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        other => std::str::from_utf8(bulk(other)?).ok()?.parse().ok(),
+    }
+}
+
+fn array(v: Value) -> Vec<Value> {
+    match v {
+        Value::Array(items) => items,
+        _ => Vec::new(),
+    }
+}
+
+/// An `XREADGROUP` reply: (stream, entries) pairs. Anything malformed is
+/// skipped.
+fn streams(reply: Value) -> Vec<(String, Vec<(EntryId, Fields)>)> {
+    let pairs: Vec<(Value, Value)> = match reply {
+        Value::Map(pairs) => pairs,
+        other => array(other)
+            .into_iter()
+            .filter_map(|s| {
+                let mut s = array(s).into_iter();
+                Some((s.next()?, s.next()?))
+            })
+            .collect(),
+    };
+    pairs
+        .into_iter()
+        .filter_map(|(name, list)| {
+            let name = String::from_utf8(bulk(&name)?.to_vec()).ok()?;
+            Some((name, entries(list)))
+        })
+        .collect()
+}
+
+/// A list of entries (`[id, [field, value, ...]]`), as `XREADGROUP` and
+/// `XCLAIM` answer. A deleted entry (no fields) is left out.
+fn entries(list: Value) -> Vec<(EntryId, Fields)> {
+    array(list)
+        .into_iter()
+        .filter_map(|e| {
+            let mut e = array(e).into_iter();
+            let id = EntryId::parse(bulk(&e.next()?)?)?;
+            let values = array(e.next()?);
+            if values.is_empty() {
+                return None;
+            }
+            let mut fields = Fields::default();
+            for pair in values.chunks(2) {
+                match (pair.first().and_then(bulk), pair.get(1)) {
+                    (Some(b"m"), Some(v)) => fields.block = bulk(v).map(Bytes::copy_from_slice),
+                    (Some(b"d"), Some(v)) => fields.deliveries = int(v).unwrap_or(0) as u32,
+                    _ => {}
+                }
+            }
+            Some((id, fields))
+        })
+        .collect()
+}
+
+/// One line of `XPENDING`'s extended form.
+struct PendingEntry {
+    entry: EntryId,
+    consumer: String,
+    deliveries: u32,
+}
+
+fn pending_entries(reply: Value) -> Vec<PendingEntry> {
+    array(reply)
+        .into_iter()
+        .filter_map(|p| {
+            let p = array(p);
+            Some(PendingEntry {
+                entry: EntryId::parse(bulk(p.first()?)?)?,
+                consumer: String::from_utf8_lossy(bulk(p.get(1)?)?).into_owned(),
+                deliveries: int(p.get(3)?)? as u32,
+            })
+        })
+        .collect()
+}
+
+/// One member of a group, as `XINFO CONSUMERS` lists it.
+struct Member {
+    name: String,
+    pending: u64,
+    idle_ms: u64,
+}
+
+fn consumers(reply: Value) -> Vec<Member> {
+    array(reply)
+        .into_iter()
+        .filter_map(|m| {
+            let fields: Vec<(Value, Value)> = match m {
+                Value::Map(pairs) => pairs,
+                other => {
+                    let flat = array(other);
+                    flat.chunks(2)
+                        .filter_map(|p| Some((p.first()?.clone(), p.get(1)?.clone())))
+                        .collect()
+                }
+            };
+            let get = |name: &[u8]| {
+                fields
+                    .iter()
+                    .find(|(k, _)| bulk(k) == Some(name))
+                    .map(|(_, v)| v)
+            };
+            Some(Member {
+                name: String::from_utf8_lossy(bulk(get(b"name")?)?).into_owned(),
+                pending: int(get(b"pending")?)?,
+                idle_ms: int(get(b"idle")?)?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn entry_lists_are_parsed_and_garbage_skipped() {
+        let list = Value::Array(vec![
+            Value::Array(vec![
+                b("1-2"),
+                Value::Array(vec![b("m"), b("block"), b("d"), b("3")]),
+            ]),
+            // Deleted: no fields.
+            Value::Array(vec![b("1-3"), Value::Nil]),
+            Value::Array(vec![b("not an id"), Value::Array(vec![b("m"), b("x")])]),
+            Value::Int(7),
+            Value::Array(vec![b("4-0"), Value::Array(vec![b("m")])]),
+        ]);
+        let parsed = entries(list);
+        assert_eq!(parsed.len(), 2);
+        assert_eq!(parsed[0].0, EntryId { ms: 1, seq: 2 });
+        assert_eq!(
+            parsed[0].1,
+            Fields {
+                block: Some(Bytes::from_static(b"block")),
+                deliveries: 3
+            }
+        );
+        assert_eq!(parsed[1].1, Fields::default(), "a field without a value");
+        let reply = Value::Array(vec![
+            Value::Array(vec![b("herald:q:a"), Value::Array(vec![])]),
+            Value::Array(vec![b("short")]),
+        ]);
+        assert_eq!(streams(reply).len(), 1);
+        assert!(streams(Value::Nil).is_empty());
+    }
+
+    #[test]
+    fn pending_lines_and_members_are_parsed() {
+        let pending = Value::Array(vec![
+            Value::Array(vec![b("5-1"), b("n/1"), Value::Int(900), Value::Int(2)]),
+            Value::Array(vec![b("5-2"), b("n/1")]),
+        ]);
+        let p = pending_entries(pending);
+        assert_eq!(p.len(), 1);
+        assert_eq!(
+            (p[0].entry.seq, p[0].consumer.as_str(), p[0].deliveries),
+            (1, "n/1", 2)
+        );
+        let members = Value::Array(vec![
+            Value::Array(vec![
+                b("name"),
+                b("n/2"),
+                b("pending"),
+                Value::Int(0),
+                b("idle"),
+                Value::Int(5000),
+            ]),
+            Value::Array(vec![b("name"), b("n/3")]),
+        ]);
+        let m = consumers(members);
+        assert_eq!(m.len(), 1);
+        assert_eq!(
+            (m[0].name.as_str(), m[0].pending, m[0].idle_ms),
+            ("n/2", 0, 5000)
+        );
+    }
+
+    #[test]
+    fn entry_ids_round_trip_and_refuse_garbage() {
+        let id = EntryId::parse(b"1700000000000-42").unwrap();
+        assert_eq!(id.to_string(), "1700000000000-42");
+        for bad in [&b""[..], b"12", b"a-1", b"1-", b"-1", b"1-2-3"] {
+            assert!(EntryId::parse(bad).is_none(), "{bad:?}");
+        }
+    }
+}

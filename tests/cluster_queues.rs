@@ -1,0 +1,237 @@
+//! Cluster mode: queues shared by Herald nodes through Redis streams
+//! (Debian's redis-server, started here on a free port).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use herald_client::{AckMode, Consumer, ConsumerOptions, Destination, Message};
+use herald_tests::*;
+
+/// A node whose claims of dead nodes' messages come after a second.
+fn node(redis: &Redis, id: &str) -> TestServer {
+    let mut config = cluster_config(redis, id);
+    config.cluster.claim_idle_ms = 1000;
+    start_with(config)
+}
+
+fn n(m: &Message) -> i64 {
+    m.property("n")
+        .and_then(|v| v.as_i64())
+        .expect("an n property")
+}
+
+fn job(i: i64) -> Message {
+    Message::text("job").with_property("n", i).persistent()
+}
+
+/// What each consumer receives (n → times) until all of them together
+/// have `total` messages and then nothing more comes for a moment.
+fn receive_all(consumers: &[&Consumer], total: usize) -> Vec<BTreeMap<i64, u32>> {
+    let got: Vec<Mutex<BTreeMap<i64, u32>>> = consumers.iter().map(|_| Mutex::default()).collect();
+    let count = || {
+        got.iter()
+            .map(|g| g.lock().unwrap().values().sum::<u32>() as usize)
+            .sum::<usize>()
+    };
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for (consumer, got) in consumers.iter().zip(&got) {
+            let done = &done;
+            s.spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    if let Some(m) = consumer.receive(Duration::from_millis(50)).unwrap() {
+                        *got.lock().unwrap().entry(n(&m)).or_default() += 1;
+                    }
+                }
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while count() < total && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Anything more would be a duplicate.
+        std::thread::sleep(Duration::from_millis(500));
+        done.store(true, Ordering::Relaxed);
+    });
+    got.into_iter().map(|g| g.into_inner().unwrap()).collect()
+}
+
+#[test]
+fn consumers_on_two_nodes_share_a_queue_and_get_every_message_once() {
+    let redis = Redis::start();
+    let (a, b, c) = (node(&redis, "a"), node(&redis, "b"), node(&redis, "c"));
+    let (_ca, on_a) = connect(&a);
+    let (_cb, on_b) = connect(&b);
+    let (_cc, on_c) = connect(&c);
+    let work = Destination::queue("work");
+    let consumer_a = on_a.create_consumer(&work).unwrap();
+    let consumer_b = on_b.create_consumer(&work).unwrap();
+    // Sent on a node without consumers: each RECEIPT comes once Redis has
+    // the message.
+    let producer = on_c.create_producer(&work).unwrap();
+    let total = 2000;
+    for i in 0..total {
+        producer.send_with_receipt(job(i)).unwrap();
+    }
+    let got = receive_all(&[&consumer_a, &consumer_b], total as usize);
+    let mut all: BTreeMap<i64, u32> = BTreeMap::new();
+    for g in &got {
+        assert!(!g.is_empty(), "both nodes' consumers get a share");
+        for (k, v) in g {
+            *all.entry(*k).or_default() += v;
+        }
+    }
+    assert_eq!(all.len(), total as usize, "every message arrives");
+    assert!(all.values().all(|&v| v == 1), "none twice");
+    let read = |s: &TestServer| s.cluster().unwrap().stats.read.load(Ordering::Relaxed);
+    assert_eq!(read(&a) + read(&b), total as u64);
+    assert_eq!(read(&c), 0, "a node without consumers reads nothing");
+}
+
+#[test]
+fn a_stopping_node_gives_back_what_it_read_and_another_redelivers_it() {
+    let redis = Redis::start();
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    let (ca, on_a) = connect(&a);
+    let queue = Destination::queue("held");
+    let client_ack = ca.create_session(AckMode::Client).unwrap();
+    let holder = client_ack
+        .create_consumer_with(&queue, ConsumerOptions::default().prefetch(5))
+        .unwrap();
+    let producer = on_a.create_producer(&queue).unwrap();
+    for i in 0..20 {
+        producer.send_with_receipt(job(i)).unwrap();
+    }
+    // Delivered to a's consumer and never acknowledged.
+    let mut delivered = Vec::new();
+    for _ in 0..5 {
+        let m = holder
+            .receive(Duration::from_secs(10))
+            .unwrap()
+            .expect("a delivery");
+        assert!(!m.redelivered);
+        delivered.push(n(&m));
+    }
+    drop(ca);
+    a.shutdown();
+    let (_cb, on_b) = connect(&b);
+    let consumer = on_b.create_consumer(&queue).unwrap();
+    let mut got = BTreeMap::new();
+    while let Some(m) = consumer.receive(Duration::from_secs(2)).unwrap() {
+        assert!(
+            got.insert(n(&m), (m.redelivered, m.delivery_count))
+                .is_none(),
+            "once"
+        );
+    }
+    assert_eq!(got.len(), 20, "{got:?}");
+    for i in delivered {
+        assert_eq!(got[&i], (true, 2), "{i} was delivered on a before");
+    }
+}
+
+#[test]
+fn transactions_reach_a_shared_queue_whole_or_not_at_all() {
+    let redis = Redis::start();
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    let (ca, _) = connect(&a);
+    let (_cb, on_b) = connect(&b);
+    let queue = Destination::queue("orders");
+    let consumer = on_b.create_consumer(&queue).unwrap();
+    let tx = ca.create_session(AckMode::Transacted).unwrap();
+    let producer = tx.create_producer(&queue).unwrap();
+    for i in 0..3 {
+        producer.send(job(i)).unwrap();
+    }
+    tx.rollback().unwrap();
+    for i in 10..13 {
+        producer.send(job(i)).unwrap();
+    }
+    tx.commit().unwrap();
+    let got: Vec<i64> = std::iter::from_fn(|| consumer.receive(Duration::from_secs(2)).unwrap())
+        .map(|m| n(&m))
+        .collect();
+    assert_eq!(got, [10, 11, 12]);
+    // A transacted consumer on the other node takes them back out whole:
+    // acknowledgements settle the stream's entries at the commit.
+    for i in 20..23 {
+        producer.send(job(i)).unwrap();
+    }
+    tx.commit().unwrap();
+    let (cb2, _) = connect(&b);
+    let taker = cb2.create_session(AckMode::Transacted).unwrap();
+    drop(consumer);
+    let consumer = taker.create_consumer(&queue).unwrap();
+    let mut taken = Vec::new();
+    while let Some(m) = consumer.receive(Duration::from_secs(2)).unwrap() {
+        taken.push(n(&m));
+    }
+    taker.rollback().unwrap();
+    let again: Vec<i64> = std::iter::from_fn(|| consumer.receive(Duration::from_secs(2)).unwrap())
+        .map(|m| n(&m))
+        .collect();
+    assert_eq!(taken, [20, 21, 22]);
+    assert_eq!(again, taken, "rolled back: delivered again");
+    taker.commit().unwrap();
+    drop(consumer);
+    let (_cb3, on_b3) = connect(&b);
+    let last = on_b3.create_consumer(&queue).unwrap();
+    assert!(
+        last.receive(Duration::from_millis(1500)).unwrap().is_none(),
+        "committed: gone"
+    );
+}
+
+#[test]
+fn receipted_messages_survive_a_redis_restart_with_appendfsync_always() {
+    let dir = temp_dir("redis-aof");
+    let redis = Redis::durable(&dir);
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    let receipted = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (factory, receipted, stop) = (factory(&a), receipted.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let c = factory.create_connection().unwrap();
+            let s = c.create_session(AckMode::Auto).unwrap();
+            let p = s.create_producer(&Destination::queue("kept")).unwrap();
+            let mut i = 0;
+            let mut refused = 0;
+            while !stop.load(Ordering::Relaxed) {
+                match p.send_with_receipt(job(i)) {
+                    Ok(()) => receipted.lock().unwrap().push(i),
+                    // Redis away: not receipted, so not promised.
+                    Err(_) => refused += 1,
+                }
+                i += 1;
+            }
+            refused
+        })
+    };
+    let sent = || receipted.lock().unwrap().len();
+    wait_until("some messages are receipted", || sent() > 200);
+    let stopped = redis.stop();
+    let linked = |n: &TestServer| n.cluster().unwrap().stats.connected();
+    wait_until("the nodes report the outage", || !linked(&a) && !linked(&b));
+    let redis = stopped.start();
+    wait_until("the nodes reconnect", || linked(&a) && linked(&b));
+    let before = sent();
+    wait_until("messages are receipted again", || sent() > before + 200);
+    stop.store(true, Ordering::Relaxed);
+    let refused = producer.join().unwrap();
+    assert!(refused > 0, "sends during the outage were refused");
+    let (_cb, on_b) = connect(&b);
+    let consumer = on_b.create_consumer(&Destination::queue("kept")).unwrap();
+    let receipted = receipted.lock().unwrap().clone();
+    let got = receive_all(&[&consumer], receipted.len());
+    let missing: Vec<i64> = receipted
+        .iter()
+        .filter(|i| !got[0].contains_key(i))
+        .copied()
+        .collect();
+    assert!(missing.is_empty(), "receipted and lost: {missing:?}");
+    drop(redis);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,103 @@
+//! A redis-server of a test's own (Debian's package), on a free port.
+//! Standard library only: the server crate's binary tests include this
+//! file too.
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running redis-server, killed when dropped.
+pub struct Redis {
+    child: Child,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    /// Where it keeps its append-only file, if it keeps one.
+    dir: Option<PathBuf>,
+}
+
+impl Redis {
+    /// A Redis that keeps nothing, on a free port.
+    pub fn start() -> Redis {
+        Redis::on(free_port(), None)
+    }
+
+    /// A Redis that writes every command to its append-only file in `dir`
+    /// and syncs it before answering (`appendfsync always`).
+    pub fn durable(dir: &Path) -> Redis {
+        Redis::on(free_port(), Some(dir.to_owned()))
+    }
+
+    /// Kills it (SIGKILL: what it answered must be in its file already).
+    pub fn stop(self) -> Stopped {
+        let stopped = Stopped {
+            port: self.port,
+            dir: self.dir.clone(),
+        };
+        drop(self);
+        stopped
+    }
+
+    fn on(port: u16, dir: Option<PathBuf>) -> Redis {
+        let mut command = Command::new("redis-server");
+        command
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", ""]);
+        match &dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).expect("a directory for Redis");
+                command
+                    .args(["--appendonly", "yes", "--appendfsync", "always"])
+                    .arg("--dir")
+                    .arg(dir);
+            }
+            None => {
+                command.args(["--appendonly", "no"]);
+            }
+        }
+        let child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (Debian's package; scripts/test.sh installs it)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Redis { child, port, dir }
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A [`Redis`] that was stopped, to start again as it was.
+pub struct Stopped {
+    port: u16,
+    dir: Option<PathBuf>,
+}
+
+impl Stopped {
+    /// Starts it again on the same port, with the same file if it keeps
+    /// one.
+    pub fn start(self) -> Redis {
+        Redis::on(self.port, self.dir)
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
