@@ -235,3 +235,63 @@ fn receipted_messages_survive_a_redis_restart_with_appendfsync_always() {
     drop(redis);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn delivery_counts_cross_nodes_and_the_last_failure_dead_letters_to_a_shared_queue() {
+    let redis = Redis::start();
+    let with_max = |id| {
+        let mut config = cluster_config(&redis, id);
+        config.queues.max_deliveries = 3;
+        start_with(config)
+    };
+    let (a, b, c) = (with_max("a"), with_max("b"), with_max("c"));
+    let queue = Destination::queue("fragile");
+    let (ca, on_a) = connect(&a);
+    on_a.create_producer(&queue)
+        .unwrap()
+        .send_with_receipt(job(7))
+        .unwrap();
+    // Delivered twice on a (recovered once) and given back, unacknowledged,
+    // when a stops.
+    let s = ca.create_session(AckMode::Client).unwrap();
+    let consumer = s.create_consumer(&queue).unwrap();
+    for count in 1..=2 {
+        let m = consumer.receive(Duration::from_secs(10)).unwrap().unwrap();
+        assert_eq!(m.delivery_count, count);
+        if count == 1 {
+            s.recover().unwrap();
+        }
+    }
+    drop(ca);
+    a.shutdown();
+    // The third delivery, on b, fails too: the message is dead.
+    let (cb, _) = connect(&b);
+    let s = cb.create_session(AckMode::Client).unwrap();
+    let consumer = s.create_consumer(&queue).unwrap();
+    let m = consumer.receive(Duration::from_secs(10)).unwrap().unwrap();
+    assert_eq!(m.delivery_count, 3);
+    s.recover().unwrap();
+    // The dead-letter queue is shared too: read on a third node.
+    let (_cc, on_c) = connect(&c);
+    let dlq = on_c
+        .create_consumer(&Destination::queue("DLQ.fragile"))
+        .unwrap();
+    let dead = dlq
+        .receive(Duration::from_secs(10))
+        .unwrap()
+        .expect("dead-lettered");
+    assert_eq!(n(&dead), 7);
+    let reason = dead
+        .property("HeraldDeadLetterReason")
+        .and_then(|v| v.as_str())
+        .unwrap()
+        .to_owned();
+    assert!(reason.contains("3 deliveries"), "{reason}");
+    assert!(
+        consumer
+            .receive(Duration::from_millis(1500))
+            .unwrap()
+            .is_none(),
+        "not a fourth time"
+    );
+}
