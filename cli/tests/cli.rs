@@ -438,3 +438,50 @@ fn bench_measures_throughput_beside_many_subscriptions() {
         "both runs lose nothing: {out}"
     );
 }
+
+#[test]
+fn bench_measures_topics_and_queues_across_two_nodes_of_a_cluster() {
+    let redis = Redis::start();
+    let (a, b) = (
+        start_with(cluster_config(&redis, "a")),
+        start_with(cluster_config(&redis, "b")),
+    );
+    let url = |s: &TestServer| format!("herald://{}", s.local_addr());
+    let out = run_ok(&[
+        "--server",
+        &url(&a),
+        "bench",
+        "--mode",
+        "throughput",
+        "--count",
+        "20000",
+        "--subscriber-server",
+        &url(&b),
+    ]);
+    let across = summary(&out, "across_nodes");
+    assert!(across.contains("\"ratio\":"), "{across}");
+    assert_eq!(out.matches("\"lost\":0").count(), 2, "{out}");
+    let out = run_ok(&[
+        "--server",
+        &url(&a),
+        "bench",
+        "--mode",
+        "queue",
+        "--count",
+        "5000",
+        "--persistent",
+        "--subscriber-server",
+        &url(&b),
+    ]);
+    let queue = summary(&out, "queue");
+    assert!(queue.contains("\"consumed\":5000,"), "{queue}");
+    assert!(queue.contains("\"receipted\":5000,"), "{queue}");
+    // The consumer was on b: b read every message from Redis.
+    let read = b
+        .cluster()
+        .unwrap()
+        .stats
+        .read
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(read, 5000);
+}

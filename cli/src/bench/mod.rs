@@ -118,7 +118,7 @@ pub struct Args {
     subscriptions: usize,
     /// Another node of the same cluster: the throughput run is measured
     /// with everyone on --server, then with the subscribers on this one,
-    /// and the two compared.
+    /// and the two compared; --mode queue puts its consumers on it.
     #[arg(long)]
     subscriber_server: Option<String>,
     /// Idle connections for --mode connections.
@@ -273,7 +273,12 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             window: args.window,
             ack_every: args.ack_every,
         };
-        queue::run(&factory, &plan)?;
+        let other = args
+            .subscriber_server
+            .as_deref()
+            .map(ConnectionFactory::new)
+            .transpose()?;
+        queue::run(&factory, other.as_ref().unwrap_or(&factory), &plan)?;
     }
     if let Some(server) = embedded {
         server.shutdown();

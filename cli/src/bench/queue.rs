@@ -58,13 +58,19 @@ impl Window {
     }
 }
 
-pub fn run(factory: &ConnectionFactory, plan: &Plan) -> Result<()> {
+/// Runs `plan` with the producers on `factory` and the consumers on
+/// `consumers_at` (another node of a cluster, or the same).
+pub fn run(
+    factory: &ConnectionFactory,
+    consumers_at: &ConnectionFactory,
+    plan: &Plan,
+) -> Result<()> {
     let destination = Destination::queue(bench_topic("queue"));
     let received = Arc::new(AtomicU64::new(0));
     let last = Arc::new(Mutex::new(None::<Instant>));
     let mut consumers = Vec::new();
     for _ in 0..plan.consumers {
-        let connection = factory.create_connection()?;
+        let connection = consumers_at.create_connection()?;
         let every = plan.ack_every;
         let mode = if every == 0 {
             AckMode::Auto

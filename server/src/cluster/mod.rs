@@ -511,14 +511,14 @@ impl Command {
                 pipe.cmd("PUBLISH").arg(channel).arg(&payload[..]).ignore();
             }
             Command::Append { queue, block, .. } => queues::append(pipe, queue, block, 0),
-            Command::Settle { queue, entry } => queues::settle(pipe, queue, *entry),
+            Command::Settle { queue, entry } => queues::settle(pipe, queue, &[*entry]),
             Command::Commit { changes, .. } => {
                 pipe.cmd("MULTI").ignore();
                 for (queue, block) in &changes.sends {
                     queues::append(pipe, queue, block, 0);
                 }
                 for (queue, entry) in &changes.settled {
-                    queues::settle(pipe, queue, *entry);
+                    queues::settle(pipe, queue, &[*entry]);
                 }
                 pipe.cmd("EXEC").ignore();
             }
@@ -526,7 +526,7 @@ impl Command {
                 pipe.cmd("MULTI").ignore();
                 for m in messages {
                     queues::append(pipe, queue, &m.block, m.deliveries);
-                    queues::settle(pipe, queue, m.entry);
+                    queues::settle(pipe, queue, &[m.entry]);
                 }
                 pipe.cmd("EXEC").ignore();
             }
@@ -728,7 +728,13 @@ fn run_outbound(cluster: &Cluster, client: &redis::Client, rx: &Receiver<Command
             cluster.dequeued(batch.len() - before);
             let mut pipe = redis::pipe();
             let mut published = 0;
+            // Settlements of one queue go in one XACK and one XDEL.
+            let mut settled: HashMap<&str, Vec<EntryId>> = HashMap::new();
             for command in &batch {
+                if let Command::Settle { queue, entry } = command {
+                    settled.entry(queue).or_default().push(*entry);
+                    continue;
+                }
                 command.add_to(&mut pipe);
                 match command {
                     Command::Publish { .. } => published += 1,
@@ -741,6 +747,9 @@ fn run_outbound(cluster: &Cluster, client: &redis::Client, rx: &Receiver<Command
                     }
                     _ => {}
                 }
+            }
+            for (queue, entries) in &settled {
+                queues::settle(&mut pipe, queue, entries);
             }
             match pipe.query::<()>(&mut con) {
                 Ok(()) => {

@@ -81,11 +81,13 @@ pub(super) fn append(pipe: &mut redis::Pipeline, queue: &str, block: &Bytes, del
     cmd.ignore();
 }
 
-/// Adds the commands that settle an entry of `queue`'s stream.
-pub(super) fn settle(pipe: &mut redis::Pipeline, queue: &str, entry: EntryId) {
-    let (key, id) = (key(queue), entry.to_string());
-    pipe.cmd("XACK").arg(&key).arg(GROUP).arg(&id).ignore();
-    pipe.cmd("XDEL").arg(&key).arg(&id).ignore();
+/// Adds the commands that settle entries of `queue`'s stream: two,
+/// however many entries.
+pub(super) fn settle(pipe: &mut redis::Pipeline, queue: &str, entries: &[EntryId]) {
+    let key = key(queue);
+    let ids: Vec<String> = entries.iter().map(EntryId::to_string).collect();
+    pipe.cmd("XACK").arg(&key).arg(GROUP).arg(&ids).ignore();
+    pipe.cmd("XDEL").arg(&key).arg(&ids).ignore();
 }
 
 /// Counts a consumer of `name` in or out.
