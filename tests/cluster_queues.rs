@@ -1,5 +1,6 @@
-//! Cluster mode: queues shared by Herald nodes through Redis streams
-//! (Debian's redis-server, started here on a free port).
+//! Cluster mode: queues and durable subscriptions shared by Herald nodes
+//! through Redis streams (Debian's redis-server, started here on a free
+//! port).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -293,5 +294,97 @@ fn delivery_counts_cross_nodes_and_the_last_failure_dead_letters_to_a_shared_que
             .unwrap()
             .is_none(),
         "not a fourth time"
+    );
+}
+
+/// A sale of `units` on `topic`.
+fn sale(units: i64) -> Message {
+    Message::text("sale")
+        .with_property("n", units)
+        .with_property("units", units)
+        .persistent()
+}
+
+#[test]
+fn a_durable_subscriber_moves_from_one_node_to_another_and_resumes() {
+    let redis = Redis::start();
+    let (a, b, c) = (node(&redis, "a"), node(&redis, "b"), node(&redis, "c"));
+    let topic = Destination::topic("sales.eu");
+    let durable = || {
+        ConsumerOptions::default()
+            .durable("daily")
+            .selector("units > 3")
+    };
+    let (ca, on_a) = as_client(&a, "app");
+    let subscriber = on_a
+        .create_consumer_with(&Destination::topic("sales.#"), durable())
+        .unwrap();
+    let (_cc, on_c) = connect(&c);
+    let producer = on_c.create_producer(&topic).unwrap();
+    // Node c appends to the subscription's stream once it has heard of it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        producer.send_with_receipt(sale(1000)).unwrap();
+        if subscriber
+            .receive(Duration::from_millis(100))
+            .unwrap()
+            .is_some()
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "c never learned of the subscription"
+        );
+    }
+    while subscriber
+        .receive(Duration::from_millis(300))
+        .unwrap()
+        .is_some()
+    {}
+    for units in 1..=6 {
+        producer.send_with_receipt(sale(units)).unwrap();
+    }
+    let first: Vec<i64> = (0..2)
+        .map(|_| {
+            n(&subscriber
+                .receive(Duration::from_secs(10))
+                .unwrap()
+                .unwrap())
+        })
+        .collect();
+    assert_eq!(first, [4, 5], "the selector holds on the publishing node");
+    drop(subscriber);
+    drop(ca);
+    // Published while the subscriber is away: kept in its stream.
+    for units in 7..=9 {
+        producer.send_with_receipt(sale(units)).unwrap();
+    }
+    producer.send_with_receipt(sale(2)).unwrap();
+    let (cb, on_b) = as_client(&b, "app");
+    let subscriber = on_b
+        .create_consumer_with(&Destination::topic("sales.#"), durable())
+        .unwrap();
+    let mut rest = Vec::new();
+    while let Some(m) = subscriber.receive(Duration::from_secs(2)).unwrap() {
+        rest.push(n(&m));
+    }
+    assert_eq!(rest, [6, 7, 8, 9], "resumed on b where a left off");
+    // Deleted from b: a node publishing afterwards keeps nothing for it.
+    drop(subscriber);
+    on_b.unsubscribe("daily").unwrap();
+    drop(cb);
+    wait_until("c hears of the deletion", || c.stats().subscriptions == 0);
+    producer.send_with_receipt(sale(50)).unwrap();
+    let (_ca2, on_a2) = as_client(&a, "app");
+    let again = on_a2
+        .create_consumer_with(&Destination::topic("sales.#"), durable())
+        .unwrap();
+    assert!(
+        again
+            .receive(Duration::from_millis(1500))
+            .unwrap()
+            .is_none(),
+        "a new subscription starts empty"
     );
 }

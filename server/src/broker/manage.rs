@@ -161,7 +161,7 @@ impl Broker {
                     client_id: client_id.clone(),
                     connection: None,
                     subscription_id: None,
-                    durable: d.journal_id.is_some(),
+                    durable: d.durable(),
                     backlog: lock(&d.queue).depth(),
                 });
             }

@@ -194,6 +194,9 @@ impl Drop for Atomic {
 /// Where a topic entry sends what matches.
 #[derive(Clone)]
 pub enum Target {
+    /// Append to this shared queue's stream in Redis (a cluster durable
+    /// subscription's), if the message was published on this node.
+    Stream(String),
     /// Straight to a subscriber; nothing kept.
     Direct(Subscriber),
     /// Into a subscription queue.
@@ -344,9 +347,55 @@ struct Durable {
     /// Its consumers now: at most one unless it is shared.
     consumers: Vec<Subscriber>,
     shared: bool,
-    /// Its creation record in the store; `None` for a non-durable shared
-    /// subscription, which ends with its last consumer.
-    journal_id: Option<u64>,
+    /// Where it is kept.
+    kept: Kept,
+}
+
+impl Durable {
+    /// Whether it lasts without consumers.
+    fn durable(&self) -> bool {
+        !matches!(self.kept, Kept::No)
+    }
+}
+
+/// Where a named subscription is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kept {
+    /// Nowhere: a non-durable shared subscription, which ends with its
+    /// last consumer.
+    No,
+    /// In this node's store, under its creation record's id.
+    Journal(u64),
+    /// In a cluster's registry in Redis, its messages in the stream of
+    /// this shared queue name (see [`cluster_durable_stream`]), which the
+    /// node that publishes a matching message appends to.
+    Cluster(String),
+}
+
+/// A durable subscription of a cluster: its registration, as the nodes
+/// share it through Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurableRecord {
+    /// Client id.
+    pub client_id: String,
+    /// Subscription name.
+    pub name: String,
+    /// Topic pattern.
+    pub pattern: String,
+    /// Selector text ("" = none).
+    pub selector: String,
+}
+
+/// The shared queue name of a cluster durable subscription's stream: no
+/// queue can have it (a destination name has no spaces), and the lengths
+/// keep any two subscriptions apart.
+pub fn cluster_durable_stream(client_id: &str, name: &str) -> String {
+    format!("durable {}:{client_id}:{name}", client_id.len())
+}
+
+/// Whether a shared queue name is a cluster durable subscription's.
+pub fn is_durable_stream(name: &str) -> bool {
+    name.starts_with("durable ")
 }
 
 /// The routing state of one server.
@@ -417,12 +466,36 @@ pub trait Peers: Send + Sync {
     /// A consumer attached to (`true`) or detached from the shared queue
     /// `name` here: the node reads the queue's stream while it has any.
     fn consuming(&self, name: &str, queue: &SharedQueue, attached: bool);
+    /// A durable subscription was made here (`Some`, replacing one of the
+    /// same client id and name) or deleted (`None`), its messages with it:
+    /// the registry in Redis and the other nodes learn of it.
+    fn durable(&self, stream: &str, record: Option<&DurableRecord>);
 }
 
 /// Whether topics under a pattern can be heard beyond this node: a
 /// temporary topic's subscribers are all on its owner's node.
 fn shared_with_peers(pattern: &Pattern) -> bool {
     !matches!(pattern.words().first(), Some(PatternWord::Literal(w)) if w.as_str() == "temp")
+}
+
+/// A kept subscription's pattern and selector, parsed again.
+fn parse_subscription(
+    pattern: &str,
+    selector: &str,
+) -> Result<(Pattern, Option<Arc<Selector>>), String> {
+    let pattern = Pattern::parse(pattern).map_err(|e| e.to_string())?;
+    let selector = match selector {
+        "" => None,
+        text => Some(Arc::new(Selector::parse(text).map_err(|e| e.to_string())?)),
+    };
+    Ok((pattern, selector))
+}
+
+/// Whether a subscription needs the topic messages other nodes publish:
+/// not a temporary topic's (all on its owner's node), nor a cluster
+/// durable subscription's (the publishing node appends to its stream).
+fn heard_from_peers(entry: &TopicEntry, pattern: &Pattern) -> bool {
+    !matches!(entry.target, Target::Stream(_)) && shared_with_peers(pattern)
 }
 
 /// Something to do at a delivery time.
@@ -568,38 +641,25 @@ impl Broker {
                     name,
                     pattern,
                     selector,
-                } => {
-                    let parsed = Pattern::parse(&pattern)
-                        .map_err(|e| e.to_string())
-                        .and_then(|p| {
-                            let s = match selector.as_str() {
-                                "" => None,
-                                text => Some(Arc::new(
-                                    Selector::parse(text).map_err(|e| e.to_string())?,
-                                )),
-                            };
-                            Ok((p, s))
-                        });
-                    match parsed {
-                        Ok((pattern, sel)) => {
-                            let key = (client_id.clone(), name.clone());
-                            let d = self.new_durable(
-                                &client_id,
-                                &name,
-                                pattern,
-                                selector,
-                                sel,
-                                Some(id),
-                            );
-                            lock(&self.durables).insert(key, d);
-                            durables += 1;
-                        }
-                        Err(e) => {
-                            log::warn!("kept durable subscription {client_id}/{name} no longer parses ({e}): dropped");
-                            self.journal(Record::End { id });
-                        }
+                } => match parse_subscription(&pattern, &selector) {
+                    Ok((pattern, sel)) => {
+                        let key = (client_id.clone(), name.clone());
+                        let d = self.new_durable(
+                            &client_id,
+                            &name,
+                            pattern,
+                            selector,
+                            sel,
+                            Kept::Journal(id),
+                        );
+                        lock(&self.durables).insert(key, d);
+                        durables += 1;
                     }
-                }
+                    Err(e) => {
+                        log::warn!("kept durable subscription {client_id}/{name} no longer parses ({e}): dropped");
+                        self.journal(Record::End { id });
+                    }
+                },
                 Record::Enqueue { id, holder, block } => {
                     let queue = match &holder {
                         Holder::Queue(name) => Some(self.queue(name)),
@@ -753,16 +813,27 @@ impl Broker {
         pattern: Pattern,
         selector_text: String,
         selector: Option<Arc<Selector>>,
-        journal_id: Option<u64>,
+        kept: Kept,
     ) -> Durable {
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-        // Only a durable one files its persistent messages in the store.
-        let holder = journal_id.map(|_| Holder::Durable(client_id.to_owned(), name.to_owned()));
-        let queue_name = format!("durable.{client_id}.{name}");
+        // Only a journalled one files its persistent messages in the store;
+        // a cluster's is named after its stream, which its settlements go to.
+        let (queue_name, holder) = match &kept {
+            Kept::No => (format!("durable.{client_id}.{name}"), None),
+            Kept::Journal(_) => (
+                format!("durable.{client_id}.{name}"),
+                Some(Holder::Durable(client_id.to_owned(), name.to_owned())),
+            ),
+            Kept::Cluster(stream) => (stream.clone(), None),
+        };
         let queue = Arc::new(Mutex::new(Queue::new(queue_name, holder, self.limits)));
+        let target = match &kept {
+            Kept::Cluster(stream) => Target::Stream(stream.clone()),
+            _ => Target::Queue(queue.clone()),
+        };
         let entry = TopicEntry {
             key,
-            target: Target::Queue(queue.clone()),
+            target,
             selector,
             owner: None,
             backlog: None,
@@ -775,21 +846,81 @@ impl Broker {
             queue,
             consumers: Vec::new(),
             shared: false,
-            journal_id,
+            kept,
+        }
+    }
+
+    /// Makes this node's cluster durable subscriptions those of the
+    /// cluster's registry, as read from Redis: new ones are entered (this
+    /// node appends what is published here to their streams), changed ones
+    /// replaced, deleted ones dropped, unless a consumer here uses one.
+    pub fn sync_durables(&self, registry: Vec<DurableRecord>) {
+        let mut wanted: HashMap<(String, String), DurableRecord> = registry
+            .into_iter()
+            .map(|r| ((r.client_id.clone(), r.name.clone()), r))
+            .collect();
+        let mut durables = lock(&self.durables);
+        let stale: Vec<(String, String)> = durables
+            .iter()
+            .filter(|(id, d)| {
+                let same = wanted.get(*id).is_some_and(|r| {
+                    Pattern::parse(&r.pattern).is_ok_and(|p| p == d.pattern)
+                        && r.selector == d.selector
+                });
+                matches!(d.kept, Kept::Cluster(_)) && d.consumers.is_empty() && !same
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in stale {
+            if let Some(d) = durables.remove(&id) {
+                self.drop_durable(d, false);
+            }
+        }
+        wanted.retain(|id, _| !durables.contains_key(id));
+        for (id, r) in wanted {
+            match parse_subscription(&r.pattern, &r.selector) {
+                Ok((pattern, selector)) => {
+                    let stream = cluster_durable_stream(&r.client_id, &r.name);
+                    let d = self.new_durable(
+                        &r.client_id,
+                        &r.name,
+                        pattern,
+                        r.selector,
+                        selector,
+                        Kept::Cluster(stream),
+                    );
+                    durables.insert(id, d);
+                }
+                Err(e) => log::warn!(
+                    "cluster durable subscription {}/{} does not parse ({e}): ignored",
+                    r.client_id,
+                    r.name
+                ),
+            }
         }
     }
 
     /// Removes a durable subscription from the tree and ends it and its
-    /// messages in the store.
-    fn drop_durable(&self, d: Durable) {
+    /// messages where it is kept. `everywhere`: in a cluster, the other
+    /// nodes and the registry are told (not when the registry told us).
+    fn drop_durable(&self, d: Durable, everywhere: bool) {
         self.leave(&mut self.write_topics(), &d.pattern, d.key);
+        let name = lock(&d.queue).name().to_owned();
         for m in lock(&d.queue).drain() {
             if let Some(id) = m.journal_id {
                 self.journal(Record::End { id });
             }
         }
-        if let Some(id) = d.journal_id {
-            self.journal(Record::End { id });
+        match &d.kept {
+            Kept::No => {}
+            Kept::Journal(id) => self.journal(Record::End { id: *id }),
+            Kept::Cluster(stream) => {
+                // Its stream goes whole: what this node read of it too.
+                debug_assert_eq!(&name, stream);
+                if let (Some(peers), true) = (self.peers.get(), everywhere) {
+                    peers.durable(stream, None);
+                }
+            }
         }
     }
 
@@ -962,10 +1093,13 @@ impl Broker {
         let _ = self.peers.set(peers);
     }
 
-    /// Enters a subscription in the tree, and tells the other nodes.
+    /// Enters a subscription in the tree, and tells the other nodes. A
+    /// cluster durable subscription's publishers append to its stream
+    /// themselves: no topic traffic is needed for it.
     fn enter(&self, tree: &mut TopicTree, pattern: &Pattern, entry: TopicEntry) {
+        let heard = heard_from_peers(&entry, pattern);
         tree.insert(pattern, entry);
-        if let Some(peers) = self.peers.get().filter(|_| shared_with_peers(pattern)) {
+        if let Some(peers) = self.peers.get().filter(|_| heard) {
             peers.interest(pattern, true);
         }
     }
@@ -973,11 +1107,8 @@ impl Broker {
     /// Takes a subscription out of the tree, and tells the other nodes.
     fn leave(&self, tree: &mut TopicTree, pattern: &Pattern, key: u64) {
         let removed = tree.remove(pattern, key);
-        if let Some(peers) = self
-            .peers
-            .get()
-            .filter(|_| removed && shared_with_peers(pattern))
-        {
+        let heard = removed.is_some_and(|e| heard_from_peers(&e, pattern));
+        if let Some(peers) = self.peers.get().filter(|_| heard) {
             peers.interest(pattern, false);
         }
     }
@@ -986,7 +1117,7 @@ impl Broker {
     /// subscribers; it is not told to the other nodes again.
     pub fn publish_from_peer(&self, message: &MessageView, out: &mut Deliveries) {
         if message.destination_kind == DestinationKind::Topic {
-            if let Err(e) = self.route_topic(message, out) {
+            if let Err(e) = self.route_topic(message, None, false, out) {
                 log::warn!("a message from another node was not routed: {e}");
             }
         }
@@ -1016,7 +1147,7 @@ impl Broker {
                     max: f.max_messages,
                 }),
             DestinationKind::Topic => {
-                let mut routed = self.route_topic(message, out)?;
+                let mut routed = self.route_topic(message, from, true, out)?;
                 if let Some(peers) = self.peers.get() {
                     if temporary_owner(name).is_none() {
                         if let Some(backlog) = peers.published(name, block) {
@@ -1048,21 +1179,33 @@ impl Broker {
                 backlog: None,
             });
         };
-        let deferred = TRANSACTION.with_borrow_mut(|t| {
-            t.as_mut()
-                .map(|p| p.shared.sends.push((name.to_owned(), block.clone())))
-                .is_some()
-        });
-        let backlog = match deferred {
-            true => None,
-            false => peers.queue_send(name, block, from),
-        };
+        let backlog = self.append_shared(peers, name, block, from);
         Ok(Routed {
             // A persistent message's RECEIPT waits for Redis to accept it.
             journaled: mode == DeliveryMode::Persistent,
             delivered: 1,
             backlog,
         })
+    }
+
+    /// Appends a message to a shared queue's stream, or inside a commit
+    /// keeps it for the commit's end.
+    fn append_shared(
+        &self,
+        peers: &Arc<dyn Peers>,
+        name: &str,
+        block: &Bytes,
+        from: Option<ConnectionRef>,
+    ) -> Option<Arc<Backlog>> {
+        let deferred = TRANSACTION.with_borrow_mut(|t| {
+            t.as_mut()
+                .map(|p| p.shared.sends.push((name.to_owned(), block.clone())))
+                .is_some()
+        });
+        match deferred {
+            true => None,
+            false => peers.queue_send(name, block, from),
+        }
     }
 
     /// Takes a message that the cluster read from the stream of the shared
@@ -1089,10 +1232,14 @@ impl Broker {
         }
     }
 
-    /// Routes a topic message to this node's subscribers.
+    /// Routes a topic message to this node's subscribers and, if it was
+    /// published here (`local`, by `from`), to the streams of the cluster's
+    /// durable subscriptions it matches.
     fn route_topic(
         &self,
         message: &MessageView,
+        from: Option<ConnectionRef>,
+        local: bool,
         out: &mut Deliveries,
     ) -> Result<Routed, RouteError> {
         let name = message.destination();
@@ -1144,6 +1291,15 @@ impl Broker {
             match &entry.target {
                 Target::Direct(sub) if delayed => self.schedule(due, Timed::Direct(*sub, block.clone())),
                 Target::Direct(sub) => out.push(*sub, block.clone()),
+                Target::Stream(stream) => {
+                    if let (Some(peers), true) = (self.peers.get(), local) {
+                        let backlog = self.append_shared(peers, stream, block, from);
+                        routed.journaled |= mode == DeliveryMode::Persistent;
+                        if routed.backlog.is_none() {
+                            routed.backlog = backlog;
+                        }
+                    }
+                }
                 Target::Queue(queue) => match self.enqueue(queue, block, mode, Room::Refuse, out) {
                     Ok(written) => routed.journaled |= written,
                     Err(full) => log::warn!(
@@ -1292,6 +1448,8 @@ impl Broker {
                 drop(tree);
                 for block in kept {
                     match &kept_for {
+                        // Only durable subscriptions append to streams.
+                        Target::Stream(_) => {}
                         Target::Direct(s) => out.push(*s, block),
                         Target::Queue(q) => {
                             // Kept messages are not persistent copies.
@@ -1341,7 +1499,7 @@ impl Broker {
         let mut durables = lock(&self.durables);
         if let Some(d) = durables.get(&id) {
             let in_use = !d.consumers.is_empty();
-            if in_use && (!d.shared || !req.shared || d.journal_id.is_some() != durable) {
+            if in_use && (!d.shared || !req.shared || d.durable() != durable) {
                 return Err(SubscribeError::InUse(req.durable_name.to_owned()));
             }
             // JMS: resubscribing with another topic or selector replaces
@@ -1351,33 +1509,48 @@ impl Broker {
                     return Err(SubscribeError::InUse(req.durable_name.to_owned()));
                 }
                 if let Some(old) = durables.remove(&id) {
-                    self.drop_durable(old);
+                    self.drop_durable(old, true);
                 }
             }
         }
         let d = durables.entry(id.clone()).or_insert_with(|| {
-            let journal_id = durable.then(|| {
-                let journal_id = self.store.next_id();
-                self.store.append(
-                    Record::Durable {
-                        id: journal_id,
-                        client_id: req.client_id.to_owned(),
-                        name: req.durable_name.to_owned(),
+            let (client, name) = (req.client_id, req.durable_name);
+            let kept = match (durable, self.peers.get()) {
+                (false, _) => Kept::No,
+                // In a cluster: registered in Redis, for every node.
+                (true, Some(peers)) => {
+                    let stream = cluster_durable_stream(client, name);
+                    let record = DurableRecord {
+                        client_id: client.to_owned(),
+                        name: name.to_owned(),
                         pattern: req.destination.to_owned(),
                         selector: req.selector.to_owned(),
-                    },
-                    None,
-                );
-                journal_id
-            });
-            let (client, name) = (req.client_id, req.durable_name);
+                    };
+                    peers.durable(&stream, Some(&record));
+                    Kept::Cluster(stream)
+                }
+                (true, None) => {
+                    let journal_id = self.store.next_id();
+                    self.store.append(
+                        Record::Durable {
+                            id: journal_id,
+                            client_id: client.to_owned(),
+                            name: name.to_owned(),
+                            pattern: req.destination.to_owned(),
+                            selector: req.selector.to_owned(),
+                        },
+                        None,
+                    );
+                    Kept::Journal(journal_id)
+                }
+            };
             self.new_durable(
                 client,
                 name,
                 pattern,
                 req.selector.to_owned(),
                 selector,
-                journal_id,
+                kept,
             )
         });
         // A durable subscription kept from before a restart takes the
@@ -1385,10 +1558,17 @@ impl Broker {
         d.shared = req.shared;
         d.consumers.push(sub);
         let queue = d.queue.clone();
+        let stream = match &d.kept {
+            Kept::Cluster(stream) => Some(stream.clone()),
+            _ => None,
+        };
         drop(durables);
         let mut dispatches = Vec::new();
         lock(&queue).add_consumer(sub, None, prefetch, &mut dispatches);
         self.settled(&queue, dispatches, out);
+        if let (Some(stream), Some(peers)) = (stream, self.peers.get()) {
+            peers.consuming(&stream, &queue, true);
+        }
         Ok(SubscriptionHandle::Durable { queue, id })
     }
 
@@ -1420,13 +1600,17 @@ impl Broker {
                     d.consumers.retain(|c| c != sub);
                     // A non-durable shared subscription ends with its last
                     // consumer.
-                    d.consumers.is_empty() && d.journal_id.is_none()
+                    d.consumers.is_empty() && !d.durable()
                 });
                 let gone = if ended { durables.remove(&id) } else { None };
                 drop(durables);
                 self.detach(&queue, sub, out);
+                let name = lock(&queue).name().to_owned();
+                if let Some(peers) = self.peers.get().filter(|_| is_durable_stream(&name)) {
+                    peers.consuming(&name, &queue, false);
+                }
                 if let Some(d) = gone {
-                    self.drop_durable(d);
+                    self.drop_durable(d, true);
                 }
             }
         }
@@ -1446,12 +1630,10 @@ impl Broker {
         match durables.get(&id) {
             None => Err(SubscribeError::UnknownDurable(name.to_owned())),
             Some(d) if !d.consumers.is_empty() => Err(SubscribeError::InUse(name.to_owned())),
-            Some(d) if d.journal_id.is_none() => {
-                Err(SubscribeError::UnknownDurable(name.to_owned()))
-            }
+            Some(d) if !d.durable() => Err(SubscribeError::UnknownDurable(name.to_owned())),
             Some(_) => {
                 if let Some(d) = durables.remove(&id) {
-                    self.drop_durable(d);
+                    self.drop_durable(d, true);
                 }
                 Ok(())
             }

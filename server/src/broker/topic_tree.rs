@@ -107,10 +107,10 @@ impl TopicTree {
     }
 
     /// Removes the entry with `key` from under a pattern and prunes the
-    /// branch it leaves empty; false if it was not there.
-    pub fn remove(&mut self, pattern: &Pattern, key: u64) -> bool {
+    /// branch it leaves empty; returns it, or `None` if it was not there.
+    pub fn remove(&mut self, pattern: &Pattern, key: u64) -> Option<TopicEntry> {
         let removed = remove_at(&mut self.root, pattern.words(), key);
-        if removed {
+        if removed.is_some() {
             self.len -= 1;
         }
         removed
@@ -148,17 +148,14 @@ impl TopicTree {
     }
 }
 
-fn remove_at(node: &mut Node, words: &[PatternWord], key: u64) -> bool {
+fn remove_at(node: &mut Node, words: &[PatternWord], key: u64) -> Option<TopicEntry> {
     let Some((word, rest)) = words.split_first() else {
-        let before = node.subscribers.len();
-        node.subscribers.retain(|s| s.key != key);
-        return node.subscribers.len() < before;
+        let at = node.subscribers.iter().position(|s| s.key == key)?;
+        return Some(node.subscribers.remove(at));
     };
     match word {
         PatternWord::Literal(w) => {
-            let Some(child) = node.literal.get_mut(w.as_str()) else {
-                return false;
-            };
+            let child = node.literal.get_mut(w.as_str())?;
             let removed = remove_at(child, rest, key);
             if child.is_empty() {
                 node.literal.remove(w.as_str());
@@ -171,9 +168,7 @@ fn remove_at(node: &mut Node, words: &[PatternWord], key: u64) -> bool {
             } else {
                 &mut node.hash
             };
-            let Some(child) = slot else {
-                return false;
-            };
+            let child = slot.as_mut()?;
             let removed = remove_at(child, rest, key);
             if child.is_empty() {
                 *slot = None;
@@ -262,12 +257,12 @@ mod tests {
     fn removal_prunes_and_counts() {
         let mut t = tree(&["a.b.c", "a.*.c", "a.#"]);
         assert_eq!(t.len(), 3);
-        assert!(t.remove(&Pattern::parse("a.*.c").unwrap(), 1));
-        assert!(!t.remove(&Pattern::parse("a.*.c").unwrap(), 1));
-        assert!(!t.remove(&Pattern::parse("x.y").unwrap(), 0));
+        assert!(t.remove(&Pattern::parse("a.*.c").unwrap(), 1).is_some());
+        assert!(t.remove(&Pattern::parse("a.*.c").unwrap(), 1).is_none());
+        assert!(t.remove(&Pattern::parse("x.y").unwrap(), 0).is_none());
         assert_eq!(matched(&t, "a.b.c"), vec![0, 2]);
-        assert!(t.remove(&Pattern::parse("a.b.c").unwrap(), 0));
-        assert!(t.remove(&Pattern::parse("a.#").unwrap(), 2));
+        assert!(t.remove(&Pattern::parse("a.b.c").unwrap(), 0).is_some());
+        assert!(t.remove(&Pattern::parse("a.#").unwrap(), 2).is_some());
         assert!(t.is_empty());
         assert!(t.root.is_empty(), "every branch pruned");
     }

@@ -21,6 +21,7 @@
 //! is logged and shown in `connected`, and messages published meanwhile do
 //! not reach other nodes.
 
+mod durables;
 mod queues;
 mod resp;
 
@@ -35,7 +36,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 use herald_protocol::destination::{Pattern, PatternWord};
 use herald_protocol::MessageView;
 
-use crate::broker::{Backlog, ConnectionRef, EntryId, Peers, SharedChanges, SharedQueue};
+use crate::broker::{
+    Backlog, ConnectionRef, DurableRecord, EntryId, Peers, SharedChanges, SharedQueue,
+};
 use crate::config::ClusterSection;
 use crate::delivery::Deliveries;
 use crate::net::{hand_out, Shared};
@@ -139,6 +142,8 @@ pub struct Cluster {
     own_changed: AtomicBool,
     /// Another node's globs changed: read them again.
     others_changed: AtomicBool,
+    /// The registry of durable subscriptions changed: read it again.
+    durables_changed: AtomicBool,
     /// What the other nodes subscribe to.
     others: RwLock<Others>,
     changes: Mutex<mpsc::Sender<(String, bool)>>,
@@ -200,6 +205,7 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         interest: Mutex::new(HashMap::new()),
         own_changed: AtomicBool::new(true),
         others_changed: AtomicBool::new(true),
+        durables_changed: AtomicBool::new(true),
         others: RwLock::default(),
         changes: Mutex::new(changes),
         stats: ClusterStats::default(),
@@ -207,11 +213,23 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         stop_queues: AtomicBool::new(false),
     });
     shared.broker.join_cluster(cluster.clone());
+    // The durable subscriptions, before anyone publishes here if Redis
+    // answers now; otherwise once the outbound thread connects.
+    match client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .and_then(|mut con| durables::load(&mut con))
+    {
+        Ok(records) => {
+            shared.broker.sync_durables(records);
+            cluster.durables_changed.store(false, Ordering::Relaxed);
+        }
+        Err(e) => log::warn!("cluster: Redis does not answer yet ({e}); going on"),
+    }
     let out = {
-        let (cluster, client) = (cluster.clone(), client.clone());
+        let (cluster, client, shared) = (cluster.clone(), client.clone(), Arc::downgrade(shared));
         std::thread::Builder::new()
             .name("herald-cluster-out".into())
-            .spawn(move || run_outbound(&cluster, &client, &outbound_rx))?
+            .spawn(move || run_outbound(&cluster, &client, &outbound_rx, &shared))?
     };
     let inbound = {
         let (cluster, client, shared) = (cluster.clone(), client.clone(), Arc::downgrade(shared));
@@ -324,6 +342,7 @@ impl Cluster {
             *due = now + INTEREST_REFRESH;
             self.own_changed.store(true, Ordering::Relaxed);
             self.others_changed.store(true, Ordering::Relaxed);
+            self.durables_changed.store(true, Ordering::Relaxed);
         }
         if self.own_changed.swap(false, Ordering::AcqRel) {
             if let Err(e) = self.write_interest(con) {
@@ -338,6 +357,30 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+
+    /// Reads the registry of durable subscriptions again if it changed,
+    /// and makes the broker's match it.
+    fn sync_durables(
+        &self,
+        con: &mut redis::Connection,
+        shared: &Weak<Shared>,
+    ) -> redis::RedisResult<()> {
+        if !self.durables_changed.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        match durables::load(con) {
+            Ok(records) => {
+                if let Some(shared) = shared.upgrade() {
+                    shared.broker.sync_durables(records);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.durables_changed.store(true, Ordering::Relaxed);
+                Err(e)
+            }
+        }
     }
 
     /// Hands a command to the outbound thread. Counted before it is
@@ -456,6 +499,14 @@ impl Peers for Cluster {
     fn consuming(&self, name: &str, queue: &SharedQueue, attached: bool) {
         queues::consuming(self, name, queue, attached);
     }
+
+    fn durable(&self, stream: &str, record: Option<&DurableRecord>) {
+        self.send(Command::Registry {
+            stream: stream.to_owned(),
+            record: record.map(durables::encode),
+            node_id: self.node_id.clone(),
+        });
+    }
 }
 
 /// What the outbound thread does in Redis, in the order given.
@@ -481,6 +532,13 @@ enum Command {
     Release {
         queue: String,
         messages: Vec<queues::Held>,
+    },
+    /// Register a durable subscription (`Some`: its encoded record) or
+    /// delete one, and announce it.
+    Registry {
+        stream: String,
+        record: Option<Bytes>,
+        node_id: String,
     },
     /// Answer once everything before it was answered.
     Barrier {
@@ -530,6 +588,11 @@ impl Command {
                 }
                 pipe.cmd("EXEC").ignore();
             }
+            Command::Registry {
+                stream,
+                record,
+                node_id,
+            } => durables::write(pipe, stream, record.as_ref(), node_id),
             Command::Barrier { .. } => return false,
         }
         true
@@ -542,9 +605,9 @@ impl Command {
             Command::Append { from, .. } | Command::Commit { from, .. } => {
                 outcomes.failed.insert(from);
             }
-            retry @ (Command::Settle { .. } | Command::Release { .. }) => {
-                outcomes.retry.push(retry)
-            }
+            retry @ (Command::Settle { .. }
+            | Command::Release { .. }
+            | Command::Registry { .. }) => outcomes.retry.push(retry),
             Command::Barrier { from, done } => {
                 outcomes.failed.remove(&from);
                 done(Err(format!("Redis did not confirm: {why}")));
@@ -671,7 +734,12 @@ fn link_down(flag: &AtomicBool, side: &str, why: impl std::fmt::Display) {
     }
 }
 
-fn run_outbound(cluster: &Cluster, client: &redis::Client, rx: &Receiver<Command>) {
+fn run_outbound(
+    cluster: &Cluster,
+    client: &redis::Client,
+    rx: &Receiver<Command>,
+    shared: &Weak<Shared>,
+) {
     let mut attempt = 0;
     let mut outcomes = Outcomes::default();
     let mut batch = Vec::with_capacity(BATCH);
@@ -699,9 +767,13 @@ fn run_outbound(cluster: &Cluster, client: &redis::Client, rx: &Receiver<Command
         // Written and read again at once on every (re)connection.
         cluster.own_changed.store(true, Ordering::Relaxed);
         cluster.others_changed.store(true, Ordering::Relaxed);
+        cluster.durables_changed.store(true, Ordering::Relaxed);
         let mut due = Instant::now() + INTEREST_REFRESH;
         loop {
-            if let Err(e) = cluster.sync_interest(&mut con, &mut due) {
+            let synced = cluster
+                .sync_interest(&mut con, &mut due)
+                .and_then(|()| cluster.sync_durables(&mut con, shared));
+            if let Err(e) = synced {
                 link_down(&cluster.stats.connected_out, "publisher", &e);
                 break;
             }
@@ -806,6 +878,7 @@ fn run_inbound(
                     sub.send(&[b"PSUBSCRIBE", glob.as_bytes()])?;
                 }
                 sub.send(&[b"SUBSCRIBE", INTEREST_CHANNEL.as_bytes()])?;
+                sub.send(&[b"SUBSCRIBE", durables::CHANNEL.as_bytes()])?;
                 // What changed while this node was away.
                 cluster.others_changed.store(true, Ordering::Relaxed);
                 attempt = 0;
@@ -865,10 +938,16 @@ fn serve(
                 continue;
             }
         };
-        // Another node's globs changed.
-        if let [Item::Bulk(Some(kind)), _, Item::Bulk(Some(node))] = &items[..] {
+        // Another node's globs, or the durable subscriptions, changed.
+        if let [Item::Bulk(Some(kind)), Item::Bulk(Some(channel)), Item::Bulk(Some(node))] =
+            &items[..]
+        {
             if &kind[..] == b"message" && &node[..] != cluster.node_id.as_bytes() {
-                cluster.others_changed.store(true, Ordering::Release);
+                let changed = match &channel[..] {
+                    c if c == durables::CHANNEL.as_bytes() => &cluster.durables_changed,
+                    _ => &cluster.others_changed,
+                };
+                changed.store(true, Ordering::Release);
             }
             continue;
         }

@@ -32,7 +32,7 @@ use redis::Value;
 
 use super::{back_off, link_down, link_up, Cluster, Command};
 use crate::broker::queue::QueuedMessage;
-use crate::broker::{EntryId, SharedQueue};
+use crate::broker::{is_durable_stream, EntryId, SharedQueue};
 use crate::delivery::Deliveries;
 use crate::net::{hand_out, Shared};
 
@@ -62,7 +62,7 @@ pub(super) struct Held {
 }
 
 /// The stream key of a shared queue.
-fn key(queue: &str) -> String {
+pub(super) fn key(queue: &str) -> String {
     format!("{STREAM}{queue}")
 }
 
@@ -342,10 +342,17 @@ impl Reader<'_> {
         deliveries: Option<u32>,
         out: &mut Deliveries,
     ) {
+        // A queue's messages name it; a durable subscription's name the
+        // topic they were published on.
         let valid = fields.block.clone().and_then(|block| {
             let view = MessageView::parse(block).ok()?;
-            (view.destination_kind == DestinationKind::Queue && view.destination() == name)
-                .then(|| view.block().clone())
+            let fits = match is_durable_stream(name) {
+                true => view.destination_kind == DestinationKind::Topic,
+                false => {
+                    view.destination_kind == DestinationKind::Queue && view.destination() == name
+                }
+            };
+            fits.then(|| view.block().clone())
         });
         match valid {
             Some(block) => {
