@@ -6,52 +6,7 @@ use herald_client::{AckMode, Destination, Message};
 use herald_server::auth::hash_password;
 use herald_server::Config;
 use herald_tests::*;
-use serde_json::{json, Value};
-
-/// An HTTP answer: status and JSON (or text) body.
-struct Answer {
-    status: u16,
-    body: String,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-
-    fn error(&self) -> String {
-        self.json()["error"].as_str().unwrap_or_default().to_owned()
-    }
-}
-
-fn call(
-    server: &TestServer,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-    auth: Option<(&str, &str)>,
-) -> Answer {
-    let url = format!("http://{}{path}", server.admin_addr().expect("admin runs"));
-    let mut request = ureq::request(method, &url).timeout(PATIENCE);
-    if let Some((user, password)) = auth {
-        use base64::Engine;
-        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-        request = request.set("Authorization", &format!("Basic {token}"));
-    }
-    let result = match body {
-        Some(b) => request.send_json(b),
-        None => request.call(),
-    };
-    let response = match result {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("{method} {path}: {e}"),
-    };
-    Answer {
-        status: response.status(),
-        body: response.into_string().unwrap(),
-    }
-}
+use serde_json::json;
 
 fn get(server: &TestServer, path: &str) -> Answer {
     call(server, "GET", path, None, None)

@@ -5,8 +5,11 @@ use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use herald_client::{Consumer, ConsumerOptions, Destination, Message, Session};
+use herald_client::{AckMode, Consumer, ConsumerOptions, Destination, Message, Session};
+use herald_server::auth::hash_password;
+use herald_server::config::{RoleEntry, UserEntry};
 use herald_tests::*;
+use serde_json::json;
 
 fn node(redis: &Redis, id: &str) -> TestServer {
     start_with(cluster_config(redis, id))
@@ -213,4 +216,120 @@ fn garbage_from_redis_is_ignored_and_the_node_goes_on() {
         .stats
         .connected_in
         .load(Ordering::Relaxed));
+}
+
+/// A node of a cluster in strict mode whose logins are required, with one
+/// administrator, `root`, in its config file.
+fn secured_node(redis: &Redis, id: &str) -> TestServer {
+    let mut config = cluster_config(redis, id);
+    config.topics.strict = true;
+    config.topics.declared = vec!["sales".into()];
+    config.auth.required = true;
+    config.auth.failed_login_delay_ms = 10;
+    let everything = vec!["#".to_owned()];
+    config.auth.roles.insert(
+        "root".into(),
+        RoleEntry {
+            publish: everything.clone(),
+            consume: everything,
+            admin: true,
+            ..RoleEntry::default()
+        },
+    );
+    config.auth.users.push(UserEntry {
+        name: "root".into(),
+        password: hash_password("secret").unwrap(),
+        roles: vec!["root".into()],
+    });
+    start_with(config)
+}
+
+/// Publishes on `topic` as `user` (password `secret`) through `server`;
+/// the error if refused.
+fn publish_as(server: &TestServer, user: &str, topic: &str) -> Result<(), String> {
+    let factory = factory(server).with_credentials(user, "secret");
+    let c = factory.create_connection().map_err(|e| e.to_string())?;
+    let s = c.create_session(AckMode::Auto).map_err(|e| e.to_string())?;
+    let p = s
+        .create_producer(&Destination::topic(topic))
+        .map_err(|e| e.to_string())?;
+    p.send_with_receipt(Message::text("x"))
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn users_roles_and_declared_topics_changed_through_one_node_apply_on_every_node() {
+    let redis = Redis::start();
+    let (a, b) = (secured_node(&redis, "a"), secured_node(&redis, "b"));
+    let root = Some(("root", "secret"));
+    let put = |node: &TestServer, path: &str, body: serde_json::Value| {
+        call(node, "PUT", path, Some(body), root)
+    };
+    let role = json!({"publish": ["topic:orders.#"], "consume": ["topic:orders.#"]});
+    assert_eq!(put(&a, "/api/roles/traders", role).status, 200);
+    let ann = json!({"password": hash_password("secret").unwrap(), "roles": ["traders"]});
+    assert_eq!(put(&a, "/api/users/ann", ann).status, 200);
+    // A user whose role nobody defined is refused before anything changes.
+    let stray = json!({"password": hash_password("x").unwrap(), "roles": ["nobody"]});
+    let refused = put(&b, "/api/users/stray", stray);
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert!(refused.error().contains("nobody"), "{}", refused.body);
+
+    // b applies a's change without a restart: ann logs in there; her
+    // topic is not declared yet.
+    wait_until("b knows ann", || {
+        publish_as(&b, "ann", "orders.new").is_err_and(|e| e.contains("declared"))
+    });
+    let declared = call(
+        &a,
+        "POST",
+        "/api/topics",
+        Some(json!({"name": "orders.new"})),
+        root,
+    );
+    assert_eq!(declared.status, 200, "{}", declared.body);
+    wait_until("b has orders declared", || {
+        publish_as(&b, "ann", "orders.new").is_ok()
+    });
+    // Her role's permissions hold on b too.
+    let refused = publish_as(&b, "ann", "sales").unwrap_err();
+    assert!(!refused.contains("declared"), "{refused}");
+    let listed = call(&b, "GET", "/api/users", None, root).json();
+    assert!(
+        listed["users"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u["name"] == "ann" && u["source"] == "cluster"),
+        "{listed}"
+    );
+
+    // A role in use stays; a user removed on b can no longer log in on a.
+    let in_use = call(&b, "DELETE", "/api/roles/traders", None, root);
+    assert_eq!(in_use.status, 409, "{}", in_use.body);
+    assert_eq!(call(&b, "DELETE", "/api/users/ann", None, root).status, 200);
+    wait_until("a forgets ann", || {
+        publish_as(&a, "ann", "orders.new").is_err_and(|e| !e.contains("declared"))
+    });
+    let undeclared = call(&b, "DELETE", "/api/topics/orders.new", None, root);
+    assert_eq!(undeclared.status, 200, "{}", undeclared.body);
+    wait_until("a no longer declares orders.new", || {
+        publish_as(&a, "root", "orders.new").is_err_and(|e| e.contains("declared"))
+    });
+    assert_eq!(
+        publish_as(&a, "root", "sales"),
+        Ok(()),
+        "the file's topics stay"
+    );
+
+    // A single node keeps its users in its config file.
+    let single = start();
+    let a = call(
+        &single,
+        "PUT",
+        "/api/users/ann",
+        Some(json!({"password": "x"})),
+        None,
+    );
+    assert_eq!(a.status, 409, "{}", a.body);
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::store::FsyncPolicy;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// The embedded default configuration file.
@@ -217,7 +217,7 @@ impl Default for AuthSection {
 }
 
 /// `[[auth.users]]`: one user.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UserEntry {
     /// The login name.
@@ -231,7 +231,7 @@ pub struct UserEntry {
 
 /// `[auth.roles.NAME]`: what a role may do, as destination patterns
 /// (`queue:` or `topic:` in front limits one to that kind).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RoleEntry {
     /// Send to these destinations.

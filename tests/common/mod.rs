@@ -420,3 +420,54 @@ pub fn tls_files(dir: &std::path::Path, names: &[&str]) -> (PathBuf, PathBuf, Pa
     std::fs::write(&paths.2, key.serialize_pem()).expect("write key");
     paths
 }
+
+/// An HTTP answer: status and JSON (or text) body.
+pub struct Answer {
+    /// The status code.
+    pub status: u16,
+    /// The body.
+    pub body: String,
+}
+
+impl Answer {
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    /// The `error` of a JSON error body.
+    pub fn error(&self) -> String {
+        self.json()["error"].as_str().unwrap_or_default().to_owned()
+    }
+}
+
+/// Calls the management interface of `server`, with basic auth if
+/// given.
+pub fn call(
+    server: &TestServer,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+    auth: Option<(&str, &str)>,
+) -> Answer {
+    let url = format!("http://{}{path}", server.admin_addr().expect("admin runs"));
+    let mut request = ureq::request(method, &url).timeout(PATIENCE);
+    if let Some((user, password)) = auth {
+        use base64::Engine;
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        request = request.set("Authorization", &format!("Basic {token}"));
+    }
+    let result = match body {
+        Some(b) => request.send_json(b),
+        None => request.call(),
+    };
+    let response = match result {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{method} {path}: {e}"),
+    };
+    Answer {
+        status: response.status(),
+        body: response.into_string().unwrap(),
+    }
+}

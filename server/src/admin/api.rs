@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::Json;
 use bytes::BytesMut;
 use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, MessageView, Value};
@@ -15,6 +15,7 @@ use serde_json::{json, Value as Json_};
 
 use super::{lock, ApiError, AppState, Route};
 use crate::broker::{Room, RouteError};
+use crate::cluster::settings::Change;
 use crate::delivery::Deliveries;
 use crate::net::{Command, Protocol};
 
@@ -57,6 +58,11 @@ pub(crate) fn routes() -> Vec<Route> {
         r(Method::DELETE, "/api/connections/{id}", "Close a connection", delete(close_connection)),
         with_body(r(Method::POST, "/api/publish", "Publish a message: {\"destination\", \"body\", \"properties\", \"persistent\", \"priority\", \"ttl_ms\"}", post(publish))),
         r(Method::POST, "/api/reload", "Re-read users, permissions and limits from the config file", post(reload)),
+        r(Method::GET, "/api/users", "Users (no password hashes) and roles, from the config file and the cluster", get(super::shared::users)),
+        with_body(r(Method::PUT, "/api/users/{name}", "Cluster: add or replace a user on every node: {\"password\": PHC hash, \"roles\": [...]}", put(super::shared::put_user))),
+        r(Method::DELETE, "/api/users/{name}", "Cluster: remove a user added through this interface", delete(super::shared::delete_user)),
+        with_body(r(Method::PUT, "/api/roles/{name}", "Cluster: add or replace a role on every node: {\"publish\", \"consume\", \"browse\", \"durable\": [patterns], \"admin\": bool}", put(super::shared::put_role))),
+        r(Method::DELETE, "/api/roles/{name}", "Cluster: remove a role added through this interface", delete(super::shared::delete_role)),
     ]
 }
 
@@ -290,12 +296,16 @@ async fn declare_topic(
         .broker
         .declare_topic(&body.name)
         .map_err(ApiError::conflict)?;
+    super::shared::share(&state, Change::Declare(body.name.clone())).await?;
     Ok(Json(json!({"declared": body.name})))
 }
 
 async fn undeclare_topic(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult {
     match state.shared.broker.undeclare_topic(&name) {
-        Ok(true) => Ok(Json(json!({"removed": name}))),
+        Ok(true) => {
+            super::shared::share(&state, Change::Undeclare(name.clone())).await?;
+            Ok(Json(json!({"removed": name})))
+        }
         Ok(false) => Err(ApiError::not_found(format!(
             "topic '{name}' is not declared"
         ))),

@@ -20,6 +20,7 @@ mod api;
 mod console;
 mod metrics;
 mod openapi;
+mod shared;
 mod tls;
 
 use std::collections::{HashMap, VecDeque};
@@ -316,7 +317,11 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
         return Err("the server runs on its embedded config: there is no file to reload".into());
     };
     let config = crate::Config::load(path).map_err(|e| e.to_string())?;
-    shared.auth.reload(&config.auth)?;
+    match shared.cluster.get() {
+        // Under the users and roles the cluster shares.
+        Some(cluster) => cluster.reload_auth(shared, config.auth.clone())?,
+        None => shared.auth.reload(&config.auth)?,
+    }
     shared.limits.set(&config);
     log::info!(
         "reloaded users, permissions and limits from {}",

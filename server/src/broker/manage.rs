@@ -188,6 +188,15 @@ impl Broker {
         Ok(())
     }
 
+    /// Replaces strict mode's declared topics (in a cluster, when the
+    /// shared ones changed); nothing when publishing is open.
+    pub fn set_declared<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
+        if let Some(declared) = &self.declared {
+            *declared.write().unwrap_or_else(|p| p.into_inner()) =
+                super::DeclaredTopics::new(names);
+        }
+    }
+
     /// Removes a declared topic and its subtree; false if it was not
     /// declared.
     pub fn undeclare_topic(&self, name: &str) -> Result<bool, String> {

@@ -24,6 +24,7 @@
 mod durables;
 mod queues;
 mod resp;
+pub mod settings;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -39,11 +40,12 @@ use herald_protocol::MessageView;
 use crate::broker::{
     Backlog, ConnectionRef, DurableRecord, EntryId, Peers, SharedChanges, SharedQueue,
 };
-use crate::config::ClusterSection;
+use crate::config::{AuthSection, ClusterSection};
 use crate::delivery::Deliveries;
 use crate::net::{hand_out, Shared};
 use crate::store::Completion;
 use resp::{Item, Subscriber};
+use settings::{Change, SharedSettings};
 
 /// The prefix of the Redis channel a topic's messages go on.
 const CHANNEL: &str = "herald:t:";
@@ -144,6 +146,14 @@ pub struct Cluster {
     others_changed: AtomicBool,
     /// The registry of durable subscriptions changed: read it again.
     durables_changed: AtomicBool,
+    /// The shared declared topics, users or roles changed: read them
+    /// again.
+    settings_changed: AtomicBool,
+    /// What the cluster shares of its configuration, as last read.
+    settings: Mutex<SharedSettings>,
+    /// This node's `[auth]`, from its config file, under the shared users
+    /// and roles.
+    base_auth: Mutex<AuthSection>,
     /// What the other nodes subscribe to.
     others: RwLock<Others>,
     changes: Mutex<mpsc::Sender<(String, bool)>>,
@@ -206,6 +216,9 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         own_changed: AtomicBool::new(true),
         others_changed: AtomicBool::new(true),
         durables_changed: AtomicBool::new(true),
+        settings_changed: AtomicBool::new(true),
+        settings: Mutex::default(),
+        base_auth: Mutex::new(shared.config.auth.clone()),
         others: RwLock::default(),
         changes: Mutex::new(changes),
         stats: ClusterStats::default(),
@@ -215,15 +228,15 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
     shared.broker.join_cluster(cluster.clone());
     // The durable subscriptions, before anyone publishes here if Redis
     // answers now; otherwise once the outbound thread connects.
-    match client
+    let weak = Arc::downgrade(shared);
+    let loaded = client
         .get_connection_with_timeout(Duration::from_secs(2))
-        .and_then(|mut con| durables::load(&mut con))
-    {
-        Ok(records) => {
-            shared.broker.sync_durables(records);
-            cluster.durables_changed.store(false, Ordering::Relaxed);
-        }
-        Err(e) => log::warn!("cluster: Redis does not answer yet ({e}); going on"),
+        .and_then(|mut con| {
+            cluster.sync_durables(&mut con, &weak)?;
+            cluster.sync_settings(&mut con, &weak)
+        });
+    if let Err(e) = loaded {
+        log::warn!("cluster: Redis does not answer yet ({e}); going on");
     }
     let out = {
         let (cluster, client, shared) = (cluster.clone(), client.clone(), Arc::downgrade(shared));
@@ -343,6 +356,7 @@ impl Cluster {
             self.own_changed.store(true, Ordering::Relaxed);
             self.others_changed.store(true, Ordering::Relaxed);
             self.durables_changed.store(true, Ordering::Relaxed);
+            self.settings_changed.store(true, Ordering::Relaxed);
         }
         if self.own_changed.swap(false, Ordering::AcqRel) {
             if let Err(e) = self.write_interest(con) {
@@ -381,6 +395,87 @@ impl Cluster {
                 Err(e)
             }
         }
+    }
+
+    /// Reads the shared declared topics, users and roles again if they
+    /// changed, and applies them.
+    fn sync_settings(
+        &self,
+        con: &mut redis::Connection,
+        shared: &Weak<Shared>,
+    ) -> redis::RedisResult<()> {
+        if !self.settings_changed.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        match settings::load(con) {
+            Ok(loaded) => {
+                let changed = *lock(&self.settings) != loaded;
+                *lock(&self.settings) = loaded;
+                if let Some(shared) = shared.upgrade().filter(|_| changed) {
+                    self.apply_settings(&shared);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.settings_changed.store(true, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// What the cluster shares of its configuration, as last read (or
+    /// changed here).
+    pub fn settings(&self) -> SharedSettings {
+        lock(&self.settings).clone()
+    }
+
+    /// `[auth]` as this node applies it: its file's, the shared users and
+    /// roles over it.
+    pub fn auth(&self) -> AuthSection {
+        lock(&self.settings).auth_over(&lock(&self.base_auth))
+    }
+
+    /// Applies the shared settings: declared topics are the config
+    /// file's and the shared ones; users and roles as [`Cluster::auth`].
+    fn apply_settings(&self, shared: &Shared) {
+        let topics = lock(&self.settings).topics.clone();
+        let file = &shared.config.topics.declared;
+        shared
+            .broker
+            .set_declared(file.iter().chain(&topics).map(String::as_str));
+        if let Err(e) = shared.auth.reload(&self.auth()) {
+            log::warn!("cluster: the shared users and roles were not applied: {e}");
+        }
+    }
+
+    /// Makes a change to the shared configuration: applied here at once,
+    /// written to Redis and announced to the other nodes; `done` runs once
+    /// Redis answered.
+    pub fn change(&self, shared: &Shared, change: Change, done: Completion) {
+        let next = lock(&self.settings).with(&change);
+        *lock(&self.settings) = next;
+        self.apply_settings(shared);
+        self.send(Command::Settings {
+            change,
+            node_id: self.node_id.clone(),
+        });
+        self.send(Command::Barrier { from: None, done });
+    }
+
+    /// Whether users and roles would still make sense after `change`: the
+    /// error a login would meet otherwise.
+    pub fn check(&self, change: &Change) -> Result<(), String> {
+        let next = lock(&self.settings).with(change);
+        crate::auth::Users::from_config(&next.auth_over(&lock(&self.base_auth)))
+            .map(drop)
+            .map_err(|(key, why)| format!("{key}: {why}"))
+    }
+
+    /// A reload read this node's config file again: its `[auth]` goes
+    /// under the shared users and roles.
+    pub fn reload_auth(&self, shared: &Shared, file: AuthSection) -> Result<(), String> {
+        *lock(&self.base_auth) = file;
+        shared.auth.reload(&self.auth())
     }
 
     /// Hands a command to the outbound thread. Counted before it is
@@ -540,6 +635,8 @@ enum Command {
         record: Option<Bytes>,
         node_id: String,
     },
+    /// Change the shared configuration, and announce it.
+    Settings { change: Change, node_id: String },
     /// Answer once everything before it was answered.
     Barrier {
         from: Option<ConnectionRef>,
@@ -593,6 +690,7 @@ impl Command {
                 record,
                 node_id,
             } => durables::write(pipe, stream, record.as_ref(), node_id),
+            Command::Settings { change, node_id } => settings::write(pipe, change, node_id),
             Command::Barrier { .. } => return false,
         }
         true
@@ -604,6 +702,9 @@ impl Command {
             Command::Publish { .. } => outcomes.dropped += 1,
             Command::Append { from, .. } | Command::Commit { from, .. } => {
                 outcomes.failed.insert(from);
+            }
+            Command::Settings { .. } => {
+                outcomes.failed.insert(None);
             }
             retry @ (Command::Settle { .. }
             | Command::Release { .. }
@@ -768,11 +869,13 @@ fn run_outbound(
         cluster.own_changed.store(true, Ordering::Relaxed);
         cluster.others_changed.store(true, Ordering::Relaxed);
         cluster.durables_changed.store(true, Ordering::Relaxed);
+        cluster.settings_changed.store(true, Ordering::Relaxed);
         let mut due = Instant::now() + INTEREST_REFRESH;
         loop {
             let synced = cluster
                 .sync_interest(&mut con, &mut due)
-                .and_then(|()| cluster.sync_durables(&mut con, shared));
+                .and_then(|()| cluster.sync_durables(&mut con, shared))
+                .and_then(|()| cluster.sync_settings(&mut con, shared));
             if let Err(e) = synced {
                 link_down(&cluster.stats.connected_out, "publisher", &e);
                 break;
@@ -825,6 +928,17 @@ fn run_outbound(
             }
             match pipe.query::<()>(&mut con) {
                 Ok(()) => {
+                    // This node learns its own changes from Redis too (it
+                    // skips its own announcements), in case a read of the
+                    // registry raced with the write.
+                    for command in &batch {
+                        match command {
+                            Command::Registry { .. } => &cluster.durables_changed,
+                            Command::Settings { .. } => &cluster.settings_changed,
+                            _ => continue,
+                        }
+                        .store(true, Ordering::Relaxed);
+                    }
                     cluster
                         .stats
                         .published
@@ -879,6 +993,7 @@ fn run_inbound(
                 }
                 sub.send(&[b"SUBSCRIBE", INTEREST_CHANNEL.as_bytes()])?;
                 sub.send(&[b"SUBSCRIBE", durables::CHANNEL.as_bytes()])?;
+                sub.send(&[b"SUBSCRIBE", settings::CHANNEL.as_bytes()])?;
                 // What changed while this node was away.
                 cluster.others_changed.store(true, Ordering::Relaxed);
                 attempt = 0;
@@ -945,6 +1060,7 @@ fn serve(
             if &kind[..] == b"message" && &node[..] != cluster.node_id.as_bytes() {
                 let changed = match &channel[..] {
                     c if c == durables::CHANNEL.as_bytes() => &cluster.durables_changed,
+                    c if c == settings::CHANNEL.as_bytes() => &cluster.settings_changed,
                     _ => &cluster.others_changed,
                 };
                 changed.store(true, Ordering::Release);
