@@ -1,7 +1,6 @@
 //! Cluster mode: Herald nodes that share topics through a real Redis
 //! (Debian's redis-server, started here on a free port).
 
-use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -162,24 +161,6 @@ fn a_node_sends_redis_only_topics_another_node_subscribes_to() {
     assert!(sent() > before);
 }
 
-/// `PUBLISH channel payload` straight to Redis, as a rogue or broken peer
-/// would.
-fn raw_publish(redis: &Redis, channel: &str, payload: &[u8]) {
-    use std::io::{Read, Write};
-    let mut s = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
-    let mut cmd = format!(
-        "*3\r\n$7\r\nPUBLISH\r\n${}\r\n{channel}\r\n${}\r\n",
-        channel.len(),
-        payload.len()
-    )
-    .into_bytes();
-    cmd.extend_from_slice(payload);
-    cmd.extend_from_slice(b"\r\n");
-    s.write_all(&cmd).unwrap();
-    let mut answer = [0u8; 16];
-    assert!(s.read(&mut answer).unwrap() > 0);
-}
-
 #[test]
 fn garbage_from_redis_is_ignored_and_the_node_goes_on() {
     let redis = Redis::start();
@@ -201,7 +182,7 @@ fn garbage_from_redis_is_ignored_and_the_node_goes_on() {
         &[][..],
         &vec![0xA5; 4 << 20][..],
     ] {
-        raw_publish(&redis, "herald:t:feed", payload);
+        redis.command(&[b"PUBLISH", b"herald:t:feed", payload]);
     }
     // A real message from node a, then nothing else: the garbage reached
     // nobody, and the node still routes.
@@ -269,6 +250,22 @@ fn users_roles_and_declared_topics_changed_through_one_node_apply_on_every_node(
     assert_eq!(put(&a, "/api/roles/traders", role).status, 200);
     let ann = json!({"password": hash_password("secret").unwrap(), "roles": ["traders"]});
     assert_eq!(put(&a, "/api/users/ann", ann).status, 200);
+    // Bodies that are not what the routes take.
+    for (path, body) in [
+        (
+            "/api/users/x",
+            json!({"password": "h", "roles": [], "extra": 1}),
+        ),
+        ("/api/users/x", json!({"roles": ["traders"]})),
+        ("/api/roles/r", json!({"publish": "not a list"})),
+        ("/api/roles/r", json!([1, 2])),
+    ] {
+        let a = put(&b, path, body);
+        assert_eq!(a.status, 400, "{path}: {}", a.body);
+    }
+    let not_a_hash = put(&b, "/api/users/x", json!({"password": "plain"}));
+    assert_eq!(not_a_hash.status, 409, "{}", not_a_hash.body);
+    assert!(not_a_hash.error().contains("Argon2"), "{}", not_a_hash.body);
     // A user whose role nobody defined is refused before anything changes.
     let stray = json!({"password": hash_password("x").unwrap(), "roles": ["nobody"]});
     let refused = put(&b, "/api/users/stray", stray);

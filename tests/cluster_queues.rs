@@ -388,3 +388,74 @@ fn a_durable_subscriber_moves_from_one_node_to_another_and_resumes() {
         "a new subscription starts empty"
     );
 }
+
+#[test]
+fn garbage_in_redis_is_skipped_and_the_node_goes_on() {
+    let redis = Redis::start();
+    let a = node(&redis, "a");
+    let (_ca, on_a) = connect(&a);
+    let queue = Destination::queue("work");
+    let consumer = on_a.create_consumer(&queue).unwrap();
+    // Entries no node could deliver: no message field, noise, a message
+    // for another queue, and a megabyte of noise with a bad count.
+    let mut stray = Message::text("stray");
+    stray.destination = Some(Destination::queue("elsewhere"));
+    let mut other = bytes::BytesMut::new();
+    stray.encode(&mut other).unwrap();
+    let noise = vec![0xA5; 1 << 20];
+    let stream = &b"herald:q:work"[..];
+    for fields in [
+        &[&b"x"[..], b"y"][..],
+        &[b"m", b"noise"],
+        &[b"m", &other],
+        &[b"m", &noise, b"d", b"many"],
+    ] {
+        let mut args = vec![&b"XADD"[..], stream, b"*"];
+        args.extend_from_slice(fields);
+        assert!(!redis.command(&args).starts_with('-'));
+    }
+    on_a.create_producer(&queue)
+        .unwrap()
+        .send_with_receipt(job(1))
+        .unwrap();
+    let got: Vec<i64> = std::iter::from_fn(|| consumer.receive(Duration::from_secs(2)).unwrap())
+        .map(|m| n(&m))
+        .collect();
+    assert_eq!(got, [1], "only the real message");
+    // Undeliverable entries are settled, not left to be claimed forever.
+    wait_until("the stream is empty", || {
+        redis.command(&[b"XLEN", stream]) == ":0"
+    });
+
+    // Registries that do not decode are skipped.
+    redis.command(&[
+        b"HSET",
+        b"herald:durables",
+        b"durable 1:x:y",
+        b"\xff\x00garbage",
+    ]);
+    redis.command(&[b"HSET", b"herald:users", b"bob", b"{not json"]);
+    let named_otherwise = br#"{"name": "dave", "password": "x"}"#;
+    redis.command(&[b"HSET", b"herald:users", b"carl", named_otherwise]);
+    redis.command(&[b"HSET", b"herald:roles", b"odd", br#"{"publish": 7}"#]);
+    redis.command(&[b"SADD", b"herald:topics", b"a..b"]);
+    redis.command(&[b"PUBLISH", b"herald:durables", b"x"]);
+    redis.command(&[b"PUBLISH", b"herald:config", b"x"]);
+    // A durable subscription made now works, and no stray user appears.
+    let (_cd, on_d) = as_client(&a, "app");
+    let durable = on_d
+        .create_consumer_with(
+            &Destination::topic("t"),
+            ConsumerOptions::default().durable("d"),
+        )
+        .unwrap();
+    let p = on_a.create_producer(&Destination::topic("t")).unwrap();
+    p.send_with_receipt(job(2)).unwrap();
+    assert_eq!(
+        n(&durable.receive(Duration::from_secs(10)).unwrap().unwrap()),
+        2
+    );
+    let users = call(&a, "GET", "/api/users", None, None).json();
+    assert_eq!(users["users"], serde_json::json!([]), "{users}");
+    assert!(a.cluster().unwrap().stats.connected());
+}

@@ -68,6 +68,23 @@ impl Redis {
         Redis { child, port, dir }
     }
 
+    /// Sends one command straight to Redis, as a rogue or broken client
+    /// would, and returns the first line of the answer.
+    pub fn command(&self, args: &[&[u8]]) -> String {
+        use std::io::{BufRead, BufReader, Write};
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("Redis answers");
+        let mut cmd = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            cmd.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            cmd.extend_from_slice(arg);
+            cmd.extend_from_slice(b"\r\n");
+        }
+        s.write_all(&cmd).expect("a command sent");
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).expect("an answer");
+        line.trim_end().to_owned()
+    }
+
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
