@@ -459,3 +459,70 @@ fn garbage_in_redis_is_skipped_and_the_node_goes_on() {
     assert_eq!(users["users"], serde_json::json!([]), "{users}");
     assert!(a.cluster().unwrap().stats.connected());
 }
+
+#[test]
+fn browsers_and_the_management_interface_see_a_shared_queue_on_any_node() {
+    let redis = Redis::start();
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    let (_ca, on_a) = connect(&a);
+    let queue = Destination::queue("browsed");
+    let producer = on_a.create_producer(&queue).unwrap();
+    for i in 0..5 {
+        let mut m = job(i);
+        m.priority = if i == 3 { 9 } else { 4 };
+        producer.send_with_receipt(m).unwrap();
+    }
+    // Node b holds nothing of the queue: the browser reads Redis.
+    let (_cb, on_b) = connect(&b);
+    let all: Vec<i64> = on_b
+        .create_browser(&queue, "")
+        .unwrap()
+        .messages()
+        .unwrap()
+        .iter()
+        .map(n)
+        .collect();
+    assert_eq!(all, [3, 0, 1, 2, 4], "priority first, then oldest first");
+    let odd: Vec<i64> = on_b
+        .create_browser(&queue, "n / 2 * 2 <> n")
+        .unwrap()
+        .messages()
+        .unwrap()
+        .iter()
+        .map(n)
+        .collect();
+    assert_eq!(odd, [3, 1]);
+    assert!(
+        on_b.create_browser(&queue, "n >").is_err(),
+        "a bad selector"
+    );
+    let listed = call(&b, "GET", "/api/queues", None, None).json();
+    let row = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "browsed")
+        .unwrap_or_else(|| panic!("{listed}"))
+        .clone();
+    assert_eq!(row["cluster"]["stream_length"], 5, "{row}");
+    assert_eq!(row["cluster"]["unacknowledged"], 0, "{row}");
+    // Consumed on b: the stream empties.
+    let consumer = on_b.create_consumer(&queue).unwrap();
+    for _ in 0..5 {
+        consumer.receive(Duration::from_secs(10)).unwrap().unwrap();
+    }
+    wait_until("the stream empties", || {
+        let listed = call(&a, "GET", "/api/queues", None, None).json();
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|q| q["name"] == "browsed" && q["cluster"]["stream_length"] == 0)
+    });
+    assert!(on_b
+        .create_browser(&queue, "")
+        .unwrap()
+        .messages()
+        .unwrap()
+        .is_empty());
+}

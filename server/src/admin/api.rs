@@ -367,14 +367,34 @@ async fn queues(State(state): State<AppState>) -> ApiResult {
                 .collect()
         })
         .unwrap_or_default();
-    let list: Vec<Json_> = state
-        .shared
-        .broker
-        .queue_stats()
+    let mut stats = state.shared.broker.queue_stats();
+    // In a cluster, a shared queue's stream: how many messages it holds
+    // for every node, and how many of them nodes have read and not had
+    // acknowledged. A queue known only to Redis is listed too.
+    let mut streams: HashMap<String, (u64, u64)> = HashMap::new();
+    if let Some(cluster) = state.shared.cluster.get() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        cluster.streams(Box::new(move |r| {
+            let _ = tx.send(r);
+        }));
+        let found = rx
+            .await
+            .map_err(|_| {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the cluster link stopped")
+            })?
+            .map_err(|why| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why))?;
+        for (name, length, unacknowledged) in found {
+            if !stats.iter().any(|q| q.name == name) {
+                stats.push(crate::broker::QueueStats::empty(&name));
+            }
+            streams.insert(name, (length, unacknowledged));
+        }
+    }
+    let list: Vec<Json_> = stats
         .into_iter()
         .map(|q| {
             let (enqueue_rate, dequeue_rate) = rates.get(&q.name).copied().unwrap_or_default();
-            json!({
+            let mut row = json!({
                 "name": q.name,
                 "depth": q.depth,
                 "in_flight": q.in_flight,
@@ -383,7 +403,14 @@ async fn queues(State(state): State<AppState>) -> ApiResult {
                 "acknowledged": q.acknowledged,
                 "enqueue_rate": enqueue_rate,
                 "dequeue_rate": dequeue_rate,
-            })
+            });
+            if let Some((length, unacknowledged)) = streams.get(&q.name) {
+                row["cluster"] = json!({
+                    "stream_length": length,
+                    "unacknowledged": unacknowledged,
+                });
+            }
+            row
         })
         .collect();
     Ok(Json(json!(list)))

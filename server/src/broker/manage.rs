@@ -89,7 +89,7 @@ pub struct SubscriptionView {
 }
 
 /// One queue's figures.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueStats {
     /// Its name.
     pub name: String,
@@ -103,6 +103,17 @@ pub struct QueueStats {
     pub enqueued: u64,
     /// Messages ever acknowledged.
     pub acknowledged: u64,
+}
+
+impl QueueStats {
+    /// A queue this node holds nothing of (in a cluster, one that only
+    /// Redis has).
+    pub fn empty(name: &str) -> QueueStats {
+        QueueStats {
+            name: name.to_owned(),
+            ..QueueStats::default()
+        }
+    }
 }
 
 impl Broker {

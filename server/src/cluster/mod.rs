@@ -22,7 +22,7 @@
 //! not reach other nodes.
 
 mod durables;
-mod queues;
+pub mod queues;
 mod resp;
 pub mod settings;
 
@@ -133,6 +133,8 @@ pub struct Cluster {
     queued: AtomicUsize,
     /// Shared queues with consumers here.
     consumed: Mutex<HashMap<String, queues::Consumed>>,
+    /// Work for the queue thread.
+    requests: Sender<queues::Request>,
     /// See `ClusterSection::claim_idle_ms`.
     claim_idle: Duration,
     /// Raised while `outbound` is fuller than `OUTBOUND_HIGH`.
@@ -203,6 +205,7 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
     let origin = format!("{node_id}/{started:x}").into_bytes();
     let (outbound, outbound_rx) = mpsc::channel();
     let (changes, changes_rx) = mpsc::channel();
+    let (requests, requests_rx) = mpsc::channel();
     let cluster = Arc::new(Cluster {
         node_id,
         origin,
@@ -210,6 +213,7 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         outbound,
         queued: AtomicUsize::new(0),
         consumed: Mutex::new(HashMap::new()),
+        requests,
         claim_idle: Duration::from_millis(section.claim_idle_ms.into()),
         backlog: Arc::default(),
         interest: Mutex::new(HashMap::new()),
@@ -254,7 +258,7 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
         std::thread::Builder::new()
             .name("herald-cluster-q".into())
-            .spawn(move || queues::run(&cluster, &client, &shared))?
+            .spawn(move || queues::run(&cluster, &client, &requests_rx, &shared))?
     };
     log::info!(
         "cluster: node {} through {}",
@@ -460,6 +464,35 @@ impl Cluster {
             node_id: self.node_id.clone(),
         });
         self.send(Command::Barrier { from: None, done });
+    }
+
+    /// Reads a shared queue's messages for a browser (see
+    /// `queues::Request::Browse`); `done` runs on the queue thread.
+    pub fn browse(
+        &self,
+        queue: &str,
+        selector: Option<Arc<herald_protocol::selector::Selector>>,
+        limit: usize,
+        done: queues::BrowseDone,
+    ) {
+        self.ask(queues::Request::Browse {
+            queue: queue.to_owned(),
+            selector,
+            limit,
+            done,
+        });
+    }
+
+    /// Lists every shared queue in Redis with its stream's length and
+    /// unacknowledged entries; `done` runs on the queue thread.
+    pub fn streams(&self, done: queues::StreamsDone) {
+        self.ask(queues::Request::Streams { done });
+    }
+
+    fn ask(&self, request: queues::Request) {
+        if let Err(mpsc::SendError(request)) = self.requests.send(request) {
+            request.fail("the cluster link stopped");
+        }
     }
 
     /// Whether users and roles would still make sense after `change`: the

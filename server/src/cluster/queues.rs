@@ -23,10 +23,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
-use std::sync::Weak;
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use herald_protocol::message::{priority_and_expiration, MessageRef, DEFAULT_PRIORITY};
+use herald_protocol::selector::Selector;
 use herald_protocol::{DestinationKind, MessageView};
 use redis::Value;
 
@@ -47,6 +50,38 @@ const BLOCK_MS: u64 = 5;
 const READ_MAX: usize = 256;
 /// Entry ids per `XCLAIM` at most.
 const CLAIM_CHUNK: usize = 512;
+
+/// Work for the queue thread from the rest of the server.
+pub(super) enum Request {
+    /// The messages of a shared queue, for a browser.
+    Browse {
+        queue: String,
+        selector: Option<Arc<Selector>>,
+        limit: usize,
+        done: BrowseDone,
+    },
+    /// Every shared queue in Redis, with its stream's length and its
+    /// unacknowledged entries.
+    Streams { done: StreamsDone },
+}
+
+/// Called with a browse's messages (block and times delivered before),
+/// or why there are none.
+pub type BrowseDone = Box<dyn FnOnce(Result<Vec<(Bytes, u32)>, String>) + Send>;
+
+/// Called with (queue, stream length, unacknowledged entries) per shared
+/// queue, or why Redis did not say.
+pub type StreamsDone = Box<dyn FnOnce(Result<Vec<(String, u64, u64)>, String>) + Send>;
+
+impl Request {
+    /// Answers that Redis is away.
+    pub(super) fn fail(self, why: &str) {
+        match self {
+            Request::Browse { done, .. } => done(Err(format!("Redis is not available: {why}"))),
+            Request::Streams { done } => done(Err(format!("Redis is not available: {why}"))),
+        }
+    }
+}
 
 /// A shared queue with consumers on this node.
 pub(super) struct Consumed {
@@ -123,7 +158,12 @@ fn consumer(cluster: &Cluster) -> String {
 
 /// The `herald-cluster-q` thread: reads the shared queues this node has
 /// consumers for, until the cluster stops.
-pub(super) fn run(cluster: &Cluster, client: &redis::Client, shared: &Weak<Shared>) {
+pub(super) fn run(
+    cluster: &Cluster,
+    client: &redis::Client,
+    requests: &Receiver<Request>,
+    shared: &Weak<Shared>,
+) {
     let me = consumer(cluster);
     let mut attempt = 0;
     while !cluster.stop_queues.load(Ordering::Acquire) {
@@ -138,7 +178,7 @@ pub(super) fn run(cluster: &Cluster, client: &redis::Client, shared: &Weak<Share
                 renewed: Instant::now(),
                 claimed: Instant::now(),
             };
-            let served = reader.serve(shared);
+            let served = reader.serve(shared, requests);
             if served.is_ok() {
                 reader.give_back_all();
             }
@@ -148,6 +188,10 @@ pub(super) fn run(cluster: &Cluster, client: &redis::Client, shared: &Weak<Share
             Ok(()) => return,
             Err(e) => {
                 link_down(&cluster.stats.connected_queues, "queue reader", &e);
+                let why = e.to_string();
+                for request in requests.try_iter() {
+                    request.fail(&why);
+                }
                 if !back_off(&cluster.stop_queues, &mut attempt) {
                     return;
                 }
@@ -169,11 +213,18 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn serve(&mut self, shared: &Weak<Shared>) -> redis::RedisResult<()> {
+    fn serve(
+        &mut self,
+        shared: &Weak<Shared>,
+        requests: &Receiver<Request>,
+    ) -> redis::RedisResult<()> {
         let mut out = None;
         loop {
             if self.cluster.stop_queues.load(Ordering::Acquire) {
                 return Ok(());
+            }
+            while let Ok(request) = requests.try_recv() {
+                self.answer(request)?;
             }
             let Some(shared) = shared.upgrade() else {
                 return Ok(());
@@ -367,6 +418,124 @@ impl Reader<'_> {
                 super::Peers::settle(self.cluster, name, entry);
             }
         }
+    }
+
+    /// Answers a request; fails only if Redis does (the request is then
+    /// answered with the error).
+    fn answer(&mut self, request: Request) -> redis::RedisResult<()> {
+        match request {
+            Request::Browse {
+                queue,
+                selector,
+                limit,
+                done,
+            } => match self.browse(&queue, selector.as_deref(), limit) {
+                Ok(found) => done(Ok(found)),
+                Err(e) => {
+                    done(Err(format!("Redis did not answer: {e}")));
+                    return Err(e);
+                }
+            },
+            Request::Streams { done } => match self.streams() {
+                Ok(streams) => done(Ok(streams)),
+                Err(e) => {
+                    done(Err(format!("Redis did not answer: {e}")));
+                    return Err(e);
+                }
+            },
+        }
+        Ok(())
+    }
+
+    /// Every shared queue's stream (durable subscriptions' aside), its
+    /// length and its unacknowledged entries.
+    fn streams(&mut self) -> redis::RedisResult<Vec<(String, u64, u64)>> {
+        let mut names = Vec::new();
+        let mut cursor = 0u64;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{STREAM}*"))
+                .arg("COUNT")
+                .arg(1000)
+                .query(self.con)?;
+            names.extend(
+                keys.iter()
+                    .filter_map(|k| k.strip_prefix(STREAM))
+                    .filter(|n| !is_durable_stream(n))
+                    .map(str::to_owned),
+            );
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        names.sort();
+        names.dedup();
+        let mut streams = Vec::with_capacity(names.len());
+        for name in names {
+            let len: u64 = redis::cmd("XLEN").arg(key(&name)).query(self.con)?;
+            // A stream whose group is not made yet has nothing pending.
+            let pending = redis::cmd("XPENDING")
+                .arg(key(&name))
+                .arg(GROUP)
+                .query::<Value>(self.con)
+                .ok()
+                .and_then(|summary| array(summary).first().and_then(int))
+                .unwrap_or(0);
+            streams.push((name, len, pending));
+        }
+        Ok(streams)
+    }
+
+    /// A shared queue's unacknowledged messages that `selector` selects,
+    /// at most `limit`, unexpired, in delivery order (higher priority
+    /// first, then oldest first).
+    fn browse(
+        &mut self,
+        queue: &str,
+        selector: Option<&Selector>,
+        limit: usize,
+    ) -> redis::RedisResult<Vec<(Bytes, u32)>> {
+        let now = crate::broker::queue::now_ms();
+        let mut found: Vec<(u8, Bytes, u32)> = Vec::new();
+        let mut after = "-".to_owned();
+        while found.len() < limit {
+            let page: Value = redis::cmd("XRANGE")
+                .arg(key(queue))
+                .arg(&after)
+                .arg("+")
+                .arg("COUNT")
+                .arg(CLAIM_CHUNK)
+                .query(self.con)?;
+            let page = entries(page);
+            let Some((last, _)) = page.last() else {
+                break;
+            };
+            after = format!("({last}");
+            for (_, fields) in page {
+                let Some(block) = fields.block else { continue };
+                let Ok(view) = MessageRef::read(&block) else {
+                    continue;
+                };
+                if selector.is_some_and(|s| !s.matches(&view)) {
+                    continue;
+                }
+                let (priority, expiration) =
+                    priority_and_expiration(&block).unwrap_or((DEFAULT_PRIORITY, 0));
+                if expiration != 0 && expiration <= now {
+                    continue;
+                }
+                found.push((priority, block, fields.deliveries));
+                if found.len() == limit {
+                    break;
+                }
+            }
+        }
+        // Stable: oldest first within a priority.
+        found.sort_by_key(|(priority, _, _)| std::cmp::Reverse(*priority));
+        Ok(found.into_iter().map(|(_, b, d)| (b, d)).collect())
     }
 
     /// Renews this node's hold on every entry it read and still has.

@@ -1,12 +1,18 @@
 //! BROWSE: the waiting messages of a queue, without consuming them, then a
 //! RECEIPT that marks the end.
 
+use std::sync::Arc;
+
+use bytes::Bytes;
 use herald_protocol::frame::Browse;
+use herald_protocol::selector::Selector;
 use herald_protocol::ErrorCode;
 
 use super::subscribe::refusal;
 use super::{receipt, Context, Flow, Refusal};
+use crate::broker::{temporary_owner, SubscribeError};
 use crate::net::outbound::Outbound;
+use crate::net::Command;
 use crate::session::Session;
 
 /// A BROWSE frame.
@@ -31,21 +37,65 @@ pub(super) fn handle(
         herald_protocol::DestinationKind::Queue,
         &f.queue,
     )?;
-    for m in ctx
+    // A cluster's shared queue is read from Redis, on the cluster's
+    // thread; the worker delivers what it found and the RECEIPT.
+    let shared_queue = temporary_owner(&f.queue).is_none();
+    if let Some(cluster) = ctx.shared.cluster.get().filter(|_| shared_queue) {
+        let selector = match f.selector.as_str() {
+            "" => None,
+            text => {
+                Some(Arc::new(Selector::parse(text).map_err(|e| {
+                    refusal(SubscribeError::Selector(e.to_string()))
+                })?))
+            }
+        };
+        let (shared, conn, subscription_id) =
+            (Arc::downgrade(ctx.shared), ctx.me, f.subscription_id);
+        let limit = ctx.shared.config.queues.max_messages;
+        cluster.browse(
+            &f.queue,
+            selector,
+            limit,
+            Box::new(move |result| {
+                if let Some(shared) = shared.upgrade() {
+                    shared.workers[conn.worker].send(Command::Browsed {
+                        conn,
+                        subscription_id,
+                        request_id,
+                        result,
+                    });
+                }
+            }),
+        );
+        return Ok(Flow::Continue);
+    }
+    let found = ctx
         .shared
         .broker
         .browse(&f.queue, &f.selector)
-        .map_err(refusal)?
-    {
+        .map_err(refusal)?;
+    let messages = found.into_iter().map(|m| (m.block, m.deliveries)).collect();
+    deliver(out, session, f.subscription_id, messages);
+    receipt(out, request_id);
+    Ok(Flow::Continue)
+}
+
+/// Queues a browse's messages (block, times delivered before) for the
+/// browser.
+pub(crate) fn deliver(
+    out: &mut Outbound,
+    session: &mut Session,
+    subscription_id: u32,
+    messages: Vec<(Bytes, u32)>,
+) {
+    for (block, deliveries) in messages {
         let delivery_id = session.next_delivery_id();
         out.push_delivery(
-            f.subscription_id,
+            subscription_id,
             delivery_id,
-            m.deliveries + 1,
-            m.block,
+            deliveries + 1,
+            block,
             crate::net::outbound::Droppable::Never,
         );
     }
-    receipt(out, request_id);
-    Ok(Flow::Continue)
 }

@@ -7,7 +7,7 @@
 //! fatal one also closes the connection.
 
 pub mod ack;
-mod browse;
+pub(crate) mod browse;
 pub mod connect;
 mod disconnect;
 mod heartbeat;

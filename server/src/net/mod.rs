@@ -67,6 +67,18 @@ pub enum Command {
         /// Who it is, or why not.
         result: Result<Principal, String>,
     },
+    /// A shared queue's messages, read from Redis for a BROWSE: deliver
+    /// them and end with the RECEIPT (or an ERROR).
+    Browsed {
+        /// The browsing connection.
+        conn: ConnectionRef,
+        /// The browser's subscription id.
+        subscription_id: u32,
+        /// The BROWSE's request id.
+        request_id: u32,
+        /// The messages (block, times delivered before), or why not.
+        result: Result<Vec<(bytes::Bytes, u32)>, String>,
+    },
     /// An administrator closes this connection.
     Close(ConnectionRef),
     /// Close every connection and stop.

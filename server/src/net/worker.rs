@@ -174,6 +174,12 @@ impl Worker {
                     result,
                 }) => self.confirm(conn, request_id, result),
                 Ok(Command::LoggedIn { conn, result }) => self.logged_in(conn, result),
+                Ok(Command::Browsed {
+                    conn,
+                    subscription_id,
+                    request_id,
+                    result,
+                }) => self.browsed(conn, subscription_id, request_id, result),
                 Ok(Command::Close(conn)) => self.close_by_admin(conn),
                 Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => {
                     self.running = false;
@@ -615,6 +621,31 @@ impl Worker {
         conn.session.pending_receipts = conn.session.pending_receipts.saturating_sub(1);
         match result {
             Ok(()) => conn.reply_receipt(request_id),
+            Err(why) => conn.reply_error(request_id, ErrorCode::Internal, false, why),
+        }
+        self.mark_dirty(target.slot);
+    }
+
+    fn browsed(
+        &mut self,
+        target: ConnectionRef,
+        subscription_id: u32,
+        request_id: u32,
+        result: Result<Vec<(bytes::Bytes, u32)>, String>,
+    ) {
+        let Some(conn) = live(&mut self.conns, target) else {
+            return;
+        };
+        match result {
+            Ok(messages) => {
+                crate::handlers::browse::deliver(
+                    &mut conn.out,
+                    &mut conn.session,
+                    subscription_id,
+                    messages,
+                );
+                conn.reply_receipt(request_id);
+            }
             Err(why) => conn.reply_error(request_id, ErrorCode::Internal, false, why),
         }
         self.mark_dirty(target.slot);
