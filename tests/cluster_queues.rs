@@ -526,3 +526,55 @@ fn browsers_and_the_management_interface_see_a_shared_queue_on_any_node() {
         .unwrap()
         .is_empty());
 }
+
+#[test]
+fn purge_and_replay_through_any_node_act_on_the_shared_queue() {
+    let redis = Redis::start();
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    let (_ca, on_a) = connect(&a);
+    let post = |node: &TestServer, path: &str| call(node, "POST", path, None, None);
+    let doomed = Destination::queue("doomed");
+    let producer = on_a.create_producer(&doomed).unwrap();
+    for i in 0..10 {
+        producer.send_with_receipt(job(i)).unwrap();
+    }
+    // Node b holds nothing of it: what it purges is in Redis.
+    let purged = post(&b, "/api/queues/doomed/purge");
+    assert_eq!(purged.status, 200, "{}", purged.body);
+    assert_eq!(purged.json()["purged"], 10);
+    assert!(on_a
+        .create_browser(&doomed, "")
+        .unwrap()
+        .messages()
+        .unwrap()
+        .is_empty());
+    assert_eq!(post(&b, "/api/queues/nowhere/purge").status, 404);
+
+    // A dead letter that knows where it came from goes back; one that
+    // does not stays.
+    let dlq = Destination::queue("DLQ.work2");
+    let dead = on_a.create_producer(&dlq).unwrap();
+    dead.send_with_receipt(job(1).with_property("HeraldOriginalDestination", "queue://work2"))
+        .unwrap();
+    dead.send_with_receipt(job(2)).unwrap();
+    let replayed = post(&b, "/api/queues/DLQ.work2/replay");
+    assert_eq!(replayed.status, 200, "{}", replayed.body);
+    assert_eq!(replayed.json()["moved"], 1);
+    let back = on_a
+        .create_consumer(&Destination::queue("work2"))
+        .unwrap()
+        .receive(Duration::from_secs(10))
+        .unwrap()
+        .expect("replayed");
+    assert_eq!(n(&back), 1);
+    assert!(back.property("HeraldOriginalDestination").is_none());
+    let stayed: Vec<i64> = on_a
+        .create_browser(&dlq, "")
+        .unwrap()
+        .messages()
+        .unwrap()
+        .iter()
+        .map(n)
+        .collect();
+    assert_eq!(stayed, [2]);
+}

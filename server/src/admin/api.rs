@@ -422,8 +422,21 @@ fn deliveries(state: &AppState) -> Deliveries {
 
 async fn purge(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult {
     let mut out = deliveries(&state);
-    let purged = state.shared.broker.purge(&name, &mut out);
+    let mut purged = state.shared.broker.purge(&name, &mut out);
     state.route(out);
+    // A shared queue's waiting messages are in its stream too.
+    if let Some(cluster) = shared_queue(&state, &name) {
+        while let Some(taken) = take(cluster, &name).await? {
+            let n = purged.get_or_insert(0);
+            if taken.is_empty() {
+                break;
+            }
+            for m in &taken {
+                crate::broker::Peers::settle(cluster, &name, m.entry);
+            }
+            *n += taken.len();
+        }
+    }
     match purged {
         Some(n) => Ok(Json(json!({"queue": name, "purged": n}))),
         None => Err(ApiError::not_found(format!("no queue '{name}'"))),
@@ -432,12 +445,65 @@ async fn purge(State(state): State<AppState>, Path(name): Path<String>) -> ApiRe
 
 async fn replay(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult {
     let mut out = deliveries(&state);
-    let moved = state.shared.broker.replay(&name, &mut out);
+    let mut moved = state.shared.broker.replay(&name, &mut out);
     state.route(out);
+    if let Some(cluster) = shared_queue(&state, &name) {
+        // Those that cannot go back are given back at the end, so that
+        // no round takes them again.
+        let mut stay = Vec::new();
+        while let Some(taken) = take(cluster, &name).await? {
+            let n = moved.get_or_insert(0);
+            if taken.is_empty() {
+                break;
+            }
+            let mut out = deliveries(&state);
+            for m in taken {
+                match state.shared.broker.republish(&m.block, &mut out) {
+                    Ok(()) => {
+                        crate::broker::Peers::settle(cluster, &name, m.entry);
+                        *n += 1;
+                    }
+                    Err(why) => {
+                        log::warn!("message in {name} stays: {why}");
+                        stay.push(m);
+                    }
+                }
+            }
+            state.route(out);
+        }
+        cluster.give_back(&name, stay);
+    }
     match moved {
         Some(n) => Ok(Json(json!({"queue": name, "moved": n}))),
         None => Err(ApiError::not_found(format!("no queue '{name}'"))),
     }
+}
+
+/// The cluster, if `name` is a queue it shares.
+fn shared_queue<'a>(state: &'a AppState, name: &str) -> Option<&'a crate::cluster::Cluster> {
+    let shared = crate::broker::temporary_owner(name).is_none();
+    state.shared.cluster.get().filter(|_| shared).map(|c| &**c)
+}
+
+/// Takes a round of a shared queue's waiting messages from Redis
+/// (`None`: no such queue there).
+async fn take(
+    cluster: &crate::cluster::Cluster,
+    name: &str,
+) -> Result<Option<Vec<crate::cluster::queues::Held>>, ApiError> {
+    const ROUND: usize = 1000;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    cluster.take(
+        name,
+        ROUND,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    let unavailable = |why: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why);
+    rx.await
+        .map_err(|_| unavailable("the cluster link stopped".into()))?
+        .map_err(unavailable)
 }
 
 fn protocol_name(p: Protocol) -> &'static str {

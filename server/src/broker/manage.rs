@@ -263,7 +263,9 @@ impl Broker {
         Some(moved)
     }
 
-    fn republish(&self, block: &Bytes, out: &mut Deliveries) -> Result<(), String> {
+    /// Publishes a dead-lettered or expired message again to the
+    /// destination it came from, without the dead-letter properties.
+    pub fn republish(&self, block: &Bytes, out: &mut Deliveries) -> Result<(), String> {
         let mut message = Message::decode(block, 0).map_err(|e| e.to_string())?;
         let original = message
             .remove_property("HeraldOriginalDestination")

@@ -489,6 +489,28 @@ impl Cluster {
         self.ask(queues::Request::Streams { done });
     }
 
+    /// Takes up to `limit` messages of a shared queue that no node has
+    /// read (see `queues::Request::Take`); `done` runs on the queue
+    /// thread. Each must then be settled or given back.
+    pub fn take(&self, queue: &str, limit: usize, done: queues::TakeDone) {
+        self.ask(queues::Request::Take {
+            queue: queue.to_owned(),
+            limit,
+            done,
+        });
+    }
+
+    /// Gives messages this node took back to a shared queue, with their
+    /// delivery counts, for any node.
+    pub fn give_back(&self, queue: &str, messages: Vec<queues::Held>) {
+        if !messages.is_empty() {
+            self.send(Command::Release {
+                queue: queue.to_owned(),
+                messages,
+            });
+        }
+    }
+
     fn ask(&self, request: queues::Request) {
         if let Err(mpsc::SendError(request)) = self.requests.send(request) {
             request.fail("the cluster link stopped");

@@ -63,7 +63,18 @@ pub(super) enum Request {
     /// Every shared queue in Redis, with its stream's length and its
     /// unacknowledged entries.
     Streams { done: StreamsDone },
+    /// Takes up to `limit` messages of a shared queue that no node has
+    /// read, for this node to settle or give back (purge, replay).
+    Take {
+        queue: String,
+        limit: usize,
+        done: TakeDone,
+    },
 }
+
+/// Called with the messages taken (`None`: there is no such queue), or
+/// why there are none.
+pub type TakeDone = Box<dyn FnOnce(Result<Option<Vec<Held>>, String>) + Send>;
 
 /// Called with a browse's messages (block and times delivered before),
 /// or why there are none.
@@ -79,6 +90,7 @@ impl Request {
         match self {
             Request::Browse { done, .. } => done(Err(format!("Redis is not available: {why}"))),
             Request::Streams { done } => done(Err(format!("Redis is not available: {why}"))),
+            Request::Take { done, .. } => done(Err(format!("Redis is not available: {why}"))),
         }
     }
 }
@@ -89,10 +101,13 @@ pub(super) struct Consumed {
     consumers: usize,
 }
 
-/// A message this node read from a stream and gives back.
-pub(super) struct Held {
+/// A message this node read from a stream, to settle or give back.
+pub struct Held {
+    /// Its entry.
     pub entry: EntryId,
+    /// The message block.
     pub block: Bytes,
+    /// Times it was delivered before.
     pub deliveries: u32,
 }
 
@@ -287,13 +302,7 @@ impl Reader<'_> {
 
     /// Hands messages this node read back to the stream for the others.
     fn give_back(&self, name: &str, read: Vec<QueuedMessage>) {
-        let messages = held(read);
-        if !messages.is_empty() {
-            self.cluster.send(Command::Release {
-                queue: name.to_owned(),
-                messages,
-            });
-        }
+        self.cluster.give_back(name, held(read));
     }
 
     /// At a stop: gives back everything read here, delivered or not (its
@@ -443,8 +452,51 @@ impl Reader<'_> {
                     return Err(e);
                 }
             },
+            Request::Take { queue, limit, done } => match self.take(&queue, limit) {
+                Ok(taken) => done(Ok(taken)),
+                Err(e) => {
+                    done(Err(format!("Redis did not answer: {e}")));
+                    return Err(e);
+                }
+            },
         }
         Ok(())
+    }
+
+    /// Reads up to `limit` new entries of `queue` as this node's, so that
+    /// no other node gets them: if this node dies before settling or
+    /// giving them back, a live one claims them. Entries that hold no
+    /// message are settled on the way.
+    fn take(&mut self, queue: &str, limit: usize) -> redis::RedisResult<Option<Vec<Held>>> {
+        let exists: bool = redis::cmd("EXISTS").arg(key(queue)).query(self.con)?;
+        if !exists {
+            return Ok(None);
+        }
+        self.make_group(queue)?;
+        let reply: Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(GROUP)
+            .arg(self.me)
+            .arg("COUNT")
+            .arg(limit.max(1))
+            .arg("STREAMS")
+            .arg(key(queue))
+            .arg(">")
+            .query(self.con)?;
+        let mut taken = Vec::new();
+        for (_, list) in streams(reply) {
+            for (entry, fields) in list {
+                match fields.block {
+                    Some(block) => taken.push(Held {
+                        entry,
+                        block,
+                        deliveries: fields.deliveries,
+                    }),
+                    None => super::Peers::settle(self.cluster, queue, entry),
+                }
+            }
+        }
+        Ok(Some(taken))
     }
 
     /// Every shared queue's stream (durable subscriptions' aside), its
