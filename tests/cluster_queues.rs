@@ -297,6 +297,12 @@ fn delivery_counts_cross_nodes_and_the_last_failure_dead_letters_to_a_shared_que
     );
 }
 
+/// The numbers of the messages a browser of `queue` sees.
+fn browse(session: &herald_client::Session, queue: &Destination, selector: &str) -> Vec<i64> {
+    let browser = session.create_browser(queue, selector).unwrap();
+    browser.messages().unwrap().iter().map(n).collect()
+}
+
 /// A sale of `units` on `topic`.
 fn sale(units: i64) -> Message {
     Message::text("sale")
@@ -474,23 +480,9 @@ fn browsers_and_the_management_interface_see_a_shared_queue_on_any_node() {
     }
     // Node b holds nothing of the queue: the browser reads Redis.
     let (_cb, on_b) = connect(&b);
-    let all: Vec<i64> = on_b
-        .create_browser(&queue, "")
-        .unwrap()
-        .messages()
-        .unwrap()
-        .iter()
-        .map(n)
-        .collect();
+    let all: Vec<i64> = browse(&on_b, &queue, "");
     assert_eq!(all, [3, 0, 1, 2, 4], "priority first, then oldest first");
-    let odd: Vec<i64> = on_b
-        .create_browser(&queue, "n / 2 * 2 <> n")
-        .unwrap()
-        .messages()
-        .unwrap()
-        .iter()
-        .map(n)
-        .collect();
+    let odd: Vec<i64> = browse(&on_b, &queue, "n / 2 * 2 <> n");
     assert_eq!(odd, [3, 1]);
     assert!(
         on_b.create_browser(&queue, "n >").is_err(),
@@ -568,13 +560,6 @@ fn purge_and_replay_through_any_node_act_on_the_shared_queue() {
         .expect("replayed");
     assert_eq!(n(&back), 1);
     assert!(back.property("HeraldOriginalDestination").is_none());
-    let stayed: Vec<i64> = on_a
-        .create_browser(&dlq, "")
-        .unwrap()
-        .messages()
-        .unwrap()
-        .iter()
-        .map(n)
-        .collect();
+    let stayed: Vec<i64> = browse(&on_a, &dlq, "");
     assert_eq!(stayed, [2]);
 }

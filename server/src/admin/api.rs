@@ -373,16 +373,7 @@ async fn queues(State(state): State<AppState>) -> ApiResult {
     // acknowledged. A queue known only to Redis is listed too.
     let mut streams: HashMap<String, (u64, u64)> = HashMap::new();
     if let Some(cluster) = state.shared.cluster.get() {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        cluster.streams(Box::new(move |r| {
-            let _ = tx.send(r);
-        }));
-        let found = rx
-            .await
-            .map_err(|_| {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the cluster link stopped")
-            })?
-            .map_err(|why| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why))?;
+        let found = super::shared::from_cluster(|done| cluster.streams(done)).await?;
         for (name, length, unacknowledged) in found {
             if !stats.iter().any(|q| q.name == name) {
                 stats.push(crate::broker::QueueStats::empty(&name));
@@ -492,18 +483,7 @@ async fn take(
     name: &str,
 ) -> Result<Option<Vec<crate::cluster::queues::Held>>, ApiError> {
     const ROUND: usize = 1000;
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    cluster.take(
-        name,
-        ROUND,
-        Box::new(move |r| {
-            let _ = tx.send(r);
-        }),
-    );
-    let unavailable = |why: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why);
-    rx.await
-        .map_err(|_| unavailable("the cluster link stopped".into()))?
-        .map_err(unavailable)
+    super::shared::from_cluster(|done| cluster.take(name, ROUND, done)).await
 }
 
 fn protocol_name(p: Protocol) -> &'static str {

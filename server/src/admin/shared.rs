@@ -21,24 +21,29 @@ type ApiResult = Result<Json<Value>, ApiError>;
 const SINGLE: &str =
     "a single node keeps its users and roles in its config file's [auth] (POST /api/reload)";
 
+/// Asks the cluster's threads for something and waits for the answer:
+/// `ask` gets the callback they answer with. Their error, or no answer,
+/// is a 503.
+pub(crate) async fn from_cluster<T: Send + 'static>(
+    ask: impl FnOnce(Box<dyn FnOnce(Result<T, String>) + Send>),
+) -> Result<T, ApiError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    ask(Box::new(move |r| {
+        let _ = tx.send(r);
+    }));
+    let unavailable = |why: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why);
+    rx.await
+        .map_err(|_| unavailable("the cluster link stopped".into()))?
+        .map_err(unavailable)
+}
+
 /// In a cluster: makes `change` on every node, answering once Redis has
 /// it; nothing on a single node.
 pub(crate) async fn share(state: &AppState, change: Change) -> Result<(), ApiError> {
     let Some(cluster) = state.shared.cluster.get() else {
         return Ok(());
     };
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    cluster.change(
-        &state.shared,
-        change,
-        Box::new(move |r| {
-            let _ = tx.send(r);
-        }),
-    );
-    let unavailable = |why: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why);
-    rx.await
-        .map_err(|_| unavailable("the cluster link stopped".into()))?
-        .map_err(unavailable)
+    from_cluster(|done| cluster.change(&state.shared, change, done)).await
 }
 
 /// The cluster, or why there is none to change.
@@ -109,12 +114,26 @@ pub(crate) async fn delete_user(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> ApiResult {
-    if !cluster(&state)?.settings().users.contains_key(&name) {
+    let present = cluster(&state)?.settings().users.contains_key(&name);
+    remove(
+        &state,
+        ("user", &name),
+        present,
+        Change::DeleteUser(name.clone()),
+    )
+    .await
+}
+
+/// Removes the user or role (`what`: kind and name) the cluster shares,
+/// if it has it (`present`).
+async fn remove(state: &AppState, what: (&str, &str), present: bool, change: Change) -> ApiResult {
+    let (kind, name) = what;
+    if !present {
         return Err(ApiError::not_found(format!(
-            "no user '{name}' among the cluster's (a config file's users are changed there)"
+            "no {kind} '{name}' among the cluster's (a config file's are changed there)"
         )));
     }
-    checked(&state, Change::DeleteUser(name.clone())).await?;
+    checked(state, change).await?;
     Ok(Json(json!({ "removed": name })))
 }
 
@@ -132,11 +151,12 @@ pub(crate) async fn delete_role(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> ApiResult {
-    if !cluster(&state)?.settings().roles.contains_key(&name) {
-        return Err(ApiError::not_found(format!(
-            "no role '{name}' among the cluster's (a config file's roles are changed there)"
-        )));
-    }
-    checked(&state, Change::DeleteRole(name.clone())).await?;
-    Ok(Json(json!({ "removed": name })))
+    let present = cluster(&state)?.settings().roles.contains_key(&name);
+    remove(
+        &state,
+        ("role", &name),
+        present,
+        Change::DeleteRole(name.clone()),
+    )
+    .await
 }

@@ -384,21 +384,15 @@ impl Cluster {
         con: &mut redis::Connection,
         shared: &Weak<Shared>,
     ) -> redis::RedisResult<()> {
-        if !self.durables_changed.swap(false, Ordering::AcqRel) {
-            return Ok(());
-        }
-        match durables::load(con) {
-            Ok(records) => {
+        reread(
+            &self.durables_changed,
+            || durables::load(con),
+            |records| {
                 if let Some(shared) = shared.upgrade() {
                     shared.broker.sync_durables(records);
                 }
-                Ok(())
-            }
-            Err(e) => {
-                self.durables_changed.store(true, Ordering::Relaxed);
-                Err(e)
-            }
-        }
+            },
+        )
     }
 
     /// Reads the shared declared topics, users and roles again if they
@@ -408,23 +402,17 @@ impl Cluster {
         con: &mut redis::Connection,
         shared: &Weak<Shared>,
     ) -> redis::RedisResult<()> {
-        if !self.settings_changed.swap(false, Ordering::AcqRel) {
-            return Ok(());
-        }
-        match settings::load(con) {
-            Ok(loaded) => {
+        reread(
+            &self.settings_changed,
+            || settings::load(con),
+            |loaded| {
                 let changed = *lock(&self.settings) != loaded;
                 *lock(&self.settings) = loaded;
                 if let Some(shared) = shared.upgrade().filter(|_| changed) {
                     self.apply_settings(&shared);
                 }
-                Ok(())
-            }
-            Err(e) => {
-                self.settings_changed.store(true, Ordering::Relaxed);
-                Err(e)
-            }
-        }
+            },
+        )
     }
 
     /// What the cluster shares of its configuration, as last read (or
@@ -853,6 +841,28 @@ fn glob_matches(glob: &[u8], text: &[u8]) -> bool {
         }
     }
     glob[g..].iter().all(|&c| c == b'*')
+}
+
+/// Reads something from Redis again if `changed` says so, and hands it
+/// to `apply`; a failed read leaves `changed` set for the next try.
+fn reread<T>(
+    changed: &AtomicBool,
+    load: impl FnOnce() -> redis::RedisResult<T>,
+    apply: impl FnOnce(T),
+) -> redis::RedisResult<()> {
+    if !changed.swap(false, Ordering::AcqRel) {
+        return Ok(());
+    }
+    match load() {
+        Ok(loaded) => {
+            apply(loaded);
+            Ok(())
+        }
+        Err(e) => {
+            changed.store(true, Ordering::Relaxed);
+            Err(e)
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
