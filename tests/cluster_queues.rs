@@ -563,3 +563,75 @@ fn purge_and_replay_through_any_node_act_on_the_shared_queue() {
     let stayed: Vec<i64> = browse(&on_a, &dlq, "");
     assert_eq!(stayed, [2]);
 }
+
+#[test]
+fn a_shared_subscription_spans_nodes_and_ends_with_its_last_consumer() {
+    let redis = Redis::start();
+    let (a, b, c) = (node(&redis, "a"), node(&redis, "b"), node(&redis, "c"));
+    let news = Destination::topic("news.#");
+    let (ca, on_a) = connect(&a);
+    let (cb, on_b) = connect(&b);
+    let on_a_reader = on_a.create_shared_consumer(&news, "readers").unwrap();
+    let on_b_reader = on_b.create_shared_consumer(&news, "readers").unwrap();
+    let (_cc, on_c) = connect(&c);
+    let producer = on_c
+        .create_producer(&Destination::topic("news.eu"))
+        .unwrap();
+    // Node c appends to the subscription once it has heard of it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    'heard: loop {
+        producer.send_with_receipt(job(-1)).unwrap();
+        for r in [&on_a_reader, &on_b_reader] {
+            if r.receive(Duration::from_millis(50)).unwrap().is_some() {
+                break 'heard;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "c never learned of the subscription"
+        );
+    }
+    for r in [&on_a_reader, &on_b_reader] {
+        while r.receive(Duration::from_millis(300)).unwrap().is_some() {}
+    }
+    for i in 0..100 {
+        producer.send_with_receipt(job(i)).unwrap();
+    }
+    let got = receive_all(&[&on_a_reader, &on_b_reader], 100);
+    let mut all: BTreeMap<i64, u32> = BTreeMap::new();
+    for g in &got {
+        for (k, v) in g {
+            *all.entry(*k).or_default() += v;
+        }
+    }
+    assert_eq!(all.len(), 100, "every message, to one of the consumers");
+    assert!(all.values().all(|&v| v == 1), "once, not once per node");
+
+    // One node's consumer leaving does not end it; the last one does.
+    drop(on_a_reader);
+    drop(ca);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(redis.command(&[b"HLEN", b"herald:durables"]), ":1");
+    producer.send_with_receipt(job(200)).unwrap();
+    let m = on_b_reader
+        .receive(Duration::from_secs(10))
+        .unwrap()
+        .unwrap();
+    assert_eq!(n(&m), 200);
+    drop(on_b_reader);
+    drop(cb);
+    wait_until("the subscription ends", || {
+        redis.command(&[b"HLEN", b"herald:durables"]) == ":0"
+    });
+    wait_until("c forgets it", || c.stats().subscriptions == 0);
+    producer.send_with_receipt(job(300)).unwrap();
+    let (_ca2, on_a2) = connect(&a);
+    let again = on_a2.create_shared_consumer(&news, "readers").unwrap();
+    assert!(
+        again
+            .receive(Duration::from_millis(1500))
+            .unwrap()
+            .is_none(),
+        "a new shared subscription starts empty"
+    );
+}

@@ -354,7 +354,22 @@ struct Durable {
 impl Durable {
     /// Whether it lasts without consumers.
     fn durable(&self) -> bool {
-        !matches!(self.kept, Kept::No)
+        match self.kept {
+            Kept::No => false,
+            Kept::Journal(_) => true,
+            Kept::Cluster { durable, .. } => durable,
+        }
+    }
+
+    /// Its registration, as the cluster's registry holds it.
+    fn record(&self, client_id: &str, name: &str) -> DurableRecord {
+        DurableRecord {
+            client_id: client_id.to_owned(),
+            name: name.to_owned(),
+            pattern: self.pattern.to_string(),
+            selector: self.selector.clone(),
+            durable: self.durable(),
+        }
     }
 }
 
@@ -368,8 +383,10 @@ enum Kept {
     Journal(u64),
     /// In a cluster's registry in Redis, its messages in the stream of
     /// this shared queue name (see [`cluster_durable_stream`]), which the
-    /// node that publishes a matching message appends to.
-    Cluster(String),
+    /// node that publishes a matching message appends to. A non-durable
+    /// shared subscription is kept there too, so that its consumers on
+    /// every node share it, until no node has a consumer.
+    Cluster { stream: String, durable: bool },
 }
 
 /// A durable subscription of a cluster: its registration, as the nodes
@@ -384,6 +401,9 @@ pub struct DurableRecord {
     pub pattern: String,
     /// Selector text ("" = none).
     pub selector: String,
+    /// It lasts without consumers; false for a non-durable shared
+    /// subscription, which ends when no node has a consumer.
+    pub durable: bool,
 }
 
 /// The shared queue name of a cluster durable subscription's stream: no
@@ -824,11 +844,11 @@ impl Broker {
                 format!("durable.{client_id}.{name}"),
                 Some(Holder::Durable(client_id.to_owned(), name.to_owned())),
             ),
-            Kept::Cluster(stream) => (stream.clone(), None),
+            Kept::Cluster { stream, .. } => (stream.clone(), None),
         };
         let queue = Arc::new(Mutex::new(Queue::new(queue_name, holder, self.limits)));
         let target = match &kept {
-            Kept::Cluster(stream) => Target::Stream(stream.clone()),
+            Kept::Cluster { stream, .. } => Target::Stream(stream.clone()),
             _ => Target::Queue(queue.clone()),
         };
         let entry = TopicEntry {
@@ -853,7 +873,10 @@ impl Broker {
     /// Makes this node's cluster durable subscriptions those of the
     /// cluster's registry, as read from Redis: new ones are entered (this
     /// node appends what is published here to their streams), changed ones
-    /// replaced, deleted ones dropped, unless a consumer here uses one.
+    /// replaced, deleted ones dropped, unless a consumer here uses one:
+    /// that one is registered again (a registry that lost it, or a
+    /// non-durable shared subscription ended by the others a moment
+    /// before a consumer here joined it).
     pub fn sync_durables(&self, registry: Vec<DurableRecord>) {
         let mut wanted: HashMap<(String, String), DurableRecord> = registry
             .into_iter()
@@ -867,10 +890,21 @@ impl Broker {
                     Pattern::parse(&r.pattern).is_ok_and(|p| p == d.pattern)
                         && r.selector == d.selector
                 });
-                matches!(d.kept, Kept::Cluster(_)) && d.consumers.is_empty() && !same
+                matches!(d.kept, Kept::Cluster { .. }) && d.consumers.is_empty() && !same
             })
             .map(|(id, _)| id.clone())
             .collect();
+        if let Some(peers) = self.peers.get() {
+            for ((client_id, name), d) in durables.iter() {
+                if let (Kept::Cluster { stream, .. }, false, false) = (
+                    &d.kept,
+                    d.consumers.is_empty(),
+                    wanted.contains_key(&(client_id.clone(), name.clone())),
+                ) {
+                    peers.durable(stream, Some(&d.record(client_id, name)));
+                }
+            }
+        }
         for id in stale {
             if let Some(d) = durables.remove(&id) {
                 self.drop_durable(d, false);
@@ -881,13 +915,17 @@ impl Broker {
             match parse_subscription(&r.pattern, &r.selector) {
                 Ok((pattern, selector)) => {
                     let stream = cluster_durable_stream(&r.client_id, &r.name);
+                    let kept = Kept::Cluster {
+                        stream,
+                        durable: r.durable,
+                    };
                     let d = self.new_durable(
                         &r.client_id,
                         &r.name,
                         pattern,
                         r.selector,
                         selector,
-                        Kept::Cluster(stream),
+                        kept,
                     );
                     durables.insert(id, d);
                 }
@@ -914,7 +952,7 @@ impl Broker {
         match &d.kept {
             Kept::No => {}
             Kept::Journal(id) => self.journal(Record::End { id: *id }),
-            Kept::Cluster(stream) => {
+            Kept::Cluster { stream, .. } => {
                 // Its stream goes whole: what this node read of it too.
                 debug_assert_eq!(&name, stream);
                 if let (Some(peers), true) = (self.peers.get(), everywhere) {
@@ -1516,19 +1554,20 @@ impl Broker {
         let d = durables.entry(id.clone()).or_insert_with(|| {
             let (client, name) = (req.client_id, req.durable_name);
             let kept = match (durable, self.peers.get()) {
-                (false, _) => Kept::No,
                 // In a cluster: registered in Redis, for every node.
-                (true, Some(peers)) => {
+                (_, Some(peers)) => {
                     let stream = cluster_durable_stream(client, name);
                     let record = DurableRecord {
                         client_id: client.to_owned(),
                         name: name.to_owned(),
                         pattern: req.destination.to_owned(),
                         selector: req.selector.to_owned(),
+                        durable,
                     };
                     peers.durable(&stream, Some(&record));
-                    Kept::Cluster(stream)
+                    Kept::Cluster { stream, durable }
                 }
+                (false, None) => Kept::No,
                 (true, None) => {
                     let journal_id = self.store.next_id();
                     self.store.append(
@@ -1559,7 +1598,7 @@ impl Broker {
         d.consumers.push(sub);
         let queue = d.queue.clone();
         let stream = match &d.kept {
-            Kept::Cluster(stream) => Some(stream.clone()),
+            Kept::Cluster { stream, .. } => Some(stream.clone()),
             _ => None,
         };
         drop(durables);
@@ -1599,8 +1638,9 @@ impl Broker {
                 let ended = durables.get_mut(&id).is_some_and(|d| {
                     d.consumers.retain(|c| c != sub);
                     // A non-durable shared subscription ends with its last
-                    // consumer.
-                    d.consumers.is_empty() && !d.durable()
+                    // consumer (in a cluster, its last on any node: the
+                    // cluster ends it).
+                    d.consumers.is_empty() && d.kept == Kept::No
                 });
                 let gone = if ended { durables.remove(&id) } else { None };
                 drop(durables);

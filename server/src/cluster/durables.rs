@@ -11,6 +11,15 @@
 //! any node is appended to the stream of each durable subscription it
 //! matches (selectors run there), and the node where the subscriber is
 //! reads the stream as it reads a shared queue's.
+//!
+//! A non-durable shared subscription is registered the same way, so that
+//! its consumers on every node share one stream, and ends when no node
+//! has a consumer: each node with consumers keeps its origin in the set
+//! `herald:alive:<stream>` and renews a key `herald:alive:<stream>:<origin>`
+//! that expires after `claim_idle_ms`. A node whose last consumer leaves,
+//! and every node now and then for the ones it has no consumer of, drops
+//! the members whose key expired and ends the subscription once none is
+//! left (one script, so two nodes cannot both keep it or both miss it).
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -22,28 +31,107 @@ const REGISTRY: &str = "herald:durables";
 /// id).
 pub(super) const CHANNEL: &str = "herald:durables";
 
+/// Ends a non-durable shared subscription that no node has a consumer
+/// of any more: KEYS = its alive set, the registry, its stream; ARGV =
+/// the origin leaving ("" for none), the registry field, the announcing
+/// node id, the prefix of the members' keys.
+const LEAVE: &str = r"
+if ARGV[1] ~= '' then
+  redis.call('SREM', KEYS[1], ARGV[1])
+  redis.call('DEL', ARGV[4] .. ARGV[1])
+end
+for _, m in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('EXISTS', ARGV[4] .. m) == 0 then
+    redis.call('SREM', KEYS[1], m)
+  end
+end
+if redis.call('SCARD', KEYS[1]) == 0 and redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then
+  redis.call('HDEL', KEYS[2], ARGV[2])
+  redis.call('DEL', KEYS[3])
+  redis.call('PUBLISH', 'herald:durables', ARGV[3])
+  return 1
+end
+return 0
+";
+
+/// This node, as the registry's writes name it.
+#[derive(Debug, Clone)]
+pub(super) struct Member {
+    /// Announces changes.
+    pub node_id: String,
+    /// Marks it alive in a non-durable shared subscription.
+    pub origin: String,
+    /// How long a mark lasts unless renewed.
+    pub ttl_ms: u64,
+}
+
+fn alive_set(stream: &str) -> String {
+    format!("herald:alive:{stream}")
+}
+
 /// Adds the commands that register (`Some`) or delete a subscription, and
-/// announce it.
+/// announce it. A non-durable one is registered with this node alive in
+/// it, so that nobody ends it before this node's consumer is counted.
 pub(super) fn write(
     pipe: &mut redis::Pipeline,
     stream: &str,
-    record: Option<&Bytes>,
-    node_id: &str,
+    record: Option<&DurableRecord>,
+    by: &Member,
 ) {
     match record {
         Some(record) => {
             pipe.cmd("HSET")
                 .arg(REGISTRY)
                 .arg(stream)
-                .arg(&record[..])
+                .arg(&encode(record)[..])
                 .ignore();
+            if !record.durable {
+                mark_alive(pipe, stream, by);
+            }
         }
         None => {
             pipe.cmd("HDEL").arg(REGISTRY).arg(stream).ignore();
             pipe.cmd("DEL").arg(super::queues::key(stream)).ignore();
+            pipe.cmd("DEL").arg(alive_set(stream)).ignore();
         }
     }
-    pipe.cmd("PUBLISH").arg(CHANNEL).arg(node_id).ignore();
+    pipe.cmd("PUBLISH").arg(CHANNEL).arg(&by.node_id).ignore();
+}
+
+/// Adds the commands that mark (or keep) this node alive in a non-durable
+/// shared subscription.
+pub(super) fn mark_alive(pipe: &mut redis::Pipeline, stream: &str, by: &Member) {
+    let set = alive_set(stream);
+    pipe.cmd("SADD").arg(&set).arg(&by.origin).ignore();
+    pipe.cmd("SET")
+        .arg(format!("{set}:{}", by.origin))
+        .arg(1)
+        .arg("PX")
+        .arg(by.ttl_ms)
+        .ignore();
+}
+
+/// Takes this node out of a non-durable shared subscription (`leaving`),
+/// or only drops members that stopped renewing, and ends the subscription
+/// if no member is left. Returns whether it ended.
+pub(super) fn leave(
+    con: &mut redis::Connection,
+    stream: &str,
+    leaving: bool,
+    by: &Member,
+) -> redis::RedisResult<bool> {
+    let set = alive_set(stream);
+    redis::cmd("EVAL")
+        .arg(LEAVE)
+        .arg(3)
+        .arg(&set)
+        .arg(REGISTRY)
+        .arg(super::queues::key(stream))
+        .arg(if leaving { by.origin.as_str() } else { "" })
+        .arg(stream)
+        .arg(&by.node_id)
+        .arg(format!("{set}:"))
+        .query(con)
 }
 
 /// Reads the registry. Entries that do not decode are skipped.
@@ -65,8 +153,9 @@ pub(super) fn load(con: &mut redis::Connection) -> redis::RedisResult<Vec<Durabl
 }
 
 /// A record as the registry holds it: each field as its length (4 bytes,
-/// big-endian) and its UTF-8 bytes.
-pub(super) fn encode(record: &DurableRecord) -> Bytes {
+/// big-endian) and its UTF-8 bytes; a non-durable shared subscription's
+/// has a fifth, empty field.
+fn encode(record: &DurableRecord) -> Bytes {
     let fields = [
         &record.client_id,
         &record.name,
@@ -78,23 +167,41 @@ pub(super) fn encode(record: &DurableRecord) -> Bytes {
         b.put_u32(f.len() as u32);
         b.put_slice(f.as_bytes());
     }
+    if !record.durable {
+        b.put_u32(0);
+    }
     b.freeze()
 }
 
 fn decode(mut bytes: &[u8]) -> Option<DurableRecord> {
-    let mut field = || -> Option<String> {
+    fn field(bytes: &mut &[u8]) -> Option<String> {
         let (len, rest) = bytes.split_first_chunk::<4>()?;
         let (text, rest) = rest.split_at_checked(u32::from_be_bytes(*len) as usize)?;
-        bytes = rest;
+        *bytes = rest;
         String::from_utf8(text.to_vec()).ok()
+    }
+    let b = &mut bytes;
+    let (client_id, name, pattern, selector) = (field(b)?, field(b)?, field(b)?, field(b)?);
+    // A fifth field, empty, marks a non-durable shared subscription.
+    let durable = match b.is_empty() {
+        true => true,
+        false => {
+            if !field(b)?.is_empty() {
+                return None;
+            }
+            false
+        }
     };
-    let record = DurableRecord {
-        client_id: field()?,
-        name: field()?,
-        pattern: field()?,
-        selector: field()?,
-    };
-    bytes.is_empty().then_some(record)
+    if !b.is_empty() {
+        return None;
+    }
+    Some(DurableRecord {
+        client_id,
+        name,
+        pattern,
+        selector,
+        durable,
+    })
 }
 
 #[cfg(test)]
@@ -108,9 +215,17 @@ mod tests {
             name: "daily".into(),
             pattern: "sales.#".into(),
             selector: "units > 3 AND region = 'EU'".into(),
+            durable: true,
         };
         let bytes = encode(&record);
-        assert_eq!(decode(&bytes), Some(record));
+        assert_eq!(decode(&bytes), Some(record.clone()));
+        let shared = DurableRecord {
+            durable: false,
+            ..record
+        };
+        let five = encode(&shared);
+        assert_eq!(decode(&five), Some(shared));
+        assert_eq!(decode(&five[..five.len() - 1]), None);
         for cut in 0..bytes.len() {
             assert_eq!(decode(&bytes[..cut]), None, "cut at {cut}");
         }

@@ -133,6 +133,9 @@ pub struct Cluster {
     queued: AtomicUsize,
     /// Shared queues with consumers here.
     consumed: Mutex<HashMap<String, queues::Consumed>>,
+    /// The streams of non-durable shared subscriptions, which end when
+    /// no node has a consumer.
+    ephemeral: Mutex<std::collections::HashSet<String>>,
     /// Work for the queue thread.
     requests: Sender<queues::Request>,
     /// See `ClusterSection::claim_idle_ms`.
@@ -213,6 +216,7 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         outbound,
         queued: AtomicUsize::new(0),
         consumed: Mutex::new(HashMap::new()),
+        ephemeral: Mutex::default(),
         requests,
         claim_idle: Duration::from_millis(section.claim_idle_ms.into()),
         backlog: Arc::default(),
@@ -388,6 +392,11 @@ impl Cluster {
             &self.durables_changed,
             || durables::load(con),
             |records| {
+                *lock(&self.ephemeral) = records
+                    .iter()
+                    .filter(|r| !r.durable)
+                    .map(|r| crate::broker::cluster_durable_stream(&r.client_id, &r.name))
+                    .collect();
                 if let Some(shared) = shared.upgrade() {
                     shared.broker.sync_durables(records);
                 }
@@ -452,6 +461,15 @@ impl Cluster {
             node_id: self.node_id.clone(),
         });
         self.send(Command::Barrier { from: None, done });
+    }
+
+    /// This node, as the registry's writes name it.
+    fn member(&self) -> durables::Member {
+        durables::Member {
+            node_id: self.node_id.clone(),
+            origin: String::from_utf8_lossy(&self.origin).into_owned(),
+            ttl_ms: self.claim_idle.as_millis() as u64,
+        }
     }
 
     /// Reads a shared queue's messages for a browser (see
@@ -639,10 +657,16 @@ impl Peers for Cluster {
     }
 
     fn durable(&self, stream: &str, record: Option<&DurableRecord>) {
+        let mut ephemeral = lock(&self.ephemeral);
+        match record {
+            Some(r) if !r.durable => ephemeral.insert(stream.to_owned()),
+            _ => ephemeral.remove(stream),
+        };
+        drop(ephemeral);
         self.send(Command::Registry {
             stream: stream.to_owned(),
-            record: record.map(durables::encode),
-            node_id: self.node_id.clone(),
+            record: record.cloned(),
+            by: self.member(),
         });
     }
 }
@@ -675,8 +699,8 @@ enum Command {
     /// delete one, and announce it.
     Registry {
         stream: String,
-        record: Option<Bytes>,
-        node_id: String,
+        record: Option<DurableRecord>,
+        by: durables::Member,
     },
     /// Change the shared configuration, and announce it.
     Settings { change: Change, node_id: String },
@@ -728,11 +752,9 @@ impl Command {
                 }
                 pipe.cmd("EXEC").ignore();
             }
-            Command::Registry {
-                stream,
-                record,
-                node_id,
-            } => durables::write(pipe, stream, record.as_ref(), node_id),
+            Command::Registry { stream, record, by } => {
+                durables::write(pipe, stream, record.as_ref(), by)
+            }
             Command::Settings { change, node_id } => settings::write(pipe, change, node_id),
             Command::Barrier { .. } => return false,
         }

@@ -192,6 +192,8 @@ pub(super) fn run(
                 groups: HashSet::new(),
                 renewed: Instant::now(),
                 claimed: Instant::now(),
+                alive: HashSet::new(),
+                member: cluster.member(),
             };
             let served = reader.serve(shared, requests);
             if served.is_ok() {
@@ -225,6 +227,10 @@ struct Reader<'a> {
     renewed: Instant,
     /// When it last looked for entries to claim.
     claimed: Instant,
+    /// Non-durable shared subscriptions this node is marked alive in.
+    alive: HashSet<String>,
+    /// This node, as the registry's writes name it.
+    member: super::durables::Member,
 }
 
 impl Reader<'_> {
@@ -245,12 +251,14 @@ impl Reader<'_> {
                 return Ok(());
             };
             let out = out.get_or_insert_with(|| Deliveries::new(shared.workers.len()));
-            let wanted = self.wanted();
+            let (wanted, left) = self.wanted();
             for (name, _, _) in &wanted {
                 self.make_group(name)?;
             }
             let idle = self.cluster.claim_idle;
-            if self.renewed.elapsed() >= idle / 3 {
+            let renew = self.renewed.elapsed() >= idle / 3;
+            self.keep_alive(&wanted, renew, &left)?;
+            if renew {
                 self.renewed = Instant::now();
                 self.renew()?;
             }
@@ -260,6 +268,7 @@ impl Reader<'_> {
                     self.claim(&shared, name, queue, *want, out)?;
                 }
                 hand_out(&shared, out);
+                self.end_abandoned(&wanted)?;
             }
             let wanted: Vec<_> = wanted.into_iter().filter(|w| w.2 > 0).collect();
             if wanted.is_empty() {
@@ -273,8 +282,10 @@ impl Reader<'_> {
 
     /// The queues to read for, with what their consumers can take; gives
     /// back what a queue without consumers here still holds.
-    fn wanted(&mut self) -> Vec<(String, SharedQueue, usize)> {
+    /// Also returns the queues whose last consumer here left.
+    fn wanted(&mut self) -> (Vec<(String, SharedQueue, usize)>, Vec<String>) {
         let mut idle = Vec::new();
+        let mut left = Vec::new();
         let mut wanted = Vec::new();
         {
             let mut consumed = super::lock(&self.cluster.consumed);
@@ -295,9 +306,58 @@ impl Reader<'_> {
                 let held = q.purge();
                 drop(q);
                 self.give_back(&name, held);
+                left.push(name);
             }
         }
-        wanted
+        (wanted, left)
+    }
+
+    /// Marks this node alive in the non-durable shared subscriptions it
+    /// has consumers of (those newly consumed at once, all of them when
+    /// `renew`), and takes it out of those whose last consumer here
+    /// `left`, ending them if no node is left in them.
+    fn keep_alive(
+        &mut self,
+        wanted: &[(String, SharedQueue, usize)],
+        renew: bool,
+        left: &[String],
+    ) -> redis::RedisResult<()> {
+        let ephemeral = super::lock(&self.cluster.ephemeral).clone();
+        let mut pipe = redis::pipe();
+        for (name, _, _) in wanted.iter().filter(|w| ephemeral.contains(&w.0)) {
+            if self.alive.insert(name.clone()) || renew {
+                super::durables::mark_alive(&mut pipe, name, &self.member);
+            }
+        }
+        pipe.query::<()>(self.con)?;
+        for name in left {
+            if self.alive.remove(name) {
+                self.leave(name, true)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// See `durables::leave`. A subscription that ended is dropped here
+    /// too: this node does not hear its own announcement.
+    fn leave(&mut self, stream: &str, leaving: bool) -> redis::RedisResult<()> {
+        if super::durables::leave(self.con, stream, leaving, &self.member)? {
+            self.cluster.durables_changed.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Ends the non-durable shared subscriptions that this node has no
+    /// consumer of and whose nodes all stopped renewing (they died).
+    fn end_abandoned(&mut self, wanted: &[(String, SharedQueue, usize)]) -> redis::RedisResult<()> {
+        let ephemeral = super::lock(&self.cluster.ephemeral).clone();
+        for stream in ephemeral
+            .iter()
+            .filter(|s| !wanted.iter().any(|w| &w.0 == *s))
+        {
+            self.leave(stream, false)?;
+        }
+        Ok(())
     }
 
     /// Hands messages this node read back to the stream for the others.
