@@ -638,3 +638,76 @@ fn a_shared_subscription_spans_nodes_and_ends_with_its_last_consumer() {
         "a new shared subscription starts empty"
     );
 }
+
+#[test]
+fn selectors_on_different_nodes_each_get_their_messages() {
+    let redis = Redis::start();
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    let (_ca, on_a) = connect(&a);
+    let paint = Destination::queue("paint");
+    let colour = |c: &str, i: i64| job(i).with_property("colour", c);
+    let red = on_a
+        .create_consumer_with(
+            &paint,
+            ConsumerOptions::default()
+                .selector("colour = 'red'")
+                .prefetch(2),
+        )
+        .unwrap();
+    let producer = on_a.create_producer(&paint).unwrap();
+    for i in 0..5 {
+        producer.send_with_receipt(colour("blue", i)).unwrap();
+    }
+    for i in 10..13 {
+        producer.send_with_receipt(colour("red", i)).unwrap();
+    }
+    // Node a reads past the blue ones, which its consumer does not take.
+    let reds: Vec<i64> = (0..3)
+        .map(|_| n(&red.receive(Duration::from_secs(10)).unwrap().expect("red")))
+        .collect();
+    assert_eq!(reds, [10, 11, 12]);
+    // The blue ones wait on a only until a passes them on; a consumer of
+    // them on b gets each once.
+    let (_cb, on_b) = connect(&b);
+    let blue = on_b
+        .create_consumer_with(
+            &paint,
+            ConsumerOptions::default().selector("colour = 'blue'"),
+        )
+        .unwrap();
+    let got = receive_all(&[&blue], 5);
+    assert_eq!(got[0].keys().copied().collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
+    assert!(got[0].values().all(|&v| v == 1), "{got:?}");
+    assert!(red.receive(Duration::from_millis(300)).unwrap().is_none());
+}
+
+#[test]
+fn a_node_reads_past_messages_its_consumers_selectors_do_not_take() {
+    let redis = Redis::start();
+    // Claims and passing on come only after 30 s: not within this test.
+    let a = start_with(cluster_config(&redis, "a"));
+    let (_ca, on_a) = connect(&a);
+    let paint = Destination::queue("paint");
+    let red = on_a
+        .create_consumer_with(
+            &paint,
+            ConsumerOptions::default()
+                .selector("colour = 'red'")
+                .prefetch(2),
+        )
+        .unwrap();
+    let producer = on_a.create_producer(&paint).unwrap();
+    for i in 0..5 {
+        producer
+            .send_with_receipt(job(i).with_property("colour", "blue"))
+            .unwrap();
+    }
+    producer
+        .send_with_receipt(job(10).with_property("colour", "red"))
+        .unwrap();
+    let m = red
+        .receive(Duration::from_secs(5))
+        .unwrap()
+        .expect("red, read past the blue ones");
+    assert_eq!(n(&m), 10);
+}

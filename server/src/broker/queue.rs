@@ -229,14 +229,51 @@ impl Queue {
     }
 
     /// How many more messages the consumers could take now: their unused
-    /// credit, less what already waits for them.
-    pub fn wants(&self) -> usize {
+    /// credit, less what already waits for them. Waiting messages that no
+    /// consumer's selector takes do not count (more are read past them),
+    /// up to `hold` waiting in all.
+    pub fn wants(&self, hold: usize) -> usize {
+        if self.ready.len() >= hold {
+            return 0;
+        }
         let credit: usize = self
             .consumers
             .iter()
             .map(|c| c.prefetch.saturating_sub(c.in_flight) as usize)
             .sum();
-        credit.saturating_sub(self.ready.len())
+        let unselected = self.unselected().len();
+        credit.saturating_sub(self.ready.len() - unselected)
+    }
+
+    /// The waiting messages that no consumer's selector takes, by
+    /// sequence number.
+    pub fn unselected(&self) -> Vec<u64> {
+        if self.consumers.iter().any(|c| c.selector.is_none()) {
+            return Vec::new();
+        }
+        self.ready
+            .values()
+            .filter(|m| {
+                !self
+                    .consumers
+                    .iter()
+                    .any(|c| selects(c.selector.as_deref(), &m.block))
+            })
+            .map(|m| m.seq)
+            .collect()
+    }
+
+    /// Takes these waiting messages out (to give them to other nodes).
+    pub fn take_ready(&mut self, seqs: &[u64]) -> Vec<QueuedMessage> {
+        let mut taken = Vec::new();
+        self.ready.retain(|_, m| {
+            let take = seqs.contains(&m.seq);
+            if take {
+                taken.push(m.clone());
+            }
+            !take
+        });
+        taken
     }
 
     /// The stream entries of the messages this queue holds, waiting and
@@ -716,6 +753,27 @@ mod tests {
         let mut b = BytesMut::new();
         m.encode(&mut b).unwrap();
         b.freeze()
+    }
+
+    #[test]
+    fn messages_no_selector_takes_do_not_count_against_what_is_wanted() {
+        let mut q = queue();
+        let mut out = Vec::new();
+        let even = Arc::new(Selector::parse("i / 2 * 2 = i").unwrap());
+        q.add_consumer(sub(1), Some(even), 2, &mut out);
+        for i in [1, 3, 5] {
+            q.enqueue(block(i), None, &mut out).unwrap();
+        }
+        assert_eq!(q.unselected().len(), 3);
+        assert_eq!(q.wants(100), 2, "the odd ones are read past");
+        assert_eq!(q.wants(3), 0, "up to what a node may hold");
+        let seqs = q.unselected();
+        let taken = q.take_ready(&seqs[..2]);
+        assert_eq!(taken.len(), 2);
+        assert_eq!(q.depth(), 1);
+        // A consumer without a selector takes everything.
+        q.add_consumer(sub(2), None, 10, &mut out);
+        assert!(q.unselected().is_empty());
     }
 
     #[test]

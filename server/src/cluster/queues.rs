@@ -48,6 +48,9 @@ const GROUP: &str = "herald";
 const BLOCK_MS: u64 = 5;
 /// Entries read from one stream at once at most.
 const READ_MAX: usize = 256;
+/// Messages a node holds waiting for its consumers at most, those their
+/// selectors do not take included (see `Reader::pass_on`).
+const HOLD: usize = 2 * READ_MAX;
 /// Entry ids per `XCLAIM` at most.
 const CLAIM_CHUNK: usize = 512;
 
@@ -193,6 +196,7 @@ pub(super) fn run(
                 renewed: Instant::now(),
                 claimed: Instant::now(),
                 alive: HashSet::new(),
+                passed_over: HashMap::new(),
                 member: cluster.member(),
             };
             let served = reader.serve(shared, requests);
@@ -229,6 +233,9 @@ struct Reader<'a> {
     claimed: Instant,
     /// Non-durable shared subscriptions this node is marked alive in.
     alive: HashSet<String>,
+    /// Per queue, the waiting messages no consumer here took at the last
+    /// look (see `Reader::pass_on`).
+    passed_over: HashMap<String, HashSet<u64>>,
     /// This node, as the registry's writes name it.
     member: super::durables::Member,
 }
@@ -268,6 +275,7 @@ impl Reader<'_> {
                     self.claim(&shared, name, queue, *want, out)?;
                 }
                 hand_out(&shared, out);
+                self.pass_on(&wanted);
                 self.end_abandoned(&wanted)?;
             }
             let wanted: Vec<_> = wanted.into_iter().filter(|w| w.2 > 0).collect();
@@ -294,7 +302,7 @@ impl Reader<'_> {
                     idle.push((name.clone(), c.queue.clone()));
                     return false;
                 }
-                let want = super::lock(&c.queue).wants().min(READ_MAX);
+                let want = super::lock(&c.queue).wants(HOLD).min(READ_MAX);
                 wanted.push((name.clone(), c.queue.clone(), want));
                 true
             });
@@ -310,6 +318,27 @@ impl Reader<'_> {
             }
         }
         (wanted, left)
+    }
+
+    /// Gives back, for other nodes, the messages that no consumer here
+    /// has taken for two looks in a row (half `claim_idle_ms` apart)
+    /// because no selector here takes them: a node reads past those (see
+    /// `Queue::wants`), so they would otherwise wait here for a consumer
+    /// that may be on another node. A message nobody selects goes round
+    /// the nodes at that pace, as it would wait in a single node's queue.
+    fn pass_on(&mut self, wanted: &[(String, SharedQueue, usize)]) {
+        self.passed_over
+            .retain(|name, _| wanted.iter().any(|w| &w.0 == name));
+        for (name, queue, _) in wanted {
+            let mut q = super::lock(queue);
+            let now: HashSet<u64> = q.unselected().into_iter().collect();
+            let before = self.passed_over.entry(name.clone()).or_default();
+            let stale: Vec<u64> = now.intersection(before).copied().collect();
+            let taken = q.take_ready(&stale);
+            drop(q);
+            *before = &now - &stale.iter().copied().collect();
+            self.give_back(name, taken);
+        }
     }
 
     /// Marks this node alive in the non-durable shared subscriptions it
