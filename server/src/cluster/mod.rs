@@ -312,7 +312,7 @@ impl Cluster {
 
     /// The globs this node's subscriptions need now.
     fn globs(&self) -> Vec<String> {
-        let interest = self.interest.lock().unwrap_or_else(|p| p.into_inner());
+        let interest = lock(&self.interest);
         interest.keys().cloned().collect()
     }
 
@@ -453,8 +453,10 @@ impl Cluster {
     /// written to Redis and announced to the other nodes; `done` runs once
     /// Redis answered.
     pub fn change(&self, shared: &Shared, change: Change, done: Completion) {
-        let next = lock(&self.settings).with(&change);
-        *lock(&self.settings) = next;
+        {
+            let mut settings = lock(&self.settings);
+            *settings = settings.with(&change);
+        }
         self.apply_settings(shared);
         self.send(Command::Settings {
             change,
@@ -583,18 +585,18 @@ impl Peers for Cluster {
         if !self.wanted(topic) {
             return None;
         }
-        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        let mut payload = BytesMut::with_capacity(1 + self.origin.len() + 8 + block.len());
-        payload.put_u8(self.origin.len() as u8);
-        payload.put_slice(&self.origin);
-        payload.put_u64(seq);
-        payload.put_slice(block);
         // While Redis is away nobody drains the queue: publishers go on,
         // and what the queue cannot take is dropped.
         if self.queued.load(Ordering::Relaxed) >= OUTBOUND_QUEUE {
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             return self.backlog.is_high().then(|| self.backlog.clone());
         }
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let mut payload = BytesMut::with_capacity(1 + self.origin.len() + 8 + block.len());
+        payload.put_u8(self.origin.len() as u8);
+        payload.put_slice(&self.origin);
+        payload.put_u64(seq);
+        payload.put_slice(block);
         let queued = self.send(Command::Publish {
             channel: format!("{CHANNEL}{topic}"),
             payload: payload.freeze(),
@@ -604,7 +606,7 @@ impl Peers for Cluster {
 
     fn interest(&self, pattern: &Pattern, interested: bool) {
         let glob = redis_glob(pattern);
-        let mut interest = self.interest.lock().unwrap_or_else(|p| p.into_inner());
+        let mut interest = lock(&self.interest);
         let count = interest.entry(glob.clone()).or_default();
         let changed = if interested {
             *count += 1;
@@ -618,7 +620,7 @@ impl Peers for Cluster {
         }
         if changed {
             self.own_changed.store(true, Ordering::Release);
-            let changes = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+            let changes = lock(&self.changes);
             let _ = changes.send((glob, interested));
         }
     }

@@ -828,15 +828,16 @@ fn entries(list: Value) -> Vec<(EntryId, Fields)> {
         .filter_map(|e| {
             let mut e = array(e).into_iter();
             let id = EntryId::parse(bulk(&e.next()?)?)?;
-            let values = array(e.next()?);
-            if values.is_empty() {
+            let mut values = array(e.next()?).into_iter();
+            if values.len() == 0 {
                 return None;
             }
             let mut fields = Fields::default();
-            for pair in values.chunks(2) {
-                match (pair.first().and_then(bulk), pair.get(1)) {
-                    (Some(b"m"), Some(v)) => fields.block = bulk(v).map(Bytes::copy_from_slice),
-                    (Some(b"d"), Some(v)) => fields.deliveries = int(v).unwrap_or(0) as u32,
+            while let (Some(name), Some(value)) = (values.next(), values.next()) {
+                match (bulk(&name), value) {
+                    // The reply's own bytes become the block: no copy.
+                    (Some(b"m"), Value::BulkString(block)) => fields.block = Some(block.into()),
+                    (Some(b"d"), v) => fields.deliveries = int(&v).unwrap_or(0) as u32,
                     _ => {}
                 }
             }
