@@ -2,7 +2,7 @@
 //! (Debian's redis-server, started here on a free port).
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use herald_client::{AckMode, Consumer, ConsumerOptions, Destination, Message, Session};
 use herald_server::auth::hash_password;
@@ -14,31 +14,11 @@ fn node(redis: &Redis, id: &str) -> TestServer {
     start_with(cluster_config(redis, id))
 }
 
-/// Publishes on `from` until `consumer` (subscribed on another node)
-/// hears it: the other node has told Redis of its subscriptions so far.
-fn until_heard(from: &Session, topic: &str, consumer: &Consumer) {
+/// Publishes on `topic` from `from` until `consumer` (subscribed on
+/// another node) hears it: that node has told Redis of its subscriptions.
+fn heard(from: &Session, topic: &str, consumer: &Consumer) {
     let producer = from.create_producer(&Destination::topic(topic)).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        producer.send_with_receipt(Message::text("probe")).unwrap();
-        if consumer
-            .receive(Duration::from_millis(50))
-            .unwrap()
-            .is_some()
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{topic} never crossed to the other node"
-        );
-    }
-    // Probes sent after the first one heard.
-    while consumer
-        .receive(Duration::from_millis(100))
-        .unwrap()
-        .is_some()
-    {}
+    until_heard(&producer, || Message::text("probe"), &[consumer]);
 }
 
 /// The texts a consumer receives until it is quiet for a moment.
@@ -69,7 +49,7 @@ fn topics_reach_subscribers_on_every_node_once_with_wildcards_and_selectors() {
         .unwrap();
     let local = subscribe(&on_a, "sales.#");
     let probe = subscribe(&on_b, "probe");
-    until_heard(&on_a, "probe", &probe);
+    heard(&on_a, "probe", &probe);
     while local.receive(Duration::from_millis(100)).unwrap().is_some() {}
 
     for (topic, units) in [
@@ -119,7 +99,7 @@ fn nodes_reconnect_to_a_restarted_redis_and_say_so() {
     let (_ca, on_a) = connect(&a);
     let (_cb, on_b) = connect(&b);
     let feed = subscribe(&on_b, "feed");
-    until_heard(&on_a, "feed", &feed);
+    heard(&on_a, "feed", &feed);
     let stopped = redis.stop();
     let linked = |n: &TestServer| n.cluster().unwrap().stats.connected();
     // A publish while Redis is away finds the link down.
@@ -131,7 +111,7 @@ fn nodes_reconnect_to_a_restarted_redis_and_say_so() {
     redis = stopped.start();
     wait_until("the nodes reconnect", || linked(&a) && linked(&b));
     // Subscriptions are made again on the new Redis, and messages cross.
-    until_heard(&on_a, "feed", &feed);
+    heard(&on_a, "feed", &feed);
     drop(redis);
 }
 
@@ -142,7 +122,7 @@ fn a_node_sends_redis_only_topics_another_node_subscribes_to() {
     let (_ca, on_a) = connect(&a);
     let (_cb, on_b) = connect(&b);
     let wanted = subscribe(&on_b, "wanted.*");
-    until_heard(&on_a, "wanted.probe", &wanted);
+    heard(&on_a, "wanted.probe", &wanted);
     let sent = || a.cluster().unwrap().stats.published.load(Ordering::Relaxed);
     let before = sent();
     // Nobody elsewhere subscribes to `local.only`: it stays on node a.
@@ -157,7 +137,7 @@ fn a_node_sends_redis_only_topics_another_node_subscribes_to() {
     assert_eq!(sent(), before, "a sent Redis topics nobody elsewhere wants");
     // Once b subscribes, a hears of it and sends.
     let now_wanted = subscribe(&on_b, "local.*");
-    until_heard(&on_a, "local.only", &now_wanted);
+    heard(&on_a, "local.only", &now_wanted);
     assert!(sent() > before);
 }
 
@@ -168,7 +148,7 @@ fn garbage_from_redis_is_ignored_and_the_node_goes_on() {
     let (_ca, on_a) = connect(&a);
     let (_cb, on_b) = connect(&b);
     let feed = subscribe(&on_b, "feed");
-    until_heard(&on_a, "feed", &feed);
+    heard(&on_a, "feed", &feed);
     // A payload too short for its header, an origin longer than the
     // payload, a header with a block that is no message, an empty one,
     // and a huge one of noise.

@@ -297,6 +297,14 @@ fn delivery_counts_cross_nodes_and_the_last_failure_dead_letters_to_a_shared_que
     );
 }
 
+/// A consumer of `queue` for red messages only, two at a time.
+fn red_consumer(session: &herald_client::Session, queue: &Destination) -> Consumer {
+    let options = ConsumerOptions::default()
+        .selector("colour = 'red'")
+        .prefetch(2);
+    session.create_consumer_with(queue, options).unwrap()
+}
+
 /// The numbers of the messages a browser of `queue` sees.
 fn browse(session: &herald_client::Session, queue: &Destination, selector: &str) -> Vec<i64> {
     let browser = session.create_browser(queue, selector).unwrap();
@@ -328,26 +336,7 @@ fn a_durable_subscriber_moves_from_one_node_to_another_and_resumes() {
     let (_cc, on_c) = connect(&c);
     let producer = on_c.create_producer(&topic).unwrap();
     // Node c appends to the subscription's stream once it has heard of it.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        producer.send_with_receipt(sale(1000)).unwrap();
-        if subscriber
-            .receive(Duration::from_millis(100))
-            .unwrap()
-            .is_some()
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "c never learned of the subscription"
-        );
-    }
-    while subscriber
-        .receive(Duration::from_millis(300))
-        .unwrap()
-        .is_some()
-    {}
+    until_heard(&producer, || sale(1000), &[&subscriber]);
     for units in 1..=6 {
         producer.send_with_receipt(sale(units)).unwrap();
     }
@@ -581,22 +570,7 @@ fn a_shared_subscription_spans_nodes_and_ends_with_its_last_consumer() {
         .create_producer(&Destination::topic("news.eu"))
         .unwrap();
     // Node c appends to the subscription once it has heard of it.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    'heard: loop {
-        producer.send_with_receipt(job(-1)).unwrap();
-        for r in [&on_a_reader, &on_b_reader] {
-            if r.receive(Duration::from_millis(50)).unwrap().is_some() {
-                break 'heard;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "c never learned of the subscription"
-        );
-    }
-    for r in [&on_a_reader, &on_b_reader] {
-        while r.receive(Duration::from_millis(300)).unwrap().is_some() {}
-    }
+    until_heard(&producer, || job(-1), &[&on_a_reader, &on_b_reader]);
     for i in 0..100 {
         producer.send_with_receipt(job(i)).unwrap();
     }
@@ -646,14 +620,7 @@ fn selectors_on_different_nodes_each_get_their_messages() {
     let (_ca, on_a) = connect(&a);
     let paint = Destination::queue("paint");
     let colour = |c: &str, i: i64| job(i).with_property("colour", c);
-    let red = on_a
-        .create_consumer_with(
-            &paint,
-            ConsumerOptions::default()
-                .selector("colour = 'red'")
-                .prefetch(2),
-        )
-        .unwrap();
+    let red = red_consumer(&on_a, &paint);
     let producer = on_a.create_producer(&paint).unwrap();
     for i in 0..5 {
         producer.send_with_receipt(colour("blue", i)).unwrap();
@@ -688,14 +655,7 @@ fn a_node_reads_past_messages_its_consumers_selectors_do_not_take() {
     let a = start_with(cluster_config(&redis, "a"));
     let (_ca, on_a) = connect(&a);
     let paint = Destination::queue("paint");
-    let red = on_a
-        .create_consumer_with(
-            &paint,
-            ConsumerOptions::default()
-                .selector("colour = 'red'")
-                .prefetch(2),
-        )
-        .unwrap();
+    let red = red_consumer(&on_a, &paint);
     let producer = on_a.create_producer(&paint).unwrap();
     for i in 0..5 {
         producer

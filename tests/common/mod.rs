@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use herald_client::{
-    AckMode, Connection, ConnectionFactory, Consumer, Destination, Message, Session,
+    AckMode, Connection, ConnectionFactory, Consumer, Destination, Message, Producer, Session,
 };
 use herald_protocol::frame::{Connect, ErrorFrame, Subscribe};
 use herald_protocol::{Decoder, DestinationKind, ErrorCode, Frame, RawFrame};
@@ -46,6 +46,35 @@ pub fn test_config() -> Config {
     config.stomp.websocket_listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.admin.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config
+}
+
+/// Sends `probe()` through `producer` until one of `consumers` (on other
+/// nodes of a cluster) receives it, then drains the probes that followed:
+/// what subscribes there has reached the publishing node.
+pub fn until_heard(producer: &Producer, probe: impl Fn() -> Message, consumers: &[&Consumer]) {
+    let deadline = Instant::now() + PATIENCE;
+    'heard: loop {
+        producer.send_with_receipt(probe()).expect("a probe sent");
+        for c in consumers {
+            if c.receive(Duration::from_millis(50))
+                .expect("receives")
+                .is_some()
+            {
+                break 'heard;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the probes never reached the other node"
+        );
+    }
+    for c in consumers {
+        while c
+            .receive(Duration::from_millis(300))
+            .expect("receives")
+            .is_some()
+        {}
+    }
 }
 
 /// [`test_config`] for node `node_id` of a cluster on `redis`.
