@@ -69,3 +69,98 @@ fn messages_cross_workers_in_order() {
         }
     }
 }
+
+/// Sends `count` numbered messages one at a time, each alone on the wire
+/// (a pause after each), so that the server reads them one by one.
+fn trickle(producer: &herald_client::Producer, from: u32, count: u32) {
+    for i in from..from + count {
+        producer.send(Message::text(i.to_string())).unwrap();
+        std::thread::sleep(std::time::Duration::from_micros(300));
+    }
+}
+
+#[test]
+fn a_publisher_moves_to_its_subscribers_worker_and_stays_whole() {
+    let server = start_with(test_config());
+    let (_sc, ss) = connect(&server);
+    let consumer = subscribe(&ss, "moving");
+    // Round-robin placement: the publisher is on the other worker.
+    let (pc, ps) = as_client(&server, "mover");
+    assert_eq!(server.stats().connections_per_worker, vec![1, 1]);
+    let producer = ps.create_producer(&Destination::topic("moving")).unwrap();
+    trickle(&producer, 0, 300);
+    // A burst right behind the trickle: whatever moment the move came,
+    // nothing overtakes what was sent before it.
+    for i in 300..2300 {
+        producer.send(Message::text(i.to_string())).unwrap();
+    }
+    for i in 0..2300 {
+        assert_eq!(next(&consumer).body_text(), Some(i.to_string().as_str()));
+    }
+    let stats = server.stats();
+    assert_eq!(stats.connections_moved, 1);
+    let mut per_worker = stats.connections_per_worker;
+    per_worker.sort_unstable();
+    assert_eq!(per_worker, vec![0, 2], "both on one worker");
+
+    // The moved connection does all a connection does, where it lives now.
+    producer
+        .send_with_receipt(Message::text("receipted"))
+        .unwrap();
+    assert_eq!(next(&consumer).body_text(), Some("receipted"));
+    let own = subscribe(&ps, "own");
+    publish(&ss, "own", "to the moved one");
+    assert_eq!(next(&own).body_text(), Some("to the moved one"));
+    drop(own);
+
+    // The management interface finds it where it went.
+    let conns = call(&server, "GET", "/api/connections", None, None).json();
+    let id = conns
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["client_id"] == "mover")
+        .expect("listed")["id"]
+        .as_u64()
+        .unwrap();
+    let path = format!("/api/connections/{id}");
+    assert_eq!(call(&server, "DELETE", &path, None, None).status, 200);
+    wait_until("the moved connection is closed", || pc.is_closed());
+    wait_until("the server has let it go", || {
+        server.stats().connections_per_worker.iter().sum::<usize>() == 1
+    });
+}
+
+#[test]
+fn a_publisher_to_every_worker_or_with_subscriptions_stays() {
+    let server = start_with(test_config());
+    let subs: Vec<_> = (0..2)
+        .map(|_| {
+            let (c, s) = connect(&server);
+            let consumer = subscribe(&s, "spread");
+            (c, s, consumer)
+        })
+        .collect();
+    // On worker 0 with one subscriber, publishing to both workers.
+    let (_pc, ps) = connect(&server);
+    let producer = ps.create_producer(&Destination::topic("spread")).unwrap();
+    trickle(&producer, 0, 200);
+    // On worker 1, subscribed to something itself, publishing only to
+    // worker 0's subscriber.
+    let (_qc, qs) = connect(&server);
+    let _own = subscribe(&qs, "elsewhere");
+    let (_rc, rs) = connect(&server);
+    let only = subscribe(&rs, "narrow");
+    let narrow = qs.create_producer(&Destination::topic("narrow")).unwrap();
+    trickle(&narrow, 0, 200);
+    for (_, _, consumer) in &subs {
+        for i in 0..200 {
+            assert_eq!(next(consumer).body_text(), Some(i.to_string().as_str()));
+        }
+    }
+    for i in 0..200 {
+        assert_eq!(next(&only).body_text(), Some(i.to_string().as_str()));
+    }
+    assert_eq!(server.stats().connections_moved, 0);
+    assert_eq!(server.stats().connections_per_worker, vec![3, 2]);
+}

@@ -20,11 +20,23 @@ pub struct Delivery {
     pub ack: Option<AckRef>,
 }
 
+/// Which workers the deliveries pushed since [`Deliveries::watch`] go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// None yet.
+    Nowhere,
+    /// All to this worker.
+    One(usize),
+    /// To more than one.
+    Many,
+}
+
 /// Deliveries waiting to be handed to their workers.
 pub struct Deliveries {
     buckets: Vec<Vec<Delivery>>,
     /// Blocked connections to wake, by worker.
     wakes: Vec<Vec<ConnectionRef>>,
+    seen: Seen,
 }
 
 impl Deliveries {
@@ -33,12 +45,32 @@ impl Deliveries {
         Deliveries {
             buckets: (0..workers).map(|_| Vec::new()).collect(),
             wakes: (0..workers).map(|_| Vec::new()).collect(),
+            seen: Seen::Nowhere,
         }
+    }
+
+    /// Starts noting where the deliveries pushed from now on go.
+    pub fn watch(&mut self) {
+        self.seen = Seen::Nowhere;
+    }
+
+    /// Where the deliveries pushed since [`Deliveries::watch`] go.
+    pub fn seen(&self) -> Seen {
+        self.seen
+    }
+
+    fn bucket(&mut self, worker: usize) -> &mut Vec<Delivery> {
+        self.seen = match self.seen {
+            Seen::Nowhere => Seen::One(worker),
+            Seen::One(w) if w == worker => Seen::One(w),
+            _ => Seen::Many,
+        };
+        &mut self.buckets[worker]
     }
 
     /// Adds a first delivery that needs no acknowledgement.
     pub fn push(&mut self, to: Subscriber, message: Bytes) {
-        self.buckets[to.conn.worker].push(Delivery {
+        self.bucket(to.conn.worker).push(Delivery {
             to,
             message,
             delivery_count: 1,
@@ -48,7 +80,7 @@ impl Deliveries {
 
     /// Adds a delivery from a queue.
     pub fn push_acked(&mut self, to: Subscriber, message: Bytes, delivery_count: u32, ack: AckRef) {
-        self.buckets[to.conn.worker].push(Delivery {
+        self.bucket(to.conn.worker).push(Delivery {
             to,
             message,
             delivery_count,

@@ -234,6 +234,8 @@ pub struct Stats {
     pub dropped: u64,
     /// Times a publisher paused while a subscriber drained a backlog.
     pub publisher_pauses: u64,
+    /// Publishers moved to the worker of the connections they publish to.
+    pub connections_moved: u64,
     /// Topic subscriptions.
     pub subscriptions: usize,
     /// Named queues: (name, messages waiting, deliveries unacknowledged),
@@ -326,6 +328,11 @@ impl ServerHandle {
                 .stats
                 .iter()
                 .map(|w| w.publisher_pauses.load(Ordering::Relaxed))
+                .sum(),
+            connections_moved: s
+                .stats
+                .iter()
+                .map(|w| w.moved_in.load(Ordering::Relaxed))
                 .sum(),
             messages_out: s
                 .stats

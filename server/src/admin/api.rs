@@ -502,9 +502,9 @@ async fn connections(State(state): State<AppState>) -> ApiResult {
             let (client_id, user) = lock(&c.identity).clone();
             let age = c.since.elapsed().map_or(0, |d| d.as_secs());
             (
-                c.conn.serial,
+                c.serial,
                 json!({
-                    "id": c.conn.serial,
+                    "id": c.serial,
                     "client_id": client_id,
                     "user": user,
                     "peer": c.peer,
@@ -528,10 +528,11 @@ async fn close_connection(State(state): State<AppState>, Path(id): Path<String>)
     let id: u64 = id
         .parse()
         .map_err(|_| ApiError::bad_request(format!("'{id}' is not a connection id")))?;
-    let conn = lock(&state.shared.connections).get(&id).map(|c| c.conn);
+    let conn = lock(&state.shared.connections).get(&id).map(|c| c.home());
     let Some(conn) = conn else {
         return Err(ApiError::not_found(format!("no connection {id}")));
     };
+    // If it is moving, the worker it left sends the command on.
     state.shared.workers[conn.worker].send(Command::Close(conn));
     Ok(Json(json!({"closed": id})))
 }

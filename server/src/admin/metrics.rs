@@ -140,6 +140,12 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         "Times a publisher paused while a subscriber drained a backlog",
         sum(|w| &w.publisher_pauses),
     );
+    counter(
+        &mut r,
+        "herald_connections_moved",
+        "Publishers moved to the worker of the connections they publish to",
+        sum(|w| &w.moved_in),
+    );
     let c = s.broker.counters();
     counter(
         &mut r,

@@ -716,9 +716,9 @@ enum Command {
 /// What became of commands that did not reach Redis.
 #[derive(Default)]
 struct Outcomes {
-    /// Connections something of whose was not accepted: their next
-    /// barrier fails.
-    failed: std::collections::HashSet<Option<ConnectionRef>>,
+    /// Connections (by serial: one may move between workers meanwhile)
+    /// something of whose was not accepted: their next barrier fails.
+    failed: std::collections::HashSet<Option<u64>>,
     /// Settlements to send again once Redis is back: acknowledging twice
     /// is harmless, never acknowledging would hold the entry forever.
     retry: Vec<Command>,
@@ -768,7 +768,7 @@ impl Command {
         match self {
             Command::Publish { .. } => outcomes.dropped += 1,
             Command::Append { from, .. } | Command::Commit { from, .. } => {
-                outcomes.failed.insert(from);
+                outcomes.failed.insert(from.map(|c| c.serial));
             }
             Command::Settings { .. } => {
                 outcomes.failed.insert(None);
@@ -777,7 +777,7 @@ impl Command {
             | Command::Release { .. }
             | Command::Registry { .. }) => outcomes.retry.push(retry),
             Command::Barrier { from, done } => {
-                outcomes.failed.remove(&from);
+                outcomes.failed.remove(&from.map(|c| c.serial));
                 done(Err(format!("Redis did not confirm: {why}")));
             }
         }
@@ -786,7 +786,7 @@ impl Command {
     /// Redis answered everything before this command.
     fn done(self, outcomes: &mut Outcomes) {
         if let Command::Barrier { from, done } = self {
-            match outcomes.failed.remove(&from) {
+            match outcomes.failed.remove(&from.map(|c| c.serial)) {
                 true => done(Err("Redis did not accept a message".into())),
                 false => done(Ok(())),
             }

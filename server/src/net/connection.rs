@@ -76,6 +76,11 @@ pub struct Connection {
     /// As a publisher, not read until this subscriber backlog is drained;
     /// since when.
     pub paused: Option<(Arc<Backlog>, Instant)>,
+    /// The other worker all its recent publishes were delivered on, and
+    /// for how many reads in a row.
+    pub pull: (usize, u32),
+    /// When it moved to its worker, if it did.
+    pub moved_in: Option<Instant>,
 }
 
 impl Connection {
@@ -107,7 +112,24 @@ impl Connection {
             backlogged_since: None,
             left_behind: false,
             paused: None,
+            pull: (0, 0),
+            moved_in: None,
         }
+    }
+
+    /// Whether nothing outside this value refers to the connection by
+    /// where it lives, so that it can move to another worker: it
+    /// subscribes to nothing, holds no deliveries, waits for no receipt,
+    /// login or room in a queue, and is not paused or closing.
+    pub fn movable(&self) -> bool {
+        self.session.phase == Phase::Connected
+            && self.session.subscriptions.is_empty()
+            && self.session.unacked.is_empty()
+            && self.session.pending_receipts == 0
+            && self.parked.is_none()
+            && self.login.is_none()
+            && self.paused.is_none()
+            && !self.closing
     }
 
     /// Brings `info` up to date after frames were handled, and gives back

@@ -11,7 +11,7 @@ pub mod tls;
 pub mod worker;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use herald_protocol::DestinationKind;
 use std::sync::mpsc::Sender;
@@ -46,6 +46,9 @@ pub enum Protocol {
 pub enum Command {
     /// Take over a freshly accepted connection.
     Adopt(TcpStream, Protocol),
+    /// Take over a connection another worker hands over (see
+    /// `Worker::hand_over`).
+    Take(Box<connection::Connection>),
     /// Deliver these messages to connections this worker owns.
     Deliver(Vec<Delivery>),
     /// These connections' blocked sends may go through now.
@@ -83,6 +86,19 @@ pub enum Command {
     Close(ConnectionRef),
     /// Close every connection and stop.
     Shutdown,
+}
+
+impl Command {
+    /// The one connection the command is for, if it is for one.
+    fn target_mut(&mut self) -> Option<&mut ConnectionRef> {
+        match self {
+            Command::Confirm { conn, .. }
+            | Command::LoggedIn { conn, .. }
+            | Command::Browsed { conn, .. }
+            | Command::Close(conn) => Some(conn),
+            _ => None,
+        }
+    }
 }
 
 /// The limits a config reload changes, read where they apply.
@@ -147,8 +163,11 @@ impl Limits {
 /// the connection keeps it up to date.
 #[derive(Debug)]
 pub struct ConnInfo {
-    /// Where it lives.
-    pub conn: ConnectionRef,
+    /// Server-wide unique connection number.
+    pub serial: u64,
+    /// Where it lives now: a connection may move to another worker. While
+    /// it moves, the slot is [`MOVING`].
+    pub home: std::sync::Mutex<ConnectionRef>,
     /// Its listener's protocol.
     pub protocol: Protocol,
     /// The peer's address.
@@ -163,6 +182,30 @@ pub struct ConnInfo {
     pub bytes_in: AtomicU64,
     /// Bytes written to it.
     pub bytes_out: AtomicU64,
+}
+
+/// The slot of a connection on its way to another worker.
+pub const MOVING: usize = usize::MAX;
+
+impl ConnInfo {
+    /// Where the connection lives now.
+    pub fn home(&self) -> ConnectionRef {
+        *self.home.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_home(&self, home: ConnectionRef) {
+        *self.home.lock().unwrap_or_else(|p| p.into_inner()) = home;
+    }
+
+    /// Notes that the connection left worker `from` for `to`, unless `to`
+    /// already said where it put it.
+    fn set_leaving(&self, from: usize, to: usize) {
+        let mut home = self.home.lock().unwrap_or_else(|p| p.into_inner());
+        if home.worker == from {
+            home.worker = to;
+            home.slot = MOVING;
+        }
+    }
 }
 
 /// A store completion that answers `request_id` on `conn` through its
@@ -238,8 +281,12 @@ pub struct WorkerStats {
     pub dropped: AtomicU64,
     /// Times it paused a publisher while a subscriber drained a backlog.
     pub publisher_pauses: AtomicU64,
+    /// Connections it took over from another worker.
+    pub moved_in: AtomicU64,
     /// Time spent working rather than waiting in `poll`, in nanoseconds.
     pub busy_ns: AtomicU64,
+    /// Share of its time it worked over its last tick, in thousandths.
+    pub load: AtomicU32,
     /// Messages and bytes published by its connections, and deliveries
     /// routed, per destination.
     pub destinations: std::sync::Mutex<HashMap<(DestinationKind, String), DestinationCounts>>,

@@ -27,7 +27,7 @@ use rustls::ServerConnection;
 use crate::auth::Principal;
 use crate::broker::{Backlog, ConnectionRef, Subscriber};
 use crate::config::SlowConsumerPolicy;
-use crate::delivery::{Deliveries, Delivery};
+use crate::delivery::{Deliveries, Delivery, Seen};
 use crate::handlers::send::{self, Published};
 use crate::handlers::{self, Context, Flow};
 use crate::session::{Session, Unacked};
@@ -41,6 +41,18 @@ const READ_BUDGET: usize = 256 * 1024;
 const SCRATCH_LEN: usize = 64 * 1024;
 /// How often a paused publisher looks at its subscriber's backlog.
 const PAUSE_CHECK: Duration = Duration::from_millis(1);
+/// A publisher whose messages went only to another worker's connections
+/// this many reads in a row, a few at a time, moves to that worker...
+const MOVE_AFTER: u32 = 64;
+/// ..."a few" being this many at most: a hand-over per message costs most
+/// of a message's latency, while bigger bursts share one, and a second
+/// thread is then worth more than the hand-over costs...
+const MOVE_BURST: u64 = 4;
+/// ...if it did not move there less than this long ago (no ping-pong)...
+const SETTLE: Duration = Duration::from_secs(1);
+/// ...and that worker was busy less than this share of its last tick, in
+/// thousandths: a busy worker keeps its work spread.
+const MOVE_MAX_LOAD: u32 = 500;
 
 /// One worker's state, owned by its thread.
 pub struct Worker {
@@ -59,6 +71,9 @@ pub struct Worker {
     unfinished: Vec<usize>,
     /// Publishers not read while a subscriber drains its backlog.
     paused: Vec<ConnectionRef>,
+    /// Connections to hand over to another worker once this turn's
+    /// deliveries are out.
+    moving: Vec<(ConnectionRef, usize)>,
     tick: Duration,
     running: bool,
 }
@@ -87,6 +102,7 @@ impl Worker {
             dirty: Vec::new(),
             unfinished: Vec::new(),
             paused: Vec::new(),
+            moving: Vec::new(),
             tick,
             running: true,
             shared,
@@ -97,6 +113,7 @@ impl Worker {
     pub fn run(mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         let mut last_tick = Instant::now();
+        let mut busy_at_tick = 0;
         // When the loop last woke from `poll`: the busy-time clock.
         let mut awake = Instant::now();
         while self.running {
@@ -139,8 +156,13 @@ impl Worker {
             for slot in std::mem::take(&mut self.unfinished) {
                 self.read(slot);
             }
-            if last_tick.elapsed() >= self.tick {
+            let since_tick = last_tick.elapsed();
+            if since_tick >= self.tick {
                 last_tick = Instant::now();
+                let busy = self.stats().busy_ns.load(Ordering::Relaxed);
+                let load = (busy - busy_at_tick) * 1000 / (since_tick.as_nanos() as u64).max(1);
+                busy_at_tick = busy;
+                self.stats().load.store(load as u32, Ordering::Relaxed);
                 self.check_silence();
             }
             // Delivering and closing can route more (a queue message whose
@@ -154,6 +176,9 @@ impl Worker {
                     break;
                 }
             }
+            // After the deliveries it published went out, so that the
+            // worker it moves to delivers them before its next ones.
+            self.hand_over();
         }
         self.close_all();
         Ok(())
@@ -164,30 +189,65 @@ impl Worker {
         // gets drained below or wakes the worker again.
         self.notified.store(false, Ordering::Release);
         loop {
-            match self.inbox.try_recv() {
-                Ok(Command::Adopt(stream, protocol)) => self.adopt(stream, protocol),
-                Ok(Command::Deliver(batch)) => self.deliver(batch),
-                Ok(Command::Wake(conns)) => self.wake(conns),
-                Ok(Command::Confirm {
+            let command = match self.inbox.try_recv() {
+                Ok(command) => Ok(self.here(command)),
+                Err(e) => Err(e),
+            };
+            match command {
+                Ok(None) => {}
+                Ok(Some(Command::Adopt(stream, protocol))) => self.adopt(stream, protocol),
+                Ok(Some(Command::Take(conn))) => self.take_over(*conn),
+                Ok(Some(Command::Deliver(batch))) => self.deliver(batch),
+                Ok(Some(Command::Wake(conns))) => self.wake(conns),
+                Ok(Some(Command::Confirm {
                     conn,
                     request_id,
                     result,
-                }) => self.confirm(conn, request_id, result),
-                Ok(Command::LoggedIn { conn, result }) => self.logged_in(conn, result),
-                Ok(Command::Browsed {
+                })) => self.confirm(conn, request_id, result),
+                Ok(Some(Command::LoggedIn { conn, result })) => self.logged_in(conn, result),
+                Ok(Some(Command::Browsed {
                     conn,
                     subscription_id,
                     request_id,
                     result,
-                }) => self.browsed(conn, subscription_id, request_id, result),
-                Ok(Command::Close(conn)) => self.close_by_admin(conn),
-                Ok(Command::Shutdown) | Err(TryRecvError::Disconnected) => {
+                })) => self.browsed(conn, subscription_id, request_id, result),
+                Ok(Some(Command::Close(conn))) => self.close_by_admin(conn),
+                Ok(Some(Command::Shutdown)) | Err(TryRecvError::Disconnected) => {
                     self.running = false;
                     return;
                 }
                 Err(TryRecvError::Empty) => return,
             }
         }
+    }
+
+    /// The command, if it is for this worker: one for a connection that
+    /// moved away is sent on to where it lives now (the worker it left
+    /// learns that before anyone else can send there).
+    fn here(&mut self, mut command: Command) -> Option<Command> {
+        let Some(target) = command.target_mut() else {
+            return Some(command);
+        };
+        if live(&mut self.conns, *target).is_some() {
+            return Some(command);
+        }
+        let home = self
+            .shared
+            .connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&target.serial)
+            .map(|info| info.home());
+        // Gone: the command finds nothing, as for any closed connection.
+        let Some(home) = home else {
+            return Some(command);
+        };
+        *target = home;
+        if home.worker == self.index {
+            return Some(command);
+        }
+        self.shared.workers[home.worker].send(command);
+        None
     }
 
     fn adopt(&mut self, mut stream: TcpStream, protocol: Protocol) {
@@ -227,11 +287,12 @@ impl Worker {
             Protocol::StompWebSocket => Some(Box::new(StompSession::new(limits, true))),
         };
         let info = Arc::new(ConnInfo {
-            conn: ConnectionRef {
+            serial,
+            home: std::sync::Mutex::new(ConnectionRef {
                 worker: self.index,
                 slot,
                 serial,
-            },
+            }),
             protocol,
             peer: stream
                 .peer_addr()
@@ -277,6 +338,7 @@ impl Worker {
             slot,
             serial: conn.serial,
         };
+        self.deliveries.watch();
         let mut ctx = Context::new(&self.shared, me, &mut self.deliveries);
         let mut read = 0;
         let outcome = loop {
@@ -310,6 +372,13 @@ impl Worker {
             self.shared.stats[self.index]
                 .messages_in
                 .fetch_add(published, Ordering::Relaxed);
+            let seen = match published > MOVE_BURST {
+                true => Seen::Many,
+                false => self.deliveries.seen(),
+            };
+            if let Some(to) = pulled(conn, seen, self.index, &self.shared) {
+                self.moving.push((me, to));
+            }
         }
         conn.note();
         match outcome {
@@ -454,6 +523,65 @@ impl Worker {
         let why = "closed by an administrator".to_owned();
         conn.reply_error(0, ErrorCode::ClosedByAdmin, true, why);
         self.mark_dirty(target.slot);
+    }
+
+    /// Hands the connections that publish only to another worker's
+    /// connections over to that worker, so that their messages no longer
+    /// cross threads (a channel send and a wake-up each time). Only a
+    /// connection nothing else refers to by its place moves
+    /// ([`Connection::movable`]); the deliveries it published went out
+    /// before, so the new worker's come after them.
+    fn hand_over(&mut self) {
+        for (target, to) in std::mem::take(&mut self.moving) {
+            if !live(&mut self.conns, target).is_some_and(|c| c.movable()) {
+                continue;
+            }
+            let mut conn = self.conns.remove(target.slot);
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+            self.stats().connections.fetch_sub(1, Ordering::Relaxed);
+            let info = conn.info.clone();
+            log::debug!(
+                "connection {}: moves from worker {} to worker {to}",
+                target.serial,
+                self.index
+            );
+            // Commands for it that reach this worker from now on are sent
+            // on (`here`), behind the connection itself.
+            // Set after the connection is on its way: whoever reads it
+            // sends behind it.
+            if self.shared.workers[to].send(Command::Take(Box::new(conn))) {
+                info.set_leaving(self.index, to);
+            }
+        }
+    }
+
+    /// Takes over a connection another worker handed over.
+    fn take_over(&mut self, mut conn: Connection) {
+        conn.dirty = false;
+        conn.blocked = false;
+        conn.pull = (self.index, 0);
+        conn.moved_in = Some(Instant::now());
+        let serial = conn.serial;
+        let info = conn.info.clone();
+        let slot = self.conns.insert(conn);
+        self.stats().connections.fetch_add(1, Ordering::Relaxed);
+        self.stats().moved_in.fetch_add(1, Ordering::Relaxed);
+        let home = ConnectionRef {
+            worker: self.index,
+            slot,
+            serial,
+        };
+        info.set_home(home);
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        let stream = &mut self.conns[slot].stream;
+        if let Err(e) = self.poll.registry().register(stream, Token(slot), interest) {
+            log::error!("connection {serial}: cannot register it after a move: {e}");
+            self.close(slot);
+            return;
+        }
+        // What it sent meanwhile, and what it was owed.
+        self.mark_dirty(slot);
+        self.read(slot);
     }
 
     /// Welcomes a connection whose login succeeded and goes on with what
@@ -825,6 +953,33 @@ fn live(conns: &mut Slab<Connection>, target: ConnectionRef) -> Option<&mut Conn
     conns
         .get_mut(target.slot)
         .filter(|c| c.serial == target.serial)
+}
+
+/// Notes where a read's publishes went; the worker the connection should
+/// move to, if it is time.
+fn pulled(conn: &mut Connection, seen: Seen, me: usize, shared: &Shared) -> Option<usize> {
+    let to = match seen {
+        Seen::One(to) if to != me => to,
+        Seen::Nowhere => return None,
+        _ => {
+            conn.pull = (me, 0);
+            return None;
+        }
+    };
+    let streak = if conn.pull.0 == to {
+        conn.pull.1 + 1
+    } else {
+        1
+    };
+    conn.pull = (to, streak);
+    let ready = streak >= MOVE_AFTER
+        && conn.moved_in.is_none_or(|t| t.elapsed() >= SETTLE)
+        && shared.stats[to].load.load(Ordering::Relaxed) < MOVE_MAX_LOAD
+        && conn.movable();
+    ready.then(|| {
+        conn.pull = (me, 0);
+        to
+    })
 }
 
 /// Records why a connection stopped reading.
