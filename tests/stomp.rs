@@ -502,3 +502,38 @@ fn websocket_upgrade_carries_stomp_and_bad_upgrades_get_400() {
         String::from_utf8_lossy(&rest)
     );
 }
+
+#[test]
+fn a_stomp_publisher_moves_to_its_subscribers_worker_and_keeps_order() {
+    let server = start();
+    let (_c, session) = connect(&server);
+    let consumer = subscribe(&session, "stomp.moving");
+    let mut s = StompClient::connected(&server, &[]);
+    assert_eq!(server.stats().connections_per_worker, vec![1, 1]);
+    for i in 0..1000 {
+        s.send(
+            &frame("SEND")
+                .header("destination", "/topic/stomp.moving")
+                .body(i.to_string()),
+        );
+        // Alone on the wire for a while, then a burst.
+        if i < 300 {
+            std::thread::sleep(std::time::Duration::from_micros(300));
+        }
+    }
+    for i in 0..1000 {
+        assert_eq!(next(&consumer).body_text(), Some(i.to_string().as_str()));
+    }
+    assert_eq!(server.stats().connections_moved, 1);
+    s.send(
+        &frame("SEND")
+            .header("destination", "/topic/stomp.moving")
+            .header("receipt", "after the move")
+            .body("last"),
+    );
+    assert_eq!(
+        s.expect("RECEIPT").get("receipt-id"),
+        Some("after the move")
+    );
+    assert_eq!(next(&consumer).body_text(), Some("last"));
+}
