@@ -510,18 +510,26 @@ fn a_stomp_publisher_moves_to_its_subscribers_worker_and_keeps_order() {
     let consumer = subscribe(&session, "stomp.moving");
     let mut s = StompClient::connected(&server, &[]);
     assert_eq!(server.stats().connections_per_worker, vec![1, 1]);
-    for i in 0..1000 {
+    let send = |s: &mut StompClient, i: u32| {
         s.send(
             &frame("SEND")
                 .header("destination", "/topic/stomp.moving")
                 .body(i.to_string()),
-        );
-        // Alone on the wire for a while, then a burst.
-        if i < 300 {
-            std::thread::sleep(std::time::Duration::from_micros(300));
-        }
+        )
+    };
+    // Alone on the wire until it moves, then a burst.
+    let mut sent = 0;
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while server.stats().connections_moved == 0 {
+        assert!(std::time::Instant::now() < deadline, "never moved");
+        send(&mut s, sent);
+        sent += 1;
+        std::thread::sleep(std::time::Duration::from_micros(300));
     }
-    for i in 0..1000 {
+    for i in sent..sent + 1000 {
+        send(&mut s, i);
+    }
+    for i in 0..sent + 1000 {
         assert_eq!(next(&consumer).body_text(), Some(i.to_string().as_str()));
     }
     assert_eq!(server.stats().connections_moved, 1);

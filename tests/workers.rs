@@ -88,13 +88,19 @@ fn a_publisher_moves_to_its_subscribers_worker_and_stays_whole() {
     let (pc, ps) = as_client(&server, "mover");
     assert_eq!(server.stats().connections_per_worker, vec![1, 1]);
     let producer = ps.create_producer(&Destination::topic("moving")).unwrap();
-    trickle(&producer, 0, 300);
-    // A burst right behind the trickle: whatever moment the move came,
-    // nothing overtakes what was sent before it.
-    for i in 300..2300 {
+    let mut sent = 0;
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while server.stats().connections_moved == 0 {
+        assert!(std::time::Instant::now() < deadline, "never moved");
+        trickle(&producer, sent, 10);
+        sent += 10;
+    }
+    // A burst right behind the move: nothing overtakes what was sent
+    // before it.
+    for i in sent..sent + 2000 {
         producer.send(Message::text(i.to_string())).unwrap();
     }
-    for i in 0..2300 {
+    for i in 0..sent + 2000 {
         assert_eq!(next(&consumer).body_text(), Some(i.to_string().as_str()));
     }
     let stats = server.stats();
