@@ -238,3 +238,35 @@ fn a_named_factory_from_a_config_file_connects() {
 fn default_config_values_are_the_documented_ones() {
     assert_eq!(Config::default().listen.port(), 7777);
 }
+
+/// A worker keeps the matches of topics it published to; a subscription
+/// made or ended meanwhile, by a connection on any worker, counts from
+/// the next message on.
+#[test]
+fn subscriptions_made_and_ended_between_publishes_count_at_once() {
+    let server = start();
+    let (_pc, ps) = connect(&server);
+    let producer = ps.create_producer(&Destination::topic("cache.t")).unwrap();
+    let (_sc, ss) = connect(&server);
+    let first = subscribe(&ss, "cache.t");
+    let send = |text: &str| producer.send_with_receipt(Message::text(text)).unwrap();
+    send("1");
+    send("2");
+    assert_eq!(next(&first).body_text(), Some("1"));
+    assert_eq!(next(&first).body_text(), Some("2"));
+    let (_tc, ts) = connect(&server);
+    let second = subscribe(&ts, "cache.*");
+    send("3");
+    assert_eq!(next(&first).body_text(), Some("3"));
+    assert_eq!(next(&second).body_text(), Some("3"));
+    first.close().unwrap();
+    send("4");
+    assert_eq!(next(&second).body_text(), Some("4"));
+    wait_until("one subscription left", || {
+        server.stats().subscriptions == 1
+    });
+    second.close().unwrap();
+    wait_until("none left", || server.stats().subscriptions == 0);
+    send("5");
+    assert_eq!(server.stats().messages_out, 5);
+}

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 
-use crate::broker::{AckRef, ConnectionRef, Subscriber};
+use crate::broker::{AckRef, ConnectionRef, MatchCache, Subscriber};
 
 /// One message for one subscription.
 #[derive(Clone)]
@@ -37,6 +37,8 @@ pub struct Deliveries {
     /// Blocked connections to wake, by worker.
     wakes: Vec<Vec<ConnectionRef>>,
     seen: Seen,
+    /// The topic matches this routing thread found lately.
+    pub matches: MatchCache,
 }
 
 impl Deliveries {
@@ -46,6 +48,7 @@ impl Deliveries {
             buckets: (0..workers).map(|_| Vec::new()).collect(),
             wakes: (0..workers).map(|_| Vec::new()).collect(),
             seen: Seen::Nowhere,
+            matches: MatchCache::default(),
         }
     }
 

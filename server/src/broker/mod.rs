@@ -25,7 +25,7 @@ mod topic_tree;
 pub use declared_topics::DeclaredTopics;
 pub use manage::{BrokerCounters, LiveSubscription, QueueStats, SubscriptionView};
 pub use queue::{Queue, QueueLimits};
-pub use topic_tree::TopicTree;
+pub use topic_tree::{MatchCache, TopicTree};
 
 use crate::FastMap;
 use std::cell::{OnceCell, RefCell};
@@ -1153,7 +1153,8 @@ impl Broker {
     /// subscribers; it is not told to the other nodes again.
     pub fn publish_from_peer(&self, message: &MessageView, out: &mut Deliveries) {
         if message.destination_kind == DestinationKind::Topic {
-            if let Err(e) = self.route_topic(message, None, false, out) {
+            let name = message.destination();
+            if let Err(e) = self.route_topic(message, name, None, false, out) {
                 log::warn!("a message from another node was not routed: {e}");
             }
         }
@@ -1183,7 +1184,7 @@ impl Broker {
                     max: f.max_messages,
                 }),
             DestinationKind::Topic => {
-                let mut routed = self.route_topic(message, from, true, out)?;
+                let mut routed = self.route_topic(message, name, from, true, out)?;
                 if let Some(peers) = self.peers.get() {
                     if temporary_owner(name).is_none() {
                         if let Some(backlog) = peers.published(name, block) {
@@ -1271,14 +1272,16 @@ impl Broker {
     /// Routes a topic message to this node's subscribers and, if it was
     /// published here (`local`, by `from`), to the streams of the cluster's
     /// durable subscriptions it matches.
+    /// `name` is the message's destination, which the caller has already
+    /// taken out of it (checking it as UTF-8 each time costs).
     fn route_topic(
         &self,
         message: &MessageView,
+        name: &str,
         from: Option<ConnectionRef>,
         local: bool,
         out: &mut Deliveries,
     ) -> Result<Routed, RouteError> {
-        let name = message.destination();
         let block = message.block();
         let mode = message.delivery_mode;
         self.check_topic(name)?;
@@ -1307,7 +1310,8 @@ impl Broker {
         // through wildcards.
         let owner = temporary_owner(name);
         let tree = self.read_topics();
-        tree.for_each_match(name, |entry| {
+        let cached = out.matches.matches(&tree, name);
+        let mut visit = |entry: &TopicEntry| {
             if owner.is_some() && entry.owner != owner {
                 return;
             }
@@ -1345,7 +1349,11 @@ impl Broker {
                     ),
                 },
             }
-        });
+        };
+        match &cached {
+            Some(entries) => entries.iter().for_each(&mut visit),
+            None => tree.for_each_match(name, visit),
+        }
         self.retain(name, block);
         drop(tree);
         Ok(routed)

@@ -8,6 +8,12 @@
 //! One pattern can reach the same node by several paths (`#.b.#` on
 //! `a.b.b`), so the nodes reached are de-duplicated before their
 //! subscribers are visited: each subscription sees a message at most once.
+//!
+//! A routing thread keeps the matches of the topics it published to
+//! lately in a [`MatchCache`], good until the tree next changes: a topic
+//! published to again costs a hash lookup instead of a walk.
+
+use std::sync::Arc;
 
 use crate::FastMap;
 
@@ -89,6 +95,9 @@ impl<'a> Matches<'a> {
 pub struct TopicTree {
     root: Node,
     len: usize,
+    /// Changes with every insertion and removal: matches cached before
+    /// are stale.
+    generation: u64,
 }
 
 impl TopicTree {
@@ -104,6 +113,7 @@ impl TopicTree {
         }
         node.subscribers.push(subscriber);
         self.len += 1;
+        self.generation += 1;
     }
 
     /// Removes the entry with `key` from under a pattern and prunes the
@@ -112,6 +122,7 @@ impl TopicTree {
         let removed = remove_at(&mut self.root, pattern.words(), key);
         if removed.is_some() {
             self.len -= 1;
+            self.generation += 1;
         }
         removed
     }
@@ -145,6 +156,60 @@ impl TopicTree {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+}
+
+/// Topics a cache keeps at most, and matches in all: past either it
+/// starts again (a publisher to ever new topics gains nothing from it).
+const CACHED_TOPICS: usize = 4096;
+const CACHED_MATCHES: usize = 16_384;
+/// A topic with more matches than this is walked every time: copying its
+/// entries would cost about what the walk does, and delivering to them
+/// far more.
+const MATCHES_PER_TOPIC: usize = 64;
+
+/// The matches of recently published topics, for one routing thread.
+#[derive(Default)]
+pub struct MatchCache {
+    /// The tree (its address) and its generation the matches are of.
+    of: (usize, u64),
+    /// Each topic's matches, `None` for one with too many to keep.
+    topics: FastMap<Box<str>, Option<Arc<[TopicEntry]>>>,
+    matches: usize,
+}
+
+impl MatchCache {
+    /// The entries of `tree` whose patterns match `topic`, as
+    /// [`TopicTree::for_each_match`] visits them; `None` if there are too
+    /// many to keep, and the caller walks the tree.
+    pub fn matches(&mut self, tree: &TopicTree, topic: &str) -> Option<Arc<[TopicEntry]>> {
+        let of = (tree as *const TopicTree as usize, tree.generation);
+        if self.of != of {
+            self.clear();
+            self.of = of;
+        }
+        if let Some(found) = self.topics.get(topic) {
+            return found.clone();
+        }
+        let mut count = 0;
+        tree.for_each_match(topic, |_| count += 1);
+        let found = (count <= MATCHES_PER_TOPIC).then(|| {
+            let mut entries = Vec::with_capacity(count);
+            tree.for_each_match(topic, |e| entries.push(e.clone()));
+            Arc::<[TopicEntry]>::from(entries)
+        });
+        let kept = found.as_ref().map_or(0, |f| f.len());
+        if self.topics.len() >= CACHED_TOPICS || self.matches + kept > CACHED_MATCHES {
+            self.clear();
+        }
+        self.matches += kept;
+        self.topics.insert(topic.into(), found.clone());
+        found
+    }
+
+    fn clear(&mut self) {
+        self.topics.clear();
+        self.matches = 0;
     }
 }
 
@@ -213,6 +278,54 @@ mod tests {
         t.for_each_match(topic, |s| v.push(s.key as u32));
         v.sort();
         v
+    }
+
+    fn cached(cache: &mut MatchCache, t: &TopicTree, topic: &str) -> Option<Vec<u32>> {
+        let mut v: Vec<u32> = cache
+            .matches(t, topic)?
+            .iter()
+            .map(|e| e.key as u32)
+            .collect();
+        v.sort();
+        Some(v)
+    }
+
+    #[test]
+    fn the_match_cache_agrees_with_the_tree_and_follows_its_changes() {
+        let mut t = tree(&["a.#", "a.*", "#.b", "a.b"]);
+        let mut cache = MatchCache::default();
+        for _ in 0..2 {
+            // A miss, then a hit: both as the walk.
+            assert_eq!(cached(&mut cache, &t, "a.b"), Some(matched(&t, "a.b")));
+            assert_eq!(cached(&mut cache, &t, "x.b"), Some(vec![2]));
+            assert_eq!(cached(&mut cache, &t, "nothing"), Some(vec![]));
+        }
+        let pattern = Pattern::parse("x.*").unwrap();
+        t.insert(&pattern, sub(9));
+        assert_eq!(cached(&mut cache, &t, "x.b"), Some(vec![2, 9]));
+        assert!(t.remove(&pattern, 9).is_some());
+        assert_eq!(cached(&mut cache, &t, "x.b"), Some(vec![2]));
+        // Removing what is not there changes nothing.
+        assert!(t.remove(&pattern, 9).is_none());
+        assert_eq!(cached(&mut cache, &t, "x.b"), Some(vec![2]));
+
+        // Another tree at another address is another generation's.
+        let other = tree(&["x.b"]);
+        assert_eq!(cached(&mut cache, &other, "x.b"), Some(vec![0]));
+    }
+
+    #[test]
+    fn the_match_cache_keeps_neither_huge_fan_outs_nor_unbounded_topics() {
+        let many: Vec<String> = (0..=MATCHES_PER_TOPIC).map(|_| "wide".to_owned()).collect();
+        let t = tree(&many.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut cache = MatchCache::default();
+        assert_eq!(cached(&mut cache, &t, "wide"), None, "walked instead");
+        assert_eq!(matched(&t, "wide").len(), MATCHES_PER_TOPIC + 1);
+        for i in 0..CACHED_TOPICS * 2 {
+            assert_eq!(cached(&mut cache, &t, &format!("t{i}")), Some(vec![]));
+            assert!(cache.topics.len() <= CACHED_TOPICS);
+        }
+        assert!(cache.matches <= CACHED_MATCHES);
     }
 
     #[test]

@@ -62,17 +62,17 @@ impl<'a> Context<'a> {
 
     /// Takes note of a routed message: counts it and the deliveries it
     /// made, and whether a subscriber asks its publisher to pause.
-    pub fn routed(&mut self, message: &MessageView, routed: Routed) {
+    /// `name` is its destination.
+    pub fn routed(&mut self, message: &MessageView, name: &str, routed: Routed) {
         self.published += 1;
         if self.backlog.is_none() {
             self.backlog = routed.backlog;
         }
-        self.count(message, routed.delivered);
+        self.count(message, name, routed.delivered);
     }
 
-    fn count(&mut self, message: &MessageView, delivered: usize) {
+    fn count(&mut self, message: &MessageView, name: &str, delivered: usize) {
         let kind = message.destination_kind;
-        let name = message.destination();
         let same = matches!(&self.tally, Some(((k, n), _)) if *k == kind && n == name);
         if !same {
             self.flush_tally();

@@ -26,12 +26,15 @@ pub enum Published {
 /// Refuses a message the user may not publish. Anyone may answer to a
 /// temporary queue or topic (a request's reply-to).
 pub fn authorize(session: &Session, message: &MessageView) -> Result<(), Refusal> {
-    let kind = message.destination_kind;
-    let name = message.destination();
+    authorize_named(session, message, message.destination())
+}
+
+/// [`authorize`], for the message's destination `name`.
+fn authorize_named(session: &Session, message: &MessageView, name: &str) -> Result<(), Refusal> {
     if name.starts_with("temp.") {
         return Ok(());
     }
-    super::authorize(session, Permission::Publish, kind, name)
+    super::authorize(session, Permission::Publish, message.destination_kind, name)
 }
 
 /// Routes a message, whatever protocol it came in; `since` is when it was
@@ -43,7 +46,8 @@ pub fn publish(
     session: &mut Session,
     ctx: &mut Context<'_>,
 ) -> Result<Published, Refusal> {
-    authorize(session, &message)?;
+    let name = message.destination();
+    authorize_named(session, &message, name)?;
     let most = ctx
         .shared
         .limits
@@ -85,7 +89,7 @@ pub fn publish(
         }
     };
     let journaled = routed.journaled;
-    ctx.routed(&message, routed);
+    ctx.routed(&message, name, routed);
     if journaled && request_id != 0 {
         // The RECEIPT waits until the journal has the message on disk.
         super::await_journal(request_id, session, ctx);

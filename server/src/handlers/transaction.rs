@@ -148,7 +148,7 @@ pub fn commit(held: Held, session: &mut Session, ctx: &mut Context<'_>) -> Resul
         match op {
             Deferred::Send(view) => {
                 match broker.publish(&view, Room::Overfill, Some(ctx.me), ctx.deliveries) {
-                    Ok(routed) => ctx.routed(&view, routed),
+                    Ok(routed) => ctx.routed(&view, view.destination(), routed),
                     Err(e) => log::warn!("a committed message was not routed: {e}"),
                 }
             }
