@@ -122,7 +122,7 @@ fn plain_name(name: &str) -> bool {
     let mut plain = true;
     let mut previous = 0;
     for &c in b {
-        plain &= PLAIN[c as usize] && !(c == b'.' && previous == b'.');
+        plain &= PLAIN[c as usize] & !(c == b'.' && previous == b'.');
         previous = c;
     }
     plain

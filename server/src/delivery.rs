@@ -103,12 +103,31 @@ impl Deliveries {
 
     /// Takes the non-empty wake lists, with their worker index.
     pub fn drain_wakes(&mut self) -> impl Iterator<Item = (usize, Vec<ConnectionRef>)> + '_ {
-        take_non_empty(&mut self.wakes)
+        self.wakes
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, l)| !l.is_empty())
+            .map(|(i, l)| (i, std::mem::take(l)))
     }
 
-    /// Takes the non-empty buckets, with their worker index.
-    pub fn drain(&mut self) -> impl Iterator<Item = (usize, Vec<Delivery>)> + '_ {
-        take_non_empty(&mut self.buckets)
+    /// Takes the non-empty buckets, with their worker index. Each but
+    /// that of `own` (the calling worker, which gives it back through
+    /// [`Deliveries::recycle`]) is left with room for as many as it had:
+    /// a bucket handed to another worker does not come back, and growing
+    /// a new one delivery by delivery would reallocate it over and over in
+    /// every burst.
+    pub fn drain(
+        &mut self,
+        own: Option<usize>,
+    ) -> impl Iterator<Item = (usize, Vec<Delivery>)> + '_ {
+        self.buckets
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, b)| !b.is_empty())
+            .map(move |(i, b)| {
+                let room = if Some(i) == own { 0 } else { b.len() };
+                (i, std::mem::replace(b, Vec::with_capacity(room)))
+            })
     }
 }
 
@@ -122,13 +141,4 @@ impl Deliveries {
             *bucket = batch;
         }
     }
-}
-
-/// Empties each non-empty list, yielding it with its index.
-fn take_non_empty<T>(lists: &mut [Vec<T>]) -> impl Iterator<Item = (usize, Vec<T>)> + '_ {
-    lists
-        .iter_mut()
-        .enumerate()
-        .filter(|(_, l)| !l.is_empty())
-        .map(|(i, l)| (i, std::mem::take(l)))
 }

@@ -1173,7 +1173,20 @@ impl Broker {
         from: Option<ConnectionRef>,
         out: &mut Deliveries,
     ) -> Result<Routed, RouteError> {
-        let name = message.destination();
+        self.publish_to(message, message.destination(), room, from, out)
+    }
+
+    /// [`Broker::publish`], for a caller that has taken the destination
+    /// `name` out of the message already (that checks it as UTF-8 again,
+    /// which the hot path does not pay twice).
+    pub fn publish_to(
+        &self,
+        message: &MessageView,
+        name: &str,
+        room: Room,
+        from: Option<ConnectionRef>,
+        out: &mut Deliveries,
+    ) -> Result<Routed, RouteError> {
         let block = message.block();
         let mode = message.delivery_mode;
         match message.destination_kind {

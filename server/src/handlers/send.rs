@@ -66,28 +66,29 @@ pub fn publish(
     } else {
         Room::Refuse
     };
-    let routed = match ctx
-        .shared
-        .broker
-        .publish(&message, room, Some(ctx.me), ctx.deliveries)
-    {
-        Ok(routed) => routed,
-        Err(RouteError::Undeclared(why)) => {
-            return Err(Refusal::soft(ErrorCode::UndeclaredTopic, why))
-        }
-        Err(full @ RouteError::QueueFull { .. }) => {
-            let since = since.unwrap_or_else(Instant::now);
-            let limit = Duration::from_millis(config.block_timeout_ms.into());
-            if block && since.elapsed() < limit {
-                return Ok(Published::Held(Parked {
-                    message,
-                    request_id,
-                    since,
-                }));
+    let routed =
+        match ctx
+            .shared
+            .broker
+            .publish_to(&message, name, room, Some(ctx.me), ctx.deliveries)
+        {
+            Ok(routed) => routed,
+            Err(RouteError::Undeclared(why)) => {
+                return Err(Refusal::soft(ErrorCode::UndeclaredTopic, why))
             }
-            return Err(Refusal::soft(ErrorCode::QueueFull, full.to_string()));
-        }
-    };
+            Err(full @ RouteError::QueueFull { .. }) => {
+                let since = since.unwrap_or_else(Instant::now);
+                let limit = Duration::from_millis(config.block_timeout_ms.into());
+                if block && since.elapsed() < limit {
+                    return Ok(Published::Held(Parked {
+                        message,
+                        request_id,
+                        since,
+                    }));
+                }
+                return Err(Refusal::soft(ErrorCode::QueueFull, full.to_string()));
+            }
+        };
     let journaled = routed.journaled;
     ctx.routed(&message, name, routed);
     if journaled && request_id != 0 {

@@ -147,8 +147,9 @@ pub fn commit(held: Held, session: &mut Session, ctx: &mut Context<'_>) -> Resul
     for op in held.ops {
         match op {
             Deferred::Send(view) => {
-                match broker.publish(&view, Room::Overfill, Some(ctx.me), ctx.deliveries) {
-                    Ok(routed) => ctx.routed(&view, view.destination(), routed),
+                let name = view.destination();
+                match broker.publish_to(&view, name, Room::Overfill, Some(ctx.me), ctx.deliveries) {
+                    Ok(routed) => ctx.routed(&view, name, routed),
                     Err(e) => log::warn!("a committed message was not routed: {e}"),
                 }
             }

@@ -377,7 +377,7 @@ pub fn hand_out(shared: &Shared, deliveries: &mut crate::delivery::Deliveries) {
     for (worker, conns) in deliveries.drain_wakes() {
         shared.workers[worker].send(Command::Wake(conns));
     }
-    for (worker, batch) in deliveries.drain() {
+    for (worker, batch) in deliveries.drain(None) {
         shared.workers[worker].send(Command::Deliver(batch));
     }
 }

@@ -618,7 +618,7 @@ impl Worker {
             }
         }
         let mut own = None;
-        for (worker, batch) in self.deliveries.drain() {
+        for (worker, batch) in self.deliveries.drain(Some(self.index)) {
             if worker == self.index {
                 own = Some(batch);
             } else {
