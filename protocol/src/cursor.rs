@@ -93,6 +93,13 @@ impl<'a> Cursor<'a> {
         utf8(self.bytes(n, field)?, field)
     }
 
+    /// Steps over a str16 without checking it: for a block validated
+    /// before, whose later fields are wanted.
+    pub fn skip16(&mut self, field: &'static str) -> Result<(), Error> {
+        let n = self.u16(field)? as usize;
+        self.bytes(n, field).map(drop)
+    }
+
     /// A str32 borrowed from the body.
     pub fn str32(&mut self, field: &'static str) -> Result<&'a str, Error> {
         let n = self.u32(field)? as usize;

@@ -581,8 +581,8 @@ pub fn priority_and_expiration(block: &[u8]) -> Option<(u8, i64)> {
     c.u8("flags").ok()?;
     let priority = c.u8("priority").ok()?;
     c.u8("destination kind").ok()?;
-    c.str16("destination").ok()?;
-    c.str16("message id").ok()?;
+    c.skip16("destination").ok()?;
+    c.skip16("message id").ok()?;
     c.i64("timestamp").ok()?;
     let expiration = c.i64("expiration").ok()?;
     Some((priority, expiration))

@@ -20,6 +20,7 @@
 mod declared_topics;
 mod manage;
 pub mod queue;
+mod ready;
 mod topic_tree;
 
 pub use declared_topics::DeclaredTopics;

@@ -17,9 +17,7 @@
 //! the number of `in_flight` entries that name it.
 
 use crate::FastMap;
-use std::cmp::Reverse;
 use std::collections::BTreeMap;
-use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -28,6 +26,7 @@ use herald_protocol::message::{
 };
 use herald_protocol::selector::Selector;
 
+use super::ready::{Ready, ReadyKey};
 use super::{ConnectionRef, Subscriber};
 use crate::store::Holder;
 
@@ -80,18 +79,11 @@ impl std::fmt::Display for EntryId {
 }
 
 impl QueuedMessage {
-    fn key(&self) -> ReadyKey {
-        (Reverse(self.priority), self.seq)
-    }
-
     /// Whether it has expired at `now_ms`.
     pub fn expired(&self, now_ms: i64) -> bool {
         self.expiration != 0 && self.expiration <= now_ms
     }
 }
-
-/// Delivery order: higher priority first, then first in, first out.
-type ReadyKey = (Reverse<u8>, u64);
 
 /// Milliseconds since the epoch.
 pub fn now_ms() -> i64 {
@@ -143,7 +135,7 @@ pub struct Queue {
     /// queue that lives and dies with one connection.
     holder: Option<Holder>,
     limits: QueueLimits,
-    ready: BTreeMap<ReadyKey, QueuedMessage>,
+    ready: Ready,
     /// Messages found expired, for the broker to move or drop.
     expired: Vec<QueuedMessage>,
     /// Messages with a delivery time still to come, by (time, sequence).
@@ -169,7 +161,7 @@ impl Queue {
             name: name.into(),
             holder,
             limits,
-            ready: BTreeMap::new(),
+            ready: Ready::default(),
             expired: Vec::new(),
             scheduled: BTreeMap::new(),
             in_flight: FastMap::default(),
@@ -252,7 +244,7 @@ impl Queue {
             return Vec::new();
         }
         self.ready
-            .values()
+            .iter()
             .filter(|m| {
                 !self
                     .consumers
@@ -266,7 +258,7 @@ impl Queue {
     /// Takes these waiting messages out (to give them to other nodes).
     pub fn take_ready(&mut self, seqs: &[u64]) -> Vec<QueuedMessage> {
         let mut taken = Vec::new();
-        self.ready.retain(|_, m| {
+        self.ready.retain(|m| {
             let take = seqs.contains(&m.seq);
             if take {
                 taken.push(m.clone());
@@ -281,7 +273,7 @@ impl Queue {
     pub fn entries(&self) -> Vec<EntryId> {
         let in_flight = self.in_flight.values().map(|(_, m)| m);
         self.ready
-            .values()
+            .iter()
             .chain(self.scheduled.values())
             .chain(in_flight)
             .filter_map(|m| m.entry)
@@ -513,7 +505,7 @@ impl Queue {
     pub fn browse(&self, selector: Option<&Selector>) -> Vec<QueuedMessage> {
         let now = now_ms();
         self.ready
-            .values()
+            .iter()
             .filter(|m| !m.expired(now) && selects(selector, &m.block))
             .cloned()
             .collect()
@@ -521,7 +513,7 @@ impl Queue {
 
     /// Takes the waiting messages (not those in flight).
     pub fn purge(&mut self) -> Vec<QueuedMessage> {
-        let mut all: Vec<QueuedMessage> = std::mem::take(&mut self.ready).into_values().collect();
+        let mut all = self.ready.take_all();
         all.extend(std::mem::take(&mut self.scheduled).into_values());
         all.append(&mut self.expired);
         all
@@ -530,7 +522,7 @@ impl Queue {
     /// Takes every message, waiting and in flight (the queue is being
     /// deleted).
     pub fn drain(&mut self) -> Vec<QueuedMessage> {
-        let mut all: Vec<QueuedMessage> = std::mem::take(&mut self.ready).into_values().collect();
+        let mut all = self.ready.take_all();
         all.extend(std::mem::take(&mut self.scheduled).into_values());
         all.append(&mut self.expired);
         all.extend(self.in_flight.drain().map(|(_, (_, m))| m));
@@ -561,7 +553,7 @@ impl Queue {
     }
 
     fn insert_ready(&mut self, m: QueuedMessage) {
-        self.ready.insert(m.key(), m);
+        self.ready.insert(m);
     }
 
     /// Gives waiting messages, in delivery order, to consumers with credit
@@ -584,15 +576,11 @@ impl Queue {
             if !self.consumers.iter().any(|c| c.in_flight < c.prefetch) {
                 return;
             }
-            let next = match from {
-                None => self.ready.iter().next(),
-                Some(k) => self.ready.range((Excluded(k), Unbounded)).next(),
-            };
-            let Some((&key, m)) = next else {
+            let Some((key, m)) = self.ready.next_after(from) else {
                 return;
             };
             if m.expiration != 0 && m.expired(now()) {
-                if let Some(m) = self.ready.remove(&key) {
+                if let Some(m) = self.ready.remove(key) {
                     self.expired.push(m);
                 }
                 continue;
@@ -607,7 +595,7 @@ impl Queue {
                 continue;
             };
             self.rr = (k + 1) % n;
-            let Some(mut m) = self.ready.remove(&key) else {
+            let Some(mut m) = self.ready.remove(key) else {
                 return;
             };
             m.deliveries += 1;
