@@ -56,9 +56,10 @@ pub struct Connection {
     /// No more reading; close once `out` is written.
     pub closing: bool,
     /// A SEND waiting for room in a full queue; no reading meanwhile.
-    pub parked: Option<Parked>,
+    /// Boxed, as `login`: rare, and an idle connection should be small.
+    pub parked: Option<Box<Parked>>,
     /// A CONNECT whose login is being checked; no reading meanwhile.
-    pub login: Option<Welcome>,
+    pub login: Option<Box<Welcome>>,
     /// For a STOMP connection, what that protocol needs besides the
     /// session; `None` for the native protocol.
     pub stomp: Option<Box<StompSession>>,

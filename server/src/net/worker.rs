@@ -596,7 +596,7 @@ impl Worker {
         match result {
             Ok(principal) => {
                 conn.session.principal = principal;
-                conn.welcome(welcome);
+                conn.welcome(*welcome);
                 self.read_on(target);
             }
             Err(why) => {
@@ -987,8 +987,8 @@ fn stop(conn: &mut Connection, flow: Flow) {
     match flow {
         Flow::Continue => {}
         Flow::Close => conn.closing = true,
-        Flow::Park(parked) => conn.parked = Some(parked),
-        Flow::Login(welcome) => conn.login = Some(welcome),
+        Flow::Park(parked) => conn.parked = Some(Box::new(parked)),
+        Flow::Login(welcome) => conn.login = Some(Box::new(welcome)),
     }
 }
 
