@@ -307,3 +307,60 @@ fn a_recover_with_a_bad_count_is_malformed_and_one_for_nothing_is_harmless() {
     raw.write(&frame);
     raw.expect_fatal(ErrorCode::Malformed);
 }
+
+/// Waits until the server holds nothing of `queue`: nothing waiting, nothing
+/// in flight.
+fn settled(server: &herald_server::ServerHandle, queue: &str) {
+    wait_until("the queue is empty and settled", || {
+        server
+            .stats()
+            .queues
+            .iter()
+            .any(|(name, depth, in_flight)| name == queue && *depth == 0 && *in_flight == 0)
+    });
+}
+
+/// JMS: a listener's acknowledge (or commit) covers the message it is
+/// handling. Each mode's listener settles in its own way; once its
+/// connection has closed, nothing comes back to the queue.
+#[test]
+fn a_listener_acknowledges_or_commits_the_message_it_is_handling() {
+    let server = start();
+    for (queue, mode) in [
+        ("by.client", AckMode::Client),
+        ("by.individual", AckMode::Individual),
+        ("by.commit", AckMode::Transacted),
+    ] {
+        fill(&server, queue, 10);
+        let (c, s) = session(&server, mode);
+        let s = std::sync::Arc::new(s);
+        let consumer = s.create_consumer(&Destination::queue(queue)).unwrap();
+        let (tx, done) = mpsc::channel();
+        let listening = s.clone();
+        consumer
+            .set_message_listener(move |m| {
+                let settled = match mode {
+                    // Every fifth: the last one is the tenth.
+                    AckMode::Client if m.body_text() == Some("4") || m.body_text() == Some("9") => {
+                        listening.acknowledge()
+                    }
+                    AckMode::Client => Ok(()),
+                    AckMode::Individual => listening.acknowledge_message(&m),
+                    _ => listening.commit(),
+                };
+                let _ = tx.send(settled.map_err(|e| e.to_string()));
+            })
+            .unwrap();
+        for _ in 0..10 {
+            let settled = done.recv_timeout(PATIENCE).expect("handled");
+            assert_eq!(settled, Ok(()), "{mode:?}");
+        }
+        settled(&server, queue);
+        c.close().unwrap();
+        // Nothing was left unsettled to come back.
+        settled(&server, queue);
+        let (_c2, s2) = connect(&server);
+        let again = s2.create_consumer(&Destination::queue(queue)).unwrap();
+        assert_nothing(&again);
+    }
+}

@@ -121,6 +121,18 @@ impl ConsumerShared {
         }
     }
 
+    /// Runs the listener on a message; the session counts the message as
+    /// handed out before, so that the listener can acknowledge it (or
+    /// commit or recover with it).
+    fn run_listener(&self, listener: &mut Listener, message: Message) {
+        let id = message.delivery_id;
+        if let Some(s) = &self.session {
+            s.handing_out(id);
+        }
+        let processed = call(listener, message);
+        self.handed_out(id, processed);
+    }
+
     /// Called on the reader thread for each message.
     pub(crate) fn deliver(&self, message: Message) {
         if self.discarding.load(Ordering::Acquire) {
@@ -131,9 +143,7 @@ impl ConsumerShared {
         }
         let mut listener = lock(&self.listener);
         if let Some(l) = listener.as_mut() {
-            let id = message.delivery_id;
-            let processed = call(l, message);
-            self.handed_out(id, processed);
+            self.run_listener(l, message);
             return;
         }
         let mut q = lock(&self.queue);
@@ -207,9 +217,7 @@ impl Consumer {
         let mut slot = lock(&self.shared.listener);
         let waiting = std::mem::take(&mut lock(&self.shared.queue).messages);
         for m in waiting {
-            let id = m.delivery_id;
-            let processed = call(&mut listener, m);
-            self.shared.handed_out(id, processed);
+            self.shared.run_listener(&mut listener, m);
         }
         *slot = Some(listener);
         Ok(())
@@ -224,6 +232,9 @@ impl Consumer {
         loop {
             if let Some(m) = q.messages.pop_front() {
                 drop(q);
+                if let Some(s) = &self.shared.session {
+                    s.handing_out(m.delivery_id);
+                }
                 self.shared.handed_out(m.delivery_id, true);
                 return Ok(Some(m));
             }

@@ -85,8 +85,21 @@ impl SessionShared {
             )
     }
 
-    /// Called once a tracked message has been handed to the application;
-    /// `processed` is false when its listener panicked.
+    /// Called just before a tracked message reaches the application:
+    /// from then on an acknowledgement or a commit covers it, also one
+    /// made by the listener handling it (as JMS has it).
+    pub(crate) fn handing_out(&self, delivery_id: u64) {
+        if matches!(
+            self.mode,
+            AckMode::Client | AckMode::Individual | AckMode::Transacted
+        ) {
+            lock(&self.delivered).push(delivery_id);
+        }
+    }
+
+    /// Called once a tracked message has been handed to the application
+    /// (after [`SessionShared::handing_out`]); `processed` is false when
+    /// its listener panicked.
     pub(crate) fn handed_out(&self, delivery_id: u64, processed: bool) {
         let result = match (self.mode, processed) {
             (AckMode::Auto | AckMode::DupsOk, false) => {
@@ -103,13 +116,9 @@ impl SessionShared {
                 drop(lazy);
                 self.settle(true, batch, false)
             }
-            (AckMode::Client | AckMode::Individual, _) | (AckMode::Transacted, true) => {
-                lock(&self.delivered).push(delivery_id);
-                Ok(())
-            }
+            (AckMode::Client | AckMode::Individual, _) | (AckMode::Transacted, true) => Ok(()),
             (AckMode::Transacted, false) => {
                 // The listener failed partway: nothing it did may stand.
-                lock(&self.delivered).push(delivery_id);
                 log::warn!("a listener panicked in a transacted session: rolling back");
                 self.rollback()
             }
