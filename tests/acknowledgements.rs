@@ -16,7 +16,12 @@ fn session(
 }
 
 fn fill(server: &herald_server::ServerHandle, queue: &str, n: i32) {
-    let (_c, s) = connect(server);
+    fill_through(&factory(server), queue, n);
+}
+
+fn fill_through(factory: &herald_client::ConnectionFactory, queue: &str, n: i32) {
+    let c = factory.create_connection().unwrap();
+    let s = c.create_session(AckMode::Auto).unwrap();
     let p = s.create_producer(&Destination::queue(queue)).unwrap();
     for i in 0..n {
         p.send_with_receipt(Message::text(i.to_string())).unwrap();
@@ -321,8 +326,11 @@ fn settled(server: &herald_server::ServerHandle, queue: &str) {
 }
 
 /// JMS: a listener's acknowledge (or commit) covers the message it is
-/// handling. Each mode's listener settles in its own way; once its
-/// connection has closed, nothing comes back to the queue.
+/// handling. Each mode's listener settles in its own way, on messages
+/// that waited for the listener (it runs on the thread that sets it,
+/// while more arrive for the reader thread to hand it) and on messages
+/// that came after (on the reader thread); once its connection has
+/// closed, nothing comes back to the queue.
 #[test]
 fn a_listener_acknowledges_or_commits_the_message_it_is_handling() {
     let server = start();
@@ -331,19 +339,34 @@ fn a_listener_acknowledges_or_commits_the_message_it_is_handling() {
         ("by.individual", AckMode::Individual),
         ("by.commit", AckMode::Transacted),
     ] {
-        fill(&server, queue, 10);
+        fill(&server, queue, 5);
         let (c, s) = session(&server, mode);
         let s = std::sync::Arc::new(s);
         let consumer = s.create_consumer(&Destination::queue(queue)).unwrap();
+        wait_until("the first five are on their way", || {
+            server
+                .stats()
+                .queues
+                .iter()
+                .any(|(n, _, f)| n == queue && *f == 5)
+        });
+        // Time to arrive and wait for a listener.
+        std::thread::sleep(Duration::from_millis(200));
         let (tx, done) = mpsc::channel();
         let listening = s.clone();
+        let (more, mut first) = (factory(&server), true);
+        let name = queue.to_owned();
         consumer
             .set_message_listener(move |m| {
+                if std::mem::take(&mut first) {
+                    // The reader thread gets these while this listener
+                    // still runs for the ones that waited.
+                    fill_through(&more, &name, 5);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
                 let settled = match mode {
-                    // Every fifth: the last one is the tenth.
-                    AckMode::Client if m.body_text() == Some("4") || m.body_text() == Some("9") => {
-                        listening.acknowledge()
-                    }
+                    // The fifth of each batch of five: the last one is the tenth.
+                    AckMode::Client if m.body_text() == Some("4") => listening.acknowledge(),
                     AckMode::Client => Ok(()),
                     AckMode::Individual => listening.acknowledge_message(&m),
                     _ => listening.commit(),

@@ -137,9 +137,22 @@ impl Inner {
         Duration::from_millis(self.config.request_timeout_ms)
     }
 
-    /// Whether this is the reader thread (inside a listener).
+    /// Whether this thread must not wait for what the reader thread
+    /// brings: it is the reader thread (inside a listener), or it runs a
+    /// listener on messages that waited for one (see
+    /// [`Inner::as_listener`]), while the reader waits for it to finish.
     pub(crate) fn on_reader_thread(&self) -> bool {
         self.reader_thread.get() == Some(&std::thread::current().id())
+            || LISTENING_FOR.get() == self as *const Inner as usize
+    }
+
+    /// Runs `f` (listeners called off the reader thread) so that this
+    /// thread counts as the reader's meanwhile.
+    pub(crate) fn as_listener<T>(&self, f: impl FnOnce() -> T) -> T {
+        let before = LISTENING_FOR.replace(self as *const Inner as usize);
+        let result = f();
+        LISTENING_FOR.set(before);
+        result
     }
 
     /// Sends a frame that asks for a RECEIPT and waits for it. Inside a
@@ -746,6 +759,12 @@ impl Resumption {
 
 fn id_prefix(connected: &Connected) -> Arc<str> {
     format!("ID:{}-", connected.connection_id).into()
+}
+
+thread_local! {
+    /// The connection (its `Inner`'s address) whose listener this thread
+    /// runs off the reader thread, if any.
+    static LISTENING_FOR: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Handles every whole frame in `buf`; an error ends the connection.

@@ -216,9 +216,13 @@ impl Consumer {
         let mut listener: Listener = Box::new(listener);
         let mut slot = lock(&self.shared.listener);
         let waiting = std::mem::take(&mut lock(&self.shared.queue).messages);
-        for m in waiting {
-            self.shared.run_listener(&mut listener, m);
-        }
+        // The reader thread waits on `slot` meanwhile: these listener
+        // calls must not wait for anything it reads.
+        self.inner.as_listener(|| {
+            for m in waiting {
+                self.shared.run_listener(&mut listener, m);
+            }
+        });
         *slot = Some(listener);
         Ok(())
     }
