@@ -190,33 +190,35 @@ impl Worker {
         self.notified.store(false, Ordering::Release);
         loop {
             let command = match self.inbox.try_recv() {
-                Ok(command) => Ok(self.here(command)),
-                Err(e) => Err(e),
+                Ok(command) => command,
+                Err(TryRecvError::Empty) => return,
+                Err(TryRecvError::Disconnected) => Command::Shutdown,
+            };
+            let Some(command) = self.here(command) else {
+                continue;
             };
             match command {
-                Ok(None) => {}
-                Ok(Some(Command::Adopt(stream, protocol))) => self.adopt(stream, protocol),
-                Ok(Some(Command::Take(conn))) => self.take_over(*conn),
-                Ok(Some(Command::Deliver(batch))) => self.deliver(batch),
-                Ok(Some(Command::Wake(conns))) => self.wake(conns),
-                Ok(Some(Command::Confirm {
+                Command::Adopt(stream, protocol) => self.adopt(stream, protocol),
+                Command::Take(conn) => self.take_over(*conn),
+                Command::Deliver(batch) => self.deliver(batch),
+                Command::Wake(conns) => self.wake(conns),
+                Command::Confirm {
                     conn,
                     request_id,
                     result,
-                })) => self.confirm(conn, request_id, result),
-                Ok(Some(Command::LoggedIn { conn, result })) => self.logged_in(conn, result),
-                Ok(Some(Command::Browsed {
+                } => self.confirm(conn, request_id, result),
+                Command::LoggedIn { conn, result } => self.logged_in(conn, result),
+                Command::Browsed {
                     conn,
                     subscription_id,
                     request_id,
                     result,
-                })) => self.browsed(conn, subscription_id, request_id, result),
-                Ok(Some(Command::Close(conn))) => self.close_by_admin(conn),
-                Ok(Some(Command::Shutdown)) | Err(TryRecvError::Disconnected) => {
+                } => self.browsed(conn, subscription_id, request_id, result),
+                Command::Close(conn) => self.close_by_admin(conn),
+                Command::Shutdown => {
                     self.running = false;
                     return;
                 }
-                Err(TryRecvError::Empty) => return,
             }
         }
     }
@@ -545,10 +547,11 @@ impl Worker {
                 target.serial,
                 self.index
             );
-            // Commands for it that reach this worker from now on are sent
-            // on (`here`), behind the connection itself.
-            // Set after the connection is on its way: whoever reads it
-            // sends behind it.
+            // Marked as leaving only once it is on its way, so that whoever
+            // reads its new home sends behind it; commands that still come
+            // here are sent on (`here`). A worker that has stopped takes
+            // nothing: the server is shutting down, and the connection
+            // closes with it.
             if self.shared.workers[to].send(Command::Take(Box::new(conn))) {
                 info.set_leaving(self.index, to);
             }
