@@ -103,11 +103,7 @@ impl Deliveries {
 
     /// Takes the non-empty wake lists, with their worker index.
     pub fn drain_wakes(&mut self) -> impl Iterator<Item = (usize, Vec<ConnectionRef>)> + '_ {
-        self.wakes
-            .iter_mut()
-            .enumerate()
-            .filter(|(_, l)| !l.is_empty())
-            .map(|(i, l)| (i, std::mem::take(l)))
+        take_non_empty(&mut self.wakes, |_| false)
     }
 
     /// Takes the non-empty buckets, with their worker index. Each but
@@ -120,14 +116,7 @@ impl Deliveries {
         &mut self,
         own: Option<usize>,
     ) -> impl Iterator<Item = (usize, Vec<Delivery>)> + '_ {
-        self.buckets
-            .iter_mut()
-            .enumerate()
-            .filter(|(_, b)| !b.is_empty())
-            .map(move |(i, b)| {
-                let room = if Some(i) == own { 0 } else { b.len() };
-                (i, std::mem::replace(b, Vec::with_capacity(room)))
-            })
+        take_non_empty(&mut self.buckets, move |i| Some(i) != own)
     }
 }
 
@@ -141,4 +130,20 @@ impl Deliveries {
             *bucket = batch;
         }
     }
+}
+
+/// Empties each non-empty list, yielding it with its index; one whose
+/// index `keep_room` names is left with room for as many as it had.
+fn take_non_empty<'a, T>(
+    lists: &'a mut [Vec<T>],
+    keep_room: impl Fn(usize) -> bool + 'a,
+) -> impl Iterator<Item = (usize, Vec<T>)> + 'a {
+    lists
+        .iter_mut()
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty())
+        .map(move |(i, l)| {
+            let room = if keep_room(i) { l.len() } else { 0 };
+            (i, std::mem::replace(l, Vec::with_capacity(room)))
+        })
 }

@@ -191,13 +191,15 @@ impl MatchCache {
         if let Some(found) = self.topics.get(topic) {
             return found.clone();
         }
-        let mut count = 0;
-        tree.for_each_match(topic, |_| count += 1);
-        let found = (count <= MATCHES_PER_TOPIC).then(|| {
-            let mut entries = Vec::with_capacity(count);
-            tree.for_each_match(topic, |e| entries.push(e.clone()));
-            Arc::<[TopicEntry]>::from(entries)
+        let (mut entries, mut too_many) = (Vec::new(), false);
+        tree.for_each_match(topic, |e| {
+            if entries.len() < MATCHES_PER_TOPIC {
+                entries.push(e.clone());
+            } else {
+                too_many = true;
+            }
         });
+        let found = (!too_many).then(|| Arc::<[TopicEntry]>::from(entries));
         let kept = found.as_ref().map_or(0, |f| f.len());
         if self.topics.len() >= CACHED_TOPICS || self.matches + kept > CACHED_MATCHES {
             self.clear();

@@ -374,9 +374,10 @@ impl Worker {
             self.shared.stats[self.index]
                 .messages_in
                 .fetch_add(published, Ordering::Relaxed);
-            let seen = match published > MOVE_BURST {
-                true => Seen::Many,
-                false => self.deliveries.seen(),
+            let seen = if published > MOVE_BURST {
+                Seen::Many
+            } else {
+                self.deliveries.seen()
             };
             if let Some(to) = pulled(conn, seen, self.index, &self.shared) {
                 self.moving.push((me, to));
