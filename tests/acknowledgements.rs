@@ -157,11 +157,7 @@ fn auto_mode_redelivers_what_a_panicking_listener_failed_then_dead_letters_it() 
             .and_then(|v| v.as_str()),
         Some("queue://fragile")
     );
-    let reason = dead
-        .property("HeraldDeadLetterReason")
-        .and_then(|v| v.as_str())
-        .unwrap()
-        .to_owned();
+    let reason = dead_letter_reason(&dead);
     assert!(reason.contains("3 deliveries"), "{reason}");
     assert!(
         rx.recv_timeout(Duration::from_millis(200)).is_err(),

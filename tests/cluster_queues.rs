@@ -282,11 +282,7 @@ fn delivery_counts_cross_nodes_and_the_last_failure_dead_letters_to_a_shared_que
         .unwrap()
         .expect("dead-lettered");
     assert_eq!(n(&dead), 7);
-    let reason = dead
-        .property("HeraldDeadLetterReason")
-        .and_then(|v| v.as_str())
-        .unwrap()
-        .to_owned();
+    let reason = dead_letter_reason(&dead);
     assert!(reason.contains("3 deliveries"), "{reason}");
     assert!(
         consumer

@@ -186,6 +186,14 @@ pub fn next(consumer: &Consumer) -> Message {
         .expect("a message within the patience window")
 }
 
+/// Why a message read from a dead-letter queue died.
+pub fn dead_letter_reason(dead: &Message) -> String {
+    dead.property("HeraldDeadLetterReason")
+        .and_then(|v| v.as_str())
+        .expect("a dead letter says why")
+        .to_owned()
+}
+
 /// Asserts that nothing arrives for a short while.
 pub fn assert_nothing(consumer: &Consumer) {
     if let Some(m) = consumer.receive(Duration::from_millis(200)).expect("open") {
