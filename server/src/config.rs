@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use crate::store::FsyncPolicy;
+use herald_protocol::selector::SelectorLimits;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -89,6 +90,8 @@ pub struct Config {
     pub queues: QueuesConfig,
     /// The STOMP listener.
     pub stomp: StompSection,
+    /// What one message selector may cost.
+    pub selectors: SelectorsSection,
     /// Requests of one connection waiting for the journal (persistent
     /// sends and commits whose RECEIPT is not sent yet).
     pub max_pending_receipts: usize,
@@ -104,6 +107,52 @@ pub struct Config {
     /// embedded defaults or a config built in code.
     #[serde(skip)]
     pub source: Option<PathBuf>,
+}
+
+/// `[selectors]`: bounds on message selectors, which clients write and the
+/// server parses and evaluates (see `SelectorLimits`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SelectorsSection {
+    /// Longest selector text, in bytes.
+    pub max_length: usize,
+    /// Deepest nesting of parentheses, NOT, signs and arithmetic.
+    pub max_depth: usize,
+    /// Most terms in one selector.
+    pub max_terms: usize,
+    /// Largest compiled MATCHES regular expression, in bytes.
+    pub max_regex_bytes: usize,
+    /// Steps one evaluation may take before the message is not selected.
+    pub eval_budget: u64,
+    /// Memory the selectors of one connection may hold, in bytes.
+    pub max_bytes_per_connection: usize,
+}
+
+impl Default for SelectorsSection {
+    fn default() -> SelectorsSection {
+        let limits = SelectorLimits::default();
+        SelectorsSection {
+            max_length: limits.max_length,
+            max_depth: limits.max_depth,
+            max_terms: limits.max_nodes,
+            max_regex_bytes: limits.max_regex_bytes,
+            eval_budget: limits.eval_budget,
+            max_bytes_per_connection: 8 << 20,
+        }
+    }
+}
+
+impl SelectorsSection {
+    /// The limits the selector parser takes.
+    pub fn limits(&self) -> SelectorLimits {
+        SelectorLimits {
+            max_length: self.max_length,
+            max_depth: self.max_depth,
+            max_nodes: self.max_terms,
+            max_regex_bytes: self.max_regex_bytes,
+            eval_budget: self.eval_budget,
+        }
+    }
 }
 
 /// `[admin]`: the management HTTP interface (JSON API, metrics, console).
@@ -395,6 +444,7 @@ impl Default for Config {
             topics: TopicsConfig::default(),
             queues: QueuesConfig::default(),
             stomp: StompSection::default(),
+            selectors: SelectorsSection::default(),
             max_pending_receipts: 65_536,
             auth: AuthSection::default(),
             tls: TlsSection::default(),
@@ -483,6 +533,13 @@ impl Config {
             ("heartbeat_ms", self.heartbeat_ms as usize),
             ("min_heartbeat_ms", self.min_heartbeat_ms as usize),
             ("connect_timeout_ms", self.connect_timeout_ms as usize),
+            ("selectors.max_length", self.selectors.max_length),
+            ("selectors.max_terms", self.selectors.max_terms),
+            ("selectors.max_regex_bytes", self.selectors.max_regex_bytes),
+            (
+                "selectors.max_bytes_per_connection",
+                self.selectors.max_bytes_per_connection,
+            ),
         ] {
             if value == 0 {
                 return invalid(key, "must be greater than 0".into());
@@ -515,6 +572,17 @@ impl Config {
                     self.cluster.claim_idle_ms
                 ),
             );
+        }
+        // Parsing recurses once per level, and a worker's stack is 2 MiB:
+        // 256 levels stay far inside it.
+        if !(1..=256).contains(&self.selectors.max_depth) {
+            return invalid(
+                "selectors.max_depth",
+                format!("{} is not between 1 and 256", self.selectors.max_depth),
+            );
+        }
+        if self.selectors.eval_budget == 0 {
+            return invalid("selectors.eval_budget", "must be greater than 0".into());
         }
         if self.slow_consumer_grace_ms > 60_000 {
             return invalid(

@@ -42,6 +42,9 @@ pub struct Session {
     /// The client's subscriptions by their id, with what it takes to end
     /// them.
     pub subscriptions: FastMap<u32, SubscriptionHandle>,
+    /// Bytes each subscription's selector holds, by subscription id:
+    /// bounded by `selectors.max_bytes_per_connection`.
+    pub selector_memory: FastMap<u32, usize>,
     /// Acknowledged deliveries not yet settled, by delivery id.
     pub unacked: FastMap<u64, Unacked>,
     /// Best-effort subscriptions: their deliveries may be dropped.
@@ -67,6 +70,7 @@ impl Session {
             pending_receipts: 0,
             silence_limit: connect_timeout,
             subscriptions: FastMap::default(),
+            selector_memory: FastMap::default(),
             unacked: FastMap::default(),
             temporary_queues: Vec::new(),
             best_effort: std::collections::HashSet::new(),

@@ -16,12 +16,16 @@
 
 mod eval;
 mod lexer;
+mod like;
 mod parser;
 
 use std::fmt;
 
 use crate::message::{DeliveryMode, MessageRef};
 use crate::value::ValueRef;
+
+use eval::Budget;
+use parser::Expr;
 
 /// A selector that does not parse: where and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,6 +46,40 @@ impl SelectorError {
     }
 }
 
+/// Bounds on what one selector may cost, so that a hostile one is refused
+/// when it is parsed and can never stall the thread that evaluates it.
+///
+/// Parsing is recursive descent and evaluation walks the tree, so depth
+/// is bounded first; the rest bounds time and memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SelectorLimits {
+    /// Longest selector text, in bytes.
+    pub max_length: usize,
+    /// Deepest nesting: parentheses, NOT, unary signs and arithmetic
+    /// chains each count one level.
+    pub max_depth: usize,
+    /// Most nodes in the parsed tree (an IN list's strings count too).
+    pub max_nodes: usize,
+    /// Largest compiled `MATCHES` regular expression, in bytes.
+    pub max_regex_bytes: usize,
+    /// Work one evaluation may do, in steps: a node is one step, a string
+    /// scanned by LIKE, IN or MATCHES costs about a step per byte. A
+    /// message that would cost more is not selected.
+    pub eval_budget: u64,
+}
+
+impl Default for SelectorLimits {
+    fn default() -> SelectorLimits {
+        SelectorLimits {
+            max_length: 8192,
+            max_depth: 64,
+            max_nodes: 4096,
+            max_regex_bytes: 1 << 20,
+            eval_budget: 4 << 20,
+        }
+    }
+}
+
 /// A value a selector can see.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FieldValue<'a> {
@@ -57,32 +95,165 @@ pub enum FieldValue<'a> {
     Str(&'a str),
 }
 
-/// Something a selector can be evaluated against.
-pub trait Fields<'a> {
-    /// The header or property called `name`, or [`FieldValue::Null`].
-    fn field(&'a self, name: &str) -> FieldValue<'a>;
+/// A JMS header a selector names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Header {
+    DeliveryMode,
+    Priority,
+    MessageId,
+    Timestamp,
+    Expiration,
+    CorrelationId,
+    Type,
 }
+
+impl Header {
+    fn named(name: &str) -> Option<Header> {
+        Some(match name {
+            "JMSDeliveryMode" => Header::DeliveryMode,
+            "JMSPriority" => Header::Priority,
+            "JMSMessageID" => Header::MessageId,
+            "JMSTimestamp" => Header::Timestamp,
+            "JMSExpiration" => Header::Expiration,
+            "JMSCorrelationID" => Header::CorrelationId,
+            "JMSType" => Header::Type,
+            _ => return None,
+        })
+    }
+
+    fn value<'a>(self, m: &MessageRef<'a>) -> FieldValue<'a> {
+        let opt = |s: Option<&'a str>| s.map_or(FieldValue::Null, FieldValue::Str);
+        match self {
+            Header::DeliveryMode => FieldValue::Str(match m.delivery_mode() {
+                DeliveryMode::Persistent => "PERSISTENT",
+                DeliveryMode::NonPersistent => "NON_PERSISTENT",
+            }),
+            Header::Priority => FieldValue::Long(m.priority.into()),
+            Header::MessageId => FieldValue::Str(m.message_id),
+            Header::Timestamp => FieldValue::Long(m.timestamp),
+            Header::Expiration => FieldValue::Long(m.expiration),
+            Header::CorrelationId => opt(m.correlation_id),
+            Header::Type => opt(m.message_type),
+        }
+    }
+}
+
+/// Identifiers a selector reads, by the slot each one's value goes in
+/// before evaluation.
+#[derive(Debug, Default)]
+struct Slots {
+    count: usize,
+    headers: Vec<(usize, Header)>,
+    /// Property names, sorted for binary search, so that filling the
+    /// slots is one pass over the message's properties: O(p log k), not
+    /// O(p k) lookups.
+    properties: Vec<(String, usize)>,
+}
+
+impl Slots {
+    fn new(names: Vec<String>) -> Slots {
+        let mut slots = Slots {
+            count: names.len(),
+            ..Slots::default()
+        };
+        for (slot, name) in names.into_iter().enumerate() {
+            match Header::named(&name) {
+                Some(h) => slots.headers.push((slot, h)),
+                None => slots.properties.push((name, slot)),
+            }
+        }
+        slots.properties.sort_unstable();
+        slots
+    }
+
+    /// Puts each identifier's value in its slot; a property that appears
+    /// twice takes its first value.
+    fn fill<'a>(&self, m: &MessageRef<'a>, values: &mut [FieldValue<'a>]) {
+        for &(slot, h) in &self.headers {
+            values[slot] = h.value(m);
+        }
+        let mut missing = self.properties.len();
+        if missing == 0 {
+            return;
+        }
+        for (name, value) in m.properties.clone() {
+            let Ok(i) = self
+                .properties
+                .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            else {
+                continue;
+            };
+            let slot = self.properties[i].1;
+            if values[slot] != FieldValue::Null {
+                continue;
+            }
+            values[slot] = field_value(value);
+            missing -= 1;
+            if missing == 0 {
+                return;
+            }
+        }
+    }
+}
+
+fn field_value(v: ValueRef<'_>) -> FieldValue<'_> {
+    match v {
+        ValueRef::Bool(b) => FieldValue::Bool(b),
+        ValueRef::I8(v) => FieldValue::Long(v.into()),
+        ValueRef::I16(v) => FieldValue::Long(v.into()),
+        ValueRef::I32(v) => FieldValue::Long(v.into()),
+        ValueRef::I64(v) => FieldValue::Long(v),
+        ValueRef::F32(v) => FieldValue::Double(v.into()),
+        ValueRef::F64(v) => FieldValue::Double(v),
+        ValueRef::String(s) => FieldValue::Str(s),
+    }
+}
+
+/// Slots kept on the stack; a selector naming more identifiers allocates.
+const INLINE_SLOTS: usize = 8;
 
 /// A parsed selector.
 pub struct Selector {
     source: String,
-    expr: parser::Expr,
+    expr: Expr,
+    slots: Slots,
+    eval_budget: u64,
+    memory: usize,
 }
 
 impl Selector {
-    /// Parses a selector; it must be a condition, not a bare value.
+    /// Parses a selector within the default [`SelectorLimits`]; it must be
+    /// a condition, not a bare value.
     pub fn parse(source: &str) -> Result<Selector, SelectorError> {
+        Selector::parse_within(source, &SelectorLimits::default())
+    }
+
+    /// Parses a selector, refusing one that exceeds `limits`.
+    pub fn parse_within(source: &str, limits: &SelectorLimits) -> Result<Selector, SelectorError> {
+        if source.len() > limits.max_length {
+            return Err(SelectorError::new(
+                limits.max_length,
+                format!(
+                    "the selector is {} bytes long, more than the {} allowed",
+                    source.len(),
+                    limits.max_length
+                ),
+            ));
+        }
         let tokens = lexer::tokenize(source)?;
-        let expr = parser::Parser::new(tokens).parse()?;
-        if !expr.is_condition() {
+        let parsed = parser::Parser::new(tokens, limits).parse()?;
+        if !parsed.expr.is_condition() {
             return Err(SelectorError::new(
                 0,
                 "the selector is a value, not a condition",
             ));
         }
         Ok(Selector {
+            memory: source.len() + parsed.memory,
             source: source.to_owned(),
-            expr,
+            expr: parsed.expr,
+            slots: Slots::new(parsed.names),
+            eval_budget: limits.eval_budget,
         })
     }
 
@@ -91,46 +262,33 @@ impl Selector {
         &self.source
     }
 
-    /// Whether it selects the message these fields describe.
-    pub fn matches<'a>(&'a self, fields: &'a dyn Fields<'a>) -> bool {
-        eval::eval(&self.expr, fields) == FieldValue::Bool(true)
+    /// About how many bytes of memory it holds: its text, its tree and
+    /// its compiled regular expressions with their search caches.
+    pub fn memory(&self) -> usize {
+        self.memory
+    }
+
+    /// Whether it selects this message. A message whose evaluation would
+    /// exceed the selector's evaluation budget is not selected.
+    pub fn matches(&self, m: &MessageRef<'_>) -> bool {
+        let mut inline = [FieldValue::Null; INLINE_SLOTS];
+        let mut heap = Vec::new();
+        let values = if self.slots.count <= INLINE_SLOTS {
+            &mut inline[..self.slots.count]
+        } else {
+            heap.resize(self.slots.count, FieldValue::Null);
+            &mut heap[..]
+        };
+        self.slots.fill(m, values);
+        let mut budget = Budget::new(self.eval_budget);
+        let result = eval::eval(&self.expr, values, &mut budget);
+        result == FieldValue::Bool(true) && !budget.exhausted()
     }
 }
 
 impl fmt::Debug for Selector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Selector({:?})", self.source)
-    }
-}
-
-impl<'a> Fields<'a> for MessageRef<'a> {
-    fn field(&'a self, name: &str) -> FieldValue<'a> {
-        let opt = |s: Option<&'a str>| s.map_or(FieldValue::Null, FieldValue::Str);
-        match name {
-            "JMSDeliveryMode" => FieldValue::Str(match self.delivery_mode() {
-                DeliveryMode::Persistent => "PERSISTENT",
-                DeliveryMode::NonPersistent => "NON_PERSISTENT",
-            }),
-            "JMSPriority" => FieldValue::Long(self.priority.into()),
-            "JMSMessageID" => FieldValue::Str(self.message_id),
-            "JMSTimestamp" => FieldValue::Long(self.timestamp),
-            "JMSExpiration" => FieldValue::Long(self.expiration),
-            "JMSCorrelationID" => opt(self.correlation_id),
-            "JMSType" => opt(self.message_type),
-            _ => self.properties.clone().find(|(n, _)| *n == name).map_or(
-                FieldValue::Null,
-                |(_, v)| match v {
-                    ValueRef::Bool(b) => FieldValue::Bool(b),
-                    ValueRef::I8(v) => FieldValue::Long(v.into()),
-                    ValueRef::I16(v) => FieldValue::Long(v.into()),
-                    ValueRef::I32(v) => FieldValue::Long(v.into()),
-                    ValueRef::I64(v) => FieldValue::Long(v),
-                    ValueRef::F32(v) => FieldValue::Double(v.into()),
-                    ValueRef::F64(v) => FieldValue::Double(v),
-                    ValueRef::String(s) => FieldValue::Str(s),
-                },
-            ),
-        }
     }
 }
 

@@ -1,15 +1,28 @@
 //! Recursive descent over the JMS selector grammar, loosest binding first:
 //! OR, AND, NOT, comparisons (= <> < <= > >= BETWEEN LIKE IN IS NULL
 //! MATCHES), + -, * /, unary + -.
+//!
+//! Every recursion (parentheses, NOT, unary signs) and every arithmetic
+//! chain counts against the depth limit, and AND and OR chains are kept
+//! flat, so the tree's depth, and with it the stack that parsing,
+//! evaluating and dropping it take, is bounded by the limit.
 
-use regex::Regex;
+use std::collections::HashMap;
+
+use regex_automata::meta::Regex;
 
 use super::lexer::Tok;
-use super::SelectorError;
+use super::like::Like;
+use super::{SelectorError, SelectorLimits};
+
+/// Bytes of lazy-DFA cache a `MATCHES` regex may fill on each thread that
+/// searches with it.
+const REGEX_CACHE_BYTES: usize = 256 << 10;
 
 #[derive(Debug, Clone)]
 pub enum Expr {
-    Ident(String),
+    /// An identifier: the slot its value is put in.
+    Ident(usize),
     Str(String),
     Long(i64),
     Double(f64),
@@ -19,8 +32,8 @@ pub enum Expr {
     Arith(char, Box<Expr>, Box<Expr>),
     Cmp(&'static str, Box<Expr>, Box<Expr>),
     Not(Box<Expr>),
-    And(Box<Expr>, Box<Expr>),
-    Or(Box<Expr>, Box<Expr>),
+    And(Vec<Expr>),
+    Or(Vec<Expr>),
     Between {
         negated: bool,
         value: Box<Expr>,
@@ -29,22 +42,25 @@ pub enum Expr {
     },
     Like {
         negated: bool,
-        ident: String,
-        pattern: Regex,
+        ident: usize,
+        pattern: Like,
     },
     In {
         negated: bool,
-        ident: String,
+        ident: usize,
         list: Vec<String>,
     },
     IsNull {
         negated: bool,
-        ident: String,
+        ident: usize,
     },
     Matches {
         negated: bool,
-        ident: String,
-        regex: Regex,
+        ident: usize,
+        regex: Box<Regex>,
+        /// Steps charged per byte searched: a bigger automaton may cost
+        /// more per byte when the lazy DFA gives way to the PikeVM.
+        cost_per_byte: u64,
     },
 }
 
@@ -68,14 +84,77 @@ impl Expr {
     }
 }
 
-pub struct Parser {
-    toks: Vec<(Tok, usize)>,
-    at: usize,
+/// What parsing yields: the tree, the identifiers by slot, and the
+/// memory the tree holds beyond the source text.
+pub struct Parsed {
+    pub expr: Expr,
+    pub names: Vec<String>,
+    pub memory: usize,
 }
 
-impl Parser {
-    pub fn new(toks: Vec<(Tok, usize)>) -> Parser {
-        Parser { toks, at: 0 }
+pub struct Parser<'l> {
+    toks: Vec<(Tok, usize)>,
+    at: usize,
+    limits: &'l SelectorLimits,
+    depth: usize,
+    nodes: usize,
+    memory: usize,
+    slots: HashMap<String, usize>,
+    names: Vec<String>,
+}
+
+impl<'l> Parser<'l> {
+    pub fn new(toks: Vec<(Tok, usize)>, limits: &'l SelectorLimits) -> Parser<'l> {
+        Parser {
+            toks,
+            at: 0,
+            limits,
+            depth: 0,
+            nodes: 0,
+            memory: 0,
+            slots: HashMap::new(),
+            names: Vec::new(),
+        }
+    }
+
+    /// Goes one level deeper, or refuses a selector nested too deeply.
+    fn descend(&mut self) -> Result<(), SelectorError> {
+        self.depth += 1;
+        if self.depth > self.limits.max_depth {
+            return Err(SelectorError::new(
+                self.pos(),
+                format!(
+                    "the selector nests more than {} levels deep",
+                    self.limits.max_depth
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counts `n` more nodes of `bytes` bytes beyond their own size.
+    fn grow(&mut self, n: usize, bytes: usize) -> Result<(), SelectorError> {
+        self.nodes += n;
+        self.memory += n * std::mem::size_of::<Expr>() + bytes;
+        if self.nodes > self.limits.max_nodes {
+            return Err(SelectorError::new(
+                self.pos(),
+                format!("the selector has more than {} terms", self.limits.max_nodes),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The slot of identifier `name`.
+    fn slot(&mut self, name: String) -> usize {
+        if let Some(&slot) = self.slots.get(&name) {
+            return slot;
+        }
+        let slot = self.names.len();
+        self.memory += 2 * name.len();
+        self.names.push(name.clone());
+        self.slots.insert(name, slot);
+        slot
     }
 
     fn peek(&self) -> &Tok {
@@ -119,40 +198,58 @@ impl Parser {
         SelectorError::new(self.pos(), format!("{}, found {found}", message.into()))
     }
 
-    pub fn parse(mut self) -> Result<Expr, SelectorError> {
-        let e = self.or()?;
+    pub fn parse(mut self) -> Result<Parsed, SelectorError> {
+        let expr = self.or()?;
         if *self.peek() != Tok::End {
             return Err(self.error("expected an operator or the end"));
         }
-        Ok(e)
+        Ok(Parsed {
+            expr,
+            names: self.names,
+            memory: self.memory,
+        })
     }
 
     fn or(&mut self) -> Result<Expr, SelectorError> {
-        let mut e = self.and()?;
-        while self.eat(&Tok::Kw("OR")) {
-            e = Expr::Or(Box::new(e), Box::new(self.and()?));
+        let first = self.and()?;
+        if *self.peek() != Tok::Kw("OR") {
+            return Ok(first);
         }
-        Ok(e)
+        let mut terms = vec![first];
+        while self.eat(&Tok::Kw("OR")) {
+            terms.push(self.and()?);
+        }
+        self.grow(1, 0)?;
+        Ok(Expr::Or(terms))
     }
 
     fn and(&mut self) -> Result<Expr, SelectorError> {
-        let mut e = self.not()?;
-        while self.eat(&Tok::Kw("AND")) {
-            e = Expr::And(Box::new(e), Box::new(self.not()?));
+        let first = self.not()?;
+        if *self.peek() != Tok::Kw("AND") {
+            return Ok(first);
         }
-        Ok(e)
+        let mut terms = vec![first];
+        while self.eat(&Tok::Kw("AND")) {
+            terms.push(self.not()?);
+        }
+        self.grow(1, 0)?;
+        Ok(Expr::And(terms))
     }
 
     fn not(&mut self) -> Result<Expr, SelectorError> {
         if self.eat(&Tok::Kw("NOT")) {
-            return Ok(Expr::Not(Box::new(self.not()?)));
+            self.descend()?;
+            let inner = self.not()?;
+            self.depth -= 1;
+            self.grow(1, 0)?;
+            return Ok(Expr::Not(Box::new(inner)));
         }
         self.comparison()
     }
 
-    fn ident_of(&self, e: &Expr, op: &str, pos: usize) -> Result<String, SelectorError> {
+    fn ident_of(&self, e: &Expr, op: &str, pos: usize) -> Result<usize, SelectorError> {
         match e {
-            Expr::Ident(name) => Ok(name.clone()),
+            Expr::Ident(slot) => Ok(*slot),
             _ => Err(SelectorError::new(
                 pos,
                 format!("{op} needs an identifier on its left"),
@@ -164,6 +261,7 @@ impl Parser {
         match self.peek().clone() {
             Tok::Str(s) => {
                 self.next();
+                self.grow(1, s.len())?;
                 Ok(s)
             }
             _ => Err(self.error(format!("expected a string literal for {what}"))),
@@ -176,12 +274,14 @@ impl Parser {
         if let Tok::Op(op @ ("=" | "<>" | "<" | "<=" | ">" | ">=")) = *self.peek() {
             self.next();
             let right = self.sum()?;
+            self.grow(1, 0)?;
             return Ok(Expr::Cmp(op, Box::new(left), Box::new(right)));
         }
         if self.eat(&Tok::Kw("IS")) {
             let negated = self.eat(&Tok::Kw("NOT"));
             self.expect(&Tok::Kw("NULL"), "NULL after IS")?;
             let ident = self.ident_of(&left, "IS NULL", left_pos)?;
+            self.grow(1, 0)?;
             return Ok(Expr::IsNull { negated, ident });
         }
         let negated = self.eat(&Tok::Kw("NOT"));
@@ -191,6 +291,7 @@ impl Parser {
                 let low = self.sum()?;
                 self.expect(&Tok::Kw("AND"), "AND in BETWEEN")?;
                 let high = self.sum()?;
+                self.grow(1, 0)?;
                 Ok(Expr::Between {
                     negated,
                     value: Box::new(left),
@@ -220,7 +321,8 @@ impl Parser {
                     None
                 };
                 let pattern =
-                    like_regex(&pattern, escape).map_err(|m| SelectorError::new(pattern_pos, m))?;
+                    Like::new(&pattern, escape).map_err(|m| SelectorError::new(pattern_pos, m))?;
+                self.grow(1, pattern.memory())?;
                 Ok(Expr::Like {
                     negated,
                     ident,
@@ -236,6 +338,7 @@ impl Parser {
                     list.push(self.string("IN")?);
                 }
                 self.expect(&Tok::Op(")"), ") closing IN")?;
+                self.grow(1, list.capacity() * std::mem::size_of::<String>())?;
                 Ok(Expr::In {
                     negated,
                     ident,
@@ -247,12 +350,31 @@ impl Parser {
                 let ident = self.ident_of(&left, "MATCHES", left_pos)?;
                 let pos = self.pos();
                 let source = self.string("MATCHES")?;
-                let regex = Regex::new(&source)
-                    .map_err(|e| SelectorError::new(pos, format!("bad regular expression: {e}")))?;
+                let regex = Regex::builder()
+                    .configure(
+                        Regex::config()
+                            .nfa_size_limit(Some(self.limits.max_regex_bytes))
+                            .onepass_size_limit(Some(self.limits.max_regex_bytes))
+                            .dfa_size_limit(Some(self.limits.max_regex_bytes))
+                            .hybrid_cache_capacity(REGEX_CACHE_BYTES),
+                    )
+                    .build(&source)
+                    .map_err(|e| {
+                        SelectorError::new(
+                            pos,
+                            format!(
+                                "bad regular expression (at most {} bytes compiled): {e}",
+                                self.limits.max_regex_bytes
+                            ),
+                        )
+                    })?;
+                let compiled = regex.memory_usage();
+                self.grow(1, compiled + REGEX_CACHE_BYTES)?;
                 Ok(Expr::Matches {
                     negated,
                     ident,
-                    regex,
+                    regex: Box::new(regex),
+                    cost_per_byte: 1 + (compiled / 4096) as u64,
                 })
             }
             _ if negated => Err(self.error("expected BETWEEN, LIKE, IN or MATCHES after NOT")),
@@ -260,44 +382,68 @@ impl Parser {
         }
     }
 
-    fn sum(&mut self) -> Result<Expr, SelectorError> {
-        let mut e = self.product()?;
-        while let Tok::Op(op @ ("+" | "-")) = *self.peek() {
+    /// A left-deep chain of `ops` over `operand`s: each link is a level
+    /// deeper in the tree, so each counts against the depth limit.
+    fn chain(
+        &mut self,
+        ops: [&'static str; 2],
+        operand: fn(&mut Self) -> Result<Expr, SelectorError>,
+    ) -> Result<Expr, SelectorError> {
+        let depth = self.depth;
+        let mut e = operand(self)?;
+        while let Tok::Op(op) = *self.peek() {
+            if !ops.contains(&op) {
+                break;
+            }
             self.next();
-            let r = self.product()?;
+            self.descend()?;
+            let r = operand(self)?;
+            self.grow(1, 0)?;
             e = Expr::Arith(op.chars().next().unwrap_or('+'), Box::new(e), Box::new(r));
         }
+        self.depth = depth;
         Ok(e)
+    }
+
+    fn sum(&mut self) -> Result<Expr, SelectorError> {
+        self.chain(["+", "-"], Self::product)
     }
 
     fn product(&mut self) -> Result<Expr, SelectorError> {
-        let mut e = self.unary()?;
-        while let Tok::Op(op @ ("*" | "/")) = *self.peek() {
-            self.next();
-            let r = self.unary()?;
-            e = Expr::Arith(op.chars().next().unwrap_or('*'), Box::new(e), Box::new(r));
-        }
-        Ok(e)
+        self.chain(["*", "/"], Self::unary)
     }
 
     fn unary(&mut self) -> Result<Expr, SelectorError> {
-        if self.eat(&Tok::Op("-")) {
-            return Ok(match self.unary()? {
-                Expr::Long(v) => Expr::Long(v.wrapping_neg()),
-                Expr::Double(v) => Expr::Double(-v),
-                e => Expr::Neg(Box::new(e)),
-            });
+        let sign = match self.peek() {
+            Tok::Op("-") => -1,
+            Tok::Op("+") => 1,
+            _ => return self.primary(),
+        };
+        self.next();
+        self.descend()?;
+        let inner = self.unary()?;
+        self.depth -= 1;
+        if sign > 0 {
+            return Ok(inner);
         }
-        if self.eat(&Tok::Op("+")) {
-            return self.unary();
-        }
-        self.primary()
+        Ok(match inner {
+            Expr::Long(v) => Expr::Long(v.wrapping_neg()),
+            Expr::Double(v) => Expr::Double(-v),
+            e => {
+                self.grow(1, 0)?;
+                Expr::Neg(Box::new(e))
+            }
+        })
     }
 
     fn primary(&mut self) -> Result<Expr, SelectorError> {
+        self.grow(1, 0)?;
         let e = match self.peek().clone() {
-            Tok::Ident(name) => Expr::Ident(name),
-            Tok::Str(s) => Expr::Str(s),
+            Tok::Ident(name) => Expr::Ident(self.slot(name)),
+            Tok::Str(s) => {
+                self.memory += s.len();
+                Expr::Str(s)
+            }
             Tok::Long(v) => Expr::Long(v),
             Tok::Double(v) => Expr::Double(v),
             Tok::Kw("TRUE") => Expr::Bool(true),
@@ -305,7 +451,9 @@ impl Parser {
             Tok::Kw("NULL") => Expr::Null,
             Tok::Op("(") => {
                 self.next();
+                self.descend()?;
                 let e = self.or()?;
+                self.depth -= 1;
                 self.expect(&Tok::Op(")"), ")")?;
                 return Ok(e);
             }
@@ -314,27 +462,4 @@ impl Parser {
         self.next();
         Ok(e)
     }
-}
-
-/// Translates a LIKE pattern (% any run, _ one character, `escape`
-/// quoting the next one) into an anchored regular expression.
-fn like_regex(pattern: &str, escape: Option<char>) -> Result<Regex, String> {
-    let mut re = String::from("(?s)^");
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if Some(c) == escape {
-            match chars.next() {
-                Some(next) => re.push_str(&regex::escape(&next.to_string())),
-                None => return Err("LIKE pattern ends with its escape character".into()),
-            }
-        } else if c == '%' {
-            re.push_str(".*");
-        } else if c == '_' {
-            re.push('.');
-        } else {
-            re.push_str(&regex::escape(&c.to_string()));
-        }
-    }
-    re.push('$');
-    Regex::new(&re).map_err(|e| format!("bad LIKE pattern: {e}"))
 }

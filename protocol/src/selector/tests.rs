@@ -20,7 +20,11 @@ fn message(props: &[(&str, Value)]) -> BytesMut {
 }
 
 fn sel(src: &str, props: &[(&str, Value)]) -> bool {
-    let s = Selector::parse(src).unwrap_or_else(|e| panic!("{src}: {e}"));
+    sel_within(src, props, &SelectorLimits::default())
+}
+
+fn sel_within(src: &str, props: &[(&str, Value)], limits: &SelectorLimits) -> bool {
+    let s = Selector::parse_within(src, limits).unwrap_or_else(|e| panic!("{src:.200}: {e}"));
     let block = message(props);
     let r = MessageRef::parse(&block).unwrap();
     s.matches(&r)
@@ -200,4 +204,135 @@ fn errors_name_the_position() {
     let e = Selector::parse("1 + 2").unwrap_err();
     assert!(e.message.contains("not a condition"), "{e}");
     assert!(Selector::parse("").is_err());
+}
+
+/// Room for the long selectors that test flat chains and many names.
+const LARGE: SelectorLimits = SelectorLimits {
+    max_length: 1 << 20,
+    max_depth: 64,
+    max_nodes: 1 << 20,
+    max_regex_bytes: 1 << 20,
+    eval_budget: 1 << 30,
+};
+
+#[test]
+fn deep_nesting_is_refused_not_a_stack_overflow() {
+    let deep = format!("{}a = 1{}", "(".repeat(1000), ")".repeat(1000));
+    let e = Selector::parse(&deep).unwrap_err();
+    assert!(e.message.contains("levels deep"), "{e}");
+    for prefix in ["NOT ", "- ", "+ "] {
+        let src = format!("{}a = 1", prefix.repeat(1000));
+        let e = Selector::parse(&src).unwrap_err();
+        assert!(e.message.contains("levels deep"), "{prefix}: {e}");
+    }
+    let chain = format!("a = 1{}", " + 1".repeat(1000));
+    assert!(Selector::parse(&chain).is_err());
+    // Within the limit it parses, and evaluates on a small stack.
+    let limits = SelectorLimits::default();
+    let ok = format!(
+        "{}a = 1{}",
+        "(".repeat(limits.max_depth - 1),
+        ")".repeat(limits.max_depth - 1)
+    );
+    let handle = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || sel(&ok, &[("a", Value::I32(1))]))
+        .unwrap();
+    assert!(handle.join().unwrap());
+}
+
+#[test]
+fn long_and_or_chains_are_flat() {
+    let ors = (0..1500)
+        .map(|i| format!("a = {i}"))
+        .collect::<Vec<_>>()
+        .join(" OR ");
+    let handle = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || {
+            (
+                sel_within(&ors, &[("a", Value::I32(1499))], &LARGE),
+                sel_within(&ors, &[("a", Value::I32(1500))], &LARGE),
+            )
+        })
+        .unwrap();
+    assert_eq!(handle.join().unwrap(), (true, false));
+    assert!(sel(
+        "a = 1 AND b = 2 AND c IS NULL",
+        &[("a", Value::I32(1)), ("b", Value::I32(2))]
+    ));
+    assert!(!sel("a = 1 AND b = 2", &[("a", Value::I32(1))]));
+    assert!(sel("NOT (a = 1 AND b = 2)", &[("a", Value::I32(2))]));
+}
+
+#[test]
+fn size_and_terms_are_bounded() {
+    let limits = SelectorLimits::default();
+    let long = format!("a = '{}'", "x".repeat(limits.max_length));
+    assert!(Selector::parse(&long)
+        .unwrap_err()
+        .message
+        .contains("bytes long"));
+    let small = SelectorLimits {
+        max_nodes: 10,
+        ..limits
+    };
+    let many = (0..20)
+        .map(|i| format!("a = {i}"))
+        .collect::<Vec<_>>()
+        .join(" OR ");
+    let e = Selector::parse_within(&many, &small).unwrap_err();
+    assert!(e.message.contains("terms"), "{e}");
+}
+
+#[test]
+fn a_huge_regex_is_refused_and_a_small_one_counts_its_memory() {
+    let e = Selector::parse("s MATCHES '(?:\\p{L}|\\p{N}){200}'").unwrap_err();
+    assert!(e.message.contains("regular expression"), "{e}");
+    let small = Selector::parse("s MATCHES '^[A-Z]{3}-[0-9]+$'").unwrap();
+    let plain = Selector::parse("s = 'x'").unwrap();
+    assert!(
+        small.memory() > plain.memory() + 1024,
+        "{} {}",
+        small.memory(),
+        plain.memory()
+    );
+    assert!(small.memory() < 1 << 20, "{}", small.memory());
+}
+
+#[test]
+fn evaluation_stops_at_its_budget() {
+    // 2,000 %a against 300 KB: linear LIKE matching finishes at once.
+    let pattern = format!("s LIKE '{}b'", "%a".repeat(2000));
+    let big = "a".repeat(300_000);
+    assert!(!sel(&pattern, &[("s", s(&big))]));
+    assert!(sel(&pattern, &[("s", s(&format!("{big}b")))]));
+    // A budget too small for the string: not selected, even under NOT.
+    let tight = SelectorLimits {
+        eval_budget: 1000,
+        ..SelectorLimits::default()
+    };
+    let sel_tight = |src: &str, value: &str| {
+        let selector = Selector::parse_within(src, &tight).unwrap();
+        let block = message(&[("s", s(value))]);
+        selector.matches(&MessageRef::parse(&block).unwrap())
+    };
+    assert!(sel_tight("s LIKE '%x%'", "axb"));
+    assert!(!sel_tight("s LIKE '%x%'", &"a".repeat(5000)));
+    assert!(!sel_tight("NOT (s LIKE '%x%')", &"a".repeat(5000)));
+    assert!(!sel_tight("s MATCHES 'x'", &"a".repeat(5000)));
+}
+
+#[test]
+fn many_identifiers_against_many_properties() {
+    let props: Vec<(String, Value)> = (0..20_000)
+        .map(|i| (format!("p{i}"), Value::I32(i)))
+        .collect();
+    let borrowed: Vec<(&str, Value)> = props.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let src = (0..2000)
+        .map(|i| format!("p{} = {}", i * 7, i * 7))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    assert!(sel_within(&src, &borrowed, &LARGE));
+    assert!(!sel_within(&format!("{src} AND p5 = 6"), &borrowed, &LARGE));
 }

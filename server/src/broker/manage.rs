@@ -40,7 +40,7 @@ impl LiveSubscription {
         LiveSubscription {
             kind: req.kind,
             pattern: req.destination.to_owned(),
-            selector: req.selector.to_owned(),
+            selector: req.selector_text().to_owned(),
             name: req.durable_name.to_owned(),
             client_id: match req.durable_name {
                 "" => String::new(),

@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use bytes::{Bytes, BytesMut};
 use herald_protocol::destination::PatternWord;
 use herald_protocol::message::{delivery_time, MessageRef};
-use herald_protocol::selector::Selector;
+use herald_protocol::selector::{Selector, SelectorLimits};
 use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, MessageView, Pattern};
 
 use crate::config::Config;
@@ -317,8 +317,8 @@ pub struct SubscribeRequest<'a> {
     pub kind: DestinationKind,
     /// A queue name, or a topic name or pattern.
     pub destination: &'a str,
-    /// The selector text; empty = none.
-    pub selector: &'a str,
+    /// The selector, parsed by [`Broker::parse_selector`].
+    pub selector: Option<Arc<Selector>>,
     /// Deliveries are tracked until acknowledged.
     pub acknowledged: bool,
     /// Credit; 0 = the configured default.
@@ -336,6 +336,13 @@ pub struct SubscribeRequest<'a> {
     /// The connection's backlog signal, for a subscription whose
     /// publishers should pause while the connection drains a backlog.
     pub backlog: Option<Arc<Backlog>>,
+}
+
+impl SubscribeRequest<'_> {
+    /// The selector's text; empty = none.
+    pub fn selector_text(&self) -> &str {
+        self.selector.as_ref().map_or("", |s| s.source())
+    }
 }
 
 /// A named topic subscription: durable (kept with its messages while no
@@ -440,6 +447,8 @@ pub struct Broker {
     /// Where expired messages go; empty = dropped.
     expiry_queue: String,
     default_prefetch: u32,
+    /// What a client's selector may cost.
+    selector_limits: SelectorLimits,
     /// Where persistent messages and durable subscriptions are kept.
     store: Arc<dyn Store>,
     /// Deliveries waiting for their delivery time, soonest first.
@@ -497,19 +506,6 @@ pub trait Peers: Send + Sync {
 /// temporary topic's subscribers are all on its owner's node.
 fn shared_with_peers(pattern: &Pattern) -> bool {
     !matches!(pattern.words().first(), Some(PatternWord::Literal(w)) if w.as_str() == "temp")
-}
-
-/// A kept subscription's pattern and selector, parsed again.
-fn parse_subscription(
-    pattern: &str,
-    selector: &str,
-) -> Result<(Pattern, Option<Arc<Selector>>), String> {
-    let pattern = Pattern::parse(pattern).map_err(|e| e.to_string())?;
-    let selector = match selector {
-        "" => None,
-        text => Some(Arc::new(Selector::parse(text).map_err(|e| e.to_string())?)),
-    };
-    Ok((pattern, selector))
 }
 
 /// Whether a subscription needs the topic messages other nodes publish:
@@ -624,6 +620,7 @@ impl Broker {
             dead_letter_prefix: config.queues.dead_letter_prefix.clone(),
             expiry_queue: config.queues.expiry_queue.clone(),
             default_prefetch: config.queues.default_prefetch,
+            selector_limits: config.selectors.limits(),
             store,
             timers: Mutex::new(BinaryHeap::new()),
             retain_rules: config
@@ -662,7 +659,7 @@ impl Broker {
                     name,
                     pattern,
                     selector,
-                } => match parse_subscription(&pattern, &selector) {
+                } => match self.parse_subscription(&pattern, &selector) {
                     Ok((pattern, sel)) => {
                         let key = (client_id.clone(), name.clone());
                         let d = self.new_durable(
@@ -913,7 +910,7 @@ impl Broker {
         }
         wanted.retain(|id, _| !durables.contains_key(id));
         for (id, r) in wanted {
-            match parse_subscription(&r.pattern, &r.selector) {
+            match self.parse_subscription(&r.pattern, &r.selector) {
                 Ok((pattern, selector)) => {
                     let stream = cluster_durable_stream(&r.client_id, &r.name);
                     let kept = Kept::Cluster {
@@ -1416,6 +1413,28 @@ impl Broker {
             .collect()
     }
 
+    /// A kept subscription's pattern and selector, parsed again.
+    fn parse_subscription(
+        &self,
+        pattern: &str,
+        selector: &str,
+    ) -> Result<(Pattern, Option<Arc<Selector>>), String> {
+        let pattern = Pattern::parse(pattern).map_err(|e| e.to_string())?;
+        let selector = self.parse_selector(selector).map_err(|e| e.to_string())?;
+        Ok((pattern, selector))
+    }
+
+    /// Parses a client's selector within the configured limits; empty
+    /// text is no selector.
+    pub fn parse_selector(&self, text: &str) -> Result<Option<Arc<Selector>>, SubscribeError> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        Selector::parse_within(text, &self.selector_limits)
+            .map(|s| Some(Arc::new(s)))
+            .map_err(|e| SubscribeError::Selector(e.to_string()))
+    }
+
     /// Starts a subscription for `sub`.
     pub fn subscribe(
         &self,
@@ -1438,12 +1457,7 @@ impl Broker {
         sub: Subscriber,
         out: &mut Deliveries,
     ) -> Result<SubscriptionHandle, SubscribeError> {
-        let selector = match req.selector {
-            "" => None,
-            text => Some(Arc::new(
-                Selector::parse(text).map_err(|e| SubscribeError::Selector(e.to_string()))?,
-            )),
-        };
+        let selector = req.selector.clone();
         let prefetch = match req.prefetch {
             0 => self.default_prefetch,
             n => n,
@@ -1562,7 +1576,7 @@ impl Broker {
             }
             // JMS: resubscribing with another topic or selector replaces
             // the subscription and what it kept (not while in use).
-            if d.pattern != pattern || d.selector != req.selector {
+            if d.pattern != pattern || d.selector != req.selector_text() {
                 if in_use {
                     return Err(SubscribeError::InUse(req.durable_name.to_owned()));
                 }
@@ -1581,7 +1595,7 @@ impl Broker {
                         client_id: client.to_owned(),
                         name: name.to_owned(),
                         pattern: req.destination.to_owned(),
-                        selector: req.selector.to_owned(),
+                        selector: req.selector_text().to_owned(),
                         durable,
                     };
                     peers.durable(&stream, Some(&record));
@@ -1596,7 +1610,7 @@ impl Broker {
                             client_id: client.to_owned(),
                             name: name.to_owned(),
                             pattern: req.destination.to_owned(),
-                            selector: req.selector.to_owned(),
+                            selector: req.selector_text().to_owned(),
                         },
                         None,
                     );
@@ -1607,7 +1621,7 @@ impl Broker {
                 client,
                 name,
                 pattern,
-                req.selector.to_owned(),
+                req.selector_text().to_owned(),
                 selector,
                 kept,
             )
@@ -1760,15 +1774,10 @@ impl Broker {
         queue: &str,
         selector: &str,
     ) -> Result<Vec<QueuedMessage>, SubscribeError> {
-        let selector = match selector {
-            "" => None,
-            text => {
-                Some(Selector::parse(text).map_err(|e| SubscribeError::Selector(e.to_string()))?)
-            }
-        };
+        let selector = self.parse_selector(selector)?;
         Ok(self
             .find_queue(queue)
-            .map(|q| lock(&q).browse(selector.as_ref()))
+            .map(|q| lock(&q).browse(selector.as_deref()))
             .unwrap_or_default())
     }
 

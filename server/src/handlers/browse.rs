@@ -5,12 +5,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use herald_protocol::frame::Browse;
-use herald_protocol::selector::Selector;
 use herald_protocol::ErrorCode;
 
 use super::subscribe::refusal;
 use super::{receipt, Context, Flow, Refusal};
-use crate::broker::{temporary_owner, SubscribeError};
+use crate::broker::temporary_owner;
 use crate::net::outbound::Outbound;
 use crate::net::Command;
 use crate::session::Session;
@@ -41,14 +40,11 @@ pub(super) fn handle(
     // thread; the worker delivers what it found and the RECEIPT.
     let shared_queue = temporary_owner(&f.queue).is_none();
     if let Some(cluster) = ctx.shared.cluster.get().filter(|_| shared_queue) {
-        let selector = match f.selector.as_str() {
-            "" => None,
-            text => {
-                Some(Arc::new(Selector::parse(text).map_err(|e| {
-                    refusal(SubscribeError::Selector(e.to_string()))
-                })?))
-            }
-        };
+        let selector = ctx
+            .shared
+            .broker
+            .parse_selector(&f.selector)
+            .map_err(refusal)?;
         let (shared, conn, subscription_id) =
             (Arc::downgrade(ctx.shared), ctx.me, f.subscription_id);
         let limit = ctx.shared.config.queues.max_messages;

@@ -1,7 +1,10 @@
 //! SUBSCRIBE: a topic subscription (plain, acknowledged or durable) or a
 //! queue consumer.
 
+use std::sync::Arc;
+
 use herald_protocol::frame::Subscribe;
+use herald_protocol::selector::Selector;
 use herald_protocol::{DestinationKind, ErrorCode};
 
 use super::{receipt, Context, Flow, Refusal};
@@ -22,6 +25,39 @@ pub fn refusal(e: SubscribeError) -> Refusal {
         | SubscribeError::NotOwner(_) => ErrorCode::InvalidDestination,
     };
     Refusal::soft(code, e.to_string())
+}
+
+/// A subscription's selector, parsed within the server's limits, if the
+/// connection's selectors have room for it (see [`hold_selector`]).
+pub fn selector(
+    text: &str,
+    session: &Session,
+    ctx: &Context<'_>,
+) -> Result<Option<Arc<Selector>>, Refusal> {
+    let selector = ctx.shared.broker.parse_selector(text).map_err(refusal)?;
+    if let Some(s) = &selector {
+        let limit = ctx.shared.config.selectors.max_bytes_per_connection;
+        let held: usize = session.selector_memory.values().sum();
+        if held + s.memory() > limit {
+            return Err(Refusal::soft(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "this selector needs {} bytes and the connection's selectors hold {held}: \
+                     more than the {limit} allowed (selectors.max_bytes_per_connection)",
+                    s.memory()
+                ),
+            ));
+        }
+    }
+    Ok(selector)
+}
+
+/// Counts the selector of subscription `id`, now made, against the
+/// connection's selector memory until the subscription ends.
+pub fn hold_selector(id: u32, selector: Option<&Selector>, session: &mut Session) {
+    if let Some(s) = selector {
+        session.selector_memory.insert(id, s.memory());
+    }
 }
 
 /// Refuses a subscription the user lacks a permission for: `consume` on
@@ -99,10 +135,11 @@ pub fn handle(
         conn: ctx.me,
         subscription_id: f.subscription_id,
     };
+    let selector = selector(&f.selector, session, ctx)?;
     let request = SubscribeRequest {
         kind: f.kind,
         destination: &f.pattern,
-        selector: &f.selector,
+        selector: selector.clone(),
         acknowledged: f.acknowledged,
         prefetch: f.prefetch,
         durable_name: &f.durable_name,
@@ -122,6 +159,7 @@ pub fn handle(
         .subscribe(request, subscriber, ctx.deliveries)
         .map_err(refusal)?;
     session.subscriptions.insert(f.subscription_id, handle);
+    hold_selector(f.subscription_id, selector.as_deref(), session);
     if f.best_effort {
         session.best_effort.insert(f.subscription_id);
     }

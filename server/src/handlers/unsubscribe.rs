@@ -40,6 +40,7 @@ pub fn end(subscription_id: u32, session: &mut Session, ctx: &mut Context<'_>) -
         .unacked
         .retain(|_, u| u.subscription_id != subscription_id);
     session.best_effort.remove(&subscription_id);
+    session.selector_memory.remove(&subscription_id);
     let subscriber = Subscriber {
         conn: ctx.me,
         subscription_id,

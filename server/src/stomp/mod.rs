@@ -32,7 +32,10 @@ use crate::broker::{SubscribeRequest, Subscriber};
 use crate::handlers::ack::{settle, Outcome};
 use crate::handlers::connect::Welcome;
 use crate::handlers::send::{authorize as send_authorize, publish, Published};
-use crate::handlers::subscribe::{authorize as subscribe_authorize, refusal as subscribe_refusal};
+use crate::handlers::subscribe::{
+    authorize as subscribe_authorize, hold_selector, refusal as subscribe_refusal,
+    selector as subscribe_selector,
+};
 use crate::handlers::transaction::{commit, Deferred, Transactions};
 use crate::handlers::{await_journal, unsubscribe, Context, Flow, Refusal};
 use crate::net::outbound::Outbound;
@@ -565,12 +568,13 @@ fn subscribe_to(
             format!("this connection already holds {limit} subscriptions"),
         ));
     }
+    let selector = subscribe_selector(options.selector, session, ctx).map_err(refused)?;
     let number = stomp.next_subscription;
     stomp.next_subscription += 1;
     let request = SubscribeRequest {
         kind: target.kind,
         destination: &target.name,
-        selector: options.selector,
+        selector: selector.clone(),
         acknowledged: ack != Ack::Auto,
         prefetch: 0,
         durable_name: options.durable_name,
@@ -592,6 +596,7 @@ fn subscribe_to(
         .subscribe(request, subscriber, ctx.deliveries)
         .map_err(|e| refused(subscribe_refusal(e)))?;
     session.subscriptions.insert(number, handle);
+    hold_selector(number, selector.as_deref(), session);
     stomp.subscriptions.insert(id.to_owned(), (number, ack));
     stomp.names.insert(number, id.to_owned());
     Ok(())

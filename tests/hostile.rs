@@ -1,0 +1,131 @@
+//! Hostile clients: input built to crash, freeze or exhaust the server.
+//! Each test is an attack that once worked, and checks that the attacker
+//! gets a clear ERROR while everyone else is served as before.
+
+use herald_client::{Destination, Message};
+use herald_protocol::frame::Subscribe;
+use herald_protocol::stomp::StompFrame;
+use herald_protocol::{DestinationKind, ErrorCode, Frame};
+use herald_tests::*;
+
+/// Sends a SUBSCRIBE with `selector` on a raw connection (the client
+/// library would refuse a bad selector before sending it) and returns
+/// the code of the answer: `None` for a RECEIPT.
+fn raw_subscribe(raw: &mut RawClient, id: u32, pattern: &str, selector: &str) -> Option<ErrorCode> {
+    let mut f = Subscribe::new(id, DestinationKind::Topic, pattern);
+    f.selector = selector.to_owned();
+    raw.send(&Frame::Subscribe(f), id);
+    loop {
+        match raw.read_frame() {
+            Some((Frame::Receipt, rid)) if rid == id => return None,
+            Some((Frame::Error(e), rid)) if rid == id => {
+                assert!(
+                    !e.fatal,
+                    "a refused subscription leaves the connection up: {e:?}"
+                );
+                return e.error_code();
+            }
+            Some(_) => {}
+            None => panic!("the connection closed"),
+        }
+    }
+}
+
+/// The server still routes: a fresh connection's subscriber gets a
+/// message published after the attack.
+fn still_serving(server: &TestServer) {
+    let (_c, s) = connect(server);
+    let consumer = subscribe(&s, "canary");
+    publish(&s, "canary", "alive");
+    assert_eq!(next(&consumer).body_text(), Some("alive"));
+}
+
+#[test]
+fn a_deeply_nested_selector_is_refused_not_a_crash() {
+    let server = start();
+    let deep = format!("{}a = 1{}", "(".repeat(1000), ")".repeat(1000));
+    let mut raw = RawClient::connected(&server, 0);
+    assert_eq!(
+        raw_subscribe(&mut raw, 1, "t", &deep),
+        Some(ErrorCode::InvalidSelector)
+    );
+    let nots = format!("{}a = 1", "NOT ".repeat(5000));
+    assert_eq!(
+        raw_subscribe(&mut raw, 2, "t", &nots),
+        Some(ErrorCode::InvalidSelector)
+    );
+    // Over STOMP too.
+    let mut stomp = StompClient::connected(&server, &[]);
+    stomp.send(
+        &StompFrame::new("SUBSCRIBE")
+            .header("id", "1")
+            .header("destination", "/topic/t")
+            .header("selector", &deep),
+    );
+    let error = stomp.expect_error();
+    assert!(
+        error
+            .get("message")
+            .unwrap_or_default()
+            .contains("levels deep"),
+        "{error:?}"
+    );
+    // A reasonable selector still works on the same connection.
+    assert_eq!(raw_subscribe(&mut raw, 3, "t", "((a = 1))"), None);
+    still_serving(&server);
+}
+
+#[test]
+fn a_costly_like_pattern_does_not_stall_a_worker() {
+    let mut config = test_config();
+    config.workers = 1;
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let pattern = format!("s LIKE '{}b'", "%a".repeat(2000));
+    let picky = s
+        .create_consumer_with_selector(&Destination::topic("big"), &pattern)
+        .unwrap();
+    let p = s.create_producer(&Destination::topic("big")).unwrap();
+    let long = "a".repeat(300_000);
+    for _ in 0..3 {
+        p.send_with_receipt(Message::text("no").with_property("s", long.as_str()))
+            .unwrap();
+    }
+    p.send_with_receipt(Message::text("yes").with_property("s", format!("{long}b")))
+        .unwrap();
+    assert_eq!(next(&picky).body_text(), Some("yes"));
+    still_serving(&server);
+}
+
+#[test]
+fn regular_expressions_are_bounded_in_size_and_per_connection() {
+    let server = start();
+    let mut raw = RawClient::connected(&server, 0);
+    let huge = "s MATCHES '(?:\\p{L}|\\p{N}){200}'";
+    assert_eq!(
+        raw_subscribe(&mut raw, 1, "t", huge),
+        Some(ErrorCode::InvalidSelector)
+    );
+    // Each of these compiles to a few hundred KB: the connection's budget
+    // (8 MiB) takes some, then refuses the rest.
+    let big = "s MATCHES '(?:\\p{L}|\\p{N}){8}'";
+    let mut accepted = 0;
+    let refused = loop {
+        match raw_subscribe(&mut raw, 10 + accepted, "t", big) {
+            None => accepted += 1,
+            Some(code) => break code,
+        }
+        assert!(accepted < 100, "never refused");
+    };
+    assert_eq!(refused, ErrorCode::LimitExceeded);
+    assert!(accepted >= 2, "accepted {accepted}");
+    // Ending a subscription gives its room back.
+    raw.send(
+        &Frame::Unsubscribe(herald_protocol::frame::Unsubscribe {
+            subscription_id: 10,
+        }),
+        0,
+    );
+    assert_eq!(raw_subscribe(&mut raw, 600, "t", big), None);
+    still_serving(&server);
+}
