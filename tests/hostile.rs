@@ -129,3 +129,21 @@ fn regular_expressions_are_bounded_in_size_and_per_connection() {
     assert_eq!(raw_subscribe(&mut raw, 600, "t", big), None);
     still_serving(&server);
 }
+
+#[test]
+fn patterns_of_many_wildcards_do_not_freeze_routing() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let hashes = subscribe(&s, &format!("{}z", "#.".repeat(20)));
+    let starred = subscribe(&s, &format!("{}z", "#.*.".repeat(30)));
+    let forty = vec!["w"; 40].join(".");
+    for topic in [forty.clone(), format!("{forty}.z")] {
+        let p = s.create_producer(&Destination::topic(&topic)).unwrap();
+        p.send_with_receipt(Message::text(topic.as_str())).unwrap();
+    }
+    let want = format!("{forty}.z");
+    assert_eq!(next(&hashes).body_text(), Some(want.as_str()));
+    assert_eq!(next(&starred).body_text(), Some(want.as_str()));
+    assert_nothing(&hashes);
+    still_serving(&server);
+}

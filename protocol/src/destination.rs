@@ -173,20 +173,25 @@ pub struct Pattern {
 
 impl Pattern {
     /// Parses and checks a pattern; `*` and `#` must be whole words.
+    /// Consecutive `#`s match what one does, so they become one.
     pub fn parse(pattern: &str) -> Result<Pattern, Error> {
         check_common(pattern, "pattern")?;
-        let words = pattern
-            .split('.')
-            .map(|w| match w {
-                "*" => Ok(PatternWord::Star),
-                "#" => Ok(PatternWord::Hash),
-                w if w.contains(['*', '#']) => Err(Error::invalid(
-                    "pattern",
-                    format!("'{pattern}': wildcards must be whole words, not part of '{w}'"),
-                )),
-                w => Ok(PatternWord::Literal(w.to_owned())),
-            })
-            .collect::<Result<_, _>>()?;
+        let mut words = Vec::new();
+        for w in pattern.split('.') {
+            let word = match w {
+                "*" => PatternWord::Star,
+                "#" if words.last() == Some(&PatternWord::Hash) => continue,
+                "#" => PatternWord::Hash,
+                w if w.contains(['*', '#']) => {
+                    return Err(Error::invalid(
+                        "pattern",
+                        format!("'{pattern}': wildcards must be whole words, not part of '{w}'"),
+                    ))
+                }
+                w => PatternWord::Literal(w.to_owned()),
+            };
+            words.push(word);
+        }
         Ok(Pattern { words })
     }
 
@@ -217,22 +222,31 @@ impl Pattern {
     }
 }
 
+/// Whether pattern `p` covers pattern `q`, by dynamic programming over
+/// (word of `p`, word of `q`): O(|p| |q|) however many `#`s either has.
 fn covers_words(p: &[PatternWord], q: &[PatternWord]) -> bool {
-    match p.split_first() {
-        None => q.is_empty(),
-        // Whatever words of `q` it takes, `#` matches them.
-        Some((PatternWord::Hash, rest)) => (0..=q.len()).any(|i| covers_words(rest, &q[i..])),
-        Some((PatternWord::Star, rest)) => match q.split_first() {
-            Some((PatternWord::Star | PatternWord::Literal(_), q_rest)) => {
-                covers_words(rest, q_rest)
-            }
-            _ => false,
-        },
-        Some((PatternWord::Literal(w), rest)) => match q.split_first() {
-            Some((PatternWord::Literal(v), q_rest)) => v == w && covers_words(rest, q_rest),
-            _ => false,
-        },
+    // covered[j]: p[i..] covers q[j..], for the row i being filled.
+    let mut covered: Vec<bool> = (0..=q.len()).map(|j| j == q.len()).collect();
+    for word in p.iter().rev() {
+        let below = covered.clone();
+        for j in (0..=q.len()).rev() {
+            covered[j] = match word {
+                // `#` takes q[j..k] for any k: p[i+1..] covers some q[k..].
+                PatternWord::Hash => below[j] || (j < q.len() && covered[j + 1]),
+                PatternWord::Star => {
+                    j < q.len()
+                        && matches!(q[j], PatternWord::Star | PatternWord::Literal(_))
+                        && below[j + 1]
+                }
+                PatternWord::Literal(w) => {
+                    j < q.len()
+                        && matches!(&q[j], PatternWord::Literal(v) if v == w)
+                        && below[j + 1]
+                }
+            };
+        }
     }
+    covered[0]
 }
 
 impl fmt::Display for Pattern {
@@ -251,15 +265,34 @@ impl fmt::Display for Pattern {
     }
 }
 
+/// Whether `pattern` matches `name`, by following every place in the
+/// pattern the words so far can have reached (an NFA): O(|pattern| |name|)
+/// however many `#`s the pattern has.
 fn matches_words(pattern: &[PatternWord], name: &[&str]) -> bool {
-    match pattern.split_first() {
-        None => name.is_empty(),
-        Some((PatternWord::Hash, rest)) => {
-            (0..=name.len()).any(|i| matches_words(rest, &name[i..]))
+    let mut at = vec![false; pattern.len() + 1];
+    at[0] = true;
+    close(pattern, &mut at);
+    for word in name {
+        let mut next = vec![false; pattern.len() + 1];
+        for (i, p) in pattern.iter().enumerate().filter(|(i, _)| at[*i]) {
+            match p {
+                PatternWord::Hash => next[i] = true,
+                PatternWord::Star => next[i + 1] = true,
+                PatternWord::Literal(w) if w == word => next[i + 1] = true,
+                PatternWord::Literal(_) => {}
+            }
         }
-        Some((PatternWord::Star, rest)) => !name.is_empty() && matches_words(rest, &name[1..]),
-        Some((PatternWord::Literal(w), rest)) => {
-            name.first() == Some(&w.as_str()) && matches_words(rest, &name[1..])
+        at = next;
+        close(pattern, &mut at);
+    }
+    at[pattern.len()]
+}
+
+/// Adds the places reached by letting each `#` match no word.
+fn close(pattern: &[PatternWord], at: &mut [bool]) {
+    for (i, p) in pattern.iter().enumerate() {
+        if at[i] && *p == PatternWord::Hash {
+            at[i + 1] = true;
         }
     }
 }
@@ -320,6 +353,30 @@ mod tests {
         assert!(!m("a.#.b", "a.x.y"));
         assert!(m("sales", "sales"));
         assert!(!m("sales", "sales.europe"));
+    }
+
+    #[test]
+    fn repeated_hashes_collapse_and_cost_polynomial_time() {
+        let p = Pattern::parse("a.#.#.#.b").unwrap();
+        assert_eq!(p.to_string(), "a.#.b");
+        assert_eq!(p, Pattern::parse("a.#.b").unwrap());
+        // Separated by `*`s they cannot collapse; matching still walks
+        // each (place, word) pair once. Exponentially, this took hours.
+        let nasty = format!("{}z", "#.*.".repeat(60));
+        let topic = vec!["a"; 300].join(".");
+        assert!(!m(&nasty, &topic));
+        assert!(m(&nasty, &format!("{topic}.z")));
+        let hashes = format!("{}z", "#.".repeat(20));
+        let forty = vec!["w"; 40].join(".");
+        assert!(!m(&hashes, &forty));
+        // Coverage (permission checks) the same way.
+        let grant = format!("a.{}q", "#.*.".repeat(60));
+        let wanted = format!("a.{}.z", vec!["*"; 200].join("."));
+        assert!(!covers(&grant, &wanted));
+        assert!(covers(
+            "a.#",
+            &format!("a.{}", "#.*.".repeat(60).trim_end_matches('.'))
+        ));
     }
 
     #[test]

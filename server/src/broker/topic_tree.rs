@@ -8,6 +8,10 @@
 //! One pattern can reach the same node by several paths (`#.b.#` on
 //! `a.b.b`), so the nodes reached are de-duplicated before their
 //! subscribers are visited: each subscription sees a message at most once.
+//! A `#` node reached again at a later word has already tried every word
+//! from there on, so it is not walked again: each `#` node is walked at
+//! most once per word of the topic, which keeps patterns like
+//! `#.*.#.*.#.z` polynomial instead of exponential.
 //!
 //! A routing thread keeps the matches of the topics it published to
 //! lately in a [`MatchCache`], good until the tree next changes: a topic
@@ -41,9 +45,11 @@ impl Node {
     /// when none are left) ends on.
     fn collect<'a>(&'a self, rest: Option<&str>, out: &mut Matches<'a>) {
         if let Some(hash) = &self.hash {
-            // `#` swallows zero words, then one, two, ... all of them.
+            // `#` swallows zero words, then one, two, ... all of them;
+            // from where an earlier visit started on, they are done.
+            let done = out.walked_from(hash, rest);
             let mut tail = rest;
-            loop {
+            while out.offset(tail) < done {
                 hash.collect(tail, out);
                 match tail {
                     None => break,
@@ -75,18 +81,48 @@ impl Node {
 
 /// The nodes a topic ends on: the first inline, so that the usual single
 /// match allocates nothing.
-#[derive(Default)]
 struct Matches<'a> {
     first: Option<&'a Node>,
     more: Vec<&'a Node>,
+    /// The topic's length: a rest of the topic is known by its offset.
+    topic_len: usize,
+    /// The earliest offset each `#` node walked (by address) was walked
+    /// from.
+    hashes: FastMap<usize, usize>,
 }
 
 impl<'a> Matches<'a> {
+    fn new(topic: &str) -> Matches<'a> {
+        Matches {
+            first: None,
+            more: Vec::new(),
+            topic_len: topic.len(),
+            hashes: FastMap::default(),
+        }
+    }
+
     fn push(&mut self, node: &'a Node) {
         match self.first {
             None => self.first = Some(node),
             Some(_) => self.more.push(node),
         }
+    }
+
+    /// Where `rest` starts in the topic; past its end when nothing is left.
+    fn offset(&self, rest: Option<&str>) -> usize {
+        rest.map_or(self.topic_len + 1, |r| self.topic_len - r.len())
+    }
+
+    /// Records that `#` node `hash` is walked from `rest` on, and returns
+    /// the offset from which it has been walked already (past the end if
+    /// never): the walk stops there.
+    fn walked_from(&mut self, hash: &'a Node, rest: Option<&str>) -> usize {
+        let start = self.offset(rest);
+        let from = self
+            .hashes
+            .entry(hash as *const Node as usize)
+            .or_insert(usize::MAX);
+        std::mem::replace(from, start.min(*from))
     }
 }
 
@@ -129,7 +165,7 @@ impl TopicTree {
 
     /// Calls `f` for every entry whose pattern matches `topic`, once each.
     pub fn for_each_match(&self, topic: &str, mut f: impl FnMut(&TopicEntry)) {
-        let mut matches = Matches::default();
+        let mut matches = Matches::new(topic);
         self.root.collect(Some(topic), &mut matches);
         let Some(first) = matches.first else {
             return;
@@ -366,6 +402,22 @@ mod tests {
                 .collect();
             assert_eq!(matched(&t, topic), expected, "{topic}");
         }
+    }
+
+    #[test]
+    fn repeated_wildcards_cost_polynomial_time() {
+        // Walked naively, each `#` multiplies the paths by the words left:
+        // these took longer than anyone would wait.
+        let nasty = format!("{}z", "#.*.".repeat(30));
+        let t = tree(&[
+            &nasty,
+            "#.#.#.#.#.#.#.#.#.#.#.#.#.#.#.#.#.#.#.#.z",
+            "a.#.#.#.q",
+        ]);
+        let words = vec!["a"; 60].join(".");
+        assert_eq!(matched(&t, &words), Vec::<u32>::new());
+        assert_eq!(matched(&t, &format!("{words}.z")), vec![0, 1]);
+        assert_eq!(matched(&t, &format!("{words}.q")), vec![2]);
     }
 
     #[test]
