@@ -30,18 +30,32 @@ fn messages_published_while_away_arrive_on_return() {
 }
 
 #[test]
-fn a_second_live_consumer_is_refused() {
+fn a_second_live_consumer_or_connection_is_refused() {
     let server = start();
     let (_c1, s1) = as_client(&server, "app");
     let _first = s1
         .create_durable_subscriber(&Destination::topic("t"), "d")
         .unwrap();
-    let (_c2, s2) = as_client(&server, "app");
+    let s2 = _c1.create_session(herald_client::AckMode::Auto).unwrap();
     let e = s2
         .create_durable_subscriber(&Destination::topic("t"), "d")
         .unwrap_err();
     assert_eq!(e.server_code(), Some(ErrorCode::SubscriptionInUse), "{e}");
     assert!(e.to_string().contains("'d'"));
+    // JMS: a client id is one live connection's at a time.
+    let e = factory(&server)
+        .with_client_id("app")
+        .create_connection()
+        .unwrap_err();
+    assert_eq!(e.server_code(), Some(ErrorCode::InvalidClientId), "{e}");
+    // Free again once its connection ends.
+    drop((_first, s1, s2, _c1));
+    wait_until("the client id is free", || {
+        factory(&server)
+            .with_client_id("app")
+            .create_connection()
+            .is_ok()
+    });
 }
 
 #[test]

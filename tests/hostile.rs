@@ -2,10 +2,13 @@
 //! Each test is an attack that once worked, and checks that the attacker
 //! gets a clear ERROR while everyone else is served as before.
 
-use herald_client::{Destination, Message};
+use herald_client::{AckMode, Connection, Destination, Message};
 use herald_protocol::frame::Subscribe;
 use herald_protocol::stomp::StompFrame;
 use herald_protocol::{DestinationKind, ErrorCode, Frame};
+use herald_server::auth::hash_password;
+use herald_server::config::{RoleEntry, UserEntry};
+use herald_server::Config;
 use herald_tests::*;
 
 /// Sends a SUBSCRIBE with `selector` on a raw connection (the client
@@ -146,4 +149,114 @@ fn patterns_of_many_wildcards_do_not_freeze_routing() {
     assert_eq!(next(&starred).body_text(), Some(want.as_str()));
     assert_nothing(&hashes);
     still_serving(&server);
+}
+
+fn user(name: &str, roles: &[&str]) -> UserEntry {
+    UserEntry {
+        name: name.into(),
+        password: hash_password(name).unwrap(),
+        roles: roles.iter().map(|r| r.to_string()).collect(),
+    }
+}
+
+/// Three users: `victim` reads and keeps `b.#`, `mallory` may only use
+/// `a.#`, `eve` may consume and keep anything.
+fn three_users() -> Config {
+    let mut config = test_config();
+    let role = |publish: &[&str], consume: &[&str], durable: &[&str]| RoleEntry {
+        publish: publish.iter().map(|s| s.to_string()).collect(),
+        consume: consume.iter().map(|s| s.to_string()).collect(),
+        durable: durable.iter().map(|s| s.to_string()).collect(),
+        ..RoleEntry::default()
+    };
+    let roles = &mut config.auth.roles;
+    roles.insert("b".into(), role(&["b.#"], &["b.#"], &["b.#"]));
+    roles.insert("a".into(), role(&["a.#"], &["a.#"], &[]));
+    roles.insert("all".into(), role(&["#"], &["#"], &["#"]));
+    config.auth.users = vec![
+        user("victim", &["b"]),
+        user("mallory", &["a"]),
+        user("eve", &["all"]),
+    ];
+    config
+}
+
+fn login_as(server: &TestServer, user: &str, client_id: &str) -> herald_client::Result<Connection> {
+    factory(server)
+        .with_credentials(user, user)
+        .with_client_id(client_id)
+        .create_connection()
+}
+
+#[test]
+fn nobody_else_can_delete_or_take_over_a_durable_subscription() {
+    let server = start_with(three_users());
+    let victim = login_as(&server, "victim", "victim-app").unwrap();
+    let s = victim.create_session(AckMode::Auto).unwrap();
+    s.create_durable_subscriber(&Destination::topic("b.x"), "d")
+        .unwrap()
+        .close()
+        .unwrap();
+    publish(&s, "b.x", "kept for the victim");
+    drop(s);
+    victim.close().unwrap();
+
+    // No durable right, no right on b.#: UNSUBSCRIBE_DURABLE is refused.
+    let mallory = login_as(&server, "mallory", "victim-app").unwrap();
+    let ms = mallory.create_session(AckMode::Auto).unwrap();
+    let e = ms.unsubscribe("d").unwrap_err();
+    assert_eq!(e.server_code(), Some(ErrorCode::NotAuthorized), "{e}");
+    // Nor can a different pattern replace it.
+    let e = ms
+        .create_durable_subscriber(&Destination::topic("a.x"), "d")
+        .unwrap_err();
+    assert_eq!(e.server_code(), Some(ErrorCode::NotAuthorized), "{e}");
+    drop(ms);
+    mallory.close().unwrap();
+
+    // Every right on every topic, but not the owner.
+    let eve = login_as(&server, "eve", "victim-app").unwrap();
+    let es = eve.create_session(AckMode::Auto).unwrap();
+    let e = es.unsubscribe("d").unwrap_err();
+    assert_eq!(e.server_code(), Some(ErrorCode::NotAuthorized), "{e}");
+    assert!(e.to_string().contains("another user"), "{e}");
+    let e = es
+        .create_durable_subscriber(&Destination::topic("b.x"), "d")
+        .unwrap_err();
+    assert_eq!(e.server_code(), Some(ErrorCode::NotAuthorized), "{e}");
+    drop(es);
+    eve.close().unwrap();
+
+    // The victim finds what was kept, and may delete it.
+    let victim = login_as(&server, "victim", "victim-app").unwrap();
+    let s = victim.create_session(AckMode::Auto).unwrap();
+    let d = s
+        .create_durable_subscriber(&Destination::topic("b.x"), "d")
+        .unwrap();
+    assert_eq!(next(&d).body_text(), Some("kept for the victim"));
+    d.close().unwrap();
+    s.unsubscribe("d").unwrap();
+}
+
+#[test]
+fn a_client_id_is_one_live_connection_at_a_time() {
+    let server = start_with(three_users());
+    let _first = login_as(&server, "victim", "app").unwrap();
+    let e = login_as(&server, "eve", "app").unwrap_err();
+    assert_eq!(e.server_code(), Some(ErrorCode::InvalidClientId), "{e}");
+    // Over STOMP too.
+    let mut stomp = StompClient::open(&server);
+    stomp.send(
+        &StompFrame::new("CONNECT")
+            .header("accept-version", "1.2")
+            .header("host", "localhost")
+            .header("login", "eve")
+            .header("passcode", "eve")
+            .header("client-id", "app"),
+    );
+    let error = stomp.expect_error();
+    assert!(
+        error.get("message").unwrap_or_default().contains("in use"),
+        "{error:?}"
+    );
 }

@@ -122,11 +122,13 @@ pub enum ErrorCode {
     NotAuthorized = 25,
     /// An administrator closed the connection.
     ClosedByAdmin = 26,
+    /// CONNECT with a client id that another live connection uses.
+    InvalidClientId = 27,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 26] = [
+    pub const ALL: [ErrorCode; 27] = [
         ErrorCode::BadMagic,
         ErrorCode::UnsupportedVersion,
         ErrorCode::UnknownKind,
@@ -153,6 +155,7 @@ impl ErrorCode {
         ErrorCode::AuthenticationFailed,
         ErrorCode::NotAuthorized,
         ErrorCode::ClosedByAdmin,
+        ErrorCode::InvalidClientId,
     ];
 
     /// The code for a number, if it is one.

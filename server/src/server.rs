@@ -125,6 +125,7 @@ impl Server {
             open_connections: AtomicUsize::new(0),
             next_serial: AtomicU64::new(1),
             connections: std::sync::Mutex::new(std::collections::HashMap::new()),
+            client_ids: std::sync::Mutex::new(std::collections::HashMap::new()),
             started: std::time::Instant::now(),
             cluster: std::sync::OnceLock::new(),
         });

@@ -327,6 +327,9 @@ pub struct SubscribeRequest<'a> {
     pub durable_name: &'a str,
     /// The connection's client id.
     pub client_id: &'a str,
+    /// The connection's user ("" = anonymous): a durable subscription it
+    /// makes is theirs.
+    pub user: &'a str,
     /// A temporary queue of this connection.
     pub temporary: bool,
     /// The named subscription is shared.
@@ -350,6 +353,9 @@ impl SubscribeRequest<'_> {
 struct Durable {
     pattern: Pattern,
     selector: String,
+    /// The user who made it; "" if anonymous, or made on another node of
+    /// a cluster.
+    owner: String,
     key: u64,
     queue: SharedQueue,
     /// Its consumers now: at most one unless it is shared.
@@ -659,15 +665,15 @@ impl Broker {
                     name,
                     pattern,
                     selector,
+                    owner,
                 } => match self.parse_subscription(&pattern, &selector) {
                     Ok((pattern, sel)) => {
                         let key = (client_id.clone(), name.clone());
                         let d = self.new_durable(
-                            &client_id,
-                            &name,
+                            (&client_id, &name),
+                            owner,
                             pattern,
-                            selector,
-                            sel,
+                            (selector, sel),
                             Kept::Journal(id),
                         );
                         lock(&self.durables).insert(key, d);
@@ -826,11 +832,10 @@ impl Broker {
     /// A durable subscription's entry and queue, entered in the topic tree.
     fn new_durable(
         &self,
-        client_id: &str,
-        name: &str,
+        (client_id, name): (&str, &str),
+        owner: String,
         pattern: Pattern,
-        selector_text: String,
-        selector: Option<Arc<Selector>>,
+        (selector_text, selector): (String, Option<Arc<Selector>>),
         kept: Kept,
     ) -> Durable {
         let key = self.next_key.fetch_add(1, Ordering::Relaxed);
@@ -860,6 +865,7 @@ impl Broker {
         Durable {
             pattern,
             selector: selector_text,
+            owner,
             key,
             queue,
             consumers: Vec::new(),
@@ -917,12 +923,12 @@ impl Broker {
                         stream,
                         durable: r.durable,
                     };
+                    // The registry does not say who made it.
                     let d = self.new_durable(
-                        &r.client_id,
-                        &r.name,
+                        (&r.client_id, &r.name),
+                        String::new(),
                         pattern,
-                        r.selector,
-                        selector,
+                        (r.selector, selector),
                         kept,
                     );
                     durables.insert(id, d);
@@ -1611,6 +1617,7 @@ impl Broker {
                             name: name.to_owned(),
                             pattern: req.destination.to_owned(),
                             selector: req.selector_text().to_owned(),
+                            owner: req.user.to_owned(),
                         },
                         None,
                     );
@@ -1618,11 +1625,10 @@ impl Broker {
                 }
             };
             self.new_durable(
-                client,
-                name,
+                (client, name),
+                req.user.to_owned(),
                 pattern,
-                req.selector_text().to_owned(),
-                selector,
+                (req.selector_text().to_owned(), selector),
                 kept,
             )
         });
@@ -1695,6 +1701,15 @@ impl Broker {
         let dead = lock(queue).remove_consumer(sub, &mut dispatches);
         self.settled(queue, dispatches, out);
         self.dead_letter(queue, dead, "delivered too many times", out);
+    }
+
+    /// The pattern and owner of durable subscription `name` of
+    /// `client_id`, if there is one.
+    pub fn durable_owner(&self, client_id: &str, name: &str) -> Option<(Pattern, String)> {
+        let id = (client_id.to_owned(), name.to_owned());
+        lock(&self.durables)
+            .get(&id)
+            .map(|d| (d.pattern.clone(), d.owner.clone()))
     }
 
     /// Deletes a durable subscription and what it kept.

@@ -6,7 +6,9 @@ use herald_protocol::frame::{Connect, Connected};
 use herald_protocol::{ErrorCode, Frame};
 
 use super::{Context, Flow, Refusal};
+use crate::auth::Principal;
 use crate::net::outbound::Outbound;
+use crate::net::Shared;
 use crate::session::{Phase, Session};
 
 /// A native CONNECT.
@@ -40,11 +42,49 @@ pub(super) fn handle(
     let done = crate::net::login_result(ctx.shared, ctx.me);
     match ctx.shared.auth.login(&f.user, &f.password, done) {
         Some(principal) => {
-            session.principal = principal;
+            admit(session, principal, ctx.shared, ctx.me.serial)?;
             out.push_frame(&Frame::Connected(connected), request_id);
             Ok(Flow::Continue)
         }
         None => Ok(Flow::Login(Welcome::Native(connected, request_id))),
+    }
+}
+
+/// Admits a connection whose login succeeded, unless another live
+/// connection has its client id (JMS's InvalidClientIDException): client
+/// ids name durable subscriptions, so two at once could take over each
+/// other's.
+pub fn admit(
+    session: &mut Session,
+    principal: Principal,
+    shared: &Shared,
+    serial: u64,
+) -> Result<(), Refusal> {
+    if !session.client_id.is_empty() {
+        let mut ids = shared.client_ids.lock().unwrap_or_else(|p| p.into_inner());
+        let holder = *ids.entry(session.client_id.clone()).or_insert(serial);
+        if holder != serial {
+            return Err(Refusal::fatal(
+                ErrorCode::InvalidClientId,
+                format!(
+                    "client id '{}' is in use by another connection",
+                    session.client_id
+                ),
+            ));
+        }
+    }
+    session.principal = principal;
+    Ok(())
+}
+
+/// Frees the client id of a connection that ends, if it held it.
+pub fn release_client_id(session: &Session, shared: &Shared, serial: u64) {
+    if session.client_id.is_empty() {
+        return;
+    }
+    let mut ids = shared.client_ids.lock().unwrap_or_else(|p| p.into_inner());
+    if ids.get(&session.client_id) == Some(&serial) {
+        ids.remove(&session.client_id);
     }
 }
 

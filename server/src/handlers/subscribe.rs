@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use herald_protocol::destination::Pattern;
 use herald_protocol::frame::Subscribe;
 use herald_protocol::selector::Selector;
 use herald_protocol::{DestinationKind, ErrorCode};
@@ -87,7 +88,35 @@ pub fn authorize(
             request.destination,
         )?;
     }
+    if !request.durable_name.is_empty() {
+        check_owner(session, request.durable_name, ctx)?;
+    }
     Ok(())
+}
+
+/// Refuses to let one user use, replace or delete a named subscription
+/// that another user made (administrators may). One made anonymously, or
+/// on another node of a cluster, has no owner. Returns its pattern, if it
+/// exists.
+pub fn check_owner(
+    session: &Session,
+    name: &str,
+    ctx: &Context<'_>,
+) -> Result<Option<Pattern>, Refusal> {
+    let Some((pattern, owner)) = ctx.shared.broker.durable_owner(&session.client_id, name) else {
+        return Ok(None);
+    };
+    let user = &session.principal.user;
+    if owner.is_empty() || owner == *user || session.principal.permissions.is_admin() {
+        return Ok(Some(pattern));
+    }
+    Err(Refusal::soft(
+        ErrorCode::NotAuthorized,
+        format!(
+            "subscription '{name}' of client id '{}' belongs to another user, not '{user}'",
+            session.client_id
+        ),
+    ))
 }
 
 /// A native SUBSCRIBE frame.
@@ -144,6 +173,7 @@ pub fn handle(
         prefetch: f.prefetch,
         durable_name: &f.durable_name,
         client_id: &session.client_id,
+        user: &session.principal.user,
         temporary: f.temporary,
         shared: f.shared,
         durable: f.durable,

@@ -1,12 +1,17 @@
 //! UNSUBSCRIBE_DURABLE: delete a durable subscription of this client id.
+//! It takes the `durable` permission on the subscription's topics, and
+//! the subscription must be the user's own (or the user an administrator).
 
 use herald_protocol::frame::UnsubscribeDurable;
+use herald_protocol::DestinationKind;
 
-use super::subscribe::refusal;
+use super::subscribe::{check_owner, refusal};
 use super::{receipt, Context, Flow, Refusal};
+use crate::auth::Permission;
 use crate::net::outbound::Outbound;
 use crate::session::Session;
 
+/// A native UNSUBSCRIBE_DURABLE frame.
 pub fn handle(
     f: UnsubscribeDurable,
     request_id: u32,
@@ -14,6 +19,14 @@ pub fn handle(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
+    if let Some(pattern) = check_owner(session, &f.name, ctx)? {
+        super::authorize(
+            session,
+            Permission::Durable,
+            DestinationKind::Topic,
+            &pattern.to_string(),
+        )?;
+    }
     ctx.shared
         .broker
         .unsubscribe_durable(&session.client_id, &f.name)

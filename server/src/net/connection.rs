@@ -143,7 +143,8 @@ impl Connection {
         self.info
             .subscriptions
             .store(subscriptions, Ordering::Relaxed);
-        if !self.identified && self.session.phase == Phase::Connected {
+        // After the login, if it is checked apart: the user is known then.
+        if !self.identified && self.session.phase == Phase::Connected && self.login.is_none() {
             self.identified = true;
             let identity = (
                 self.session.client_id.clone(),

@@ -365,6 +365,9 @@ pub struct Shared {
     pub next_serial: AtomicU64,
     /// Every open connection, by serial number.
     pub connections: std::sync::Mutex<HashMap<u64, Arc<ConnInfo>>>,
+    /// The client ids of logged-in connections, and whose they are: one
+    /// live connection per client id.
+    pub client_ids: std::sync::Mutex<HashMap<String, u64>>,
     /// The link to the other nodes, in cluster mode.
     pub cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
     /// When the server started.

@@ -28,6 +28,7 @@ use crate::auth::Principal;
 use crate::broker::{Backlog, ConnectionRef, Subscriber};
 use crate::config::SlowConsumerPolicy;
 use crate::delivery::{Deliveries, Delivery, Seen};
+use crate::handlers::connect::{admit, release_client_id};
 use crate::handlers::send::{self, Published};
 use crate::handlers::{self, Context, Flow};
 use crate::session::{Session, Unacked};
@@ -597,16 +598,20 @@ impl Worker {
         let Some(welcome) = conn.login.take() else {
             return;
         };
-        match result {
-            Ok(principal) => {
-                conn.session.principal = principal;
+        let admitted = result
+            .map_err(|why| (ErrorCode::AuthenticationFailed, why))
+            .and_then(|principal| {
+                admit(&mut conn.session, principal, &self.shared, conn.serial).map_err(|r| {
+                    let (code, _, why) = r.into_parts();
+                    (code, why)
+                })
+            });
+        match admitted {
+            Ok(()) => {
                 conn.welcome(*welcome);
                 self.read_on(target);
             }
-            Err(why) => {
-                let code = ErrorCode::AuthenticationFailed;
-                conn.reply_error(welcome.request_id(), code, true, why);
-            }
+            Err((code, why)) => conn.reply_error(welcome.request_id(), code, true, why),
         }
         self.mark_dirty(target.slot);
     }
@@ -919,6 +924,7 @@ impl Worker {
         for name in conn.session.temporary_queues.drain(..) {
             self.shared.broker.delete_queue(&name);
         }
+        release_client_id(&conn.session, &self.shared, conn.serial);
         self.shared
             .connections
             .lock()

@@ -30,7 +30,7 @@ use herald_protocol::{Destination, ErrorCode};
 
 use crate::broker::{SubscribeRequest, Subscriber};
 use crate::handlers::ack::{settle, Outcome};
-use crate::handlers::connect::Welcome;
+use crate::handlers::connect::{admit, Welcome};
 use crate::handlers::send::{authorize as send_authorize, publish, Published};
 use crate::handlers::subscribe::{
     authorize as subscribe_authorize, hold_selector, refusal as subscribe_refusal,
@@ -488,7 +488,7 @@ fn connect(
     let password = frame.get("passcode").unwrap_or_default();
     match ctx.shared.auth.login(user, password, done) {
         Some(principal) => {
-            session.principal = principal;
+            admit(session, principal, ctx.shared, ctx.me.serial).map_err(refused)?;
             stomp.push(out, &connected);
             Ok(Flow::Continue)
         }
@@ -579,6 +579,7 @@ fn subscribe_to(
         prefetch: 0,
         durable_name: options.durable_name,
         client_id: &session.client_id,
+        user: &session.principal.user,
         // A STOMP temporary queue is made by `temporary` beforehand.
         temporary: false,
         shared: false,

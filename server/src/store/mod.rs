@@ -54,6 +54,9 @@ pub enum Record {
         pattern: String,
         /// Selector text ("" = none).
         selector: String,
+        /// The user who made it ("" = anonymous). Written last, and
+        /// read only if present: journals from before it still replay.
+        owner: String,
     },
     /// The message or subscription with this id is gone (acknowledged,
     /// moved, deleted).
@@ -119,6 +122,7 @@ impl Record {
                 name,
                 pattern,
                 selector,
+                owner,
             } => {
                 d.put_u8(DURABLE);
                 d.put_u64(*id);
@@ -126,6 +130,7 @@ impl Record {
                 put_str16(d, name, "name")?;
                 put_str16(d, pattern, "pattern")?;
                 put_str16(d, selector, "selector")?;
+                put_str16(d, owner, "owner")?;
             }
             Record::Batch(parts) => {
                 d.put_u8(BATCH);
@@ -181,6 +186,10 @@ impl Record {
                 name: c.str16("name")?.to_owned(),
                 pattern: c.str16("pattern")?.to_owned(),
                 selector: c.str16("selector")?.to_owned(),
+                owner: match c.remaining() {
+                    0 => String::new(),
+                    _ => c.str16("owner")?.to_owned(),
+                },
             },
             BATCH => {
                 let n = c.u32("batch count")? as usize;
@@ -268,6 +277,7 @@ mod tests {
                 name: "daily".into(),
                 pattern: "sales.#".into(),
                 selector: "units > 3".into(),
+                owner: "alice".into(),
             },
         ];
         for r in records {
@@ -283,6 +293,22 @@ mod tests {
             }
         }
         assert!(Record::decode(&Bytes::from_static(&[9])).is_err());
+    }
+
+    #[test]
+    fn a_durable_record_from_before_owners_reads_as_anonymous() {
+        let mut b = BytesMut::new();
+        b.put_u8(DURABLE);
+        b.put_u64(3);
+        for field in ["app", "daily", "sales.#", ""] {
+            put_str16(&mut b, field, "field").unwrap();
+        }
+        match Record::decode(&b.freeze()).unwrap() {
+            Record::Durable { owner, name, .. } => {
+                assert_eq!((owner.as_str(), name.as_str()), ("", "daily"))
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
