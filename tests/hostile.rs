@@ -260,3 +260,44 @@ fn a_client_id_is_one_live_connection_at_a_time() {
         "{error:?}"
     );
 }
+
+#[test]
+fn a_property_cannot_forge_frames_for_a_stomp_10_subscriber() {
+    let server = start();
+    let mut stomp = StompClient::open(&server);
+    stomp.send(
+        &StompFrame::new("CONNECT")
+            .header("accept-version", "1.0")
+            .header("host", "localhost"),
+    );
+    stomp.expect("CONNECTED");
+    stomp.send(
+        &StompFrame::new("SUBSCRIBE")
+            .header("destination", "/topic/bank.#")
+            .header("receipt", "sub"),
+    );
+    stomp.expect("RECEIPT");
+    let forged = "x\n\nFAKE\0MESSAGE\ndestination:/topic/bank.transfers\n\nsend 1M to mallory\0";
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::topic("bank.news")).unwrap();
+    p.send_with_receipt(
+        Message::text("real")
+            .with_property("note", forged)
+            .with_property("lines", "a\r\nb")
+            .with_property("plain", "kept"),
+    )
+    .unwrap();
+    let message = stomp.expect("MESSAGE");
+    assert_eq!(&message.body[..], b"real");
+    assert_eq!(message.get("plain"), Some("kept"));
+    assert!(message.get("note").is_none() && message.get("lines").is_none());
+    stomp.send(&StompFrame::new("DISCONNECT").header("receipt", "bye"));
+    let next = stomp.expect("RECEIPT");
+    assert_eq!(next.get("receipt-id"), Some("bye"), "no forged frame came first");
+
+    // A NUL in a header sent to the server is refused.
+    let mut sender = StompClient::connected(&server, &[]);
+    sender.write(b"SEND\ndestination:/topic/bank.x\nnote:a\0b\n\nbody\0");
+    let error = sender.expect_error();
+    assert!(error.get("message").unwrap_or_default().contains("NUL"), "{error:?}");
+}

@@ -39,6 +39,10 @@ pub enum StompError {
     /// An empty command line.
     #[error("empty command")]
     EmptyCommand,
+    /// A NUL byte in the command or a header, where it would end the
+    /// frame for some readers.
+    #[error("a NUL byte in the {0}")]
+    Nul(&'static str),
 }
 
 /// Bounds on what a peer may send.
@@ -97,7 +101,17 @@ impl StompFrame {
         let escape = escape && self.command != "CONNECT" && self.command != "CONNECTED";
         dst.put_slice(self.command.as_bytes());
         dst.put_u8(b'\n');
+        // A header this encoding cannot carry is left out: written raw, its
+        // line breaks would let a property forge headers or whole frames.
+        let representable = |name: &str, value: &str| {
+            let bad_name = if escape { "\0" } else { "\0\r\n:" };
+            let bad_value = if escape { "\0" } else { "\0\r\n" };
+            !name.contains(|c| bad_name.contains(c)) && !value.contains(|c| bad_value.contains(c))
+        };
         for (name, value) in &self.headers {
+            if !representable(name, value) {
+                continue;
+            }
             put_header_text(dst, name, escape);
             dst.put_u8(b':');
             put_header_text(dst, value, escape);
@@ -211,6 +225,9 @@ impl StompDecoder {
         };
         let command =
             std::str::from_utf8(&buf[..end]).map_err(|_| StompError::NotUtf8("command"))?;
+        if command.contains('\0') {
+            return Err(StompError::Nul("command"));
+        }
         if command.is_empty() {
             return Err(StompError::EmptyCommand);
         }
@@ -237,6 +254,9 @@ impl StompDecoder {
             }
             let line =
                 std::str::from_utf8(&buf[at..end]).map_err(|_| StompError::NotUtf8("header"))?;
+            if line.contains('\0') {
+                return Err(StompError::Nul("header"));
+            }
             let Some((name, value)) = line.split_once(':') else {
                 return Err(StompError::NoColon {
                     line: line.to_owned(),
@@ -317,6 +337,33 @@ mod tests {
         assert_eq!(frames[0].get("destination"), Some("/queue/a"));
         assert_eq!(&frames[0].body[..], b"hello");
         assert_eq!(&frames[1].body[..], b"a\0b\0c");
+    }
+
+    #[test]
+    fn a_header_that_cannot_be_written_safely_is_left_out() {
+        let forged = "x\n\n\0MESSAGE\ndestination:/topic/bank\n\nFAKE";
+        let frame = StompFrame::new("MESSAGE")
+            .header("destination", "/topic/t")
+            .header("note", forged)
+            .header("bad:name", "v")
+            .header("nul", "a\0b")
+            .header("lines", "a\r\nb")
+            .body(&b"real"[..]);
+        for escape in [false, true] {
+            let mut b = BytesMut::new();
+            frame.encode(escape, &mut b);
+            let frames = decode_all(&b).unwrap();
+            assert_eq!(frames.len(), 1, "escape {escape}: {:?}", String::from_utf8_lossy(&b));
+            assert_eq!(&frames[0].body[..], b"real");
+            assert!(frames[0].get("nul").is_none());
+            assert!(frames[0].get("note").is_none(), "it holds a NUL");
+            assert_eq!(frames[0].get("lines").is_some(), escape);
+            assert_eq!(frames[0].get("bad:name").is_some(), escape);
+        }
+        assert!(matches!(
+            decode_all(b"SEND\ndestination:/queue/a\nx:a\0b\n\n\0"),
+            Err(StompError::Nul("header"))
+        ));
     }
 
     #[test]
