@@ -293,11 +293,58 @@ fn a_property_cannot_forge_frames_for_a_stomp_10_subscriber() {
     assert!(message.get("note").is_none() && message.get("lines").is_none());
     stomp.send(&StompFrame::new("DISCONNECT").header("receipt", "bye"));
     let next = stomp.expect("RECEIPT");
-    assert_eq!(next.get("receipt-id"), Some("bye"), "no forged frame came first");
+    assert_eq!(
+        next.get("receipt-id"),
+        Some("bye"),
+        "no forged frame came first"
+    );
 
     // A NUL in a header sent to the server is refused.
     let mut sender = StompClient::connected(&server, &[]);
     sender.write(b"SEND\ndestination:/topic/bank.x\nnote:a\0b\n\nbody\0");
     let error = sender.expect_error();
-    assert!(error.get("message").unwrap_or_default().contains("NUL"), "{error:?}");
+    assert!(
+        error.get("message").unwrap_or_default().contains("NUL"),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn temporary_queues_cannot_be_guessed_or_squatted() {
+    let server = start_with(three_users());
+    let mallory = login_as(&server, "mallory", "m").unwrap();
+    let ms = mallory.create_session(AckMode::Auto).unwrap();
+    let send = |name: &str| {
+        ms.create_producer(&Destination::queue(name))
+            .unwrap()
+            .send_with_receipt(Message::text("squat"))
+    };
+    // The next connection's would-be names, as they used to be.
+    for n in 0..20 {
+        for guess in [format!("temp.{n}.1"), format!("temp.{n}.0.1")] {
+            let e = send(&guess).unwrap_err();
+            assert_eq!(e.server_code(), Some(ErrorCode::InvalidDestination), "{e}");
+        }
+    }
+    let victim = login_as(&server, "victim", "v").unwrap();
+    let vs = victim.create_session(AckMode::Auto).unwrap();
+    let replies = vs.create_temporary_queue();
+    let parts: Vec<&str> = replies.name.split('.').collect();
+    assert_eq!(
+        parts.len(),
+        4,
+        "temp.<number>.<token>.<n>: {}",
+        replies.name
+    );
+    assert_eq!(parts[2].len(), 16, "a 64-bit token: {}", replies.name);
+    let inbox = vs.create_consumer(&replies).unwrap();
+    // Anyone told the name may answer to it.
+    send(&replies.name).unwrap();
+    assert_eq!(next(&inbox).body_text(), Some("squat"));
+    // Once its connection ends, it is gone, and sends are refused.
+    drop((inbox, vs));
+    victim.close().unwrap();
+    wait_until("the temporary queue is deleted", || {
+        send(&replies.name).is_err_and(|e| e.server_code() == Some(ErrorCode::InvalidDestination))
+    });
 }

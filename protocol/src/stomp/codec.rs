@@ -353,7 +353,12 @@ mod tests {
             let mut b = BytesMut::new();
             frame.encode(escape, &mut b);
             let frames = decode_all(&b).unwrap();
-            assert_eq!(frames.len(), 1, "escape {escape}: {:?}", String::from_utf8_lossy(&b));
+            assert_eq!(
+                frames.len(),
+                1,
+                "escape {escape}: {:?}",
+                String::from_utf8_lossy(&b)
+            );
             assert_eq!(&frames[0].body[..], b"real");
             assert!(frames[0].get("nul").is_none());
             assert!(frames[0].get("note").is_none(), "it holds a NUL");

@@ -455,6 +455,10 @@ pub struct Broker {
     default_prefetch: u32,
     /// What a client's selector may cost.
     selector_limits: SelectorLimits,
+    /// A key of this server run's own: connection ids, and with them the
+    /// names of temporary destinations, carry a keyed hash of the
+    /// connection's number that no one else can guess.
+    connection_key: std::collections::hash_map::RandomState,
     /// Where persistent messages and durable subscriptions are kept.
     store: Arc<dyn Store>,
     /// Deliveries waiting for their delivery time, soonest first.
@@ -627,6 +631,7 @@ impl Broker {
             expiry_queue: config.queues.expiry_queue.clone(),
             default_prefetch: config.queues.default_prefetch,
             selector_limits: config.selectors.limits(),
+            connection_key: std::collections::hash_map::RandomState::new(),
             store,
             timers: Mutex::new(BinaryHeap::new()),
             retain_rules: config
@@ -1430,6 +1435,20 @@ impl Broker {
         Ok((pattern, selector))
     }
 
+    /// The id connection number `serial` is told in CONNECTED: its number
+    /// and a token that cannot be guessed from it.
+    pub fn connection_id(&self, serial: u64) -> String {
+        use std::hash::BuildHasher;
+        format!("{serial}.{:016x}", self.connection_key.hash_one(serial))
+    }
+
+    /// How the names of connection `serial`'s temporary queues and topics
+    /// start: `temp.<connection id>.`. Only that connection knows it, so
+    /// only those it tells (a reply-to) can send to them.
+    pub fn temporary_prefix(&self, serial: u64) -> String {
+        format!("temp.{}.", self.connection_id(serial))
+    }
+
     /// Parses a client's selector within the configured limits; empty
     /// text is no selector.
     pub fn parse_selector(&self, text: &str) -> Result<Option<Arc<Selector>>, SubscribeError> {
@@ -1498,7 +1517,7 @@ impl Broker {
                 Ok(SubscriptionHandle::Queue(queue))
             }
             DestinationKind::Topic => {
-                let own = format!("temp.{}.", sub.conn.serial);
+                let own = self.temporary_prefix(sub.conn.serial);
                 if req.destination.starts_with("temp.") && !req.destination.starts_with(&own) {
                     return Err(SubscribeError::NotOwner(req.destination.to_owned()));
                 }

@@ -35,7 +35,7 @@ pub(super) fn handle(
     session.silence_limit = Duration::from_millis(heartbeat_ms.into());
     let connected = Connected {
         server_version: env!("CARGO_PKG_VERSION").to_owned(),
-        connection_id: ctx.me.serial.to_string(),
+        connection_id: ctx.shared.broker.connection_id(ctx.me.serial),
         heartbeat_ms,
         max_frame_size: config.max_frame_size,
     };

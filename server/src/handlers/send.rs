@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use herald_protocol::{DeliveryMode, ErrorCode, MessageView};
+use herald_protocol::{DeliveryMode, DestinationKind, ErrorCode, MessageView};
 
 use super::{receipt, Context, Flow, Parked, Refusal};
 use crate::auth::Permission;
@@ -24,17 +24,38 @@ pub enum Published {
 }
 
 /// Refuses a message the user may not publish. Anyone may answer to a
-/// temporary queue or topic (a request's reply-to).
-pub fn authorize(session: &Session, message: &MessageView) -> Result<(), Refusal> {
-    authorize_named(session, message, message.destination())
+/// temporary queue or topic (a request's reply-to), but only to one that
+/// exists: a send never makes one, so no one can take another
+/// connection's temporary queue name before it does.
+pub fn authorize(
+    session: &Session,
+    message: &MessageView,
+    ctx: &Context<'_>,
+) -> Result<(), Refusal> {
+    authorize_named(session, message, message.destination(), ctx)
 }
 
 /// [`authorize`], for the message's destination `name`.
-fn authorize_named(session: &Session, message: &MessageView, name: &str) -> Result<(), Refusal> {
-    if name.starts_with("temp.") {
-        return Ok(());
+fn authorize_named(
+    session: &Session,
+    message: &MessageView,
+    name: &str,
+    ctx: &Context<'_>,
+) -> Result<(), Refusal> {
+    if !name.starts_with("temp.") {
+        return super::authorize(session, Permission::Publish, message.destination_kind, name);
     }
-    super::authorize(session, Permission::Publish, message.destination_kind, name)
+    let missing = message.destination_kind == DestinationKind::Queue
+        && ctx.shared.broker.find_queue(name).is_none();
+    if missing {
+        return Err(Refusal::soft(
+            ErrorCode::InvalidDestination,
+            format!(
+                "there is no temporary queue '{name}': its connection has ended, or never made it"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Routes a message, whatever protocol it came in; `since` is when it was
@@ -47,7 +68,7 @@ pub fn publish(
     ctx: &mut Context<'_>,
 ) -> Result<Published, Refusal> {
     let name = message.destination();
-    authorize_named(session, &message, name)?;
+    authorize_named(session, &message, name, ctx)?;
     let most = ctx
         .shared
         .limits

@@ -69,7 +69,7 @@ pub fn authorize(
     request: &SubscribeRequest<'_>,
     ctx: &Context<'_>,
 ) -> Result<(), Refusal> {
-    let own = format!("temp.{}.", ctx.me.serial);
+    let own = ctx.shared.broker.temporary_prefix(ctx.me.serial);
     if request.destination.starts_with(&own) {
         return Ok(());
     }
@@ -153,7 +153,7 @@ pub fn handle(
             "best effort is for plain topic subscriptions (not acknowledged, not durable or shared)",
         ));
     }
-    let prefix = format!("temp.{}.", ctx.me.serial);
+    let prefix = ctx.shared.broker.temporary_prefix(ctx.me.serial);
     if f.temporary && !f.pattern.starts_with(&prefix) {
         return Err(Refusal::soft(
             ErrorCode::InvalidDestination,

@@ -169,7 +169,7 @@ pub fn tx_send(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
-    if let Err(refusal) = super::send::authorize(session, &f.message) {
+    if let Err(refusal) = super::send::authorize(session, &f.message, ctx) {
         let (code, _, why) = refusal.into_parts();
         let why = format!("transaction {} is rolled back: {why}", f.transaction_id);
         session.transactions.doom(f.transaction_id, why.clone());

@@ -328,7 +328,7 @@ fn dispatch(
             stomp.next_message += 1;
             let view = mapping::message_from(&frame, id, now_ms()).map_err(malformed)?;
             if let Some(tx) = frame.get("transaction") {
-                send_authorize(session, &view).map_err(refused)?;
+                send_authorize(session, &view, ctx).map_err(refused)?;
                 stomp.hold(tx, Deferred::Send(view), ctx)?;
                 stomp.receipt(out, request_id);
                 return Ok(Flow::Continue);
@@ -611,7 +611,10 @@ fn temporary(
     session: &mut Session,
     ctx: &mut Context<'_>,
 ) -> Result<String, (ErrorCode, Refused)> {
-    let name = format!("temp.{}.{short}", ctx.me.serial);
+    let name = format!(
+        "{}{short}",
+        ctx.shared.broker.temporary_prefix(ctx.me.serial)
+    );
     herald_protocol::destination::validate_name(&name)
         .map_err(|e| (ErrorCode::InvalidDestination, e.to_string()))?;
     if !session.temporary_queues.contains(&name) {
