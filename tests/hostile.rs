@@ -348,3 +348,30 @@ fn temporary_queues_cannot_be_guessed_or_squatted() {
         send(&replies.name).is_err_and(|e| e.server_code() == Some(ErrorCode::InvalidDestination))
     });
 }
+
+#[test]
+fn once_users_exist_anonymous_clients_may_do_nothing_by_default() {
+    let server = start_with(three_users());
+    let (_c, s) = connect(&server);
+    let e = s.create_consumer(&Destination::topic("#")).unwrap_err();
+    assert_eq!(e.server_code(), Some(ErrorCode::NotAuthorized), "{e}");
+    let e = s
+        .create_producer(&Destination::topic("b.x"))
+        .unwrap()
+        .send_with_receipt(Message::text("anonymous"))
+        .unwrap_err();
+    assert_eq!(e.server_code(), Some(ErrorCode::NotAuthorized), "{e}");
+    let mut stomp = StompClient::connected(&server, &[]);
+    stomp.send(
+        &StompFrame::new("SUBSCRIBE")
+            .header("id", "1")
+            .header("destination", "/topic/b.#"),
+    );
+    stomp.expect_error();
+    // A user still has their rights.
+    let victim = login_as(&server, "victim", "v").unwrap();
+    let vs = victim.create_session(AckMode::Auto).unwrap();
+    let inbox = vs.create_consumer(&Destination::topic("b.#")).unwrap();
+    publish(&vs, "b.x", "mine");
+    assert_eq!(next(&inbox).body_text(), Some("mine"));
+}

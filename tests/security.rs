@@ -46,6 +46,17 @@ fn secured(required: bool, delay_ms: u32) -> Config {
             ..RoleEntry::default()
         },
     );
+    // Anonymous connections (the tests' observers) may publish and
+    // consume anything, but keep nothing.
+    config.auth.roles.insert(
+        "anyone".into(),
+        RoleEntry {
+            publish: patterns(&["#"]),
+            consume: patterns(&["#"]),
+            ..RoleEntry::default()
+        },
+    );
+    config.auth.anonymous_role = "anyone".into();
     config.auth.users = vec![
         user("alice", "wonderland", &["orders"]),
         user("arch", "ive", &["archivist"]),
@@ -127,12 +138,16 @@ fn when_required_anonymous_connections_are_refused() {
 }
 
 #[test]
-fn anonymous_connections_may_do_everything_unless_required() {
+fn anonymous_connections_have_the_anonymous_role_unless_required() {
     let server = start_with(secured(false, 10));
     let (_c, s) = connect(&server);
     let sub = subscribe(&s, "#");
     publish(&s, "anything.at.all", "ok");
     assert_eq!(next(&sub).body_text(), Some("ok"));
+    let e = s
+        .create_durable_subscriber(&Destination::topic("events.#"), "mine")
+        .unwrap_err();
+    assert_eq!(code(&e), Some(ErrorCode::NotAuthorized), "{e}");
 }
 
 #[test]

@@ -107,6 +107,15 @@ impl Permissions {
         }
     }
 
+    /// Nothing at all.
+    pub fn none() -> Permissions {
+        Permissions {
+            grants: Default::default(),
+            admin: false,
+            everything: false,
+        }
+    }
+
     fn of_roles<'a>(roles: impl Iterator<Item = &'a RoleEntry>) -> Result<Permissions, String> {
         let mut p = Permissions {
             grants: Default::default(),
@@ -162,13 +171,13 @@ pub struct Principal {
 }
 
 impl Principal {
-    /// An anonymous connection that may do everything.
-    pub fn anonymous() -> Principal {
-        static EVERYTHING: OnceLock<Arc<Permissions>> = OnceLock::new();
+    /// A connection that has not logged in: it may do nothing.
+    pub fn nobody() -> Principal {
+        static NOTHING: OnceLock<Arc<Permissions>> = OnceLock::new();
         Principal {
             user: String::new(),
-            permissions: EVERYTHING
-                .get_or_init(|| Arc::new(Permissions::everything()))
+            permissions: NOTHING
+                .get_or_init(|| Arc::new(Permissions::none()))
                 .clone(),
             generation: 0,
         }
@@ -209,6 +218,9 @@ pub struct Users {
     required: bool,
     delay: Duration,
     users: HashMap<String, User>,
+    /// What an anonymous connection may do: everything on an open broker
+    /// (no users), else `anonymous_role`'s permissions, or nothing.
+    anonymous: Arc<Permissions>,
 }
 
 impl Users {
@@ -257,12 +269,57 @@ impl Users {
                 ));
             }
         }
+        let anonymous = match (users.is_empty(), config.anonymous_role.as_str()) {
+            (true, _) => Permissions::everything(),
+            (false, "") => Permissions::none(),
+            (false, name) => {
+                let role = config.roles.get(name).ok_or_else(|| {
+                    (
+                        "auth.anonymous_role",
+                        format!("no role '{name}' in [auth.roles]"),
+                    )
+                })?;
+                Permissions::of_roles(std::iter::once(role))
+                    .map_err(|e| ("auth.roles", format!("role '{name}': {e}")))?
+            }
+        };
         Ok(Users {
             generation: 0,
             required: config.required,
             delay: Duration::from_millis(config.failed_login_delay_ms.into()),
             users,
+            anonymous: Arc::new(anonymous),
         })
+    }
+
+    /// What the server tells its operator of anonymous connections.
+    pub fn describe_anonymous(&self, config: &AuthSection) -> String {
+        match (
+            self.users.is_empty(),
+            self.required,
+            config.anonymous_role.as_str(),
+        ) {
+            (true, _, _) => "no users are configured: every connection may do everything".into(),
+            (false, true, _) => "every connection must log in as a user".into(),
+            (false, false, "") => {
+                "anonymous connections may connect and do nothing (auth.anonymous_role is empty)"
+                    .into()
+            }
+            (false, false, role) => {
+                format!("anonymous connections have the permissions of role '{role}'")
+            }
+        }
+    }
+
+    /// The permissions `user` has now; "" is anonymous.
+    fn permissions_of(&self, user: &str) -> Arc<Permissions> {
+        if user.is_empty() {
+            return self.anonymous.clone();
+        }
+        match self.users.get(user) {
+            Some(u) => u.permissions.clone(),
+            None => Arc::new(Permissions::none()),
+        }
     }
 
     /// The principal for these credentials, if no password check is
@@ -270,7 +327,11 @@ impl Users {
     /// allowed.
     fn at_once(&self, user: &str) -> Option<Principal> {
         let open = self.users.is_empty() || (user.is_empty() && !self.required);
-        open.then(Principal::anonymous)
+        open.then(|| Principal {
+            user: String::new(),
+            permissions: self.anonymous.clone(),
+            generation: self.generation,
+        })
     }
 
     /// Checks a password; unknown users cost the same time as known ones.
@@ -371,25 +432,23 @@ impl Authenticator {
 
     /// A logged-in user's permissions as the config says now, if a reload
     /// changed them since `principal` was made: a user removed by the
-    /// reload may do nothing more. Anonymous connections stay as they are.
+    /// reload may do nothing more, and anonymous connections take what
+    /// the new config gives them.
     pub fn refresh(&self, principal: &Principal) -> Option<Principal> {
-        if principal.user.is_empty() || principal.generation == self.generation() {
+        if principal.generation == self.generation() {
             return None;
         }
         let users = self.current();
-        let permissions = match users.users.get(&principal.user) {
-            Some(u) => u.permissions.clone(),
-            None => Arc::new(Permissions {
-                grants: Default::default(),
-                admin: false,
-                everything: false,
-            }),
-        };
         Some(Principal {
             user: principal.user.clone(),
-            permissions,
+            permissions: users.permissions_of(&principal.user),
             generation: users.generation,
         })
+    }
+
+    /// What the server tells its operator of anonymous connections.
+    pub fn describe_anonymous(&self, config: &AuthSection) -> String {
+        self.current().describe_anonymous(config)
     }
 
     /// How many reloads there have been.

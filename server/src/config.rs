@@ -248,6 +248,9 @@ pub struct AuthSection {
     pub required: bool,
     /// How long a failed login waits before its ERROR.
     pub failed_login_delay_ms: u32,
+    /// The role whose permissions anonymous connections have once users
+    /// exist; "" = none at all.
+    pub anonymous_role: String,
     /// `[[auth.users]]`.
     pub users: Vec<UserEntry>,
     /// `[auth.roles.NAME]`.
@@ -259,6 +262,7 @@ impl Default for AuthSection {
         AuthSection {
             required: false,
             failed_login_delay_ms: 1000,
+            anonymous_role: String::new(),
             users: Vec::new(),
             roles: std::collections::BTreeMap::new(),
         }

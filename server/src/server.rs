@@ -156,6 +156,7 @@ impl Server {
             "herald {} listening on {local_addr} with {n} workers",
             env!("CARGO_PKG_VERSION")
         );
+        log::info!("{}", shared.auth.describe_anonymous(&shared.config.auth));
         if let Some(addr) = stomp_addr {
             log::info!("STOMP listening on {addr}");
         }

@@ -66,7 +66,7 @@ impl Session {
         Session {
             phase: Phase::AwaitingConnect,
             client_id: String::new(),
-            principal: Principal::anonymous(),
+            principal: Principal::nobody(),
             pending_receipts: 0,
             silence_limit: connect_timeout,
             subscriptions: FastMap::default(),
