@@ -341,7 +341,8 @@ fn secured_config(extra_user: bool) -> String {
         "[admin]\nlisten = \"127.0.0.1:0\"\n[stomp]\nenabled = false\nwebsocket_enabled = false\n\
          [auth]\nfailed_login_delay_ms = 10\n\
          [[auth.users]]\nname = \"ops\"\npassword = \"{admin}\"\nroles = [\"admin\"]\n\
-         [[auth.users]]\nname = \"viewer\"\npassword = \"{reader}\"\nroles = [\"reader\"]\n"
+         [[auth.users]]\nname = \"viewer\"\npassword = \"{reader}\"\nroles = [\"reader\"]\n\
+         [[auth.users]]\nname = \"watcher\"\npassword = \"{reader}\"\nroles = [\"monitor\"]\n"
     );
     if extra_user {
         let new = hash_password("fresh").unwrap();
@@ -349,7 +350,10 @@ fn secured_config(extra_user: bool) -> String {
             "[[auth.users]]\nname = \"newcomer\"\npassword = \"{new}\"\nroles = [\"admin\"]\n"
         ));
     }
-    text.push_str("[auth.roles.admin]\nadmin = true\n[auth.roles.reader]\nconsume = [\"#\"]\n");
+    text.push_str(
+        "[auth.roles.admin]\nadmin = true\n[auth.roles.reader]\nconsume = [\"#\"]\n\
+         [auth.roles.monitor]\nmonitor = true\n",
+    );
     text
 }
 
@@ -361,7 +365,7 @@ fn secured_server(file: &std::path::Path) -> TestServer {
 }
 
 #[test]
-fn with_users_reading_needs_a_user_and_changing_needs_admin() {
+fn with_users_reading_needs_monitor_and_changing_needs_admin() {
     let dir = temp_dir("admin-conf");
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("herald.toml");
@@ -373,23 +377,50 @@ fn with_users_reading_needs_a_user_and_changing_needs_admin() {
     let a = call(&server, "GET", "/api/queues", None, Some(("ops", "wrong")));
     assert_eq!(a.status, 401);
     assert!(a.error().contains("invalid user name or password"));
+    // A plain user may see that the server is up, and nothing else:
+    // connections, users and subscriptions are what an attacker wants.
+    let viewer = Some(("viewer", "look"));
     assert_eq!(
-        call(
-            &server,
-            "GET",
-            "/api/queues",
-            None,
-            Some(("viewer", "look"))
-        )
-        .status,
+        call(&server, "GET", "/api/health", None, viewer).status,
         200
+    );
+    for path in [
+        "/api/queues",
+        "/api/connections",
+        "/api/users",
+        "/api/subscriptions",
+        "/metrics",
+    ] {
+        let a = call(&server, "GET", path, None, viewer);
+        assert_eq!(a.status, 403, "{path}");
+        assert!(a.error().contains("'monitor'"), "{}", a.body);
+        let watched = call(&server, "GET", path, None, Some(("watcher", "look")));
+        assert_eq!(watched.status, 200, "{path}");
+    }
+    // A connection that logged in shows its user (its login is checked
+    // on another thread, after CONNECT).
+    let _client = factory(&server)
+        .with_credentials("viewer", "look")
+        .create_connection()
+        .unwrap();
+    let listed = call(
+        &server,
+        "GET",
+        "/api/connections",
+        None,
+        Some(("watcher", "look")),
+    );
+    assert!(
+        listed.body.contains("\"user\":\"viewer\""),
+        "{}",
+        listed.body
     );
     let a = call(
         &server,
         "POST",
         "/api/queues/x/purge",
         None,
-        Some(("viewer", "look")),
+        Some(("watcher", "look")),
     );
     assert_eq!(a.status, 403);
     assert!(a.error().contains("'admin'"), "{}", a.body);

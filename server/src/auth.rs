@@ -93,6 +93,7 @@ impl Grant {
 pub struct Permissions {
     /// Grants per [`Permission`], in the order of `Permission::ALL`.
     grants: [Vec<Grant>; 4],
+    monitor: bool,
     admin: bool,
     everything: bool,
 }
@@ -102,6 +103,7 @@ impl Permissions {
     pub fn everything() -> Permissions {
         Permissions {
             grants: Default::default(),
+            monitor: true,
             admin: true,
             everything: true,
         }
@@ -111,19 +113,17 @@ impl Permissions {
     pub fn none() -> Permissions {
         Permissions {
             grants: Default::default(),
+            monitor: false,
             admin: false,
             everything: false,
         }
     }
 
     fn of_roles<'a>(roles: impl Iterator<Item = &'a RoleEntry>) -> Result<Permissions, String> {
-        let mut p = Permissions {
-            grants: Default::default(),
-            admin: false,
-            everything: false,
-        };
+        let mut p = Permissions::none();
         for role in roles {
             p.admin |= role.admin;
+            p.monitor |= role.monitor || role.admin;
             for (i, permission) in Permission::ALL.into_iter().enumerate() {
                 for text in permission.patterns(role) {
                     p.grants[i].push(Grant::parse(text)?);
@@ -152,9 +152,14 @@ impl Permissions {
         }
     }
 
-    /// Whether the management interface is allowed.
+    /// Whether the management interface may be used to change things.
     pub fn is_admin(&self) -> bool {
         self.admin
+    }
+
+    /// Whether the management interface's views may be read.
+    pub fn is_monitor(&self) -> bool {
+        self.monitor
     }
 }
 

@@ -295,7 +295,11 @@ pub struct RoleEntry {
     pub browse: Vec<String>,
     /// Create and delete durable subscriptions on these topics.
     pub durable: Vec<String>,
-    /// Use the management interface.
+    /// Read the management interface's views of connections, users,
+    /// subscriptions and queues, and its metrics.
+    pub monitor: bool,
+    /// Use the management interface: read it, and change things through
+    /// it (includes `monitor`).
     pub admin: bool,
 }
 

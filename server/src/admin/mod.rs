@@ -12,9 +12,11 @@
 //! certificate.
 //!
 //! With users configured, every request needs HTTP basic auth with a
-//! user's credentials; reading needs any user, changing needs a role with
-//! `admin = true`. Without users, the interface only runs on loopback (the
-//! config refuses anything else) and is open.
+//! user's credentials. Any user may load the console and ask for health
+//! and readiness; reading anything else (connections with their peers,
+//! users, subscriptions, queues, metrics) needs a role with `monitor` or
+//! `admin`, and changing anything `admin`. Without users, the interface
+//! only runs on loopback (the config refuses anything else) and is open.
 
 mod api;
 mod console;
@@ -243,8 +245,17 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Checks HTTP basic auth where users are configured: reading needs a
-/// user, anything else a user with the admin permission.
+/// Pages any user may read: they say nothing about other clients.
+const OPEN_TO_USERS: [&str; 5] = [
+    "/",
+    "/console.js",
+    "/openapi.json",
+    "/api/health",
+    "/api/ready",
+];
+
+/// Checks HTTP basic auth where users are configured: see the module doc
+/// for who may do what.
 async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if !state.shared.auth.has_users() {
         return next.run(request).await;
@@ -272,8 +283,17 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         Err(why) => return ApiError::new(StatusCode::UNAUTHORIZED, why).into_response(),
     };
     let reading = matches!(*request.method(), Method::GET | Method::HEAD);
-    if !reading && !principal.permissions.is_admin() {
-        let why = format!("user '{user}' lacks the 'admin' permission: it may look, not change");
+    let open = reading && OPEN_TO_USERS.contains(&request.uri().path());
+    let refusal = match (reading, open) {
+        (false, _) if !principal.permissions.is_admin() => Some(format!(
+            "user '{user}' lacks the 'admin' permission: it may not change anything"
+        )),
+        (true, false) if !principal.permissions.is_monitor() => Some(format!(
+            "user '{user}' lacks the 'monitor' permission: it may not read the management views"
+        )),
+        _ => None,
+    };
+    if let Some(why) = refusal {
         return ApiError::new(StatusCode::FORBIDDEN, why).into_response();
     }
     next.run(request).await
