@@ -3,7 +3,10 @@
 //! gets a clear ERROR while everyone else is served as before.
 
 use herald_client::{AckMode, Connection, Destination, Message};
-use herald_protocol::frame::Subscribe;
+use std::io::Write;
+use std::time::Duration;
+
+use herald_protocol::frame::{Connect, Subscribe};
 use herald_protocol::stomp::StompFrame;
 use herald_protocol::{DestinationKind, ErrorCode, Frame};
 use herald_server::auth::hash_password;
@@ -374,4 +377,80 @@ fn once_users_exist_anonymous_clients_may_do_nothing_by_default() {
     let inbox = vs.create_consumer(&Destination::topic("b.#")).unwrap();
     publish(&vs, "b.x", "mine");
     assert_eq!(next(&inbox).body_text(), Some("mine"));
+}
+
+/// A CONNECT frame's bytes.
+fn connect_bytes() -> Vec<u8> {
+    let mut b = bytes::BytesMut::new();
+    Frame::Connect(Connect::default())
+        .encode(1, &mut b)
+        .unwrap();
+    b.to_vec()
+}
+
+#[test]
+fn before_connect_only_a_small_frame_is_taken() {
+    let server = start();
+    let mut raw = RawClient::open(&server);
+    // A CONNECT that says a megabyte follows: refused on its header alone.
+    let mut header = connect_bytes()[..12].to_vec();
+    header[8..12].copy_from_slice(&(1u32 << 20).to_be_bytes());
+    raw.write(&header);
+    let e = raw.expect_fatal(ErrorCode::FrameTooLarge);
+    assert!(e.message.contains("8192"), "{e:?}");
+    // Over STOMP, a CONNECT frame past the limit too.
+    let mut stomp = StompClient::open(&server);
+    let padding = "x".repeat(10_000);
+    stomp.write(format!("CONNECT\naccept-version:1.2\npad:{padding}\n\n\0").as_bytes());
+    stomp.expect_error();
+    // After CONNECT, frames up to max_frame_size are fine.
+    let (_c, s) = connect(&server);
+    let consumer = subscribe(&s, "big");
+    publish(&s, "big", &"y".repeat(500_000));
+    assert_eq!(next(&consumer).body_text().map(str::len), Some(500_000));
+}
+
+/// Writes `bytes` one at a time, `gap` apart, until the server closes the
+/// connection; returns how many were left unsent.
+fn trickle(mut stream: std::net::TcpStream, bytes: Vec<u8>, gap: Duration) -> usize {
+    for (i, b) in bytes.iter().enumerate() {
+        if stream.write_all(&[*b]).is_err() {
+            return bytes.len() - i;
+        }
+        std::thread::sleep(gap);
+    }
+    0
+}
+
+#[test]
+fn the_connect_deadline_counts_from_the_accept_not_the_last_byte() {
+    let mut config = test_config();
+    config.connect_timeout_ms = 1000;
+    let server = start_with(config);
+    let gap = Duration::from_millis(100);
+    // Native: a CONNECT of 60 bytes at 10 a second would take 6 s.
+    let mut raw = RawClient::open(&server);
+    let mut slow = connect_bytes();
+    slow.resize(slow.len().max(60), 0);
+    let len = (slow.len() - 12) as u32;
+    slow[8..12].copy_from_slice(&len.to_be_bytes());
+    let writer = raw.stream.try_clone().unwrap();
+    let sender = std::thread::spawn(move || trickle(writer, slow, gap));
+    let (e, _) = raw.expect_error();
+    assert_eq!(e.error_code(), Some(ErrorCode::HeartbeatTimeout), "{e:?}");
+    assert!(e.message.contains("no CONNECT"), "{e:?}");
+    assert!(
+        sender.join().unwrap() > 0,
+        "closed before the CONNECT was whole"
+    );
+    // STOMP: a header line at 10 bytes a second.
+    let stomp = std::net::TcpStream::connect(server.stomp_addr().unwrap()).unwrap();
+    let line =
+        b"CONNECT\naccept-version:1.2\nhost:localhost\nlogin:a-very-slow-client\n\n\0".to_vec();
+    let left = trickle(stomp, line, gap);
+    assert!(
+        left > 0,
+        "the STOMP connection was closed before its CONNECT was whole"
+    );
+    still_serving(&server);
 }

@@ -58,6 +58,8 @@ pub struct Config {
     pub workers: usize,
     /// Largest frame body accepted.
     pub max_frame_size: u32,
+    /// Largest frame accepted before CONNECT.
+    pub max_connect_frame_size: u32,
     /// Connections open at once.
     pub max_connections: usize,
     /// Subscriptions per connection.
@@ -438,6 +440,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 7777)),
             workers: 0,
             max_frame_size: 1 << 20,
+            max_connect_frame_size: 8192,
             max_connections: 100_000,
             max_subscriptions_per_connection: 10_000,
             max_pending_bytes: 64 << 20,
@@ -509,6 +512,15 @@ impl Config {
             return invalid(
                 "max_frame_size",
                 format!("{} is below the minimum of 1024", self.max_frame_size),
+            );
+        }
+        if !(512..=self.max_frame_size).contains(&self.max_connect_frame_size) {
+            return invalid(
+                "max_connect_frame_size",
+                format!(
+                    "{} is not between 512 and max_frame_size ({})",
+                    self.max_connect_frame_size, self.max_frame_size
+                ),
             );
         }
         for (key, value) in [

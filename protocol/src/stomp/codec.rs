@@ -185,6 +185,12 @@ fn line_end(buf: &[u8], from: usize) -> Option<(usize, usize)> {
 }
 
 impl StompDecoder {
+    /// Takes frames of up to `max` bytes from now on (larger once the
+    /// peer has connected).
+    pub fn set_max_frame_size(&mut self, max: usize) {
+        self.limits.max_frame_size = max;
+    }
+
     /// A decoder with these limits; escaping is on (1.1 and later) until
     /// [`StompDecoder::set_escape`] says otherwise.
     pub fn new(limits: StompLimits) -> StompDecoder {

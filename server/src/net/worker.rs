@@ -31,7 +31,7 @@ use crate::delivery::{Deliveries, Delivery, Seen};
 use crate::handlers::connect::{admit, release_client_id};
 use crate::handlers::send::{self, Published};
 use crate::handlers::{self, Context, Flow};
-use crate::session::{Session, Unacked};
+use crate::session::{Phase, Session, Unacked};
 use crate::stomp::{self, StompSession};
 use herald_protocol::message::is_persistent;
 use herald_protocol::stomp::StompLimits;
@@ -63,7 +63,7 @@ pub struct Worker {
     notified: Arc<AtomicBool>,
     shared: Arc<Shared>,
     conns: Slab<Connection>,
-    decoder: Decoder,
+    decoders: Decoders,
     deliveries: Deliveries,
     scratch: Vec<u8>,
     /// Connections with output queued since their last write.
@@ -96,7 +96,10 @@ impl Worker {
             poll,
             inbox,
             notified,
-            decoder: Decoder::new(config.max_frame_size),
+            decoders: Decoders {
+                handshake: Decoder::new(config.max_connect_frame_size),
+                connected: Decoder::new(config.max_frame_size),
+            },
             deliveries: Deliveries::new(shared.workers.len()),
             conns: Slab::new(),
             scratch: vec![0; SCRATCH_LEN],
@@ -280,8 +283,9 @@ impl Worker {
         let serial = self.shared.next_serial.fetch_add(1, Ordering::Relaxed);
         let timeout = Duration::from_millis(self.shared.config.connect_timeout_ms.into());
         let config = &self.shared.config;
+        // Until CONNECT, only a frame the size of a CONNECT is taken.
         let limits = StompLimits {
-            max_frame_size: config.max_frame_size as usize,
+            max_frame_size: config.max_connect_frame_size as usize,
             max_headers: config.stomp.max_headers,
         };
         let stomp = match protocol {
@@ -356,7 +360,7 @@ impl Worker {
                 Ok(ReadStatus::Closed) => break Err(None),
                 Err(e) => break Err(Some(e)),
             }
-            match decode_all(&self.decoder, conn, &mut ctx) {
+            match decode_all(&self.decoders, conn, &mut ctx) {
                 // A subscriber it published to drains a backlog: read no
                 // more from it until that is done.
                 Flow::Continue if ctx.backlog.is_some() => break Ok(Flow::Continue),
@@ -464,7 +468,7 @@ impl Worker {
             return;
         };
         let mut ctx = Context::new(&self.shared, target, &mut self.deliveries);
-        let more = resume(&self.decoder, conn, &mut ctx, Flow::Continue);
+        let more = resume(&self.decoders, conn, &mut ctx, Flow::Continue);
         let backlog = ctx.backlog.take();
         drop(ctx);
         conn.note();
@@ -509,7 +513,7 @@ impl Worker {
                     Flow::Continue
                 }
             };
-            let more = resume(&self.decoder, conn, &mut ctx, flow);
+            let more = resume(&self.decoders, conn, &mut ctx, flow);
             let backlog = ctx.backlog.take();
             drop(ctx);
             conn.note();
@@ -893,6 +897,34 @@ impl Worker {
             conn.last_read = now;
             self.mark_dirty(slot);
         }
+        // CONNECT must have arrived within the connect timeout of the
+        // accept, however slowly its bytes trickle in (one that went
+        // silent was told so above).
+        let deadline = std::time::SystemTime::now().checked_sub(Duration::from_millis(
+            self.shared.config.connect_timeout_ms.into(),
+        ));
+        let late: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.session.phase == Phase::AwaitingConnect
+                    && !c.closing
+                    && deadline.is_some_and(|d| c.info.since < d)
+            })
+            .map(|(slot, _)| slot)
+            .collect();
+        for slot in late {
+            let conn = &mut self.conns[slot];
+            let limit = self.shared.config.connect_timeout_ms;
+            log::info!(
+                "connection {} ({}): no CONNECT within {limit} ms, closing",
+                conn.serial,
+                conn.info.peer
+            );
+            let why = format!("no CONNECT within {limit} ms of connecting");
+            conn.reply_error(0, ErrorCode::HeartbeatTimeout, true, why);
+            self.mark_dirty(slot);
+        }
     }
 
     fn close(&mut self, slot: usize) {
@@ -1005,9 +1037,9 @@ fn stop(conn: &mut Connection, flow: Flow) {
 /// Goes on with a connection after what it waited for: decodes what it
 /// buffered meanwhile. True if its socket must be read again (edge
 /// triggering will not report bytes that arrived while it waited).
-fn resume(decoder: &Decoder, conn: &mut Connection, ctx: &mut Context<'_>, flow: Flow) -> bool {
+fn resume(decoders: &Decoders, conn: &mut Connection, ctx: &mut Context<'_>, flow: Flow) -> bool {
     let flow = match flow {
-        Flow::Continue if !conn.closing => decode_all(decoder, conn, ctx),
+        Flow::Continue if !conn.closing => decode_all(decoders, conn, ctx),
         Flow::Continue => Flow::Close,
         other => other,
     };
@@ -1019,11 +1051,23 @@ fn resume(decoder: &Decoder, conn: &mut Connection, ctx: &mut Context<'_>, flow:
     false
 }
 
-fn decode_all(decoder: &Decoder, conn: &mut Connection, ctx: &mut Context<'_>) -> Flow {
+/// The native protocol's decoders: before CONNECT, a frame may be no
+/// bigger than a CONNECT needs (`max_connect_frame_size`), so that no one
+/// can make the server hold big buffers before logging in.
+struct Decoders {
+    handshake: Decoder,
+    connected: Decoder,
+}
+
+fn decode_all(decoders: &Decoders, conn: &mut Connection, ctx: &mut Context<'_>) -> Flow {
     if let Some(s) = conn.stomp.as_deref_mut() {
         return stomp::receive(s, &mut conn.read_buf, &mut conn.session, &mut conn.out, ctx);
     }
     loop {
+        let decoder = match conn.session.phase {
+            Phase::AwaitingConnect => &decoders.handshake,
+            Phase::Connected => &decoders.connected,
+        };
         match decoder.decode(&mut conn.read_buf) {
             Ok(Some(raw)) => match handlers::dispatch(raw, &mut conn.session, &mut conn.out, ctx) {
                 // The rest waits while a subscriber drains its backlog.

@@ -243,7 +243,11 @@ pub fn receive(
             }
         }
     }
-    let max = ctx.shared.config.max_frame_size as usize;
+    let config = &ctx.shared.config;
+    let max = match session.phase {
+        Phase::AwaitingConnect => config.max_connect_frame_size,
+        Phase::Connected => config.max_frame_size,
+    } as usize;
     let mut replies = Vec::new();
     let control = websocket::unwrap_frames(ws, buf, max, &mut replies);
     for r in replies {
@@ -475,6 +479,9 @@ fn connect(
     };
     stomp.version = version;
     stomp.decoder.set_escape(version != "1.0");
+    stomp
+        .decoder
+        .set_max_frame_size(ctx.shared.config.max_frame_size as usize);
     session.phase = Phase::Connected;
     session.client_id = frame.get("client-id").unwrap_or_default().to_owned();
     let connected = StompFrame::new("CONNECTED")
