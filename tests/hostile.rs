@@ -454,3 +454,95 @@ fn the_connect_deadline_counts_from_the_accept_not_the_last_byte() {
     );
     still_serving(&server);
 }
+
+#[test]
+fn stomp_ids_names_and_transactions_are_bounded() {
+    let server = start();
+    let long = "n".repeat(1000);
+    for (command, header) in [("BEGIN", "transaction"), ("SUBSCRIBE", "id")] {
+        let mut stomp = StompClient::connected(&server, &[]);
+        stomp.send(
+            &StompFrame::new(command)
+                .header(header, &long)
+                .header("destination", "/topic/t"),
+        );
+        let error = stomp.expect_error();
+        assert!(
+            error
+                .get("message")
+                .unwrap_or_default()
+                .contains("max_id_length"),
+            "{command}: {error:?}"
+        );
+    }
+    let mut stomp = StompClient::connected(&server, &[]);
+    stomp.send(
+        &StompFrame::new("SEND")
+            .header("destination", "/topic/t")
+            .header("receipt", &long),
+    );
+    stomp.expect_error();
+    // Open transactions count against a limit of their own.
+    let mut stomp = StompClient::connected(&server, &[]);
+    let most = test_config().max_transactions_per_connection;
+    for n in 0..most {
+        stomp.send(
+            &StompFrame::new("BEGIN")
+                .header("transaction", format!("tx{n}"))
+                .header("receipt", format!("r{n}")),
+        );
+        stomp.expect("RECEIPT");
+    }
+    stomp.send(&StompFrame::new("BEGIN").header("transaction", "one-more"));
+    let error = stomp.expect_error();
+    assert!(
+        error
+            .get("message")
+            .unwrap_or_default()
+            .contains("max_transactions_per_connection"),
+        "{error:?}"
+    );
+    still_serving(&server);
+}
+
+#[test]
+fn heart_beats_are_bounded_both_ways() {
+    let mut config = test_config();
+    config.stomp.idle_timeout_ms = 300;
+    let server = start_with(config);
+    // A STOMP client that offers no heart-beat is closed when idle.
+    let mut quiet = StompClient::connected(&server, &[("heart-beat", "0,0")]);
+    let error = quiet.expect_error();
+    assert!(
+        error
+            .get("message")
+            .unwrap_or_default()
+            .contains("nothing received"),
+        "{error:?}"
+    );
+    // A native client asking for a 49-day interval gets the maximum.
+    let mut raw = RawClient::open(&server);
+    raw.send(
+        &Frame::Connect(Connect {
+            heartbeat_ms: 49 * 24 * 3600 * 1000,
+            ..Connect::default()
+        }),
+        1,
+    );
+    match raw.read_frame() {
+        Some((Frame::Connected(c), _)) => {
+            assert_eq!(c.heartbeat_ms, test_config().max_heartbeat_ms)
+        }
+        other => panic!("{other:?}"),
+    }
+    // A client id longer than max_id_length is refused.
+    let mut raw = RawClient::open(&server);
+    raw.send(
+        &Frame::Connect(Connect {
+            client_id: "c".repeat(1000),
+            ..Connect::default()
+        }),
+        1,
+    );
+    raw.expect_fatal(ErrorCode::LimitExceeded);
+}

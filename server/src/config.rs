@@ -79,6 +79,13 @@ pub struct Config {
     pub heartbeat_ms: u32,
     /// Shortest heart-beat interval a client may ask for.
     pub min_heartbeat_ms: u32,
+    /// Longest heart-beat interval a client may ask for.
+    pub max_heartbeat_ms: u32,
+    /// Longest client id, durable subscription name, STOMP subscription
+    /// id, transaction name or receipt id, in bytes.
+    pub max_id_length: usize,
+    /// Transactions one connection may have open at once.
+    pub max_transactions_per_connection: usize,
     /// Time allowed before CONNECT.
     pub connect_timeout_ms: u32,
     /// Where the journal keeps persistent messages and durable
@@ -315,6 +322,9 @@ pub struct StompSection {
     pub listen: SocketAddr,
     /// Header lines one STOMP frame may carry.
     pub max_headers: usize,
+    /// How long a STOMP client that sends no heart-beats may send nothing
+    /// before it is closed; 0 = forever.
+    pub idle_timeout_ms: u32,
     /// Whether the STOMP-over-WebSocket listener runs.
     pub websocket_enabled: bool,
     /// Its address.
@@ -327,6 +337,7 @@ impl Default for StompSection {
             enabled: true,
             listen: SocketAddr::from(([127, 0, 0, 1], 61613)),
             max_headers: 128,
+            idle_timeout_ms: 3_600_000,
             websocket_enabled: true,
             websocket_listen: SocketAddr::from(([127, 0, 0, 1], 61614)),
         }
@@ -449,6 +460,9 @@ impl Default for Config {
             slow_consumer_grace_ms: 1000,
             heartbeat_ms: 30_000,
             min_heartbeat_ms: 100,
+            max_heartbeat_ms: 300_000,
+            max_id_length: 256,
+            max_transactions_per_connection: 64,
             connect_timeout_ms: 10_000,
             data_dir: PathBuf::from("./data"),
             journal: JournalSection::default(),
@@ -514,6 +528,15 @@ impl Config {
                 format!("{} is below the minimum of 1024", self.max_frame_size),
             );
         }
+        if self.max_heartbeat_ms < self.min_heartbeat_ms.max(self.heartbeat_ms) {
+            return invalid(
+                "max_heartbeat_ms",
+                format!(
+                    "{} is below min_heartbeat_ms or heartbeat_ms",
+                    self.max_heartbeat_ms
+                ),
+            );
+        }
         if !(512..=self.max_frame_size).contains(&self.max_connect_frame_size) {
             return invalid(
                 "max_connect_frame_size",
@@ -552,6 +575,11 @@ impl Config {
             ),
             ("heartbeat_ms", self.heartbeat_ms as usize),
             ("min_heartbeat_ms", self.min_heartbeat_ms as usize),
+            ("max_id_length", self.max_id_length),
+            (
+                "max_transactions_per_connection",
+                self.max_transactions_per_connection,
+            ),
             ("connect_timeout_ms", self.connect_timeout_ms as usize),
             ("selectors.max_length", self.selectors.max_length),
             ("selectors.max_terms", self.selectors.max_terms),

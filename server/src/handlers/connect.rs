@@ -28,8 +28,10 @@ pub(super) fn handle(
     let config = &ctx.shared.config;
     let heartbeat_ms = match f.heartbeat_ms {
         0 => config.heartbeat_ms,
-        asked => asked.max(config.min_heartbeat_ms),
+        asked => asked.clamp(config.min_heartbeat_ms, config.max_heartbeat_ms),
     };
+    check_id_length("client id", &f.client_id, config.max_id_length)
+        .map_err(|r| Refusal::fatal(ErrorCode::LimitExceeded, r.into_parts().2))?;
     session.phase = Phase::Connected;
     session.client_id = f.client_id;
     session.silence_limit = Duration::from_millis(heartbeat_ms.into());
@@ -48,6 +50,21 @@ pub(super) fn handle(
         }
         None => Ok(Flow::Login(Welcome::Native(connected, request_id))),
     }
+}
+
+/// Refuses an id or name longer than `max_id_length`: each is kept for
+/// as long as what it names.
+pub fn check_id_length(what: &str, id: &str, max: usize) -> Result<(), Refusal> {
+    if id.len() <= max {
+        return Ok(());
+    }
+    Err(Refusal::soft(
+        ErrorCode::LimitExceeded,
+        format!(
+            "the {what} is {} bytes long, more than the {max} allowed (max_id_length)",
+            id.len()
+        ),
+    ))
 }
 
 /// Admits a connection whose login succeeded, unless another live

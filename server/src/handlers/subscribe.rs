@@ -137,6 +137,8 @@ pub fn handle(
             format!("this connection already holds {limit} subscriptions, the most allowed"),
         ));
     }
+    let max_id = ctx.shared.config.max_id_length;
+    super::connect::check_id_length("durable subscription name", &f.durable_name, max_id)?;
     if session.subscriptions.contains_key(&f.subscription_id) {
         return Err(Refusal::soft(
             ErrorCode::DuplicateSubscription,

@@ -55,13 +55,28 @@ impl<K> Default for Transactions<K> {
 }
 
 impl<K: std::hash::Hash + Eq + std::fmt::Display + Clone> Transactions<K> {
-    /// Opens `tx` if it is not open yet; false if it already was.
-    pub fn begin(&mut self, tx: K) -> bool {
+    /// Opens `tx` if it is not open yet; false if it already was. Refused
+    /// if `max_open` transactions are open already.
+    pub fn begin(&mut self, tx: K, max_open: usize) -> Result<bool, Refusal> {
         if self.open.contains_key(&tx) {
-            return false;
+            return Ok(false);
         }
+        self.room_for(&tx, max_open)?;
         self.open.insert(tx, Held::default());
-        true
+        Ok(true)
+    }
+
+    /// Refuses to open one more transaction than `max_open`.
+    fn room_for(&self, tx: &K, max_open: usize) -> Result<(), Refusal> {
+        if self.open.len() < max_open || self.open.contains_key(tx) {
+            return Ok(());
+        }
+        Err(Refusal::soft(
+            ErrorCode::LimitExceeded,
+            format!(
+                "transaction {tx} is refused: this connection has {max_open} open, the most allowed (max_transactions_per_connection)"
+            ),
+        ))
     }
 
     /// Whether `tx` is open.
@@ -72,7 +87,15 @@ impl<K: std::hash::Hash + Eq + std::fmt::Display + Clone> Transactions<K> {
     /// Holds work in `tx` (opening it), within `limit` bytes for the whole
     /// connection. Past the limit the transaction is rolled back: its work
     /// dropped, the reason kept for its COMMIT, and returned now.
-    pub fn hold(&mut self, tx: K, op: Deferred, limit: usize) -> Result<(), Refusal> {
+    /// Opens `tx` too if need be, within `max_open` open transactions.
+    pub fn hold(
+        &mut self,
+        tx: K,
+        op: Deferred,
+        limit: usize,
+        max_open: usize,
+    ) -> Result<(), Refusal> {
+        self.room_for(&tx, max_open)?;
         let held = self.open.entry(tx.clone()).or_default();
         if held.doomed.is_some() {
             return Ok(());
@@ -85,7 +108,7 @@ impl<K: std::hash::Hash + Eq + std::fmt::Display + Clone> Transactions<K> {
             let why = format!(
                 "transaction {tx} is rolled back: this connection's open transactions would hold more than max_transaction_bytes ({limit})"
             );
-            self.doom(tx, why.clone());
+            self.doom(tx, why.clone(), max_open);
             return Err(Refusal::soft(ErrorCode::LimitExceeded, why));
         }
         self.bytes += cost;
@@ -94,9 +117,13 @@ impl<K: std::hash::Hash + Eq + std::fmt::Display + Clone> Transactions<K> {
         Ok(())
     }
 
-    /// Rolls `tx` back now (opening it if need be): its work is dropped,
-    /// and its COMMIT will fail with `why`.
-    pub fn doom(&mut self, tx: K, why: String) {
+    /// Rolls `tx` back now, opening it if need be (within `max_open`; past
+    /// it there is nothing to drop): its work is dropped, and its COMMIT
+    /// will fail with `why`.
+    pub fn doom(&mut self, tx: K, why: String, max_open: usize) {
+        if self.room_for(&tx, max_open).is_err() {
+            return;
+        }
         let held = self.open.entry(tx).or_default();
         self.bytes -= held.bytes;
         held.ops.clear();
@@ -172,16 +199,20 @@ pub fn tx_send(
     if let Err(refusal) = super::send::authorize(session, &f.message, ctx) {
         let (code, _, why) = refusal.into_parts();
         let why = format!("transaction {} is rolled back: {why}", f.transaction_id);
-        session.transactions.doom(f.transaction_id, why.clone());
+        let max_open = ctx.shared.config.max_transactions_per_connection;
+        session
+            .transactions
+            .doom(f.transaction_id, why.clone(), max_open);
         return Err(Refusal::soft(code, why));
     }
     let limit = ctx
         .shared
         .limits
         .get(&ctx.shared.limits.max_transaction_bytes);
+    let max_open = ctx.shared.config.max_transactions_per_connection;
     session
         .transactions
-        .hold(f.transaction_id, Deferred::Send(f.message), limit)?;
+        .hold(f.transaction_id, Deferred::Send(f.message), limit, max_open)?;
     super::receipt(out, request_id);
     Ok(Flow::Continue)
 }

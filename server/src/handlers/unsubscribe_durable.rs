@@ -19,6 +19,8 @@ pub fn handle(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
+    let max_id = ctx.shared.config.max_id_length;
+    super::connect::check_id_length("durable subscription name", &f.name, max_id)?;
     if let Some(pattern) = check_owner(session, &f.name, ctx)? {
         super::authorize(
             session,

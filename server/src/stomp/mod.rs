@@ -30,7 +30,7 @@ use herald_protocol::{Destination, ErrorCode};
 
 use crate::broker::{SubscribeRequest, Subscriber};
 use crate::handlers::ack::{settle, Outcome};
-use crate::handlers::connect::{admit, Welcome};
+use crate::handlers::connect::{admit, check_id_length, Welcome};
 use crate::handlers::send::{authorize as send_authorize, publish, Published};
 use crate::handlers::subscribe::{
     authorize as subscribe_authorize, hold_selector, refusal as subscribe_refusal,
@@ -101,7 +101,10 @@ impl StompSession {
             .shared
             .limits
             .get(&ctx.shared.limits.max_transaction_bytes);
-        self.transactions.hold(name, op, limit).map_err(refused)
+        let max_open = ctx.shared.config.max_transactions_per_connection;
+        self.transactions
+            .hold(name, op, limit, max_open)
+            .map_err(refused)
     }
 
     /// A session that has not connected yet; `websocket` for one that
@@ -298,6 +301,10 @@ fn decode_all(
                 return Flow::Close;
             }
         };
+        if let Err((code, why)) = check_ids(&frame, ctx.shared.config.max_id_length) {
+            stomp.error(out, 0, code, &why);
+            return Flow::Close;
+        }
         let request_id = stomp.request_for(&frame);
         match dispatch(frame, request_id, stomp, session, out, ctx) {
             Ok(Flow::Continue) => {}
@@ -386,7 +393,12 @@ fn dispatch(
         }
         "BEGIN" => {
             let tx = transaction_name(&frame)?;
-            if !stomp.transactions.begin(tx.to_owned()) {
+            let max_open = ctx.shared.config.max_transactions_per_connection;
+            if !stomp
+                .transactions
+                .begin(tx.to_owned(), max_open)
+                .map_err(refused)?
+            {
                 return Err((
                     ErrorCode::Malformed,
                     format!("transaction '{tx}' is already open"),
@@ -467,15 +479,17 @@ fn connect(
             }
         }
     };
-    let floor = ctx.shared.config.min_heartbeat_ms;
-    let incoming = if cx == 0 { 0 } else { cx.max(floor) };
-    let outgoing = if cy == 0 { 0 } else { cy.max(floor) };
+    let config = &ctx.shared.config;
+    let (floor, ceiling) = (config.min_heartbeat_ms, config.max_heartbeat_ms);
+    let incoming = if cx == 0 { 0 } else { cx.clamp(floor, ceiling) };
+    let outgoing = if cy == 0 { 0 } else { cy.clamp(floor, ceiling) };
     stomp.heartbeat_out = (outgoing > 0).then(|| Duration::from_millis(outgoing.into()));
-    session.silence_limit = match incoming {
-        // A STOMP client that does not heart-beat is never timed out.
-        0 => Duration::MAX,
+    session.silence_limit = match (incoming, config.stomp.idle_timeout_ms) {
+        // A STOMP client that does not heart-beat has the idle timeout.
+        (0, 0) => Duration::MAX,
+        (0, idle) => Duration::from_millis(idle.into()),
         // STOMP peers send exactly on time: allow for the network.
-        ms => Duration::from_millis(u64::from(ms) * 2),
+        (ms, _) => Duration::from_millis(u64::from(ms) * 2),
     };
     stomp.version = version;
     stomp.decoder.set_escape(version != "1.0");
@@ -732,6 +746,29 @@ fn no_transaction(name: &str) -> (ErrorCode, Refused) {
         ErrorCode::Malformed,
         format!("no open transaction '{name}'"),
     )
+}
+
+/// Headers whose values the server keeps (as ids, names, or keys to
+/// answer with) for as long as what they name lasts.
+const ID_HEADERS: [&str; 8] = [
+    "id",
+    "receipt",
+    "transaction",
+    "client-id",
+    "activemq.subscriptionName",
+    "subscription",
+    "message-id",
+    "ack",
+];
+
+/// Refuses a frame with an id or name longer than `max_id_length`.
+fn check_ids(frame: &StompFrame, max: usize) -> Result<(), (ErrorCode, Refused)> {
+    for name in ID_HEADERS {
+        if let Some(value) = frame.get(name) {
+            check_id_length(&format!("'{name}' header"), value, max).map_err(refused)?;
+        }
+    }
+    Ok(())
 }
 
 fn transaction_name(frame: &StompFrame) -> Result<&str, (ErrorCode, Refused)> {
