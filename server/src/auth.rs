@@ -2,18 +2,28 @@
 //! roles with destination patterns per permission.
 //!
 //! Logins are checked on a thread of their own, `herald-auth`: one Argon2
-//! verification takes tens of milliseconds, and a failed login is answered
-//! only after `failed_login_delay_ms`; neither may hold up a worker and the
-//! other connections it serves. The worker parks the connection until the
-//! answer comes back through its inbox.
+//! verification takes tens of milliseconds and 19 MiB, and a failed login
+//! is answered only after `failed_login_delay_ms`; neither may hold up a
+//! worker and the other connections it serves. The worker parks the
+//! connection until the answer comes back through its inbox. The
+//! management interface's logins take the same thread, so one password
+//! is checked at a time, whatever comes in.
+//!
+//! Guessing is made slow and cheap to refuse: logins from addresses with
+//! no recent failure are checked first, and an address with
+//! `max_failed_logins` failures in `failed_login_window_ms` is refused
+//! without a check until they age out (see [`Throttle`]). Failed logins
+//! are logged with the peer's address.
 //!
 //! With no users configured, credentials are ignored and every connection
 //! may do everything (an open broker). With users, a connection that gives
 //! a name must give its password and gets its roles' permissions; one that
-//! gives none is anonymous, allowed everything unless `auth.required`.
+//! gives none is anonymous, with `auth.anonymous_role`'s permissions unless
+//! `auth.required`.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Read;
+use std::net::IpAddr;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread::JoinHandle;
@@ -222,6 +232,8 @@ pub struct Users {
     generation: u64,
     required: bool,
     delay: Duration,
+    failure_window: Duration,
+    max_failures: u32,
     users: HashMap<String, User>,
     /// What an anonymous connection may do: everything on an open broker
     /// (no users), else `anonymous_role`'s permissions, or nothing.
@@ -292,6 +304,8 @@ impl Users {
             generation: 0,
             required: config.required,
             delay: Duration::from_millis(config.failed_login_delay_ms.into()),
+            failure_window: Duration::from_millis(config.failed_login_window_ms.into()),
+            max_failures: config.max_failed_logins,
             users,
             anonymous: Arc::new(anonymous),
         })
@@ -390,7 +404,68 @@ pub type LoginDone = Box<dyn FnOnce(Result<Principal, String>) + Send>;
 struct Job {
     user: String,
     password: String,
+    /// Where the login came from, if known.
+    peer: Option<IpAddr>,
     done: LoginDone,
+}
+
+/// Failed logins by address, for a window of time.
+pub struct Throttle {
+    failures: HashMap<IpAddr, (u32, Instant)>,
+    window: Duration,
+    max_failures: u32,
+}
+
+/// Addresses the throttle remembers at most; past it, the oldest go.
+const MAX_TRACKED: usize = 100_000;
+
+impl Throttle {
+    /// Remembers failures for `window`; refuses after `max_failures`.
+    pub fn new(window: Duration, max_failures: u32) -> Throttle {
+        Throttle {
+            failures: HashMap::new(),
+            window,
+            max_failures,
+        }
+    }
+
+    /// Failures of `peer` within the window before `now`.
+    fn recent(&self, peer: Option<IpAddr>, now: Instant) -> u32 {
+        peer.and_then(|ip| self.failures.get(&ip))
+            .filter(|(_, last)| now.duration_since(*last) < self.window)
+            .map_or(0, |(n, _)| *n)
+    }
+
+    /// Whether logins from `peer` failed lately: they wait behind others.
+    pub fn suspect(&self, peer: Option<IpAddr>, now: Instant) -> bool {
+        self.recent(peer, now) > 0
+    }
+
+    /// Whether `peer` failed too often lately to be checked at all.
+    pub fn blocked(&self, peer: Option<IpAddr>, now: Instant) -> bool {
+        self.recent(peer, now) >= self.max_failures
+    }
+
+    /// Counts a failure of `peer`; a failure after a quiet window starts
+    /// the count again.
+    pub fn failed(&mut self, peer: Option<IpAddr>, now: Instant) {
+        let Some(ip) = peer else {
+            return;
+        };
+        let window = self.window;
+        if self.failures.len() >= MAX_TRACKED {
+            self.failures
+                .retain(|_, (_, last)| now.duration_since(*last) < window);
+        }
+        if self.failures.len() >= MAX_TRACKED {
+            return;
+        }
+        let entry = self.failures.entry(ip).or_insert((0, now));
+        if now.duration_since(entry.1) >= window {
+            entry.0 = 0;
+        }
+        *entry = (entry.0.saturating_add(1), now);
+    }
 }
 
 /// Logs connections in: at once where no password check is needed, on
@@ -461,12 +536,6 @@ impl Authenticator {
         self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Checks a user's password now, on the calling thread (the management
-    /// interface's, never a worker's), without the failed-login delay.
-    pub fn verify(&self, user: &str, password: &str) -> Result<Principal, String> {
-        self.current().verify(user, password)
-    }
-
     /// Whether any user is configured (else everyone may do everything).
     pub fn has_users(&self) -> bool {
         !self.current().users.is_empty()
@@ -476,16 +545,31 @@ impl Authenticator {
         self.users.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Logs a connection in. Returns the principal if that takes no
-    /// password check; otherwise `done` gets the outcome later, a failure
-    /// only after the configured delay.
-    pub fn login(&self, user: &str, password: &str, done: LoginDone) -> Option<Principal> {
+    /// Logs a connection from `peer` in. Returns the principal if that
+    /// takes no password check; otherwise `done` gets the outcome later, a
+    /// failure only after the configured delay.
+    pub fn login(
+        &self,
+        user: &str,
+        password: &str,
+        peer: Option<IpAddr>,
+        done: LoginDone,
+    ) -> Option<Principal> {
         if let Some(principal) = self.current().at_once(user) {
             return Some(principal);
         }
+        self.check(user, password, peer, done);
+        None
+    }
+
+    /// Checks a user's password on the auth thread, like any login:
+    /// `done` gets the outcome, a failure after the delay. For the
+    /// management interface, which takes no anonymous requests.
+    pub fn check(&self, user: &str, password: &str, peer: Option<IpAddr>, done: LoginDone) {
         let job = Job {
             user: user.to_owned(),
             password: password.to_owned(),
+            peer,
             done,
         };
         let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
@@ -494,7 +578,6 @@ impl Authenticator {
             Some(Err(mpsc::SendError(job))) => (job.done)(Err("the server is stopping".into())),
             None => {}
         }
-        None
     }
 }
 
@@ -510,9 +593,15 @@ impl Drop for Authenticator {
     }
 }
 
-/// The auth thread: checks logins in order, holds failures back.
+/// The auth thread: checks one login at a time, those from addresses
+/// without recent failures first; holds failures back.
 fn run(jobs: Receiver<Job>, users: Arc<RwLock<Arc<Users>>>) {
     let mut failed: VecDeque<(Instant, LoginDone, String)> = VecDeque::new();
+    let (mut fresh, mut suspect) = (VecDeque::new(), VecDeque::new());
+    let mut throttle = {
+        let u = users.read().unwrap_or_else(|p| p.into_inner());
+        Throttle::new(u.failure_window, u.max_failures)
+    };
     loop {
         let now = Instant::now();
         while failed.front().is_some_and(|(due, ..)| *due <= now) {
@@ -520,25 +609,58 @@ fn run(jobs: Receiver<Job>, users: Arc<RwLock<Arc<Users>>>) {
                 done(Err(why));
             }
         }
-        let next = match failed.front() {
-            Some((due, ..)) => jobs.recv_timeout(due.saturating_duration_since(now)),
-            None => jobs.recv().map_err(|_| RecvTimeoutError::Disconnected),
-        };
-        let job = match next {
-            Ok(job) => job,
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => break,
+        // Take in everything waiting, then wait only if there is no work.
+        let mut incoming: Vec<Job> = jobs.try_iter().collect();
+        if incoming.is_empty() && fresh.is_empty() && suspect.is_empty() {
+            let next = match failed.front() {
+                Some((due, ..)) => jobs.recv_timeout(due.saturating_duration_since(now)),
+                None => jobs.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match next {
+                Ok(job) => incoming.push(job),
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        for job in incoming {
+            match throttle.suspect(job.peer, now) {
+                true => suspect.push_back(job),
+                false => fresh.push_back(job),
+            }
+        }
+        let Some(job) = fresh.pop_front().or_else(|| suspect.pop_front()) else {
+            continue;
         };
         let users = users.read().unwrap_or_else(|p| p.into_inner()).clone();
+        // A reload may have changed the rules.
+        throttle.window = users.failure_window;
+        throttle.max_failures = users.max_failures;
+        let from = job
+            .peer
+            .map_or_else(|| "an unknown address".to_owned(), |ip| ip.to_string());
+        if throttle.blocked(job.peer, now) {
+            log::warn!(
+                "login as '{}' from {from} refused unchecked: too many failures",
+                job.user
+            );
+            let why = format!("too many failed logins from {from}: try again later");
+            failed.push_back((now + users.delay, job.done, why));
+            continue;
+        }
         match users.verify(&job.user, &job.password) {
             Ok(principal) => (job.done)(Ok(principal)),
             Err(why) => {
-                log::info!("failed login as '{}'", job.user);
+                log::warn!("failed login as '{}' from {from}", job.user);
+                throttle.failed(job.peer, Instant::now());
                 failed.push_back((Instant::now() + users.delay, job.done, why));
             }
         }
     }
     // Stopping: answer whoever still waits.
+    let stopping = || "the server is stopping".to_owned();
+    for job in fresh.into_iter().chain(suspect) {
+        (job.done)(Err(stopping()));
+    }
     for (_, done, why) in failed {
         done(Err(why));
     }
@@ -565,6 +687,65 @@ mod tests {
             roles: vec!["orders".into()],
         });
         c
+    }
+
+    #[test]
+    fn the_throttle_counts_failures_per_address_within_its_window() {
+        let mut t = Throttle::new(Duration::from_secs(60), 3);
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let now = Instant::now();
+        assert!(!t.suspect(Some(a), now));
+        t.failed(Some(a), now);
+        assert!(t.suspect(Some(a), now) && !t.blocked(Some(a), now));
+        t.failed(Some(a), now);
+        t.failed(Some(a), now);
+        assert!(t.blocked(Some(a), now));
+        assert!(!t.suspect(Some(b), now), "another address is not touched");
+        let later = now + Duration::from_secs(61);
+        assert!(!t.suspect(Some(a), later), "failures age out");
+        t.failed(Some(a), later);
+        assert!(!t.blocked(Some(a), later), "and the count starts again");
+        t.failed(None, now);
+        assert!(
+            !t.suspect(None, now),
+            "an unknown address is never held back"
+        );
+    }
+
+    #[test]
+    fn a_login_from_a_fresh_address_goes_before_a_guessing_one() {
+        let mut c = config();
+        c.failed_login_delay_ms = 0;
+        c.max_failed_logins = 5;
+        let auth = Authenticator::start(&c).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let answer = |who: &'static str| -> LoginDone {
+            let tx = tx.clone();
+            Box::new(move |r: Result<Principal, String>| {
+                let _ = tx.send((who, r.map(|_| ()).map_err(|e| e.to_string())));
+            })
+        };
+        let guesser: IpAddr = "10.0.0.9".parse().unwrap();
+        let user: IpAddr = "10.0.0.1".parse().unwrap();
+        // One failure marks the guesser; wait for it to be counted.
+        auth.check("alice", "guess", Some(guesser), answer("guesser"));
+        assert!(rx.recv().unwrap().1.is_err());
+        for _ in 0..20 {
+            auth.check("alice", "guess", Some(guesser), answer("guesser"));
+        }
+        auth.check("alice", "secret", Some(user), answer("user"));
+        let order: Vec<_> = (0..21).map(|_| rx.recv().unwrap()).collect();
+        let first_user = order.iter().position(|(who, _)| *who == "user").unwrap();
+        assert!(first_user <= 1, "the user waited for {first_user} guesses");
+        assert!(order[first_user].1.is_ok());
+        // Past max_failed_logins, guesses are refused without a check.
+        let refused = order
+            .iter()
+            .filter(|(who, r)| {
+                *who == "guesser" && r.as_ref().is_err_and(|e| e.contains("too many"))
+            })
+            .count();
+        assert!(refused >= 15, "{refused} refused unchecked");
     }
 
     #[test]

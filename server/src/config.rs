@@ -257,6 +257,11 @@ pub struct AuthSection {
     pub required: bool,
     /// How long a failed login waits before its ERROR.
     pub failed_login_delay_ms: u32,
+    /// Failed logins from one address, within `failed_login_window_ms`,
+    /// after which its logins are refused unchecked.
+    pub max_failed_logins: u32,
+    /// How long a failed login counts against its address.
+    pub failed_login_window_ms: u32,
     /// The role whose permissions anonymous connections have once users
     /// exist; "" = none at all.
     pub anonymous_role: String,
@@ -271,6 +276,8 @@ impl Default for AuthSection {
         AuthSection {
             required: false,
             failed_login_delay_ms: 1000,
+            max_failed_logins: 10,
+            failed_login_window_ms: 60_000,
             anonymous_role: String::new(),
             users: Vec::new(),
             roles: std::collections::BTreeMap::new(),

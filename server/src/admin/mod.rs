@@ -123,6 +123,8 @@ impl Admin {
                     let stop = async move {
                         let _ = stopped.await;
                     };
+                    // Peers' addresses, for the login throttle.
+                    let app = app.into_make_service_with_connect_info::<PeerAddr>();
                     let served = match tls {
                         None => {
                             axum::serve(listener, app)
@@ -245,6 +247,19 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The address a request came from, over plain TCP or TLS.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerAddr(pub(crate) SocketAddr);
+
+impl
+    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>>
+    for PeerAddr
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> PeerAddr {
+        PeerAddr(*stream.remote_addr())
+    }
+}
+
 /// Pages any user may read: they say nothing about other clients.
 const OPEN_TO_USERS: [&str; 5] = [
     "/",
@@ -278,7 +293,11 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         )
         .into_response();
     };
-    let principal = match state.login(&user, &password).await {
+    let peer = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<PeerAddr>>()
+        .map(|c| c.0 .0.ip());
+    let principal = match state.login(&user, &password, peer).await {
         Ok(p) => p,
         Err(why) => return ApiError::new(StatusCode::UNAUTHORIZED, why).into_response(),
     };
@@ -300,20 +319,29 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
 }
 
 impl AppState {
-    /// Verifies credentials, from the cache if they were verified before.
-    async fn login(&self, user: &str, password: &str) -> Result<Principal, String> {
+    /// Verifies credentials, from the cache if they were verified before,
+    /// else on the auth thread like any login (one check at a time, the
+    /// same throttling and delays).
+    async fn login(
+        &self,
+        user: &str,
+        password: &str,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<Principal, String> {
         let mut h = self.hasher.build_hasher();
         h.write(password.as_bytes());
         let key = (user.to_owned(), h.finish(), self.shared.auth.generation());
         if let Some(p) = lock(&self.logins).get(&key) {
             return Ok(p.clone());
         }
-        let shared = self.shared.clone();
-        let (u, p) = (user.to_owned(), password.to_owned());
-        // Argon2 off the runtime's only thread.
-        let verified = tokio::task::spawn_blocking(move || shared.auth.verify(&u, &p))
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let done = Box::new(move |result| {
+            let _ = tx.send(result);
+        });
+        self.shared.auth.check(user, password, peer, done);
+        let verified = rx
             .await
-            .map_err(|e| e.to_string())??;
+            .map_err(|_| "the server is stopping".to_owned())??;
         lock(&self.logins).insert(key, verified.clone());
         Ok(verified)
     }

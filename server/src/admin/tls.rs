@@ -71,3 +71,11 @@ impl axum::serve::Listener for TlsListener {
         Ok(self.addr)
     }
 }
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>>
+    for super::PeerAddr
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> super::PeerAddr {
+        super::PeerAddr(*stream.remote_addr())
+    }
+}

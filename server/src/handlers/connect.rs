@@ -42,7 +42,8 @@ pub(super) fn handle(
         max_frame_size: config.max_frame_size,
     };
     let done = crate::net::login_result(ctx.shared, ctx.me);
-    match ctx.shared.auth.login(&f.user, &f.password, done) {
+    let peer = crate::net::peer_ip(ctx.shared, ctx.me);
+    match ctx.shared.auth.login(&f.user, &f.password, peer, done) {
         Some(principal) => {
             admit(session, principal, ctx.shared, ctx.me.serial)?;
             out.push_frame(&Frame::Connected(connected), request_id);

@@ -223,6 +223,13 @@ pub fn confirmation(shared: &Arc<Shared>, conn: ConnectionRef, request_id: u32) 
     })
 }
 
+/// The address connection `conn` comes from, if it is known.
+pub fn peer_ip(shared: &Shared, conn: ConnectionRef) -> Option<std::net::IpAddr> {
+    let connections = shared.connections.lock().unwrap_or_else(|p| p.into_inner());
+    let peer = &connections.get(&conn.serial)?.peer;
+    peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip())
+}
+
 /// A login completion that reports to `conn`'s worker.
 pub fn login_result(shared: &Arc<Shared>, conn: ConnectionRef) -> crate::auth::LoginDone {
     let shared = Arc::downgrade(shared);

@@ -507,7 +507,8 @@ fn connect(
     let done = crate::net::login_result(ctx.shared, ctx.me);
     let user = frame.get("login").unwrap_or_default();
     let password = frame.get("passcode").unwrap_or_default();
-    match ctx.shared.auth.login(user, password, done) {
+    let peer = crate::net::peer_ip(ctx.shared, ctx.me);
+    match ctx.shared.auth.login(user, password, peer, done) {
         Some(principal) => {
             admit(session, principal, ctx.shared, ctx.me.serial).map_err(refused)?;
             stomp.push(out, &connected);
