@@ -603,3 +603,91 @@ fn password_guessing_is_throttled_and_costs_no_threads() {
         "{e}"
     );
 }
+
+fn health(server: &TestServer) -> serde_json::Value {
+    call(server, "GET", "/api/health", None, None).json()
+}
+
+#[test]
+fn queued_messages_are_bounded_by_a_global_memory_limit() {
+    let mut config = test_config();
+    config.queues.max_memory_bytes = 4 << 20;
+    config.queues.full_policy = herald_server::config::FullPolicy::Fail;
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let megabyte = "m".repeat(1000 * 1000);
+    let producers: Vec<_> = ["q1", "q2", "q3"]
+        .iter()
+        .map(|q| s.create_producer(&Destination::queue(*q)).unwrap())
+        .collect();
+    let mut sent = 0;
+    let refusal = loop {
+        match producers[sent % 3].send_with_receipt(Message::text(megabyte.as_str())) {
+            Ok(()) => sent += 1,
+            Err(e) => break e,
+        }
+        assert!(sent < 100, "never refused");
+        // The queues are weighed ten times a second.
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        refusal.server_code(),
+        Some(ErrorCode::QueueFull),
+        "{refusal}"
+    );
+    assert!(
+        refusal.to_string().contains("max_memory_bytes"),
+        "{refusal}"
+    );
+    assert!((4..20).contains(&sent), "{sent} sent");
+    let h = health(&server);
+    assert_eq!(h["status"], "memory_limit", "{h}");
+    assert_eq!(h["memory"]["publishers_blocked"], true, "{h}");
+    let metrics = call(&server, "GET", "/metrics", None, None).body;
+    assert!(metrics.contains("herald_memory_blocked 1"), "{metrics}");
+    // Consumers drain the queues, and publishing goes on by itself.
+    for q in ["q1", "q2", "q3"] {
+        let consumer = s.create_consumer(&Destination::queue(q)).unwrap();
+        while consumer
+            .receive(Duration::from_millis(200))
+            .unwrap()
+            .is_some()
+        {}
+    }
+    wait_until("the limit is left", || health(&server)["status"] == "ok");
+    producers[0]
+        .send_with_receipt(Message::text("after"))
+        .unwrap();
+}
+
+#[test]
+fn over_the_memory_limit_a_blocked_publisher_waits_then_goes_on() {
+    let mut config = test_config();
+    config.queues.max_memory_bytes = 2 << 20;
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("big")).unwrap();
+    let megabyte = "m".repeat(1000 * 1000);
+    for _ in 0..3 {
+        p.send_with_receipt(Message::text(megabyte.as_str()))
+            .unwrap();
+    }
+    wait_until("the limit is reached", || {
+        health(&server)["status"] == "memory_limit"
+    });
+    let sender = std::thread::spawn(move || {
+        p.send_with_receipt(Message::text("held")).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !sender.is_finished(),
+        "the send waits while the queues are full"
+    );
+    let (_c2, s2) = connect(&server);
+    let consumer = s2.create_consumer(&Destination::queue("big")).unwrap();
+    for _ in 0..3 {
+        next(&consumer);
+    }
+    sender.join().unwrap();
+    assert_eq!(next(&consumer).body_text(), Some("held"));
+}

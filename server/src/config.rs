@@ -392,6 +392,9 @@ pub struct QueuesConfig {
     pub max_deliveries: u32,
     /// Messages one queue holds (waiting and unacknowledged).
     pub max_messages: usize,
+    /// Bytes of messages all queues together hold before publishers are
+    /// held or refused; 0 = no limit.
+    pub max_memory_bytes: usize,
     /// The dead-letter queue of destination D is this prefix + D.
     pub dead_letter_prefix: String,
     /// Where expired messages go; empty = they are dropped.
@@ -420,6 +423,7 @@ impl Default for QueuesConfig {
         QueuesConfig {
             max_deliveries: 10,
             max_messages: 100_000,
+            max_memory_bytes: 1 << 30,
             dead_letter_prefix: "DLQ.".into(),
             expiry_queue: "ExpiryQueue".into(),
             default_prefetch: 1000,

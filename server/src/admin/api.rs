@@ -215,8 +215,19 @@ async fn server(State(state): State<AppState>) -> ApiResult {
     })))
 }
 
-async fn health() -> ApiResult {
-    Ok(Json(json!({"status": "ok"})))
+/// Liveness, and what holds publishers back: the server answers while
+/// its queues are over the memory limit, and says so.
+async fn health(State(state): State<AppState>) -> ApiResult {
+    let memory = state.shared.broker.memory();
+    let status = if memory.over() { "memory_limit" } else { "ok" };
+    Ok(Json(json!({
+        "status": status,
+        "memory": {
+            "queued_bytes": memory.used(),
+            "max_memory_bytes": memory.limit(),
+            "publishers_blocked": memory.over(),
+        },
+    })))
 }
 
 async fn ready(State(state): State<AppState>) -> ApiResult {

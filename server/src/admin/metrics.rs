@@ -113,6 +113,19 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         "Subscriptions in the topic tree",
         s.broker.subscription_count() as i64,
     );
+    let memory = s.broker.memory();
+    gauge(
+        &mut r,
+        "herald_queued_bytes",
+        "Bytes of messages held in queues, as last weighed",
+        memory.used() as i64,
+    );
+    gauge(
+        &mut r,
+        "herald_memory_blocked",
+        "1 while queued messages are over queues.max_memory_bytes and publishers are held back",
+        i64::from(memory.over()),
+    );
     let sum = |f: fn(&crate::net::WorkerStats) -> &AtomicU64| {
         s.stats.iter().map(|w| load(f(w))).sum::<u64>()
     };

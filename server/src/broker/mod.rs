@@ -19,6 +19,7 @@
 
 mod declared_topics;
 mod manage;
+pub mod memory;
 pub mod queue;
 mod ready;
 mod topic_tree;
@@ -455,6 +456,8 @@ pub struct Broker {
     default_prefetch: u32,
     /// What a client's selector may cost.
     selector_limits: SelectorLimits,
+    /// What the queues weigh, against `queues.max_memory_bytes`.
+    memory: memory::Memory,
     /// A key of this server run's own: connection ids, and with them the
     /// names of temporary destinations, carry a keyed hash of the
     /// connection's number that no one else can guess.
@@ -631,6 +634,7 @@ impl Broker {
             expiry_queue: config.queues.expiry_queue.clone(),
             default_prefetch: config.queues.default_prefetch,
             selector_limits: config.selectors.limits(),
+            memory: memory::Memory::new(config.queues.max_memory_bytes),
             connection_key: std::collections::hash_map::RandomState::new(),
             store,
             timers: Mutex::new(BinaryHeap::new()),
@@ -653,7 +657,7 @@ impl Broker {
             .entry(name.to_owned())
             .or_insert_with(|| {
                 let holder = Holder::Queue(name.to_owned());
-                Arc::new(Mutex::new(Queue::new(name, Some(holder), self.limits)))
+                self.shared_queue(Queue::new(name, Some(holder), self.limits))
             })
             .clone()
     }
@@ -854,7 +858,7 @@ impl Broker {
             ),
             Kept::Cluster { stream, .. } => (stream.clone(), None),
         };
-        let queue = Arc::new(Mutex::new(Queue::new(queue_name, holder, self.limits)));
+        let queue = self.shared_queue(Queue::new(queue_name, holder, self.limits));
         let target = match &kept {
             Kept::Cluster { stream, .. } => Target::Stream(stream.clone()),
             _ => Target::Queue(queue.clone()),
@@ -1063,6 +1067,7 @@ impl Broker {
     /// Runs what has come due: messages whose delivery time has arrived
     /// are dispatched. Called on every worker's tick.
     pub fn tick(&self, out: &mut Deliveries) {
+        self.memory.sample(std::time::Instant::now());
         let now = queue::now_ms();
         let mut due = Vec::new();
         {
@@ -1099,7 +1104,7 @@ impl Broker {
         }
         let mut q = Queue::new(name, None, self.limits);
         q.set_owner(owner);
-        let q = Arc::new(Mutex::new(q));
+        let q = self.shared_queue(q);
         queues.insert(name.to_owned(), q.clone());
         Ok(q)
     }
@@ -1424,6 +1429,18 @@ impl Broker {
             .collect()
     }
 
+    /// Shares a new queue, counting it against the memory limit.
+    fn shared_queue(&self, queue: Queue) -> SharedQueue {
+        let queue = Arc::new(Mutex::new(queue));
+        self.memory.register(&queue);
+        queue
+    }
+
+    /// What the queues weigh against the memory limit.
+    pub fn memory(&self) -> &memory::Memory {
+        &self.memory
+    }
+
     /// A kept subscription's pattern and selector, parsed again.
     fn parse_subscription(
         &self,
@@ -1525,7 +1542,7 @@ impl Broker {
                 let (target, queue, backlog) = if req.acknowledged {
                     let name = format!("subscription.{}.{}", sub.conn.serial, sub.subscription_id);
                     // Lives and dies with its connection: nothing to keep.
-                    let queue = Arc::new(Mutex::new(Queue::new(name, None, self.limits)));
+                    let queue = self.shared_queue(Queue::new(name, None, self.limits));
                     attach(&queue, None, out);
                     (Target::Queue(queue.clone()), Some(queue), None)
                 } else {

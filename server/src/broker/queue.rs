@@ -290,6 +290,16 @@ impl Queue {
         (self.enqueued, self.acknowledged)
     }
 
+    /// Bytes of the messages it holds: waiting, scheduled, in flight and
+    /// set aside as expired.
+    pub fn bytes(&self) -> usize {
+        let len = |m: &QueuedMessage| m.block.len();
+        self.ready.bytes()
+            + self.scheduled.values().map(len).sum::<usize>()
+            + self.in_flight.values().map(|(_, m)| len(m)).sum::<usize>()
+            + self.expired.iter().map(len).sum::<usize>()
+    }
+
     /// Fails if one more message would exceed the limit.
     pub fn check_room(&self) -> Result<(), QueueFull> {
         self.check_room_for(1)

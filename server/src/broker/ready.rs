@@ -29,6 +29,8 @@ pub struct Ready {
     /// Index = priority.
     by_priority: [VecDeque<QueuedMessage>; MAX_PRIORITY as usize + 1],
     len: usize,
+    /// The messages' blocks' bytes, for the server's memory limit.
+    bytes: usize,
 }
 
 /// The priority a message is filed under (one read from a damaged block
@@ -43,8 +45,14 @@ impl Ready {
         self.len
     }
 
+    /// Bytes of the waiting messages' blocks.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// Files a message in its place.
     pub fn insert(&mut self, m: QueuedMessage) {
+        self.bytes += m.block.len();
         let queue = &mut self.by_priority[priority(&m) as usize];
         match queue.back() {
             Some(last) if last.seq > m.seq => {
@@ -91,6 +99,7 @@ impl Ready {
             }
         };
         self.len -= usize::from(taken.is_some());
+        self.bytes -= taken.as_ref().map_or(0, |m| m.block.len());
         taken
     }
 
@@ -105,12 +114,14 @@ impl Ready {
             queue.retain(&mut keep);
         }
         self.len = self.by_priority.iter().map(VecDeque::len).sum();
+        self.bytes = self.iter().map(|m| m.block.len()).sum();
     }
 
     /// Takes every waiting message, in delivery order.
     pub fn take_all(&mut self) -> Vec<QueuedMessage> {
         let all = std::mem::take(&mut self.by_priority);
         self.len = 0;
+        self.bytes = 0;
         all.into_iter().rev().flatten().collect()
     }
 }

@@ -87,29 +87,42 @@ pub fn publish(
     } else {
         Room::Refuse
     };
-    let routed =
+    let memory = ctx.shared.broker.memory();
+    let routed = if memory.over() {
+        Err(format!(
+            "the server's queues hold {} bytes, more than queues.max_memory_bytes ({}): publishing waits until consumers drain them",
+            memory.used(),
+            memory.limit()
+        ))
+    } else {
         match ctx
             .shared
             .broker
             .publish_to(&message, name, room, Some(ctx.me), ctx.deliveries)
         {
-            Ok(routed) => routed,
+            Ok(routed) => Ok(routed),
             Err(RouteError::Undeclared(why)) => {
                 return Err(Refusal::soft(ErrorCode::UndeclaredTopic, why))
             }
-            Err(full @ RouteError::QueueFull { .. }) => {
-                let since = since.unwrap_or_else(Instant::now);
-                let limit = Duration::from_millis(config.block_timeout_ms.into());
-                if block && since.elapsed() < limit {
-                    return Ok(Published::Held(Parked {
-                        message,
-                        request_id,
-                        since,
-                    }));
-                }
-                return Err(Refusal::soft(ErrorCode::QueueFull, full.to_string()));
+            Err(full @ RouteError::QueueFull { .. }) => Err(full.to_string()),
+        }
+    };
+    // Full, a queue or the server: held back for a while, or refused.
+    let routed = match routed {
+        Ok(routed) => routed,
+        Err(why) => {
+            let since = since.unwrap_or_else(Instant::now);
+            let limit = Duration::from_millis(config.block_timeout_ms.into());
+            if block && since.elapsed() < limit {
+                return Ok(Published::Held(Parked {
+                    message,
+                    request_id,
+                    since,
+                }));
             }
-        };
+            return Err(Refusal::soft(ErrorCode::QueueFull, why));
+        }
+    };
     let journaled = routed.journaled;
     ctx.routed(&message, name, routed);
     if journaled && request_id != 0 {

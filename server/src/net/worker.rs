@@ -830,18 +830,22 @@ impl Worker {
     }
 
     /// Closes connections that said nothing for longer than allowed, and
-    /// retries blocked sends whose time is up (they fail).
+    /// retries blocked sends (those whose time is up fail).
     fn check_silence(&mut self) {
         let now = Instant::now();
         let block_timeout =
             Duration::from_millis(self.shared.config.queues.block_timeout_ms.into());
+        // Sends held back while the server's queues were over the memory
+        // limit wait for no queue in particular: they try again each tick
+        // once it is under (one held for a full queue is held again).
+        let memory_ok = !self.shared.broker.memory().over();
         let expired: Vec<ConnectionRef> = self
             .conns
             .iter()
             .filter(|(_, c)| {
                 c.parked
                     .as_ref()
-                    .is_some_and(|p| p.since.elapsed() >= block_timeout)
+                    .is_some_and(|p| memory_ok || p.since.elapsed() >= block_timeout)
             })
             .map(|(slot, c)| ConnectionRef {
                 worker: self.index,
