@@ -691,3 +691,92 @@ fn over_the_memory_limit_a_blocked_publisher_waits_then_goes_on() {
     sender.join().unwrap();
     assert_eq!(next(&consumer).body_text(), Some("held"));
 }
+
+/// A request as a web page of another site could make it: no X-Herald
+/// header, with these headers.
+fn from_a_browser(server: &TestServer, method: &str, path: &str, headers: &[(&str, &str)]) -> u16 {
+    let url = format!("http://{}{path}", server.admin_addr().unwrap());
+    let mut request = ureq::request(method, &url).timeout(Duration::from_secs(10));
+    for (name, value) in headers {
+        request = request.set(name, value);
+    }
+    let result = match method {
+        "GET" => request.call(),
+        _ => request.send_string("confirm=1"),
+    };
+    match result {
+        Ok(r) => r.status(),
+        Err(ureq::Error::Status(code, _)) => code,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn the_management_interface_refuses_cross_site_requests() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("precious")).unwrap();
+    for _ in 0..5 {
+        p.send_with_receipt(Message::text("keep me")).unwrap();
+    }
+    let form = ("Content-Type", "application/x-www-form-urlencoded");
+    for (method, path) in [
+        ("POST", "/api/queues/precious/purge"),
+        ("POST", "/api/reload"),
+        ("POST", "/api/queues/DLQ.precious/replay"),
+        ("DELETE", "/api/topics/x"),
+    ] {
+        // A plain form post, from another site or from none.
+        let other_site = [form, ("Origin", "https://evil.example")];
+        assert_eq!(
+            from_a_browser(&server, method, path, &other_site),
+            403,
+            "{path}"
+        );
+        assert_eq!(
+            from_a_browser(&server, method, path, &[form]),
+            403,
+            "{path}"
+        );
+    }
+    // DNS rebinding: a page of evil.example whose name now points here.
+    let rebound = [("Host", "evil.example:8161")];
+    assert_eq!(
+        from_a_browser(&server, "GET", "/api/connections", &rebound),
+        403
+    );
+    // Nothing was purged; the console's own way still works.
+    let a = call(&server, "POST", "/api/queues/precious/purge", None, None);
+    assert_eq!(a.json()["purged"], 5, "{}", a.body);
+    let admin = server.admin_addr().unwrap();
+    let own = [
+        ("Origin", &*format!("http://{admin}")),
+        ("X-Herald", "console"),
+    ];
+    assert_eq!(
+        from_a_browser(&server, "POST", "/api/queues/precious/purge", &own),
+        200
+    );
+}
+
+#[test]
+fn a_page_of_another_site_cannot_open_a_stomp_websocket() {
+    let server = start();
+    let addr = server.stomp_ws_addr().unwrap();
+    let upgrade = |origin: &str| {
+        let mut ws = std::net::TcpStream::connect(addr).unwrap();
+        ws.set_read_timeout(Some(PATIENCE)).unwrap();
+        write!(
+            ws,
+            "GET /stomp HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v12.stomp\r\n\
+             Origin: {origin}\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = [0u8; 64];
+        let n = std::io::Read::read(&mut ws, &mut answer).unwrap();
+        String::from_utf8_lossy(&answer[..n]).into_owned()
+    };
+    assert!(upgrade("https://evil.example").starts_with("HTTP/1.1 400"));
+    assert!(upgrade("http://localhost:8161").starts_with("HTTP/1.1 101"));
+}

@@ -23,7 +23,10 @@ pub struct StatsArgs {
 /// Calls the management API and returns the JSON it answers.
 pub(crate) fn call(target: &Target, method: &str, path: &str) -> Result<Value> {
     let url = format!("{}{path}", target.admin.trim_end_matches('/'));
-    let mut request = ureq::request(method, &url).timeout(Duration::from_secs(10));
+    // X-Herald: the server takes changes only with it (or as JSON).
+    let mut request = ureq::request(method, &url)
+        .timeout(Duration::from_secs(10))
+        .set("X-Herald", "cli");
     if let Some(user) = &target.user {
         use base64::Engine;
         let password = target.password.clone().unwrap_or_default();

@@ -174,6 +174,12 @@ pub struct AdminSection {
     pub listen: SocketAddr,
     /// HTTPS with `[tls]`'s certificate and key.
     pub tls: bool,
+    /// Host names requests may be addressed to, besides addresses and
+    /// loopback names.
+    pub allowed_hosts: Vec<String>,
+    /// Origins (`scheme://host[:port]`, or `*`) whose pages may call it,
+    /// besides its own and loopback ones.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for AdminSection {
@@ -182,6 +188,8 @@ impl Default for AdminSection {
             enabled: true,
             listen: SocketAddr::from(([127, 0, 0, 1], 8161)),
             tls: false,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -336,6 +344,9 @@ pub struct StompSection {
     pub websocket_enabled: bool,
     /// Its address.
     pub websocket_listen: SocketAddr,
+    /// Origins (`scheme://host[:port]`, or `*`) whose pages may open a
+    /// WebSocket, besides loopback ones.
+    pub websocket_allowed_origins: Vec<String>,
 }
 
 impl Default for StompSection {
@@ -347,6 +358,7 @@ impl Default for StompSection {
             idle_timeout_ms: 3_600_000,
             websocket_enabled: true,
             websocket_listen: SocketAddr::from(([127, 0, 0, 1], 61614)),
+            websocket_allowed_origins: Vec::new(),
         }
     }
 }

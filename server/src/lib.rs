@@ -25,6 +25,7 @@ pub mod config;
 pub mod delivery;
 pub mod handlers;
 pub mod net;
+pub mod origins;
 mod server;
 pub mod session;
 pub mod stomp;

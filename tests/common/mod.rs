@@ -488,7 +488,9 @@ pub fn call(
     auth: Option<(&str, &str)>,
 ) -> Answer {
     let url = format!("http://{}{path}", server.admin_addr().expect("admin runs"));
-    let mut request = ureq::request(method, &url).timeout(PATIENCE);
+    let mut request = ureq::request(method, &url)
+        .timeout(PATIENCE)
+        .set("X-Herald", "test");
     if let Some((user, password)) = auth {
         use base64::Engine;
         let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));

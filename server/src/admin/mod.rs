@@ -40,6 +40,9 @@ use axum::routing::MethodRouter;
 use axum::{Json, Router};
 use base64::Engine;
 
+use crate::config::AdminSection;
+use crate::origins;
+
 use crate::auth::Principal;
 use crate::delivery::Deliveries;
 use crate::net::Shared;
@@ -269,9 +272,50 @@ const OPEN_TO_USERS: [&str; 5] = [
     "/api/ready",
 ];
 
+/// Turns away what a web page on another site, or one reached through DNS
+/// rebinding, could send (see `crate::origins`): a Host that is not this
+/// server's, an Origin of another site, and a change that is not JSON and
+/// carries no `X-Herald` header (a plain cross-site form post).
+fn cross_site(config: &AdminSection, request: &Request) -> Option<String> {
+    let header = |name: &str| {
+        request
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap_or("\u{fffd}"))
+    };
+    let host = header("host");
+    if let Some(h) = host {
+        if !origins::host_allowed(&origins::host_of(h), &config.allowed_hosts) {
+            return Some(format!(
+                "host '{h}' is not this server's (add it to admin.allowed_hosts)"
+            ));
+        }
+    }
+    if let Some(origin) = header("origin") {
+        if !origins::origin_allowed(origin, host, &config.allowed_origins) {
+            return Some(format!(
+                "requests from pages of '{origin}' are refused (admin.allowed_origins)"
+            ));
+        }
+    }
+    let reading = matches!(*request.method(), Method::GET | Method::HEAD);
+    let json =
+        header("content-type").is_some_and(|t| t.trim_start().starts_with("application/json"));
+    if !reading && !json && header("x-herald").is_none() {
+        return Some(
+            "a change must be sent as JSON (Content-Type: application/json) or with an X-Herald header"
+                .into(),
+        );
+    }
+    None
+}
+
 /// Checks HTTP basic auth where users are configured: see the module doc
 /// for who may do what.
 async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(why) = cross_site(&state.shared.config.admin, &request) {
+        return ApiError::new(StatusCode::FORBIDDEN, why).into_response();
+    }
     if !state.shared.auth.has_users() {
         return next.run(request).await;
     }

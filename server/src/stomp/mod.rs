@@ -229,7 +229,7 @@ pub fn receive(
         return decode_all(stomp, buf, session, out, ctx);
     };
     if !ws.open {
-        match websocket::handshake(buf) {
+        match websocket::handshake(buf, &ctx.shared.config.stomp.websocket_allowed_origins) {
             Ok(None) => return Flow::Continue,
             Ok(Some(response)) => {
                 out.push_raw(response);

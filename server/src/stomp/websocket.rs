@@ -36,7 +36,7 @@ pub enum Control {
 /// Answers the HTTP upgrade request at the front of `buf`, if it is all
 /// there: `Ok(None)` to wait for more, the 101 response to send, or why
 /// the request is refused (the caller answers 400 and closes).
-pub fn handshake(buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
+pub fn handshake(buf: &mut BytesMut, allowed_origins: &[String]) -> Result<Option<Bytes>, String> {
     let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
         return if buf.len() > MAX_REQUEST {
             Err("upgrade request too large".into())
@@ -55,6 +55,7 @@ pub fn handshake(buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
     let mut key = None;
     let mut upgrade = false;
     let mut offered = Vec::new();
+    let (mut origin, mut host) = (None, None);
     for line in lines {
         let Some((name, value)) = line.split_once(':') else {
             continue;
@@ -63,6 +64,8 @@ pub fn handshake(buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
         match name.trim().to_ascii_lowercase().as_str() {
             "upgrade" => upgrade = value.eq_ignore_ascii_case("websocket"),
             "sec-websocket-key" => key = Some(value.to_owned()),
+            "origin" => origin = Some(value),
+            "host" => host = Some(value),
             "sec-websocket-protocol" => {
                 offered.extend(value.split(',').map(|p| p.trim().to_owned()))
             }
@@ -73,6 +76,15 @@ pub fn handshake(buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
         return Err("not a WebSocket upgrade (no 'Upgrade: websocket')".into());
     }
     let key = key.ok_or("no Sec-WebSocket-Key")?;
+    // A browser names the page that opens the socket: a page of another
+    // site may not reach the broker through the user's browser.
+    if let Some(origin) = origin {
+        if !crate::origins::origin_allowed(origin, host, allowed_origins) {
+            return Err(format!(
+                "pages of '{origin}' may not open a WebSocket here (stomp.websocket_allowed_origins)"
+            ));
+        }
+    }
     let accept = base64::engine::general_purpose::STANDARD.encode(
         sha1_smol::Sha1::from(format!("{key}{GUID}"))
             .digest()
@@ -204,27 +216,42 @@ mod tests {
         v
     }
 
+    /// The handshake with no extra origins allowed.
+    fn shake(request: &[u8]) -> Result<Option<Bytes>, String> {
+        handshake(&mut BytesMut::from(request), &[])
+    }
+
     #[test]
     fn the_rfc_example_handshake() {
         let mut buf = BytesMut::from(
             &b"GET /stomp HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v10.stomp, v12.stomp\r\n\r\n"[..],
         );
-        let response = String::from_utf8(handshake(&mut buf).unwrap().unwrap().to_vec()).unwrap();
+        let response =
+            String::from_utf8(handshake(&mut buf, &[]).unwrap().unwrap().to_vec()).unwrap();
         assert!(
             response.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
             "{response}"
         );
         assert!(response.contains("Sec-WebSocket-Protocol: v12.stomp"));
         assert!(buf.is_empty());
-        assert_eq!(
-            handshake(&mut BytesMut::from(&b"GET / HTTP/1.1\r\n"[..])),
-            Ok(None)
-        );
-        assert!(handshake(&mut BytesMut::from(&b"GET / HTTP/1.1\r\n\r\n"[..])).is_err());
-        assert!(handshake(&mut BytesMut::from(
-            &b"POST / HTTP/1.1\r\nUpgrade: websocket\r\n\r\n"[..]
-        ))
-        .is_err());
+        assert_eq!(shake(b"GET / HTTP/1.1\r\n"), Ok(None));
+        assert!(shake(b"GET / HTTP/1.1\r\n\r\n").is_err());
+        assert!(shake(b"POST / HTTP/1.1\r\nUpgrade: websocket\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn a_page_of_another_site_may_not_open_a_socket() {
+        let request = |origin: &str| {
+            format!(
+                "GET / HTTP/1.1\r\nHost: 127.0.0.1:61614\r\nUpgrade: websocket\r\nSec-WebSocket-Key: a2V5\r\nOrigin: {origin}\r\n\r\n"
+            )
+        };
+        let evil = request("https://evil.example");
+        let err = shake(evil.as_bytes()).unwrap_err();
+        assert!(err.contains("websocket_allowed_origins"), "{err}");
+        assert!(shake(request("http://localhost:8161").as_bytes()).is_ok());
+        let allowed = ["https://evil.example".to_owned()];
+        assert!(handshake(&mut BytesMut::from(evil.as_bytes()), &allowed).is_ok());
     }
 
     #[test]
