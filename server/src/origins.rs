@@ -94,6 +94,10 @@ mod tests {
             "another site"
         );
         assert!(!origin_allowed("null", host, none));
+        assert!(
+            origin_allowed("file://", host, none),
+            "a page on this machine"
+        );
         assert!(origin_allowed(
             "https://app.corp",
             host,

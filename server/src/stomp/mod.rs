@@ -236,6 +236,10 @@ pub fn receive(
                 ws.open = true;
             }
             Err(why) => {
+                log::info!(
+                    "connection {}: WebSocket upgrade refused: {why}",
+                    ctx.me.serial
+                );
                 let body = format!("{why}\n");
                 let response = format!(
                     "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
