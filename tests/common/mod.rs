@@ -419,6 +419,15 @@ impl StompClient {
         f
     }
 
+    /// An ERROR frame whose message has `words`, then the end of the
+    /// stream; returns the ERROR.
+    pub fn expect_error_saying(&mut self, words: &str) -> herald_protocol::stomp::StompFrame {
+        let e = self.expect_error();
+        let message = e.get("message").unwrap_or_default();
+        assert!(message.contains(words), "{words:?} not in {e:?}");
+        e
+    }
+
     /// An ERROR frame, then the end of the stream; returns the ERROR.
     pub fn expect_error(&mut self) -> herald_protocol::stomp::StompFrame {
         let f = self.expect("ERROR");
