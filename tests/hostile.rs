@@ -69,6 +69,12 @@ fn a_deeply_nested_selector_is_refused_not_a_crash() {
             .header("selector", &deep),
     );
     stomp.expect_error_saying("levels deep");
+    // A symbol that starts no token once sent the lexer into an endless
+    // loop that grew until the machine ran out of memory.
+    assert_eq!(
+        raw_subscribe(&mut raw, 4, "t", "€ = 1"),
+        Some(ErrorCode::InvalidSelector)
+    );
     // A reasonable selector still works on the same connection.
     assert_eq!(raw_subscribe(&mut raw, 3, "t", "((a = 1))"), None);
     still_serving(&server);

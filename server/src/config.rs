@@ -738,6 +738,56 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// A key of the config, at the top or in a section.
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("max_frame_size"),
+            Just("max_connect_frame_size"),
+            Just("max_heartbeat_ms"),
+            Just("workers"),
+            Just("queues.max_memory_bytes"),
+            Just("selectors.max_depth"),
+            Just("auth.anonymous_role"),
+            Just("admin.allowed_hosts"),
+            Just("stomp.idle_timeout_ms"),
+            Just("nonsense"),
+        ]
+        .prop_map(str::to_owned)
+    }
+
+    /// A TOML value of some type, in or out of range.
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            "\\PC{0,10}".prop_map(|s| format!("{s:?}")),
+            Just("[]".to_owned()),
+            Just("true".to_owned()),
+            Just("1.5".to_owned()),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_config_text_is_taken_or_refused_by_key(text in "\\PC{0,200}") {
+            let _ = Config::parse(&text, "random");
+        }
+
+        #[test]
+        fn any_value_for_a_key_is_taken_or_refused_by_name(key in key(), value in value()) {
+            let (section, name) = match key.split_once('.') {
+                Some((section, name)) => (format!("[{section}]\n"), name.to_owned()),
+                None => (String::new(), key.clone()),
+            };
+            let text = format!("{section}{name} = {value}\n");
+            if let Err(e) = Config::parse(&text, "random") {
+                let said = e.to_string();
+                prop_assert!(said.contains(&name) || said.contains("random"), "{}", said);
+            }
+        }
+    }
+
 
     #[test]
     fn embedded_file_documents_exactly_the_defaults() {

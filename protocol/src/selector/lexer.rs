@@ -60,7 +60,12 @@ pub fn tokenize(src: &str) -> Result<Vec<(Tok, usize)>, SelectorError> {
             let (tok, len) = number(&src[i..]).map_err(|m| SelectorError::new(start, m))?;
             out.push((tok, start));
             i += len;
-        } else if c.is_ascii_alphabetic() || c == b'_' || c == b'$' || c >= 0x80 {
+        } else if src[i..]
+            .chars()
+            .next()
+            .is_some_and(|ch| ch.is_alphabetic() || ch == '_' || ch == '$')
+        {
+            // Not empty: the first character is one of the word's.
             let len = src[i..]
                 .find(|ch: char| !(ch.is_alphanumeric() || ch == '_' || ch == '$'))
                 .unwrap_or(src.len() - i);

@@ -336,3 +336,14 @@ fn many_identifiers_against_many_properties() {
     assert!(sel_within(&src, &borrowed, &LARGE));
     assert!(!sel_within(&format!("{src} AND p5 = 6"), &borrowed, &LARGE));
 }
+
+#[test]
+fn a_character_that_starts_no_token_is_an_error_not_a_hang() {
+    // Found by the property tests: the lexer took a non-ASCII symbol for
+    // the start of an empty identifier and looped, growing without end.
+    for bad in ["€ = 1", "a = 1 AND ¬b", "→"] {
+        let e = Selector::parse(bad).unwrap_err();
+        assert!(e.message.contains("unexpected character"), "{bad}: {e}");
+    }
+    assert!(sel("café = 'au lait'", &[("café", s("au lait"))]));
+}
