@@ -7,7 +7,9 @@
 # with NATS is tested against Debian's nats-server, and cluster mode
 # against Debian's redis-server, both installed if missing.
 # Every server a test starts listens on 127.0.0.1 ephemeral ports and is
-# stopped by the test.
+# stopped by the test. Between the two, each fuzz target in fuzz/ runs for
+# FUZZ_SECONDS (15 by default; 0 skips them) with cargo-fuzz on the nightly
+# toolchain, installing cargo-fuzz if it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +29,27 @@ fi
 
 cargo test --workspace --locked "$@"
 
+echo "== fuzzing, ${FUZZ_SECONDS:=15} s a target"
+if [ "$FUZZ_SECONDS" -gt 0 ]; then
+  if ! rustup toolchain list | grep -q '^nightly'; then
+    echo "fuzzing needs the nightly toolchain (rustup toolchain install nightly)" >&2
+    exit 1
+  fi
+  command -v cargo-fuzz >/dev/null 2>&1 || cargo install --locked --quiet cargo-fuzz
+  mkdir -p target
+  for target in $(cargo +nightly fuzz list --fuzz-dir fuzz); do
+    log="target/fuzz-$target.log"
+    if cargo +nightly fuzz run --fuzz-dir fuzz "$target" -- \
+      -max_total_time="$FUZZ_SECONDS" >"$log" 2>&1; then
+      echo "$target: $(tail -n 1 "$log")"
+    else
+      cat "$log"
+      echo "fuzz target $target failed; the input is in fuzz/artifacts/$target" >&2
+      exit 1
+    fi
+  done
+fi
+
 echo "== interoperability tests"
 cargo build --locked --bins
 (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
@@ -34,3 +57,4 @@ venv=target/interop-venv
 [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/interop/requirements.txt
 HERALD_BIN_DIR="$PWD/target/debug" "$venv/bin/pytest" -q tests/interop
+
