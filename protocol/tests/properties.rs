@@ -34,7 +34,10 @@ fn decode_in_two_reads(data: &[u8], cut: usize) {
                     let first = again.clone();
                     let raw = decoder.decode(&mut again).unwrap().unwrap();
                     let mut twice = BytesMut::new();
-                    Frame::decode(raw).unwrap().encode(request_id, &mut twice).unwrap();
+                    Frame::decode(raw)
+                        .unwrap()
+                        .encode(request_id, &mut twice)
+                        .unwrap();
                     assert_eq!(first, twice);
                 }
                 Ok(None) => break,
@@ -47,15 +50,18 @@ fn decode_in_two_reads(data: &[u8], cut: usize) {
 /// Frames as bytes: a valid header (magic, version, a kind, a length that
 /// fits) followed by random bytes, so that the body decoders are reached.
 fn framed() -> impl Strategy<Value = Vec<u8>> {
-    (1u8..=40, any::<u32>(), prop::collection::vec(any::<u8>(), 0..200)).prop_map(
-        |(kind, request_id, body)| {
+    (
+        1u8..=40,
+        any::<u32>(),
+        prop::collection::vec(any::<u8>(), 0..200),
+    )
+        .prop_map(|(kind, request_id, body)| {
             let mut v = vec![0x48, 0x52, 1, kind];
             v.extend_from_slice(&request_id.to_be_bytes());
             v.extend_from_slice(&(body.len() as u32).to_be_bytes());
             v.extend_from_slice(&body);
             v
-        },
-    )
+        })
 }
 
 /// Selector-ish text: tokens of the language in random order, so that

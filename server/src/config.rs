@@ -788,7 +788,6 @@ mod tests {
         }
     }
 
-
     #[test]
     fn embedded_file_documents_exactly_the_defaults() {
         assert_eq!(
