@@ -95,8 +95,8 @@ mod tests {
         );
         assert!(!origin_allowed("null", host, none));
         assert!(
-            origin_allowed("file://", host, none),
-            "a page on this machine"
+            !origin_allowed("file://", host, none),
+            "a file page has no host to trust"
         );
         assert!(origin_allowed(
             "https://app.corp",
