@@ -384,6 +384,8 @@ pub struct JournalSection {
     pub segment_size: u64,
     /// Segments kept before live records are moved forward.
     pub max_segments: usize,
+    /// Start on a damaged journal, skipping what does not read.
+    pub recover_corrupt: bool,
 }
 
 impl Default for JournalSection {
@@ -392,6 +394,7 @@ impl Default for JournalSection {
             fsync: FsyncPolicy::Batch,
             segment_size: 64 << 20,
             max_segments: 8,
+            recover_corrupt: false,
         }
     }
 }

@@ -28,6 +28,11 @@ struct Args {
     /// Data directory for the journal, overriding the config.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Start even if the journal is damaged (not just torn at its end):
+    /// skip what does not read and set the damaged segments aside, as
+    /// `journal.recover_corrupt = true`.
+    #[arg(long)]
+    recover_corrupt: bool,
     /// Address of the STOMP listener, overriding the config.
     #[arg(long)]
     stomp_listen: Option<SocketAddr>,
@@ -73,6 +78,7 @@ fn main() -> ExitCode {
     if let Some(dir) = args.data_dir {
         config.data_dir = dir;
     }
+    config.journal.recover_corrupt |= args.recover_corrupt;
     if let Some(addr) = args.stomp_listen {
         config.stomp.listen = addr;
         config.stomp.enabled = true;

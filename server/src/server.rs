@@ -86,12 +86,15 @@ impl Server {
             false => None,
         };
         let n = config.worker_count();
-        let (journal, recovered) = Journal::open(JournalConfig::new(
-            config.data_dir.clone(),
-            config.journal.fsync,
-            config.journal.segment_size,
-            config.journal.max_segments,
-        ))?;
+        let (journal, recovered) = Journal::open(JournalConfig {
+            recover_corrupt: config.journal.recover_corrupt,
+            ..JournalConfig::new(
+                config.data_dir.clone(),
+                config.journal.fsync,
+                config.journal.segment_size,
+                config.journal.max_segments,
+            )
+        })?;
         log::info!(
             "journal {}: {} records in {} segments replayed, {} live",
             config.data_dir.display(),

@@ -215,17 +215,27 @@ async fn server(State(state): State<AppState>) -> ApiResult {
     })))
 }
 
-/// Liveness, and what holds publishers back: the server answers while
-/// its queues are over the memory limit, and says so.
+/// Liveness, and what an operator must know: publishers held back by the
+/// memory limit, and what the journal's replay skipped past damage.
 async fn health(State(state): State<AppState>) -> ApiResult {
     let memory = state.shared.broker.memory();
-    let status = if memory.over() { "memory_limit" } else { "ok" };
+    let damage = state.journal.as_ref().map(|j| j.damage).unwrap_or_default();
+    let status = match (memory.over(), damage.segments > 0) {
+        (true, _) => "memory_limit",
+        (false, true) => "recovered_damage",
+        (false, false) => "ok",
+    };
     Ok(Json(json!({
         "status": status,
         "memory": {
             "queued_bytes": memory.used(),
             "max_memory_bytes": memory.limit(),
             "publishers_blocked": memory.over(),
+        },
+        "journal": {
+            "damaged_segments": damage.segments,
+            "damaged_bytes_skipped": damage.bytes,
+            "damaged_records_skipped": damage.records,
         },
     })))
 }

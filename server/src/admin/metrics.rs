@@ -296,6 +296,26 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
             "Journal syncs",
             journal.sync.clone(),
         );
+        let damage = journal.damage;
+        for (name, help, value) in [
+            (
+                "herald_journal_damaged_segments",
+                "Damaged journal segments set aside as *.corrupt at start",
+                damage.segments,
+            ),
+            (
+                "herald_journal_damaged_bytes",
+                "Journal bytes skipped at start because they did not read",
+                damage.bytes,
+            ),
+            (
+                "herald_journal_damaged_records",
+                "Whole journal records skipped at start",
+                damage.records,
+            ),
+        ] {
+            gauge(&mut r, name, help, value as i64);
+        }
     }
 
     let mut text = String::new();

@@ -21,9 +21,23 @@
 //! | 4 | CRC32C of the payload, big-endian |
 //! | n | payload: a [`Record`] |
 //!
-//! Replay reads segments in sequence order. A record that runs past the end
-//! of its file or fails its CRC ends that segment: the file is truncated
-//! there with a warning (a torn write at a crash), and replay goes on.
+//! Replay reads segments in sequence order. What does not read as a record
+//! is one of two things:
+//!
+//! - **A torn tail**: the end of the last segment, with no intact record
+//!   after it, as a crash in the middle of a write leaves it. The file is
+//!   cut there with a warning, and replay goes on: nothing receipted was
+//!   in it, since a RECEIPT waits for the write and its sync.
+//! - **Damage**: anything else (a bad record followed by intact ones, a
+//!   bad record in an older segment, a bad segment header). Intact
+//!   records after it are found again by scanning for the next record
+//!   that verifies; a bad record whose length field leads exactly there
+//!   is counted as one skipped record. The server refuses to start on
+//!   damage unless told to recover (`journal.recover_corrupt`, or
+//!   `--recover-corrupt`): then every live record up to the last damaged
+//!   segment is copied to a fresh segment, the damaged files are renamed
+//!   `<name>.corrupt` (never deleted or cut), and what was skipped is
+//!   reported in the log, `/api/health` and the metrics.
 //!
 //! # Writing
 //!
@@ -109,6 +123,9 @@ pub struct JournalConfig {
     /// How segment files are written: the real disk, or in tests one that
     /// fails on purpose.
     pub disk: Arc<dyn Disk>,
+    /// Start even if a segment is damaged (not just torn at the tail),
+    /// skipping what does not read and setting the damaged files aside.
+    pub recover_corrupt: bool,
 }
 
 /// The journal's way to the disk for the files it writes. Tests put a
@@ -172,6 +189,7 @@ impl JournalConfig {
             segment_size,
             max_segments,
             disk: Arc::new(RealDisk),
+            recover_corrupt: false,
         }
     }
 }
@@ -190,6 +208,14 @@ pub enum JournalError {
     /// Another server holds the data directory.
     #[error("data directory {0} is in use by another server")]
     Locked(PathBuf),
+    /// A segment is damaged, and recovery was not asked for.
+    #[error(
+        "the journal is damaged: {0}. Nothing was changed on disk. To start anyway, skipping \
+         what does not read and renaming the damaged segments to *.corrupt, set \
+         journal.recover_corrupt = true or pass --recover-corrupt (back the data \
+         directory up first)"
+    )]
+    Damaged(String),
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> JournalError + '_ {
@@ -208,8 +234,22 @@ pub struct Recovered {
     pub segments: usize,
     /// Records read.
     pub records_read: usize,
-    /// Bytes cut off torn or corrupt segment tails.
+    /// Bytes cut off torn segment tails.
     pub truncated_bytes: u64,
+    /// What was skipped in damaged segments.
+    pub damage: DamageReport,
+}
+
+/// What replay skipped in damaged segments (all zero when there were none).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DamageReport {
+    /// Damaged segments, set aside as `*.corrupt`.
+    pub segments: u64,
+    /// Bytes that did not read as records.
+    pub bytes: u64,
+    /// Records skipped whose length could be trusted; what else the
+    /// skipped bytes held is not known.
+    pub records: u64,
 }
 
 enum Request {
@@ -218,13 +258,16 @@ enum Request {
     Stop,
 }
 
-/// How long the journal's writes and syncs take, in seconds.
+/// How long the journal's writes and syncs take, in seconds, and what
+/// replay had to skip.
 #[derive(Debug, Clone)]
 pub struct JournalMetrics {
     /// One `write` of a group of records.
     pub append: Histogram,
     /// One `fdatasync`.
     pub sync: Histogram,
+    /// What the replay at start skipped in damaged segments.
+    pub damage: DamageReport,
 }
 
 impl Default for JournalMetrics {
@@ -234,6 +277,7 @@ impl Default for JournalMetrics {
         JournalMetrics {
             append: Histogram::new(buckets()),
             sync: Histogram::new(buckets()),
+            damage: DamageReport::default(),
         }
     }
 }
@@ -386,8 +430,9 @@ fn frame(record: &Record, buf: &mut BytesMut) -> Result<u32, herald_protocol::Er
 }
 
 impl Writer {
-    /// Reads every segment, truncating torn tails; returns the writer
-    /// positioned on a fresh segment, what is live, and the highest id.
+    /// Reads every segment, truncating a torn tail and refusing damage
+    /// unless told to recover; returns the writer positioned on a fresh
+    /// segment, what is live, and the highest id.
     fn replay(config: JournalConfig, lock: File) -> Result<(Writer, Recovered, u64), JournalError> {
         let dir = config.dir.clone();
         let mut seqs: Vec<u64> = fs::read_dir(&dir)
@@ -402,8 +447,9 @@ impl Writer {
         let mut recovered = Recovered::default();
         let mut live: BTreeMap<u64, (Record, u64, u64, u32)> = BTreeMap::new();
         let mut segments = VecDeque::new();
+        let mut damaged: Vec<(u64, String)> = Vec::new();
         let mut max_id = 0;
-        for &seq in &seqs {
+        for (i, &seq) in seqs.iter().enumerate() {
             let path = dir.join(segment_name(seq));
             let mut data = Vec::new();
             File::open(&path)
@@ -411,9 +457,12 @@ impl Writer {
                 .map_err(io_error(&path))?;
             let data = Bytes::from(data);
             recovered.segments += 1;
-            if data.len() < HEADER_LEN as usize || &data[..4] != MAGIC || data[4] != VERSION {
+            let scan = scan(&data);
+            let last = i + 1 == seqs.len();
+            if last && scan.records.is_empty() && !scan.header_ok {
+                // A crash while the segment was being made.
                 log::warn!(
-                    "journal segment {} has no valid header ({} bytes): removed",
+                    "journal segment {} was never finished ({} bytes): removed",
                     path.display(),
                     data.len()
                 );
@@ -421,11 +470,30 @@ impl Writer {
                 fs::remove_file(&path).map_err(io_error(&path))?;
                 continue;
             }
-            let mut at = HEADER_LEN as usize;
-            while at < data.len() {
-                let Some((record, len)) = read_record(&data, at) else {
-                    break;
-                };
+            let mut end = data.len();
+            if let (true, Some(tail)) = (last, scan.torn_tail) {
+                let cut = data.len() - tail;
+                log::warn!(
+                    "journal segment {}: torn record at byte {tail} (a write cut short by a crash); {cut} bytes truncated",
+                    path.display()
+                );
+                recovered.truncated_bytes += cut as u64;
+                let f = OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(io_error(&path))?;
+                f.set_len(tail as u64).map_err(io_error(&path))?;
+                f.sync_all().map_err(io_error(&path))?;
+                end = tail;
+            }
+            let report = scan.damage_report(last);
+            if report.bytes > 0 || !scan.header_ok {
+                recovered.damage.segments += 1;
+                recovered.damage.bytes += report.bytes;
+                recovered.damage.records += report.records;
+                damaged.push((seq, scan.describe(&path, last)));
+            }
+            for (record, at, len) in scan.records {
                 recovered.records_read += 1;
                 // A batch's parts all point at the batch's bytes.
                 for part in record.into_parts() {
@@ -440,28 +508,22 @@ impl Writer {
                         }
                     }
                 }
-                at += len as usize;
-            }
-            if at < data.len() {
-                let cut = data.len() - at;
-                log::warn!(
-                    "journal segment {}: torn or corrupt record at byte {at}; {cut} bytes truncated",
-                    path.display()
-                );
-                recovered.truncated_bytes += cut as u64;
-                let f = OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .map_err(io_error(&path))?;
-                f.set_len(at as u64).map_err(io_error(&path))?;
-                f.sync_all().map_err(io_error(&path))?;
             }
             segments.push_back(Segment {
                 seq,
                 path,
-                len: at as u64,
+                len: end as u64,
                 live: FastMap::default(),
             });
+        }
+        if !damaged.is_empty() {
+            let what: Vec<&str> = damaged.iter().map(|(_, d)| d.as_str()).collect();
+            if !config.recover_corrupt {
+                return Err(JournalError::Damaged(what.join("; ")));
+            }
+            for d in &what {
+                log::error!("journal: {d}");
+            }
         }
         // Live entries point at the last copy of each id.
         let mut index = FastMap::default();
@@ -481,7 +543,10 @@ impl Writer {
         });
         recovered.records = live.into_values().map(|(r, ..)| r).collect();
         let mut writer = Writer {
-            metrics: JournalMetrics::default(),
+            metrics: JournalMetrics {
+                damage: recovered.damage,
+                ..JournalMetrics::default()
+            },
             config,
             segments,
             current,
@@ -489,8 +554,43 @@ impl Writer {
             index,
             _lock: lock,
         };
+        if let Some(&(through, _)) = damaged.last() {
+            let damaged: Vec<u64> = damaged.iter().map(|(seq, _)| *seq).collect();
+            writer.set_aside(through, &damaged)?;
+            log::error!(
+                "journal: recovered past damage: {} segments set aside as *.corrupt, {} bytes skipped ({} whole records, and whatever else those bytes held)",
+                recovered.damage.segments,
+                recovered.damage.bytes,
+                recovered.damage.records
+            );
+        }
         writer.compact();
         Ok((writer, recovered, max_id))
+    }
+
+    /// Moves every live record of the segments up to `through` forward,
+    /// then deletes those segments, but renames the `damaged` ones to
+    /// `*.corrupt`: no later replay reads them, and none of the records
+    /// they ended can come back, since every segment before them goes too.
+    fn set_aside(&mut self, through: u64, damaged: &[u64]) -> Result<(), JournalError> {
+        while self.segments.front().is_some_and(|s| s.seq <= through) {
+            self.relocate_oldest()?;
+            let Some(oldest) = self.segments.pop_front() else {
+                break;
+            };
+            if damaged.contains(&oldest.seq) {
+                let aside = oldest.path.with_extension("hlog.corrupt");
+                fs::rename(&oldest.path, &aside).map_err(io_error(&oldest.path))?;
+                log::error!(
+                    "journal: {} set aside as {}",
+                    oldest.path.display(),
+                    aside.display()
+                );
+            } else {
+                fs::remove_file(&oldest.path).map_err(io_error(&oldest.path))?;
+            }
+        }
+        Ok(())
     }
 
     fn run(&mut self, rx: Receiver<Request>) {
@@ -716,6 +816,98 @@ impl Writer {
     }
 }
 
+/// What one segment file holds: its intact records, and what did not read.
+struct Scan {
+    /// The file's length.
+    len: usize,
+    header_ok: bool,
+    /// Intact records: the record, its offset, its whole length.
+    records: Vec<(Record, usize, u32)>,
+    /// Stretches that did not read, each with whether the bad record's
+    /// own length led exactly to the next intact one (one whole record).
+    bad: Vec<(usize, usize, bool)>,
+    /// Where a stretch with no intact record after it starts, if one
+    /// runs to the end of the file.
+    torn_tail: Option<usize>,
+}
+
+/// Reads a segment: each intact record in turn, and after one that does
+/// not read, the next offset where one does.
+fn scan(data: &Bytes) -> Scan {
+    let header_ok = data.len() >= HEADER_LEN as usize && &data[..4] == MAGIC && data[4] == VERSION;
+    let mut scan = Scan {
+        len: data.len(),
+        header_ok,
+        records: Vec::new(),
+        bad: Vec::new(),
+        torn_tail: None,
+    };
+    let mut at = HEADER_LEN as usize;
+    while at < data.len() {
+        if let Some((record, len)) = read_record(data, at) {
+            scan.records.push((record, at, len));
+            at += len as usize;
+            continue;
+        }
+        match (at + 1..data.len()).find(|&o| read_record(data, o).is_some()) {
+            Some(next) => {
+                let declared = data
+                    .get(at..at + 4)
+                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize);
+                let one_record = declared.is_some_and(|n| at + RECORD_HEAD + n == next);
+                scan.bad.push((at, next, one_record));
+                at = next;
+            }
+            None => {
+                scan.torn_tail = Some(at);
+                break;
+            }
+        }
+    }
+    scan
+}
+
+impl Scan {
+    /// What is damage here: every bad stretch but a torn tail of the last
+    /// segment (which a crash leaves, and which is cut, not counted).
+    fn damage_report(&self, last: bool) -> DamageReport {
+        let mut report = DamageReport::default();
+        for &(from, to, one) in &self.bad {
+            report.bytes += (to - from) as u64;
+            report.records += u64::from(one);
+        }
+        if let (false, Some(at)) = (last, self.torn_tail) {
+            report.bytes += (self.len - at) as u64;
+        }
+        report
+    }
+
+    /// The damage in words, for the log and the refusal.
+    fn describe(&self, path: &Path, last: bool) -> String {
+        let mut parts = Vec::new();
+        if !self.header_ok {
+            parts.push("its header is not a segment header".to_owned());
+        }
+        for &(from, to, one) in &self.bad {
+            parts.push(match one {
+                true => format!("a bad record at byte {from} ({} bytes)", to - from),
+                false => format!("{} unreadable bytes at byte {from}", to - from),
+            });
+        }
+        if let (false, Some(at)) = (last, self.torn_tail) {
+            parts.push(format!(
+                "unreadable bytes from byte {at} to the end, in a segment that is not the last"
+            ));
+        }
+        format!(
+            "segment {}: {} ({} intact records read)",
+            path.display(),
+            parts.join(", "),
+            self.records.len()
+        )
+    }
+}
+
 /// The record at `at`, and its whole length, if it is intact.
 fn read_record(data: &Bytes, at: usize) -> Option<(Record, u32)> {
     let head = data.get(at..at + RECORD_HEAD)?;
@@ -881,6 +1073,135 @@ mod tests {
         assert!(!garbage.exists(), "a headerless segment is removed");
     }
 
+    /// `n` records of about a kilobyte each ("0", "1", ...) in segments of
+    /// `segment_size`; returns the segment files in order.
+    fn numbered(dir: &TempDir, n: usize, segment_size: u64) -> Vec<PathBuf> {
+        let mut c = config(dir);
+        c.segment_size = segment_size;
+        c.max_segments = 1000;
+        let (j, _) = Journal::open(c).unwrap();
+        for i in 0..n {
+            enqueue(&j, "q", &format!("{i} {}", "x".repeat(1000)));
+            sync(&j).unwrap();
+        }
+        drop(j);
+        let mut files: Vec<PathBuf> = fs::read_dir(&dir.0)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "hlog"))
+            .filter(|p| fs::metadata(p).unwrap().len() > HEADER_LEN)
+            .collect();
+        files.sort();
+        files
+    }
+
+    fn numbers(r: &Recovered) -> Vec<usize> {
+        bodies(r)
+            .iter()
+            .map(|b| b.split(' ').next().unwrap().parse().unwrap())
+            .collect()
+    }
+
+    fn flip(path: &Path, at: usize) {
+        let mut data = fs::read(path).unwrap();
+        data[at] ^= 0x20;
+        fs::write(path, &data).unwrap();
+    }
+
+    fn recovering(dir: &TempDir) -> JournalConfig {
+        JournalConfig {
+            recover_corrupt: true,
+            ..config(dir)
+        }
+    }
+
+    #[test]
+    fn one_bad_byte_in_the_middle_is_damage_not_a_torn_tail() {
+        // The issue's case: 200 records of 1 KB, one byte flipped at 30,000
+        // of the first segment. Truncating there lost 33 intact records.
+        let dir = TempDir::new("damage");
+        let files = numbered(&dir, 200, 65536);
+        assert!(files.len() > 2);
+        flip(&files[0], 30_000);
+        let before = fs::read(&files[0]).unwrap();
+        let e = Journal::open(config(&dir)).err().unwrap();
+        let said = e.to_string();
+        assert!(matches!(e, JournalError::Damaged(_)), "{said}");
+        assert!(
+            said.contains("recover_corrupt") && said.contains("bad record"),
+            "{said}"
+        );
+        assert_eq!(
+            fs::read(&files[0]).unwrap(),
+            before,
+            "nothing changed on disk"
+        );
+        // Told to recover: every record but the damaged one.
+        let (j, r) = Journal::open(recovering(&dir)).unwrap();
+        let got = numbers(&r);
+        assert_eq!(got.len(), 199, "{got:?}");
+        assert_eq!((r.damage.segments, r.damage.records), (1, 1));
+        assert!((1000..1100).contains(&r.damage.bytes), "{:?}", r.damage);
+        assert_eq!(j.metrics().damage, r.damage);
+        let aside = files[0].with_extension("hlog.corrupt");
+        assert_eq!(fs::read(&aside).unwrap(), before, "set aside whole");
+        assert!(!files[0].exists());
+        drop(j);
+        // And from then on it opens cleanly, with the same records.
+        let (_, r) = Journal::open(config(&dir)).unwrap();
+        assert_eq!(numbers(&r), got);
+        assert_eq!(r.damage, DamageReport::default());
+    }
+
+    #[test]
+    fn every_part_of_a_record_is_checked_in_the_last_and_an_older_segment() {
+        // Offsets into the fifth record: its length, its CRC, its payload.
+        for (part, offset) in [("length", 1), ("crc", 5), ("payload", 500)] {
+            for older in [true, false] {
+                let dir = TempDir::new("parts");
+                let files = numbered(&dir, 40, 16384);
+                let file = if older {
+                    &files[0]
+                } else {
+                    files.last().unwrap()
+                };
+                let data = fs::read(file).unwrap();
+                let fifth = {
+                    let mut at = HEADER_LEN as usize;
+                    for _ in 0..4 {
+                        at += read_record(&Bytes::from(data.clone()), at).unwrap().1 as usize;
+                    }
+                    at
+                };
+                flip(file, fifth + offset);
+                let e = Journal::open(config(&dir)).err();
+                assert!(
+                    matches!(e, Some(JournalError::Damaged(_))),
+                    "{part}, older {older}: {e:?}"
+                );
+                let (_, r) = Journal::open(recovering(&dir)).unwrap();
+                assert_eq!(numbers(&r).len(), 39, "{part}, older {older}");
+                assert_eq!(r.damage.segments, 1);
+                // A flipped length no longer leads to the next record.
+                assert_eq!(r.damage.records, u64::from(part != "length"), "{part}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_bad_header_on_an_older_segment_is_damage_and_its_records_are_kept() {
+        let dir = TempDir::new("header");
+        let files = numbered(&dir, 40, 16384);
+        flip(&files[0], 0);
+        assert!(matches!(
+            Journal::open(config(&dir)),
+            Err(JournalError::Damaged(_))
+        ));
+        let (_, r) = Journal::open(recovering(&dir)).unwrap();
+        assert_eq!(numbers(&r), (0..40).collect::<Vec<_>>());
+        assert_eq!(r.damage.segments, 1);
+    }
+
     #[test]
     fn acknowledged_segments_are_deleted_and_live_ones_moved_forward() {
         let dir = TempDir::new("compact");
@@ -922,28 +1243,32 @@ mod tests {
 
     #[test]
     fn a_torn_batch_recovers_none_of_its_records() {
-        let dir = TempDir::new("torn-batch");
-        let (j, _) = Journal::open(config(&dir)).unwrap();
-        let before = enqueue(&j, "q", "before");
-        let batch = vec![
-            queued(&j, "tx-1"),
-            queued(&j, "tx-2"),
-            Record::End { id: before },
-        ];
-        j.append_atomically(batch, None);
-        sync(&j).unwrap();
-        drop(j);
-        let (j, r) = Journal::open(config(&dir)).unwrap();
-        assert_eq!(bodies(&r), ["tx-1", "tx-2"], "a whole batch takes effect");
-        drop(j);
-        // Cut the last byte of the batch: none of its parts takes effect,
-        // not even the End inside it.
-        let path = last_segment(&dir);
-        let len = fs::metadata(&path).unwrap().len();
-        let f = OpenOptions::new().write(true).open(&path).unwrap();
-        f.set_len(len - 1).unwrap();
-        let (_, r) = Journal::open(config(&dir)).unwrap();
-        assert_eq!(bodies(&r), ["before"]);
+        // "before", then a batch of two new records and the End of "before";
+        // `torn` cuts the batch's last byte, as a crash in its write would.
+        let run = |torn: bool| {
+            let dir = TempDir::new("torn-batch");
+            let (j, _) = Journal::open(config(&dir)).unwrap();
+            let before = enqueue(&j, "q", "before");
+            let batch = vec![
+                queued(&j, "tx-1"),
+                queued(&j, "tx-2"),
+                Record::End { id: before },
+            ];
+            j.append_atomically(batch, None);
+            sync(&j).unwrap();
+            drop(j);
+            if torn {
+                let path = last_segment(&dir);
+                let len = fs::metadata(&path).unwrap().len();
+                let f = OpenOptions::new().write(true).open(&path).unwrap();
+                f.set_len(len - 1).unwrap();
+            }
+            let (_, r) = Journal::open(config(&dir)).unwrap();
+            bodies(&r)
+        };
+        assert_eq!(run(false), ["tx-1", "tx-2"], "a whole batch takes effect");
+        // None of a torn batch's parts takes effect, not even its End.
+        assert_eq!(run(true), ["before"]);
     }
 
     #[test]

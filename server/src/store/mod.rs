@@ -15,7 +15,9 @@ pub mod journal;
 use bytes::{BufMut, Bytes, BytesMut};
 use herald_protocol::cursor::{put_str16, Cursor};
 
-pub use journal::{FsyncPolicy, Journal, JournalConfig, JournalError, JournalMetrics, Recovered};
+pub use journal::{
+    DamageReport, FsyncPolicy, Journal, JournalConfig, JournalError, JournalMetrics, Recovered,
+};
 
 /// Run once a record is as durable as the configured policy makes it, or
 /// with the reason it could not be written.
