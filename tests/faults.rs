@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use herald_client::{Destination, Message};
+use herald_protocol::Frame;
 use herald_server::store::FsyncPolicy;
 use herald_server::{Config, Server};
 use herald_tests::*;
@@ -99,4 +100,89 @@ fn a_damaged_journal_stops_the_server_until_told_to_recover_and_then_loses_one_m
     assert_eq!(aside.len(), 1, "the damaged segment is kept aside");
     server.stop_keeping_data();
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A SEND frame's bytes for a message to queue `q`.
+fn send_bytes(persistent: bool, request_id: u32) -> Vec<u8> {
+    let mut m = Message::text("m");
+    if persistent {
+        m = m.persistent();
+    }
+    m.destination = Some(Destination::queue("q"));
+    let mut block = bytes::BytesMut::new();
+    m.encode(&mut block).unwrap();
+    let view = herald_protocol::MessageView::parse(block.freeze()).unwrap();
+    let mut wire = bytes::BytesMut::new();
+    Frame::Send(view).encode(request_id, &mut wire).unwrap();
+    wire.to_vec()
+}
+
+fn frame_bytes(frame: &Frame, request_id: u32) -> Vec<u8> {
+    let mut wire = bytes::BytesMut::new();
+    frame.encode(request_id, &mut wire).unwrap();
+    wire.to_vec()
+}
+
+/// The answers to come until the connection closes, as (kind, request id).
+fn answers(raw: &mut RawClient, n: usize) -> Vec<(&'static str, u32)> {
+    (0..n)
+        .map(|_| match raw.read_frame() {
+            Some((Frame::Receipt, id)) => ("RECEIPT", id),
+            Some((Frame::Pong, id)) => ("PONG", id),
+            other => panic!("expected an answer, got {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn answers_come_in_the_order_of_the_frames_they_answer() {
+    // fsync = always: a persistent SEND's RECEIPT waits for a real sync.
+    let server = start_with(on(&temp_dir("order")));
+    let mut raw = RawClient::connected(&server, 0);
+    // A persistent SEND, then a PING, written in one go.
+    let mut wire = send_bytes(true, 10);
+    wire.extend(frame_bytes(&Frame::Ping, 11));
+    raw.write(&wire);
+    assert_eq!(answers(&mut raw, 2), [("RECEIPT", 10), ("PONG", 11)]);
+    // A persistent SEND, then a non-persistent one.
+    let mut wire = send_bytes(true, 20);
+    wire.extend(send_bytes(false, 21));
+    raw.write(&wire);
+    assert_eq!(answers(&mut raw, 2), [("RECEIPT", 20), ("RECEIPT", 21)]);
+    // Five persistent SENDs and a DISCONNECT: every RECEIPT, in order, and
+    // the DISCONNECT's last, before the connection closes.
+    let mut wire = Vec::new();
+    for id in 30..35 {
+        wire.extend(send_bytes(true, id));
+    }
+    wire.extend(frame_bytes(&Frame::Disconnect, 35));
+    raw.write(&wire);
+    let expected: Vec<_> = (30..36).map(|id| ("RECEIPT", id)).collect();
+    assert_eq!(answers(&mut raw, 6), expected);
+    assert!(raw.read_frame().is_none(), "closed after the last answer");
+    // All eight messages are in the queue, seven of them persistent.
+    let (_c, s) = connect(&server);
+    let q = s.create_consumer(&Destination::queue("q")).unwrap();
+    for _ in 0..8 {
+        next(&q);
+    }
+    assert_nothing(&q);
+}
+
+#[test]
+fn a_stomp_disconnect_is_answered_after_the_persistent_sends_before_it() {
+    let server = start_with(on(&temp_dir("stomp-order")));
+    let mut stomp = StompClient::connected(&server, &[]);
+    let mut wire = Vec::new();
+    for n in 0..5 {
+        wire.extend(
+            format!("SEND\ndestination:/queue/q\npersistent:true\nreceipt:s{n}\n\nm\0").bytes(),
+        );
+    }
+    wire.extend(b"DISCONNECT\nreceipt:bye\n\n\0");
+    stomp.write(&wire);
+    for id in ["s0", "s1", "s2", "s3", "s4", "bye"] {
+        assert_eq!(stomp.expect("RECEIPT").get("receipt-id"), Some(id));
+    }
+    assert!(stomp.read().is_none());
 }

@@ -7,6 +7,6 @@ use super::{Flow, Refusal};
 use crate::net::outbound::Outbound;
 
 pub fn ping(request_id: u32, out: &mut Outbound) -> Result<Flow, Refusal> {
-    out.push_frame(&Frame::Pong, request_id);
+    out.push_answer_frame(&Frame::Pong, request_id);
     Ok(Flow::Continue)
 }

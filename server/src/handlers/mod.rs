@@ -222,7 +222,7 @@ fn handle(
         Frame::Browse(f) => browse::handle(f, request_id, session, out, ctx),
         Frame::Recover(f) => ack::recover(f, request_id, session, out, ctx),
         Frame::TxSend(f) => transaction::tx_send(f, request_id, session, out, ctx),
-        Frame::Commit(f) => transaction::handle_commit(f, request_id, session, ctx),
+        Frame::Commit(f) => transaction::handle_commit(f, request_id, session, out, ctx),
         Frame::Rollback(f) => transaction::handle_rollback(f, request_id, session, out, ctx),
         Frame::UnsubscribeDurable(f) => {
             unsubscribe_durable::handle(f, request_id, session, out, ctx)
@@ -251,9 +251,15 @@ pub fn authorize(
 
 /// Has the RECEIPT of `request_id` follow what was appended to the
 /// journal so far (at once if nothing was), counting it as pending.
-pub fn await_journal(request_id: u32, session: &mut Session, ctx: &mut Context<'_>) {
+pub fn await_journal(
+    request_id: u32,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) {
     if request_id != 0 {
         session.pending_receipts += 1;
+        out.owe_answer(request_id);
         let done = crate::net::confirmation(ctx.shared, ctx.me, request_id);
         ctx.shared.broker.barrier(Some(ctx.me), done);
     }
@@ -262,7 +268,7 @@ pub fn await_journal(request_id: u32, session: &mut Session, ctx: &mut Context<'
 /// Queues a RECEIPT if the client asked for one.
 pub fn receipt(out: &mut Outbound, request_id: u32) {
     if request_id != 0 {
-        out.push_frame(&Frame::Receipt, request_id);
+        out.push_answer_frame(&Frame::Receipt, request_id);
     }
 }
 
@@ -275,8 +281,10 @@ pub fn reply_error(
     message: String,
 ) {
     log::debug!("ERROR {code:?} (request {request_id}, fatal {fatal}): {message}");
-    out.push_frame(
-        &Frame::Error(ErrorFrame::new(code, fatal, message)),
-        request_id,
-    );
+    let frame = Frame::Error(ErrorFrame::new(code, fatal, message));
+    // A fatal one goes at once: the connection ends with it.
+    match fatal {
+        true => out.push_frame(&frame, request_id),
+        false => out.push_answer_frame(&frame, request_id),
+    }
 }

@@ -65,6 +65,7 @@ pub fn publish(
     request_id: u32,
     since: Option<Instant>,
     session: &mut Session,
+    out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Published, Refusal> {
     let name = message.destination();
@@ -127,7 +128,7 @@ pub fn publish(
     ctx.routed(&message, name, routed);
     if journaled && request_id != 0 {
         // The RECEIPT waits until the journal has the message on disk.
-        super::await_journal(request_id, session, ctx);
+        super::await_journal(request_id, session, out, ctx);
         return Ok(Published::Later);
     }
     Ok(Published::Now)
@@ -141,12 +142,14 @@ pub fn handle(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
-    Ok(match publish(message, request_id, None, session, ctx)? {
-        Published::Now => {
-            receipt(out, request_id);
-            Flow::Continue
-        }
-        Published::Later => Flow::Continue,
-        Published::Held(parked) => Flow::Park(parked),
-    })
+    Ok(
+        match publish(message, request_id, None, session, out, ctx)? {
+            Published::Now => {
+                receipt(out, request_id);
+                Flow::Continue
+            }
+            Published::Later => Flow::Continue,
+            Published::Held(parked) => Flow::Park(parked),
+        },
+    )
 }

@@ -222,6 +222,7 @@ pub fn handle_commit(
     f: Commit,
     request_id: u32,
     session: &mut Session,
+    out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
     let mut held = session
@@ -235,7 +236,7 @@ pub fn handle_commit(
         ));
     }
     commit(held, session, ctx)?;
-    super::await_journal(request_id, session, ctx);
+    super::await_journal(request_id, session, out, ctx);
     Ok(Flow::Continue)
 }
 

@@ -8,11 +8,12 @@ use bytes::BytesMut;
 use mio::net::TcpStream;
 
 use bytes::Bytes;
+use herald_protocol::frame::ErrorFrame;
 use herald_protocol::ErrorCode;
 
 use rustls::ServerConnection;
 
-use super::outbound::{Droppable, Outbound, WriteStatus};
+use super::outbound::{encode_control, Droppable, Outbound, WriteStatus};
 use super::tls::Plaintext;
 use crate::broker::Backlog;
 use crate::handlers::connect::Welcome;
@@ -152,6 +153,26 @@ impl Connection {
             );
             *self.info.identity.lock().unwrap_or_else(|p| p.into_inner()) = identity;
         }
+    }
+
+    /// Answers a request whose answer was owed (it waited for the
+    /// journal): in its place among the answers, in this connection's
+    /// protocol. A failure is an ERROR (for STOMP, which has no other
+    /// kind, one that closes the connection).
+    pub fn pay_answer(&mut self, request_id: u32, result: Result<(), String>) {
+        let answer = match (&mut self.stomp, result) {
+            (None, Ok(())) => encode_control(&herald_protocol::Frame::Receipt, request_id),
+            (None, Err(why)) => {
+                let error = ErrorFrame::new(ErrorCode::Internal, false, why);
+                encode_control(&herald_protocol::Frame::Error(error), request_id)
+            }
+            (Some(stomp), Ok(())) => stomp.receipt_bytes(request_id),
+            (Some(_), Err(why)) => {
+                self.reply_error(request_id, ErrorCode::Internal, true, why);
+                None
+            }
+        };
+        self.out.pay_answer(request_id, answer);
     }
 
     /// Confirms request `request_id`, in this connection's protocol.

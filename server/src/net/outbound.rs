@@ -32,6 +32,20 @@ pub enum Droppable {
     BestEffort,
 }
 
+/// A control frame's bytes. Control frames the server builds always
+/// encode; an error here would be a bug, and is logged rather than
+/// sending half a frame.
+pub fn encode_control(frame: &Frame, request_id: u32) -> Option<Bytes> {
+    let mut buf = BytesMut::new();
+    match frame.encode(request_id, &mut buf) {
+        Ok(()) => Some(buf.freeze()),
+        Err(e) => {
+            log::error!("cannot encode {:?} frame: {e}", frame.kind());
+            None
+        }
+    }
+}
+
 struct OutFrame {
     head: [u8; HEAD_CAP],
     head_len: u8,
@@ -57,7 +71,20 @@ pub enum WriteStatus {
     Waiting,
 }
 
+/// An answer to a client's request (RECEIPT, PONG, a non-fatal ERROR)
+/// that must wait for an earlier one.
+enum Answer {
+    /// Still owed: the journal has not confirmed request `.0` yet.
+    Owed(u32),
+    /// Ready, behind an owed one.
+    Ready(Bytes),
+}
+
 /// Frames waiting to be written, in order.
+///
+/// Answers leave in the order of the frames they answer (PROTOCOL.md):
+/// while one is owed (a persistent SEND waiting for the journal), later
+/// answers wait behind it; deliveries do not.
 #[derive(Default)]
 pub struct Outbound {
     frames: VecDeque<OutFrame>,
@@ -65,6 +92,8 @@ pub struct Outbound {
     written: usize,
     /// Unwritten bytes in total.
     pending: usize,
+    /// Answers behind one still owed, oldest first; empty when none is.
+    answers: VecDeque<Answer>,
 }
 
 impl Outbound {
@@ -78,16 +107,62 @@ impl Outbound {
         self.frames.is_empty()
     }
 
-    /// Queues a control frame (CONNECTED, RECEIPT, ERROR, PONG ...).
+    /// Queues a control frame at once (CONNECTED, a fatal ERROR ...); an
+    /// answer that must keep its order goes through
+    /// [`Outbound::push_answer_frame`].
     pub fn push_frame(&mut self, frame: &Frame, request_id: u32) {
-        let mut buf = BytesMut::new();
-        // Control frames the server builds always encode; an error here
-        // would be a bug, and is logged rather than sending half a frame.
-        if let Err(e) = frame.encode(request_id, &mut buf) {
-            log::error!("cannot encode {:?} frame: {e}", frame.kind());
-            return;
+        if let Some(bytes) = encode_control(frame, request_id) {
+            self.push_raw(bytes);
         }
-        self.push_raw(buf.freeze());
+    }
+
+    /// Notes that the answer to request `request_id` comes later: later
+    /// answers wait for it.
+    pub fn owe_answer(&mut self, request_id: u32) {
+        self.answers.push_back(Answer::Owed(request_id));
+    }
+
+    /// Whether an answer is still owed.
+    pub fn owes_answers(&self) -> bool {
+        !self.answers.is_empty()
+    }
+
+    /// Queues an answer (a whole encoded frame), behind any still owed.
+    pub fn push_answer(&mut self, frame: Bytes) {
+        match self.answers.is_empty() {
+            true => self.push_raw(frame),
+            false => self.answers.push_back(Answer::Ready(frame)),
+        }
+    }
+
+    /// Queues a native answer frame, behind any still owed.
+    pub fn push_answer_frame(&mut self, frame: &Frame, request_id: u32) {
+        if let Some(bytes) = encode_control(frame, request_id) {
+            self.push_answer(bytes);
+        }
+    }
+
+    /// The owed answer to `request_id` has come (`None`: there is
+    /// nothing to send after all): it takes its place, and it and the
+    /// ready answers behind it go out, up to the next owed one.
+    pub fn pay_answer(&mut self, request_id: u32, frame: Option<Bytes>) {
+        let owed = self
+            .answers
+            .iter()
+            .position(|a| matches!(a, Answer::Owed(id) if *id == request_id));
+        match (owed, frame) {
+            (Some(i), Some(frame)) => self.answers[i] = Answer::Ready(frame),
+            (Some(i), None) => {
+                self.answers.remove(i);
+            }
+            (None, Some(frame)) => return self.push_answer(frame),
+            (None, None) => return,
+        }
+        while let Some(Answer::Ready(_)) = self.answers.front() {
+            if let Some(Answer::Ready(bytes)) = self.answers.pop_front() {
+                self.push_raw(bytes);
+            }
+        }
     }
 
     /// Queues bytes that are a whole frame already (STOMP's).

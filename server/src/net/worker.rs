@@ -498,6 +498,7 @@ impl Worker {
                 request_id,
                 Some(parked.since),
                 &mut conn.session,
+                &mut conn.out,
                 &mut ctx,
             );
             let flow = match retried {
@@ -760,10 +761,7 @@ impl Worker {
             return;
         };
         conn.session.pending_receipts = conn.session.pending_receipts.saturating_sub(1);
-        match result {
-            Ok(()) => conn.reply_receipt(request_id),
-            Err(why) => conn.reply_error(request_id, ErrorCode::Internal, false, why),
-        }
+        conn.pay_answer(request_id, result);
         self.mark_dirty(target.slot);
     }
 
@@ -815,7 +813,11 @@ impl Worker {
                 continue;
             }
             match conn.flush() {
-                Ok(WriteStatus::Drained) if conn.closing => self.close(slot),
+                // A DISCONNECT's RECEIPT comes after the answers owed for
+                // the frames before it: the connection stays until then.
+                Ok(WriteStatus::Drained) if conn.closing && !conn.out.owes_answers() => {
+                    self.close(slot)
+                }
                 Ok(_) => {
                     if conn.backlogged_since.is_some() || conn.left_behind {
                         conn.check_backlog(max_pending / 8);

@@ -144,9 +144,15 @@ impl StompSession {
 
     /// Queues STOMP bytes, in a WebSocket message if the connection is one.
     fn push_bytes(&self, out: &mut Outbound, bytes: &[u8]) {
+        out.push_raw(self.wrap(bytes));
+    }
+
+    /// STOMP bytes as they go on the wire: in a WebSocket message if the
+    /// connection is one.
+    fn wrap(&self, bytes: &[u8]) -> Bytes {
         match &self.websocket {
-            Some(_) => out.push_raw(websocket::wrap_stomp(bytes)),
-            None => out.push_raw(Bytes::copy_from_slice(bytes)),
+            Some(_) => websocket::wrap_stomp(bytes),
+            None => Bytes::copy_from_slice(bytes),
         }
     }
 
@@ -166,14 +172,23 @@ impl StompSession {
         id
     }
 
-    /// Sends the RECEIPT for request `request_id`, if it asked for one.
+    /// Sends the RECEIPT for request `request_id`, if it asked for one,
+    /// behind any answer still owed.
     pub fn receipt(&mut self, out: &mut Outbound, request_id: u32) {
-        if let Some(receipt) = self.receipts.remove(&request_id) {
-            self.push(
-                out,
-                &StompFrame::new("RECEIPT").header("receipt-id", receipt),
-            );
+        if let Some(bytes) = self.receipt_bytes(request_id) {
+            out.push_answer(bytes);
         }
+    }
+
+    /// The RECEIPT for request `request_id` as wire bytes, if it asked
+    /// for one.
+    pub fn receipt_bytes(&mut self, request_id: u32) -> Option<Bytes> {
+        let receipt = self.receipts.remove(&request_id)?;
+        let mut buf = BytesMut::new();
+        StompFrame::new("RECEIPT")
+            .header("receipt-id", receipt)
+            .encode(self.escapes(), &mut buf);
+        Some(self.wrap(&buf))
     }
 
     /// Sends an ERROR frame; the caller closes the connection.
@@ -348,7 +363,7 @@ fn dispatch(
                 stomp.receipt(out, request_id);
                 return Ok(Flow::Continue);
             }
-            match publish(view, request_id, None, session, ctx) {
+            match publish(view, request_id, None, session, out, ctx) {
                 Ok(Published::Now) => {
                     stomp.receipt(out, request_id);
                     Ok(Flow::Continue)
@@ -387,7 +402,7 @@ fn dispatch(
                     settle(ids, outcome, session, ctx);
                     if outcome == Outcome::Processed {
                         // The RECEIPT follows the acknowledgement to disk.
-                        await_journal(request_id, session, ctx);
+                        await_journal(request_id, session, out, ctx);
                         return Ok(Flow::Continue);
                     }
                 }
@@ -418,7 +433,7 @@ fn dispatch(
                 .end(&tx.to_owned())
                 .ok_or_else(|| no_transaction(tx))?;
             commit(held, session, ctx).map_err(refused)?;
-            await_journal(request_id, session, ctx);
+            await_journal(request_id, session, out, ctx);
             Ok(Flow::Continue)
         }
         "ABORT" => {
