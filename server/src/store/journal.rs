@@ -89,6 +89,10 @@ const MAGIC: &[u8; 4] = b"HRLJ";
 const VERSION: u8 = 1;
 const HEADER_LEN: u64 = 16;
 const RECORD_HEAD: usize = 8;
+/// How long records no one waits for may stay unsynced while the journal
+/// is idle. Losing them in a crash costs only redeliveries (an
+/// acknowledgement's `End`), never a receipted message.
+const LAZY_SYNC: std::time::Duration = std::time::Duration::from_millis(50);
 /// Largest payload replay believes; a longer length is corruption.
 const MAX_PAYLOAD: u32 = 256 << 20;
 /// Bytes gathered into one write at most.
@@ -389,6 +393,10 @@ struct Writer {
     failed: Option<String>,
     /// Which segment holds each live id.
     index: FastMap<u64, u64>,
+    /// Records written that no one waited for (acknowledgements' `End`s)
+    /// and that are not synced yet: the next sync, or [`LAZY_SYNC`] of
+    /// quiet, makes them durable.
+    unsynced: bool,
     /// Held for the life of the writer: the directory lock.
     _lock: File,
 }
@@ -552,6 +560,7 @@ impl Writer {
             current,
             failed: None,
             index,
+            unsynced: false,
             _lock: lock,
         };
         if let Some(&(through, _)) = damaged.last() {
@@ -599,8 +608,18 @@ impl Writer {
         let mut pending: Vec<(u64, u32, Record)> = Vec::new();
         let mut stop = false;
         while !stop {
-            let Ok(first) = rx.recv() else {
-                break;
+            let first = match self.unsynced {
+                false => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+                true => rx.recv_timeout(LAZY_SYNC),
+            };
+            let first = match first {
+                Ok(request) => request,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    // Quiet: make what no one waited for durable too.
+                    let _ = self.sync();
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
             };
             let mut next = Some(first);
             while let Some(request) = next.take() {
@@ -622,7 +641,10 @@ impl Writer {
                     next = rx.try_recv().ok();
                 }
             }
-            let result = match self.write(&buf) {
+            // A record no one waits for (an acknowledgement without a
+            // request id) rides the next sync instead of forcing one.
+            let wanted = !done.is_empty() || stop || self.config.fsync == FsyncPolicy::Always;
+            let result = match self.write(&buf, wanted) {
                 Ok(()) => {
                     for (offset, len, record) in pending.drain(..) {
                         self.apply(offset, len, record);
@@ -651,12 +673,18 @@ impl Writer {
         self.segments.back().map_or(0, |s| s.len)
     }
 
-    fn write(&mut self, buf: &[u8]) -> io::Result<()> {
+    /// Writes `buf`, and syncs it (with everything before it) if `sync`
+    /// and the policy syncs at all.
+    fn write(&mut self, buf: &[u8], sync: bool) -> io::Result<()> {
         if let Some(why) = &self.failed {
             return Err(io::Error::other(why.clone()));
         }
         if buf.is_empty() {
-            return Ok(());
+            // A barrier: what was written without a sync must be durable.
+            return match sync && self.unsynced {
+                true => self.sync(),
+                false => Ok(()),
+            };
         }
         let start = self.current_len();
         let began = std::time::Instant::now();
@@ -673,9 +701,13 @@ impl Writer {
         if let Some(s) = self.segments.back_mut() {
             s.len += buf.len() as u64;
         }
-        match self.config.fsync {
-            FsyncPolicy::Never => Ok(()),
-            FsyncPolicy::Always | FsyncPolicy::Batch => self.sync(),
+        match (self.config.fsync, sync) {
+            (FsyncPolicy::Never, _) => Ok(()),
+            (_, false) => {
+                self.unsynced = true;
+                Ok(())
+            }
+            (_, true) => self.sync(),
         }
     }
 
@@ -683,6 +715,7 @@ impl Writer {
         let began = std::time::Instant::now();
         let synced = self.current.sync_data();
         self.metrics.sync.observe(began.elapsed().as_secs_f64());
+        self.unsynced = false;
         synced.inspect_err(|e| {
             log::error!("journal sync failed: {e}; persistent sends fail from now on");
             self.failed = Some(format!("the journal could not sync ({e})"));
@@ -798,7 +831,7 @@ impl Writer {
             .back()
             .map(|s| s.path.clone())
             .unwrap_or_default();
-        self.write(&buf).map_err(io_error(&current_path))?;
+        self.write(&buf, false).map_err(io_error(&current_path))?;
         // The copies must be durable before the originals go.
         self.sync().map_err(io_error(&current_path))?;
         let Some(current) = self.segments.back_mut() else {
@@ -1302,6 +1335,8 @@ mod tests {
         tear: std::sync::atomic::AtomicBool,
         /// Every sync fails.
         fail_sync: std::sync::atomic::AtomicBool,
+        /// Syncs asked for.
+        syncs: AtomicU64,
     }
 
     struct FaultyDisk(Arc<Faults>);
@@ -1349,6 +1384,7 @@ mod tests {
         }
 
         fn sync_data(&mut self) -> io::Result<()> {
+            self.faults.syncs.fetch_add(1, Ordering::Relaxed);
             if self.faults.fail_sync.load(Ordering::Relaxed) {
                 return Err(io::Error::other("sync failed (injected)"));
             }
@@ -1377,6 +1413,46 @@ mod tests {
         };
         j.append(record, Some(Box::new(move |r| tx.send(r).unwrap())));
         rx.recv().unwrap()
+    }
+
+    #[test]
+    fn records_no_one_waits_for_ride_the_next_sync() {
+        let dir = TempDir::new("lazy");
+        let (c, faults) = faulty(&dir);
+        let (j, _) = Journal::open(c.clone()).unwrap();
+        let ids: Vec<u64> = (0..50).map(|i| enqueue(&j, "q", &i.to_string())).collect();
+        sync(&j).unwrap();
+        let before = faults.syncs.load(Ordering::Relaxed);
+        // Fifty acknowledgements, each alone, with no one waiting: none
+        // forces a sync; the quiet that follows makes them durable.
+        for id in &ids {
+            j.append(Record::End { id: *id }, None);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        std::thread::sleep(LAZY_SYNC * 4);
+        let after = faults.syncs.load(Ordering::Relaxed);
+        assert!(
+            after - before < 25,
+            "{} syncs for 50 acknowledgements",
+            after - before
+        );
+        assert!(after > before, "the quiet synced them");
+        drop(j);
+        let (_, r) = Journal::open(c).unwrap();
+        assert!(r.records.is_empty(), "every acknowledgement kept");
+    }
+
+    #[test]
+    fn a_barrier_makes_what_was_written_unsynced_durable() {
+        let dir = TempDir::new("lazy-barrier");
+        let (c, faults) = faulty(&dir);
+        let (j, _) = Journal::open(c).unwrap();
+        let id = enqueue(&j, "q", "x");
+        sync(&j).unwrap();
+        j.append(Record::End { id }, None);
+        let before = faults.syncs.load(Ordering::Relaxed);
+        sync(&j).unwrap();
+        assert!(faults.syncs.load(Ordering::Relaxed) > before);
     }
 
     #[test]
