@@ -284,6 +284,7 @@ fn a_property_cannot_forge_frames_for_a_stomp_10_subscriber() {
         Message::text("real")
             .with_property("note", forged)
             .with_property("lines", "a\r\nb")
+            .with_property("content-length", "1")
             .with_property("plain", "kept"),
     )
     .unwrap();

@@ -95,8 +95,9 @@ impl StompFrame {
     }
 
     /// Appends the frame. `escape` applies 1.1/1.2 header escaping (never
-    /// for CONNECT and CONNECTED). A `content-length` header is added for a
-    /// non-empty body unless one is present.
+    /// for CONNECT and CONNECTED). A non-empty body gets a `content-length`
+    /// of its true length; one among the headers is never written, since
+    /// a wrong one would let the body's bytes be read as further frames.
     pub fn encode(&self, escape: bool, dst: &mut BytesMut) {
         let escape = escape && self.command != "CONNECT" && self.command != "CONNECTED";
         dst.put_slice(self.command.as_bytes());
@@ -109,7 +110,7 @@ impl StompFrame {
             !name.contains(|c| bad_name.contains(c)) && !value.contains(|c| bad_value.contains(c))
         };
         for (name, value) in &self.headers {
-            if !representable(name, value) {
+            if !representable(name, value) || name == "content-length" {
                 continue;
             }
             put_header_text(dst, name, escape);
@@ -117,7 +118,7 @@ impl StompFrame {
             put_header_text(dst, value, escape);
             dst.put_u8(b'\n');
         }
-        if !self.body.is_empty() && self.get("content-length").is_none() {
+        if !self.body.is_empty() {
             dst.put_slice(format!("content-length:{}\n", self.body.len()).as_bytes());
         }
         dst.put_u8(b'\n');
@@ -375,6 +376,26 @@ mod tests {
             decode_all(b"SEND\ndestination:/queue/a\nx:a\0b\n\n\0"),
             Err(StompError::Nul("header"))
         ));
+    }
+
+    #[test]
+    fn a_content_length_header_cannot_lie_about_the_body() {
+        // Found by fuzzing: a content-length 1.0 could not carry was left
+        // out, and with it the body's length. A wrong one would split the
+        // body into forged frames.
+        let body = &b"x\0\nMESSAGE\ndestination:/topic/bank\n\nforged\0"[..];
+        for length in ["2", "\r2\r", "999"] {
+            let frame = StompFrame::new("MESSAGE")
+                .header("content-length", length)
+                .body(body);
+            for escape in [false, true] {
+                let mut b = BytesMut::new();
+                frame.encode(escape, &mut b);
+                let frames = decode_all(&b).unwrap();
+                assert_eq!(frames.len(), 1, "{length:?}, escape {escape}");
+                assert_eq!(&frames[0].body[..], body);
+            }
+        }
     }
 
     #[test]
