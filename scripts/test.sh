@@ -7,9 +7,11 @@
 # with NATS is tested against Debian's nats-server, and cluster mode
 # against Debian's redis-server, both installed if missing.
 # Every server a test starts listens on 127.0.0.1 ephemeral ports and is
-# stopped by the test. Between the two, each fuzz target in fuzz/ runs for
-# FUZZ_SECONDS (15 by default; 0 skips them) with cargo-fuzz on the nightly
-# toolchain, installing cargo-fuzz if it is missing.
+# stopped by the test. Between the two, each fuzz target in fuzz/ runs
+# FUZZ_RUNS inputs (300,000 by default; 0 skips them) from a fixed seed,
+# so that a run is repeatable, with cargo-fuzz on the nightly toolchain,
+# installing cargo-fuzz if it is missing. Longer searches from random
+# seeds are run by hand (README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,8 +31,8 @@ fi
 
 cargo test --workspace --locked "$@"
 
-echo "== fuzzing, ${FUZZ_SECONDS:=15} s a target"
-if [ "$FUZZ_SECONDS" -gt 0 ]; then
+echo "== fuzzing, ${FUZZ_RUNS:=300000} inputs a target"
+if [ "$FUZZ_RUNS" -gt 0 ]; then
   if ! rustup toolchain list | grep -q '^nightly'; then
     echo "fuzzing needs the nightly toolchain (rustup toolchain install nightly)" >&2
     exit 1
@@ -40,7 +42,7 @@ if [ "$FUZZ_SECONDS" -gt 0 ]; then
   for target in $(cargo +nightly fuzz list --fuzz-dir fuzz); do
     log="target/fuzz-$target.log"
     if cargo +nightly fuzz run --fuzz-dir fuzz "$target" -- \
-      -max_total_time="$FUZZ_SECONDS" >"$log" 2>&1; then
+      -seed=1 -runs="$FUZZ_RUNS" >"$log" 2>&1; then
       echo "$target: $(tail -n 1 "$log")"
     else
       cat "$log"
