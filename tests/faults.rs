@@ -3,9 +3,12 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use herald_client::{Destination, Message};
+use herald_client::{AckMode, Destination, Message};
 use herald_protocol::Frame;
+use herald_server::store::journal::{Disk, SegmentFile};
 use herald_server::store::FsyncPolicy;
 use herald_server::{Config, Server};
 use herald_tests::*;
@@ -185,4 +188,103 @@ fn a_stomp_disconnect_is_answered_after_the_persistent_sends_before_it() {
         assert_eq!(stomp.expect("RECEIPT").get("receipt-id"), Some(id));
     }
     assert!(stomp.read().is_none());
+}
+
+/// A disk with `room` bytes left: a write that does not fit fails whole,
+/// as ENOSPC; `room` can be given back.
+struct SmallDisk(Arc<AtomicUsize>);
+
+struct SmallFile(std::fs::File, Arc<AtomicUsize>);
+
+impl Disk for SmallDisk {
+    fn create(&self, path: &Path) -> std::io::Result<Box<dyn SegmentFile>> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(path)?;
+        Ok(Box::new(SmallFile(file, self.0.clone())))
+    }
+}
+
+impl SegmentFile for SmallFile {
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        let taken = self
+            .1
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(buf.len())
+            });
+        if taken.is_err() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                "no space left on device (test disk)",
+            ));
+        }
+        std::io::Write::write_all(&mut self.0, buf)
+    }
+
+    fn sync_data(&mut self) -> std::io::Result<()> {
+        self.0.sync_data()
+    }
+
+    fn rewind_to(&mut self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)?;
+        std::io::Seek::seek(&mut self.0, std::io::SeekFrom::Start(len)).map(drop)
+    }
+}
+
+#[test]
+fn a_persistent_send_that_failed_is_never_delivered() {
+    let room = Arc::new(AtomicUsize::new(400_000));
+    let server = start_on(on(&temp_dir("full")), Arc::new(SmallDisk(room.clone())));
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("big")).unwrap();
+    let body = "b".repeat(3000);
+    let (mut receipted, mut failed) = (BTreeSet::new(), BTreeSet::new());
+    for n in 0..400i64 {
+        let m = Message::text(body.as_str())
+            .with_property("n", n)
+            .persistent();
+        match p.send_with_receipt(m) {
+            Ok(()) => receipted.insert(n),
+            Err(e) => {
+                assert!(e.to_string().contains("no space left"), "{e}");
+                failed.insert(n)
+            }
+        };
+    }
+    assert!(
+        !failed.is_empty() && receipted.len() > 50,
+        "{} receipted",
+        receipted.len()
+    );
+    // A transaction whose record does not fit fails whole.
+    let (tc, _ts) = connect(&server);
+    let tx = tc.create_session(AckMode::Transacted).unwrap();
+    let tp = tx.create_producer(&Destination::queue("big")).unwrap();
+    for n in 1000..1003i64 {
+        tp.send(
+            Message::text(body.as_str())
+                .with_property("n", n)
+                .persistent(),
+        )
+        .unwrap();
+    }
+    assert!(tx.commit().is_err(), "the commit cannot be kept");
+    // And over STOMP: an ERROR instead of the RECEIPT.
+    let mut stomp = StompClient::connected(&server, &[]);
+    stomp.write(
+        format!("SEND\ndestination:/queue/big\npersistent:true\nn:2000\nreceipt:r\n\n{body}\0")
+            .as_bytes(),
+    );
+    stomp.expect_error_saying("no space left");
+    // Exactly the receipted messages are delivered: none that failed.
+    let got = drain(&server, "big");
+    assert_eq!(got, receipted, "failed: {failed:?}");
+    // Space comes back, and so does persistence.
+    room.store(usize::MAX, Ordering::SeqCst);
+    p.send_with_receipt(Message::text("later").with_property("n", 9999).persistent())
+        .unwrap();
+    assert_eq!(drain(&server, "big"), BTreeSet::from([9999]));
 }

@@ -53,6 +53,15 @@ impl Server {
     /// worker threads. The server runs until the handle is shut down or
     /// dropped.
     pub fn start(config: Config) -> Result<ServerHandle, StartError> {
+        Server::start_on(config, Arc::new(crate::store::journal::RealDisk))
+    }
+
+    /// [`Server::start`], with the journal writing its segments through
+    /// `disk`: tests put one there that fills up or fails.
+    pub fn start_on(
+        config: Config,
+        disk: Arc<dyn crate::store::journal::Disk>,
+    ) -> Result<ServerHandle, StartError> {
         config.validate("the server's config")?;
         let listener = TcpListener::bind(config.listen).map_err(|source| StartError::Bind {
             addr: config.listen,
@@ -88,6 +97,7 @@ impl Server {
         let n = config.worker_count();
         let (journal, recovered) = Journal::open(JournalConfig {
             recover_corrupt: config.journal.recover_corrupt,
+            disk,
             ..JournalConfig::new(
                 config.data_dir.clone(),
                 config.journal.fsync,
@@ -132,6 +142,8 @@ impl Server {
             started: std::time::Instant::now(),
             cluster: std::sync::OnceLock::new(),
         });
+        let sink = crate::net::WorkerSink::new(Arc::downgrade(&shared));
+        shared.broker.set_sink(Arc::new(sink));
         // Before any connection is accepted: no subscription goes untold.
         let cluster = match shared.config.cluster.enabled() {
             true => {

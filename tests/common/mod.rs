@@ -133,9 +133,20 @@ pub fn start() -> TestServer {
 
 /// Starts a server with this config.
 pub fn start_with(config: Config) -> TestServer {
+    start_on(
+        config,
+        std::sync::Arc::new(herald_server::store::journal::RealDisk),
+    )
+}
+
+/// Starts a server with this config, its journal on `disk`.
+pub fn start_on(
+    config: Config,
+    disk: std::sync::Arc<dyn herald_server::store::journal::Disk>,
+) -> TestServer {
     let data_dir = config.data_dir.clone();
     TestServer {
-        handle: Some(Server::start(config).expect("server starts")),
+        handle: Some(Server::start_on(config, disk).expect("server starts")),
         data_dir,
     }
 }

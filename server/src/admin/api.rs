@@ -649,9 +649,9 @@ async fn publish(
         let (tx, rx) = tokio::sync::oneshot::channel();
         state.shared.broker.barrier(
             None,
-            Box::new(move |r| {
+            routed.written.clone().guard(Box::new(move |r| {
                 let _ = tx.send(r);
-            }),
+            })),
         );
         rx.await
             .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the journal stopped"))?

@@ -77,11 +77,41 @@ pub type SharedQueue = Arc<Mutex<Queue>>;
 pub struct Routed {
     /// Something was written to the store: a RECEIPT waits for it.
     pub journaled: bool,
+    /// Whether what was written was kept: a RECEIPT's barrier checks it.
+    pub written: Written,
     /// Subscriptions (or the queue) it went to.
     pub delivered: usize,
     /// The backlog of a subscriber it went to, if one has a backlog: its
     /// publisher should pause until that is drained.
     pub backlog: Option<Arc<Backlog>>,
+}
+
+/// What became of the records one publish or commit wrote: the first
+/// failure, if any. Their completions fill it in, and a barrier appended
+/// after them completes after them, so [`Written::guard`] sees every one
+/// (a barrier alone only says that what was written is durable, not that
+/// each write succeeded).
+/// Made only for a publish that writes (the usual non-persistent one
+/// costs no allocation).
+#[derive(Debug, Clone, Default)]
+pub struct Written(Option<Arc<Mutex<Option<String>>>>);
+
+impl Written {
+    /// The shared slot its records' completions report to.
+    fn slot(&mut self) -> Arc<Mutex<Option<String>>> {
+        self.0.get_or_insert_with(Arc::default).clone()
+    }
+
+    /// `done`, failing if any of the records failed.
+    pub fn guard(self, done: Completion) -> Completion {
+        let Some(slot) = self.0 else {
+            return done;
+        };
+        Box::new(move |result| {
+            let failed = lock(&slot).take();
+            done(result.and_then(|()| failed.map_or(Ok(()), Err)))
+        })
+    }
 }
 
 /// Set while a connection has more waiting to be written than it drains
@@ -474,7 +504,23 @@ pub struct Broker {
     retained: Mutex<HashMap<String, VecDeque<Bytes>>>,
     /// The other nodes, in cluster mode.
     peers: OnceLock<Arc<dyn Peers>>,
+    /// Where work done off the workers (a journal confirmation) routes
+    /// its deliveries; see [`Broker::set_sink`].
+    sink: OnceLock<Arc<dyn Sink>>,
 }
+
+/// Runs broker work off the workers and hands the deliveries it routes to
+/// the workers (the network layer implements it; the broker never names a
+/// worker). A persistent message enters its queue this way once the
+/// journal has it.
+pub trait Sink: Send + Sync {
+    /// Runs `work` with the broker and somewhere to route deliveries, and
+    /// hands those out.
+    fn run(&self, work: SinkWork);
+}
+
+/// Work a [`Sink`] runs.
+pub type SinkWork = Box<dyn FnOnce(&Broker, &mut Deliveries) + Send>;
 
 /// What a broker tells the other nodes of a cluster (see `crate::cluster`).
 /// Called on workers: implementations hand the work to threads of their
@@ -646,7 +692,44 @@ impl Broker {
                 .collect(),
             retained: Mutex::new(HashMap::new()),
             peers: OnceLock::new(),
+            sink: OnceLock::new(),
         }
+    }
+
+    /// Takes the way to run work off the workers. Until it is set (a
+    /// broker without a server, in tests), persistent messages enter their
+    /// queues before the journal confirms them.
+    pub fn set_sink(&self, sink: Arc<dyn Sink>) {
+        let _ = self.sink.set(sink);
+    }
+
+    /// A completion for a journal append that puts `inserts` in their
+    /// queues once the record is on disk, and drops them if it could not
+    /// be written: a persistent message whose sender is told it failed is
+    /// never delivered. `None` without a sink.
+    fn insert_when_durable(
+        &self,
+        inserts: Vec<(SharedQueue, Bytes, Option<u64>)>,
+        written: &mut Written,
+    ) -> Result<Completion, Vec<(SharedQueue, Bytes, Option<u64>)>> {
+        let Some(sink) = self.sink.get().cloned() else {
+            return Err(inserts);
+        };
+        let slot = written.slot();
+        Ok(Box::new(move |result| match result {
+            Ok(()) => sink.run(Box::new(move |broker, out| {
+                for (queue, block, journal_id) in inserts {
+                    broker.insert(&queue, block, journal_id, out);
+                }
+            })),
+            Err(why) => {
+                log::warn!(
+                    "{} message(s) not routed: the journal could not keep them ({why})",
+                    inserts.len()
+                );
+                lock(&slot).get_or_insert(why);
+            }
+        }))
     }
 
     fn queue(&self, name: &str) -> SharedQueue {
@@ -788,25 +871,40 @@ impl Broker {
     }
 
     /// Ends a commit: what it journalled is appended as one atomic record,
-    /// and then its messages enter their queues. Returns whether anything
-    /// was journalled (then a RECEIPT waits for the store).
+    /// and its messages enter their queues once that is on disk. Returns
+    /// what the commit's RECEIPT must check.
     pub fn end_atomic(
         &self,
         atomic: Atomic,
         from: Option<ConnectionRef>,
         out: &mut Deliveries,
-    ) -> bool {
+    ) -> Written {
         let pending = TRANSACTION.take().unwrap_or_default();
         drop(atomic);
-        let journaled = !pending.records.is_empty() || !pending.shared.is_empty();
-        self.store.append_atomically(pending.records, None);
+        let mut written = Written::default();
+        // With anything to keep, the transaction's messages (persistent or
+        // not) enter their queues together once its record is on disk, or
+        // none does.
+        let inserts = match pending.records.is_empty() {
+            true => pending.inserts,
+            false => match self.insert_when_durable(pending.inserts, &mut written) {
+                Ok(done) => {
+                    self.store.append_atomically(pending.records, Some(done));
+                    Vec::new()
+                }
+                Err(inserts) => {
+                    self.store.append_atomically(pending.records, None);
+                    inserts
+                }
+            },
+        };
         if let (Some(peers), false) = (self.peers.get(), pending.shared.is_empty()) {
             peers.commit(pending.shared, from);
         }
-        for (queue, block, journal_id) in pending.inserts {
+        for (queue, block, journal_id) in inserts {
             self.insert(&queue, block, journal_id, out);
         }
-        journaled
+        written
     }
 
     /// Whether a message may be published on `topic` (strict mode).
@@ -983,8 +1081,8 @@ impl Broker {
         &self,
         queue: &SharedQueue,
         block: &Bytes,
-        mode: DeliveryMode,
-        room: Room,
+        (mode, room): (DeliveryMode, Room),
+        written: &mut Written,
         out: &mut Deliveries,
     ) -> Result<bool, QueueFull> {
         let q = lock(queue);
@@ -1001,28 +1099,40 @@ impl Broker {
                 }
             }
         }
+        let in_transaction = TRANSACTION.with_borrow(Option::is_some);
         let journal_id = match (mode, q.holder()) {
             (DeliveryMode::Persistent, Some(holder)) => {
                 let id = self.store.next_id();
-                self.journal(Record::Enqueue {
+                let record = Record::Enqueue {
                     id,
                     holder: holder.clone(),
                     block: block.clone(),
-                });
+                };
+                if in_transaction {
+                    self.journal(record);
+                } else {
+                    // The message enters the queue once it is on disk.
+                    let insert = vec![(queue.clone(), block.clone(), Some(id))];
+                    match self.insert_when_durable(insert, written) {
+                        Ok(done) => {
+                            self.store.append(record, Some(done));
+                            return Ok(true);
+                        }
+                        Err(_) => self.store.append(record, None),
+                    }
+                }
                 Some(id)
             }
             _ => None,
         };
-        let deferred = TRANSACTION.with_borrow_mut(|t| match t {
-            Some(pending) => {
-                pending
-                    .inserts
-                    .push((queue.clone(), block.clone(), journal_id));
-                true
-            }
-            None => false,
-        });
-        if deferred {
+        if in_transaction {
+            TRANSACTION.with_borrow_mut(|t| {
+                if let Some(pending) = t {
+                    pending
+                        .inserts
+                        .push((queue.clone(), block.clone(), journal_id));
+                }
+            });
             return Ok(journal_id.is_some());
         }
         // Under the same lock as the room check: one lock per message.
@@ -1236,9 +1346,12 @@ impl Broker {
         out: &mut Deliveries,
     ) -> Result<Routed, QueueFull> {
         let Some(peers) = self.sharing(name) else {
-            let journaled = self.enqueue(&self.queue(name), block, mode, room, out)?;
+            let mut written = Written::default();
+            let journaled =
+                self.enqueue(&self.queue(name), block, (mode, room), &mut written, out)?;
             return Ok(Routed {
                 journaled,
+                written,
                 delivered: 1,
                 backlog: None,
             });
@@ -1247,6 +1360,7 @@ impl Broker {
         Ok(Routed {
             // A persistent message's RECEIPT waits for Redis to accept it.
             journaled: mode == DeliveryMode::Persistent,
+            written: Written::default(),
             delivered: 1,
             backlog,
         })
@@ -1367,7 +1481,13 @@ impl Broker {
                         }
                     }
                 }
-                Target::Queue(queue) => match self.enqueue(queue, block, mode, Room::Refuse, out) {
+                Target::Queue(queue) => match self.enqueue(
+                    queue,
+                    block,
+                    (mode, Room::Refuse),
+                    &mut routed.written,
+                    out,
+                ) {
                     Ok(written) => routed.journaled |= written,
                     Err(full) => log::warn!(
                         "subscription queue '{}' is full ({} messages): a message on {name} is not kept for it",
@@ -1570,8 +1690,8 @@ impl Broker {
                             let _ = self.enqueue(
                                 q,
                                 &block,
-                                DeliveryMode::NonPersistent,
-                                Room::Refuse,
+                                (DeliveryMode::NonPersistent, Room::Refuse),
+                                &mut Written::default(),
                                 out,
                             );
                         }

@@ -34,7 +34,9 @@ pub fn handle(
         match outcome {
             // A confirmed acknowledgement is one the journal has: its
             // RECEIPT follows the End records to disk.
-            Outcome::Processed => super::await_journal(request_id, session, out, ctx),
+            Outcome::Processed => {
+                super::await_journal(request_id, Default::default(), session, out, ctx)
+            }
             Outcome::Redeliver => receipt(out, request_id),
         }
         return Ok(Flow::Continue);

@@ -250,9 +250,11 @@ pub fn authorize(
 }
 
 /// Has the RECEIPT of `request_id` follow what was appended to the
-/// journal so far (at once if nothing was), counting it as pending.
+/// journal so far (at once if nothing was), counting it as pending; it is
+/// an ERROR if one of the records `written` stands for failed.
 pub fn await_journal(
     request_id: u32,
+    written: crate::broker::Written,
     session: &mut Session,
     out: &mut Outbound,
     ctx: &mut Context<'_>,
@@ -260,7 +262,7 @@ pub fn await_journal(
     if request_id != 0 {
         session.pending_receipts += 1;
         out.owe_answer(request_id);
-        let done = crate::net::confirmation(ctx.shared, ctx.me, request_id);
+        let done = written.guard(crate::net::confirmation(ctx.shared, ctx.me, request_id));
         ctx.shared.broker.barrier(Some(ctx.me), done);
     }
 }

@@ -124,11 +124,11 @@ pub fn publish(
             return Err(Refusal::soft(ErrorCode::QueueFull, why));
         }
     };
-    let journaled = routed.journaled;
+    let (journaled, written) = (routed.journaled, routed.written.clone());
     ctx.routed(&message, name, routed);
     if journaled && request_id != 0 {
         // The RECEIPT waits until the journal has the message on disk.
-        super::await_journal(request_id, session, out, ctx);
+        super::await_journal(request_id, written, session, out, ctx);
         return Ok(Published::Later);
     }
     Ok(Published::Now)

@@ -14,7 +14,7 @@ use herald_protocol::{DestinationKind, ErrorCode, MessageView};
 
 use super::ack::{recover_subscriptions, settle, Outcome};
 use super::{Context, Flow, Refusal};
-use crate::broker::Room;
+use crate::broker::{Room, Written};
 use crate::net::outbound::Outbound;
 use crate::session::Session;
 
@@ -139,9 +139,14 @@ impl<K: std::hash::Hash + Eq + std::fmt::Display + Clone> Transactions<K> {
     }
 }
 
-/// Carries out a transaction's work. Returns whether anything was
-/// journalled; refuses, having done nothing, if it cannot all succeed.
-pub fn commit(held: Held, session: &mut Session, ctx: &mut Context<'_>) -> Result<bool, Refusal> {
+/// Carries out a transaction's work. Returns what its RECEIPT must check
+/// (the journal kept it); refuses, having done nothing, if it cannot all
+/// succeed.
+pub fn commit(
+    held: Held,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) -> Result<Written, Refusal> {
     let rolled_back = |why: String| Refusal::soft(ErrorCode::TransactionRolledBack, why);
     if let Some(why) = held.doomed {
         return Err(rolled_back(why));
@@ -235,8 +240,8 @@ pub fn handle_commit(
             Outcome::Processed,
         ));
     }
-    commit(held, session, ctx)?;
-    super::await_journal(request_id, session, out, ctx);
+    let written = commit(held, session, ctx)?;
+    super::await_journal(request_id, written, session, out, ctx);
     Ok(Flow::Continue)
 }
 

@@ -53,6 +53,9 @@ pub enum Command {
     Deliver(Vec<Delivery>),
     /// These connections' blocked sends may go through now.
     Wake(Vec<ConnectionRef>),
+    /// Broker work from off the workers (a persistent message the journal
+    /// now holds enters its queue): run it, route what it routes.
+    Run(crate::broker::SinkWork),
     /// The store has (or failed to write) what a request needed: answer
     /// it with a RECEIPT (or an ERROR).
     Confirm {
@@ -379,6 +382,35 @@ pub struct Shared {
     pub cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
     /// When the server started.
     pub started: std::time::Instant,
+}
+
+/// The broker's way to route off the workers: the work goes to a worker's
+/// inbox, taking turns, and runs there with what that worker routes, so
+/// the journal thread that confirms a persistent message stays lean and a
+/// burst of confirmations is routed in batches.
+pub struct WorkerSink {
+    shared: std::sync::Weak<Shared>,
+    next: AtomicUsize,
+}
+
+impl WorkerSink {
+    /// A sink to the workers of `shared`.
+    pub fn new(shared: std::sync::Weak<Shared>) -> WorkerSink {
+        WorkerSink {
+            shared,
+            next: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl crate::broker::Sink for WorkerSink {
+    fn run(&self, work: crate::broker::SinkWork) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let worker = self.next.fetch_add(1, Ordering::Relaxed) % shared.workers.len();
+        shared.workers[worker].send(Command::Run(work));
+    }
 }
 
 /// Hands messages routed off the workers (by the management interface, or

@@ -206,6 +206,7 @@ impl Worker {
                 Command::Take(conn) => self.take_over(*conn),
                 Command::Deliver(batch) => self.deliver(batch),
                 Command::Wake(conns) => self.wake(conns),
+                Command::Run(work) => work(&self.shared.broker, &mut self.deliveries),
                 Command::Confirm {
                     conn,
                     request_id,

@@ -402,7 +402,7 @@ fn dispatch(
                     settle(ids, outcome, session, ctx);
                     if outcome == Outcome::Processed {
                         // The RECEIPT follows the acknowledgement to disk.
-                        await_journal(request_id, session, out, ctx);
+                        await_journal(request_id, Default::default(), session, out, ctx);
                         return Ok(Flow::Continue);
                     }
                 }
@@ -432,8 +432,8 @@ fn dispatch(
                 .transactions
                 .end(&tx.to_owned())
                 .ok_or_else(|| no_transaction(tx))?;
-            commit(held, session, ctx).map_err(refused)?;
-            await_journal(request_id, session, out, ctx);
+            let written = commit(held, session, ctx).map_err(refused)?;
+            await_journal(request_id, written, session, out, ctx);
             Ok(Flow::Continue)
         }
         "ABORT" => {

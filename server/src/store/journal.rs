@@ -345,6 +345,12 @@ impl Journal {
             return;
         };
         self.send(Request::Stop);
+        // The last reference can go on the journal thread itself (in a
+        // completion that routes a confirmed message): it cannot wait for
+        // itself, and stops after this completion anyway.
+        if thread.thread().id() == std::thread::current().id() {
+            return;
+        }
         if thread.join().is_err() {
             log::error!("the journal thread panicked");
         }
