@@ -220,10 +220,15 @@ async fn server(State(state): State<AppState>) -> ApiResult {
 async fn health(State(state): State<AppState>) -> ApiResult {
     let memory = state.shared.broker.memory();
     let damage = state.journal.as_ref().map(|j| j.damage).unwrap_or_default();
-    let status = match (memory.over(), damage.segments > 0) {
-        (true, _) => "memory_limit",
-        (false, true) => "recovered_damage",
-        (false, false) => "ok",
+    let stopped = state
+        .journal
+        .as_ref()
+        .is_some_and(|j| j.stopped.load(Ordering::Relaxed));
+    let status = match (stopped, memory.over(), damage.segments > 0) {
+        (true, _, _) => "journal_stopped",
+        (false, true, _) => "memory_limit",
+        (false, false, true) => "recovered_damage",
+        (false, false, false) => "ok",
     };
     Ok(Json(json!({
         "status": status,
@@ -233,6 +238,7 @@ async fn health(State(state): State<AppState>) -> ApiResult {
             "publishers_blocked": memory.over(),
         },
         "journal": {
+            "stopped": stopped,
             "damaged_segments": damage.segments,
             "damaged_bytes_skipped": damage.bytes,
             "damaged_records_skipped": damage.records,

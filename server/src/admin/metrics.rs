@@ -297,7 +297,13 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
             journal.sync.clone(),
         );
         let damage = journal.damage;
+        let stopped = journal.stopped.load(Ordering::Relaxed);
         for (name, help, value) in [
+            (
+                "herald_journal_stopped",
+                "1 once a journal sync failed: persistent sends fail until a restart",
+                u64::from(stopped),
+            ),
             (
                 "herald_journal_damaged_segments",
                 "Damaged journal segments set aside as *.corrupt at start",

@@ -272,6 +272,9 @@ pub struct JournalMetrics {
     pub sync: Histogram,
     /// What the replay at start skipped in damaged segments.
     pub damage: DamageReport,
+    /// Set for good once a sync failed (or a failed write could not be
+    /// cut back): every persistent send fails until the server restarts.
+    pub stopped: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for JournalMetrics {
@@ -282,6 +285,7 @@ impl Default for JournalMetrics {
             append: Histogram::new(buckets()),
             sync: Histogram::new(buckets()),
             damage: DamageReport::default(),
+            stopped: Arc::default(),
         }
     }
 }
@@ -700,7 +704,7 @@ impl Writer {
             // Leave no partial record behind the ones already written, and
             // go on writing where they end (a full disk may drain).
             if let Err(r) = self.current.rewind_to(start) {
-                self.failed = Some(format!("cannot cut a failed write back ({r}) after: {e}"));
+                self.stop(format!("cannot cut a failed write back ({r}) after: {e}"));
             }
             return Err(e);
         }
@@ -724,8 +728,15 @@ impl Writer {
         self.unsynced = false;
         synced.inspect_err(|e| {
             log::error!("journal sync failed: {e}; persistent sends fail from now on");
-            self.failed = Some(format!("the journal could not sync ({e})"));
+            self.stop(format!("the journal could not sync ({e})"));
         })
+    }
+
+    /// Stops confirming anything, for good: what was written may or may
+    /// not be on disk.
+    fn stop(&mut self, why: String) {
+        self.failed = Some(why);
+        self.metrics.stopped.store(true, Ordering::Relaxed);
     }
 
     /// Updates which records are live after a successful write.
@@ -1343,6 +1354,8 @@ mod tests {
         fail_sync: std::sync::atomic::AtomicBool,
         /// Syncs asked for.
         syncs: AtomicU64,
+        /// The next write fails with EIO, writing nothing.
+        fail_write: std::sync::atomic::AtomicBool,
     }
 
     struct FaultyDisk(Arc<Faults>);
@@ -1369,6 +1382,9 @@ mod tests {
 
     impl SegmentFile for FaultyFile {
         fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+            if self.faults.fail_write.swap(false, Ordering::Relaxed) {
+                return Err(io::Error::from_raw_os_error(5));
+            }
             if self.faults.tear.swap(false, Ordering::Relaxed) {
                 Write::write_all(&mut self.file, &buf[..buf.len() / 2])?;
                 return Err(io::Error::other("torn write (injected)"));
@@ -1509,5 +1525,23 @@ mod tests {
         let e = durable(&j, "three").unwrap_err();
         assert!(e.contains("could not sync"), "still failed: {e}");
         assert!(sync(&j).is_err());
+        assert!(j.metrics().stopped.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn an_io_error_on_write_fails_that_write_and_writing_goes_on() {
+        let dir = TempDir::new("eio");
+        let (c, faults) = faulty(&dir);
+        let (j, _) = Journal::open(c.clone()).unwrap();
+        durable(&j, "one").unwrap();
+        faults.fail_write.store(true, Ordering::Relaxed);
+        let e = durable(&j, "two").unwrap_err();
+        assert!(e.contains("Input/output error"), "{e}");
+        faults.fail_write.store(false, Ordering::Relaxed);
+        durable(&j, "three").unwrap();
+        assert!(!j.metrics().stopped.load(Ordering::Relaxed));
+        drop(j);
+        let (_, r) = Journal::open(c).unwrap();
+        assert_eq!(bodies(&r), ["one", "three"]);
     }
 }
