@@ -89,7 +89,8 @@ pub fn publish(
         Room::Refuse
     };
     let memory = ctx.shared.broker.memory();
-    let routed = if memory.over() {
+    let for_memory = memory.over();
+    let routed = if for_memory {
         Err(format!(
             "the server's queues hold {} bytes, more than queues.max_memory_bytes ({}): publishing waits until consumers drain them",
             memory.used(),
@@ -119,6 +120,7 @@ pub fn publish(
                     message,
                     request_id,
                     since,
+                    for_memory,
                 }));
             }
             return Err(Refusal::soft(ErrorCode::QueueFull, why));

@@ -840,7 +840,7 @@ impl Worker {
             Duration::from_millis(self.shared.config.queues.block_timeout_ms.into());
         // Sends held back while the server's queues were over the memory
         // limit wait for no queue in particular: they try again each tick
-        // once it is under (one held for a full queue is held again).
+        // once it is under. One held for a full queue waits for its Wake.
         let memory_ok = !self.shared.broker.memory().over();
         let expired: Vec<ConnectionRef> = self
             .conns
@@ -848,7 +848,9 @@ impl Worker {
             .filter(|(_, c)| {
                 c.parked
                     .as_ref()
-                    .is_some_and(|p| memory_ok || p.since.elapsed() >= block_timeout)
+                    .is_some_and(|p| {
+                        (p.for_memory && memory_ok) || p.since.elapsed() >= block_timeout
+                    })
             })
             .map(|(slot, c)| ConnectionRef {
                 worker: self.index,
