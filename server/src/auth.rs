@@ -286,19 +286,24 @@ impl Users {
                 ));
             }
         }
-        let anonymous = match (users.is_empty(), config.anonymous_role.as_str()) {
+        // A missing role is refused even while there are no users: a typo
+        // would take effect, silently, the day the first user is added.
+        let role = match config.anonymous_role.as_str() {
+            "" => None,
+            name => Some(config.roles.get(name).ok_or_else(|| {
+                (
+                    "auth.anonymous_role",
+                    format!("no role '{name}' in [auth.roles]"),
+                )
+            })?),
+        };
+        let anonymous = match (users.is_empty(), role) {
             (true, _) => Permissions::everything(),
-            (false, "") => Permissions::none(),
-            (false, name) => {
-                let role = config.roles.get(name).ok_or_else(|| {
-                    (
-                        "auth.anonymous_role",
-                        format!("no role '{name}' in [auth.roles]"),
-                    )
-                })?;
-                Permissions::of_roles(std::iter::once(role))
-                    .map_err(|e| ("auth.roles", format!("role '{name}': {e}")))?
-            }
+            (false, None) => Permissions::none(),
+            (false, Some(role)) => Permissions::of_roles(std::iter::once(role)).map_err(|e| {
+                let name = &config.anonymous_role;
+                ("auth.roles", format!("role '{name}': {e}"))
+            })?,
         };
         Ok(Users {
             generation: 0,

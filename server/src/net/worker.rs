@@ -846,11 +846,9 @@ impl Worker {
             .conns
             .iter()
             .filter(|(_, c)| {
-                c.parked
-                    .as_ref()
-                    .is_some_and(|p| {
-                        (p.for_memory && memory_ok) || p.since.elapsed() >= block_timeout
-                    })
+                c.parked.as_ref().is_some_and(|p| {
+                    (p.for_memory && memory_ok) || p.since.elapsed() >= block_timeout
+                })
             })
             .map(|(slot, c)| ConnectionRef {
                 worker: self.index,
