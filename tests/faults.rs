@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use herald_client::{AckMode, Destination, Message};
+use herald_protocol::ErrorCode;
 use herald_protocol::Frame;
+use herald_server::config::FullPolicy;
 use herald_server::store::journal::{Disk, SegmentFile};
 use herald_server::store::FsyncPolicy;
 use herald_server::{Config, Server};
@@ -191,8 +193,8 @@ fn a_stomp_disconnect_is_answered_after_the_persistent_sends_before_it() {
 }
 
 /// A disk with `room` bytes left: a write that does not fit fails whole,
-/// as ENOSPC; `room` can be given back. While `sync_fails`, a sync fails
-/// with EIO.
+/// as ENOSPC; deleting a file gives its bytes back, and so can the test.
+/// While `sync_fails`, a sync fails with EIO.
 #[derive(Clone, Default)]
 struct SmallDisk {
     room: Arc<AtomicUsize>,
@@ -210,6 +212,33 @@ impl Disk for SmallDisk {
             .write(true)
             .open(path)?;
         Ok(Box::new(SmallFile(file, self.clone())))
+    }
+
+    fn remove(&self, path: &Path) -> std::io::Result<()> {
+        let len = std::fs::metadata(path)?.len() as usize;
+        std::fs::remove_file(path)?;
+        self.give_back(len);
+        Ok(())
+    }
+
+    fn free_space(&self, _dir: &Path) -> std::io::Result<u64> {
+        Ok(self.room.load(Ordering::SeqCst) as u64)
+    }
+}
+
+impl SmallDisk {
+    fn with_room(room: usize) -> SmallDisk {
+        let disk = SmallDisk::default();
+        disk.room.store(room, Ordering::SeqCst);
+        disk
+    }
+
+    fn give_back(&self, bytes: usize) {
+        let _ = self
+            .room
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| {
+                Some(r.saturating_add(bytes))
+            });
     }
 }
 
@@ -245,9 +274,11 @@ impl SegmentFile for SmallFile {
 
 #[test]
 fn a_persistent_send_that_failed_is_never_delivered() {
-    let disk = SmallDisk::default();
-    disk.room.store(400_000, Ordering::SeqCst);
-    let server = start_on(on(&temp_dir("full")), Arc::new(disk.clone()));
+    let disk = SmallDisk::with_room(400_000);
+    // No floor: the disk really fills.
+    let mut config = on(&temp_dir("full"));
+    config.journal.min_free_bytes = 0;
+    let server = start_on(config, Arc::new(disk.clone()));
     let (_c, s) = connect(&server);
     let p = s.create_producer(&Destination::queue("big")).unwrap();
     let body = "b".repeat(3000);
@@ -301,8 +332,7 @@ fn a_persistent_send_that_failed_is_never_delivered() {
 
 #[test]
 fn after_a_failed_sync_persistent_sends_fail_until_a_restart_and_health_says_so() {
-    let disk = SmallDisk::default();
-    disk.room.store(usize::MAX, Ordering::SeqCst);
+    let disk = SmallDisk::with_room(usize::MAX);
     let config = on(&temp_dir("eio"));
     let dir = config.data_dir.clone();
     let server = start_on(config, Arc::new(disk.clone()));
@@ -337,4 +367,178 @@ fn after_a_failed_sync_persistent_sends_fail_until_a_restart_and_health_says_so(
     let got = drain(&server, "q");
     assert!(got.contains(&5) && !got.contains(&3), "{got:?}");
     assert!(got.is_subset(&BTreeSet::from([1, 2, 5])), "{got:?}");
+}
+
+const MIB: usize = 1 << 20;
+
+/// [`on`] with a 1 MiB free-space floor and `queues.full_policy` `policy`.
+fn floored(dir: &Path, policy: FullPolicy) -> Config {
+    let mut config = on(dir);
+    config.journal.min_free_bytes = MIB as u64;
+    config.queues.full_policy = policy;
+    config
+}
+
+/// A 3 KB persistent message numbered `n`.
+fn big(n: i64) -> Message {
+    Message::text("b".repeat(3000))
+        .with_property("n", n)
+        .persistent()
+}
+
+fn health(server: &TestServer) -> serde_json::Value {
+    call(server, "GET", "/api/health", None, None).json()
+}
+
+#[test]
+fn below_the_free_space_floor_persistent_sends_are_refused_and_go_on_once_space_is_freed() {
+    let disk = SmallDisk::with_room(2 * MIB);
+    let server = start_on(
+        floored(&temp_dir("floor"), FullPolicy::Fail),
+        Arc::new(disk.clone()),
+    );
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("big")).unwrap();
+    let mut receipted = BTreeSet::new();
+    let refusal = (0..1000i64)
+        .find_map(|n| match p.send_with_receipt(big(n)) {
+            Ok(()) => {
+                receipted.insert(n);
+                None
+            }
+            Err(e) => Some(e),
+        })
+        .expect("refused before the disk is full");
+    assert_eq!(refusal.server_code(), Some(ErrorCode::QueueFull));
+    assert!(refusal.to_string().contains("min_free_bytes"), "{refusal}");
+    assert!(disk.room.load(Ordering::SeqCst) > 0, "never actually full");
+    assert!(receipted.len() > 100, "{} receipted", receipted.len());
+    let h = health(&server);
+    assert_eq!(h["status"], "disk_low", "{h}");
+    assert_eq!(h["journal"]["low_space"], true, "{h}");
+    let metrics = call(&server, "GET", "/metrics", None, None).body;
+    assert!(metrics.contains("herald_journal_low_space 1"), "{metrics}");
+    // Non-persistent messages and transactions without persistent ones go
+    // on; a transaction with one is rolled back whole.
+    p.send_with_receipt(Message::text("m").with_property("n", -1))
+        .unwrap();
+    let (tc, _ts) = connect(&server);
+    let tx = tc.create_session(AckMode::Transacted).unwrap();
+    tx.create_producer(&Destination::queue("big"))
+        .unwrap()
+        .send(big(5000))
+        .unwrap();
+    let e = tx.commit().unwrap_err();
+    assert!(e.to_string().contains("min_free_bytes"), "{e}");
+    // Consumers drain the queue, which frees the segments it filled.
+    let mut expected = receipted.clone();
+    expected.insert(-1);
+    assert_eq!(drain(&server, "big"), expected);
+    wait_until("the floor is cleared", || health(&server)["status"] == "ok");
+    p.send_with_receipt(big(9999)).unwrap();
+    assert_eq!(drain(&server, "big"), BTreeSet::from([9999]));
+}
+
+#[test]
+fn a_blocked_persistent_send_goes_on_by_itself_when_space_comes_back() {
+    let disk = SmallDisk::with_room(MIB / 2);
+    let server = start_on(
+        floored(&temp_dir("floor-block"), FullPolicy::Block),
+        Arc::new(disk.clone()),
+    );
+    assert_eq!(health(&server)["status"], "disk_low");
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("q")).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sender = std::thread::spawn(move || tx.send(p.send_with_receipt(big(1))).unwrap());
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(300))
+            .is_err(),
+        "held while the disk is low"
+    );
+    disk.give_back(4 * MIB);
+    rx.recv_timeout(PATIENCE)
+        .expect("answered once space is back")
+        .unwrap();
+    sender.join().unwrap();
+    assert_eq!(drain(&server, "q"), BTreeSet::from([1]));
+}
+
+#[test]
+fn a_server_restarted_on_a_full_disk_starts_serves_consumers_and_resumes_by_itself() {
+    let disk = SmallDisk::with_room(2 * MIB);
+    let config = floored(&temp_dir("restart-full"), FullPolicy::Fail);
+    let dir = config.data_dir.clone();
+    let server = start_on(config.clone(), Arc::new(disk.clone()));
+    {
+        let (_c, s) = connect(&server);
+        let p = s.create_producer(&Destination::queue("big")).unwrap();
+        for n in 0..100 {
+            p.send_with_receipt(big(n)).unwrap();
+        }
+    }
+    server.stop_keeping_data();
+    assert!(dir.join("RESERVE").exists(), "the reserve was made");
+    // Something else fills the disk to the last byte.
+    disk.room.store(0, Ordering::SeqCst);
+    let server = start_on(config, Arc::new(disk.clone()));
+    let h = health(&server);
+    assert_eq!(h["status"], "disk_low", "{h}");
+    assert_eq!(h["journal"]["reserve_released"], true, "{h}");
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("big")).unwrap();
+    let e = p.send_with_receipt(big(100)).unwrap_err();
+    assert!(e.to_string().contains("min_free_bytes"), "{e}");
+    // The reserve holds the acknowledgements that let consumers drain.
+    assert_eq!(drain(&server, "big"), (0..100).collect());
+    // The operator frees space: producers go on, and the reserve is back.
+    disk.give_back(4 * MIB);
+    wait_until("the floor is cleared", || health(&server)["status"] == "ok");
+    p.send_with_receipt(big(101)).unwrap();
+    assert_eq!(health(&server)["journal"]["reserve_released"], false);
+    drop((p, s, _c));
+    server.stop_keeping_data();
+    // Nothing acknowledged comes back.
+    let server = start_on(on(&dir), Arc::new(disk.clone()));
+    assert_eq!(drain(&server, "big"), BTreeSet::from([101]));
+}
+
+#[test]
+fn an_acknowledgement_that_cannot_be_written_fails_and_the_message_comes_again() {
+    let disk = SmallDisk::with_room(usize::MAX);
+    let mut config = on(&temp_dir("ack-full"));
+    config.journal.min_free_bytes = 0;
+    let dir = config.data_dir.clone();
+    let server = start_on(config, Arc::new(disk.clone()));
+    let (c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("q")).unwrap();
+    p.send_with_receipt(Message::text("m").with_property("n", 1).persistent())
+        .unwrap();
+    let worker = c.create_session(AckMode::Client).unwrap();
+    let consumer = worker.create_consumer(&Destination::queue("q")).unwrap();
+    let first = consumer.receive(PATIENCE).unwrap().expect("delivered");
+    assert!(!first.redelivered);
+    disk.room.store(0, Ordering::SeqCst);
+    let e = worker.acknowledge().unwrap_err();
+    assert!(e.to_string().contains("no space left"), "{e}");
+    // Still kept: delivered again, as a redelivery.
+    let again = consumer
+        .receive(PATIENCE)
+        .unwrap()
+        .expect("delivered again");
+    assert_eq!(again.property("n").and_then(|v| v.as_i64()), Some(1));
+    assert!(again.redelivered && again.delivery_count == 2, "{again:?}");
+    disk.room.store(usize::MAX, Ordering::SeqCst);
+    worker.acknowledge().unwrap();
+    assert!(consumer
+        .receive(std::time::Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    drop((consumer, worker, p, s, c));
+    server.stop_keeping_data();
+    let server = start_with(on(&dir));
+    assert!(
+        drain(&server, "q").is_empty(),
+        "the acknowledgement was kept"
+    );
 }

@@ -386,6 +386,10 @@ pub struct JournalSection {
     pub max_segments: usize,
     /// Start on a damaged journal, skipping what does not read.
     pub recover_corrupt: bool,
+    /// Free bytes on the data directory's disk below which persistent
+    /// messages are held or refused (by `queues.full_policy`), leaving
+    /// room for acknowledgements and compaction; 0 = no floor.
+    pub min_free_bytes: u64,
 }
 
 impl Default for JournalSection {
@@ -395,6 +399,7 @@ impl Default for JournalSection {
             segment_size: 64 << 20,
             max_segments: 8,
             recover_corrupt: false,
+            min_free_bytes: 64 << 20,
         }
     }
 }

@@ -97,6 +97,7 @@ impl Server {
         let n = config.worker_count();
         let (journal, recovered) = Journal::open(JournalConfig {
             recover_corrupt: config.journal.recover_corrupt,
+            min_free_bytes: config.journal.min_free_bytes,
             disk,
             ..JournalConfig::new(
                 config.data_dir.clone(),

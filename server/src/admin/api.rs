@@ -224,11 +224,22 @@ async fn health(State(state): State<AppState>) -> ApiResult {
         .journal
         .as_ref()
         .is_some_and(|j| j.stopped.load(Ordering::Relaxed));
-    let status = match (stopped, memory.over(), damage.segments > 0) {
-        (true, _, _) => "journal_stopped",
-        (false, true, _) => "memory_limit",
-        (false, false, true) => "recovered_damage",
-        (false, false, false) => "ok",
+    let space = state
+        .journal
+        .as_ref()
+        .map(|j| j.space.clone())
+        .unwrap_or_default();
+    let low = space.low.load(Ordering::Relaxed);
+    let status = if stopped {
+        "journal_stopped"
+    } else if low {
+        "disk_low"
+    } else if memory.over() {
+        "memory_limit"
+    } else if damage.segments > 0 {
+        "recovered_damage"
+    } else {
+        "ok"
     };
     Ok(Json(json!({
         "status": status,
@@ -239,6 +250,10 @@ async fn health(State(state): State<AppState>) -> ApiResult {
         },
         "journal": {
             "stopped": stopped,
+            "low_space": low,
+            "free_bytes": space.free.load(Ordering::Relaxed),
+            "min_free_bytes": space.floor,
+            "reserve_released": space.reserve_released.load(Ordering::Relaxed),
             "damaged_segments": damage.segments,
             "damaged_bytes_skipped": damage.bytes,
             "damaged_records_skipped": damage.records,

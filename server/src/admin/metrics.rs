@@ -298,7 +298,23 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         );
         let damage = journal.damage;
         let stopped = journal.stopped.load(Ordering::Relaxed);
+        let space = &journal.space;
         for (name, help, value) in [
+            (
+                "herald_journal_low_space",
+                "1 while the journal's disk is below journal.min_free_bytes: persistent messages are held or refused",
+                u64::from(space.low.load(Ordering::Relaxed)),
+            ),
+            (
+                "herald_journal_free_bytes",
+                "Bytes free on the journal's disk when last looked",
+                space.free.load(Ordering::Relaxed),
+            ),
+            (
+                "herald_journal_min_free_bytes",
+                "The journal's free-space floor (journal.min_free_bytes)",
+                space.floor,
+            ),
             (
                 "herald_journal_stopped",
                 "1 once a journal sync failed: persistent sends fail until a restart",

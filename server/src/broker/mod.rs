@@ -822,6 +822,38 @@ impl Broker {
         }
     }
 
+    /// An acknowledged message leaves `queue`. Its `End` rides the next
+    /// sync; if it cannot be written, the journal still holds the message,
+    /// so it goes back into the queue to be delivered again (rather than
+    /// vanish from memory and return at the next start), and `written`
+    /// learns why (an ACK's RECEIPT becomes an ERROR). A stopped journal
+    /// writes nothing until the restart that brings it back anyway: it is
+    /// not put back then, lest it go round and round.
+    fn acked(&self, queue: &SharedQueue, name: &str, m: QueuedMessage, written: &mut Written) {
+        let in_transaction = TRANSACTION.with_borrow(Option::is_some);
+        let (Some(id), Some(sink), false) = (m.journal_id, self.sink.get(), in_transaction) else {
+            return self.ended(name, &m);
+        };
+        let (sink, slot, queue) = (sink.clone(), written.slot(), queue.clone());
+        let put_back: Completion = Box::new(move |result| {
+            if let Err(why) = result {
+                lock(&slot).get_or_insert(why.clone());
+                sink.run(Box::new(move |broker, out| {
+                    if broker.store.stopped() {
+                        return;
+                    }
+                    log::warn!("an acknowledgement could not be written ({why}): the message is delivered again");
+                    let mut dispatches = Vec::new();
+                    if let Some(due) = lock(&queue).put_back(m, &mut dispatches) {
+                        broker.schedule(due, Timed::Queue(queue.clone()));
+                    }
+                    broker.settled(&queue, dispatches, out);
+                }));
+            }
+        });
+        self.store.append_lazily(Record::End { id }, put_back);
+    }
+
     /// A message leaves `queue` for good: its store record ends, or its
     /// entry in the queue's Redis stream is settled.
     fn ended(&self, queue: &str, m: &QueuedMessage) {
@@ -1561,6 +1593,12 @@ impl Broker {
         &self.memory
     }
 
+    /// Why new persistent messages are not taken now (the journal's disk
+    /// is below its free-space floor), if they are not.
+    pub fn refusing_persistent(&self) -> Option<String> {
+        self.store.refusing()
+    }
+
     /// A kept subscription's pattern and selector, parsed again.
     fn parse_subscription(
         &self,
@@ -1888,25 +1926,34 @@ impl Broker {
     /// Settles one delivery as processed. False if `sub` does not hold it.
     pub fn ack(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) -> bool {
         let mut held = true;
-        self.ack_all(&ack.queue, &[(*sub, ack.seq)], |_| held = false, out);
+        let acks = [(*sub, ack.seq)];
+        self.ack_all(
+            &ack.queue,
+            &acks,
+            |_| held = false,
+            &mut Written::default(),
+            out,
+        );
         held
     }
 
     /// Settles many deliveries of one queue under one lock, and then
     /// dispatches what the freed credit allows once; calls `not_held`
-    /// with the index of each that its subscriber does not hold.
+    /// with the index of each that its subscriber does not hold. `written`
+    /// learns if an acknowledgement could not be written.
     pub fn ack_all(
         &self,
         queue: &SharedQueue,
         acks: &[(Subscriber, u64)],
         mut not_held: impl FnMut(usize),
+        written: &mut Written,
         out: &mut Deliveries,
     ) {
         let mut dispatches = Vec::new();
         let mut q = lock(queue);
         for (i, (sub, seq)) in acks.iter().enumerate() {
             match q.acked(sub, *seq) {
-                Some(m) => self.ended(q.name(), &m),
+                Some(m) => self.acked(queue, q.name(), m, written),
                 None => not_held(i),
             }
         }

@@ -369,6 +369,16 @@ impl Queue {
         Ok(due)
     }
 
+    /// Takes back an acknowledged message whose acknowledgement could not
+    /// be kept, to be delivered again (its deliveries so far count), and
+    /// dispatches what can be. Returns its delivery time if that is still
+    /// to come.
+    pub fn put_back(&mut self, m: QueuedMessage, out: &mut Vec<Dispatch>) -> Option<i64> {
+        let due = self.admit(m.block, m.journal_id, m.entry, m.deliveries);
+        self.dispatch(out);
+        due
+    }
+
     fn admit(
         &mut self,
         block: Bytes,

@@ -7,7 +7,7 @@ use herald_protocol::frame::{Recover, Settle};
 use herald_protocol::ErrorCode;
 
 use super::{receipt, Context, Flow, Refusal};
-use crate::broker::{SharedQueue, Subscriber};
+use crate::broker::{SharedQueue, Subscriber, Written};
 use crate::net::outbound::Outbound;
 use crate::session::Session;
 
@@ -29,14 +29,13 @@ pub fn handle(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
-    let unknown = settle(f.delivery_ids, outcome, session, ctx);
+    let mut written = Written::default();
+    let unknown = settle(f.delivery_ids, outcome, session, &mut written, ctx);
     if unknown.is_empty() {
         match outcome {
             // A confirmed acknowledgement is one the journal has: its
             // RECEIPT follows the End records to disk.
-            Outcome::Processed => {
-                super::await_journal(request_id, Default::default(), session, out, ctx)
-            }
+            Outcome::Processed => super::await_journal(request_id, written, session, out, ctx),
             Outcome::Redeliver => receipt(out, request_id),
         }
         return Ok(Flow::Continue);
@@ -79,14 +78,22 @@ pub fn recover_subscriptions(f: Recover, session: &mut Session, ctx: &mut Contex
         .map(|(id, _)| *id)
         .collect();
     ids.sort_unstable();
-    settle(ids, Outcome::Redeliver, session, ctx);
+    settle(
+        ids,
+        Outcome::Redeliver,
+        session,
+        &mut Written::default(),
+        ctx,
+    );
 }
 
 /// Settles deliveries; returns the ids that were not outstanding.
+/// `written` learns if an acknowledgement could not be written.
 pub fn settle(
     ids: Vec<u64>,
     outcome: Outcome,
     session: &mut Session,
+    written: &mut Written,
     ctx: &mut Context<'_>,
 ) -> Vec<u64> {
     let mut unknown = Vec::new();
@@ -112,14 +119,14 @@ pub fn settle(
             .as_ref()
             .is_some_and(|(q, ..)| !Arc::ptr_eq(q, &u.ack.queue))
         {
-            ack_run(run.take(), &mut unknown, ctx);
+            ack_run(run.take(), &mut unknown, written, ctx);
         }
         let (_, acks, ids) =
             run.get_or_insert_with(|| (u.ack.queue.clone(), Vec::new(), Vec::new()));
         acks.push((sub, u.ack.seq));
         ids.push(id);
     }
-    ack_run(run, &mut unknown, ctx);
+    ack_run(run, &mut unknown, written, ctx);
     unknown
 }
 
@@ -128,11 +135,16 @@ pub fn settle(
 type AckRun = (SharedQueue, Vec<(Subscriber, u64)>, Vec<u64>);
 
 /// Settles a run of acknowledgements of one queue.
-fn ack_run(run: Option<AckRun>, unknown: &mut Vec<u64>, ctx: &mut Context<'_>) {
+fn ack_run(
+    run: Option<AckRun>,
+    unknown: &mut Vec<u64>,
+    written: &mut Written,
+    ctx: &mut Context<'_>,
+) {
     if let Some((queue, acks, ids)) = run {
         let not_held = |i: usize| unknown.push(ids[i]);
         ctx.shared
             .broker
-            .ack_all(&queue, &acks, not_held, ctx.deliveries);
+            .ack_all(&queue, &acks, not_held, written, ctx.deliveries);
     }
 }

@@ -118,9 +118,10 @@ pub struct Parked {
     pub request_id: u32,
     /// When it was first held back, for `block_timeout_ms`.
     pub since: std::time::Instant,
-    /// Held for the server's memory limit, not for one full queue: no
-    /// queue will wake it, so the worker's tick retries it.
-    pub for_memory: bool,
+    /// Held for a limit of the whole server (its memory, its journal's
+    /// free space), not for one full queue: no queue will wake it, so the
+    /// worker's tick retries it.
+    pub for_server: bool,
 }
 
 /// A frame the server will not carry out.

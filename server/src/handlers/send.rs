@@ -89,8 +89,14 @@ pub fn publish(
         Room::Refuse
     };
     let memory = ctx.shared.broker.memory();
-    let for_memory = memory.over();
-    let routed = if for_memory {
+    let disk = match persistent {
+        true => ctx.shared.broker.refusing_persistent(),
+        false => None,
+    };
+    let for_server = memory.over() || disk.is_some();
+    let routed = if let Some(why) = disk {
+        Err(why)
+    } else if for_server {
         Err(format!(
             "the server's queues hold {} bytes, more than queues.max_memory_bytes ({}): publishing waits until consumers drain them",
             memory.used(),
@@ -120,7 +126,7 @@ pub fn publish(
                     message,
                     request_id,
                     since,
-                    for_memory,
+                    for_server,
                 }));
             }
             return Err(Refusal::soft(ErrorCode::QueueFull, why));

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use herald_protocol::frame::{Commit, Rollback, TxSend};
-use herald_protocol::{DestinationKind, ErrorCode, MessageView};
+use herald_protocol::{DeliveryMode, DestinationKind, ErrorCode, MessageView};
 
 use super::ack::{recover_subscriptions, settle, Outcome};
 use super::{Context, Flow, Refusal};
@@ -162,6 +162,11 @@ pub fn commit(
             }
         }
         if let Deferred::Send(view) = op {
+            if view.delivery_mode == DeliveryMode::Persistent {
+                if let Some(why) = broker.refusing_persistent() {
+                    return Err(rolled_back(format!("transaction rolled back: {why}")));
+                }
+            }
             match view.destination_kind {
                 DestinationKind::Queue => *per_queue.entry(view.destination()).or_default() += 1,
                 DestinationKind::Topic => broker
@@ -186,7 +191,7 @@ pub fn commit(
                 }
             }
             Deferred::Settle(ids, outcome) => {
-                settle(ids, outcome, session, ctx);
+                settle(ids, outcome, session, &mut Written::default(), ctx);
             }
         }
     }

@@ -839,15 +839,17 @@ impl Worker {
         let block_timeout =
             Duration::from_millis(self.shared.config.queues.block_timeout_ms.into());
         // Sends held back while the server's queues were over the memory
-        // limit wait for no queue in particular: they try again each tick
-        // once it is under. One held for a full queue waits for its Wake.
-        let memory_ok = !self.shared.broker.memory().over();
+        // limit, or its journal's disk below the free-space floor, wait for
+        // no queue in particular: they try again each tick once that is
+        // over. One held for a full queue waits for its Wake.
+        let broker = &self.shared.broker;
+        let server_ok = !broker.memory().over() && broker.refusing_persistent().is_none();
         let expired: Vec<ConnectionRef> = self
             .conns
             .iter()
             .filter(|(_, c)| {
                 c.parked.as_ref().is_some_and(|p| {
-                    (p.for_memory && memory_ok) || p.since.elapsed() >= block_timeout
+                    (p.for_server && server_ok) || p.since.elapsed() >= block_timeout
                 })
             })
             .map(|(slot, c)| ConnectionRef {

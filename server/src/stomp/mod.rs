@@ -28,7 +28,7 @@ use bytes::{Bytes, BytesMut};
 use herald_protocol::stomp::{StompDecoder, StompFrame, StompLimits};
 use herald_protocol::{Destination, ErrorCode};
 
-use crate::broker::{SubscribeRequest, Subscriber};
+use crate::broker::{SubscribeRequest, Subscriber, Written};
 use crate::handlers::ack::{settle, Outcome};
 use crate::handlers::connect::{admit, check_id_length, Welcome};
 use crate::handlers::send::{authorize as send_authorize, publish, Published};
@@ -399,10 +399,11 @@ fn dispatch(
             match frame.get("transaction") {
                 Some(tx) => stomp.hold(tx, Deferred::Settle(ids, outcome), ctx)?,
                 None => {
-                    settle(ids, outcome, session, ctx);
+                    let mut written = Written::default();
+                    settle(ids, outcome, session, &mut written, ctx);
                     if outcome == Outcome::Processed {
                         // The RECEIPT follows the acknowledgement to disk.
-                        await_journal(request_id, Default::default(), session, out, ctx);
+                        await_journal(request_id, written, session, out, ctx);
                         return Ok(Flow::Continue);
                     }
                 }

@@ -57,6 +57,8 @@
 //! once space returns. A failed sync is different: what was written may or
 //! may not be on disk, so the journal stops confirming anything from then
 //! on, and every persistent send fails until the server is restarted.
+//! Running low on space is handled before it becomes a failure: see
+//! [`super::space`].
 //!
 //! # Compaction
 //!
@@ -83,6 +85,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 use thiserror::Error;
 
+use super::space::{self, Space, SpaceGauge};
 use super::{Completion, Record, Store};
 
 const MAGIC: &[u8; 4] = b"HRLJ";
@@ -130,6 +133,9 @@ pub struct JournalConfig {
     /// Start even if a segment is damaged (not just torn at the tail),
     /// skipping what does not read and setting the damaged files aside.
     pub recover_corrupt: bool,
+    /// Free bytes below which new persistent messages wait (see
+    /// [`super::space`]); 0 = no floor.
+    pub min_free_bytes: u64,
 }
 
 /// The journal's way to the disk for the files it writes. Tests put a
@@ -137,6 +143,12 @@ pub struct JournalConfig {
 pub trait Disk: Send + Sync {
     /// Creates (or truncates) a segment file to append to.
     fn create(&self, path: &Path) -> io::Result<Box<dyn SegmentFile>>;
+    /// Deletes a file the journal made.
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+    /// Bytes still free for the journal on the file system of `dir`.
+    fn free_space(&self, dir: &Path) -> io::Result<u64>;
 }
 
 /// A segment file being appended to.
@@ -161,6 +173,10 @@ impl Disk for RealDisk {
             .write(true)
             .open(path)?;
         Ok(Box::new(f))
+    }
+
+    fn free_space(&self, dir: &Path) -> io::Result<u64> {
+        super::space::free_space(dir)
     }
 }
 
@@ -194,6 +210,7 @@ impl JournalConfig {
             max_segments,
             disk: Arc::new(RealDisk),
             recover_corrupt: false,
+            min_free_bytes: 0,
         }
     }
 }
@@ -258,6 +275,8 @@ pub struct DamageReport {
 
 enum Request {
     Append(Record, Option<Completion>),
+    /// Appended and reported on when written, without forcing a sync.
+    AppendLazily(Record, Completion),
     Barrier(Completion),
     Stop,
 }
@@ -275,6 +294,8 @@ pub struct JournalMetrics {
     /// Set for good once a sync failed (or a failed write could not be
     /// cut back): every persistent send fails until the server restarts.
     pub stopped: Arc<std::sync::atomic::AtomicBool>,
+    /// Free space on the journal's disk, against its floor.
+    pub space: Arc<SpaceGauge>,
 }
 
 impl Default for JournalMetrics {
@@ -286,6 +307,7 @@ impl Default for JournalMetrics {
             sync: Histogram::new(buckets()),
             damage: DamageReport::default(),
             stopped: Arc::default(),
+            space: Arc::default(),
         }
     }
 }
@@ -373,6 +395,18 @@ impl Store for Journal {
     fn barrier(&self, done: Completion) {
         self.send(Request::Barrier(done));
     }
+
+    fn append_lazily(&self, record: Record, written: Completion) {
+        self.send(Request::AppendLazily(record, written));
+    }
+
+    fn refusing(&self) -> Option<String> {
+        self.metrics.space.refusing()
+    }
+
+    fn stopped(&self) -> bool {
+        self.metrics.stopped.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for Journal {
@@ -395,7 +429,11 @@ struct Writer {
     metrics: JournalMetrics,
     config: JournalConfig,
     segments: VecDeque<Segment>,
-    current: Box<dyn SegmentFile>,
+    /// The last segment's file, being appended to; `None` when no new
+    /// segment could be made (a full disk at start): the next write tries
+    /// again.
+    current: Option<Box<dyn SegmentFile>>,
+    space: Space,
     /// Set when a sync failed: what was written may not be on disk, and
     /// nothing the journal says can be trusted any more, so every later
     /// completion fails with this reason (as PostgreSQL does after a
@@ -551,28 +589,33 @@ impl Writer {
                 index.insert(*id, *seq);
             }
         }
-        let next_seq = seqs.last().map_or(1, |s| s + 1);
-        let (current, path) = create_segment(&*config.disk, &dir, next_seq)?;
-        segments.push_back(Segment {
-            seq: next_seq,
-            path,
-            len: HEADER_LEN,
-            live: FastMap::default(),
-        });
         recovered.records = live.into_values().map(|(r, ..)| r).collect();
+        let mut space = Space::new(config.min_free_bytes, &dir, config.disk.clone());
+        space.check(true);
         let mut writer = Writer {
             metrics: JournalMetrics {
                 damage: recovered.damage,
+                space: space.gauge(),
                 ..JournalMetrics::default()
             },
             config,
             segments,
-            current,
+            current: None,
+            space,
             failed: None,
             index,
             unsynced: false,
             _lock: lock,
         };
+        // Writes always go to a fresh segment. On a full disk the server
+        // starts without one, to serve consumers: the next write tries again.
+        match writer.ensure_current() {
+            Ok(()) => {}
+            Err(JournalError::Io { source, .. }) if space::is_full(&source) => log::error!(
+                "journal: the disk is full, no new segment could be made: starting anyway; consumers are served, persistent messages wait for space"
+            ),
+            Err(e) => return Err(e),
+        }
         if let Some(&(through, _)) = damaged.last() {
             let damaged: Vec<u64> = damaged.iter().map(|(seq, _)| *seq).collect();
             writer.set_aside(through, &damaged)?;
@@ -606,7 +649,10 @@ impl Writer {
                     aside.display()
                 );
             } else {
-                fs::remove_file(&oldest.path).map_err(io_error(&oldest.path))?;
+                self.config
+                    .disk
+                    .remove(&oldest.path)
+                    .map_err(io_error(&oldest.path))?;
             }
         }
         Ok(())
@@ -615,32 +661,45 @@ impl Writer {
     fn run(&mut self, rx: Receiver<Request>) {
         let mut buf = BytesMut::with_capacity(64 * 1024);
         let mut done: Vec<Completion> = Vec::new();
+        let mut lazy: Vec<Completion> = Vec::new();
         let mut pending: Vec<(u64, u32, Record)> = Vec::new();
         let mut stop = false;
         while !stop {
-            let first = match self.unsynced {
-                false => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
-                true => rx.recv_timeout(LAZY_SYNC),
+            // Quiet: make what no one waited for durable too, and while
+            // low on space, look for it coming back.
+            let wait = match (self.unsynced, self.space.low()) {
+                (true, _) => Some(LAZY_SYNC),
+                (false, true) => Some(space::CHECK_EVERY),
+                (false, false) => None,
+            };
+            let first = match wait {
+                None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+                Some(wait) => rx.recv_timeout(wait),
             };
             let first = match first {
                 Ok(request) => request,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    // Quiet: make what no one waited for durable too.
-                    let _ = self.sync();
+                    if self.unsynced {
+                        let _ = self.sync();
+                    }
+                    self.space.check(false);
                     continue;
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             };
+            // Offsets are taken in the segment being written to, so it
+            // must be there first.
+            let ready = self.ensure_current().map_err(|e| e.to_string());
             let mut next = Some(first);
             while let Some(request) = next.take() {
                 match request {
                     Request::Append(record, completion) => {
-                        let offset = self.current_len() + buf.len() as u64;
-                        match frame(&record, &mut buf) {
-                            Ok(len) => pending.push((offset, len, record)),
-                            Err(e) => log::error!("journal: record not encodable: {e}"),
-                        }
+                        self.frame_pending(record, &mut buf, &mut pending);
                         done.extend(completion);
+                    }
+                    Request::AppendLazily(record, written) => {
+                        self.frame_pending(record, &mut buf, &mut pending);
+                        lazy.push(written);
                     }
                     Request::Barrier(completion) => done.push(completion),
                     Request::Stop => stop = true,
@@ -654,21 +713,33 @@ impl Writer {
             // A record no one waits for (an acknowledgement without a
             // request id) rides the next sync instead of forcing one.
             let wanted = !done.is_empty() || stop || self.config.fsync == FsyncPolicy::Always;
-            let result = match self.write(&buf, wanted) {
+            let written = ready.and_then(|()| {
+                self.write(&buf, wanted)
+                    .map_err(|e| format!("the journal could not write: {e}"))
+            });
+            let result = match written {
                 Ok(()) => {
+                    let ended = pending
+                        .iter()
+                        .any(|(.., r)| matches!(r, Record::End { .. } | Record::Batch(_)));
                     for (offset, len, record) in pending.drain(..) {
                         self.apply(offset, len, record);
+                    }
+                    if ended {
+                        // Draining consumers are what frees a full disk.
+                        self.compact();
                     }
                     Ok(())
                 }
                 Err(e) => {
-                    log::error!("journal write failed: {e}");
+                    log::error!("{e}");
                     pending.clear();
-                    Err(format!("the journal could not write: {e}"))
+                    Err(e)
                 }
             };
+            self.space.wrote(buf.len() as u64);
             buf.clear();
-            for completion in done.drain(..) {
+            for completion in lazy.drain(..).chain(done.drain(..)) {
                 completion(result.clone());
             }
             if self.current_len() >= self.config.segment_size {
@@ -676,7 +747,49 @@ impl Writer {
                     log::error!("journal: cannot start a new segment: {e}");
                 }
             }
+            self.space.check(false);
         }
+    }
+
+    /// Frames `record` into `buf`, to be written at its end.
+    fn frame_pending(
+        &self,
+        record: Record,
+        buf: &mut BytesMut,
+        pending: &mut Vec<(u64, u32, Record)>,
+    ) {
+        let offset = self.current_len() + buf.len() as u64;
+        match frame(&record, buf) {
+            Ok(len) => pending.push((offset, len, record)),
+            Err(e) => log::error!("journal: record not encodable: {e}"),
+        }
+    }
+
+    /// Makes the segment to write to if there is none (the disk was full
+    /// when the last one was to be made), giving up the reserve file to a
+    /// full disk.
+    fn ensure_current(&mut self) -> Result<(), JournalError> {
+        if self.current.is_some() {
+            return Ok(());
+        }
+        let seq = self.segments.back().map_or(1, |s| s.seq + 1);
+        let made = match create_segment(&*self.config.disk, &self.config.dir, seq) {
+            Err(JournalError::Io { source, .. })
+                if space::is_full(&source) && self.space.release() =>
+            {
+                create_segment(&*self.config.disk, &self.config.dir, seq)
+            }
+            made => made,
+        };
+        let (file, path) = made?;
+        self.current = Some(file);
+        self.segments.push_back(Segment {
+            seq,
+            path,
+            len: HEADER_LEN,
+            live: FastMap::default(),
+        });
+        Ok(())
     }
 
     fn current_len(&self) -> u64 {
@@ -697,13 +810,19 @@ impl Writer {
             };
         }
         let start = self.current_len();
+        let Some(file) = self.current.as_mut() else {
+            return Err(io::Error::other("no segment to write to"));
+        };
         let began = std::time::Instant::now();
-        let written = self.current.write_all(buf);
+        let mut written = file.write_all(buf);
+        if written.as_ref().is_err_and(space::is_full) && self.space.release() {
+            written = file.rewind_to(start).and_then(|()| file.write_all(buf));
+        }
         self.metrics.append.observe(began.elapsed().as_secs_f64());
         if let Err(e) = written {
             // Leave no partial record behind the ones already written, and
             // go on writing where they end (a full disk may drain).
-            if let Err(r) = self.current.rewind_to(start) {
+            if let Err(r) = file.rewind_to(start) {
                 self.stop(format!("cannot cut a failed write back ({r}) after: {e}"));
             }
             return Err(e);
@@ -722,8 +841,11 @@ impl Writer {
     }
 
     fn sync(&mut self) -> io::Result<()> {
+        let Some(file) = self.current.as_mut() else {
+            return Ok(());
+        };
         let began = std::time::Instant::now();
-        let synced = self.current.sync_data();
+        let synced = file.sync_data();
         self.metrics.sync.observe(began.elapsed().as_secs_f64());
         self.unsynced = false;
         synced.inspect_err(|e| {
@@ -768,15 +890,12 @@ impl Writer {
             .map(|s| s.path.clone())
             .unwrap_or_default();
         self.sync().map_err(io_error(&path))?;
-        let seq = self.segments.back().map_or(1, |s| s.seq + 1);
-        let (file, path) = create_segment(&*self.config.disk, &self.config.dir, seq)?;
-        self.current = file;
-        self.segments.push_back(Segment {
-            seq,
-            path,
-            len: HEADER_LEN,
-            live: FastMap::default(),
-        });
+        let old = self.current.take();
+        if let Err(e) = self.ensure_current() {
+            // Go on appending to the old one.
+            self.current = old;
+            return Err(e);
+        }
         self.compact();
         Ok(())
     }
@@ -789,7 +908,9 @@ impl Writer {
                 return;
             };
             if !oldest.live.is_empty() {
-                if self.segments.len() <= self.config.max_segments {
+                // Copying live records forward takes space before it frees
+                // any: not while space is low.
+                if self.segments.len() <= self.config.max_segments || self.space.low() {
                     return;
                 }
                 if let Err(e) = self.relocate_oldest() {
@@ -798,15 +919,17 @@ impl Writer {
                 }
             }
             if let Some(oldest) = self.segments.pop_front() {
-                if let Err(e) = fs::remove_file(&oldest.path) {
+                if let Err(e) = self.config.disk.remove(&oldest.path) {
                     log::error!("journal: cannot delete {}: {e}", oldest.path.display());
                 }
                 log::debug!("journal: segment {} deleted", oldest.seq);
+                self.space.check(true);
             }
         }
     }
 
     fn relocate_oldest(&mut self) -> Result<(), JournalError> {
+        self.ensure_current()?;
         let Some(oldest) = self.segments.front() else {
             return Ok(());
         };
@@ -1377,6 +1500,10 @@ mod tests {
                 file,
                 faults: self.0.clone(),
             }))
+        }
+
+        fn free_space(&self, _dir: &Path) -> io::Result<u64> {
+            Ok(self.0.room.lock().unwrap().map_or(u64::MAX, |r| r as u64))
         }
     }
 

@@ -11,6 +11,7 @@
 //! the state to rebuild.
 
 pub mod journal;
+pub mod space;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use herald_protocol::cursor::{put_str16, Cursor};
@@ -237,6 +238,14 @@ pub trait Store: Send + Sync {
     /// applied in the order they are appended.
     fn append(&self, record: Record, done: Option<Completion>);
 
+    /// Appends a record that need not be durable before anyone goes on
+    /// (an acknowledgement's `End`: lost in a crash, it costs a
+    /// redelivery): it rides the next sync. `written` runs once it was
+    /// written, or with why it could not be.
+    fn append_lazily(&self, record: Record, written: Completion) {
+        self.append(record, Some(written));
+    }
+
     /// Appends records that take effect together or not at all: after a
     /// crash, all of them are there or none.
     fn append_atomically(&self, records: Vec<Record>, done: Option<Completion>) {
@@ -253,6 +262,18 @@ pub trait Store: Send + Sync {
 
     /// Runs `done` once every record appended so far is durable.
     fn barrier(&self, done: Completion);
+
+    /// Why new persistent messages should not be taken now (the disk is
+    /// below its free-space floor), if so.
+    fn refusing(&self) -> Option<String> {
+        None
+    }
+
+    /// Whether it has stopped confirming anything until a restart (a sync
+    /// failed): what it holds comes back at the next start.
+    fn stopped(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
