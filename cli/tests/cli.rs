@@ -485,3 +485,40 @@ fn bench_measures_topics_and_queues_across_two_nodes_of_a_cluster() {
         .load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(read, 5000);
 }
+
+#[test]
+fn a_soak_counts_every_message_and_samples_the_servers_memory() {
+    let server = start();
+    let url = format!("herald://{}", server.local_addr());
+    let admin = format!("http://{}", server.admin_addr().unwrap());
+    let out = run_ok(&[
+        "--server",
+        &url,
+        "--admin",
+        &admin,
+        "bench",
+        "--mode",
+        "soak",
+        "--duration",
+        "4s",
+        "--rate",
+        "600",
+    ]);
+    let line = summary(&out, "soak");
+    assert_eq!(line.matches("\"lost\":0,").count(), 4, "{line}");
+    assert_eq!(
+        line.matches("\"unmarked_duplicates\":0,").count(),
+        4,
+        "{line}"
+    );
+    assert!(!line.contains("\"expected\":0,"), "{line}");
+    // One sample a second, each with the server's resident memory.
+    let samples = line
+        .split("\"rss\":[")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(samples.matches('[').count() >= 3, "{line}");
+    assert!(!samples.contains(",0]"), "{line}");
+    let refused = fails(herald().args(["bench", "--mode", "soak", "--duration", "10x"]));
+    assert!(refused.contains("unit"), "{refused}");
+}

@@ -16,7 +16,7 @@ use super::progress::Progress;
 use crate::target::Target;
 
 /// The server's resident bytes and threads, from `GET /api/server`.
-fn footprint(target: &Target) -> Result<(u64, u64)> {
+pub fn footprint(target: &Target) -> Result<(u64, u64)> {
     let server = crate::admin::call(target, "GET", "/api/server")?;
     let process = &server["process"];
     match (process["rss_bytes"].as_u64(), process["threads"].as_u64()) {

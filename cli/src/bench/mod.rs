@@ -11,6 +11,7 @@ mod machine;
 mod nats;
 mod progress;
 mod queue;
+mod soak;
 mod stomp;
 mod subscriptions;
 mod throughput;
@@ -43,6 +44,12 @@ pub enum Mode {
     /// --connections idle connections: the server's memory per connection
     /// and its threads, through the management API (--admin)
     Connections,
+    /// A mixed load for --duration at --rate: persistent and plain queues
+    /// and topics, consumers that come and go, a slow one, a reconnecting
+    /// producer; throughput and resident memory over time (the server's,
+    /// through --admin, or this process's with --embedded), and every
+    /// message counted by number at the end.
+    Soak,
 }
 
 /// Arguments of `herald bench`.
@@ -124,6 +131,31 @@ pub struct Args {
     /// Idle connections for --mode connections.
     #[arg(long, default_value_t = 10_000)]
     connections: usize,
+    /// How long --mode soak runs: a number of seconds, or with a unit
+    /// (90s, 10m, 1h).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    duration: Duration,
+}
+
+/// "90", "90s", "10m" or "1h".
+fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text}: not a number of seconds, minutes (m) or hours (h)"))?;
+    let seconds = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("{text}: the unit is s, m or h")),
+    };
+    match seconds {
+        0 => Err("the duration must be above 0".into()),
+        s => Ok(Duration::from_secs(s)),
+    }
 }
 
 /// How long the subscribers may make no progress before the rest counts
@@ -259,6 +291,18 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             ));
         }
         connections::run(target, &factory.address(), args.connections)?;
+    }
+    if args.mode == Mode::Soak {
+        let plan = soak::Plan {
+            duration: args.duration,
+            rate: args.rate,
+            size: args.size,
+        };
+        let footprint = || match embedded {
+            Some(_) => herald_server::admin::process_footprint().map(|(rss, _)| rss),
+            None => connections::footprint(target).ok().map(|(rss, _)| rss),
+        };
+        soak::run(&factory, &plan, &footprint)?;
     }
     if args.mode == Mode::Queue {
         if embedded.is_some() {

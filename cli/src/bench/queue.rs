@@ -31,13 +31,22 @@ pub struct Plan {
 }
 
 /// A counting gate for in-flight sends.
-struct Window {
+pub struct Window {
     free: Mutex<usize>,
     freed: Condvar,
 }
 
 impl Window {
-    fn acquire(&self) {
+    /// A window of `size` sends.
+    pub fn new(size: usize) -> Window {
+        Window {
+            free: Mutex::new(size),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Waits for room for one more send.
+    pub fn acquire(&self) {
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
         while *free == 0 {
             free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
@@ -45,12 +54,14 @@ impl Window {
         *free -= 1;
     }
 
-    fn release(&self) {
+    /// One send is answered.
+    pub fn release(&self) {
         *self.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         self.freed.notify_one();
     }
 
-    fn wait_all(&self, size: usize) {
+    /// Waits until all `size` sends are answered.
+    pub fn wait_all(&self, size: usize) {
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
         while *free < size {
             free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
@@ -114,10 +125,7 @@ pub fn run(
                 let connection = factory.create_connection()?;
                 let session = connection.create_session(AckMode::Auto)?;
                 let producer = session.create_producer(&destination)?;
-                let gate = Arc::new(Window {
-                    free: Mutex::new(window),
-                    freed: Condvar::new(),
-                });
+                let gate = Arc::new(Window::new(window));
                 let body = Bytes::from(vec![7u8; size]);
                 for _ in 0..n {
                     let message = Message::bytes(body.clone());
