@@ -54,6 +54,32 @@ fn the_client_heartbeat_keeps_an_idle_connection_alive() {
 }
 
 #[test]
+fn a_producer_that_never_stops_sending_still_hears_the_server() {
+    let server = start();
+    let factory = factory(&server).with_heartbeat(Duration::from_millis(150));
+    let connection = factory.create_connection().unwrap();
+    let (tx, rx) = mpsc::channel();
+    connection.set_exception_listener(move |e| {
+        let _ = tx.send(e.to_string());
+    });
+    let session = connection
+        .create_session(herald_client::AckMode::Auto)
+        .unwrap();
+    let producer = session
+        .create_producer(&herald_client::Destination::topic("busy"))
+        .unwrap();
+    // Ten intervals of sending without a pause, and with nothing (no
+    // receipt, no message) coming back but the answers to its PINGs.
+    let until = std::time::Instant::now() + Duration::from_millis(1500);
+    while std::time::Instant::now() < until {
+        producer.send(herald_client::Message::text("m")).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(rx.try_recv().is_err(), "the connection was not given up");
+    assert!(!connection.is_closed());
+}
+
+#[test]
 fn disconnect_gets_a_receipt_and_removes_subscriptions() {
     let server = start();
     let (connection, session) = connect(&server);

@@ -616,7 +616,9 @@ fn serve(
                 (heartbeat * 2).as_millis()
             ));
         }
-        let quiet = now.duration_since(last_read).min(inner.writer.idle_for());
+        // Either direction: a producer that never stops sending still
+        // needs the server's answer to know it is alive.
+        let quiet = now.duration_since(last_read).max(inner.writer.idle_for());
         if quiet >= ping_every && now.duration_since(last_ping) >= ping_every {
             last_ping = now;
             if inner.writer.send(&Frame::Ping, 0).is_err() {
