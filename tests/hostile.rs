@@ -126,9 +126,7 @@ fn regular_expressions_are_bounded_in_size_and_per_connection() {
     assert!(accepted >= 2, "accepted {accepted}");
     // Ending a subscription gives its room back.
     raw.send(
-        &Frame::Unsubscribe(herald_protocol::frame::Unsubscribe {
-            subscription_id: 10,
-        }),
+        &Frame::Unsubscribe(herald_protocol::frame::Unsubscribe::new(10)),
         0,
     );
     assert_eq!(raw_subscribe(&mut raw, 600, "t", big), None);

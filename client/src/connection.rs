@@ -438,8 +438,13 @@ impl Connection {
         self.inner.request(&Frame::Ping, "PONG")
     }
 
-    /// Closes gracefully: DISCONNECT, wait for its RECEIPT, then stop the
-    /// threads. Every consumer stops receiving.
+    /// Closes gracefully: every consumer is closed as by
+    /// [`Consumer::close`](crate::Consumer::close) (what it prefetched and
+    /// never handed out is not counted as delivered), then DISCONNECT,
+    /// wait for its RECEIPT, and stop the threads. Dropping the connection
+    /// does the same without waiting. A connection that is cut instead (the
+    /// process killed, the network lost) cannot say what was read: the
+    /// server counts every delivery it held as delivered.
     pub fn close(&self) -> Result<()> {
         if self.inner.closing.swap(true, Ordering::AcqRel) {
             return Ok(());
@@ -449,6 +454,7 @@ impl Connection {
             self.teardown();
             return Ok(());
         }
+        self.unsubscribe_all();
         let result = match self
             .inner
             .request(&Frame::Disconnect, "the DISCONNECT receipt")
@@ -459,6 +465,20 @@ impl Connection {
         };
         self.teardown();
         result
+    }
+
+    /// Ends every consumer before the DISCONNECT, each saying what its
+    /// application read, so that what it prefetched and never read does
+    /// not count as delivered.
+    fn unsubscribe_all(&self) {
+        let consumers: Vec<u32> = (self.inner.consumers.read())
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        for id in consumers {
+            let _ = crate::consumer::unsubscribe(&self.inner, id, false);
+        }
     }
 
     /// Stops both threads. Never waits long: the flusher gets a moment to
@@ -488,6 +508,7 @@ impl Drop for Connection {
         // No waiting for a receipt in Drop (nor for a connection that is
         // away to come back): say goodbye and go.
         if !self.inner.closing.swap(true, Ordering::AcqRel) && !self.inner.writer.is_paused() {
+            self.unsubscribe_all();
             let _ = self.inner.writer.send(&Frame::Disconnect, 0);
         }
         self.teardown();

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use herald_protocol::frame::{Subscribe, Unsubscribe};
+use herald_protocol::frame::{Settle, Subscribe, Unsubscribe};
 use herald_protocol::{Destination, Frame, Message};
 
 use crate::connection::Inner;
@@ -104,6 +104,10 @@ impl ConsumerShared {
         self.subscribe.clone()
     }
 
+    fn subscription_id(&self) -> u32 {
+        self.subscribe.as_ref().map_or(0, |s| s.subscription_id)
+    }
+
     /// Whether the server tracks this consumer's deliveries.
     pub(crate) fn is_tracked(&self) -> bool {
         self.session.is_some()
@@ -127,7 +131,7 @@ impl ConsumerShared {
     fn run_listener(&self, listener: &mut Listener, message: Message) {
         let id = message.delivery_id;
         if let Some(s) = &self.session {
-            s.handing_out(id);
+            s.handing_out(id, self.subscription_id());
         }
         let processed = call(listener, message);
         self.handed_out(id, processed);
@@ -237,7 +241,7 @@ impl Consumer {
             if let Some(m) = q.messages.pop_front() {
                 drop(q);
                 if let Some(s) = &self.shared.session {
-                    s.handing_out(m.delivery_id);
+                    s.handing_out(m.delivery_id, self.id);
                 }
                 self.shared.handed_out(m.delivery_id, true);
                 return Ok(Some(m));
@@ -278,7 +282,13 @@ impl Consumer {
         self.shared.dropped.load(Ordering::Relaxed)
     }
 
-    /// Unsubscribes and waits for the server to confirm.
+    /// Unsubscribes and waits for the server to confirm. Messages it
+    /// received ahead (prefetched) and never handed out return to their
+    /// queue as they were: not counted as delivered, not marked
+    /// redelivered. Messages handed out and not acknowledged (CLIENT,
+    /// INDIVIDUAL, TRANSACTED) come again, marked redelivered, and can no
+    /// longer be acknowledged. Dropping the consumer does the same without
+    /// waiting.
     pub fn close(&self) -> Result<()> {
         self.shared.close();
         unsubscribe(&self.inner, self.id, true)
@@ -293,6 +303,9 @@ impl Drop for Consumer {
 }
 
 /// Forgets a consumer and tells the server, once; `wait` for its receipt.
+/// A tracked consumer's UNSUBSCRIBE names the unacknowledged deliveries
+/// its application received: the rest (prefetched, never read) return to
+/// the queue without counting as delivered.
 pub(crate) fn unsubscribe(inner: &Inner, id: u32, wait: bool) -> Result<()> {
     let removed = inner
         .consumers
@@ -308,8 +321,16 @@ pub(crate) fn unsubscribe(inner: &Inner, id: u32, wait: bool) -> Result<()> {
         // one will not subscribe it again.
         return Ok(());
     }
+    let seen = shared.session.as_ref().map(|s| {
+        // DUPS_OK acknowledgements held back go first: those were read.
+        let _ = s.flush_lazy();
+        Settle {
+            delivery_ids: s.seen_by(id),
+        }
+    });
     let frame = Frame::Unsubscribe(Unsubscribe {
         subscription_id: id,
+        seen,
     });
     let result = if wait {
         inner.request(&frame, "the UNSUBSCRIBE receipt")

@@ -55,8 +55,9 @@ pub(crate) struct SessionShared {
     pub(crate) inner: Arc<Inner>,
     pub(crate) mode: AckMode,
     /// CLIENT, INDIVIDUAL and TRANSACTED: delivery ids handed to the
-    /// application and not yet acknowledged, oldest first.
-    delivered: Mutex<Vec<u64>>,
+    /// application and not yet acknowledged, oldest first, each with its
+    /// subscription id.
+    delivered: Mutex<Vec<(u64, u32)>>,
     /// TRANSACTED: the session's transaction id on the connection.
     pub(crate) transaction: Option<u32>,
     /// DUPS_OK: acknowledgements not yet sent.
@@ -88,13 +89,36 @@ impl SessionShared {
     /// Called just before a tracked message reaches the application:
     /// from then on an acknowledgement or a commit covers it, also one
     /// made by the listener handling it (as JMS has it).
-    pub(crate) fn handing_out(&self, delivery_id: u64) {
+    pub(crate) fn handing_out(&self, delivery_id: u64, subscription_id: u32) {
         if matches!(
             self.mode,
             AckMode::Client | AckMode::Individual | AckMode::Transacted
         ) {
-            lock(&self.delivered).push(delivery_id);
+            lock(&self.delivered).push((delivery_id, subscription_id));
         }
+    }
+
+    /// The unacknowledged deliveries of one subscription that reached the
+    /// application, which stop being this session's to acknowledge (the
+    /// subscription is ending): its UNSUBSCRIBE names them, so that only
+    /// they count as delivered.
+    pub(crate) fn seen_by(&self, subscription_id: u32) -> Vec<u64> {
+        let mut seen = Vec::new();
+        lock(&self.delivered).retain(|&(id, sub)| {
+            if sub == subscription_id {
+                seen.push(id);
+            }
+            sub != subscription_id
+        });
+        seen
+    }
+
+    /// Every delivery id handed out and not yet acknowledged, taken.
+    fn take_delivered(&self) -> Vec<u64> {
+        std::mem::take(&mut *lock(&self.delivered))
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
     }
 
     /// Called once a tracked message has been handed to the application
@@ -542,7 +566,7 @@ impl Session {
     /// out. INDIVIDUAL mode: the same, for all of them at once. Waits for
     /// the server to confirm.
     pub fn acknowledge(&self) -> Result<()> {
-        let ids = std::mem::take(&mut *lock(&self.shared.delivered));
+        let ids = self.shared.take_delivered();
         if ids.is_empty() {
             return Ok(());
         }
@@ -556,7 +580,10 @@ impl Session {
             return self.acknowledge();
         }
         let mut delivered = lock(&self.shared.delivered);
-        let Some(at) = delivered.iter().position(|id| *id == message.delivery_id) else {
+        let Some(at) = delivered
+            .iter()
+            .position(|(id, _)| *id == message.delivery_id)
+        else {
             return Err(Error::InvalidArgument(format!(
                 "delivery {} is not awaiting acknowledgement in this session",
                 message.delivery_id
@@ -594,7 +621,7 @@ impl Session {
                 fatal: false,
             });
         }
-        let ids = std::mem::take(&mut *lock(&self.shared.delivered));
+        let ids = self.shared.take_delivered();
         let frame = Frame::Commit(Commit {
             transaction_id,
             consumed: Settle { delivery_ids: ids },
@@ -616,13 +643,21 @@ impl Session {
         self.shared.rollback()
     }
 
-    /// Closes every consumer created in this session; DUPS_OK
+    /// Closes every consumer created in this session, as
+    /// [`Consumer::close`](crate::Consumer::close) does; DUPS_OK
     /// acknowledgements still held back are sent first, and a transacted
-    /// session's open transaction is rolled back.
+    /// session's open transaction is rolled back (what it received comes
+    /// again, marked redelivered; what it had prefetched, as it was).
     pub fn close(&self) -> Result<()> {
         let mut first_error = self.shared.flush_lazy().err();
-        if self.shared.transaction.is_some() {
-            if let Err(e) = self.shared.rollback() {
+        if let Some(transaction_id) = self.shared.transaction {
+            // Its sends are dropped; what it received is given back as
+            // each consumer closes, counted only if it was handed out.
+            let frame = Frame::Rollback(Rollback {
+                transaction_id,
+                subscriptions: Recover::default(),
+            });
+            if let Err(e) = self.inner().request(&frame, "the ROLLBACK receipt") {
                 first_error.get_or_insert(e);
             }
         }

@@ -149,10 +149,7 @@ impl Frame {
                 Ok(())
             }
             Frame::Subscribe(f) => f.encode(d),
-            Frame::Unsubscribe(f) => {
-                f.encode(d);
-                Ok(())
-            }
+            Frame::Unsubscribe(f) => f.encode(d),
             Frame::Message(f) => {
                 f.encode_body(d);
                 Ok(())
@@ -250,7 +247,17 @@ mod tests {
                     subscription_ids: vec![2],
                 },
             }),
-            Frame::Unsubscribe(Unsubscribe { subscription_id: 3 }),
+            Frame::Unsubscribe(Unsubscribe::new(3)),
+            Frame::Unsubscribe(Unsubscribe {
+                subscription_id: 4,
+                seen: Some(Settle {
+                    delivery_ids: vec![7, 8],
+                }),
+            }),
+            Frame::Unsubscribe(Unsubscribe {
+                subscription_id: 5,
+                seen: Some(Settle::default()),
+            }),
             Frame::Message(Delivery {
                 subscription_id: 3,
                 delivery_id: 99,
@@ -302,6 +309,10 @@ mod tests {
                 _ => raw.body.len(),
             };
             for n in 0..fixed {
+                // UNSUBSCRIBE's list of what was read is optional.
+                if kind == FrameKind::Unsubscribe && n == 4 {
+                    continue;
+                }
                 let mut cut = raw.clone();
                 cut.body = raw.body.slice(..n);
                 assert!(Frame::decode(cut).is_err(), "{kind:?} cut at {n}");

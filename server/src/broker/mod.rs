@@ -1979,6 +1979,14 @@ impl Broker {
         }
     }
 
+    /// Returns deliveries that never reached the application of `sub`,
+    /// which is about to be unsubscribed (and dispatches its queue then).
+    pub fn release_unread(&self, acks: &[AckRef], sub: &Subscriber) {
+        for ack in acks {
+            lock(&ack.queue).released(sub, ack.seq);
+        }
+    }
+
     /// Returns a delivery that never reached its subscriber.
     pub fn release(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) {
         let mut dispatches = Vec::new();

@@ -513,10 +513,16 @@ impl Queue {
     /// The delivery never reached its consumer (it went away first): the
     /// message returns without counting as delivered.
     pub fn release(&mut self, sub: &Subscriber, seq: u64, out: &mut Vec<Dispatch>) {
+        self.released(sub, seq);
+        self.dispatch(out);
+    }
+
+    /// [`Queue::release`] without dispatching: for a consumer that is
+    /// leaving, which must not be given the message again.
+    pub fn released(&mut self, sub: &Subscriber, seq: u64) {
         if let Some(mut m) = self.take_in_flight(sub, seq) {
             m.deliveries -= 1;
             self.insert_ready(m);
-            self.dispatch(out);
         }
     }
 

@@ -390,7 +390,10 @@ fn dispatch(
                 ));
             };
             stomp.names.remove(&number);
-            unsubscribe::end(number, session, ctx);
+            // A client that says goodbye did not crash on what it did not
+            // acknowledge: that returns as it was (STOMP cannot say which
+            // messages the application read). A dropped connection counts.
+            unsubscribe::end(number, Some(&[]), session, ctx);
             stomp.receipt(out, request_id);
             Ok(Flow::Continue)
         }
@@ -447,6 +450,12 @@ fn dispatch(
             Ok(Flow::Continue)
         }
         "DISCONNECT" => {
+            // As UNSUBSCRIBE: a goodbye returns unacknowledged messages
+            // uncounted.
+            for (_, (number, _)) in stomp.subscriptions.drain() {
+                stomp.names.remove(&number);
+                unsubscribe::end(number, Some(&[]), session, ctx);
+            }
             stomp.receipt(out, request_id);
             Ok(Flow::Close)
         }
