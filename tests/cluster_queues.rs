@@ -345,8 +345,8 @@ fn a_durable_subscriber_moves_from_one_node_to_another_and_resumes() {
         })
         .collect();
     assert_eq!(first, [4, 5], "the selector holds on the publishing node");
-    drop(subscriber);
-    drop(ca);
+    // The session keeps the connection open: all of it goes.
+    drop((subscriber, on_a, ca));
     // Published while the subscriber is away: kept in its stream.
     for units in 7..=9 {
         producer.send_with_receipt(sale(units)).unwrap();

@@ -101,7 +101,8 @@ fn a_client_id_is_required_and_a_new_selector_replaces_the_subscription() {
     sub.close().unwrap();
     let (_pc, ps) = connect(&server);
     publish(&ps, "t", "for the old one");
-    drop(c);
+    // The session keeps the connection open: both go.
+    drop((s, c));
     let (_c, s) = as_client(&server, "app");
     let options = ConsumerOptions::default()
         .durable("d")

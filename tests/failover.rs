@@ -22,7 +22,7 @@ fn listen(c: &Connection) -> Events {
         let what = match &e {
             Error::Interrupted(_) => "interrupted".to_owned(),
             Error::Resumed(_) => "resumed".to_owned(),
-            other => other.to_string(),
+            other => format!("{other} {:?}", other.server_code()),
         };
         sink.lock().unwrap().push(what);
     });

@@ -145,14 +145,32 @@ fn server_shutdown_tells_connected_clients() {
     server.shutdown();
     let e = raw.expect_fatal(ErrorCode::ServerShutdown);
     assert!(e.message.contains("shutting down"));
-    match rx.recv_timeout(PATIENCE).unwrap() {
-        Error::ConnectionLost(why) => assert!(why.contains("shutting down"), "{why}"),
-        other => panic!("expected ConnectionLost, got {other:?}"),
-    }
-    assert!(matches!(
-        consumer.receive(PATIENCE),
-        Err(Error::ConnectionLost(_))
-    ));
+    // The server's code stays with the error, for the listener and for
+    // every later call.
+    let told = rx.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(
+        told.server_code(),
+        Some(ErrorCode::ServerShutdown),
+        "{told}"
+    );
+    assert!(told.to_string().contains("shutting down"), "{told}");
+    assert!(matches!(told, Error::Server { fatal: true, .. }));
+    let later = consumer.receive(PATIENCE).unwrap_err();
+    assert_eq!(
+        later.server_code(),
+        Some(ErrorCode::ServerShutdown),
+        "{later}"
+    );
+    let send = session
+        .create_producer(&herald_client::Destination::topic("t"))
+        .unwrap()
+        .send(herald_client::Message::text("m"))
+        .unwrap_err();
+    assert_eq!(
+        send.server_code(),
+        Some(ErrorCode::ServerShutdown),
+        "{send}"
+    );
     assert!(connection.is_closed());
     drop(connection);
 }

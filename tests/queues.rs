@@ -153,7 +153,7 @@ fn browsing_shows_waiting_messages_and_leaves_them() {
         .create_browser(&Destination::queue("inbox"), "n >")
         .unwrap_err();
     assert!(
-        matches!(&bad, herald_client::Error::InvalidArgument(m) if m.contains("position")),
+        matches!(&bad, herald_client::Error::InvalidSelector { reason, .. } if reason.contains("position")),
         "{bad}"
     );
     // The server checks too, for clients that do not.

@@ -99,7 +99,9 @@ fn a_bad_selector_is_a_clear_error_naming_the_position() {
     let server = start();
     let (_c, s) = connect(&server);
     match s.create_consumer_with_selector(&Destination::topic("t"), "region = 'EU' AND") {
-        Err(Error::InvalidArgument(msg)) => assert!(msg.contains("position 17"), "{msg}"),
+        Err(Error::InvalidSelector { reason, .. }) => {
+            assert!(reason.contains("position 17"), "{reason}")
+        }
         other => panic!("{other:?}"),
     }
     // The server checks too, for clients that do not.

@@ -193,7 +193,7 @@ fn refused_subscriptions_are_errors_naming_the_problem() {
     let (_c, session) = connect(&server);
     let bad = session.create_consumer(&Destination::topic("a.b*"));
     assert!(
-        matches!(bad, Err(Error::Protocol(_))),
+        matches!(bad, Err(Error::InvalidDestination { .. })),
         "checked client-side first"
     );
     let _one = subscribe(&session, "a");

@@ -25,7 +25,7 @@ use herald_protocol::{Decoder, ErrorCode, Frame, FrameKind, Message, RawFrame};
 
 use crate::consumer::ConsumerShared;
 use crate::dial::{Dialer, Link, MAX_INBOUND_FRAME};
-use crate::error::{Error, Result};
+use crate::error::{Ending, Error, Result};
 use crate::factory::FactoryConfig;
 use crate::session::{AckMode, Session, SessionShared};
 use crate::transport::ReadHalf;
@@ -66,7 +66,7 @@ pub(crate) struct Inner {
     /// expected and not reported as a loss.
     closing: AtomicBool,
     /// Why the connection ended, once it has.
-    ended: Mutex<Option<String>>,
+    ended: Mutex<Option<Ending>>,
     /// The sessions, to flush DUPS_OK acknowledgements and to forget
     /// deliveries of a connection that failed.
     sessions: Mutex<Vec<Weak<SessionShared>>>,
@@ -102,6 +102,7 @@ impl Inner {
     /// Takes what a server said in CONNECTED into use.
     fn set_connected(&self, connected: Connected) {
         *self.id_prefix.write().unwrap_or_else(|p| p.into_inner()) = id_prefix(&connected);
+        self.writer.set_max_body(connected.max_frame_size);
         *self.connected.write().unwrap_or_else(|p| p.into_inner()) = connected;
     }
 
@@ -209,8 +210,8 @@ impl Inner {
 
     /// The error for an operation on a connection that has ended.
     pub(crate) fn end_error(&self) -> Error {
-        match lock(&self.ended).clone() {
-            Some(why) if !self.closing.load(Ordering::Acquire) => Error::ConnectionLost(why),
+        match lock(&self.ended).as_ref() {
+            Some(ending) if !self.closing.load(Ordering::Acquire) => ending.error(),
             _ => Error::Closed,
         }
     }
@@ -230,33 +231,33 @@ impl Inner {
 
     /// Ends the connection: fails every waiter, wakes every consumer and,
     /// unless this side was closing, tells the exception listener.
-    fn end(&self, why: String) {
+    fn end(&self, ending: Ending) {
         {
             let mut ended = lock(&self.ended);
             if ended.is_some() {
                 return;
             }
-            *ended = Some(why.clone());
+            *ended = Some(ending.clone());
         }
         let expected = self.closing.load(Ordering::Acquire);
         if expected {
             self.writer.close();
         } else {
-            self.writer.fail(&why);
+            self.writer.fail(&ending);
         }
         let waiters: Vec<Waiter> = lock(&self.pending).drain().map(|(_, w)| w).collect();
         for waiter in waiters {
             waiter(Err(if expected {
                 Error::Closed
             } else {
-                Error::ConnectionLost(why.clone())
+                ending.error()
             }));
         }
         for c in self.consumer_list() {
             c.close();
         }
         if !expected {
-            self.report(Error::ConnectionLost(why));
+            self.report(ending.error());
         }
     }
 
@@ -332,8 +333,24 @@ impl Inner {
     }
 }
 
-/// A connection to a Herald server.
+/// A connection to a Herald server: a socket, a reader thread that runs
+/// listeners, and a flusher thread.
+///
+/// A `Connection` is a cheap handle: clones, and the [`Session`]s made
+/// from it, share one connection, which stays open until
+/// [`Connection::close`] (on any handle) or until the last of them is
+/// dropped (then it says goodbye without waiting). So a function may make
+/// a connection, return only a session, and the session still works. A
+/// listener that holds its session keeps the connection open until
+/// `close` is called.
+#[derive(Clone)]
 pub struct Connection {
+    inner: Arc<Inner>,
+    keeper: Arc<Keeper>,
+}
+
+/// Closes the connection when the last handle that keeps it goes.
+pub(crate) struct Keeper {
     inner: Arc<Inner>,
     reader: Mutex<Option<JoinHandle<()>>>,
 }
@@ -361,10 +378,12 @@ impl Connection {
         let link = dialer.dial()?;
         let heartbeat = Duration::from_millis(link.connected.heartbeat_ms.into());
         let send_timeout = Duration::from_millis(dialer.config.send_timeout_ms);
+        let writer = Writer::new(send_timeout, link.writer);
+        writer.set_max_body(link.connected.max_frame_size);
         let inner = Arc::new(Inner {
             config: dialer.config.clone(),
             dialer,
-            writer: Writer::new(send_timeout, link.writer),
+            writer,
             stream: Mutex::new(link.socket),
             id_prefix: RwLock::new(id_prefix(&link.connected)),
             connected: RwLock::new(link.connected),
@@ -388,10 +407,11 @@ impl Connection {
             .name("herald-reader".into())
             .spawn(move || read_loop(reader_inner, reader, leftover, heartbeat))
             .map_err(|e| Error::io("cannot start the reader thread", e))?;
-        Ok(Connection {
-            inner,
+        let keeper = Arc::new(Keeper {
+            inner: inner.clone(),
             reader: Mutex::new(Some(reader)),
-        })
+        });
+        Ok(Connection { inner, keeper })
     }
 
     /// A session in which to create producers and consumers.
@@ -399,7 +419,7 @@ impl Connection {
         if lock(&self.inner.ended).is_some() {
             return Err(self.inner.end_error());
         }
-        Ok(Session::new(self.inner.clone(), ack_mode))
+        Ok(Session::new(self.clone(), ack_mode))
     }
 
     /// Called with every asynchronous error: a lost connection, or an
@@ -446,6 +466,17 @@ impl Connection {
     /// process killed, the network lost) cannot say what was read: the
     /// server counts every delivery it held as delivered.
     pub fn close(&self) -> Result<()> {
+        self.keeper.close()
+    }
+
+    /// The shared state, for the sessions made from it.
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+}
+
+impl Keeper {
+    fn close(&self) -> Result<()> {
         if self.inner.closing.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
@@ -492,7 +523,7 @@ impl Connection {
             let _ = flusher.join();
         }
         self.inner.shutdown_socket();
-        self.inner.end("closed by this side".into());
+        self.inner.end(String::from("closed by this side").into());
         // Closing from inside a listener runs on the reader thread, which
         // cannot join itself; it ends on its own once the socket is shut.
         if !self.inner.on_reader_thread() {
@@ -503,7 +534,7 @@ impl Connection {
     }
 }
 
-impl Drop for Connection {
+impl Drop for Keeper {
     fn drop(&mut self) {
         // No waiting for a receipt in Drop (nor for a connection that is
         // away to come back): say goodbye and go.
@@ -517,7 +548,7 @@ impl Drop for Connection {
 
 /// Why the session with a server ended, and whether another may follow.
 struct Lost {
-    why: String,
+    why: Ending,
     /// A failure of the network or of that server (the connection may
     /// fail over), not a refusal or a protocol error.
     resumable: bool,
@@ -526,14 +557,14 @@ struct Lost {
 impl Lost {
     fn network(why: String) -> Lost {
         Lost {
-            why,
+            why: why.into(),
             resumable: true,
         }
     }
 
     fn fatal(why: String) -> Lost {
         Lost {
-            why,
+            why: why.into(),
             resumable: false,
         }
     }
@@ -551,14 +582,14 @@ fn read_loop(inner: Arc<Inner>, mut stream: ReadHalf, mut buf: BytesMut, heartbe
             inner.end(lost.why);
             return;
         }
-        match failover(&inner, &lost.why) {
+        match failover(&inner, &lost.why.why) {
             Ok((reader, leftover, interval)) => {
                 stream = reader;
                 buf = leftover;
                 heartbeat = interval;
             }
             Err(why) => {
-                inner.end(why);
+                inner.end(why.into());
                 return;
             }
         }
@@ -848,12 +879,11 @@ fn dispatch(inner: &Inner, raw: RawFrame) -> std::result::Result<(), Lost> {
                 // "the server closed the connection". A server going away
                 // or timing this side out is a reason to fail over; a
                 // refusal is not.
-                let why = format!("server error {}: {}", e.code, e.message);
                 let away = [ErrorCode::ServerShutdown, ErrorCode::HeartbeatTimeout]
                     .map(|c| c as u32)
                     .contains(&e.code);
                 return Err(Lost {
-                    why,
+                    why: Ending::server(e.code, &e.message),
                     resumable: away,
                 });
             }

@@ -22,6 +22,9 @@ use crate::session::SessionShared;
 
 type Listener = Box<dyn FnMut(Message) + Send>;
 
+/// A wait long enough to stand for "no timeout".
+const FOREVER: Duration = Duration::from_secs(24 * 3600);
+
 struct Queue {
     messages: VecDeque<Message>,
     closed: bool,
@@ -234,7 +237,13 @@ impl Consumer {
     /// Waits up to `timeout` for a message. `Ok(None)` on timeout; an error
     /// once the consumer or its connection is closed and nothing is left.
     pub fn receive(&self, timeout: Duration) -> Result<Option<Message>> {
-        let deadline = Instant::now() + timeout;
+        let now = Instant::now();
+        self.receive_until(now.checked_add(timeout).unwrap_or(now + FOREVER))
+    }
+
+    /// Waits until `deadline` for a message: [`Consumer::receive`] with a
+    /// point in time instead of a span, for loops that share one deadline.
+    pub fn receive_until(&self, deadline: Instant) -> Result<Option<Message>> {
         let mut q = lock(&self.shared.queue);
         let mut flushed = false;
         loop {
@@ -270,6 +279,31 @@ impl Consumer {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+    }
+
+    /// The messages as they come, blocking for each; it ends when the
+    /// consumer or its connection is closed (or lost). A consumer with a
+    /// listener gets nothing here.
+    ///
+    /// ```no_run
+    /// # fn main() -> herald_client::Result<()> {
+    /// # let factory = herald_client::ConnectionFactory::new("herald://127.0.0.1:7777")?;
+    /// # let connection = factory.create_connection()?;
+    /// # let session = connection.create_session(herald_client::AckMode::Auto)?;
+    /// let orders = session.create_consumer(&herald_client::Destination::queue("orders"))?;
+    /// for order in orders.iter() {
+    ///     println!("{:?}", order.body_text());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn iter(&self) -> impl Iterator<Item = Message> + '_ {
+        std::iter::from_fn(move || loop {
+            match self.receive(FOREVER) {
+                Ok(Some(m)) => return Some(m),
+                Ok(None) => continue,
+                Err(_) => return None,
+            }
+        })
     }
 
     /// A message if one is waiting, without blocking.

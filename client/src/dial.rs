@@ -105,11 +105,13 @@ impl Dialer {
         let decoder = Decoder::new(MAX_INBOUND_FRAME);
         let mut leftover = BytesMut::new();
         let raw = loop {
-            if let Some(raw) = decoder
-                .decode(&mut leftover)
-                .map_err(|e| Error::Protocol(e.error))?
-            {
-                break raw;
+            match decoder.decode(&mut leftover) {
+                Ok(Some(raw)) => break raw,
+                Ok(None) => {}
+                Err(e) if matches!(e.error, herald_protocol::Error::BadMagic(_)) => {
+                    return Err(not_herald(&address, &leftover))
+                }
+                Err(e) => return Err(Error::Protocol(e.error)),
             }
             let mut chunk = [0u8; 4096];
             match reader.read(&mut chunk) {
@@ -158,5 +160,22 @@ impl Dialer {
             connected,
             leftover,
         })
+    }
+}
+
+/// The error for a server that answered CONNECT in another protocol: the
+/// address is some other listener's.
+fn not_herald(address: &str, answer: &[u8]) -> Error {
+    let seems = if answer.starts_with(b"HTTP/") {
+        "it answers HTTP: is that the management interface's port?".to_owned()
+    } else if answer.starts_with(b"ERROR\n") || answer.starts_with(b"CONNECTED\n") {
+        "it answers STOMP: is that the STOMP port?".to_owned()
+    } else {
+        let shown = String::from_utf8_lossy(&answer[..answer.len().min(16)]).into_owned();
+        format!("it answered {shown:?}")
+    };
+    Error::NotHerald {
+        address: address.to_owned(),
+        seems,
     }
 }

@@ -4,8 +4,13 @@
 use herald_protocol::ErrorCode;
 use thiserror::Error;
 
-/// Anything that can go wrong in the client.
+/// Anything that can go wrong in the client. Match on the variant: a
+/// refusal by the server ([`Error::Server`], with [`Error::server_code`])
+/// leaves the connection usable unless it is fatal; [`Error::ConnectionLost`]
+/// and [`Error::Closed`] do not; the `Invalid*` variants are refused
+/// before anything is sent. More variants may come.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A connection URL that does not parse.
     #[error("invalid connection URL '{url}': {reason}")]
@@ -59,7 +64,44 @@ pub enum Error {
     /// The connection failed or the server went away.
     #[error("connection lost: {0}")]
     ConnectionLost(String),
-    /// An argument that cannot be used.
+    /// The address answered, but not as a Herald native listener (the
+    /// STOMP port, the management interface, another service).
+    #[error("{address} is not a Herald native listener: {seems}")]
+    NotHerald {
+        /// The address dialled.
+        address: String,
+        /// What it seems to be instead.
+        seems: String,
+    },
+    /// A frame (a message, with its headers) larger than the server takes:
+    /// not sent. The server announces its `max_frame_size` when the
+    /// connection opens; a bigger frame would cost the connection.
+    #[error("{size} bytes is more than the server's max_frame_size ({max}): not sent")]
+    TooLarge {
+        /// The frame body's size.
+        size: usize,
+        /// The server's limit.
+        max: usize,
+    },
+    /// A destination name, or a topic pattern, that is not valid: refused
+    /// before anything was sent.
+    #[error("invalid destination '{name}': {reason}")]
+    InvalidDestination {
+        /// The name or pattern.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A message selector that does not parse: refused before anything
+    /// was sent.
+    #[error("invalid selector '{selector}': {reason}")]
+    InvalidSelector {
+        /// The selector.
+        selector: String,
+        /// Where and why it does not parse.
+        reason: String,
+    },
+    /// An argument that cannot be used (an option, a size, a mode).
     #[error("{0}")]
     InvalidArgument(String),
     /// Not a failure but news for the exception listener of a connection
@@ -91,11 +133,81 @@ impl Error {
         }
     }
 
+    /// Checks a destination name (not a pattern).
+    pub(crate) fn check_name(name: &str) -> Result<()> {
+        herald_protocol::destination::validate_name(name)
+            .map_err(|e| Error::invalid_destination(name, e))
+    }
+
+    /// Checks a topic pattern (`*` and `#` allowed).
+    pub(crate) fn check_pattern(pattern: &str) -> Result<()> {
+        herald_protocol::Pattern::parse(pattern)
+            .map(drop)
+            .map_err(|e| Error::invalid_destination(pattern, e))
+    }
+
+    /// Checks a message selector; empty selects everything.
+    pub(crate) fn check_selector(selector: &str) -> Result<()> {
+        if selector.is_empty() {
+            return Ok(());
+        }
+        herald_protocol::selector::Selector::parse(selector)
+            .map(drop)
+            .map_err(|e| Error::InvalidSelector {
+                selector: selector.to_owned(),
+                reason: e.to_string(),
+            })
+    }
+
+    pub(crate) fn invalid_destination(name: &str, reason: impl std::fmt::Display) -> Error {
+        Error::InvalidDestination {
+            name: name.to_owned(),
+            reason: reason.to_string(),
+        }
+    }
+
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Error {
         Error::Io {
             context: context.into(),
             source,
         }
+    }
+}
+
+/// Why a connection ended: in words, and with the server's code and
+/// message when a fatal ERROR ended it, so that every later operation
+/// fails with an error that can be matched on.
+#[derive(Debug, Clone)]
+pub(crate) struct Ending {
+    pub(crate) why: String,
+    server: Option<(u32, String)>,
+}
+
+impl Ending {
+    /// The server closed the connection with this fatal ERROR.
+    pub(crate) fn server(code: u32, message: &str) -> Ending {
+        Ending {
+            why: format!("server error {code}: {message}"),
+            server: Some((code, message.to_owned())),
+        }
+    }
+
+    /// The error every operation gets from now on.
+    pub(crate) fn error(&self) -> Error {
+        match &self.server {
+            Some((code, message)) => Error::Server {
+                code: *code,
+                message: message.clone(),
+                fatal: true,
+            },
+            None => Error::ConnectionLost(self.why.clone()),
+        }
+    }
+}
+
+impl From<String> for Ending {
+    fn from(why: String) -> Ending {
+        Ending { why, server: None }
     }
 }
 

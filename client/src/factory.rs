@@ -65,6 +65,28 @@ pub struct FactoryConfig {
     pub send_timeout_ms: u64,
 }
 
+/// Every setting at its default, for the server at
+/// `herald://127.0.0.1:7777`.
+impl Default for FactoryConfig {
+    fn default() -> FactoryConfig {
+        FactoryConfig {
+            url: "herald://127.0.0.1:7777".into(),
+            tls_ca: String::new(),
+            client_id: String::new(),
+            user: String::new(),
+            password: String::new(),
+            connect_timeout_ms: defaults::connect_timeout_ms(),
+            heartbeat_ms: defaults::heartbeat_ms(),
+            request_timeout_ms: defaults::request_timeout_ms(),
+            pending_messages: defaults::pending_messages(),
+            reconnect_attempts: 0,
+            reconnect_delay_ms: defaults::reconnect_delay_ms(),
+            reconnect_max_delay_ms: defaults::reconnect_max_delay_ms(),
+            send_timeout_ms: defaults::send_timeout_ms(),
+        }
+    }
+}
+
 mod defaults {
     pub fn connect_timeout_ms() -> u64 {
         5000
@@ -95,7 +117,27 @@ struct ClientFile {
     factories: HashMap<String, FactoryConfig>,
 }
 
-/// Makes connections with one set of settings.
+fn millis(d: Duration) -> u64 {
+    d.as_millis().try_into().unwrap_or(u64::MAX)
+}
+
+/// Makes connections with one set of settings: from a URL, from a named
+/// entry of a client config file ([`ConnectionFactory::lookup`]), or from
+/// a [`FactoryConfig`].
+///
+/// ```
+/// use std::time::Duration;
+/// use herald_client::ConnectionFactory;
+///
+/// let factory = ConnectionFactory::new("herald://alice:secret@broker-1:7777,broker-2:7777")?
+///     .with_client_id("billing")
+///     .with_reconnect(10, Duration::from_millis(200))
+///     .with_request_timeout(Duration::from_secs(5));
+/// assert_eq!(factory.address(), "broker-1:7777");
+/// assert_eq!(factory.config().user, "alice");
+/// assert_eq!(factory.config().request_timeout_ms, 5000);
+/// # Ok::<(), herald_client::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct ConnectionFactory {
     config: FactoryConfig,
@@ -110,18 +152,7 @@ impl ConnectionFactory {
     pub fn new(url: &str) -> Result<ConnectionFactory> {
         ConnectionFactory::from_config(FactoryConfig {
             url: url.to_owned(),
-            tls_ca: String::new(),
-            client_id: String::new(),
-            user: String::new(),
-            password: String::new(),
-            connect_timeout_ms: defaults::connect_timeout_ms(),
-            heartbeat_ms: defaults::heartbeat_ms(),
-            request_timeout_ms: defaults::request_timeout_ms(),
-            pending_messages: defaults::pending_messages(),
-            reconnect_attempts: 0,
-            reconnect_delay_ms: defaults::reconnect_delay_ms(),
-            reconnect_max_delay_ms: defaults::reconnect_max_delay_ms(),
-            send_timeout_ms: defaults::send_timeout_ms(),
+            ..FactoryConfig::default()
         })
     }
 
@@ -213,6 +244,28 @@ impl ConnectionFactory {
     /// Sets the heart-beat interval asked for.
     pub fn with_heartbeat(mut self, interval: Duration) -> ConnectionFactory {
         self.config.heartbeat_ms = interval.as_millis().min(u32::MAX as u128) as u32;
+        self
+    }
+
+    /// How long to wait for a server to accept the connection and answer
+    /// CONNECT.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> ConnectionFactory {
+        self.config.connect_timeout_ms = millis(timeout);
+        self
+    }
+
+    /// How long to wait for a RECEIPT (a persistent send, a commit, an
+    /// acknowledgement, a subscription) before the call fails with
+    /// [`Error::Timeout`].
+    pub fn with_request_timeout(mut self, timeout: Duration) -> ConnectionFactory {
+        self.config.request_timeout_ms = millis(timeout);
+        self
+    }
+
+    /// Failover: how long a send waits for an interrupted connection to
+    /// come back before it fails.
+    pub fn with_send_timeout(mut self, timeout: Duration) -> ConnectionFactory {
+        self.config.send_timeout_ms = millis(timeout);
         self
     }
 

@@ -9,7 +9,31 @@ use herald_protocol::{DeliveryMode, Destination, FrameKind, Message, MessageId, 
 use crate::connection::Inner;
 use crate::error::Result;
 
-/// Sends messages to one destination.
+/// Sends messages to one destination ([`Session::send`](crate::Session::send)
+/// sends to any).
+///
+/// ```no_run
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+/// use herald_client::{AckMode, ConnectionFactory, Destination, Message};
+/// # fn main() -> herald_client::Result<()> {
+/// let connection = ConnectionFactory::new("herald://127.0.0.1:7777")?.create_connection()?;
+/// let session = connection.create_session(AckMode::Auto)?;
+/// let producer = session.create_producer(&Destination::queue("invoices"))?;
+/// // Waits until the server has it on disk.
+/// producer.send(Message::text("invoice 1").persistent())?;
+/// // Many in flight at once, each confirmed on the reader thread.
+/// let confirmed = Arc::new(AtomicU64::new(0));
+/// for n in 2..=100 {
+///     let confirmed = confirmed.clone();
+///     producer.send_async(Message::text(format!("invoice {n}")).persistent(), move |r| {
+///         if r.is_ok() {
+///             confirmed.fetch_add(1, Ordering::Relaxed);
+///         }
+///     })?;
+/// }
+/// # Ok(()) }
+/// ```
 pub struct Producer {
     inner: Arc<Inner>,
     destination: Destination,
@@ -47,10 +71,12 @@ impl Producer {
         let timestamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
-        let delivery_time = if self.delivery_delay.is_zero() {
-            0
-        } else {
-            timestamp + self.delivery_delay.as_millis() as i64
+        // The message's own delay, or the producer's if that ends later.
+        let delivery_time = match self.delivery_delay.is_zero() {
+            true => message.delivery_time,
+            false => message
+                .delivery_time
+                .max(timestamp + self.delivery_delay.as_millis() as i64),
         };
         let destination = &self.destination;
         let transaction = self.transaction;

@@ -13,7 +13,7 @@ use herald_protocol::frame::{
 };
 use herald_protocol::{Destination, DestinationKind, ErrorCode, Frame, Message};
 
-use crate::connection::Inner;
+use crate::connection::{Connection, Inner};
 use crate::consumer::{Consumer, ConsumerShared};
 use crate::error::{Error, Result};
 use crate::producer::Producer;
@@ -348,13 +348,34 @@ impl ConsumerOptions {
     }
 }
 
-/// A single-threaded context for producing and consuming.
+/// A single-threaded context for producing and consuming, with one
+/// acknowledgement mode (see the crate's documentation for what each
+/// covers).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use herald_client::{AckMode, ConnectionFactory, Destination};
+/// # fn main() -> herald_client::Result<()> {
+/// let connection = ConnectionFactory::new("herald://127.0.0.1:7777")?.create_connection()?;
+/// let session = connection.create_session(AckMode::Client)?;
+/// let jobs = session.create_consumer(&Destination::queue("jobs"))?;
+/// while let Some(job) = jobs.receive(Duration::from_secs(1))? {
+///     match job.body_text() {
+///         Some(text) if !text.is_empty() => session.acknowledge()?, // done
+///         _ => session.recover()?, // comes again, marked redelivered
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 pub struct Session {
     shared: Arc<SessionShared>,
+    /// Keeps the connection open while the session is alive.
+    connection: Connection,
 }
 
 impl Session {
-    pub(crate) fn new(inner: Arc<Inner>, mode: AckMode) -> Session {
+    pub(crate) fn new(connection: Connection, mode: AckMode) -> Session {
+        let inner = connection.inner().clone();
         let transaction = (mode == AckMode::Transacted).then(|| inner.next_subscription_id());
         let shared = Arc::new(SessionShared {
             inner,
@@ -366,11 +387,16 @@ impl Session {
             consumers: Mutex::new(Vec::new()),
         });
         shared.inner.add_session(Arc::downgrade(&shared));
-        Session { shared }
+        Session { shared, connection }
     }
 
     fn inner(&self) -> &Arc<Inner> {
         &self.shared.inner
+    }
+
+    /// The connection it belongs to (a handle to it; see [`Connection`]).
+    pub fn connection(&self) -> &Connection {
+        &self.connection
     }
 
     /// The session's acknowledgement mode.
@@ -380,12 +406,19 @@ impl Session {
 
     /// A producer that sends to `destination` (a name, not a pattern).
     pub fn create_producer(&self, destination: &Destination) -> Result<Producer> {
-        herald_protocol::destination::validate_name(&destination.name)?;
+        Error::check_name(&destination.name)?;
         Ok(Producer::new(
             self.inner().clone(),
             destination.clone(),
             self.shared.transaction,
         ))
+    }
+
+    /// Sends `message` to `destination` without a producer of its own
+    /// (JMS's anonymous producer): the same as
+    /// [`Producer::send`] on a producer for `destination`.
+    pub fn send(&self, destination: &Destination, message: Message) -> Result<()> {
+        self.create_producer(destination)?.send(message)
     }
 
     /// A consumer of `destination`, which for topics may be a pattern with
@@ -434,18 +467,11 @@ impl Session {
         options: ConsumerOptions,
     ) -> Result<Consumer> {
         match destination.kind {
-            DestinationKind::Topic => {
-                herald_protocol::Pattern::parse(&destination.name).map(drop)?
-            }
-            DestinationKind::Queue => {
-                herald_protocol::destination::validate_name(&destination.name)?
-            }
+            DestinationKind::Topic => Error::check_pattern(&destination.name)?,
+            DestinationKind::Queue => Error::check_name(&destination.name)?,
         }
         let selector = options.selector.unwrap_or_default();
-        if !selector.is_empty() {
-            herald_protocol::selector::Selector::parse(&selector)
-                .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        }
+        Error::check_selector(&selector)?;
         let durable_name = options.durable_name.unwrap_or_default();
         let temporary = destination.kind == DestinationKind::Queue
             && destination
@@ -546,15 +572,13 @@ impl Session {
     /// `selector` (empty = all) selects, without consuming them.
     pub fn create_browser(&self, queue: &Destination, selector: &str) -> Result<QueueBrowser> {
         if queue.kind != DestinationKind::Queue {
-            return Err(Error::InvalidArgument(format!(
-                "{queue} is not a queue: only queues are browsed"
-            )));
+            return Err(Error::invalid_destination(
+                &queue.name,
+                format!("{queue} is not a queue: only queues are browsed"),
+            ));
         }
-        herald_protocol::destination::validate_name(&queue.name)?;
-        if !selector.is_empty() {
-            herald_protocol::selector::Selector::parse(selector)
-                .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        }
+        Error::check_name(&queue.name)?;
+        Error::check_selector(selector)?;
         Ok(QueueBrowser {
             inner: self.inner().clone(),
             queue: queue.name.clone(),

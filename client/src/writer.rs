@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use herald_protocol::{Frame, FrameKind, HEADER_LEN};
 
-use crate::error::{Error, Result};
+use crate::error::{Ending, Error, Result};
 use crate::transport::WriteHalf;
 
 /// Bytes buffered before senders wait.
@@ -49,11 +49,14 @@ struct State {
     /// left and stops.
     closed: bool,
     /// Why the connection failed, if it did.
-    failed: Option<String>,
+    failed: Option<Ending>,
     /// When the flusher last took frames to write: the heart-beat clock.
     last_write: Instant,
     /// The connection is away and being re-established.
     paused: bool,
+    /// The server's `max_frame_size` for a frame's body, from CONNECTED
+    /// (0 until known): a bigger frame would cost the connection.
+    max_body: usize,
 }
 
 /// The shared write side of a connection.
@@ -84,6 +87,7 @@ impl Writer {
                 failed: None,
                 last_write: Instant::now(),
                 paused: false,
+                max_body: 0,
             }),
             data: Condvar::new(),
             space: Condvar::new(),
@@ -123,13 +127,22 @@ impl Writer {
                 s = self.space.wait(s).unwrap_or_else(|p| p.into_inner());
             }
         }
-        if let Some(why) = &s.failed {
-            return Err(Error::ConnectionLost(why.clone()));
+        if let Some(ending) = &s.failed {
+            return Err(ending.error());
         }
         if s.closed {
             return Err(Error::Closed);
         }
+        let start = s.buf.len();
         herald_protocol::codec::encode_frame(&mut s.buf, kind, request_id, encode_body)?;
+        let size = s.buf.len() - start - HEADER_LEN;
+        if s.max_body != 0 && size > s.max_body {
+            s.buf.truncate(start);
+            return Err(Error::TooLarge {
+                size,
+                max: s.max_body,
+            });
+        }
         // The clock is read only when the flusher is idle, which a stream
         // of sends rarely finds.
         if s.flusher_waiting && !s.writing {
@@ -184,16 +197,21 @@ impl Writer {
         self.lock().last_write.elapsed()
     }
 
-    /// Why the connection failed, if it did.
-    pub fn failure(&self) -> Option<String> {
-        self.lock().failed.clone()
+    /// Takes the server's largest frame body (from CONNECTED) into use.
+    pub fn set_max_body(&self, max: u32) {
+        self.lock().max_body = max as usize;
     }
 
-    /// Fails every later send with `why` and drops what is queued.
-    pub fn fail(&self, why: &str) {
+    /// Why the connection failed, if it did.
+    pub fn failure(&self) -> Option<String> {
+        self.lock().failed.as_ref().map(|e| e.why.clone())
+    }
+
+    /// Fails every later send as `ending` says and drops what is queued.
+    pub fn fail(&self, ending: &Ending) {
         let mut s = self.lock();
         if s.failed.is_none() {
-            s.failed = Some(why.to_owned());
+            s.failed = Some(ending.clone());
         }
         s.closed = true;
         s.buf.clear();

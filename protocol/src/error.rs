@@ -1,13 +1,15 @@
 //! Decode errors, and the stable numeric codes that ERROR frames carry.
 //!
-//! [`Error`] is what the codec and the body decoders return; it is small and
+//! [`enum@Error`] is what the codec and the body decoders return; it is small and
 //! never boxed because it sits on the hot path. [`ErrorCode`] is the wire's
 //! view of any failure, protocol or broker, documented in PROTOCOL.md.
 
 use thiserror::Error;
 
-/// Why bytes could not be decoded into a frame or a message.
+/// Why bytes could not be decoded into a frame or a message. More
+/// variants may come.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The first two bytes were not `HR`.
     #[error("bad magic 0x{0:04x}, expected 0x4852 (\"HR\")")]
@@ -69,6 +71,7 @@ impl Error {
 /// appended; a code's number never changes meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
+#[non_exhaustive]
 pub enum ErrorCode {
     /// The datagram did not start with `HR`.
     BadMagic = 1,

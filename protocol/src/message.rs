@@ -13,6 +13,7 @@
 //! ```
 
 use std::ops::Range;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, BufMut, Bytes};
 
@@ -59,6 +60,24 @@ pub enum Body {
 }
 
 /// A message: JMS headers, typed properties and a body.
+///
+/// ```
+/// use std::time::Duration;
+/// use herald_protocol::{Destination, Message, Value};
+///
+/// let order = Message::text("2 laptops")
+///     .with_property("region", "EU")
+///     .with_property("units", 2)
+///     .with_priority(7)
+///     .with_ttl(Duration::from_secs(60))
+///     .with_reply_to(Destination::queue("confirmations"))
+///     .with_correlation_id("order-17")
+///     .persistent();
+/// assert_eq!(order.property("units").and_then(Value::as_i64), Some(2));
+/// assert_eq!(order.property("region").and_then(Value::as_str), Some("EU"));
+/// assert_eq!(order.priority, 7);
+/// assert!(order.expiration > 0, "expires a minute from now");
+/// ```
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Message {
     /// Set by the producer on send: unique per message.
@@ -94,6 +113,14 @@ pub struct Message {
     properties: Vec<(String, Value)>,
     /// The body.
     pub body: Body,
+}
+
+/// Milliseconds since the epoch, `d` from now.
+fn from_now(d: Duration) -> i64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |t| t.as_millis());
+    i64::try_from(now.saturating_add(d.as_millis())).unwrap_or(i64::MAX)
 }
 
 impl Message {
@@ -145,6 +172,40 @@ impl Message {
     /// Builder: persistent delivery.
     pub fn persistent(mut self) -> Message {
         self.delivery_mode = DeliveryMode::Persistent;
+        self
+    }
+
+    /// Builder: the priority, 0 (lowest) to 9 (highest); a send of a
+    /// higher one is refused.
+    pub fn with_priority(mut self, priority: u8) -> Message {
+        self.priority = priority;
+        self
+    }
+
+    /// Builder: the message expires `ttl` from now, and is not delivered
+    /// after that.
+    pub fn with_ttl(mut self, ttl: Duration) -> Message {
+        self.expiration = from_now(ttl);
+        self
+    }
+
+    /// Builder: the message is not delivered sooner than `delay` from now
+    /// (JMS 2.0's delivery delay, for this message; a producer's delay, if
+    /// it ends later, wins).
+    pub fn with_delivery_delay(mut self, delay: Duration) -> Message {
+        self.delivery_time = from_now(delay);
+        self
+    }
+
+    /// Builder: where replies should go.
+    pub fn with_reply_to(mut self, reply_to: Destination) -> Message {
+        self.reply_to = Some(reply_to);
+        self
+    }
+
+    /// Builder: the correlation id (a reply names its request's).
+    pub fn with_correlation_id(mut self, id: impl Into<String>) -> Message {
+        self.correlation_id = Some(id.into());
         self
     }
 

@@ -172,6 +172,24 @@ impl Value {
         }
     }
 
+    /// The value as an f64, if it is a float or a double (as JMS converts
+    /// property values: integers are not read as floating point).
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::F32(v) => Some(v.into()),
+            Value::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The value as a bool, if it is one.
+    pub fn as_bool(&self) -> Option<bool> {
+        match *self {
+            Value::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+
     /// Parses `text` as the most specific value it spells: `true`/`false`,
     /// an integer (i32 if it fits, else i64), a float, else a string. This is
     /// what the command line does with `-P key=value`.
@@ -219,7 +237,32 @@ macro_rules! from_impls {
 }
 
 from_impls!(bool => Bool, i8 => I8, i16 => I16, i32 => I32, i64 => I64, f32 => F32, f64 => F64,
-    String => String, &str => String);
+    String => String, &str => String, u8 => I16, u16 => I32, u32 => I64);
+
+/// An `isize` is at most 64 bits wide on every target Rust supports.
+impl From<isize> for Value {
+    fn from(v: isize) -> Value {
+        Value::I64(v as i64)
+    }
+}
+
+/// JMS has no unsigned 64-bit type: a `u64` above `i64::MAX` does not fit.
+impl TryFrom<u64> for Value {
+    type Error = std::num::TryFromIntError;
+
+    fn try_from(v: u64) -> Result<Value, Self::Error> {
+        i64::try_from(v).map(Value::I64)
+    }
+}
+
+/// As for `u64`.
+impl TryFrom<usize> for Value {
+    type Error = std::num::TryFromIntError;
+
+    fn try_from(v: usize) -> Result<Value, Self::Error> {
+        i64::try_from(v).map(Value::I64)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@ use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use herald_client::{ConnectionFactory, Error};
+use herald_client::{ConnectionFactory, ErrorCode};
 
 mod common;
 
@@ -44,10 +44,13 @@ fn runs_with_flags_and_shuts_down_gracefully_on_sigterm() {
         let _ = tx.send(e);
     });
     signal(&child, "TERM");
-    match rx.recv_timeout(Duration::from_secs(10)).unwrap() {
-        Error::ConnectionLost(why) => assert!(why.contains("shutting down"), "{why}"),
-        other => panic!("{other:?}"),
-    }
+    let told = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        told.server_code(),
+        Some(ErrorCode::ServerShutdown),
+        "{told:?}"
+    );
+    assert!(told.to_string().contains("shutting down"), "{told}");
     assert!(child.wait().unwrap().success());
 }
 
