@@ -99,3 +99,38 @@ fn a_refusal_keeps_its_code() {
     assert_eq!(e.server_code(), Some(ErrorCode::InvalidDestination), "{e}");
     assert!(matches!(e, Error::Server { fatal: false, .. }));
 }
+
+#[test]
+fn a_refused_fire_and_forget_send_names_its_message_and_producer() {
+    let mut config = test_config();
+    config.queues.max_messages = 1;
+    config.queues.full_policy = herald_server::config::FullPolicy::Fail;
+    let server = start_with(config);
+    let (c, s) = connect(&server);
+    let (tx, rx) = std::sync::mpsc::channel();
+    c.set_exception_listener(move |e| {
+        let _ = tx.send(e);
+    });
+    let _other = s.create_producer(&Destination::queue("elsewhere")).unwrap();
+    let p = s.create_producer(&Destination::queue("tiny")).unwrap();
+    p.send(Message::text("fits")).unwrap();
+    p.send(Message::text("refused")).unwrap();
+    let told = rx.recv_timeout(PATIENCE).expect("told");
+    match &told {
+        Error::SendRefused {
+            destination,
+            message_id,
+            producer,
+            ..
+        } => {
+            assert_eq!(destination, &Destination::queue("tiny"));
+            assert!(message_id.starts_with("ID:"), "{message_id}");
+            assert_eq!(*producer, Some(p.number()), "{told}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(told.server_code(), Some(ErrorCode::QueueFull));
+    assert!(told.to_string().contains("tiny"), "{told}");
+    // The connection goes on.
+    assert!(!c.is_closed());
+}

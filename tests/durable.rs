@@ -101,8 +101,10 @@ fn a_client_id_is_required_and_a_new_selector_replaces_the_subscription() {
     sub.close().unwrap();
     let (_pc, ps) = connect(&server);
     publish(&ps, "t", "for the old one");
-    // The session keeps the connection open: both go.
-    drop((s, c));
+    // Closed, not dropped: the goodbye is confirmed before the client id
+    // is used again (and the session would keep a dropped handle open).
+    c.close().unwrap();
+    drop(s);
     let (_c, s) = as_client(&server, "app");
     let options = ConsumerOptions::default()
         .durable("d")

@@ -61,6 +61,7 @@ pub(crate) struct Inner {
     pub(crate) consumers: RwLock<HashMap<u32, Arc<ConsumerShared>>>,
     next_subscription: AtomicU32,
     next_message: AtomicU64,
+    next_producer: AtomicU32,
     exception_listener: Mutex<Option<ExceptionListener>>,
     /// Set when this side starts closing: the end of the socket is then
     /// expected and not reported as a loss.
@@ -93,6 +94,19 @@ impl Inner {
 
     /// A new message id, unique across connections of this process run,
     /// as its prefix and number.
+    /// A number for a new producer, which its message ids carry.
+    pub(crate) fn next_producer(&self) -> u32 {
+        self.next_producer.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The producer that sent `message_id`, if this connection sent it
+    /// under its current id ("ID:<connection>-<producer>-<n>").
+    fn producer_of(&self, message_id: &str) -> Option<u32> {
+        let prefix = self.id_prefix.read().unwrap_or_else(|p| p.into_inner());
+        let (producer, _) = message_id.strip_prefix(&**prefix)?.split_once('-')?;
+        producer.parse().ok()
+    }
+
     pub(crate) fn next_message_id(&self) -> (Arc<str>, u64) {
         let n = self.next_message.fetch_add(1, Ordering::Relaxed);
         let prefix = self.id_prefix.read().unwrap_or_else(|p| p.into_inner());
@@ -392,6 +406,7 @@ impl Connection {
             consumers: RwLock::new(HashMap::new()),
             next_subscription: AtomicU32::new(1),
             next_message: AtomicU64::new(1),
+            next_producer: AtomicU32::new(1),
             exception_listener: Mutex::new(None),
             closing: AtomicBool::new(false),
             ended: Mutex::new(None),
@@ -888,7 +903,16 @@ fn dispatch(inner: &Inner, raw: RawFrame) -> std::result::Result<(), Lost> {
                 });
             }
             if !answered {
-                inner.report(error());
+                inner.report(match e.refused.clone() {
+                    Some(refused) => Error::SendRefused {
+                        code: e.code,
+                        message: e.message.clone(),
+                        producer: inner.producer_of(&refused.message_id),
+                        destination: refused.destination,
+                        message_id: refused.message_id,
+                    },
+                    None => error(),
+                });
             }
         }
         other => {

@@ -50,6 +50,25 @@ pub enum Error {
         /// The server closed the connection after this error.
         fatal: bool,
     },
+    /// A send that asked for no receipt (a non-persistent
+    /// [`Producer::send`](crate::Producer::send)) was refused: told to the
+    /// exception listener, naming the message, its destination and the
+    /// producer that sent it ([`Producer::number`](crate::Producer::number)).
+    #[error("server error {code}: {message} (message {message_id} to {destination}{})",
+        producer.map(|p| format!(", producer {p}")).unwrap_or_default())]
+    SendRefused {
+        /// The raw code; see [`Error::server_code`].
+        code: u32,
+        /// The server's explanation.
+        message: String,
+        /// Where the message was sent.
+        destination: herald_protocol::Destination,
+        /// The refused message's id.
+        message_id: String,
+        /// The number of the producer that sent it, if this connection
+        /// sent it under its current id.
+        producer: Option<u32>,
+    },
     /// No answer within the configured time.
     #[error("timed out after {millis} ms waiting for {what}")]
     Timeout {
@@ -128,7 +147,9 @@ impl Error {
     /// The server's error code, for [`Error::Server`].
     pub fn server_code(&self) -> Option<ErrorCode> {
         match self {
-            Error::Server { code, .. } => ErrorCode::from_u32(*code),
+            Error::Server { code, .. } | Error::SendRefused { code, .. } => {
+                ErrorCode::from_u32(*code)
+            }
             _ => None,
         }
     }

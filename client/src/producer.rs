@@ -36,6 +36,8 @@ use crate::error::Result;
 /// ```
 pub struct Producer {
     inner: Arc<Inner>,
+    /// Its number on the connection, which its message ids carry.
+    number: u32,
     destination: Destination,
     /// JMS 2.0 delivery delay: messages become visible this long after
     /// they are sent.
@@ -51,6 +53,7 @@ impl Producer {
         transaction: Option<u32>,
     ) -> Producer {
         Producer {
+            number: inner.next_producer(),
             inner,
             destination,
             delivery_delay: Duration::ZERO,
@@ -79,7 +82,7 @@ impl Producer {
                 .max(timestamp + self.delivery_delay.as_millis() as i64),
         };
         let destination = &self.destination;
-        let transaction = self.transaction;
+        let (transaction, number) = (self.transaction, self.number);
         let kind = match transaction {
             Some(_) => FrameKind::TxSend,
             None => FrameKind::Send,
@@ -90,12 +93,19 @@ impl Producer {
             }
             let stamp = Stamp {
                 destination,
-                message_id: MessageId::Numbered(&id_prefix, id),
+                message_id: MessageId::Produced(&id_prefix, number, id),
                 timestamp,
                 delivery_time,
             };
             message.encode_stamped(&stamp, d)
         })
+    }
+
+    /// This producer's number on its connection: the ids of the messages
+    /// it sends carry it, and a refused send reported to the exception
+    /// listener ([`Error::SendRefused`](crate::Error::SendRefused)) names it.
+    pub fn number(&self) -> u32 {
+        self.number
     }
 
     /// Where this producer sends.

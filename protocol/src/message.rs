@@ -403,37 +403,57 @@ pub enum MessageId<'a> {
     Whole(&'a str),
     /// `prefix` followed by the decimal digits of the number.
     Numbered(&'a str, u64),
+    /// `prefix`, the producer's number, `-`, and the sequence number, in
+    /// decimal: the id names the producer that sent it.
+    Produced(&'a str, u32, u64),
+}
+
+/// Appends the decimal digits of `n` to `out` (at most 20).
+fn digits(n: u64, out: &mut ([u8; 41], usize)) {
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    let mut n = n;
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let len = buf.len() - at;
+    out.0[out.1..out.1 + len].copy_from_slice(&buf[at..]);
+    out.1 += len;
 }
 
 impl MessageId<'_> {
     fn encode(self, dst: &mut impl BufMut) -> Result<(), Error> {
-        match self {
-            MessageId::Whole(id) => put_str16(dst, id, "message id"),
+        let mut tail = ([0u8; 41], 0);
+        let prefix = match self {
+            MessageId::Whole(id) => return put_str16(dst, id, "message id"),
             MessageId::Numbered(prefix, n) => {
-                let mut digits = [0u8; 20];
-                let mut at = digits.len();
-                let mut n = n;
-                loop {
-                    at -= 1;
-                    digits[at] = b'0' + (n % 10) as u8;
-                    n /= 10;
-                    if n == 0 {
-                        break;
-                    }
-                }
-                let digits = &digits[at..];
-                let len = u16::try_from(prefix.len() + digits.len()).map_err(|_| {
-                    Error::invalid(
-                        "message id",
-                        format!("{} bytes long, at most 65535", prefix.len()),
-                    )
-                })?;
-                dst.put_u16(len);
-                dst.put_slice(prefix.as_bytes());
-                dst.put_slice(digits);
-                Ok(())
+                digits(n, &mut tail);
+                prefix
             }
-        }
+            MessageId::Produced(prefix, producer, n) => {
+                digits(producer.into(), &mut tail);
+                tail.0[tail.1] = b'-';
+                tail.1 += 1;
+                digits(n, &mut tail);
+                prefix
+            }
+        };
+        let tail = &tail.0[..tail.1];
+        let len = u16::try_from(prefix.len() + tail.len()).map_err(|_| {
+            Error::invalid(
+                "message id",
+                format!("{} bytes long, at most 65535", prefix.len()),
+            )
+        })?;
+        dst.put_u16(len);
+        dst.put_slice(prefix.as_bytes());
+        dst.put_slice(tail);
+        Ok(())
     }
 }
 
@@ -776,14 +796,22 @@ mod tests {
     fn a_stamp_replaces_what_a_producer_sets() {
         let m = Message::text("x");
         let destination = Destination::queue("orders");
-        for (n, id) in [
-            (0, "ID:c-0"),
-            (7, "ID:c-7"),
-            (u64::MAX, "ID:c-18446744073709551615"),
+        for (message_id, id) in [
+            (MessageId::Numbered("ID:c-", 0), "ID:c-0"),
+            (MessageId::Numbered("ID:c-", 7), "ID:c-7"),
+            (
+                MessageId::Numbered("ID:c-", u64::MAX),
+                "ID:c-18446744073709551615",
+            ),
+            (MessageId::Produced("ID:c-", 3, 41), "ID:c-3-41"),
+            (
+                MessageId::Produced("ID:c-", u32::MAX, u64::MAX),
+                "ID:c-4294967295-18446744073709551615",
+            ),
         ] {
             let stamp = Stamp {
                 destination: &destination,
-                message_id: MessageId::Numbered("ID:c-", n),
+                message_id,
                 timestamp: 5,
                 delivery_time: 9,
             };

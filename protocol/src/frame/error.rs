@@ -1,12 +1,26 @@
 //! ERROR: something went wrong with the frame whose request id the header
 //! carries (0 = the connection as a whole).
 //!
-//! `u32 code | u8 fatal | str16 message`
+//! `u32 code | u8 fatal | str16 message [| u8 kind | str16 destination |
+//! str16 message id]`
+//!
+//! The optional part names the message of a refused SEND that asked for no
+//! RECEIPT (request id 0), so that the client can say which send it was.
 
 use bytes::{BufMut, BytesMut};
 
 use crate::cursor::{put_str16, Cursor};
+use crate::destination::{Destination, DestinationKind};
 use crate::error::{Error, ErrorCode};
+
+/// The message a refused SEND carried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedSend {
+    /// Where it was sent.
+    pub destination: Destination,
+    /// Its message id.
+    pub message_id: String,
+}
 
 /// An error report.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +32,8 @@ pub struct ErrorFrame {
     pub fatal: bool,
     /// What was wrong, for people.
     pub message: String,
+    /// For a refused SEND without a request id: which message it was.
+    pub refused: Option<RefusedSend>,
 }
 
 impl ErrorFrame {
@@ -36,6 +52,7 @@ impl ErrorFrame {
             code: code as u32,
             fatal,
             message,
+            refused: None,
         }
     }
 
@@ -53,18 +70,37 @@ impl ErrorFrame {
             b => return Err(Error::invalid("fatal", format!("{b} is not 0 or 1"))),
         };
         let message = c.str16("message")?.to_owned();
+        let refused = match c.remaining() {
+            0 => None,
+            _ => {
+                let kind = DestinationKind::from_u8(c.u8("destination kind")?)?;
+                let name = c.str16("destination")?.to_owned();
+                let message_id = c.str16("message id")?.to_owned();
+                Some(RefusedSend {
+                    destination: Destination { kind, name },
+                    message_id,
+                })
+            }
+        };
         c.finish()?;
         Ok(ErrorFrame {
             code,
             fatal,
             message,
+            refused,
         })
     }
 
     pub(super) fn encode(&self, d: &mut BytesMut) -> Result<(), Error> {
         d.put_u32(self.code);
         d.put_u8(u8::from(self.fatal));
-        put_str16(d, &self.message, "message")
+        put_str16(d, &self.message, "message")?;
+        if let Some(r) = &self.refused {
+            d.put_u8(r.destination.kind as u8);
+            put_str16(d, &r.destination.name, "destination")?;
+            put_str16(d, &r.message_id, "message id")?;
+        }
+        Ok(())
     }
 }
 

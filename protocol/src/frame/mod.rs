@@ -19,7 +19,7 @@ pub use browse::Browse;
 pub use connect::Connect;
 pub use connected::Connected;
 pub use delivery::{Delivery, DELIVERY_HEAD_LEN};
-pub use error::ErrorFrame;
+pub use error::{ErrorFrame, RefusedSend};
 pub use recover::Recover;
 pub use subscribe::Subscribe;
 pub use transaction::{Commit, Rollback, TxSend};
@@ -176,6 +176,7 @@ mod tests {
     use super::*;
     use crate::codec::Decoder;
     use crate::destination::{Destination, DestinationKind};
+    use crate::error::ErrorCode;
     use crate::message::Message;
 
     fn samples() -> Vec<Frame> {
@@ -201,6 +202,14 @@ mod tests {
                 code: 5,
                 fatal: true,
                 message: "bad".into(),
+                refused: None,
+            }),
+            Frame::Error(ErrorFrame {
+                refused: Some(RefusedSend {
+                    destination: Destination::queue("q"),
+                    message_id: "ID:c-1-2".into(),
+                }),
+                ..ErrorFrame::new(ErrorCode::QueueFull, false, "full")
             }),
             Frame::Send(MessageView::parse(block.clone()).unwrap()),
             Frame::Receipt,
@@ -308,9 +317,15 @@ mod tests {
                 FrameKind::Send | FrameKind::TxSend | FrameKind::Message => raw.body.len() - 2,
                 _ => raw.body.len(),
             };
+            // Where an optional tail may start: UNSUBSCRIBE's list of what
+            // was read, ERROR's refused send.
+            let optional = match &f {
+                Frame::Unsubscribe(_) => Some(4),
+                Frame::Error(e) => Some(7 + e.message.len()),
+                _ => None,
+            };
             for n in 0..fixed {
-                // UNSUBSCRIBE's list of what was read is optional.
-                if kind == FrameKind::Unsubscribe && n == 4 {
+                if Some(n) == optional {
                     continue;
                 }
                 let mut cut = raw.clone();

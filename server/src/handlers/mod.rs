@@ -17,7 +17,7 @@ pub mod transaction;
 pub mod unsubscribe;
 mod unsubscribe_durable;
 
-use herald_protocol::frame::ErrorFrame;
+use herald_protocol::frame::{ErrorFrame, RefusedSend};
 use herald_protocol::{DestinationKind, ErrorCode, Frame, MessageView, RawFrame};
 
 use std::sync::Arc;
@@ -130,6 +130,8 @@ pub struct Refusal {
     code: ErrorCode,
     message: String,
     fatal: bool,
+    /// The message of a refused SEND that asked for no RECEIPT.
+    refused: Option<RefusedSend>,
 }
 
 impl Refusal {
@@ -139,7 +141,25 @@ impl Refusal {
             code,
             message: message.into(),
             fatal: false,
+            refused: None,
         }
+    }
+
+    /// Names the refused `message` in the ERROR, for a send the client
+    /// cannot otherwise tell (it asked for no RECEIPT).
+    pub fn naming(mut self, message: &MessageView) -> Refusal {
+        let message_id = message
+            .fields()
+            .map(|f| f.message_id.to_owned())
+            .unwrap_or_default();
+        self.refused = Some(RefusedSend {
+            destination: herald_protocol::Destination {
+                kind: message.destination_kind,
+                name: message.destination().to_owned(),
+            },
+            message_id,
+        });
+        self
     }
 
     /// The code, whether it is fatal, and the explanation.
@@ -149,8 +169,13 @@ impl Refusal {
 
     /// Queues the ERROR; the connection closes if the refusal is fatal.
     pub fn answer(self, out: &mut Outbound, request_id: u32) -> Flow {
-        reply_error(out, request_id, self.code, self.fatal, self.message);
-        if self.fatal {
+        let fatal = self.fatal;
+        let frame = ErrorFrame {
+            refused: self.refused,
+            ..ErrorFrame::new(self.code, self.fatal, self.message)
+        };
+        push_error(out, request_id, frame);
+        if fatal {
             Flow::Close
         } else {
             Flow::Continue
@@ -163,6 +188,7 @@ impl Refusal {
             code,
             message: message.into(),
             fatal: true,
+            refused: None,
         }
     }
 }
@@ -180,20 +206,7 @@ pub fn dispatch(
         .and_then(|frame| handle(frame, request_id, session, out, ctx));
     match result {
         Ok(flow) => flow,
-        Err(refusal) => {
-            reply_error(
-                out,
-                request_id,
-                refusal.code,
-                refusal.fatal,
-                refusal.message,
-            );
-            if refusal.fatal {
-                Flow::Close
-            } else {
-                Flow::Continue
-            }
-        }
+        Err(refusal) => refusal.answer(out, request_id),
     }
 }
 
@@ -286,8 +299,18 @@ pub fn reply_error(
     fatal: bool,
     message: String,
 ) {
-    log::debug!("ERROR {code:?} (request {request_id}, fatal {fatal}): {message}");
-    let frame = Frame::Error(ErrorFrame::new(code, fatal, message));
+    push_error(out, request_id, ErrorFrame::new(code, fatal, message));
+}
+
+/// Queues an ERROR frame as it is.
+fn push_error(out: &mut Outbound, request_id: u32, frame: ErrorFrame) {
+    let fatal = frame.fatal;
+    log::debug!(
+        "ERROR {} (request {request_id}, fatal {fatal}): {}",
+        frame.code,
+        frame.message
+    );
+    let frame = Frame::Error(frame);
     // A fatal one goes at once: the connection ends with it.
     match fatal {
         true => out.push_frame(&frame, request_id),

@@ -59,7 +59,8 @@ fn authorize_named(
 }
 
 /// Routes a message, whatever protocol it came in; `since` is when it was
-/// first held back, if it was.
+/// first held back, if it was. A refusal of a send that asked for no
+/// RECEIPT names the message, so the client can say which one it was.
 pub fn publish(
     message: MessageView,
     request_id: u32,
@@ -68,6 +69,37 @@ pub fn publish(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Published, Refusal> {
+    let named = (request_id == 0).then(|| message.clone());
+    let send = Held {
+        message,
+        request_id,
+        since,
+    };
+    route(send, session, out, ctx).map_err(|refusal| match &named {
+        Some(message) => refusal.naming(message),
+        None => refusal,
+    })
+}
+
+/// A send being routed: the message, its request id, and when it was first
+/// held back.
+struct Held {
+    message: MessageView,
+    request_id: u32,
+    since: Option<Instant>,
+}
+
+fn route(
+    send: Held,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Published, Refusal> {
+    let Held {
+        message,
+        request_id,
+        since,
+    } = send;
     let name = message.destination();
     authorize_named(session, &message, name, ctx)?;
     let most = ctx

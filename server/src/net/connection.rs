@@ -198,6 +198,20 @@ impl Connection {
         }
     }
 
+    /// Answers with a refusal, in this connection's protocol.
+    pub fn refuse(&mut self, request_id: u32, refusal: handlers::Refusal) {
+        if self.stomp.is_some() {
+            let (code, fatal, message) = refusal.into_parts();
+            return self.reply_error(request_id, code, fatal, message);
+        }
+        if matches!(
+            refusal.answer(&mut self.out, request_id),
+            handlers::Flow::Close
+        ) {
+            self.closing = true;
+        }
+    }
+
     /// Answers a CONNECT whose login succeeded.
     pub fn welcome(&mut self, welcome: Welcome) {
         match (welcome, &self.stomp) {

@@ -510,8 +510,7 @@ impl Worker {
                 Ok(Published::Later) => Flow::Continue,
                 Ok(Published::Held(again)) => Flow::Park(again),
                 Err(refusal) => {
-                    let (code, fatal, message) = refusal.into_parts();
-                    conn.reply_error(request_id, code, fatal, message);
+                    conn.refuse(request_id, refusal);
                     Flow::Continue
                 }
             };
