@@ -57,7 +57,7 @@ def test_queue_load_balancing_between_two_subscribers(server):
     assert got["a"] and got["b"], got
 
 
-def test_client_ack_redelivers_after_disconnect(server):
+def test_client_ack_returns_unacknowledged_messages_after_disconnect(server):
     conn, inbox = connect(server)
     conn.subscribe("/queue/jobs", id="1", ack="client")
     pub, pub_inbox = connect(server)
@@ -71,7 +71,9 @@ def test_client_ack_redelivers_after_disconnect(server):
     again.subscribe("/queue/jobs", id="2", ack="auto")
     redelivered = [again_inbox.next() for _ in range(2)]
     assert [f.body for f in redelivered] == ["1", "2"]
-    assert all(f.headers.get("redelivered") == "true" for f in redelivered)
+    # A goodbye is not a crash, and STOMP cannot say what the application
+    # read: what was not acknowledged returns as it was (docs/stomp.md).
+    assert all("redelivered" not in f.headers for f in redelivered)
     again_inbox.nothing()
 
 
