@@ -198,7 +198,9 @@ impl Default for AdminSection {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterSection {
-    /// `redis://host:port[/db]`; empty = a single node, no cluster.
+    /// `redis://host:port[/db]`, or with Redis Sentinel
+    /// `redis+sentinel://[:password@]host:port[,host:port...]/service`;
+    /// empty = a single node, no cluster.
     pub redis: String,
     /// This node's name among the nodes; empty = `herald-<process id>`.
     pub node_id: String,
@@ -626,11 +628,10 @@ impl Config {
         }
         // Plain TCP only: the inbound connection is read by Herald's own
         // RESP reader (cluster::resp), which speaks no TLS.
-        if self.cluster.enabled() && !self.cluster.redis.starts_with("redis://") {
-            return invalid(
-                "cluster.redis",
-                format!("{:?} is not a redis:// URL", self.cluster.redis),
-            );
+        if self.cluster.enabled() {
+            if let Err(why) = crate::cluster::link::Link::parse(&self.cluster.redis) {
+                return invalid("cluster.redis", why);
+            }
         }
         let id = &self.cluster.node_id;
         if id.len() > 64

@@ -46,8 +46,9 @@ struct Args {
     /// Address of the management interface, overriding the config.
     #[arg(long)]
     admin_listen: Option<SocketAddr>,
-    /// Cluster mode through this Redis (`redis://host:port`), overriding
-    /// the config.
+    /// Cluster mode through this Redis (`redis://host:port`, or with
+    /// Sentinel `redis+sentinel://host:port[,host:port...]/service`),
+    /// overriding the config.
     #[arg(long)]
     cluster_redis: Option<String>,
     /// This node's id in the cluster, overriding the config.

@@ -3,7 +3,7 @@
 
 mod redis;
 
-pub use redis::{Redis, Stopped};
+pub use redis::{Redis, Sentinel, Stopped};
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

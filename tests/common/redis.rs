@@ -22,6 +22,14 @@ impl Redis {
         Redis::on(free_port(), None)
     }
 
+    /// A replica of `primary`, keeping nothing, on a free port.
+    pub fn replica_of(primary: &Redis) -> Redis {
+        let port = free_port();
+        let mut command = server_command(port, None);
+        command.args(["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+        Redis::spawn(command, port, None)
+    }
+
     /// A Redis that writes every command to its append-only file in `dir`
     /// and syncs it before answering (`appendfsync always`).
     pub fn durable(dir: &Path) -> Redis {
@@ -39,22 +47,11 @@ impl Redis {
     }
 
     fn on(port: u16, dir: Option<PathBuf>) -> Redis {
-        let mut command = Command::new("redis-server");
-        command
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--save", ""]);
-        match &dir {
-            Some(dir) => {
-                std::fs::create_dir_all(dir).expect("a directory for Redis");
-                command
-                    .args(["--appendonly", "yes", "--appendfsync", "always"])
-                    .arg("--dir")
-                    .arg(dir);
-            }
-            None => {
-                command.args(["--appendonly", "no"]);
-            }
-        }
+        let command = server_command(port, dir.as_deref());
+        Redis::spawn(command, port, dir)
+    }
+
+    fn spawn(mut command: Command, port: u16, dir: Option<PathBuf>) -> Redis {
         let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -109,6 +106,64 @@ impl Stopped {
     /// one.
     pub fn start(self) -> Redis {
         Redis::on(self.port, self.dir)
+    }
+}
+
+/// redis-server on `port`, keeping its append-only file in `dir` if any.
+fn server_command(port: u16, dir: Option<&Path>) -> Command {
+    let mut command = Command::new("redis-server");
+    command
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", ""]);
+    match dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).expect("a directory for Redis");
+            command
+                .args(["--appendonly", "yes", "--appendfsync", "always"])
+                .arg("--dir")
+                .arg(dir);
+        }
+        None => {
+            command.args(["--appendonly", "no"]);
+        }
+    }
+    command
+}
+
+/// A Redis Sentinel (redis-server in sentinel mode) watching the primary
+/// of the service `herald`, with a quorum of 2 and a 1 s down-after, so
+/// that a test's failover takes seconds. Killed when dropped.
+pub struct Sentinel {
+    redis: Redis,
+    _config: PathBuf,
+}
+
+impl Sentinel {
+    /// A sentinel for `primary`, whose config file goes in `dir`.
+    pub fn watching(primary: &Redis, dir: &Path) -> Sentinel {
+        let port = free_port();
+        std::fs::create_dir_all(dir).expect("a directory for the sentinel");
+        let config = dir.join(format!("sentinel-{port}.conf"));
+        let text = format!(
+            "bind 127.0.0.1\nport {port}\n\
+             sentinel monitor herald 127.0.0.1 {} 2\n\
+             sentinel down-after-milliseconds herald 1000\n\
+             sentinel failover-timeout herald 5000\n\
+             sentinel parallel-syncs herald 1\n",
+            primary.port
+        );
+        std::fs::write(&config, text).expect("the sentinel's config");
+        let mut command = Command::new("redis-server");
+        command.arg(&config).arg("--sentinel");
+        Sentinel {
+            redis: Redis::spawn(command, port, None),
+            _config: config,
+        }
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.redis.port)
     }
 }
 

@@ -184,6 +184,7 @@ async fn server(State(state): State<AppState>) -> ApiResult {
             json!({
                 "node_id": c.node_id,
                 "connected": st.connected(),
+                "primary": primary(c),
                 "published": load(&st.published),
                 "received": load(&st.received),
                 "dropped": load(&st.dropped),
@@ -215,6 +216,18 @@ async fn server(State(state): State<AppState>) -> ApiResult {
     })))
 }
 
+/// With Sentinel, the primary a node uses and since when (ms since the
+/// epoch).
+fn primary(c: &crate::cluster::Cluster) -> serde_json::Value {
+    match c.link.primary() {
+        Some(p) => json!({
+            "addr": p.addr,
+            "since_ms": p.since.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+        }),
+        None => serde_json::Value::Null,
+    }
+}
+
 /// Liveness, and what an operator must know: publishers held back by the
 /// memory limit, and what the journal's replay skipped past damage.
 async fn health(State(state): State<AppState>) -> ApiResult {
@@ -243,6 +256,10 @@ async fn health(State(state): State<AppState>) -> ApiResult {
     };
     Ok(Json(json!({
         "status": status,
+        "cluster": state.shared.cluster.get().map(|c| json!({
+            "connected": c.stats.connected(),
+            "primary": primary(c),
+        })),
         "memory": {
             "queued_bytes": memory.used(),
             "max_memory_bytes": memory.limit(),

@@ -22,6 +22,7 @@
 //! not reach other nodes.
 
 mod durables;
+pub mod link;
 pub mod queues;
 mod resp;
 pub mod settings;
@@ -36,6 +37,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::{BufMut, Bytes, BytesMut};
 use herald_protocol::destination::{Pattern, PatternWord};
 use herald_protocol::MessageView;
+use link::Link;
 
 use crate::broker::{
     Backlog, ConnectionRef, DurableRecord, EntryId, Peers, SharedChanges, SharedQueue,
@@ -167,6 +169,8 @@ pub struct Cluster {
     stop: AtomicBool,
     /// Stops the queue reader, which stops first.
     stop_queues: AtomicBool,
+    /// Where Redis is: one server, or the primary Sentinel names.
+    pub link: Link,
 }
 
 /// The running cluster threads.
@@ -199,8 +203,18 @@ impl ClusterHandle {
 /// Starts the cluster threads for `shared`'s broker and registers the
 /// cluster with it.
 pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<ClusterHandle> {
-    let client = redis::Client::open(section.redis.as_str())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    let link = Link::parse(&section.redis)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // With Sentinel, a wrong sentinel list or service name is a mistake to
+    // report now: a plain Redis that is not up yet is waited for instead.
+    if let Link::Sentinel { .. } = link {
+        link.client().map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                format!("cluster.redis {}: {e}", section.redis),
+            )
+        })?;
+    }
     let node_id = section.node_id();
     let started = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -232,13 +246,16 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         stats: ClusterStats::default(),
         stop: AtomicBool::new(false),
         stop_queues: AtomicBool::new(false),
+        link,
     });
     shared.broker.join_cluster(cluster.clone());
     // The durable subscriptions, before anyone publishes here if Redis
     // answers now; otherwise once the outbound thread connects.
     let weak = Arc::downgrade(shared);
-    let loaded = client
-        .get_connection_with_timeout(Duration::from_secs(2))
+    let loaded = cluster
+        .link
+        .client()
+        .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(2)))
         .and_then(|mut con| {
             cluster.sync_durables(&mut con, &weak)?;
             cluster.sync_settings(&mut con, &weak)
@@ -247,22 +264,22 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         log::warn!("cluster: Redis does not answer yet ({e}); going on");
     }
     let out = {
-        let (cluster, client, shared) = (cluster.clone(), client.clone(), Arc::downgrade(shared));
+        let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
         std::thread::Builder::new()
             .name("herald-cluster-out".into())
-            .spawn(move || run_outbound(&cluster, &client, &outbound_rx, &shared))?
+            .spawn(move || run_outbound(&cluster, &outbound_rx, &shared))?
     };
     let inbound = {
-        let (cluster, client, shared) = (cluster.clone(), client.clone(), Arc::downgrade(shared));
+        let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
         std::thread::Builder::new()
             .name("herald-cluster-in".into())
-            .spawn(move || run_inbound(&cluster, &client, &changes_rx, &shared))?
+            .spawn(move || run_inbound(&cluster, &changes_rx, &shared))?
     };
     let queues = {
         let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
         std::thread::Builder::new()
             .name("herald-cluster-q".into())
-            .spawn(move || queues::run(&cluster, &client, &requests_rx, &shared))?
+            .spawn(move || queues::run(&cluster, &requests_rx, &shared))?
     };
     log::info!(
         "cluster: node {} through {}",
@@ -924,17 +941,12 @@ fn link_down(flag: &AtomicBool, side: &str, why: impl std::fmt::Display) {
     }
 }
 
-fn run_outbound(
-    cluster: &Cluster,
-    client: &redis::Client,
-    rx: &Receiver<Command>,
-    shared: &Weak<Shared>,
-) {
+fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &Weak<Shared>) {
     let mut attempt = 0;
     let mut outcomes = Outcomes::default();
     let mut batch = Vec::with_capacity(BATCH);
     while !cluster.stop.load(Ordering::Acquire) {
-        let mut con = match client.get_connection() {
+        let mut con = match cluster.link.connection() {
             Ok(con) => con,
             Err(e) => {
                 link_down(&cluster.stats.connected_out, "publisher", &e);
@@ -1062,19 +1074,18 @@ fn run_outbound(
     }
 }
 
-fn run_inbound(
-    cluster: &Cluster,
-    client: &redis::Client,
-    changes: &Receiver<(String, bool)>,
-    shared: &Weak<Shared>,
-) {
+fn run_inbound(cluster: &Cluster, changes: &Receiver<(String, bool)>, shared: &Weak<Shared>) {
     let mut attempt = 0;
     // The last sequence number routed from each origin.
     let mut last: HashMap<Vec<u8>, u64> = HashMap::new();
     let mut out = None;
     while !cluster.stop.load(Ordering::Acquire) {
-        let result = Subscriber::connect(client.get_connection_info(), INTEREST_CHECK).and_then(
-            |mut sub| {
+        let result = cluster
+            .link
+            .client()
+            .map_err(std::io::Error::other)
+            .and_then(|client| Subscriber::connect(client.get_connection_info(), INTEREST_CHECK))
+            .and_then(|mut sub| {
                 // Changes sent before this point are in the map already.
                 while changes.try_recv().is_ok() {}
                 for glob in cluster.globs() {
@@ -1088,8 +1099,7 @@ fn run_inbound(
                 attempt = 0;
                 link_up(&cluster.stats.connected_in, "subscriber");
                 serve(cluster, &mut sub, changes, shared, &mut last, &mut out)
-            },
-        );
+            });
         match result {
             Ok(()) => return,
             Err(e) => {

@@ -176,16 +176,11 @@ fn consumer(cluster: &Cluster) -> String {
 
 /// The `herald-cluster-q` thread: reads the shared queues this node has
 /// consumers for, until the cluster stops.
-pub(super) fn run(
-    cluster: &Cluster,
-    client: &redis::Client,
-    requests: &Receiver<Request>,
-    shared: &Weak<Shared>,
-) {
+pub(super) fn run(cluster: &Cluster, requests: &Receiver<Request>, shared: &Weak<Shared>) {
     let me = consumer(cluster);
     let mut attempt = 0;
     while !cluster.stop_queues.load(Ordering::Acquire) {
-        let result = client.get_connection().and_then(|mut con| {
+        let result = cluster.link.connection().and_then(|mut con| {
             link_up(&cluster.stats.connected_queues, "queue reader");
             attempt = 0;
             let mut reader = Reader {

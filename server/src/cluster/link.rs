@@ -1,0 +1,236 @@
+//! How a node reaches Redis: one server (`redis://`), or the primary that
+//! Redis Sentinel names (`redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE`).
+//!
+//! With Sentinel, every (re)connection of the cluster's threads asks the
+//! sentinels, in the order given, which server is the primary of the
+//! service (`SENTINEL get-master-addr-by-name`), and checks with `ROLE`
+//! that it says so itself (a sentinel can lag behind a failover). A thread
+//! whose connection breaks, or whose primary was demoted (its writes fail
+//! with READONLY), reconnects, and so follows a failover. The primary in
+//! use and when it last changed are kept for the log and `/api/health`.
+
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use redis::{Client, Connection, ErrorKind, RedisError, RedisResult, Value};
+
+/// How long one sentinel or primary may take to answer.
+const ANSWER_WITHIN: Duration = Duration::from_secs(1);
+
+/// The primary a node writes to, and since when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Primary {
+    /// `host:port`.
+    pub addr: String,
+    /// When this node first used it.
+    pub since: SystemTime,
+}
+
+/// Where the cluster's Redis is.
+pub enum Link {
+    /// One Redis server.
+    Direct(Client),
+    /// The primary of a Sentinel-monitored service.
+    Sentinel {
+        /// `host:port` of each sentinel, asked in this order.
+        sentinels: Vec<String>,
+        /// The monitored service (Sentinel's "master name").
+        service: String,
+        /// The password of the Redis servers, if they need one.
+        password: Option<String>,
+        /// The primary in use.
+        primary: Mutex<Option<Primary>>,
+    },
+}
+
+fn error(what: &'static str, detail: String) -> RedisError {
+    RedisError::from((ErrorKind::InvalidClientConfig, what, detail))
+}
+
+impl Link {
+    /// Parses `redis://...` or `redis+sentinel://[:password@]HOST:PORT[,HOST:PORT...]/SERVICE`.
+    pub fn parse(url: &str) -> Result<Link, String> {
+        if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+            let (auth, rest) = match rest.rsplit_once('@') {
+                Some((auth, rest)) => (Some(auth), rest),
+                None => (None, rest),
+            };
+            let password = match auth {
+                Some(a) => Some(
+                    a.strip_prefix(':')
+                        .ok_or_else(|| format!("{url:?}: credentials are \":password@\""))?
+                        .to_owned(),
+                ),
+                None => None,
+            };
+            let (hosts, service) = rest
+                .split_once('/')
+                .ok_or_else(|| format!("{url:?} names no service (…/SERVICE)"))?;
+            if service.is_empty() || service.contains('/') {
+                return Err(format!("{url:?}: the service name is missing or has a '/'"));
+            }
+            let sentinels: Vec<String> = hosts.split(',').map(str::to_owned).collect();
+            for s in &sentinels {
+                let port = s
+                    .rsplit_once(':')
+                    .map(|(host, port)| (host, port.parse::<u16>()));
+                if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
+                    return Err(format!("{url:?}: {s:?} is not HOST:PORT"));
+                }
+            }
+            return Ok(Link::Sentinel {
+                sentinels,
+                service: service.to_owned(),
+                password,
+                primary: Mutex::new(None),
+            });
+        }
+        if !url.starts_with("redis://") {
+            return Err(format!(
+                "{url:?} is not a redis:// or redis+sentinel:// URL"
+            ));
+        }
+        Client::open(url)
+            .map(Link::Direct)
+            .map_err(|e| e.to_string())
+    }
+
+    /// A client for the server to use now: the one server, or the primary
+    /// the sentinels name.
+    pub fn client(&self) -> RedisResult<Client> {
+        match self {
+            Link::Direct(client) => Ok(client.clone()),
+            Link::Sentinel {
+                sentinels,
+                service,
+                password,
+                primary,
+            } => {
+                let mut why = Vec::new();
+                for sentinel in sentinels {
+                    match ask(sentinel, service, password.as_deref()) {
+                        Ok((addr, client)) => {
+                            let mut current = primary.lock().unwrap_or_else(|p| p.into_inner());
+                            if current.as_ref().is_none_or(|p| p.addr != addr) {
+                                match current.as_ref() {
+                                    Some(old) => log::warn!(
+                                        "cluster: the primary of '{service}' is now {addr} (was {})",
+                                        old.addr
+                                    ),
+                                    None => log::info!("cluster: the primary of '{service}' is {addr}"),
+                                }
+                                *current = Some(Primary {
+                                    addr,
+                                    since: SystemTime::now(),
+                                });
+                            }
+                            return Ok(client);
+                        }
+                        Err(e) => why.push(format!("{sentinel}: {e}")),
+                    }
+                }
+                Err(error("no primary", why.join("; ")))
+            }
+        }
+    }
+
+    /// A connection to the server to use now.
+    pub fn connection(&self) -> RedisResult<Connection> {
+        self.client()?.get_connection()
+    }
+
+    /// The primary in use, with Sentinel.
+    pub fn primary(&self) -> Option<Primary> {
+        match self {
+            Link::Direct(_) => None,
+            Link::Sentinel { primary, .. } => {
+                primary.lock().unwrap_or_else(|p| p.into_inner()).clone()
+            }
+        }
+    }
+}
+
+/// Asks one sentinel for the primary of `service`, and checks that the
+/// server it names is a primary.
+fn ask(sentinel: &str, service: &str, password: Option<&str>) -> RedisResult<(String, Client)> {
+    let mut con =
+        Client::open(format!("redis://{sentinel}"))?.get_connection_with_timeout(ANSWER_WITHIN)?;
+    let named: Option<(String, String)> = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg(service)
+        .query(&mut con)?;
+    let (host, port) = named.ok_or_else(|| {
+        error(
+            "unknown service",
+            format!("the sentinel monitors no service named '{service}'"),
+        )
+    })?;
+    let addr = format!("{host}:{port}");
+    let url = match password {
+        Some(p) => format!("redis://:{p}@{addr}"),
+        None => format!("redis://{addr}"),
+    };
+    let client = Client::open(url)?;
+    let mut primary = client.get_connection_with_timeout(ANSWER_WITHIN)?;
+    let role: Value = redis::cmd("ROLE").query(&mut primary)?;
+    let is_primary = matches!(&role, Value::Array(items)
+        if matches!(items.first(), Some(Value::BulkString(r)) if r == b"master"));
+    if !is_primary {
+        return Err(error(
+            "not a primary",
+            format!("{addr}, which the sentinel names, is not a primary (yet)"),
+        ));
+    }
+    Ok((addr, client))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_or_say_what_is_wrong() {
+        assert!(matches!(
+            Link::parse("redis://127.0.0.1:6379"),
+            Ok(Link::Direct(_))
+        ));
+        match Link::parse("redis+sentinel://:pw@a:26379,b:26380/herald") {
+            Ok(Link::Sentinel {
+                sentinels,
+                service,
+                password,
+                ..
+            }) => {
+                assert_eq!(sentinels, ["a:26379", "b:26380"]);
+                assert_eq!(service, "herald");
+                assert_eq!(password.as_deref(), Some("pw"));
+            }
+            _ => panic!("a sentinel URL"),
+        }
+        for (bad, says) in [
+            ("localhost:6379", "not a redis://"),
+            ("redis+sentinel://a:26379", "no service"),
+            ("redis+sentinel://a:26379/", "service name"),
+            ("redis+sentinel://a/herald", "not HOST:PORT"),
+            ("redis+sentinel://a:x/herald", "not HOST:PORT"),
+            ("redis+sentinel://,a:1/herald", "not HOST:PORT"),
+            ("redis+sentinel://user@a:1/herald", ":password@"),
+        ] {
+            let e = Link::parse(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad} parsed"));
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn no_sentinel_answering_is_an_error_naming_each() {
+        let link = Link::parse("redis+sentinel://127.0.0.1:1,127.0.0.1:2/herald").unwrap();
+        let e = link.client().expect_err("nobody answers").to_string();
+        assert!(
+            e.contains("127.0.0.1:1") && e.contains("127.0.0.1:2"),
+            "{e}"
+        );
+        assert!(link.primary().is_none());
+    }
+}

@@ -1,0 +1,131 @@
+//! Cluster mode through Redis Sentinel: nodes find the primary through the
+//! sentinels, follow it through a failover, and refuse at start a sentinel
+//! list that cannot name one. Debian's redis-server, in its normal and
+//! sentinel modes, on free ports.
+
+use std::time::{Duration, Instant};
+
+use herald_client::{Destination, Message};
+use herald_server::Server;
+use herald_tests::*;
+
+/// A primary, one replica and three sentinels.
+struct Ha {
+    sentinels: Vec<Sentinel>,
+    replica: Redis,
+    primary: Option<Redis>,
+}
+
+impl Ha {
+    fn start(dir: &std::path::Path) -> Ha {
+        let primary = Redis::start();
+        let replica = Redis::replica_of(&primary);
+        let sentinels = (0..3).map(|_| Sentinel::watching(&primary, dir)).collect();
+        Ha {
+            sentinels,
+            replica,
+            primary: Some(primary),
+        }
+    }
+
+    fn url(&self, service: &str) -> String {
+        let addrs: Vec<String> = self.sentinels.iter().map(Sentinel::addr).collect();
+        format!("redis+sentinel://{}/{service}", addrs.join(","))
+    }
+}
+
+fn node(ha: &Ha, id: &str) -> TestServer {
+    let mut config = test_config();
+    config.cluster.redis = ha.url("herald");
+    config.cluster.node_id = id.into();
+    start_with(config)
+}
+
+fn primary_of(server: &TestServer) -> String {
+    let health = call(server, "GET", "/api/health", None, None).json();
+    health["cluster"]["primary"]["addr"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn nodes_find_the_primary_through_the_sentinels_and_follow_a_failover() {
+    let dir = temp_dir("sentinel");
+    let mut ha = Ha::start(&dir);
+    let old = format!("127.0.0.1:{}", ha.primary.as_ref().unwrap().port);
+    let new = format!("127.0.0.1:{}", ha.replica.port);
+    let (a, b) = (node(&ha, "a"), node(&ha, "b"));
+    assert_eq!(primary_of(&a), old);
+    let (_ca, on_a) = connect(&a);
+    let (_cb, on_b) = connect(&b);
+    let q = Destination::queue("ha");
+    let consumer = on_b.create_consumer(&q).unwrap();
+    let producer = on_a.create_producer(&q).unwrap();
+    let numbered = |n: i64| Message::text("m").with_property("n", n).persistent();
+    let receive = |expected: std::ops::Range<i64>| {
+        for n in expected {
+            let m = consumer.receive(PATIENCE).unwrap().expect("delivered");
+            assert_eq!(m.property("n").and_then(|v| v.as_i64()), Some(n));
+        }
+    };
+    for n in 0..50 {
+        producer.send_with_receipt(numbered(n)).unwrap();
+    }
+    receive(0..50);
+
+    // The primary dies; the sentinels promote the replica.
+    drop(ha.primary.take());
+    let started = Instant::now();
+    // Sends during the failover fail with an error or wait; the first one
+    // receipted after it is on the new primary.
+    let mut n = 50;
+    while Instant::now() < started + Duration::from_secs(30) {
+        if producer.send_with_receipt(numbered(n)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_until("both nodes use the new primary", || {
+        primary_of(&a) == new && primary_of(&b) == new
+    });
+    let failover = started.elapsed();
+    for k in n + 1..n + 50 {
+        producer.send_with_receipt(numbered(k)).unwrap();
+    }
+    // What was receipted after the failover arrives, in order.
+    let m = consumer.receive(PATIENCE).unwrap().expect("delivered");
+    let first = m.property("n").and_then(|v| v.as_i64()).unwrap();
+    assert!(first >= 50 && first <= n, "{first}");
+    receive(first + 1..n + 50);
+    n += 50;
+    let _ = n;
+    let health = call(&a, "GET", "/api/health", None, None).json();
+    assert!(
+        health["cluster"]["primary"]["since_ms"].as_u64() > Some(0),
+        "{health}"
+    );
+    eprintln!("failover: {} ms", failover.as_millis());
+}
+
+#[test]
+fn a_sentinel_list_that_names_no_primary_stops_the_start_with_a_reason() {
+    let dir = temp_dir("sentinel-bad");
+    let ha = Ha::start(&dir);
+    for (url, says) in [
+        (
+            "redis+sentinel://127.0.0.1:1,127.0.0.1:2/herald".to_owned(),
+            "127.0.0.1:2",
+        ),
+        (ha.url("nosuchservice"), "no service named 'nosuchservice'"),
+        (
+            "redis+sentinel://127.0.0.1:1".to_owned(),
+            "names no service",
+        ),
+    ] {
+        let mut config = test_config();
+        config.cluster.redis = url.clone();
+        let e = Server::start(config).err().expect("refused").to_string();
+        assert!(e.contains(says), "{url}: {e}");
+    }
+}
