@@ -12,6 +12,7 @@ use herald_tests::*;
 /// A primary, one replica and three sentinels.
 struct Ha {
     sentinels: Vec<Sentinel>,
+    /// The first replica (the primary after a failover).
     replica: Redis,
     primary: Option<Redis>,
 }
@@ -20,6 +21,9 @@ impl Ha {
     fn start(dir: &std::path::Path) -> Ha {
         let primary = Redis::start();
         let replica = Redis::replica_of(&primary);
+        wait_until("the replica has caught up", || {
+            primary.command(&[b"WAIT", b"1", b"100"]) == ":1"
+        });
         let sentinels = (0..3).map(|_| Sentinel::watching(&primary, dir)).collect();
         Ha {
             sentinels,
@@ -63,43 +67,47 @@ fn nodes_find_the_primary_through_the_sentinels_and_follow_a_failover() {
     let consumer = on_b.create_consumer(&q).unwrap();
     let producer = on_a.create_producer(&q).unwrap();
     let numbered = |n: i64| Message::text("m").with_property("n", n).persistent();
-    let receive = |expected: std::ops::Range<i64>| {
-        for n in expected {
-            let m = consumer.receive(PATIENCE).unwrap().expect("delivered");
-            assert_eq!(m.property("n").and_then(|v| v.as_i64()), Some(n));
-        }
-    };
     for n in 0..50 {
         producer.send_with_receipt(numbered(n)).unwrap();
     }
-    receive(0..50);
+    for n in 0..50 {
+        let m = consumer.receive(PATIENCE).unwrap().expect("delivered");
+        assert_eq!(m.property("n").and_then(|v| v.as_i64()), Some(n));
+    }
 
-    // The primary dies; the sentinels promote the replica.
+    // The primary dies; the sentinels promote the replica, and a new
+    // replica joins it (receipts wait for one: cluster.min_replicas is 1
+    // with Sentinel).
     drop(ha.primary.take());
     let started = Instant::now();
-    // Sends during the failover fail with an error or wait; the first one
-    // receipted after it is on the new primary.
-    let mut n = 50;
-    while Instant::now() < started + Duration::from_secs(30) {
-        if producer.send_with_receipt(numbered(n)).is_ok() {
-            break;
+    let _spare = Redis::replica_of(&ha.replica);
+    // Sends during the failover fail with an error (their outcome is
+    // unknown) or wait; from the first receipted one on, every receipted
+    // message arrives.
+    let mut next = 50;
+    let first = loop {
+        assert!(started.elapsed() < Duration::from_secs(30), "no failover");
+        next += 1;
+        if producer.send_with_receipt(numbered(next - 1)).is_ok() {
+            break next - 1;
         }
         std::thread::sleep(Duration::from_millis(100));
-    }
+    };
     wait_until("both nodes use the new primary", || {
         primary_of(&a) == new && primary_of(&b) == new
     });
     let failover = started.elapsed();
-    for k in n + 1..n + 50 {
+    let last = next + 48;
+    for k in next..=last {
         producer.send_with_receipt(numbered(k)).unwrap();
     }
-    // What was receipted after the failover arrives, in order.
-    let m = consumer.receive(PATIENCE).unwrap().expect("delivered");
-    let first = m.property("n").and_then(|v| v.as_i64()).unwrap();
-    assert!(first >= 50 && first <= n, "{first}");
-    receive(first + 1..n + 50);
-    n += 50;
-    let _ = n;
+    let mut got = std::collections::BTreeSet::new();
+    while !got.contains(&last) {
+        let m = consumer.receive(PATIENCE).unwrap().expect("delivered");
+        got.insert(m.property("n").and_then(|v| v.as_i64()).unwrap());
+    }
+    let missing: Vec<i64> = (first..=last).filter(|k| !got.contains(k)).collect();
+    assert!(missing.is_empty(), "receipted and lost: {missing:?}");
     let health = call(&a, "GET", "/api/health", None, None).json();
     assert!(
         health["cluster"]["primary"]["since_ms"].as_u64() > Some(0),
@@ -128,4 +136,26 @@ fn a_sentinel_list_that_names_no_primary_stops_the_start_with_a_reason() {
         let e = Server::start(config).err().expect("refused").to_string();
         assert!(e.contains(says), "{url}: {e}");
     }
+}
+
+#[test]
+fn a_receipt_waits_for_a_replica_and_fails_without_one() {
+    let dir = temp_dir("sentinel-wait");
+    let ha = Ha::start(&dir);
+    let a = node(&ha, "a");
+    let (_c, s) = connect(&a);
+    let p = s
+        .create_producer(&Destination::queue("replicated"))
+        .unwrap();
+    p.send_with_receipt(Message::text("kept twice").persistent())
+        .unwrap();
+    // The only replica goes: Redis can no longer confirm a second copy.
+    let Ha { replica, .. } = ha;
+    drop(replica);
+    let e = p
+        .send_with_receipt(Message::text("on the primary only").persistent())
+        .unwrap_err();
+    assert!(e.to_string().contains("min_replicas"), "{e}");
+    // Traffic that needs no receipt goes on.
+    p.send(Message::text("fire and forget")).unwrap();
 }

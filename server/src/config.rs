@@ -207,6 +207,9 @@ pub struct ClusterSection {
     /// How long a queue message read by a node that stopped renewing its
     /// hold (it died) waits before a live node claims and redelivers it.
     pub claim_idle_ms: u32,
+    /// Redis replicas that must have what a receipt confirms (`WAIT`);
+    /// unset = 1 with Sentinel, 0 with one Redis.
+    pub min_replicas: Option<u32>,
 }
 
 impl Default for ClusterSection {
@@ -215,6 +218,7 @@ impl Default for ClusterSection {
             redis: String::new(),
             node_id: String::new(),
             claim_idle_ms: 30_000,
+            min_replicas: None,
         }
     }
 }

@@ -171,7 +171,12 @@ pub struct Cluster {
     stop_queues: AtomicBool,
     /// Where Redis is: one server, or the primary Sentinel names.
     pub link: Link,
+    /// Replicas that must have what a receipt confirms (Redis `WAIT`).
+    min_replicas: u32,
 }
+
+/// How long a receipt waits for `min_replicas` replicas.
+const REPLICA_WAIT: Duration = Duration::from_secs(2);
 
 /// The running cluster threads.
 pub struct ClusterHandle {
@@ -246,6 +251,9 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         stats: ClusterStats::default(),
         stop: AtomicBool::new(false),
         stop_queues: AtomicBool::new(false),
+        min_replicas: section
+            .min_replicas
+            .unwrap_or(u32::from(matches!(link, Link::Sentinel { .. }))),
         link,
     });
     shared.broker.join_cluster(cluster.clone());
@@ -1027,8 +1035,30 @@ fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &Weak<Shared>
             for (queue, entries) in &settled {
                 queues::settle(&mut pipe, queue, entries);
             }
-            match pipe.query::<()>(&mut con) {
-                Ok(()) => {
+            // A receipt in this batch: what it confirms must be on enough
+            // replicas too, or a failover could lose it. One WAIT for the
+            // whole batch, as the journal syncs once per group.
+            let min = cluster.min_replicas;
+            let wait = min > 0 && batch.iter().any(|c| matches!(c, Command::Barrier { .. }));
+            if wait {
+                pipe.cmd("WAIT")
+                    .arg(min)
+                    .arg(REPLICA_WAIT.as_millis() as u64);
+            }
+            let answered = match wait {
+                true => pipe.query::<Vec<i64>>(&mut con).map(|r| r.first().copied()),
+                false => pipe.query::<()>(&mut con).map(|()| None),
+            };
+            match answered {
+                Ok(replicas) => {
+                    // Written on the primary, but not replicated enough: the
+                    // receipts fail (the messages may yet be delivered).
+                    let short = replicas.filter(|&n| n < i64::from(min)).map(|n| {
+                        format!(
+                            "only {n} of cluster.min_replicas = {min} Redis replicas confirmed within {} ms",
+                            REPLICA_WAIT.as_millis()
+                        )
+                    });
                     // This node learns its own changes from Redis too (it
                     // skips its own announcements), in case a read of the
                     // registry raced with the write.
@@ -1045,7 +1075,12 @@ fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &Weak<Shared>
                         .published
                         .fetch_add(published, Ordering::Relaxed);
                     for command in batch.drain(..) {
-                        command.done(&mut outcomes);
+                        match (&short, &command) {
+                            (Some(why), Command::Barrier { .. }) => {
+                                command.fail(why, &mut outcomes)
+                            }
+                            _ => command.done(&mut outcomes),
+                        }
                     }
                 }
                 Err(e) => {
