@@ -1,7 +1,8 @@
 //! Cluster mode through Redis Sentinel: nodes find the primary through the
-//! sentinels, follow it through a failover, and refuse at start a sentinel
-//! list that cannot name one. Debian's redis-server, in its normal and
-//! sentinel modes, on free ports.
+//! sentinels, follow it through a failover and wait for a replica before a
+//! receipt; a configuration that cannot work (no sentinel answers, an
+//! unknown service, a password Redis refuses) stops the start. Debian's
+//! redis-server, in its normal and sentinel modes, on free ports.
 
 use std::time::{Duration, Instant};
 
@@ -158,4 +159,22 @@ fn a_receipt_waits_for_a_replica_and_fails_without_one() {
     assert!(e.to_string().contains("min_replicas"), "{e}");
     // Traffic that needs no receipt goes on.
     p.send(Message::text("fire and forget")).unwrap();
+}
+
+#[test]
+fn a_redis_that_wants_a_password_the_node_lacks_stops_the_start() {
+    let redis = Redis::with_password("s3cret");
+    for url in [
+        redis.url(),
+        format!("redis://:wrong@127.0.0.1:{}", redis.port),
+    ] {
+        let mut config = test_config();
+        config.cluster.redis = url.clone();
+        let e = Server::start(config).err().expect("refused").to_string();
+        assert!(e.contains("refuses this node"), "{url}: {e}");
+    }
+    let mut config = test_config();
+    config.cluster.redis = format!("redis://:s3cret@127.0.0.1:{}", redis.port);
+    let server = start_with(config);
+    wait_until("connected", || server.cluster().unwrap().stats.connected());
 }

@@ -22,6 +22,14 @@ impl Redis {
         Redis::on(free_port(), None)
     }
 
+    /// A Redis that keeps nothing and wants `password`, on a free port.
+    pub fn with_password(password: &str) -> Redis {
+        let port = free_port();
+        let mut command = server_command(port, None);
+        command.args(["--requirepass", password]);
+        Redis::spawn(command, port, None)
+    }
+
     /// A replica of `primary`, keeping nothing, on a free port.
     pub fn replica_of(primary: &Redis) -> Redis {
         let port = free_port();

@@ -269,6 +269,17 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
             cluster.sync_settings(&mut con, &weak)
         });
     if let Err(e) = loaded {
+        // Refused credentials do not pass by waiting: say so now.
+        let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
+        if refused {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "cluster.redis: Redis refuses this node ({e}); give the password in the URL (redis://:PASSWORD@host:port)"
+                ),
+            ));
+        }
         log::warn!("cluster: Redis does not answer yet ({e}); going on");
     }
     let out = {
