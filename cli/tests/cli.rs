@@ -522,3 +522,26 @@ fn a_soak_counts_every_message_and_samples_the_servers_memory() {
     let refused = fails(herald().args(["bench", "--mode", "soak", "--duration", "10x"]));
     assert!(refused.contains("unit"), "{refused}");
 }
+
+#[test]
+fn bench_compares_standalone_and_clustered_nodes_side_by_side() {
+    let redis = Redis::start();
+    let out = run_ok(&[
+        "bench",
+        "--mode",
+        "cluster",
+        "--cluster-redis",
+        &redis.url(),
+        "--count",
+        "20000",
+    ]);
+    let line = summary(&out, "cluster");
+    for setup in ["standalone", "1 clustered node", "2 clustered nodes"] {
+        assert!(line.contains(&format!("\"setup\":\"{setup}\"")), "{line}");
+    }
+    assert!(!line.contains("\":0,") && !line.contains("\":0}"), "{line}");
+    // Every queue run consumed and receipted all it sent.
+    assert_eq!(out.matches("\"lost\":0").count(), 6, "{out}");
+    let refused = fails(herald().args(["bench", "--mode", "cluster"]));
+    assert!(refused.contains("--cluster-redis"), "{refused}");
+}

@@ -5,6 +5,7 @@
 //! subscriber's listener has it. Lost messages are counted, not hidden.
 //! Each scenario ends with one JSON line for scripts.
 
+mod cluster;
 mod connections;
 mod latency;
 mod machine;
@@ -44,6 +45,10 @@ pub enum Mode {
     /// --connections idle connections: the server's memory per connection
     /// and its threads, through the management API (--admin)
     Connections,
+    /// A persistent receipted queue and a topic 1 -> 1, each on one
+    /// standalone node, one clustered node and two clustered nodes (all
+    /// in this process, the cluster through --cluster-redis), side by side
+    Cluster,
     /// A mixed load for --duration at --rate: persistent and plain queues
     /// and topics, consumers that come and go, a slow one, a reconnecting
     /// producer; throughput and resident memory over time (the server's,
@@ -131,6 +136,9 @@ pub struct Args {
     /// Idle connections for --mode connections.
     #[arg(long, default_value_t = 10_000)]
     connections: usize,
+    /// The Redis of --mode cluster (redis:// or redis+sentinel://).
+    #[arg(long)]
+    cluster_redis: Option<String>,
     /// How long --mode soak runs: a number of seconds, or with a unit
     /// (90s, 10m, 1h).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
@@ -197,30 +205,9 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             )))
         }
     };
-    let embedded = if args.embedded {
-        let config = Config {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            workers: args.workers,
-            data_dir: embedded_data_dir(),
-            journal: JournalSection {
-                fsync,
-                ..JournalSection::default()
-            },
-            stomp: StompSection {
-                listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-                websocket_enabled: false,
-                ..StompSection::default()
-            },
-            admin: herald_server::config::AdminSection {
-                enabled: false,
-                ..Default::default()
-            },
-            ..Config::default()
-        };
-        let server = Server::start(config).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        Some(server)
-    } else {
-        None
+    let embedded = match args.embedded {
+        true => Some(embedded_server(args.workers, fsync, None)?),
+        false => None,
     };
     let factory = match &embedded {
         Some(server) => ConnectionFactory::new(&format!("herald://{}", server.local_addr()))?,
@@ -324,6 +311,14 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             .transpose()?;
         queue::run(&factory, other.as_ref().unwrap_or(&factory), &plan)?;
     }
+    if args.mode == Mode::Cluster {
+        let Some(redis) = &args.cluster_redis else {
+            return Err(Error::InvalidArgument(
+                "--mode cluster starts its own nodes on --cluster-redis URL".into(),
+            ));
+        };
+        cluster::run(redis, args.workers, fsync, args.size, args.count)?;
+    }
     if let Some(server) = embedded {
         server.shutdown();
         let _ = std::fs::remove_dir_all(embedded_data_dir());
@@ -412,6 +407,41 @@ fn median(mut values: Vec<f64>) -> f64 {
 /// The embedded server's journal directory, private to this process.
 fn embedded_data_dir() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("herald-bench-{}", std::process::id()))
+}
+
+/// A server in this process on ephemeral ports, with its journal under
+/// [`embedded_data_dir`]; `cluster`: (Redis URL, node id) to join a
+/// cluster, each node with a journal directory of its own.
+fn embedded_server(
+    workers: usize,
+    fsync: FsyncPolicy,
+    cluster: Option<(&str, &str)>,
+) -> Result<herald_server::ServerHandle> {
+    let mut config = Config {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        workers,
+        data_dir: embedded_data_dir(),
+        journal: JournalSection {
+            fsync,
+            ..JournalSection::default()
+        },
+        stomp: StompSection {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            websocket_enabled: false,
+            ..StompSection::default()
+        },
+        admin: herald_server::config::AdminSection {
+            enabled: false,
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    if let Some((redis, node)) = cluster {
+        config.cluster.redis = redis.to_owned();
+        config.cluster.node_id = node.to_owned();
+        config.data_dir = config.data_dir.join(node);
+    }
+    Server::start(config).map_err(|e| Error::InvalidArgument(e.to_string()))
 }
 
 /// A topic no other bench run uses.

@@ -70,12 +70,13 @@ impl Window {
 }
 
 /// Runs `plan` with the producers on `factory` and the consumers on
-/// `consumers_at` (another node of a cluster, or the same).
+/// `consumers_at` (another node of a cluster, or the same); returns the
+/// messages consumed per second.
 pub fn run(
     factory: &ConnectionFactory,
     consumers_at: &ConnectionFactory,
     plan: &Plan,
-) -> Result<()> {
+) -> Result<f64> {
     let destination = Destination::queue(bench_topic("queue"));
     let received = Arc::new(AtomicU64::new(0));
     let last = Arc::new(Mutex::new(None::<Instant>));
@@ -201,5 +202,5 @@ pub fn run(
     for (connection, _, _) in consumers {
         connection.close()?;
     }
-    Ok(())
+    Ok(rate)
 }
