@@ -1014,7 +1014,13 @@ fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &Weak<Shared>
                 }
             }
             let before = batch.len();
-            while batch.len() < BATCH {
+            // With a WAIT per batch, bigger batches share its replication
+            // round trip (as the journal's group commit shares a sync).
+            let most = match cluster.min_replicas {
+                0 => BATCH,
+                _ => 4 * BATCH,
+            };
+            while batch.len() < most {
                 match rx.try_recv() {
                     Ok(next) => batch.push(next),
                     Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
