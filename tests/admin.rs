@@ -91,7 +91,8 @@ fn queues_are_listed_purged_and_replayed() {
     let consumer = cs.create_consumer(&Destination::queue("work")).unwrap();
     next(&consumer);
     cs.recover().unwrap();
-    drop(consumer);
+    // Closed, not dropped: a replayed message must not reach it.
+    consumer.close().unwrap();
     wait_until("the message is dead-lettered", || {
         server
             .stats()

@@ -515,8 +515,22 @@ pub struct Broker {
 /// journal has it.
 pub trait Sink: Send + Sync {
     /// Runs `work` with the broker and somewhere to route deliveries, and
-    /// hands those out.
-    fn run(&self, work: SinkWork);
+    /// hands those out; on worker `on` if given (after what that worker
+    /// was sent before), else on any.
+    fn run(&self, on: Option<usize>, work: SinkWork);
+}
+
+thread_local! {
+    /// The index of the worker this thread is, if it is one.
+    static WORKER: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Marks this thread as worker `index`: work it hands to the [`Sink`] (a
+/// persistent message to insert once on disk) goes back to it, ahead of
+/// the RECEIPT it is then sent, so that a client that has its receipt
+/// finds the message in its queue.
+pub fn set_worker_thread(index: usize) {
+    WORKER.set(Some(index));
 }
 
 /// Work a [`Sink`] runs.
@@ -716,12 +730,16 @@ impl Broker {
             return Err(inserts);
         };
         let slot = written.slot();
+        let here = WORKER.get();
         Ok(Box::new(move |result| match result {
-            Ok(()) => sink.run(Box::new(move |broker, out| {
-                for (queue, block, journal_id) in inserts {
-                    broker.insert(&queue, block, journal_id, out);
-                }
-            })),
+            Ok(()) => sink.run(
+                here,
+                Box::new(move |broker, out| {
+                    for (queue, block, journal_id) in inserts {
+                        broker.insert(&queue, block, journal_id, out);
+                    }
+                }),
+            ),
             Err(why) => {
                 log::warn!(
                     "{} message(s) not routed: the journal could not keep them ({why})",
@@ -838,7 +856,7 @@ impl Broker {
         let put_back: Completion = Box::new(move |result| {
             if let Err(why) = result {
                 lock(&slot).get_or_insert(why.clone());
-                sink.run(Box::new(move |broker, out| {
+                sink.run(None, Box::new(move |broker, out| {
                     if broker.store.stopped() {
                         return;
                     }

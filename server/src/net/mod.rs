@@ -404,11 +404,14 @@ impl WorkerSink {
 }
 
 impl crate::broker::Sink for WorkerSink {
-    fn run(&self, work: crate::broker::SinkWork) {
+    fn run(&self, on: Option<usize>, work: crate::broker::SinkWork) {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        let worker = self.next.fetch_add(1, Ordering::Relaxed) % shared.workers.len();
+        let n = shared.workers.len();
+        let worker = on
+            .filter(|w| *w < n)
+            .unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed) % n);
         shared.workers[worker].send(Command::Run(work));
     }
 }

@@ -115,6 +115,7 @@ impl Worker {
 
     /// Runs the loop until a [`Command::Shutdown`].
     pub fn run(mut self) -> io::Result<()> {
+        crate::broker::set_worker_thread(self.index);
         let mut events = Events::with_capacity(1024);
         let mut last_tick = Instant::now();
         let mut busy_at_tick = 0;
