@@ -800,3 +800,60 @@ fn ten_thousand_numbered_messages_arrive_exactly_once_on_one_and_two_nodes() {
     exactly_once(2, AckMode::Auto, false);
     exactly_once(1, AckMode::Client, false);
 }
+
+#[test]
+fn cut_redis_connections_lose_nothing_receipted_and_mark_what_comes_twice() {
+    let redis = Redis::start();
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    let (_ca, on_a) = connect(&a);
+    let cb = factory(&b).create_connection().unwrap();
+    let on_b = cb.create_session(AckMode::Client).unwrap();
+    let work = Destination::queue("cut");
+    let consumer = on_b.create_consumer(&work).unwrap();
+    let producer = on_a.create_producer(&work).unwrap();
+    let total = 3000i64;
+    let (mut receipted, mut unknown) = (Vec::new(), Vec::new());
+    let mut got: BTreeMap<i64, u32> = BTreeMap::new();
+    let mut unmarked_twice = Vec::new();
+    let mut take = |consumer: &Consumer, got: &mut BTreeMap<i64, u32>| {
+        while let Some(m) = consumer.receive(Duration::from_millis(1)).unwrap() {
+            let k = n(&m);
+            let seen = got.entry(k).or_default();
+            if *seen > 0 && !m.redelivered {
+                unmarked_twice.push(k);
+            }
+            *seen += 1;
+            on_b.acknowledge().unwrap();
+        }
+    };
+    for k in 0..total {
+        if k % 1000 == 500 {
+            // Every node's Redis connections are cut: they reconnect.
+            redis.command(&[b"CLIENT", b"KILL", b"TYPE", b"normal"]);
+        }
+        match producer.send_with_receipt(job(k)) {
+            Ok(()) => receipted.push(k),
+            Err(_) => unknown.push(k),
+        }
+        take(&consumer, &mut got);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while receipted.iter().any(|k| !got.contains_key(k)) && Instant::now() < deadline {
+        take(&consumer, &mut got);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lost: Vec<_> = receipted.iter().filter(|k| !got.contains_key(k)).collect();
+    assert!(
+        lost.is_empty(),
+        "receipted and lost: {lost:?} (unknown outcome: {unknown:?})"
+    );
+    assert!(
+        unmarked_twice.is_empty(),
+        "twice, not marked redelivered: {unmarked_twice:?}"
+    );
+    assert!(
+        got.keys()
+            .all(|k| receipted.contains(k) || unknown.contains(k)),
+        "only what was sent"
+    );
+}
