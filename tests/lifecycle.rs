@@ -28,12 +28,17 @@ fn a_silent_connection_that_never_connects_is_closed() {
     raw.expect_fatal(ErrorCode::HeartbeatTimeout);
 }
 
-#[test]
-fn the_client_heartbeat_keeps_an_idle_connection_alive() {
-    let server = start();
-    let factory = factory(&server).with_heartbeat(Duration::from_millis(150));
+/// A connection with a 150 ms heart-beat whose exception listener's
+/// reports arrive on the receiver, and a session of it.
+fn heartbeating(
+    server: &TestServer,
+) -> (
+    herald_client::Connection,
+    mpsc::Receiver<String>,
+    herald_client::Session,
+) {
+    let factory = factory(server).with_heartbeat(Duration::from_millis(150));
     let connection = factory.create_connection().unwrap();
-    assert_eq!(connection.heartbeat(), Duration::from_millis(150));
     let (tx, rx) = mpsc::channel();
     connection.set_exception_listener(move |e| {
         let _ = tx.send(e.to_string());
@@ -41,6 +46,14 @@ fn the_client_heartbeat_keeps_an_idle_connection_alive() {
     let session = connection
         .create_session(herald_client::AckMode::Auto)
         .unwrap();
+    (connection, rx, session)
+}
+
+#[test]
+fn the_client_heartbeat_keeps_an_idle_connection_alive() {
+    let server = start();
+    let (connection, rx, session) = heartbeating(&server);
+    assert_eq!(connection.heartbeat(), Duration::from_millis(150));
     let consumer = subscribe(&session, "quiet");
     // Ten intervals of idleness.
     assert!(
@@ -56,15 +69,7 @@ fn the_client_heartbeat_keeps_an_idle_connection_alive() {
 #[test]
 fn a_producer_that_never_stops_sending_still_hears_the_server() {
     let server = start();
-    let factory = factory(&server).with_heartbeat(Duration::from_millis(150));
-    let connection = factory.create_connection().unwrap();
-    let (tx, rx) = mpsc::channel();
-    connection.set_exception_listener(move |e| {
-        let _ = tx.send(e.to_string());
-    });
-    let session = connection
-        .create_session(herald_client::AckMode::Auto)
-        .unwrap();
+    let (connection, rx, session) = heartbeating(&server);
     let producer = session
         .create_producer(&herald_client::Destination::topic("busy"))
         .unwrap();

@@ -6,24 +6,12 @@ use herald_tests::*;
 
 mod common;
 
-use common::{fails, herald, run_ok, summary};
+use common::{bench_with_admin, fails, herald, summary};
 
 #[test]
 fn bench_measures_idle_connections_through_the_management_api() {
     let server = start();
-    let url = format!("herald://{}", server.local_addr());
-    let admin = format!("http://{}", server.admin_addr().unwrap());
-    let out = run_ok(&[
-        "--server",
-        &url,
-        "--admin",
-        &admin,
-        "bench",
-        "--mode",
-        "connections",
-        "--connections",
-        "300",
-    ]);
+    let out = bench_with_admin(&server, &["--mode", "connections", "--connections", "300"]);
     let line = summary(&out, "connections");
     let number = |key: &str| -> u64 {
         let at = line

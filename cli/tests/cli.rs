@@ -7,7 +7,7 @@ use herald_tests::*;
 
 mod common;
 
-use common::{fails, herald, run_ok, summary};
+use common::{bench_with_admin, fails, herald, run_ok, summary};
 
 #[test]
 fn pub_reaches_sub_with_its_properties() {
@@ -489,21 +489,8 @@ fn bench_measures_topics_and_queues_across_two_nodes_of_a_cluster() {
 #[test]
 fn a_soak_counts_every_message_and_samples_the_servers_memory() {
     let server = start();
-    let url = format!("herald://{}", server.local_addr());
-    let admin = format!("http://{}", server.admin_addr().unwrap());
-    let out = run_ok(&[
-        "--server",
-        &url,
-        "--admin",
-        &admin,
-        "bench",
-        "--mode",
-        "soak",
-        "--duration",
-        "4s",
-        "--rate",
-        "600",
-    ]);
+    let args = ["--mode", "soak", "--duration", "4s", "--rate", "600"];
+    let out = bench_with_admin(&server, &args);
     let line = summary(&out, "soak");
     assert_eq!(line.matches("\"lost\":0,").count(), 4, "{line}");
     assert_eq!(

@@ -851,6 +851,7 @@ mod tests {
             ("[admin]\nallowed_hosts = \"x\"", "allowed_hosts"),
             ("[journal]\nrecover_corrupt = 3", "recover_corrupt"),
             ("[journal]\nmin_free_bytes = -1", "min_free_bytes"),
+            ("[cluster]\nmin_replicas = -1", "min_replicas"),
             ("slow_consumer_grace_ms = 60001", "slow_consumer_grace_ms"),
             ("[cluster]\nredis = \"localhost:6379\"", "cluster.redis"),
             ("[cluster]\nnode_id = \"a b\"", "cluster.node_id"),

@@ -87,6 +87,21 @@ pub fn cluster_config(redis: &Redis, node_id: &str) -> Config {
     config
 }
 
+/// A cluster node whose claims of dead nodes' messages come after a
+/// second.
+pub fn claiming_node(redis: &Redis, id: &str) -> TestServer {
+    let mut config = cluster_config(redis, id);
+    config.cluster.claim_idle_ms = 1000;
+    start_with(config)
+}
+
+/// A test message's number: its `n` property.
+pub fn number(m: &Message) -> i64 {
+    m.property("n")
+        .and_then(|v| v.as_i64())
+        .expect("an n property")
+}
+
 /// A running server that removes its data directory when dropped.
 pub struct TestServer {
     handle: Option<ServerHandle>,

@@ -32,3 +32,13 @@ pub fn run_ok(args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// Runs `herald --server URL --admin URL bench ARGS` against `server` and
+/// returns what it printed.
+pub fn bench_with_admin(server: &herald_tests::TestServer, args: &[&str]) -> String {
+    let url = format!("herald://{}", server.local_addr());
+    let admin = format!("http://{}", server.admin_addr().unwrap());
+    let mut all = vec!["--server", &url, "--admin", &admin, "bench"];
+    all.extend_from_slice(args);
+    run_ok(&all)
+}

@@ -69,39 +69,37 @@ pub fn publish(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Published, Refusal> {
-    let named = (request_id == 0).then(|| message.clone());
-    let send = Held {
-        message,
-        request_id,
-        since,
-    };
-    route(send, session, out, ctx).map_err(|refusal| match &named {
-        Some(message) => refusal.naming(message),
-        None => refusal,
-    })
+    match route(&message, (request_id, since), session, out, ctx) {
+        Ok(Routing::Done(published)) => Ok(published),
+        Ok(Routing::Hold { since, for_server }) => Ok(Published::Held(Parked {
+            message,
+            request_id,
+            since,
+            for_server,
+        })),
+        Err(refusal) if request_id == 0 => Err(refusal.naming(&message)),
+        Err(refusal) => Err(refusal),
+    }
 }
 
-/// A send being routed: the message, its request id, and when it was first
-/// held back.
-struct Held {
-    message: MessageView,
-    request_id: u32,
-    since: Option<Instant>,
+/// What routing did with a send.
+enum Routing {
+    /// Routed: its RECEIPT goes now, or once the journal has it.
+    Done(Published),
+    /// Held back: it waits for room since then.
+    Hold { since: Instant, for_server: bool },
 }
 
+/// [`publish`], with the message borrowed: it moves only into a held send.
 fn route(
-    send: Held,
+    message: &MessageView,
+    (request_id, since): (u32, Option<Instant>),
     session: &mut Session,
     out: &mut Outbound,
     ctx: &mut Context<'_>,
-) -> Result<Published, Refusal> {
-    let Held {
-        message,
-        request_id,
-        since,
-    } = send;
+) -> Result<Routing, Refusal> {
     let name = message.destination();
-    authorize_named(session, &message, name, ctx)?;
+    authorize_named(session, message, name, ctx)?;
     let most = ctx
         .shared
         .limits
@@ -138,7 +136,7 @@ fn route(
         match ctx
             .shared
             .broker
-            .publish_to(&message, name, room, Some(ctx.me), ctx.deliveries)
+            .publish_to(message, name, room, Some(ctx.me), ctx.deliveries)
         {
             Ok(routed) => Ok(routed),
             Err(RouteError::Undeclared(why)) => {
@@ -154,24 +152,19 @@ fn route(
             let since = since.unwrap_or_else(Instant::now);
             let limit = Duration::from_millis(config.block_timeout_ms.into());
             if block && since.elapsed() < limit {
-                return Ok(Published::Held(Parked {
-                    message,
-                    request_id,
-                    since,
-                    for_server,
-                }));
+                return Ok(Routing::Hold { since, for_server });
             }
             return Err(Refusal::soft(ErrorCode::QueueFull, why));
         }
     };
     let (journaled, written) = (routed.journaled, routed.written.clone());
-    ctx.routed(&message, name, routed);
+    ctx.routed(message, name, routed);
     if journaled && request_id != 0 {
         // The RECEIPT waits until the journal has the message on disk.
         super::await_journal(request_id, written, session, out, ctx);
-        return Ok(Published::Later);
+        return Ok(Routing::Done(Published::Later));
     }
-    Ok(Published::Now)
+    Ok(Routing::Done(Published::Now))
 }
 
 /// A native SEND.
