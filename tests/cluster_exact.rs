@@ -197,3 +197,42 @@ fn cut_redis_connections_lose_nothing_receipted_and_mark_what_comes_twice() {
         "only what was sent"
     );
 }
+
+/// A durable subscription made on one node keeps every persistent message
+/// receipted after it was made, whichever node the message was sent
+/// through: the other node may not have heard of the subscription yet
+/// when it routes the next message, and checks the registry's epoch
+/// before the receipt instead, routing the message again if it changed.
+#[test]
+fn a_durable_subscription_keeps_what_another_node_receipts_right_after_it_is_made() {
+    let redis = Redis::start();
+    let nodes = [node(&redis, "a"), node(&redis, "b")];
+    let topic = Destination::topic("fresh.t");
+    let (_pc, publisher) = connect(&nodes[1]);
+    let producer = publisher.create_producer(&topic).unwrap();
+    let count = 20;
+    let mut subscribers = Vec::new();
+    for i in 0..count {
+        let (c, s) = as_client(&nodes[0], &format!("fresh-{i}"));
+        let d = s.create_durable_subscriber(&topic, "kept").unwrap();
+        // Persistent: returns once receipted.
+        let m = Message::text("x").with_property("n", i).persistent();
+        producer.send(m).unwrap();
+        subscribers.push((c, s, d, i));
+    }
+    for (_c, _s, d, i) in &subscribers {
+        let expected: Vec<i64> = (*i..count).collect();
+        let mut got = Vec::new();
+        while got.len() < expected.len() {
+            match d.receive(Duration::from_secs(5)).unwrap() {
+                Some(m) => got.push(n(&m)),
+                None => break,
+            }
+        }
+        // Anything more would be a duplicate.
+        while let Some(m) = d.receive(Duration::from_millis(100)).unwrap() {
+            got.push(n(&m));
+        }
+        assert_eq!(got, expected, "subscriber {i}");
+    }
+}

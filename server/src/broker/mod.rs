@@ -260,6 +260,28 @@ pub fn temporary_owner(name: &str) -> Option<u64> {
     rest.split('.').next()?.parse().ok()
 }
 
+/// Whether the topic subscription `entry` takes a message: a temporary
+/// topic's (of connection `owner`) reach its owner only, and a selector
+/// must select it. `fields` holds the message parsed, once, when a
+/// selector first needs it.
+fn takes<'a>(
+    entry: &TopicEntry,
+    owner: Option<u64>,
+    block: &'a Bytes,
+    fields: &OnceCell<Option<MessageRef<'a>>>,
+) -> bool {
+    if owner.is_some() && entry.owner != owner {
+        return false;
+    }
+    match &entry.selector {
+        Some(selector) => fields
+            .get_or_init(|| MessageRef::read(block).ok())
+            .as_ref()
+            .is_some_and(|r| selector.matches(r)),
+        None => true,
+    }
+}
+
 impl std::fmt::Debug for TopicEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TopicEntry")
@@ -573,6 +595,24 @@ pub trait Peers: Send + Sync {
     /// same client id and name) or deleted (`None`), its messages with it:
     /// the registry in Redis and the other nodes learn of it.
     fn durable(&self, stream: &str, record: Option<&DurableRecord>);
+    /// The epoch of the registry of durable subscriptions that this
+    /// node's topic tree holds.
+    fn durables_epoch(&self) -> u64;
+    /// A persistent message published here (by `from`) on `topic` was
+    /// routed knowing the registry at an epoch, and appended to some
+    /// streams: `seen` holds both.
+    /// If a subscription was registered since (on another node, whose
+    /// subscriber may then have sent it, through this node), the message
+    /// is appended to that one's stream too before any later barrier
+    /// completes: a receipted message reaches every durable subscription
+    /// made before it was sent.
+    fn recheck(
+        &self,
+        topic: &str,
+        block: &Bytes,
+        seen: (u64, Vec<String>),
+        from: Option<ConnectionRef>,
+    );
 }
 
 /// Whether topics under a pattern can be heard beyond this node: a
@@ -1500,17 +1540,22 @@ impl Broker {
         // A temporary topic's messages reach its owner only, even
         // through wildcards.
         let owner = temporary_owner(name);
+        // In a cluster, a persistent message's receipt also waits until
+        // the node has made sure that no durable subscription was
+        // registered elsewhere after it last read the registry (see
+        // `Peers::recheck`). The epoch is read before the tree, which is
+        // at least that new.
+        let recheck = self
+            .peers
+            .get()
+            .filter(|_| local && mode == DeliveryMode::Persistent)
+            .map(|peers| (peers, peers.durables_epoch()));
+        let mut appended = Vec::new();
         let tree = self.read_topics();
         let cached = out.matches.matches(&tree, name);
         let mut visit = |entry: &TopicEntry| {
-            if owner.is_some() && entry.owner != owner {
+            if !takes(entry, owner, block, &fields) {
                 return;
-            }
-            if let Some(selector) = &entry.selector {
-                match fields.get_or_init(|| MessageRef::read(block).ok()) {
-                    Some(r) if selector.matches(r) => {}
-                    _ => return,
-                }
             }
             routed.delivered += 1;
             if let (Some(b), false) = (&entry.backlog, delayed) {
@@ -1526,6 +1571,9 @@ impl Broker {
                     if let (Some(peers), true) = (self.peers.get(), local) {
                         let backlog = self.append_shared(peers, stream, block, from);
                         routed.journaled |= mode == DeliveryMode::Persistent;
+                        if recheck.is_some() {
+                            appended.push(stream.clone());
+                        }
                         if routed.backlog.is_none() {
                             routed.backlog = backlog;
                         }
@@ -1553,7 +1601,26 @@ impl Broker {
         }
         self.retain(name, block);
         drop(tree);
+        if let Some((peers, epoch)) = recheck {
+            peers.recheck(name, block, (epoch, appended), from);
+            routed.journaled = true;
+        }
         Ok(routed)
+    }
+
+    /// The cluster streams (of durable and shared subscriptions) that a
+    /// message published on `topic` now goes to.
+    pub fn streams_for(&self, topic: &str, block: &Bytes) -> Vec<String> {
+        let (owner, fields) = (temporary_owner(topic), OnceCell::new());
+        let mut streams = Vec::new();
+        self.read_topics()
+            .for_each_match(topic, |entry| match &entry.target {
+                Target::Stream(stream) if takes(entry, owner, block, &fields) => {
+                    streams.push(stream.clone());
+                }
+                _ => {}
+            });
+        streams
     }
 
     /// Keeps a published message if a retain rule covers its topic. Called

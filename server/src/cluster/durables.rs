@@ -27,6 +27,10 @@ use crate::broker::DurableRecord;
 
 /// The Redis hash of the registry.
 const REGISTRY: &str = "herald:durables";
+/// A counter raised whenever a subscription is registered or changed:
+/// a node that routed a message knowing an older value may have missed a
+/// subscription made meanwhile (see `Command::Recheck`).
+pub(super) const EPOCH: &str = "herald:durables:epoch";
 /// The channel on which a change is announced (the message is the node
 /// id).
 pub(super) const CHANNEL: &str = "herald:durables";
@@ -52,6 +56,16 @@ if redis.call('SCARD', KEYS[1]) == 0 and redis.call('HEXISTS', KEYS[2], ARGV[2])
   return 1
 end
 return 0
+";
+
+/// Registers a subscription: KEYS = the registry, the epoch; ARGV = its
+/// field, its record. The epoch rises only if the record is new or
+/// changed, so that a subscriber coming back does not count as new.
+const REGISTER: &str = r"
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('INCR', KEYS[2])
+end
 ";
 
 /// This node, as the registry's writes name it.
@@ -80,8 +94,11 @@ pub(super) fn write(
 ) {
     match record {
         Some(record) => {
-            pipe.cmd("HSET")
+            pipe.cmd("EVAL")
+                .arg(REGISTER)
+                .arg(2)
                 .arg(REGISTRY)
+                .arg(EPOCH)
                 .arg(stream)
                 .arg(&encode(record)[..])
                 .ignore();
@@ -134,10 +151,18 @@ pub(super) fn leave(
         .query(con)
 }
 
-/// Reads the registry. Entries that do not decode are skipped.
-pub(super) fn load(con: &mut redis::Connection) -> redis::RedisResult<Vec<DurableRecord>> {
-    let all: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL").arg(REGISTRY).query(con)?;
-    Ok(all
+/// Reads the registry, with its epoch as it was before the read (so that
+/// a change made meanwhile counts as not yet seen). Entries that do not
+/// decode are skipped.
+pub(super) fn load(con: &mut redis::Connection) -> redis::RedisResult<(u64, Vec<DurableRecord>)> {
+    type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+    let (epoch, all): (Option<u64>, Fields) = redis::pipe()
+        .cmd("GET")
+        .arg(EPOCH)
+        .cmd("HGETALL")
+        .arg(REGISTRY)
+        .query(con)?;
+    let records = all
         .into_iter()
         .filter_map(|(field, value)| {
             let record = decode(&value);
@@ -149,7 +174,8 @@ pub(super) fn load(con: &mut redis::Connection) -> redis::RedisResult<Vec<Durabl
             }
             record
         })
-        .collect())
+        .collect();
+    Ok((epoch.unwrap_or(0), records))
 }
 
 /// A record as the registry holds it: each field as its length (4 bytes,

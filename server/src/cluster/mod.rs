@@ -38,6 +38,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use herald_protocol::destination::{Pattern, PatternWord};
 use herald_protocol::MessageView;
 use link::Link;
+use redis::Value;
 
 use crate::broker::{
     Backlog, ConnectionRef, DurableRecord, EntryId, Peers, SharedChanges, SharedQueue,
@@ -153,6 +154,8 @@ pub struct Cluster {
     others_changed: AtomicBool,
     /// The registry of durable subscriptions changed: read it again.
     durables_changed: AtomicBool,
+    /// The registry's epoch as last read (see `durables::EPOCH`).
+    durables_epoch: AtomicU64,
     /// The shared declared topics, users or roles changed: read them
     /// again.
     settings_changed: AtomicBool,
@@ -243,6 +246,7 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         own_changed: AtomicBool::new(true),
         others_changed: AtomicBool::new(true),
         durables_changed: AtomicBool::new(true),
+        durables_epoch: AtomicU64::new(0),
         settings_changed: AtomicBool::new(true),
         settings: Mutex::default(),
         base_auth: Mutex::new(shared.config.auth.clone()),
@@ -427,7 +431,7 @@ impl Cluster {
         reread(
             &self.durables_changed,
             || durables::load(con),
-            |records| {
+            |(epoch, records)| {
                 *lock(&self.ephemeral) = records
                     .iter()
                     .filter(|r| !r.durable)
@@ -436,6 +440,9 @@ impl Cluster {
                 if let Some(shared) = shared.upgrade() {
                     shared.broker.sync_durables(records);
                 }
+                // After the topic tree has them: a message routed knowing
+                // this epoch was routed to them.
+                self.durables_epoch.store(epoch, Ordering::Release);
             },
         )
     }
@@ -707,6 +714,27 @@ impl Peers for Cluster {
             by: self.member(),
         });
     }
+
+    fn durables_epoch(&self) -> u64 {
+        self.durables_epoch.load(Ordering::Acquire)
+    }
+
+    fn recheck(
+        &self,
+        topic: &str,
+        block: &Bytes,
+        seen: (u64, Vec<String>),
+        from: Option<ConnectionRef>,
+    ) {
+        let (epoch, appended) = seen;
+        self.send(Command::Recheck {
+            topic: topic.to_owned(),
+            block: block.clone(),
+            epoch,
+            appended,
+            from,
+        });
+    }
 }
 
 /// What the outbound thread does in Redis, in the order given.
@@ -742,6 +770,15 @@ enum Command {
     },
     /// Change the shared configuration, and announce it.
     Settings { change: Change, node_id: String },
+    /// A persistent topic message routed knowing the registry at
+    /// `epoch`, to the streams `appended`; see `Peers::recheck`.
+    Recheck {
+        topic: String,
+        block: Bytes,
+        epoch: u64,
+        appended: Vec<String>,
+        from: Option<ConnectionRef>,
+    },
     /// Answer once everything before it was answered.
     Barrier {
         from: Option<ConnectionRef>,
@@ -763,8 +800,8 @@ struct Outcomes {
 }
 
 impl Command {
-    /// Adds the command to `pipe`; false for a barrier, which sends
-    /// nothing.
+    /// Adds the command to `pipe`; false for a barrier or a recheck,
+    /// which send nothing of their own.
     fn add_to(&self, pipe: &mut redis::Pipeline) -> bool {
         match self {
             Command::Publish { channel, payload } => {
@@ -794,7 +831,7 @@ impl Command {
                 durables::write(pipe, stream, record.as_ref(), by)
             }
             Command::Settings { change, node_id } => settings::write(pipe, change, node_id),
-            Command::Barrier { .. } => return false,
+            Command::Barrier { .. } | Command::Recheck { .. } => return false,
         }
         true
     }
@@ -803,7 +840,9 @@ impl Command {
     fn fail(self, why: &str, outcomes: &mut Outcomes) {
         match self {
             Command::Publish { .. } => outcomes.dropped += 1,
-            Command::Append { from, .. } | Command::Commit { from, .. } => {
+            Command::Append { from, .. }
+            | Command::Commit { from, .. }
+            | Command::Recheck { from, .. } => {
                 outcomes.failed.insert(from.map(|c| c.serial));
             }
             Command::Settings { .. } => {
@@ -1052,6 +1091,18 @@ fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &Weak<Shared>
             for (queue, entries) in &settled {
                 queues::settle(&mut pipe, queue, entries);
             }
+            // The registry's epoch, if a message here was routed knowing
+            // an older one (see `Peers::recheck`).
+            let oldest = batch
+                .iter()
+                .filter_map(|c| match c {
+                    Command::Recheck { epoch, .. } => Some(*epoch),
+                    _ => None,
+                })
+                .min();
+            if oldest.is_some() {
+                pipe.cmd("GET").arg(durables::EPOCH);
+            }
             // A receipt in this batch: what it confirms must be on enough
             // replicas too, or a failover could lose it. One WAIT for the
             // whole batch, as the journal syncs once per group.
@@ -1062,10 +1113,25 @@ fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &Weak<Shared>
                     .arg(min)
                     .arg(REPLICA_WAIT.as_millis() as u64);
             }
-            let answered = match wait {
-                true => pipe.query::<Vec<i64>>(&mut con).map(|r| r.first().copied()),
-                false => pipe.query::<()>(&mut con).map(|()| None),
-            };
+            let answered = pipe.query::<Vec<Value>>(&mut con).and_then(|answers| {
+                let mut answers = answers.iter();
+                let mut next = || answers.next().unwrap_or(&Value::Nil);
+                let epoch = match oldest {
+                    Some(_) => redis::from_redis_value::<Option<u64>>(next())?,
+                    None => None,
+                };
+                let replicas = match wait {
+                    true => Some(redis::from_redis_value::<i64>(next())?),
+                    false => None,
+                };
+                match (oldest, epoch) {
+                    (Some(oldest), Some(now)) if now > oldest => {
+                        let more = recheck(cluster, &mut con, shared, &batch, now)?;
+                        Ok(replicas.into_iter().chain(more).min())
+                    }
+                    _ => Ok(replicas),
+                }
+            });
             match answered {
                 Ok(replicas) => {
                     // Written on the primary, but not replicated enough: the
@@ -1124,6 +1190,61 @@ fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &Weak<Shared>
     for command in batch.drain(..).chain(rx.try_iter()) {
         command.fail("the server is stopping", &mut outcomes);
     }
+}
+
+/// Appends the messages of `batch` that were routed knowing a registry
+/// older than `epoch` to the streams of the subscriptions registered
+/// since, having read the registry again. Returns how many replicas
+/// confirmed them, if a WAIT was due.
+fn recheck(
+    cluster: &Cluster,
+    con: &mut redis::Connection,
+    shared: &Weak<Shared>,
+    batch: &[Command],
+    epoch: u64,
+) -> redis::RedisResult<Option<i64>> {
+    cluster.durables_changed.store(true, Ordering::Relaxed);
+    cluster.sync_durables(con, shared)?;
+    let Some(shared) = shared.upgrade() else {
+        return Ok(None);
+    };
+    let mut pipe = redis::pipe();
+    let mut added = 0;
+    for command in batch {
+        let Command::Recheck {
+            topic,
+            block,
+            epoch: seen,
+            appended,
+            ..
+        } = command
+        else {
+            continue;
+        };
+        if *seen >= epoch {
+            continue;
+        }
+        for stream in shared.broker.streams_for(topic, block) {
+            if !appended.contains(&stream) {
+                queues::append(&mut pipe, &stream, block, 0);
+                added += 1;
+            }
+        }
+    }
+    if added == 0 {
+        return Ok(None);
+    }
+    log::info!("cluster: {added} appends to subscriptions registered on another node while their messages were routed here");
+    cluster.stats.appended.fetch_add(added, Ordering::Relaxed);
+    let min = cluster.min_replicas;
+    if min == 0 {
+        pipe.query::<()>(con)?;
+        return Ok(None);
+    }
+    pipe.cmd("WAIT")
+        .arg(min)
+        .arg(REPLICA_WAIT.as_millis() as u64);
+    Ok(pipe.query::<Vec<i64>>(con)?.first().copied())
 }
 
 fn run_inbound(cluster: &Cluster, changes: &Receiver<(String, bool)>, shared: &Weak<Shared>) {

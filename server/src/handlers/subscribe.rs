@@ -10,6 +10,7 @@ use herald_protocol::{DestinationKind, ErrorCode};
 
 use super::{receipt, Context, Flow, Refusal};
 use crate::auth::Permission;
+use crate::broker::Written;
 use crate::broker::{SubscribeError, SubscribeRequest, Subscriber};
 use crate::net::outbound::Outbound;
 use crate::session::Session;
@@ -198,6 +199,13 @@ pub fn handle(
     if f.temporary && !session.temporary_queues.contains(&f.pattern) {
         session.temporary_queues.push(f.pattern);
     }
-    receipt(out, request_id);
+    if f.durable_name.is_empty() {
+        receipt(out, request_id);
+    } else {
+        // A durable subscription's RECEIPT waits until it is kept: in the
+        // journal, or in a cluster in Redis's registry, so that a message
+        // sent after it, through any node, is kept for it.
+        super::await_journal(request_id, Written::default(), session, out, ctx);
+    }
     Ok(Flow::Continue)
 }
