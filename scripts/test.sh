@@ -7,7 +7,8 @@
 # with NATS is tested against Debian's nats-server, and cluster mode
 # against Debian's redis-server, both installed if missing.
 # Every server a test starts listens on 127.0.0.1 ephemeral ports and is
-# stopped by the test. Between the two, each fuzz target in fuzz/ runs
+# stopped by the test. A short cluster fault drill (Redis Sentinel, two
+# nodes, a node and the Redis primary killed) follows the Rust tests. Between the two, each fuzz target in fuzz/ runs
 # FUZZ_RUNS inputs (300,000 by default; 0 skips them) from a fixed seed,
 # so that a run is repeatable, with cargo-fuzz on the nightly toolchain,
 # installing cargo-fuzz if it is missing. Longer searches from random
@@ -52,8 +53,11 @@ if [ "$FUZZ_RUNS" -gt 0 ]; then
   done
 fi
 
-echo "== interoperability tests"
 cargo build --locked --bins
+echo "== cluster fault drill (a short one: scripts/cluster-drill.sh)"
+scripts/cluster-drill.sh --duration 24 --rate 200 --bin target/debug
+
+echo "== interoperability tests"
 (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 venv=target/interop-venv
 [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"

@@ -39,6 +39,11 @@ enum Command {
     Reply(request::ReplyArgs),
     /// Measure throughput and latency.
     Bench(bench::Args),
+    /// Count every numbered message through a cluster while
+    /// scripts/cluster-drill.sh kills nodes and the Redis primary: what
+    /// was receipted, delivered, lost and duplicated, and how long each
+    /// failover took.
+    Drill(bench::drill::Args),
     /// Read a password and print its Argon2 hash, for `[[auth.users]]` in
     /// the server's config.
     Passwd,
@@ -67,6 +72,7 @@ fn main() -> ExitCode {
         Command::Request(args) => request::request(&cli.target, args),
         Command::Reply(args) => request::reply(&cli.target, args),
         Command::Bench(args) => bench::run(&cli.target, args),
+        Command::Drill(args) => bench::drill::run(&cli.target, args),
         Command::Passwd => passwd::run(),
         Command::Topics => admin::topics(&cli.target),
         Command::Queues => admin::queues(&cli.target),

@@ -122,7 +122,9 @@ fn server_command(port: u16, dir: Option<&Path>) -> Command {
     let mut command = Command::new("redis-server");
     command
         .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--save", ""]);
+        .args(["--save", ""])
+        // A replica syncs at once rather than after 5 s.
+        .args(["--repl-diskless-sync-delay", "0"]);
     match dir {
         Some(dir) => {
             std::fs::create_dir_all(dir).expect("a directory for Redis");

@@ -7,7 +7,9 @@
 
 mod cluster;
 mod connections;
+pub mod drill;
 mod latency;
+mod ledger;
 mod machine;
 mod nats;
 mod progress;
@@ -146,7 +148,7 @@ pub struct Args {
 }
 
 /// "90", "90s", "10m" or "1h".
-fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
         Some(at) => text.split_at(at),
         None => (text, "s"),

@@ -19,7 +19,7 @@
 //! second delivery was marked redelivered) and dead-lettered.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,7 @@ use herald_client::{
 };
 
 use super::bench_topic;
+use super::ledger::Ledger;
 use super::queue::Window;
 
 /// How often the persistent producer reconnects.
@@ -47,84 +48,12 @@ pub struct Plan {
     pub size: usize,
 }
 
-/// One stream of numbered messages and what became of each number at one
-/// receiver (a queue's consumers together, or one topic subscriber).
-struct Stream {
-    name: String,
-    /// Numbers handed out so far: 0 to `issued` - 1.
-    issued: AtomicU64,
-    /// Numbers whose send failed (refused, or no receipt): not expected.
-    failed: Mutex<Vec<u64>>,
-    /// Deliveries of each number, saturating.
-    got: Mutex<Vec<u8>>,
-    /// Second deliveries not marked redelivered.
-    unmarked: AtomicU64,
-    dead: AtomicU64,
-}
-
-impl Stream {
-    fn new(name: &str) -> Arc<Stream> {
-        Arc::new(Stream {
-            name: name.to_owned(),
-            issued: AtomicU64::new(0),
-            failed: Mutex::new(Vec::new()),
-            got: Mutex::new(Vec::new()),
-            unmarked: AtomicU64::new(0),
-            dead: AtomicU64::new(0),
-        })
-    }
-
-    fn failed(&self, n: u64) {
-        lock(&self.failed).push(n);
-    }
-
-    /// Counts a delivery of message `m`.
-    fn received(&self, m: &Message, delivered: &AtomicU64) {
-        delivered.fetch_add(1, Ordering::Relaxed);
-        let Some(n) = m.property("n").and_then(|v| v.as_i64()) else {
-            return;
-        };
-        let n = n as usize;
-        let mut got = lock(&self.got);
-        if got.len() <= n {
-            got.resize(n + 1, 0);
-        }
-        if got[n] > 0 && !m.redelivered {
-            self.unmarked.fetch_add(1, Ordering::Relaxed);
-        }
-        got[n] = got[n].saturating_add(1);
-    }
-
-    /// (expected, delivered, lost, duplicates).
-    fn tally(&self) -> (u64, u64, u64, u64) {
-        let issued = self.issued.load(Ordering::Relaxed) as usize;
-        let failed = lock(&self.failed);
-        let got = lock(&self.got);
-        let (mut delivered, mut lost, mut duplicates) = (0, 0, 0);
-        for n in 0..issued {
-            match got.get(n).copied().unwrap_or(0) {
-                0 if !failed.contains(&(n as u64)) => lost += 1,
-                0 => {}
-                k => {
-                    delivered += 1;
-                    duplicates += u64::from(k - 1);
-                }
-            }
-        }
-        ((issued - failed.len()) as u64, delivered, lost, duplicates)
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Sends `stream`'s next numbers at `rate` per second until `stop`, in
 /// turn to each of `destinations`; persistent sends go through a window of
 /// receipts.
 struct Producer {
     destinations: Vec<Destination>,
-    stream: Arc<Stream>,
+    stream: Arc<Ledger>,
     persistent: bool,
     rate: u64,
     size: usize,
@@ -158,7 +87,7 @@ impl Producer {
                     if let Some(wait) = due.checked_duration_since(Instant::now()) {
                         std::thread::sleep(wait);
                     }
-                    let n = self.stream.issued.fetch_add(1, Ordering::Relaxed);
+                    let n = self.stream.issue();
                     let producer = &producers[n as usize % producers.len()];
                     let message = Message::bytes(body.clone()).with_property("n", n as i64);
                     sent += 1;
@@ -197,7 +126,7 @@ type Listening = (Connection, Arc<Session>, Consumer);
 fn consumer(
     factory: &ConnectionFactory,
     destination: &Destination,
-    stream: &Arc<Stream>,
+    stream: &Arc<Ledger>,
     delivered: &Arc<AtomicU64>,
     slow: Option<Duration>,
 ) -> Result<Listening> {
@@ -207,7 +136,8 @@ fn consumer(
     let c = session.create_consumer_with(destination, options)?;
     let (s, d, acks) = (stream.clone(), delivered.clone(), session.clone());
     c.set_message_listener(move |m| {
-        s.received(&m, &d);
+        d.fetch_add(1, Ordering::Relaxed);
+        s.received(&m);
         if let Some(pause) = slow {
             std::thread::sleep(pause);
         }
@@ -223,7 +153,7 @@ fn consumer(
 /// closes.
 fn workers(
     factory: ConnectionFactory,
-    queues: Vec<(Destination, Arc<Stream>)>,
+    queues: Vec<(Destination, Arc<Ledger>)>,
     delivered: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
 ) -> JoinHandle<Result<()>> {
@@ -242,7 +172,8 @@ fn workers(
                 let Some(m) = c.receive(Duration::from_millis(200))? else {
                     break;
                 };
-                stream.received(&m, &delivered);
+                delivered.fetch_add(1, Ordering::Relaxed);
+                stream.received(&m);
                 if i + 1 < take {
                     session.acknowledge_message(&m)?;
                 }
@@ -267,13 +198,13 @@ pub fn run(factory: &ConnectionFactory, plan: &Plan, footprint: Footprint<'_>) -
         .map(|i| Destination::topic(format!("{base}.t.{i}")))
         .collect();
     let (persistent, plain, topic) = (
-        Stream::new("persistent queue"),
-        Stream::new("queue"),
-        Stream::new("topic"),
+        Ledger::new("persistent queue"),
+        Ledger::new("queue"),
+        Ledger::new("topic"),
     );
     let subscribers = [
-        Stream::new("topic subscriber 1"),
-        Stream::new("topic subscriber 2"),
+        Ledger::new("topic subscriber 1"),
+        Ledger::new("topic subscriber 2"),
     ];
     let delivered = Arc::new(AtomicU64::new(0));
     let published = Arc::new(AtomicU64::new(0));
@@ -385,9 +316,7 @@ pub fn run(factory: &ConnectionFactory, plan: &Plan, footprint: Footprint<'_>) -
     }
     // The subscribers were each sent every topic message.
     for s in &subscribers {
-        s.issued
-            .store(topic.issued.load(Ordering::Relaxed), Ordering::Relaxed);
-        *lock(&s.failed) = lock(&topic.failed).clone();
+        s.expect_as(&topic);
     }
     report(
         &[
@@ -418,14 +347,13 @@ fn drain(factory: &ConnectionFactory, queue: &Destination) -> Result<u64> {
     Ok(n)
 }
 
-fn report(streams: &[Arc<Stream>], samples: &[(f64, f64, f64, Option<u64>)]) {
+fn report(streams: &[Arc<Ledger>], samples: &[(f64, f64, f64, Option<u64>)]) {
     let mut json = Vec::new();
     for s in streams {
-        let (expected, delivered, lost, duplicates) = s.tally();
-        let (unmarked, dead) = (
-            s.unmarked.load(Ordering::Relaxed),
-            s.dead.load(Ordering::Relaxed),
-        );
+        let t = s.tally();
+        let (expected, delivered, lost, duplicates, unmarked) =
+            (t.expected, t.delivered, t.lost, t.duplicates, t.unmarked);
+        let dead = s.dead.load(Ordering::Relaxed);
         println!(
             "{}: expected {expected}, delivered {delivered}, lost {lost}, duplicates {duplicates} \
              ({unmarked} not marked redelivered), dead-lettered {dead}",

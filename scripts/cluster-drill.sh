@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# A fault drill for cluster mode, that anyone can run:
+#
+#   scripts/cluster-drill.sh [--duration SECONDS] [--rate MSGS_PER_S] [--bin DIR] [--keep]
+#
+# It starts a Redis primary, one replica and three sentinels (Debian's
+# redis-server, in its normal and --sentinel modes) and two Herald nodes on
+# the sentinel URL, all on free 127.0.0.1 ports, then runs `herald drill`:
+# a producer on each node sends numbered persistent messages with receipts
+# to a queue, another to a topic with a durable subscriber, and consumers
+# on both nodes count every number. During the run it SIGKILLs one Herald
+# node and restarts it (a quarter in), then SIGKILLs the Redis primary
+# (past half way) and, once the sentinels have promoted the replica,
+# restarts the old primary as the new one's replica (a receipt waits for
+# one replica: cluster.min_replicas is 1 with Sentinel). At the end the
+# drill prints sent, receipted, delivered, lost, duplicates and how long
+# each failover took, and the script exits non-zero unless nothing
+# receipted was lost and every duplicate was marked redelivered and came
+# after a fault.
+#
+# Binaries come from --bin (default target/release, built if missing).
+# Everything it starts is stopped by process id when it ends; --keep
+# leaves the logs in the work directory it names.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+duration=60
+rate=500
+bin=target/release
+keep=false
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --duration) duration="$2"; shift 2 ;;
+    --rate) rate="$2"; shift 2 ;;
+    --bin) bin="$2"; shift 2 ;;
+    --keep) keep=true; shift ;;
+    *) echo "usage: $0 [--duration SECONDS] [--rate MSGS_PER_S] [--bin DIR] [--keep]" >&2; exit 2 ;;
+  esac
+done
+if [ "$duration" -lt 16 ]; then
+  echo "--duration must be at least 16 seconds: room for both faults and their recovery" >&2
+  exit 2
+fi
+for command in redis-server redis-cli python3; do
+  command -v "$command" >/dev/null || { echo "$command is missing (Debian: apt-get install redis-server python3)" >&2; exit 1; }
+done
+if [ ! -x "$bin/herald" ] || [ ! -x "$bin/herald-server" ]; then
+  [ "$bin" = target/release ] || { echo "no herald binaries in $bin" >&2; exit 1; }
+  cargo build --release --locked --bins
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/herald-drill.XXXXXX")
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if $keep; then echo "logs kept in $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+now_ms() { date +%s%3N; }
+# Waits until process $2 listens on 127.0.0.1:$1.
+wait_port() {
+  for _ in $(seq 300); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "process $2 does not listen on port $1; logs kept in $work" >&2
+  keep=true
+  exit 1
+}
+started=$(date +%s)
+say() { printf '[drill +%3ss] %s\n' "$(($(date +%s) - started))" "$*"; }
+
+# Redis: pid by port.
+declare -A redis_pid
+start_redis() { # port [primary port]
+  # A replica that (re)joins syncs at once, not after the default 5 s
+  # wait for other replicas to join too: receipts wait for one.
+  local port=$1 args=(--bind 127.0.0.1 --port "$1" --save '' --appendonly no --dir "$work"
+    --repl-diskless-sync-delay 0)
+  [ $# -gt 1 ] && args+=(--replicaof 127.0.0.1 "$2")
+  redis-server "${args[@]}" >"$work/redis-$port.log" 2>&1 &
+  redis_pid[$port]=$!
+  pids+=($!)
+  wait_port "$port" $!
+}
+primary=$(free_port)
+replica=$(free_port)
+start_redis "$primary"
+start_redis "$replica" "$primary"
+until [ "$(redis-cli -p "$primary" WAIT 1 100)" = 1 ]; do sleep 0.1; done
+sentinels=()
+for _ in 1 2 3; do
+  port=$(free_port)
+  cat >"$work/sentinel-$port.conf" <<EOF
+bind 127.0.0.1
+port $port
+sentinel monitor herald 127.0.0.1 $primary 2
+sentinel down-after-milliseconds herald 1000
+sentinel failover-timeout herald 5000
+sentinel parallel-syncs herald 1
+EOF
+  redis-server "$work/sentinel-$port.conf" --sentinel >"$work/sentinel-$port.log" 2>&1 &
+  pids+=($!)
+  wait_port "$port" $!
+  sentinels+=("127.0.0.1:$port")
+done
+url="redis+sentinel://$(IFS=,; echo "${sentinels[*]}")/herald"
+say "Redis primary :$primary, replica :$replica, sentinels ${sentinels[*]}"
+
+# Herald nodes: pid and port by name.
+declare -A node_pid node_port
+start_node() { # name
+  local name=$1
+  if [ ! -f "$work/$name.toml" ]; then
+    node_port[$name]=$(free_port)
+    cat >"$work/$name.toml" <<EOF
+listen = "127.0.0.1:${node_port[$name]}"
+data_dir = "$work/$name"
+[stomp]
+enabled = false
+websocket_enabled = false
+[admin]
+enabled = false
+[cluster]
+redis = "$url"
+node_id = "drill-$name"
+claim_idle_ms = 3000
+EOF
+  fi
+  RUST_LOG=${RUST_LOG:-info} "$bin/herald-server" --config "$work/$name.toml" >>"$work/$name.log" 2>&1 &
+  node_pid[$name]=$!
+  pids+=($!)
+  wait_port "${node_port[$name]}" $!
+}
+start_node a
+start_node b
+say "Herald nodes a :${node_port[a]} and b :${node_port[b]} on $url"
+
+faults="$work/faults"
+: >"$faults"
+"$bin/herald" drill --nodes "127.0.0.1:${node_port[a]},127.0.0.1:${node_port[b]}" \
+  --duration "$duration" --rate "$rate" --faults "$faults" --name "drill$$" &
+drill=$!
+pids+=($drill)
+
+# Sleeps until $1 seconds into the drill; stops if the drill ended early.
+at() {
+  while [ "$(date +%s)" -lt $((started + $1)) ]; do
+    kill -0 "$drill" 2>/dev/null || { wait "$drill"; exit $?; }
+    sleep 0.2
+  done
+}
+started=$(date +%s)
+
+at $((duration / 4))
+kill -9 "${node_pid[a]}"
+wait "${node_pid[a]}" 2>/dev/null || true
+echo "$(now_ms) SIGKILL Herald node a" >>"$faults"
+say "killed Herald node a (pid ${node_pid[a]})"
+sleep 2
+start_node a
+say "restarted Herald node a (pid ${node_pid[a]})"
+
+at $((duration * 11 / 20))
+old=$(redis-cli -p "${sentinels[0]##*:}" SENTINEL get-master-addr-by-name herald | tail -n 1)
+kill -9 "${redis_pid[$old]}"
+wait "${redis_pid[$old]}" 2>/dev/null || true
+echo "$(now_ms) SIGKILL Redis primary :$old" >>"$faults"
+say "killed the Redis primary :$old (pid ${redis_pid[$old]})"
+for _ in $(seq 600); do
+  new=$(redis-cli -p "${sentinels[0]##*:}" SENTINEL get-master-addr-by-name herald | tail -n 1)
+  [ "$new" != "$old" ] && break
+  sleep 0.1
+done
+[ "$new" != "$old" ] || { echo "the sentinels promoted no replica in 60 s; logs in $work" >&2; keep=true; exit 1; }
+say "the sentinels promoted :$new"
+# Only now: a primary restarted empty before the failover would be
+# followed by its replica and lose everything.
+start_redis "$old" "$new"
+say "restarted :$old as the replica of :$new"
+
+status=0
+wait "$drill" || status=$?
+say "the nodes' view of the primary: $(grep -h 'primary' "$work"/a.log "$work"/b.log | tail -n 1 | cut -c1-160)"
+exit "$status"
