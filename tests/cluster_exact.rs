@@ -236,3 +236,84 @@ fn a_durable_subscription_keeps_what_another_node_receipts_right_after_it_is_mad
         assert_eq!(got, expected, "subscriber {i}");
     }
 }
+
+/// Consumers hand a queue over between nodes mid-stream: the one on node
+/// a closes (a gives back what it read and had not delivered), one on b
+/// takes over, a comes back and b's closes. Every receipted number
+/// arrives; one that comes twice is marked redelivered. (There is no
+/// local path beside the stream: a message sent to a shared queue through
+/// the node its consumer is on goes through the stream too.)
+#[test]
+fn consumers_handed_over_between_nodes_mid_stream_lose_nothing() {
+    let redis = Redis::start();
+    let nodes = [node(&redis, "a"), node(&redis, "b")];
+    let queue = Destination::queue("handover");
+    let total = 3000i64;
+    let got = std::sync::Mutex::new(BTreeMap::<i64, u32>::new());
+    let unmarked = AtomicUsize::new(0);
+    let count = |m: &Message| {
+        let mut got = got.lock().unwrap();
+        let seen = got.entry(n(m)).or_default();
+        if *seen > 0 && !m.redelivered {
+            unmarked.fetch_add(1, Ordering::Relaxed);
+        }
+        *seen += 1;
+    };
+    let sent = AtomicUsize::new(0);
+    let receipted = std::thread::scope(|s| {
+        let producing = s.spawn(|| {
+            let (_c, session) = connect(&nodes[0]);
+            let producer = session.create_producer(&queue).unwrap();
+            let mut receipted = Vec::new();
+            for k in 0..total {
+                let m = Message::text("job").with_property("n", k).persistent();
+                if producer.send(m).is_ok() {
+                    receipted.push(k);
+                }
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+            receipted
+        });
+        // Consumes on `node` (CLIENT acknowledgements, a prefetch of 50)
+        // until the producer has sent `until` messages, then closes.
+        // Returns how many it took.
+        let consume_until = |node: usize, until: usize| {
+            let c = factory(&nodes[node]).create_connection().unwrap();
+            let session = c.create_session(AckMode::Client).unwrap();
+            let options = herald_client::ConsumerOptions::default().prefetch(50);
+            let consumer = session.create_consumer_with(&queue, options).unwrap();
+            let mut took = 0;
+            while sent.load(Ordering::Relaxed) < until {
+                if let Some(m) = consumer.receive(Duration::from_millis(20)).unwrap() {
+                    count(&m);
+                    took += 1;
+                    session.acknowledge().unwrap();
+                }
+            }
+            c.close().unwrap();
+            took
+        };
+        let took = [consume_until(0, 1000), consume_until(1, 2000)];
+        assert!(took.iter().all(|&t| t > 0), "each took a share: {took:?}");
+        let last = factory(&nodes[0]).create_connection().unwrap();
+        let session = last.create_session(AckMode::Auto).unwrap();
+        let consumer = session.create_consumer(&queue).unwrap();
+        let receipted = producing.join().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while got.lock().unwrap().len() < receipted.len() && Instant::now() < deadline {
+            if let Some(m) = consumer.receive(Duration::from_millis(50)).unwrap() {
+                count(&m);
+            }
+        }
+        // Anything more would be a duplicate.
+        while let Some(m) = consumer.receive(Duration::from_millis(500)).unwrap() {
+            count(&m);
+        }
+        receipted
+    });
+    let got = got.into_inner().unwrap();
+    let lost: Vec<_> = receipted.iter().filter(|k| !got.contains_key(k)).collect();
+    assert!(lost.is_empty(), "receipted and lost: {lost:?}");
+    assert_eq!(receipted.len(), total as usize, "every send receipted");
+    assert_eq!(unmarked.into_inner(), 0, "twice, not marked redelivered");
+}
