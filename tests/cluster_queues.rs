@@ -660,3 +660,35 @@ fn a_node_reads_past_messages_its_consumers_selectors_do_not_take() {
         .expect("red, read past the blue ones");
     assert_eq!(n(&m), 10);
 }
+
+/// A queue's consumer group or whole stream that goes away under a
+/// consuming node (a failover to a replica that never had it, or an
+/// operator's DEL) is made again, and consuming goes on.
+#[test]
+fn a_lost_consumer_group_or_stream_is_made_again_and_consuming_goes_on() {
+    let redis = Redis::start();
+    let a = node(&redis, "a");
+    let (_ca, on_a) = connect(&a);
+    let queue = Destination::queue("regroup");
+    let consumer = on_a.create_consumer(&queue).unwrap();
+    let producer = on_a.create_producer(&queue).unwrap();
+    let stream = &b"herald:q:regroup"[..];
+    let destroy: &[&[u8]] = &[b"XGROUP", b"DESTROY", stream, b"herald"];
+    let delete: &[&[u8]] = &[b"DEL", stream];
+    for (round, lose) in [(0, None), (1, Some(destroy)), (2, Some(delete))] {
+        if let Some(command) = lose {
+            // Everything so far is settled, so nothing comes twice.
+            wait_until("the stream is empty", || {
+                redis.command(&[b"XLEN", stream]) == ":0"
+            });
+            assert!(!redis.command(command).starts_with('-'));
+        }
+        for k in 0..5 {
+            producer.send_with_receipt(job(round * 10 + k)).unwrap();
+        }
+        for k in 0..5 {
+            assert_eq!(n(&next(&consumer)), round * 10 + k, "round {round}");
+        }
+    }
+    assert_nothing(&consumer);
+}

@@ -114,6 +114,12 @@ fn nodes_find_the_primary_through_the_sentinels_and_follow_a_failover() {
         health["cluster"]["primary"]["since_ms"].as_u64() > Some(0),
         "{health}"
     );
+    assert_eq!(health["cluster"]["primary"]["changes"], 1, "{health}");
+    let metrics = call(&a, "GET", "/metrics", None, None).body;
+    assert!(
+        metrics.contains("herald_cluster_primary_changes_total 1"),
+        "{metrics}"
+    );
     eprintln!("failover: {} ms", failover.as_millis());
 }
 

@@ -223,6 +223,7 @@ fn primary(c: &crate::cluster::Cluster) -> serde_json::Value {
         Some(p) => json!({
             "addr": p.addr,
             "since_ms": p.since.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+            "changes": p.changes,
         }),
         None => serde_json::Value::Null,
     }

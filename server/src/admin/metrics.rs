@@ -90,6 +90,14 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         for (name, help, value) in rows {
             counter(&mut r, name, help, value.load(Ordering::Relaxed));
         }
+        if let Some(primary) = c.link.primary() {
+            counter(
+                &mut r,
+                "herald_cluster_primary_changes",
+                "Times this node followed the Sentinel primary to another server",
+                primary.changes,
+            );
+        }
     }
     if let Some((rss, threads)) = super::process_footprint() {
         let (rss, threads) = (rss as i64, threads as i64);

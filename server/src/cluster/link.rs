@@ -24,6 +24,9 @@ pub struct Primary {
     pub addr: String,
     /// When this node first used it.
     pub since: SystemTime,
+    /// How many times this node has followed the primary to another
+    /// server (failovers, as this node saw them).
+    pub changes: u64,
 }
 
 /// Where the cluster's Redis is.
@@ -119,9 +122,11 @@ impl Link {
                                     ),
                                     None => log::info!("cluster: the primary of '{service}' is {addr}"),
                                 }
+                                let changes = current.as_ref().map_or(0, |p| p.changes + 1);
                                 *current = Some(Primary {
                                     addr,
                                     since: SystemTime::now(),
+                                    changes,
                                 });
                             }
                             return Ok(client);
