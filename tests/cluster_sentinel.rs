@@ -123,6 +123,66 @@ fn nodes_find_the_primary_through_the_sentinels_and_follow_a_failover() {
     eprintln!("failover: {} ms", failover.as_millis());
 }
 
+/// A primary that stops answering without closing its connections (its
+/// process frozen, as a partition or a machine gone would look): the
+/// sentinels promote the replica, and the nodes leave the frozen server
+/// once a command or a PING goes unanswered for 5 s, and follow. Every
+/// message receipted from then on arrives, and topics cross nodes again.
+#[test]
+fn a_primary_that_stops_answering_is_left_for_the_promoted_replica() {
+    let dir = temp_dir("sentinel-frozen");
+    let ha = Ha::start(&dir);
+    let new = format!("127.0.0.1:{}", ha.replica.port);
+    let (a, b) = (node(&ha, "a"), node(&ha, "b"));
+    let (_ca, on_a) = connect(&a);
+    let (_cb, on_b) = connect(&b);
+    let q = Destination::queue("frozen");
+    let consumer = on_b.create_consumer(&q).unwrap();
+    let producer = on_a.create_producer(&q).unwrap();
+    let numbered = |n: i64| Message::text("m").with_property("n", n).persistent();
+    producer.send_with_receipt(numbered(0)).unwrap();
+    assert!(consumer.receive(PATIENCE).unwrap().is_some());
+
+    // Made before the fault, heard from a only once both subscriber
+    // connections have left the frozen server.
+    let heard = on_b.create_consumer(&Destination::topic("after")).unwrap();
+    ha.primary.as_ref().unwrap().freeze();
+    let started = Instant::now();
+    let _spare = Redis::replica_of(&ha.replica);
+    let mut next = 1;
+    let first = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the nodes never left the frozen primary"
+        );
+        next += 1;
+        if producer.send_with_receipt(numbered(next - 1)).is_ok() {
+            break next - 1;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    wait_until("both nodes use the new primary", || {
+        primary_of(&a) == new && primary_of(&b) == new
+    });
+    let failover = started.elapsed();
+    let last = next + 20;
+    for k in next..=last {
+        producer.send_with_receipt(numbered(k)).unwrap();
+    }
+    let mut got = std::collections::BTreeSet::new();
+    while !got.contains(&last) {
+        let m = consumer.receive(PATIENCE).unwrap().expect("delivered");
+        got.insert(m.property("n").and_then(|v| v.as_i64()).unwrap());
+    }
+    let missing: Vec<i64> = (first..=last).filter(|k| !got.contains(k)).collect();
+    assert!(missing.is_empty(), "receipted and lost: {missing:?}");
+    // Both subscriber connections left the frozen server too.
+    let publisher = on_a.create_producer(&Destination::topic("after")).unwrap();
+    until_heard(&publisher, || Message::text("again"), &[&heard]);
+    ha.primary.as_ref().unwrap().thaw();
+    eprintln!("left the frozen primary after {} ms", failover.as_millis());
+}
+
 #[test]
 fn a_sentinel_list_that_names_no_primary_stops_the_start_with_a_reason() {
     let dir = temp_dir("sentinel-bad");

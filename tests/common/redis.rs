@@ -94,6 +94,26 @@ impl Redis {
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
+
+    /// Freezes the process (SIGSTOP): its connections stay open and
+    /// nothing answers, as with a partition or a machine gone. It is
+    /// killed when dropped all the same.
+    pub fn freeze(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a frozen process go on (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let sent = Command::new("kill")
+            .args(["-s", name, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "SIG{name} to redis-server");
+    }
 }
 
 impl Drop for Redis {

@@ -14,8 +14,18 @@ use std::time::{Duration, SystemTime};
 
 use redis::{Client, Connection, ErrorKind, RedisError, RedisResult, Value};
 
-/// How long one sentinel or primary may take to answer.
+/// How long one sentinel or primary may take to answer, when asked who
+/// the primary is.
 const ANSWER_WITHIN: Duration = Duration::from_secs(1);
+/// How long a connection to Redis may take to be made.
+pub const CONNECT_WITHIN: Duration = Duration::from_secs(2);
+/// How long a command on a cluster connection may wait for its answer
+/// before the connection counts as lost: longer than the longest command
+/// a node sends (a `WAIT` of up to 2 s). A Redis that stops answering
+/// without closing its connections (a frozen process, a network
+/// partition, a machine gone) is then left, and the node asks the
+/// sentinels again, instead of waiting on it for ever.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The primary a node writes to, and since when.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,9 +149,13 @@ impl Link {
         }
     }
 
-    /// A connection to the server to use now.
+    /// A connection to the server to use now, whose commands give up
+    /// after [`ANSWER_TIMEOUT`].
     pub fn connection(&self) -> RedisResult<Connection> {
-        self.client()?.get_connection()
+        let con = self.client()?.get_connection_with_timeout(CONNECT_WITHIN)?;
+        con.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+        con.set_write_timeout(Some(ANSWER_TIMEOUT))?;
+        Ok(con)
     }
 
     /// The primary in use, with Sentinel.
@@ -160,6 +174,8 @@ impl Link {
 fn ask(sentinel: &str, service: &str, password: Option<&str>) -> RedisResult<(String, Client)> {
     let mut con =
         Client::open(format!("redis://{sentinel}"))?.get_connection_with_timeout(ANSWER_WITHIN)?;
+    // The timeout above covers the connection's setup only.
+    con.set_read_timeout(Some(ANSWER_WITHIN))?;
     let named: Option<(String, String)> = redis::cmd("SENTINEL")
         .arg("get-master-addr-by-name")
         .arg(service)
@@ -177,6 +193,7 @@ fn ask(sentinel: &str, service: &str, password: Option<&str>) -> RedisResult<(St
     };
     let client = Client::open(url)?;
     let mut primary = client.get_connection_with_timeout(ANSWER_WITHIN)?;
+    primary.set_read_timeout(Some(ANSWER_WITHIN))?;
     let role: Value = redis::cmd("ROLE").query(&mut primary)?;
     let is_primary = matches!(&role, Value::Array(items)
         if matches!(items.first(), Some(Value::BulkString(r)) if r == b"master"));

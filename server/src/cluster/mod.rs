@@ -77,6 +77,9 @@ const BATCH: usize = 1024;
 /// subscription waits to hear other nodes, and the longest the last
 /// message of a burst waits.
 const INTEREST_CHECK: Duration = Duration::from_millis(5);
+/// How long the subscriber connection may hear nothing before it asks
+/// Redis for a PONG.
+const PING_WHEN_QUIET: Duration = Duration::from_secs(1);
 /// Routed messages are handed to the workers in batches under load: when
 /// this many are waiting, or the first of them has waited `HAND_OUT_AFTER`.
 const HAND_OUT_BATCH: usize = 256;
@@ -264,14 +267,10 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
     // The durable subscriptions, before anyone publishes here if Redis
     // answers now; otherwise once the outbound thread connects.
     let weak = Arc::downgrade(shared);
-    let loaded = cluster
-        .link
-        .client()
-        .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(2)))
-        .and_then(|mut con| {
-            cluster.sync_durables(&mut con, &weak)?;
-            cluster.sync_settings(&mut con, &weak)
-        });
+    let loaded = cluster.link.connection().and_then(|mut con| {
+        cluster.sync_durables(&mut con, &weak)?;
+        cluster.sync_settings(&mut con, &weak)
+    });
     if let Err(e) = loaded {
         // Refused credentials do not pass by waiting: say so now.
         let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
@@ -1306,9 +1305,31 @@ fn serve(
     let mut pending: (usize, Option<Instant>) = (0, None);
     // When the last message came.
     let mut previous: Option<Instant> = None;
+    // When Redis was last heard, and when a PING went unanswered since.
+    let (mut heard, mut pinged) = (Instant::now(), None::<Instant>);
     loop {
         if cluster.stop.load(Ordering::Acquire) {
             return Ok(());
+        }
+        // A quiet connection is asked for a PONG: a Redis that stopped
+        // answering without closing it is left after ANSWER_TIMEOUT.
+        if heard.elapsed() >= PING_WHEN_QUIET {
+            match pinged {
+                None => {
+                    sub.send(&[b"PING"])?;
+                    pinged = Some(Instant::now());
+                }
+                Some(at) if at.elapsed() >= link::ANSWER_TIMEOUT => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "no answer to a PING within {} s",
+                            link::ANSWER_TIMEOUT.as_secs()
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
         }
         while let Ok((glob, interested)) = changes.try_recv() {
             let verb: &[u8] = if interested {
@@ -1321,7 +1342,11 @@ fn serve(
         let Some(shared) = shared.upgrade() else {
             return Ok(());
         };
-        let items = match sub.next()? {
+        let reply = sub.next()?;
+        if reply.is_some() {
+            (heard, pinged) = (Instant::now(), None);
+        }
+        let items = match reply {
             Some(Ok(items)) => items,
             Some(Err(why)) => return Err(std::io::Error::other(format!("Redis refused: {why}"))),
             None => {
@@ -1363,10 +1388,13 @@ fn serve(
             if inbound.origin == cluster.origin.as_slice() {
                 return true;
             }
-            if last.get(inbound.origin).is_some_and(|&s| inbound.seq <= s) {
-                return true;
+            match last.get_mut(inbound.origin) {
+                Some(s) if inbound.seq <= *s => return true,
+                Some(s) => *s = inbound.seq,
+                None => {
+                    last.insert(inbound.origin.to_vec(), inbound.seq);
+                }
             }
-            last.insert(inbound.origin.to_vec(), inbound.seq);
             let block = payload.slice_ref(inbound.block);
             let out = out.get_or_insert_with(|| Deliveries::new(shared.workers.len()));
             route(cluster, &shared, &channel, block, out);

@@ -6,7 +6,7 @@
 //! subscriber that reads too slowly is cut off by Redis).
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::ops::Range;
 use std::time::Duration;
 
@@ -173,8 +173,9 @@ impl Subscriber {
                 "cluster mode reaches Redis over plain TCP (redis://)",
             ));
         };
-        let stream = TcpStream::connect((host.as_str(), *port))?;
+        let stream = connect_within((host.as_str(), *port), super::link::CONNECT_WITHIN)?;
         stream.set_nodelay(true)?;
+        stream.set_write_timeout(Some(super::link::ANSWER_TIMEOUT))?;
         let mut s = Subscriber {
             stream,
             buf: BytesMut::with_capacity(64 * 1024),
@@ -193,7 +194,8 @@ impl Subscriber {
         Ok(s)
     }
 
-    /// Sends a command; its confirmation comes later, as a reply.
+    /// Sends a command; its confirmation comes later, as a reply (a
+    /// `PING`'s is `["pong", ""]`).
     pub fn send(&mut self, args: &[&[u8]]) -> io::Result<()> {
         self.stream.write_all(&command(args))
     }
@@ -228,6 +230,19 @@ impl Subscriber {
             }
         }
     }
+}
+
+/// A TCP connection to the first address of `addr` that answers within
+/// `timeout`.
+fn connect_within(addr: impl ToSocketAddrs, timeout: Duration) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "the name resolves to no address");
+    for a in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&a, timeout) {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 #[cfg(test)]
