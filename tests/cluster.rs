@@ -108,6 +108,30 @@ fn nodes_reconnect_to_a_restarted_redis_and_say_so() {
         let _ = producer.send(Message::text("lost"));
         !linked(&a) && !linked(&b)
     });
+    // Meanwhile what needs no Redis flows: a topic between one node's
+    // clients (receipted), a temporary queue.
+    let local = subscribe(&on_a, "local.feed");
+    publish(&on_a, "local.feed", "here");
+    assert_eq!(next(&local).body_text(), Some("here"));
+    let temp = on_a.create_temporary_queue();
+    let temp_consumer = on_a.create_consumer(&temp).unwrap();
+    on_a.send(&temp, Message::text("to me").persistent())
+        .unwrap();
+    assert!(temp_consumer.receive(PATIENCE).unwrap().is_some());
+    // A persistent send to a shared queue fails soon, saying why.
+    let started = std::time::Instant::now();
+    let e = on_a
+        .create_producer(&Destination::queue("shared"))
+        .unwrap()
+        .send_with_receipt(Message::text("not kept").persistent())
+        .unwrap_err();
+    assert!(e.to_string().contains("Redis"), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    eprintln!("while Redis is away: {e} (after {:?})", started.elapsed());
     redis = stopped.start();
     wait_until("the nodes reconnect", || linked(&a) && linked(&b));
     // Subscriptions are made again on the new Redis, and messages cross.
