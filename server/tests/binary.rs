@@ -110,6 +110,27 @@ fn bad_configs_are_refused_naming_the_key_and_file() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("workers"));
 }
 
+/// A cluster URL that cannot work stops the start with a reason and a
+/// failing exit status, never a silent wait.
+#[test]
+fn a_cluster_url_that_cannot_work_is_a_clear_error() {
+    for (url, says) in [
+        ("redis+sentinel://127.0.0.1:1/herald", "127.0.0.1:1"),
+        ("redis+sentinel://127.0.0.1:1", "names no service"),
+        ("memcached://127.0.0.1:1", "not a redis://"),
+    ] {
+        let started = std::time::Instant::now();
+        let out = server(&["--listen", "127.0.0.1:0", "--cluster-redis", url])
+            .0
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{url}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{url}: {err}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{url}");
+    }
+}
+
 #[test]
 fn a_taken_port_is_a_clear_error() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
