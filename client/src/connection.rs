@@ -14,12 +14,13 @@ use std::io::{self, Read};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use herald_protocol::codec::DecodeError;
+use herald_protocol::destination::temporary_prefix;
 use herald_protocol::frame::{Connected, Delivery, Subscribe};
 use herald_protocol::{Decoder, ErrorCode, Frame, FrameKind, Message, RawFrame};
 
@@ -28,6 +29,7 @@ use crate::dial::{Dialer, Link, MAX_INBOUND_FRAME};
 use crate::error::{Ending, Error, Result};
 use crate::factory::FactoryConfig;
 use crate::session::{AckMode, Session, SessionShared};
+use crate::sync::{lock, read, write};
 use crate::transport::ReadHalf;
 use crate::writer::Writer;
 
@@ -76,12 +78,6 @@ pub(crate) struct Inner {
     reader_thread: OnceLock<ThreadId>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section leaves its data consistent before anything
-    // that could panic, so a poisoned lock's data is still good.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Inner {
     pub(crate) fn next_subscription_id(&self) -> u32 {
         self.next_subscription.fetch_add(1, Ordering::Relaxed)
@@ -89,7 +85,7 @@ impl Inner {
 
     /// The prefix of this connection's temporary queue names.
     pub(crate) fn temporary_prefix(&self) -> String {
-        format!("temp.{}.", self.connected().connection_id)
+        temporary_prefix(&self.connected().connection_id)
     }
 
     /// A new message id, unique across connections of this process run,
@@ -102,26 +98,26 @@ impl Inner {
     /// The producer that sent `message_id`, if this connection sent it
     /// under its current id ("ID:<connection>-<producer>-<n>").
     fn producer_of(&self, message_id: &str) -> Option<u32> {
-        let prefix = self.id_prefix.read().unwrap_or_else(|p| p.into_inner());
+        let prefix = read(&self.id_prefix);
         let (producer, _) = message_id.strip_prefix(&**prefix)?.split_once('-')?;
         producer.parse().ok()
     }
 
     pub(crate) fn next_message_id(&self) -> (Arc<str>, u64) {
         let n = self.next_message.fetch_add(1, Ordering::Relaxed);
-        let prefix = self.id_prefix.read().unwrap_or_else(|p| p.into_inner());
+        let prefix = read(&self.id_prefix);
         (prefix.clone(), n)
     }
 
     /// Takes what a server said in CONNECTED into use.
     fn set_connected(&self, connected: Connected) {
-        *self.id_prefix.write().unwrap_or_else(|p| p.into_inner()) = id_prefix(&connected);
+        *write(&self.id_prefix) = id_prefix(&connected);
         self.writer.set_max_body(connected.max_frame_size);
-        *self.connected.write().unwrap_or_else(|p| p.into_inner()) = connected;
+        *write(&self.connected) = connected;
     }
 
     fn connected(&self) -> std::sync::RwLockReadGuard<'_, Connected> {
-        self.connected.read().unwrap_or_else(|p| p.into_inner())
+        read(&self.connected)
     }
 
     /// Registers a session: the reader sends its held-back DUPS_OK
@@ -300,12 +296,7 @@ impl Inner {
     }
 
     fn consumer_list(&self) -> Vec<Arc<ConsumerShared>> {
-        self.consumers
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        read(&self.consumers).values().cloned().collect()
     }
 
     fn next_request_id(&self) -> u32 {
@@ -517,11 +508,7 @@ impl Keeper {
     /// application read, so that what it prefetched and never read does
     /// not count as delivered.
     fn unsubscribe_all(&self) {
-        let consumers: Vec<u32> = (self.inner.consumers.read())
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .copied()
-            .collect();
+        let consumers: Vec<u32> = read(&self.inner.consumers).keys().copied().collect();
         for id in consumers {
             let _ = crate::consumer::unsubscribe(&self.inner, id, false);
         }
@@ -757,10 +744,7 @@ fn resume(inner: &Arc<Inner>, link: Link) -> Result<(ReadHalf, BytesMut, Duratio
     *lock(&inner.stream) = link.socket;
     inner.set_connected(link.connected);
     let mut first = BytesMut::new();
-    let mut consumers: Vec<(u32, Arc<ConsumerShared>, Subscribe)> = inner
-        .consumers
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
+    let mut consumers: Vec<(u32, Arc<ConsumerShared>, Subscribe)> = read(&inner.consumers)
         .iter()
         .filter_map(|(id, c)| Some((*id, c.clone(), c.subscription()?)))
         .collect();
@@ -786,11 +770,7 @@ fn resume(inner: &Arc<Inner>, link: Link) -> Result<(ReadHalf, BytesMut, Duratio
                 // It cannot be had again (a durable subscription still
                 // held by the old session, a temporary queue that ended
                 // with it).
-                inner
-                    .consumers
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&id);
+                write(&inner.consumers).remove(&id);
                 consumer.close();
                 inner.report(e);
             }
@@ -863,12 +843,7 @@ fn dispatch(inner: &Inner, raw: RawFrame) -> std::result::Result<(), Lost> {
         let d = Delivery::decode_head(raw.body).map_err(bad)?;
         let mut message = Message::from_block(d.message, d.delivery_count).map_err(bad)?;
         message.delivery_id = d.delivery_id;
-        let consumer = inner
-            .consumers
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&d.subscription_id)
-            .cloned();
+        let consumer = read(&inner.consumers).get(&d.subscription_id).cloned();
         // A message for a consumer closed a moment ago is dropped.
         if let Some(c) = consumer {
             c.deliver(message);

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use herald_protocol::frame::{Settle, Subscribe, Unsubscribe};
@@ -19,6 +19,7 @@ use herald_protocol::{Destination, Frame, Message};
 use crate::connection::Inner;
 use crate::error::{Error, Result};
 use crate::session::SessionShared;
+use crate::sync::{lock, write};
 
 type Listener = Box<dyn FnMut(Message) + Send>;
 
@@ -50,12 +51,6 @@ pub(crate) struct ConsumerShared {
     /// The deadline asked for, and when a message last came (or the
     /// deadline was last reported missed).
     deadline: Option<(Duration, Mutex<Instant>)>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panicking listener is caught inside the lock, so poisoning only
-    // follows a bug elsewhere; the data stays consistent either way.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Runs the listener; false if it panicked.
@@ -341,11 +336,7 @@ impl Drop for Consumer {
 /// its application received: the rest (prefetched, never read) return to
 /// the queue without counting as delivered.
 pub(crate) fn unsubscribe(inner: &Inner, id: u32, wait: bool) -> Result<()> {
-    let removed = inner
-        .consumers
-        .write()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&id);
+    let removed = write(&inner.consumers).remove(&id);
     let Some(shared) = removed else {
         return Ok(());
     };

@@ -104,6 +104,7 @@ pub mod factory;
 mod producer;
 mod requestor;
 mod session;
+mod sync;
 mod transport;
 mod writer;
 

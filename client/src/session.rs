@@ -6,7 +6,7 @@
 //! Plain topic subscriptions in AUTO and DUPS_OK modes are fire-and-forget,
 //! the fast path.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use herald_protocol::frame::{
     Browse, Commit, Recover, Rollback, Settle, Subscribe, UnsubscribeDurable,
@@ -17,6 +17,7 @@ use crate::connection::{Connection, Inner};
 use crate::consumer::{Consumer, ConsumerShared};
 use crate::error::{Error, Result};
 use crate::producer::Producer;
+use crate::sync::{lock, write};
 
 /// How a session acknowledges the messages it receives (JMS's modes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,11 +68,6 @@ pub(crate) struct SessionShared {
     interrupted: std::sync::atomic::AtomicBool,
     /// The session's consumers, by subscription id.
     consumers: Mutex<Vec<(u32, Arc<ConsumerShared>)>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Only plain data behind these locks: still consistent after a panic.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl SessionShared {
@@ -518,18 +514,10 @@ impl Session {
         }
         // Registered before SUBSCRIBE goes out: the first message can
         // arrive before the RECEIPT does.
-        inner
-            .consumers
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, consumer.clone());
+        write(&inner.consumers).insert(id, consumer.clone());
         let subscribe = Frame::Subscribe(subscribe);
         if let Err(e) = inner.request(&subscribe, "the SUBSCRIBE receipt") {
-            inner
-                .consumers
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
+            write(&inner.consumers).remove(&id);
             return Err(e);
         }
         lock(&self.shared.consumers).push((id, consumer.clone()));
@@ -725,11 +713,7 @@ impl QueueBrowser {
         let inner = &self.inner;
         let id = inner.next_subscription_id();
         let snapshot = Arc::new(ConsumerShared::new(usize::MAX, None, None, None));
-        inner
-            .consumers
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, snapshot.clone());
+        write(&inner.consumers).insert(id, snapshot.clone());
         let frame = Frame::Browse(Browse {
             subscription_id: id,
             queue: self.queue.clone(),
@@ -738,11 +722,7 @@ impl QueueBrowser {
         // The RECEIPT follows the last MESSAGE of the snapshot, and the
         // reader hands each MESSAGE over before it reads the RECEIPT.
         let result = inner.request(&frame, "the end of the browse");
-        inner
-            .consumers
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
+        write(&inner.consumers).remove(&id);
         result?;
         Ok(snapshot.take_all())
     }

@@ -20,6 +20,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
 use crate::error::{Error, Result};
+use crate::sync::lock;
 
 /// TLS settings that trust the certificate authorities in a PEM file.
 pub(crate) fn client_config(ca: &Path) -> Result<Arc<ClientConfig>> {
@@ -51,10 +52,6 @@ pub(crate) struct Tls {
     /// Held while records are taken out and written, so that they reach
     /// the socket in order.
     sending: Mutex<()>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Tls {

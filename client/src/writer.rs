@@ -24,6 +24,7 @@ use bytes::BytesMut;
 use herald_protocol::{Frame, FrameKind, HEADER_LEN};
 
 use crate::error::{Ending, Error, Result};
+use crate::sync::lock;
 use crate::transport::WriteHalf;
 
 /// Bytes buffered before senders wait.
@@ -97,7 +98,7 @@ impl Writer {
     fn lock(&self) -> MutexGuard<'_, State> {
         // The state is a buffer and flags, valid between any two
         // statements; a panic elsewhere does not corrupt it.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// Encodes a frame with `encode_body` into the buffer.
@@ -167,7 +168,7 @@ impl Writer {
         self.space.notify_all();
         drop(s);
         let written = {
-            let mut socket = self.socket.lock().unwrap_or_else(|p| p.into_inner());
+            let mut socket = lock(&self.socket);
             let written = socket.write_all(&out);
             if let Err(e) = &written {
                 // The reader notices too, and says whether it fails over.
@@ -242,7 +243,7 @@ impl Writer {
     pub fn resume(&self, mut first: BytesMut, socket: WriteHalf) {
         let mut s = self.lock();
         // After any write to the old socket still in progress.
-        *self.socket.lock().unwrap_or_else(|p| p.into_inner()) = socket;
+        *lock(&self.socket) = socket;
         first.extend_from_slice(&s.buf);
         s.buf = first;
         s.paused = false;

@@ -63,7 +63,36 @@ impl Destination {
     }
 }
 
+/// Every temporary destination's name starts with this, then the id of
+/// the connection that made it and a dot: `temp.<connection id>.<rest>`.
+/// Only that connection consumes a temporary queue or subscribes to a
+/// temporary topic, and both end with it.
+pub const TEMPORARY_PREFIX: &str = "temp.";
+
+/// Whether `name` (or a pattern) is a temporary destination's.
+pub fn is_temporary(name: &str) -> bool {
+    name.starts_with(TEMPORARY_PREFIX)
+}
+
+/// The id of the connection that owns the temporary destination `name`,
+/// if it is one.
+pub fn temporary_owner(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix(TEMPORARY_PREFIX)?;
+    rest.split('.').next()?.parse().ok()
+}
+
+/// The prefix of the temporary destinations of connection `id`.
+pub fn temporary_prefix(id: impl std::fmt::Display) -> String {
+    format!("{TEMPORARY_PREFIX}{id}.")
+}
+
 impl Destination {
+    /// Whether this is a temporary queue or topic (see
+    /// [`TEMPORARY_PREFIX`]).
+    pub fn is_temporary(&self) -> bool {
+        is_temporary(&self.name)
+    }
+
     /// `queue://name` or `topic://name`, as a destination prints; a bare
     /// name is a topic.
     pub fn from_uri(text: &str) -> Destination {

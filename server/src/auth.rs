@@ -34,6 +34,7 @@ use argon2::Argon2;
 use herald_protocol::{DestinationKind, Pattern};
 
 use crate::config::{AuthSection, RoleEntry};
+use crate::sync::{lock, read, write};
 
 /// What an operation needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -507,7 +508,7 @@ impl Authenticator {
     /// their worker next reads from them (see [`Authenticator::refresh`]).
     pub fn reload(&self, config: &AuthSection) -> Result<(), String> {
         let mut users = Users::from_config(config).map_err(|(key, why)| format!("{key}: {why}"))?;
-        let mut current = self.users.write().unwrap_or_else(|p| p.into_inner());
+        let mut current = write(&self.users);
         users.generation = current.generation + 1;
         *current = Arc::new(users);
         self.generation
@@ -547,7 +548,7 @@ impl Authenticator {
     }
 
     fn current(&self) -> Arc<Users> {
-        self.users.read().unwrap_or_else(|p| p.into_inner()).clone()
+        read(&self.users).clone()
     }
 
     /// Logs a connection from `peer` in. Returns the principal if that
@@ -577,7 +578,7 @@ impl Authenticator {
             peer,
             done,
         };
-        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let jobs = lock(&self.jobs);
         match jobs.as_ref().map(|tx| tx.send(job)) {
             Some(Ok(())) => {}
             Some(Err(mpsc::SendError(job))) => (job.done)(Err("the server is stopping".into())),
@@ -588,8 +589,8 @@ impl Authenticator {
 
 impl Drop for Authenticator {
     fn drop(&mut self) {
-        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        lock(&self.jobs).take();
+        let thread = lock(&self.thread).take();
         // The last reference to the server can go on the auth thread
         // itself (in a login's completion); it cannot wait for itself.
         if let Some(thread) = thread.filter(|t| t.thread().id() != std::thread::current().id()) {
@@ -604,7 +605,7 @@ fn run(jobs: Receiver<Job>, users: Arc<RwLock<Arc<Users>>>) {
     let mut failed: VecDeque<(Instant, LoginDone, String)> = VecDeque::new();
     let (mut fresh, mut suspect) = (VecDeque::new(), VecDeque::new());
     let mut throttle = {
-        let u = users.read().unwrap_or_else(|p| p.into_inner());
+        let u = read(&users);
         Throttle::new(u.failure_window, u.max_failures)
     };
     loop {
@@ -636,7 +637,7 @@ fn run(jobs: Receiver<Job>, users: Arc<RwLock<Arc<Users>>>) {
         let Some(job) = fresh.pop_front().or_else(|| suspect.pop_front()) else {
             continue;
         };
-        let users = users.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let users = read(&users).clone();
         // A reload may have changed the rules.
         throttle.window = users.failure_window;
         throttle.max_failures = users.max_failures;

@@ -14,6 +14,10 @@
 //! - [`delivery`]: routed messages on their way to the owning worker.
 //! - [`auth`]: users, passwords and permissions.
 //! - [`config`]: the settings of `herald.toml`.
+//! - [`admin`]: the management interface: JSON API, metrics, console.
+//! - [`cluster`]: nodes sharing topics, queues and durable subscriptions
+//!   through Redis.
+//! - [`sync`]: locks that a panicking holder does not put out of use.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -30,6 +34,7 @@ mod server;
 pub mod session;
 pub mod stomp;
 pub mod store;
+pub mod sync;
 
 /// The hash map of the per-message path (topic words, subscription and
 /// delivery ids, queue names): foldhash instead of SipHash, several times

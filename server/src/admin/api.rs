@@ -13,11 +13,12 @@ use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, Messa
 use serde::Deserialize;
 use serde_json::{json, Value as Json_};
 
-use super::{lock, ApiError, AppState, Route};
+use super::{ApiError, AppState, Route};
 use crate::broker::{Room, RouteError};
 use crate::cluster::settings::Change;
 use crate::delivery::Deliveries;
 use crate::net::{Command, Protocol};
+use crate::sync::lock;
 
 type ApiResult = Result<Json<Json_>, ApiError>;
 
@@ -532,7 +533,7 @@ async fn replay(State(state): State<AppState>, Path(name): Path<String>) -> ApiR
 
 /// The cluster, if `name` is a queue it shares.
 fn shared_queue<'a>(state: &'a AppState, name: &str) -> Option<&'a crate::cluster::Cluster> {
-    let shared = crate::broker::temporary_owner(name).is_none();
+    let shared = herald_protocol::destination::temporary_owner(name).is_none();
     state.shared.cluster.get().filter(|_| shared).map(|c| &**c)
 }
 

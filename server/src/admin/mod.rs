@@ -42,6 +42,7 @@ use base64::Engine;
 
 use crate::config::AdminSection;
 use crate::origins;
+use crate::sync::lock;
 
 use crate::auth::Principal;
 use crate::delivery::Deliveries;
@@ -394,10 +395,6 @@ impl AppState {
     fn route(&self, mut deliveries: Deliveries) {
         crate::net::hand_out(&self.shared, &mut deliveries);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Re-reads the config file the server was started with and applies what

@@ -8,8 +8,9 @@ use std::sync::atomic::AtomicU64;
 use bytes::{Bytes, BytesMut};
 use herald_protocol::{DestinationKind, Message, MessageView};
 
-use super::{lock, Broker, Room, RouteError, SharedQueue, SubscribeRequest, SubscriptionHandle};
+use super::{Broker, Room, RouteError, SharedQueue, SubscribeRequest, SubscriptionHandle};
 use crate::delivery::Deliveries;
+use crate::sync::{lock, read, write};
 
 /// Counters of what happened to messages after they were routed.
 #[derive(Debug, Default)]
@@ -124,7 +125,7 @@ impl Broker {
 
     /// Every named queue's figures, by name.
     pub fn queue_stats(&self) -> Vec<QueueStats> {
-        let queues: Vec<SharedQueue> = super::read(&self.queues).values().cloned().collect();
+        let queues: Vec<SharedQueue> = read(&self.queues).values().cloned().collect();
         let mut v: Vec<QueueStats> = queues
             .iter()
             .map(|q| {
@@ -183,19 +184,14 @@ impl Broker {
 
     /// Strict mode's declared topics, or `None` when publishing is open.
     pub fn declared_topics(&self) -> Option<Vec<String>> {
-        self.declared
-            .as_ref()
-            .map(|d| d.read().unwrap_or_else(|p| p.into_inner()).names())
+        self.declared.as_ref().map(|d| read(d).names())
     }
 
     /// Declares a topic (strict mode); an error if publishing is open.
     pub fn declare_topic(&self, name: &str) -> Result<(), String> {
         herald_protocol::destination::validate_name(name).map_err(|e| e.to_string())?;
         let declared = self.declared.as_ref().ok_or(OPEN)?;
-        declared
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .declare(name);
+        write(declared).declare(name);
         Ok(())
     }
 
@@ -203,8 +199,7 @@ impl Broker {
     /// shared ones changed); nothing when publishing is open.
     pub fn set_declared<'a>(&self, names: impl IntoIterator<Item = &'a str>) {
         if let Some(declared) = &self.declared {
-            *declared.write().unwrap_or_else(|p| p.into_inner()) =
-                super::DeclaredTopics::new(names);
+            *write(declared) = super::DeclaredTopics::new(names);
         }
     }
 
@@ -212,10 +207,7 @@ impl Broker {
     /// declared.
     pub fn undeclare_topic(&self, name: &str) -> Result<bool, String> {
         let declared = self.declared.as_ref().ok_or(OPEN)?;
-        Ok(declared
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(name))
+        Ok(write(declared).remove(name))
     }
 
     /// Drops every message waiting in a queue (not those in flight);

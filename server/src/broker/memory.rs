@@ -16,7 +16,8 @@ use std::sync::{Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::queue::Queue;
-use super::{lock, SharedQueue};
+use super::SharedQueue;
+use crate::sync::lock;
 
 /// How often the queues are weighed.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);

@@ -29,6 +29,7 @@ pub use manage::{BrokerCounters, LiveSubscription, QueueStats, SubscriptionView}
 pub use queue::{Queue, QueueLimits};
 pub use topic_tree::{MatchCache, TopicTree};
 
+use crate::sync::{lock, read, write};
 use crate::FastMap;
 use std::cell::{OnceCell, RefCell};
 use std::cmp::Reverse;
@@ -37,7 +38,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use bytes::{Bytes, BytesMut};
-use herald_protocol::destination::PatternWord;
+use herald_protocol::destination::{
+    is_temporary, temporary_owner, temporary_prefix, PatternWord, TEMPORARY_PREFIX,
+};
 use herald_protocol::message::{delivery_time, MessageRef};
 use herald_protocol::selector::{Selector, SelectorLimits};
 use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, MessageView, Pattern};
@@ -251,13 +254,6 @@ pub struct TopicEntry {
     /// The backlog signal of a direct subscription's connection; `None`
     /// where deliveries may be dropped (best effort) or are queued.
     pub backlog: Option<Arc<Backlog>>,
-}
-
-/// The connection a temporary topic or queue (`temp.<connection>.…`)
-/// belongs to, if `name` is one.
-pub fn temporary_owner(name: &str) -> Option<u64> {
-    let rest = name.strip_prefix("temp.")?;
-    rest.split('.').next()?.parse().ok()
 }
 
 /// Whether the topic subscription `entry` takes a message: a temporary
@@ -618,7 +614,8 @@ pub trait Peers: Send + Sync {
 /// Whether topics under a pattern can be heard beyond this node: a
 /// temporary topic's subscribers are all on its owner's node.
 fn shared_with_peers(pattern: &Pattern) -> bool {
-    !matches!(pattern.words().first(), Some(PatternWord::Literal(w)) if w.as_str() == "temp")
+    let temp = TEMPORARY_PREFIX.trim_end_matches('.');
+    !matches!(pattern.words().first(), Some(PatternWord::Literal(w)) if w.as_str() == temp)
 }
 
 /// Whether a subscription needs the topic messages other nodes publish:
@@ -662,21 +659,6 @@ impl Ord for Timer {
     fn cmp(&self, other: &Timer) -> std::cmp::Ordering {
         (self.due, self.seq).cmp(&(other.due, other.seq))
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section completes its change before anything that can
-    // panic, so the data behind a poisoned lock is still consistent.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    // As for `lock`: poisoning leaves consistent data.
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Wakes the senders blocked on `q` if it now has room.
@@ -1000,11 +982,7 @@ impl Broker {
     /// Whether a message may be published on `topic` (strict mode).
     pub fn check_topic(&self, topic: &str) -> Result<(), RouteError> {
         match &self.declared {
-            Some(declared) => declared
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .check(topic)
-                .map_err(RouteError::Undeclared),
+            Some(declared) => read(declared).check(topic).map_err(RouteError::Undeclared),
             None => Ok(()),
         }
     }
@@ -1706,7 +1684,7 @@ impl Broker {
     /// start: `temp.<connection id>.`. Only that connection knows it, so
     /// only those it tells (a reply-to) can send to them.
     pub fn temporary_prefix(&self, serial: u64) -> String {
-        format!("temp.{}.", self.connection_id(serial))
+        temporary_prefix(self.connection_id(serial))
     }
 
     /// Parses a client's selector within the configured limits; empty
@@ -1778,7 +1756,7 @@ impl Broker {
             }
             DestinationKind::Topic => {
                 let own = self.temporary_prefix(sub.conn.serial);
-                if req.destination.starts_with("temp.") && !req.destination.starts_with(&own) {
+                if is_temporary(req.destination) && !req.destination.starts_with(&own) {
                     return Err(SubscribeError::NotOwner(req.destination.to_owned()));
                 }
                 let key = self.next_key.fetch_add(1, Ordering::Relaxed);
@@ -1841,7 +1819,7 @@ impl Broker {
         if req.kind != DestinationKind::Topic {
             return Err(SubscribeError::DurableQueue);
         }
-        if req.destination.starts_with("temp.") {
+        if is_temporary(req.destination) {
             return Err(SubscribeError::Destination(format!(
                 "'{}': a temporary topic has no durable or shared subscriptions",
                 req.destination

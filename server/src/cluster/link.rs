@@ -9,6 +9,7 @@
 //! with READONLY), reconnects, and so follows a failover. The primary in
 //! use and when it last changed are kept for the log and `/api/health`.
 
+use crate::sync::lock;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -123,7 +124,7 @@ impl Link {
                 for sentinel in sentinels {
                     match ask(sentinel, service, password.as_deref()) {
                         Ok((addr, client)) => {
-                            let mut current = primary.lock().unwrap_or_else(|p| p.into_inner());
+                            let mut current = lock(primary);
                             if current.as_ref().is_none_or(|p| p.addr != addr) {
                                 match current.as_ref() {
                                     Some(old) => log::warn!(
@@ -162,9 +163,7 @@ impl Link {
     pub fn primary(&self) -> Option<Primary> {
         match self {
             Link::Direct(_) => None,
-            Link::Sentinel { primary, .. } => {
-                primary.lock().unwrap_or_else(|p| p.into_inner()).clone()
-            }
+            Link::Sentinel { primary, .. } => lock(primary).clone(),
         }
     }
 }

@@ -47,6 +47,7 @@ use crate::config::{AuthSection, ClusterSection};
 use crate::delivery::Deliveries;
 use crate::net::{hand_out, Shared};
 use crate::store::Completion;
+use crate::sync::{lock, read, write};
 use resp::{Item, Subscriber};
 use settings::{Change, SharedSettings};
 
@@ -328,7 +329,7 @@ impl Cluster {
     /// Whether another node subscribes to something that covers `topic`:
     /// if none does, its messages are not sent to Redis at all.
     fn wanted(&self, topic: &str) -> bool {
-        let others = self.others.read().unwrap_or_else(|p| p.into_inner());
+        let others = read(&self.others);
         if !others.loaded {
             return true;
         }
@@ -336,7 +337,7 @@ impl Cluster {
             return wanted;
         }
         drop(others);
-        let mut others = self.others.write().unwrap_or_else(|p| p.into_inner());
+        let mut others = write(&self.others);
         let channel = format!("{CHANNEL}{topic}");
         let wanted = others
             .globs
@@ -382,7 +383,7 @@ impl Cluster {
         }
         globs.sort();
         globs.dedup();
-        let mut others = self.others.write().unwrap_or_else(|p| p.into_inner());
+        let mut others = write(&self.others);
         *others = Others {
             loaded: true,
             globs,
@@ -961,11 +962,6 @@ fn reread<T>(
             Err(e)
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Every critical section leaves consistent data before it can panic.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Sleeps before reconnecting, longer each time up to two seconds; false

@@ -38,6 +38,7 @@ use crate::broker::queue::QueuedMessage;
 use crate::broker::{is_durable_stream, EntryId, SharedQueue};
 use crate::delivery::Deliveries;
 use crate::net::{hand_out, Shared};
+use crate::sync::lock;
 
 /// The prefix of a shared queue's stream key.
 const STREAM: &str = "herald:q:";
@@ -145,7 +146,7 @@ pub(super) fn settle(pipe: &mut redis::Pipeline, queue: &str, entries: &[EntryId
 
 /// Counts a consumer of `name` in or out.
 pub(super) fn consuming(cluster: &Cluster, name: &str, queue: &SharedQueue, attached: bool) {
-    let mut consumed = super::lock(&cluster.consumed);
+    let mut consumed = lock(&cluster.consumed);
     let entry = consumed.entry(name.to_owned()).or_insert_with(|| Consumed {
         queue: queue.clone(),
         consumers: 0,
@@ -291,19 +292,19 @@ impl Reader<'_> {
         let mut left = Vec::new();
         let mut wanted = Vec::new();
         {
-            let mut consumed = super::lock(&self.cluster.consumed);
+            let mut consumed = lock(&self.cluster.consumed);
             consumed.retain(|name, c| {
                 if c.consumers == 0 {
                     idle.push((name.clone(), c.queue.clone()));
                     return false;
                 }
-                let want = super::lock(&c.queue).wants(HOLD).min(READ_MAX);
+                let want = lock(&c.queue).wants(HOLD).min(READ_MAX);
                 wanted.push((name.clone(), c.queue.clone(), want));
                 true
             });
         }
         for (name, queue) in idle {
-            let mut q = super::lock(&queue);
+            let mut q = lock(&queue);
             // A consumer may have come back meanwhile.
             if q.consumer_count() == 0 {
                 let held = q.purge();
@@ -325,7 +326,7 @@ impl Reader<'_> {
         self.passed_over
             .retain(|name, _| wanted.iter().any(|w| &w.0 == name));
         for (name, queue, _) in wanted {
-            let mut q = super::lock(queue);
+            let mut q = lock(queue);
             let now: HashSet<u64> = q.unselected().into_iter().collect();
             let before = self.passed_over.entry(name.clone()).or_default();
             let stale: Vec<u64> = now.intersection(before).copied().collect();
@@ -346,7 +347,7 @@ impl Reader<'_> {
         renew: bool,
         left: &[String],
     ) -> redis::RedisResult<()> {
-        let ephemeral = super::lock(&self.cluster.ephemeral).clone();
+        let ephemeral = lock(&self.cluster.ephemeral).clone();
         let mut pipe = redis::pipe();
         for (name, _, _) in wanted.iter().filter(|w| ephemeral.contains(&w.0)) {
             if self.alive.insert(name.clone()) || renew {
@@ -374,7 +375,7 @@ impl Reader<'_> {
     /// Ends the non-durable shared subscriptions that this node has no
     /// consumer of and whose nodes all stopped renewing (they died).
     fn end_abandoned(&mut self, wanted: &[(String, SharedQueue, usize)]) -> redis::RedisResult<()> {
-        let ephemeral = super::lock(&self.cluster.ephemeral).clone();
+        let ephemeral = lock(&self.cluster.ephemeral).clone();
         for stream in ephemeral
             .iter()
             .filter(|s| !wanted.iter().any(|w| &w.0 == *s))
@@ -392,12 +393,12 @@ impl Reader<'_> {
     /// At a stop: gives back everything read here, delivered or not (its
     /// consumers are going away with the server), on this connection.
     fn give_back_all(&mut self) {
-        let consumed: Vec<(String, SharedQueue)> = super::lock(&self.cluster.consumed)
+        let consumed: Vec<(String, SharedQueue)> = lock(&self.cluster.consumed)
             .drain()
             .map(|(name, c)| (name, c.queue))
             .collect();
         for (name, queue) in consumed {
-            let messages = held(super::lock(&queue).drain());
+            let messages = held(lock(&queue).drain());
             if messages.is_empty() {
                 continue;
             }
@@ -676,9 +677,9 @@ impl Reader<'_> {
 
     /// Renews this node's hold on every entry it read and still has.
     fn renew(&mut self) -> redis::RedisResult<()> {
-        let held: Vec<(String, Vec<EntryId>)> = super::lock(&self.cluster.consumed)
+        let held: Vec<(String, Vec<EntryId>)> = lock(&self.cluster.consumed)
             .iter()
-            .map(|(name, c)| (name.clone(), super::lock(&c.queue).entries()))
+            .map(|(name, c)| (name.clone(), lock(&c.queue).entries()))
             .filter(|(_, entries)| !entries.is_empty())
             .collect();
         for (name, entries) in held {
@@ -721,7 +722,7 @@ impl Reader<'_> {
             // This node's own idle entries count too, unless it holds them
             // (then it renews them): a read whose answer was lost leaves
             // one behind.
-            let held: HashSet<EntryId> = super::lock(queue).entries().into_iter().collect();
+            let held: HashSet<EntryId> = lock(queue).entries().into_iter().collect();
             let stale: HashMap<EntryId, u32> = pending_entries(pending)
                 .into_iter()
                 .filter(|p| p.consumer != self.me || !held.contains(&p.entry))

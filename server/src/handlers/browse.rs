@@ -9,10 +9,10 @@ use herald_protocol::ErrorCode;
 
 use super::subscribe::refusal;
 use super::{receipt, Context, Flow, Refusal};
-use crate::broker::temporary_owner;
 use crate::net::outbound::Outbound;
 use crate::net::Command;
 use crate::session::Session;
+use herald_protocol::destination::temporary_owner;
 
 /// A BROWSE frame.
 pub(super) fn handle(

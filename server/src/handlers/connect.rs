@@ -10,6 +10,7 @@ use crate::auth::Principal;
 use crate::net::outbound::Outbound;
 use crate::net::Shared;
 use crate::session::{Phase, Session};
+use crate::sync::lock;
 
 /// A native CONNECT.
 pub(super) fn handle(
@@ -79,7 +80,7 @@ pub fn admit(
     serial: u64,
 ) -> Result<(), Refusal> {
     if !session.client_id.is_empty() {
-        let mut ids = shared.client_ids.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ids = lock(&shared.client_ids);
         let holder = *ids.entry(session.client_id.clone()).or_insert(serial);
         if holder != serial {
             return Err(Refusal::fatal(
@@ -100,7 +101,7 @@ pub fn release_client_id(session: &Session, shared: &Shared, serial: u64) {
     if session.client_id.is_empty() {
         return;
     }
-    let mut ids = shared.client_ids.lock().unwrap_or_else(|p| p.into_inner());
+    let mut ids = lock(&shared.client_ids);
     if ids.get(&session.client_id) == Some(&serial) {
         ids.remove(&session.client_id);
     }

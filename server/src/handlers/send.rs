@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use herald_protocol::destination::is_temporary;
 use herald_protocol::{DeliveryMode, DestinationKind, ErrorCode, MessageView};
 
 use super::{receipt, Context, Flow, Parked, Refusal};
@@ -42,7 +43,7 @@ fn authorize_named(
     name: &str,
     ctx: &Context<'_>,
 ) -> Result<(), Refusal> {
-    if !name.starts_with("temp.") {
+    if !is_temporary(name) {
         return super::authorize(session, Permission::Publish, message.destination_kind, name);
     }
     let missing = message.destination_kind == DestinationKind::Queue

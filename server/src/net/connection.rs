@@ -18,6 +18,7 @@ use super::tls::Plaintext;
 use crate::broker::Backlog;
 use crate::handlers::connect::Welcome;
 use crate::handlers::{self, Parked};
+use crate::sync::lock;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -151,7 +152,7 @@ impl Connection {
                 self.session.client_id.clone(),
                 self.session.principal.user.clone(),
             );
-            *self.info.identity.lock().unwrap_or_else(|p| p.into_inner()) = identity;
+            *lock(&self.info.identity) = identity;
         }
     }
 

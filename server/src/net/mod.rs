@@ -25,6 +25,7 @@ use crate::broker::{Broker, ConnectionRef};
 use crate::config::Config;
 use crate::delivery::Delivery;
 use crate::store::Completion;
+use crate::sync::lock;
 
 /// The token of every `Poll`'s waker; connections and listeners use others.
 pub const WAKER: Token = Token(usize::MAX);
@@ -193,17 +194,17 @@ pub const MOVING: usize = usize::MAX;
 impl ConnInfo {
     /// Where the connection lives now.
     pub fn home(&self) -> ConnectionRef {
-        *self.home.lock().unwrap_or_else(|p| p.into_inner())
+        *lock(&self.home)
     }
 
     fn set_home(&self, home: ConnectionRef) {
-        *self.home.lock().unwrap_or_else(|p| p.into_inner()) = home;
+        *lock(&self.home) = home;
     }
 
     /// Notes that the connection left worker `from` for `to`, unless `to`
     /// already said where it put it.
     fn set_leaving(&self, from: usize, to: usize) {
-        let mut home = self.home.lock().unwrap_or_else(|p| p.into_inner());
+        let mut home = lock(&self.home);
         if home.worker == from {
             home.worker = to;
             home.slot = MOVING;
@@ -228,7 +229,7 @@ pub fn confirmation(shared: &Arc<Shared>, conn: ConnectionRef, request_id: u32) 
 
 /// The address connection `conn` comes from, if it is known.
 pub fn peer_ip(shared: &Shared, conn: ConnectionRef) -> Option<std::net::IpAddr> {
-    let connections = shared.connections.lock().unwrap_or_else(|p| p.into_inner());
+    let connections = lock(&shared.connections);
     let peer = &connections.get(&conn.serial)?.peer;
     peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip())
 }
@@ -342,7 +343,7 @@ impl DestinationCounts {
 impl WorkerStats {
     /// Adds a burst's counts for one destination.
     pub fn add(&self, key: (DestinationKind, String), counts: DestinationCounts) {
-        let mut map = self.destinations.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = lock(&self.destinations);
         let key = if map.len() < MAX_COUNTED_DESTINATIONS || map.contains_key(&key) {
             key
         } else {

@@ -33,6 +33,7 @@ use crate::handlers::send::{self, Published};
 use crate::handlers::{self, Context, Flow};
 use crate::session::{Phase, Session, Unacked};
 use crate::stomp::{self, StompSession};
+use crate::sync::lock;
 use herald_protocol::message::is_persistent;
 use herald_protocol::stomp::StompLimits;
 
@@ -239,11 +240,7 @@ impl Worker {
         if live(&mut self.conns, *target).is_some() {
             return Some(command);
         }
-        let home = self
-            .shared
-            .connections
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let home = lock(&self.shared.connections)
             .get(&target.serial)
             .map(|info| info.home());
         // Gone: the command finds nothing, as for any closed connection.
@@ -312,11 +309,7 @@ impl Worker {
             bytes_in: Default::default(),
             bytes_out: Default::default(),
         });
-        self.shared
-            .connections
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(serial, info.clone());
+        lock(&self.shared.connections).insert(serial, info.clone());
         entry.insert(Connection::new(
             serial,
             stream,
@@ -966,11 +959,7 @@ impl Worker {
             self.shared.broker.delete_queue(&name);
         }
         release_client_id(&conn.session, &self.shared, conn.serial);
-        self.shared
-            .connections
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&conn.serial);
+        lock(&self.shared.connections).remove(&conn.serial);
         self.stats().connections.fetch_sub(1, Ordering::Relaxed);
         self.shared.open_connections.fetch_sub(1, Ordering::AcqRel);
         log::debug!("connection {} closed", conn.serial);

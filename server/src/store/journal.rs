@@ -69,6 +69,7 @@
 //! byte, to the current segment. A crash in between leaves two copies of a
 //! record with one id, which replay treats as one.
 
+use crate::sync::lock;
 use crate::FastMap;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use std::collections::{BTreeMap, VecDeque};
@@ -354,7 +355,7 @@ impl Journal {
     }
 
     fn send(&self, request: Request) {
-        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        let tx = lock(&self.tx);
         if tx.send(request).is_err() {
             log::error!("the journal thread has stopped; a record was not written");
         }
@@ -367,7 +368,7 @@ impl Journal {
 
     /// Writes what is queued and stops the thread (once).
     pub fn shutdown(&self) {
-        let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        let Some(thread) = lock(&self.thread).take() else {
             return;
         };
         self.send(Request::Stop);

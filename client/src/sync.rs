@@ -1,0 +1,24 @@
+//! Locks that a panicking holder does not put out of use.
+//!
+//! Every critical section in the client completes its change before
+//! anything that can panic, so the data behind a poisoned lock is still
+//! consistent (a panicking message listener is caught inside its lock):
+//! these take the guard back instead of spreading the panic to every
+//! later user of the connection.
+
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Locks `m`, poisoned or not.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Read-locks `l`, poisoned or not.
+pub(crate) fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Write-locks `l`, poisoned or not.
+pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
