@@ -22,6 +22,7 @@ mod manage;
 pub mod memory;
 pub mod queue;
 mod ready;
+mod timers;
 mod topic_tree;
 
 pub use declared_topics::DeclaredTopics;
@@ -32,8 +33,7 @@ pub use topic_tree::{MatchCache, TopicTree};
 use crate::sync::{lock, read, write};
 use crate::FastMap;
 use std::cell::{OnceCell, RefCell};
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
@@ -50,6 +50,7 @@ use crate::delivery::Deliveries;
 use crate::store::{Completion, Holder, Record, Recovered, Store};
 pub use queue::EntryId;
 use queue::{Dispatch, QueueFull, QueuedMessage};
+use timers::{Timed, Timers};
 
 /// Where a connection lives: the worker that owns it, its slot in that
 /// worker, and a serial number that tells a reused slot from the original.
@@ -513,7 +514,7 @@ pub struct Broker {
     /// Where persistent messages and durable subscriptions are kept.
     store: Arc<dyn Store>,
     /// Deliveries waiting for their delivery time, soonest first.
-    timers: Mutex<BinaryHeap<Reverse<Timer>>>,
+    timers: Timers,
     /// Topic patterns whose topics keep their last messages, and how many.
     retain_rules: Vec<(Pattern, usize)>,
     /// The kept messages, by topic name, oldest first. Locked only while
@@ -625,42 +626,6 @@ fn heard_from_peers(entry: &TopicEntry, pattern: &Pattern) -> bool {
     !matches!(entry.target, Target::Stream(_)) && shared_with_peers(pattern)
 }
 
-/// Something to do at a delivery time.
-enum Timed {
-    /// Dispatch this queue (a scheduled message in it has come due).
-    Queue(SharedQueue),
-    /// Deliver this message to this plain topic subscriber.
-    Direct(Subscriber, Bytes),
-}
-
-/// A [`Timed`] action, ordered by when it is due.
-struct Timer {
-    due: i64,
-    /// Keeps actions due at the same moment in the order they were made.
-    seq: u64,
-    what: Timed,
-}
-
-impl PartialEq for Timer {
-    fn eq(&self, other: &Timer) -> bool {
-        (self.due, self.seq) == (other.due, other.seq)
-    }
-}
-
-impl Eq for Timer {}
-
-impl PartialOrd for Timer {
-    fn partial_cmp(&self, other: &Timer) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Timer {
-    fn cmp(&self, other: &Timer) -> std::cmp::Ordering {
-        (self.due, self.seq).cmp(&(other.due, other.seq))
-    }
-}
-
 /// Wakes the senders blocked on `q` if it now has room.
 fn wake_blocked(q: &mut Queue, out: &mut Deliveries) {
     for conn in q.take_waiters_if_room() {
@@ -719,7 +684,7 @@ impl Broker {
             memory: memory::Memory::new(config.queues.max_memory_bytes),
             connection_key: std::collections::hash_map::RandomState::new(),
             store,
-            timers: Mutex::new(BinaryHeap::new()),
+            timers: Timers::default(),
             retain_rules: config
                 .topics
                 .retain
@@ -826,7 +791,7 @@ impl Broker {
                     match queue {
                         Some(q) => {
                             if let Some(due) = lock(&q).restore(block, Some(id)) {
-                                self.schedule(due, Timed::Queue(q.clone()));
+                                self.timers.schedule(due, Timed::Queue(q.clone()));
                             }
                             messages += 1;
                         }
@@ -885,7 +850,7 @@ impl Broker {
                     log::warn!("an acknowledgement could not be written ({why}): the message is delivered again");
                     let mut dispatches = Vec::new();
                     if let Some(due) = lock(&queue).put_back(m, &mut dispatches) {
-                        broker.schedule(due, Timed::Queue(queue.clone()));
+                        broker.timers.schedule(due, Timed::Queue(queue.clone()));
                     }
                     broker.settled(&queue, dispatches, out);
                 }));
@@ -1232,31 +1197,16 @@ impl Broker {
         let due = q.push(block, journal_id, &mut dispatches);
         drop(q);
         if let Some(due) = due {
-            self.schedule(due, Timed::Queue(queue.clone()));
+            self.timers.schedule(due, Timed::Queue(queue.clone()));
         }
         self.settled(queue, dispatches, out);
-    }
-
-    fn schedule(&self, due: i64, what: Timed) {
-        let seq = self.next_key.fetch_add(1, Ordering::Relaxed);
-        lock(&self.timers).push(Reverse(Timer { due, seq, what }));
     }
 
     /// Runs what has come due: messages whose delivery time has arrived
     /// are dispatched. Called on every worker's tick.
     pub fn tick(&self, out: &mut Deliveries) {
         self.memory.sample(std::time::Instant::now());
-        let now = queue::now_ms();
-        let mut due = Vec::new();
-        {
-            let mut timers = lock(&self.timers);
-            while timers.peek().is_some_and(|t| t.0.due <= now) {
-                if let Some(Reverse(t)) = timers.pop() {
-                    due.push(t.what);
-                }
-            }
-        }
-        for what in due {
+        for what in self.timers.due(queue::now_ms()) {
             match what {
                 Timed::Queue(queue) => {
                     let mut dispatches = Vec::new();
@@ -1470,7 +1420,7 @@ impl Broker {
         match admitted {
             Ok(due) => {
                 if let Some(due) = due {
-                    self.schedule(due, Timed::Queue(queue.clone()));
+                    self.timers.schedule(due, Timed::Queue(queue.clone()));
                 }
                 self.settled(queue, dispatches, out);
             }
@@ -1543,7 +1493,7 @@ impl Broker {
                 routed.backlog = entry.backlog.clone().filter(|b| b.is_high());
             }
             match &entry.target {
-                Target::Direct(sub) if delayed => self.schedule(due, Timed::Direct(*sub, block.clone())),
+                Target::Direct(sub) if delayed => self.timers.schedule(due, Timed::Direct(*sub, block.clone())),
                 Target::Direct(sub) => out.push(*sub, block.clone()),
                 Target::Stream(stream) => {
                     if let (Some(peers), true) = (self.peers.get(), local) {
