@@ -22,6 +22,7 @@ mod manage;
 pub mod memory;
 pub mod queue;
 mod ready;
+mod retained;
 mod timers;
 mod topic_tree;
 
@@ -33,7 +34,7 @@ pub use topic_tree::{MatchCache, TopicTree};
 use crate::sync::{lock, read, write};
 use crate::FastMap;
 use std::cell::{OnceCell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
@@ -50,6 +51,7 @@ use crate::delivery::Deliveries;
 use crate::store::{Completion, Holder, Record, Recovered, Store};
 pub use queue::EntryId;
 use queue::{Dispatch, QueueFull, QueuedMessage};
+use retained::Retained;
 use timers::{Timed, Timers};
 
 /// Where a connection lives: the worker that owns it, its slot in that
@@ -515,12 +517,9 @@ pub struct Broker {
     store: Arc<dyn Store>,
     /// Deliveries waiting for their delivery time, soonest first.
     timers: Timers,
-    /// Topic patterns whose topics keep their last messages, and how many.
-    retain_rules: Vec<(Pattern, usize)>,
-    /// The kept messages, by topic name, oldest first. Locked only while
-    /// `topics` is (read by publishers, written by subscribers), so a new
-    /// subscriber gets each message once: kept, or live.
-    retained: Mutex<HashMap<String, VecDeque<Bytes>>>,
+    /// Topics that keep their last messages for late subscribers; used
+    /// only while `topics` is locked.
+    retained: Retained,
     /// The other nodes, in cluster mode.
     peers: OnceLock<Arc<dyn Peers>>,
     /// Where work done off the workers (a journal confirmation) routes
@@ -685,13 +684,7 @@ impl Broker {
             connection_key: std::collections::hash_map::RandomState::new(),
             store,
             timers: Timers::default(),
-            retain_rules: config
-                .topics
-                .retain
-                .iter()
-                .filter_map(|r| Pattern::parse(&r.pattern).ok().map(|p| (p, r.last)))
-                .collect(),
-            retained: Mutex::new(HashMap::new()),
+            retained: Retained::new(&config.topics.retain),
             peers: OnceLock::new(),
             sink: OnceLock::new(),
         }
@@ -1527,7 +1520,7 @@ impl Broker {
             Some(entries) => entries.iter().for_each(&mut visit),
             None => tree.for_each_match(name, visit),
         }
-        self.retain(name, block);
+        self.retained.keep(name, block);
         drop(tree);
         if let Some((peers, epoch)) = recheck {
             peers.recheck(name, block, (epoch, appended), from);
@@ -1549,49 +1542,6 @@ impl Broker {
                 _ => {}
             });
         streams
-    }
-
-    /// Keeps a published message if a retain rule covers its topic. Called
-    /// with `topics` read-locked.
-    fn retain(&self, topic: &str, block: &Bytes) {
-        let Some(last) = self
-            .retain_rules
-            .iter()
-            .filter(|(p, _)| p.matches(topic))
-            .map(|(_, n)| *n)
-            .max()
-        else {
-            return;
-        };
-        let mut retained = lock(&self.retained);
-        let kept = retained.entry(topic.to_owned()).or_default();
-        kept.push_back(block.clone());
-        while kept.len() > last {
-            kept.pop_front();
-        }
-    }
-
-    /// The kept messages of every topic `pattern` matches that `selector`
-    /// selects, oldest first within a topic, unexpired. Called with
-    /// `topics` write-locked.
-    fn kept_for(&self, pattern: &Pattern, selector: Option<&Selector>) -> Vec<Bytes> {
-        if self.retain_rules.is_empty() {
-            return Vec::new();
-        }
-        let now = queue::now_ms();
-        let retained = lock(&self.retained);
-        let mut topics: Vec<&String> = retained.keys().filter(|t| pattern.matches(t)).collect();
-        topics.sort();
-        topics
-            .into_iter()
-            .flat_map(|t| retained[t].iter())
-            .filter(|b| {
-                let expiration =
-                    herald_protocol::message::priority_and_expiration(b).map_or(0, |(_, e)| e);
-                (expiration == 0 || expiration > now) && queue::selects(selector, b)
-            })
-            .cloned()
-            .collect()
     }
 
     /// Shares a new queue, counting it against the memory limit.
@@ -1728,7 +1678,7 @@ impl Broker {
                     backlog,
                 };
                 let mut tree = self.write_topics();
-                let kept = self.kept_for(&pattern, selector.as_deref());
+                let kept = self.retained.kept_for(&pattern, selector.as_deref());
                 self.enter(&mut tree, &pattern, entry);
                 drop(tree);
                 for block in kept {
