@@ -10,7 +10,7 @@ use herald_client::{AckMode, Destination, Message};
 use herald_protocol::ErrorCode;
 use herald_protocol::Frame;
 use herald_server::config::FullPolicy;
-use herald_server::store::journal::{Disk, SegmentFile};
+use herald_server::store::disk::{Disk, SegmentFile};
 use herald_server::store::FsyncPolicy;
 use herald_server::{Config, Server};
 use herald_tests::*;

@@ -53,14 +53,14 @@ impl Server {
     /// worker threads. The server runs until the handle is shut down or
     /// dropped.
     pub fn start(config: Config) -> Result<ServerHandle, StartError> {
-        Server::start_on(config, Arc::new(crate::store::journal::RealDisk))
+        Server::start_on(config, Arc::new(crate::store::disk::RealDisk))
     }
 
     /// [`Server::start`], with the journal writing its segments through
     /// `disk`: tests put one there that fills up or fails.
     pub fn start_on(
         config: Config,
-        disk: Arc<dyn crate::store::journal::Disk>,
+        disk: Arc<dyn crate::store::disk::Disk>,
     ) -> Result<ServerHandle, StartError> {
         config.validate("the server's config")?;
         let listener = TcpListener::bind(config.listen).map_err(|source| StartError::Bind {

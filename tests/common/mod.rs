@@ -152,14 +152,14 @@ pub fn start() -> TestServer {
 pub fn start_with(config: Config) -> TestServer {
     start_on(
         config,
-        std::sync::Arc::new(herald_server::store::journal::RealDisk),
+        std::sync::Arc::new(herald_server::store::disk::RealDisk),
     )
 }
 
 /// Starts a server with this config, its journal on `disk`.
 pub fn start_on(
     config: Config,
-    disk: std::sync::Arc<dyn herald_server::store::journal::Disk>,
+    disk: std::sync::Arc<dyn herald_server::store::disk::Disk>,
 ) -> TestServer {
     let data_dir = config.data_dir.clone();
     TestServer {

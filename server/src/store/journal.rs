@@ -74,7 +74,7 @@ use crate::FastMap;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,6 +86,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 use thiserror::Error;
 
+use super::disk::{Disk, RealDisk, SegmentFile};
 use super::space::{self, Space, SpaceGauge};
 use super::{Completion, Record, Store};
 
@@ -137,63 +138,6 @@ pub struct JournalConfig {
     /// Free bytes below which new persistent messages wait (see
     /// [`super::space`]); 0 = no floor.
     pub min_free_bytes: u64,
-}
-
-/// The journal's way to the disk for the files it writes. Tests put a
-/// disk here that tears writes, fails syncs or fills up.
-pub trait Disk: Send + Sync {
-    /// Creates (or truncates) a segment file to append to.
-    fn create(&self, path: &Path) -> io::Result<Box<dyn SegmentFile>>;
-    /// Deletes a file the journal made.
-    fn remove(&self, path: &Path) -> io::Result<()> {
-        fs::remove_file(path)
-    }
-    /// Bytes still free for the journal on the file system of `dir`.
-    fn free_space(&self, dir: &Path) -> io::Result<u64>;
-}
-
-/// A segment file being appended to.
-pub trait SegmentFile: Send {
-    /// Appends all of `buf`.
-    fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
-    /// Makes the data written so far durable.
-    fn sync_data(&mut self) -> io::Result<()>;
-    /// Cuts the file back to `len` bytes and goes on writing there.
-    fn rewind_to(&mut self, len: u64) -> io::Result<()>;
-}
-
-/// The real file system.
-pub struct RealDisk;
-
-impl Disk for RealDisk {
-    fn create(&self, path: &Path) -> io::Result<Box<dyn SegmentFile>> {
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(path)?;
-        Ok(Box::new(f))
-    }
-
-    fn free_space(&self, dir: &Path) -> io::Result<u64> {
-        super::space::free_space(dir)
-    }
-}
-
-impl SegmentFile for File {
-    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        Write::write_all(self, buf)
-    }
-
-    fn sync_data(&mut self) -> io::Result<()> {
-        File::sync_data(self)
-    }
-
-    fn rewind_to(&mut self, len: u64) -> io::Result<()> {
-        self.set_len(len)?;
-        self.seek(SeekFrom::Start(len)).map(drop)
-    }
 }
 
 impl JournalConfig {
@@ -1108,6 +1052,7 @@ fn read_record(data: &Bytes, at: usize) -> Option<(Record, u32)> {
 mod tests {
     use super::*;
     use crate::store::Holder;
+    use std::io::Write;
     use std::sync::mpsc::channel;
 
     struct TempDir(PathBuf);

@@ -10,6 +10,7 @@
 //! id it ends. What is live after replaying all records, in id order, is
 //! the state to rebuild.
 
+pub mod disk;
 pub mod journal;
 pub mod space;
 

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::journal::Disk;
+use super::disk::Disk;
 
 /// How often free space is looked at while writing, and while low.
 pub const CHECK_EVERY: Duration = Duration::from_millis(100);
@@ -217,22 +217,4 @@ pub fn is_full(e: &io::Error) -> bool {
         e.kind(),
         io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
     )
-}
-
-/// Bytes an unprivileged writer can still use on the file system of `dir`.
-pub fn free_space(dir: &Path) -> io::Result<u64> {
-    let stat = rustix::fs::statvfs(dir)?;
-    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_data_directory_has_some_free_space() {
-        let free = free_space(Path::new(".")).unwrap();
-        assert!(free > 0);
-        assert!(free_space(Path::new("/no/such/dir")).is_err());
-    }
 }
