@@ -21,6 +21,7 @@ mod declared_topics;
 mod manage;
 pub mod memory;
 pub mod queue;
+mod queued;
 mod ready;
 mod retained;
 mod timers;

@@ -26,64 +26,10 @@ use herald_protocol::message::{
 };
 use herald_protocol::selector::Selector;
 
+pub use super::queued::{EntryId, QueuedMessage};
 use super::ready::{Ready, ReadyKey};
 use super::{ConnectionRef, Subscriber};
 use crate::store::Holder;
-
-/// A message held by a queue.
-#[derive(Debug, Clone)]
-pub struct QueuedMessage {
-    /// Position in the queue's order.
-    pub seq: u64,
-    /// The encoded message block.
-    pub block: Bytes,
-    /// Times it has been delivered so far.
-    pub deliveries: u32,
-    /// Its record in the store, for a persistent message.
-    pub journal_id: Option<u64>,
-    /// 0 to 9: higher goes first.
-    pub priority: u8,
-    /// Milliseconds since the epoch after which it is not delivered; 0 =
-    /// never.
-    pub expiration: i64,
-    /// Its entry in the queue's Redis stream, for a queue shared by the
-    /// nodes of a cluster.
-    pub entry: Option<EntryId>,
-}
-
-/// The id of a Redis stream entry (`<ms>-<seq>`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct EntryId {
-    /// Milliseconds part.
-    pub ms: u64,
-    /// Sequence part.
-    pub seq: u64,
-}
-
-impl EntryId {
-    /// Parses `<ms>-<seq>`.
-    pub fn parse(text: &[u8]) -> Option<EntryId> {
-        let text = std::str::from_utf8(text).ok()?;
-        let (ms, seq) = text.split_once('-')?;
-        Some(EntryId {
-            ms: ms.parse().ok()?,
-            seq: seq.parse().ok()?,
-        })
-    }
-}
-
-impl std::fmt::Display for EntryId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}", self.ms, self.seq)
-    }
-}
-
-impl QueuedMessage {
-    /// Whether it has expired at `now_ms`.
-    pub fn expired(&self, now_ms: i64) -> bool {
-        self.expiration != 0 && self.expiration <= now_ms
-    }
-}
 
 /// Milliseconds since the epoch.
 pub fn now_ms() -> i64 {

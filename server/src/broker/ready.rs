@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 
 use herald_protocol::message::MAX_PRIORITY;
 
-use super::queue::QueuedMessage;
+use super::queued::QueuedMessage;
 
 /// Where a waiting message is in the delivery order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
