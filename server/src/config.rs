@@ -7,10 +7,12 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+// `[auth]` is defined with the users and roles it configures.
+pub use crate::auth::{AuthSection, RoleEntry, UserEntry};
 use crate::store::FsyncPolicy;
 use herald_protocol::selector::SelectorLimits;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use thiserror::Error;
 
 /// The embedded default configuration file.
@@ -261,76 +263,6 @@ impl Default for TlsSection {
             key: PathBuf::new(),
         }
     }
-}
-
-/// `[auth]`: who may connect and what they may do.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AuthSection {
-    /// Every connection must log in as a user.
-    pub required: bool,
-    /// How long a failed login waits before its ERROR.
-    pub failed_login_delay_ms: u32,
-    /// Failed logins from one address, within `failed_login_window_ms`,
-    /// after which its logins are refused unchecked.
-    pub max_failed_logins: u32,
-    /// How long a failed login counts against its address.
-    pub failed_login_window_ms: u32,
-    /// The role whose permissions anonymous connections have once users
-    /// exist; "" = none at all.
-    pub anonymous_role: String,
-    /// `[[auth.users]]`.
-    pub users: Vec<UserEntry>,
-    /// `[auth.roles.NAME]`.
-    pub roles: std::collections::BTreeMap<String, RoleEntry>,
-}
-
-impl Default for AuthSection {
-    fn default() -> AuthSection {
-        AuthSection {
-            required: false,
-            failed_login_delay_ms: 1000,
-            max_failed_logins: 10,
-            failed_login_window_ms: 60_000,
-            anonymous_role: String::new(),
-            users: Vec::new(),
-            roles: std::collections::BTreeMap::new(),
-        }
-    }
-}
-
-/// `[[auth.users]]`: one user.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct UserEntry {
-    /// The login name.
-    pub name: String,
-    /// The password's Argon2 hash in PHC form (`herald passwd` prints one).
-    pub password: String,
-    /// The roles whose permissions the user has.
-    #[serde(default)]
-    pub roles: Vec<String>,
-}
-
-/// `[auth.roles.NAME]`: what a role may do, as destination patterns
-/// (`queue:` or `topic:` in front limits one to that kind).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RoleEntry {
-    /// Send to these destinations.
-    pub publish: Vec<String>,
-    /// Subscribe to these topics and consume from these queues.
-    pub consume: Vec<String>,
-    /// Browse these queues.
-    pub browse: Vec<String>,
-    /// Create and delete durable subscriptions on these topics.
-    pub durable: Vec<String>,
-    /// Read the management interface's views of connections, users,
-    /// subscriptions and queues, and its metrics.
-    pub monitor: bool,
-    /// Use the management interface: read it, and change things through
-    /// it (includes `monitor`).
-    pub admin: bool,
 }
 
 /// `[stomp]`: the second listener, for standard STOMP clients.
