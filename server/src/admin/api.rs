@@ -84,24 +84,6 @@ fn totals(state: &AppState) -> (u64, u64, u64) {
     })
 }
 
-/// Per-destination counters summed across workers.
-pub(crate) fn destination_counts(
-    state: &AppState,
-) -> BTreeMap<(DestinationKind, String), crate::net::DestinationCounts> {
-    let mut all: BTreeMap<(DestinationKind, String), crate::net::DestinationCounts> =
-        BTreeMap::new();
-    for s in &state.shared.stats {
-        for (key, c) in lock(&s.destinations).iter() {
-            let sum = all.entry(key.clone()).or_default();
-            sum.messages_in += c.messages_in;
-            sum.bytes_in += c.bytes_in;
-            sum.deliveries += c.deliveries;
-            sum.bytes_out += c.bytes_out;
-        }
-    }
-    all
-}
-
 /// One second of history.
 #[derive(Debug, Clone)]
 pub(crate) struct Sample {
@@ -140,7 +122,8 @@ pub(crate) async fn sample(state: AppState) {
                 (q.name, (q.depth, q.enqueued, q.acknowledged, enq, deq))
             })
             .collect();
-        let topics = destination_counts(&state)
+        let topics = state
+            .destination_counts()
             .into_iter()
             .filter(|((kind, _), _)| *kind == DestinationKind::Topic)
             .map(|((_, name), c)| {
@@ -315,7 +298,8 @@ async fn topics(State(state): State<AppState>) -> ApiResult {
         .back()
         .map(|s| s.topics.iter().map(|(n, t)| (n.clone(), t.1)).collect())
         .unwrap_or_default();
-    let topics: Vec<Json_> = destination_counts(&state)
+    let topics: Vec<Json_> = state
+        .destination_counts()
         .into_iter()
         .filter(|((kind, _), _)| *kind == DestinationKind::Topic)
         .map(|((_, name), c)| {

@@ -12,7 +12,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::api::destination_counts;
 use super::AppState;
 
 type Labels = Vec<(&'static str, String)>;
@@ -187,7 +186,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         load(&c.expired),
     );
 
-    let destinations = destination_counts(&state);
+    let destinations = state.destination_counts();
     let labels = |kind: herald_protocol::DestinationKind, name: &str| -> Labels {
         let kind = match kind {
             herald_protocol::DestinationKind::Topic => "topic",

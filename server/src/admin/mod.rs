@@ -25,7 +25,7 @@ mod openapi;
 mod shared;
 mod tls;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::io;
 use std::net::SocketAddr;
@@ -39,6 +39,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
 use axum::{Json, Router};
 use base64::Engine;
+use herald_protocol::DestinationKind;
 
 use crate::config::AdminSection;
 use crate::origins;
@@ -76,6 +77,8 @@ pub(crate) struct AppState {
     hasher: RandomState,
     /// The journal's latency histograms, for `/metrics`.
     journal: Option<crate::store::JournalMetrics>,
+    /// `/openapi.json`, made from the route table at start.
+    openapi: Arc<serde_json::Value>,
 }
 
 /// The running interface.
@@ -105,6 +108,7 @@ impl Admin {
             logins: Arc::default(),
             hasher: RandomState::new(),
             journal,
+            openapi: Arc::new(openapi::describe(&api::routes())),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -364,6 +368,24 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
 }
 
 impl AppState {
+    /// Per-destination counters summed across workers.
+    pub(crate) fn destination_counts(
+        &self,
+    ) -> BTreeMap<(DestinationKind, String), crate::net::DestinationCounts> {
+        let mut all: BTreeMap<(DestinationKind, String), crate::net::DestinationCounts> =
+            BTreeMap::new();
+        for s in &self.shared.stats {
+            for (key, c) in lock(&s.destinations).iter() {
+                let sum = all.entry(key.clone()).or_default();
+                sum.messages_in += c.messages_in;
+                sum.bytes_in += c.bytes_in;
+                sum.deliveries += c.deliveries;
+                sum.bytes_out += c.bytes_out;
+            }
+        }
+        all
+    }
+
     /// Verifies credentials, from the cache if they were verified before,
     /// else on the auth thread like any login (one check at a time, the
     /// same throttling and delays).

@@ -1,16 +1,23 @@
-//! `/openapi.json`: the OpenAPI 3 document, made from the same route table
-//! as the router, so the two cannot drift apart.
+//! `/openapi.json`: the OpenAPI 3 document, made once at start from the
+//! same route table as the router, so the two cannot drift apart.
 
 use std::collections::BTreeMap;
 
+use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::api::routes;
+use super::{AppState, Route};
 
-pub(crate) async fn document() -> Json<Value> {
+/// Serves the document made at start.
+pub(crate) async fn document(State(state): State<AppState>) -> Json<Value> {
+    Json(state.openapi.as_ref().clone())
+}
+
+/// The document that describes `routes`.
+pub(crate) fn describe(routes: &[Route]) -> Value {
     let mut paths: BTreeMap<&str, serde_json::Map<String, Value>> = BTreeMap::new();
-    for route in routes() {
+    for route in routes {
         let parameters: Vec<Value> = route
             .path
             .split('/')
@@ -43,7 +50,7 @@ pub(crate) async fn document() -> Json<Value> {
             .or_default()
             .insert(route.method.as_str().to_lowercase(), operation);
     }
-    Json(json!({
+    json!({
         "openapi": "3.0.3",
         "info": {
             "title": "Herald management API",
@@ -60,5 +67,5 @@ pub(crate) async fn document() -> Json<Value> {
         },
         "security": [{"basic": []}],
         "paths": paths,
-    }))
+    })
 }
