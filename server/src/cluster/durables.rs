@@ -108,7 +108,7 @@ pub(super) fn write(
         }
         None => {
             pipe.cmd("HDEL").arg(REGISTRY).arg(stream).ignore();
-            pipe.cmd("DEL").arg(super::queues::key(stream)).ignore();
+            pipe.cmd("DEL").arg(super::stream_key(stream)).ignore();
             pipe.cmd("DEL").arg(alive_set(stream)).ignore();
         }
     }
@@ -143,7 +143,7 @@ pub(super) fn leave(
         .arg(3)
         .arg(&set)
         .arg(REGISTRY)
-        .arg(super::queues::key(stream))
+        .arg(super::stream_key(stream))
         .arg(if leaving { by.origin.as_str() } else { "" })
         .arg(stream)
         .arg(&by.node_id)

@@ -182,6 +182,16 @@ pub struct Cluster {
     min_replicas: u32,
 }
 
+/// The prefix of the Redis stream keys that hold shared queues' and
+/// cluster subscriptions' messages.
+const STREAM_PREFIX: &str = "herald:q:";
+
+/// The Redis stream that holds the messages of the shared queue (or
+/// cluster subscription stream) `name`.
+fn stream_key(name: &str) -> String {
+    format!("{STREAM_PREFIX}{name}")
+}
+
 /// How long a receipt waits for `min_replicas` replicas.
 const REPLICA_WAIT: Duration = Duration::from_secs(2);
 

@@ -33,15 +33,13 @@ use herald_protocol::selector::Selector;
 use herald_protocol::{DestinationKind, MessageView};
 use redis::Value;
 
-use super::{back_off, link_down, link_up, Cluster, Command};
+use super::{back_off, link_down, link_up, stream_key, Cluster, Command, STREAM_PREFIX};
 use crate::broker::queue::QueuedMessage;
 use crate::broker::{is_durable_stream, EntryId, SharedQueue};
 use crate::delivery::Deliveries;
 use crate::net::{hand_out, Shared};
 use crate::sync::lock;
 
-/// The prefix of a shared queue's stream key.
-const STREAM: &str = "herald:q:";
 /// The consumer group every node reads a queue's stream in.
 const GROUP: &str = "herald";
 /// How long a read waits for new entries: the longest a consumer that got
@@ -115,17 +113,12 @@ pub struct Held {
     pub deliveries: u32,
 }
 
-/// The stream key of a shared queue.
-pub(super) fn key(queue: &str) -> String {
-    format!("{STREAM}{queue}")
-}
-
 /// Adds the commands that append `block` to `queue`'s stream, with the
 /// times it was delivered before (none for a new message).
 pub(super) fn append(pipe: &mut redis::Pipeline, queue: &str, block: &Bytes, deliveries: u32) {
     let cmd = pipe
         .cmd("XADD")
-        .arg(key(queue))
+        .arg(stream_key(queue))
         .arg("*")
         .arg("m")
         .arg(&block[..]);
@@ -138,7 +131,7 @@ pub(super) fn append(pipe: &mut redis::Pipeline, queue: &str, block: &Bytes, del
 /// Adds the commands that settle entries of `queue`'s stream: two,
 /// however many entries.
 pub(super) fn settle(pipe: &mut redis::Pipeline, queue: &str, entries: &[EntryId]) {
-    let key = key(queue);
+    let key = stream_key(queue);
     let ids: Vec<String> = entries.iter().map(EntryId::to_string).collect();
     pipe.cmd("XACK").arg(&key).arg(GROUP).arg(&ids).ignore();
     pipe.cmd("XDEL").arg(&key).arg(&ids).ignore();
@@ -423,7 +416,7 @@ impl Reader<'_> {
         // existed is there for the first.
         let made: redis::RedisResult<()> = redis::cmd("XGROUP")
             .arg("CREATE")
-            .arg(key(name))
+            .arg(stream_key(name))
             .arg(GROUP)
             .arg("0")
             .arg("MKSTREAM")
@@ -449,7 +442,7 @@ impl Reader<'_> {
         cmd.arg("COUNT").arg(count).arg("BLOCK").arg(BLOCK_MS);
         cmd.arg("STREAMS");
         for (name, _, _) in wanted {
-            cmd.arg(key(name));
+            cmd.arg(stream_key(name));
         }
         for _ in wanted {
             cmd.arg(">");
@@ -464,7 +457,7 @@ impl Reader<'_> {
             reply => reply?,
         };
         for (stream, entries) in streams(reply) {
-            let Some((name, queue, _)) = wanted.iter().find(|w| key(&w.0) == stream) else {
+            let Some((name, queue, _)) = wanted.iter().find(|w| stream_key(&w.0) == stream) else {
                 continue;
             };
             for (entry, fields) in entries {
@@ -507,7 +500,7 @@ impl Reader<'_> {
             None => {
                 log::warn!(
                     "cluster: entry {entry} of {} holds no message for it: dropped",
-                    key(name)
+                    stream_key(name)
                 );
                 super::Peers::settle(self.cluster, name, entry);
             }
@@ -553,7 +546,9 @@ impl Reader<'_> {
     /// giving them back, a live one claims them. Entries that hold no
     /// message are settled on the way.
     fn take(&mut self, queue: &str, limit: usize) -> redis::RedisResult<Option<Vec<Held>>> {
-        let exists: bool = redis::cmd("EXISTS").arg(key(queue)).query(self.con)?;
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(stream_key(queue))
+            .query(self.con)?;
         if !exists {
             return Ok(None);
         }
@@ -565,7 +560,7 @@ impl Reader<'_> {
             .arg("COUNT")
             .arg(limit.max(1))
             .arg("STREAMS")
-            .arg(key(queue))
+            .arg(stream_key(queue))
             .arg(">")
             .query(self.con)?;
         let mut taken = Vec::new();
@@ -593,13 +588,13 @@ impl Reader<'_> {
             let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
-                .arg(format!("{STREAM}*"))
+                .arg(format!("{STREAM_PREFIX}*"))
                 .arg("COUNT")
                 .arg(1000)
                 .query(self.con)?;
             names.extend(
                 keys.iter()
-                    .filter_map(|k| k.strip_prefix(STREAM))
+                    .filter_map(|k| k.strip_prefix(STREAM_PREFIX))
                     .filter(|n| !is_durable_stream(n))
                     .map(str::to_owned),
             );
@@ -612,10 +607,10 @@ impl Reader<'_> {
         names.dedup();
         let mut streams = Vec::with_capacity(names.len());
         for name in names {
-            let len: u64 = redis::cmd("XLEN").arg(key(&name)).query(self.con)?;
+            let len: u64 = redis::cmd("XLEN").arg(stream_key(&name)).query(self.con)?;
             // A stream whose group is not made yet has nothing pending.
             let pending = redis::cmd("XPENDING")
-                .arg(key(&name))
+                .arg(stream_key(&name))
                 .arg(GROUP)
                 .query::<Value>(self.con)
                 .ok()
@@ -640,7 +635,7 @@ impl Reader<'_> {
         let mut after = "-".to_owned();
         while found.len() < limit {
             let page: Value = redis::cmd("XRANGE")
-                .arg(key(queue))
+                .arg(stream_key(queue))
                 .arg(&after)
                 .arg("+")
                 .arg("COUNT")
@@ -685,7 +680,7 @@ impl Reader<'_> {
         for (name, entries) in held {
             for chunk in entries.chunks(CLAIM_CHUNK) {
                 let mut cmd = redis::cmd("XCLAIM");
-                cmd.arg(key(&name)).arg(GROUP).arg(self.me).arg(0);
+                cmd.arg(stream_key(&name)).arg(GROUP).arg(self.me).arg(0);
                 for entry in chunk {
                     cmd.arg(entry.to_string());
                 }
@@ -707,7 +702,7 @@ impl Reader<'_> {
         want: usize,
         out: &mut Deliveries,
     ) -> redis::RedisResult<()> {
-        let stream = key(name);
+        let stream = stream_key(name);
         let idle_ms = self.cluster.claim_idle.as_millis() as u64;
         if want > 0 {
             let pending: Value = redis::cmd("XPENDING")
