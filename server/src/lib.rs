@@ -7,11 +7,11 @@
 //!   out, and the connections they own.
 //! - [`handlers`]: one function per frame kind, the seam between `net` and
 //!   `broker`.
-//! - [`broker`]: routing, the topic tree and strict mode. No sockets.
+//! - [`broker`]: routing, the topic tree and strict mode, and the
+//!   deliveries it hands the workers (`broker::delivery`). No sockets.
 //! - [`session`]: per-connection protocol state.
 //! - [`store`]: persistence: the storage trait and the embedded journal.
 //! - [`stomp`]: the STOMP protocol's handlers, on the same broker.
-//! - [`delivery`]: routed messages on their way to the owning worker.
 //! - [`auth`]: users, passwords and permissions.
 //! - [`config`]: the settings of `herald.toml`.
 //! - [`admin`]: the management interface: JSON API, metrics, console.
@@ -26,7 +26,6 @@ pub mod auth;
 pub mod broker;
 pub mod cluster;
 pub mod config;
-pub mod delivery;
 pub mod handlers;
 pub mod net;
 pub mod origins;

@@ -14,9 +14,9 @@ use serde::Deserialize;
 use serde_json::{json, Value as Json_};
 
 use super::{ApiError, AppState, Route};
+use crate::broker::delivery::Deliveries;
 use crate::broker::{Room, RouteError};
 use crate::cluster::settings::Change;
-use crate::delivery::Deliveries;
 use crate::net::{Command, Protocol};
 use crate::sync::lock;
 

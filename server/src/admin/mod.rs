@@ -46,7 +46,7 @@ use crate::origins;
 use crate::sync::lock;
 
 use crate::auth::Principal;
-use crate::delivery::Deliveries;
+use crate::broker::delivery::Deliveries;
 use crate::net::Shared;
 
 /// The listeners' addresses, for `/api/server`.

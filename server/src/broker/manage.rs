@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use herald_protocol::{DestinationKind, Message, MessageView};
 
 use super::{Broker, Room, RouteError, SharedQueue, SubscribeRequest, SubscriptionHandle};
-use crate::delivery::Deliveries;
+use crate::broker::delivery::Deliveries;
 use crate::sync::{lock, read, write};
 
 /// Counters of what happened to messages after they were routed.

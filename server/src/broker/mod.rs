@@ -18,6 +18,7 @@
 //! is unlocked).
 
 mod declared_topics;
+pub mod delivery;
 mod manage;
 pub mod memory;
 pub mod queue;
@@ -48,8 +49,8 @@ use herald_protocol::selector::{Selector, SelectorLimits};
 use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, MessageView, Pattern};
 
 use crate::config::Config;
-use crate::delivery::Deliveries;
 use crate::store::{Completion, Holder, Record, Recovered, Store};
+use delivery::Deliveries;
 pub use queue::EntryId;
 use queue::{Dispatch, QueueFull, QueuedMessage};
 use retained::Retained;

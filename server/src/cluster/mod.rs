@@ -40,11 +40,11 @@ use herald_protocol::MessageView;
 use link::Link;
 use redis::Value;
 
+use crate::broker::delivery::Deliveries;
 use crate::broker::{
     Backlog, ConnectionRef, DurableRecord, EntryId, Peers, SharedChanges, SharedQueue,
 };
 use crate::config::{AuthSection, ClusterSection};
-use crate::delivery::Deliveries;
 use crate::net::{hand_out, Shared};
 use crate::store::Completion;
 use crate::sync::{lock, read, write};

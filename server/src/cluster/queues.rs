@@ -34,9 +34,9 @@ use herald_protocol::{DestinationKind, MessageView};
 use redis::Value;
 
 use super::{back_off, link_down, link_up, stream_key, Cluster, Command, STREAM_PREFIX};
+use crate::broker::delivery::Deliveries;
 use crate::broker::queue::QueuedMessage;
 use crate::broker::{is_durable_stream, EntryId, SharedQueue};
-use crate::delivery::Deliveries;
 use crate::net::{hand_out, Shared};
 use crate::sync::lock;
 

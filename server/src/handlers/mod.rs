@@ -22,8 +22,8 @@ use herald_protocol::{DestinationKind, ErrorCode, Frame, MessageView, RawFrame};
 
 use std::sync::Arc;
 
+use crate::broker::delivery::Deliveries;
 use crate::broker::{Backlog, ConnectionRef, Routed};
-use crate::delivery::Deliveries;
 use crate::net::outbound::Outbound;
 use crate::net::{DestinationCounts, Shared};
 use crate::session::{Phase, Session};

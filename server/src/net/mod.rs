@@ -21,9 +21,9 @@ use mio::net::TcpStream;
 use mio::{Token, Waker};
 
 use crate::auth::{Authenticator, Principal};
+use crate::broker::delivery::Delivery;
 use crate::broker::{Broker, ConnectionRef};
 use crate::config::Config;
-use crate::delivery::Delivery;
 use crate::store::Completion;
 use crate::sync::lock;
 
@@ -419,7 +419,7 @@ impl crate::broker::Sink for WorkerSink {
 
 /// Hands messages routed off the workers (by the management interface, or
 /// from other nodes) to the workers that own their connections.
-pub fn hand_out(shared: &Shared, deliveries: &mut crate::delivery::Deliveries) {
+pub fn hand_out(shared: &Shared, deliveries: &mut crate::broker::delivery::Deliveries) {
     for (worker, conns) in deliveries.drain_wakes() {
         shared.workers[worker].send(Command::Wake(conns));
     }

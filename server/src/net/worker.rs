@@ -25,9 +25,9 @@ use super::{Command, ConnInfo, Protocol, Shared, WAKER};
 use rustls::ServerConnection;
 
 use crate::auth::Principal;
+use crate::broker::delivery::{Deliveries, Delivery, Seen};
 use crate::broker::{Backlog, ConnectionRef, Subscriber};
 use crate::config::SlowConsumerPolicy;
-use crate::delivery::{Deliveries, Delivery, Seen};
 use crate::handlers::connect::{admit, release_client_id};
 use crate::handlers::send::{self, Published};
 use crate::handlers::{self, Context, Flow};

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 
-use crate::broker::{AckRef, ConnectionRef, MatchCache, Subscriber};
+use super::{AckRef, ConnectionRef, MatchCache, Subscriber};
 
 /// One message for one subscription.
 #[derive(Clone)]
