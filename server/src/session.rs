@@ -2,12 +2,15 @@
 //! whether CONNECT has happened, the negotiated terms, the subscriptions.
 
 use crate::FastMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::auth::Principal;
+use herald_protocol::MessageView;
+use thiserror::Error;
+
 use crate::broker::{AckRef, Backlog, SubscriptionHandle};
-use crate::handlers::transaction::Transactions;
 
 /// A delivery the client has not settled yet.
 pub struct Unacked {
@@ -85,5 +88,172 @@ impl Session {
         let id = self.next_delivery_id;
         self.next_delivery_id += 1;
         id
+    }
+}
+
+/// Processed (ACK) or to be redelivered (NACK).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// ACK.
+    Processed,
+    /// NACK.
+    Redeliver,
+}
+
+/// What a held message is charged beyond its bytes.
+const HELD_OVERHEAD: usize = 64;
+
+/// Work held in a transaction until it commits.
+pub enum Deferred {
+    /// A message to route.
+    Send(MessageView),
+    /// Deliveries to settle.
+    Settle(Vec<u64>, Outcome),
+}
+
+/// One open transaction.
+#[derive(Default)]
+pub struct Held {
+    ops: Vec<Deferred>,
+    bytes: usize,
+    /// Why it can no longer commit, once something made it fail.
+    doomed: Option<String>,
+}
+
+impl Held {
+    /// Adds work that comes with the COMMIT itself (the deliveries it
+    /// names as consumed): not counted against the connection's limits.
+    pub fn add_at_commit(&mut self, op: Deferred) {
+        self.ops.push(op);
+    }
+
+    /// Its work in the order held, or why it can no longer commit.
+    pub fn into_ops(self) -> Result<Vec<Deferred>, String> {
+        match self.doomed {
+            Some(why) => Err(why),
+            None => Ok(self.ops),
+        }
+    }
+}
+
+/// A transaction refused for a connection's limits (both
+/// `ErrorCode::LimitExceeded` on the wire).
+#[derive(Debug, Error)]
+pub enum TxLimit {
+    /// One more open transaction than `max_transactions_per_connection`.
+    #[error("transaction {tx} is refused: this connection has {max_open} open, the most allowed (max_transactions_per_connection)")]
+    TooMany {
+        /// The transaction refused.
+        tx: String,
+        /// The limit.
+        max_open: usize,
+    },
+    /// The open transactions would hold more than `max_transaction_bytes`.
+    #[error("transaction {tx} is rolled back: this connection's open transactions would hold more than max_transaction_bytes ({limit})")]
+    TooLarge {
+        /// The transaction rolled back.
+        tx: String,
+        /// The limit, in bytes.
+        limit: usize,
+    },
+}
+
+/// The open transactions of one connection, by the client's name for them,
+/// within the connection's byte budget.
+pub struct Transactions<K> {
+    open: HashMap<K, Held>,
+    bytes: usize,
+}
+
+impl<K> Default for Transactions<K> {
+    fn default() -> Self {
+        Transactions {
+            open: HashMap::new(),
+            bytes: 0,
+        }
+    }
+}
+
+impl<K: std::hash::Hash + Eq + std::fmt::Display + Clone> Transactions<K> {
+    /// Opens `tx` if it is not open yet; false if it already was. Refused
+    /// if `max_open` transactions are open already.
+    pub fn begin(&mut self, tx: K, max_open: usize) -> Result<bool, TxLimit> {
+        if self.open.contains_key(&tx) {
+            return Ok(false);
+        }
+        self.room_for(&tx, max_open)?;
+        self.open.insert(tx, Held::default());
+        Ok(true)
+    }
+
+    /// Refuses to open one more transaction than `max_open`.
+    fn room_for(&self, tx: &K, max_open: usize) -> Result<(), TxLimit> {
+        if self.open.len() < max_open || self.open.contains_key(tx) {
+            return Ok(());
+        }
+        Err(TxLimit::TooMany {
+            tx: tx.to_string(),
+            max_open,
+        })
+    }
+
+    /// Whether `tx` is open.
+    pub fn is_open(&self, tx: &K) -> bool {
+        self.open.contains_key(tx)
+    }
+
+    /// Holds work in `tx` (opening it), within `limit` bytes for the whole
+    /// connection. Past the limit the transaction is rolled back: its work
+    /// dropped, the reason kept for its COMMIT, and returned now.
+    /// Opens `tx` too if need be, within `max_open` open transactions.
+    pub fn hold(
+        &mut self,
+        tx: K,
+        op: Deferred,
+        limit: usize,
+        max_open: usize,
+    ) -> Result<(), TxLimit> {
+        self.room_for(&tx, max_open)?;
+        let held = self.open.entry(tx.clone()).or_default();
+        if held.doomed.is_some() {
+            return Ok(());
+        }
+        let cost = match &op {
+            Deferred::Send(view) => view.block().len() + HELD_OVERHEAD,
+            Deferred::Settle(ids, _) => ids.len() * 8 + HELD_OVERHEAD,
+        };
+        if self.bytes + cost > limit {
+            let too_large = TxLimit::TooLarge {
+                tx: tx.to_string(),
+                limit,
+            };
+            self.doom(tx, too_large.to_string(), max_open);
+            return Err(too_large);
+        }
+        self.bytes += cost;
+        held.bytes += cost;
+        held.ops.push(op);
+        Ok(())
+    }
+
+    /// Rolls `tx` back now, opening it if need be (within `max_open`; past
+    /// it there is nothing to drop): its work is dropped, and its COMMIT
+    /// will fail with `why`.
+    pub fn doom(&mut self, tx: K, why: String, max_open: usize) {
+        if self.room_for(&tx, max_open).is_err() {
+            return;
+        }
+        let held = self.open.entry(tx).or_default();
+        self.bytes -= held.bytes;
+        held.ops.clear();
+        held.bytes = 0;
+        held.doomed.get_or_insert(why);
+    }
+
+    /// Ends `tx`, returning what it held (None if it was not open).
+    pub fn end(&mut self, tx: &K) -> Option<Held> {
+        let held = self.open.remove(tx)?;
+        self.bytes -= held.bytes;
+        Some(held)
     }
 }

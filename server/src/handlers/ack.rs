@@ -9,16 +9,7 @@ use herald_protocol::ErrorCode;
 use super::{receipt, Context, Flow, Refusal};
 use crate::broker::{SharedQueue, Subscriber, Written};
 use crate::net::outbound::Outbound;
-use crate::session::Session;
-
-/// Processed (ACK) or to be redelivered (NACK).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// ACK.
-    Processed,
-    /// NACK.
-    Redeliver,
-}
+use crate::session::{Outcome, Session};
 
 /// An ACK or NACK frame.
 pub fn handle(

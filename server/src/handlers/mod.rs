@@ -26,7 +26,7 @@ use crate::broker::delivery::Deliveries;
 use crate::broker::{Backlog, ConnectionRef, Routed};
 use crate::net::outbound::Outbound;
 use crate::net::{DestinationCounts, Shared};
-use crate::session::{Phase, Session};
+use crate::session::{Outcome, Phase, Session};
 
 /// What a handler needs besides the session it works on.
 pub struct Context<'a> {
@@ -134,6 +134,12 @@ pub struct Refusal {
     refused: Option<RefusedSend>,
 }
 
+impl From<crate::session::TxLimit> for Refusal {
+    fn from(limit: crate::session::TxLimit) -> Refusal {
+        Refusal::soft(ErrorCode::LimitExceeded, limit.to_string())
+    }
+}
+
 impl Refusal {
     /// A refusal after which the connection stays usable.
     pub fn soft(code: ErrorCode, message: impl Into<String>) -> Refusal {
@@ -234,8 +240,8 @@ fn handle(
         Frame::Ping => heartbeat::ping(request_id, out),
         Frame::Pong => Ok(Flow::Continue),
         Frame::Disconnect => disconnect::handle(request_id, out),
-        Frame::Ack(f) => ack::handle(f, ack::Outcome::Processed, request_id, session, out, ctx),
-        Frame::Nack(f) => ack::handle(f, ack::Outcome::Redeliver, request_id, session, out, ctx),
+        Frame::Ack(f) => ack::handle(f, Outcome::Processed, request_id, session, out, ctx),
+        Frame::Nack(f) => ack::handle(f, Outcome::Redeliver, request_id, session, out, ctx),
         Frame::Browse(f) => browse::handle(f, request_id, session, out, ctx),
         Frame::Recover(f) => ack::recover(f, request_id, session, out, ctx),
         Frame::TxSend(f) => transaction::tx_send(f, request_id, session, out, ctx),

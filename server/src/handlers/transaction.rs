@@ -1,5 +1,6 @@
-//! Transactions, native and STOMP: what a transaction holds until it ends,
-//! and its COMMIT.
+//! Transactions, native and STOMP: holding a SEND, and the COMMIT (what a
+//! transaction holds until it ends is the session's,
+//! [`Transactions`](crate::session::Transactions)).
 //!
 //! A commit first checks that it can succeed (every queue it sends to has
 //! room, every topic is allowed), then routes and settles as one
@@ -10,134 +11,13 @@
 use std::collections::HashMap;
 
 use herald_protocol::frame::{Commit, Rollback, TxSend};
-use herald_protocol::{DeliveryMode, DestinationKind, ErrorCode, MessageView};
+use herald_protocol::{DeliveryMode, DestinationKind, ErrorCode};
 
-use super::ack::{recover_subscriptions, settle, Outcome};
+use super::ack::{recover_subscriptions, settle};
 use super::{Context, Flow, Refusal};
 use crate::broker::{Room, Written};
 use crate::net::outbound::Outbound;
-use crate::session::Session;
-
-/// What a held message is charged beyond its bytes.
-const HELD_OVERHEAD: usize = 64;
-
-/// Work held in a transaction until it commits.
-pub enum Deferred {
-    /// A message to route.
-    Send(MessageView),
-    /// Deliveries to settle.
-    Settle(Vec<u64>, Outcome),
-}
-
-/// One open transaction.
-#[derive(Default)]
-pub struct Held {
-    ops: Vec<Deferred>,
-    bytes: usize,
-    /// Why it can no longer commit, once something made it fail.
-    doomed: Option<String>,
-}
-
-/// The open transactions of one connection, by the client's name for them,
-/// within the connection's byte budget.
-pub struct Transactions<K> {
-    open: HashMap<K, Held>,
-    bytes: usize,
-}
-
-impl<K> Default for Transactions<K> {
-    fn default() -> Self {
-        Transactions {
-            open: HashMap::new(),
-            bytes: 0,
-        }
-    }
-}
-
-impl<K: std::hash::Hash + Eq + std::fmt::Display + Clone> Transactions<K> {
-    /// Opens `tx` if it is not open yet; false if it already was. Refused
-    /// if `max_open` transactions are open already.
-    pub fn begin(&mut self, tx: K, max_open: usize) -> Result<bool, Refusal> {
-        if self.open.contains_key(&tx) {
-            return Ok(false);
-        }
-        self.room_for(&tx, max_open)?;
-        self.open.insert(tx, Held::default());
-        Ok(true)
-    }
-
-    /// Refuses to open one more transaction than `max_open`.
-    fn room_for(&self, tx: &K, max_open: usize) -> Result<(), Refusal> {
-        if self.open.len() < max_open || self.open.contains_key(tx) {
-            return Ok(());
-        }
-        Err(Refusal::soft(
-            ErrorCode::LimitExceeded,
-            format!(
-                "transaction {tx} is refused: this connection has {max_open} open, the most allowed (max_transactions_per_connection)"
-            ),
-        ))
-    }
-
-    /// Whether `tx` is open.
-    pub fn is_open(&self, tx: &K) -> bool {
-        self.open.contains_key(tx)
-    }
-
-    /// Holds work in `tx` (opening it), within `limit` bytes for the whole
-    /// connection. Past the limit the transaction is rolled back: its work
-    /// dropped, the reason kept for its COMMIT, and returned now.
-    /// Opens `tx` too if need be, within `max_open` open transactions.
-    pub fn hold(
-        &mut self,
-        tx: K,
-        op: Deferred,
-        limit: usize,
-        max_open: usize,
-    ) -> Result<(), Refusal> {
-        self.room_for(&tx, max_open)?;
-        let held = self.open.entry(tx.clone()).or_default();
-        if held.doomed.is_some() {
-            return Ok(());
-        }
-        let cost = match &op {
-            Deferred::Send(view) => view.block().len() + HELD_OVERHEAD,
-            Deferred::Settle(ids, _) => ids.len() * 8 + HELD_OVERHEAD,
-        };
-        if self.bytes + cost > limit {
-            let why = format!(
-                "transaction {tx} is rolled back: this connection's open transactions would hold more than max_transaction_bytes ({limit})"
-            );
-            self.doom(tx, why.clone(), max_open);
-            return Err(Refusal::soft(ErrorCode::LimitExceeded, why));
-        }
-        self.bytes += cost;
-        held.bytes += cost;
-        held.ops.push(op);
-        Ok(())
-    }
-
-    /// Rolls `tx` back now, opening it if need be (within `max_open`; past
-    /// it there is nothing to drop): its work is dropped, and its COMMIT
-    /// will fail with `why`.
-    pub fn doom(&mut self, tx: K, why: String, max_open: usize) {
-        if self.room_for(&tx, max_open).is_err() {
-            return;
-        }
-        let held = self.open.entry(tx).or_default();
-        self.bytes -= held.bytes;
-        held.ops.clear();
-        held.bytes = 0;
-        held.doomed.get_or_insert(why);
-    }
-
-    /// Ends `tx`, returning what it held (None if it was not open).
-    pub fn end(&mut self, tx: &K) -> Option<Held> {
-        let held = self.open.remove(tx)?;
-        self.bytes -= held.bytes;
-        Some(held)
-    }
-}
+use crate::session::{Deferred, Held, Outcome, Session};
 
 /// Carries out a transaction's work. Returns what its RECEIPT must check
 /// (the journal kept it); refuses, having done nothing, if it cannot all
@@ -148,12 +28,10 @@ pub fn commit(
     ctx: &mut Context<'_>,
 ) -> Result<Written, Refusal> {
     let rolled_back = |why: String| Refusal::soft(ErrorCode::TransactionRolledBack, why);
-    if let Some(why) = held.doomed {
-        return Err(rolled_back(why));
-    }
+    let ops = held.into_ops().map_err(rolled_back)?;
     let broker = &ctx.shared.broker;
     let mut per_queue: HashMap<&str, usize> = HashMap::new();
-    for op in &held.ops {
+    for op in &ops {
         if let Deferred::Settle(ids, _) = op {
             if let Some(id) = ids.iter().find(|id| !session.unacked.contains_key(id)) {
                 return Err(rolled_back(format!(
@@ -181,7 +59,7 @@ pub fn commit(
             .map_err(|e| rolled_back(format!("transaction rolled back: {e}")))?;
     }
     let atomic = broker.begin_atomic();
-    for op in held.ops {
+    for op in ops {
         match op {
             Deferred::Send(view) => {
                 let name = view.destination();
@@ -240,7 +118,7 @@ pub fn handle_commit(
         .end(&f.transaction_id)
         .unwrap_or_default();
     if !f.consumed.delivery_ids.is_empty() {
-        held.ops.push(Deferred::Settle(
+        held.add_at_commit(Deferred::Settle(
             f.consumed.delivery_ids,
             Outcome::Processed,
         ));

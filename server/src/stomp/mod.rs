@@ -29,17 +29,17 @@ use herald_protocol::stomp::{StompDecoder, StompFrame, StompLimits};
 use herald_protocol::{Destination, ErrorCode};
 
 use crate::broker::{SubscribeRequest, Subscriber, Written};
-use crate::handlers::ack::{settle, Outcome};
+use crate::handlers::ack::settle;
 use crate::handlers::connect::{admit, check_id_length, Welcome};
 use crate::handlers::send::{authorize as send_authorize, publish, Published};
 use crate::handlers::subscribe::{
     authorize as subscribe_authorize, hold_selector, refusal as subscribe_refusal,
     selector as subscribe_selector,
 };
-use crate::handlers::transaction::{commit, Deferred, Transactions};
+use crate::handlers::transaction::commit;
 use crate::handlers::{await_journal, unsubscribe, Context, Flow, Refusal};
 use crate::net::outbound::Outbound;
-use crate::session::{Phase, Session};
+use crate::session::{Deferred, Outcome, Phase, Session, Transactions};
 
 /// How a STOMP subscription acknowledges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +104,7 @@ impl StompSession {
         let max_open = ctx.shared.config.max_transactions_per_connection;
         self.transactions
             .hold(name, op, limit, max_open)
-            .map_err(refused)
+            .map_err(|e| refused(e.into()))
     }
 
     /// A session that has not connected yet; `websocket` for one that
@@ -420,7 +420,7 @@ fn dispatch(
             if !stomp
                 .transactions
                 .begin(tx.to_owned(), max_open)
-                .map_err(refused)?
+                .map_err(|e| refused(e.into()))?
             {
                 return Err((
                     ErrorCode::Malformed,
