@@ -2095,3 +2095,6 @@ impl Broker {
         self.read_topics().len()
     }
 }
+
+#[cfg(test)]
+mod tests;
