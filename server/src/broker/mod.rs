@@ -19,6 +19,7 @@
 
 mod declared_topics;
 pub mod delivery;
+mod durables;
 mod manage;
 pub mod memory;
 pub mod queue;
@@ -51,6 +52,8 @@ use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, Messa
 use crate::config::Config;
 use crate::store::{Completion, Holder, Record, Recovered, Store};
 use delivery::Deliveries;
+pub use durables::{cluster_durable_stream, is_durable_stream, DurableRecord};
+use durables::{Durable, Kept};
 pub use queue::EntryId;
 use queue::{Dispatch, QueueFull, QueuedMessage};
 use retained::Retained;
@@ -216,7 +219,8 @@ impl SharedChanges {
 }
 
 thread_local! {
-    /// Set while this thread runs [`Broker::atomically`].
+    /// Set between [`Broker::begin_atomic`] and [`Broker::end_atomic`] on
+    /// this thread.
     static TRANSACTION: RefCell<Option<Pending>> = const { RefCell::new(None) };
 }
 
@@ -400,90 +404,6 @@ impl SubscribeRequest<'_> {
     pub fn selector_text(&self) -> &str {
         self.selector.as_ref().map_or("", |s| s.source())
     }
-}
-
-/// A named topic subscription: durable (kept with its messages while no
-/// consumer is attached), shared (consumers compete), or both.
-struct Durable {
-    pattern: Pattern,
-    selector: String,
-    /// The user who made it; "" if anonymous, or made on another node of
-    /// a cluster.
-    owner: String,
-    key: u64,
-    queue: SharedQueue,
-    /// Its consumers now: at most one unless it is shared.
-    consumers: Vec<Subscriber>,
-    shared: bool,
-    /// Where it is kept.
-    kept: Kept,
-}
-
-impl Durable {
-    /// Whether it lasts without consumers.
-    fn durable(&self) -> bool {
-        match self.kept {
-            Kept::No => false,
-            Kept::Journal(_) => true,
-            Kept::Cluster { durable, .. } => durable,
-        }
-    }
-
-    /// Its registration, as the cluster's registry holds it.
-    fn record(&self, client_id: &str, name: &str) -> DurableRecord {
-        DurableRecord {
-            client_id: client_id.to_owned(),
-            name: name.to_owned(),
-            pattern: self.pattern.to_string(),
-            selector: self.selector.clone(),
-            durable: self.durable(),
-        }
-    }
-}
-
-/// Where a named subscription is kept.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Kept {
-    /// Nowhere: a non-durable shared subscription, which ends with its
-    /// last consumer.
-    No,
-    /// In this node's store, under its creation record's id.
-    Journal(u64),
-    /// In a cluster's registry in Redis, its messages in the stream of
-    /// this shared queue name (see [`cluster_durable_stream`]), which the
-    /// node that publishes a matching message appends to. A non-durable
-    /// shared subscription is kept there too, so that its consumers on
-    /// every node share it, until no node has a consumer.
-    Cluster { stream: String, durable: bool },
-}
-
-/// A durable subscription of a cluster: its registration, as the nodes
-/// share it through Redis.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DurableRecord {
-    /// Client id.
-    pub client_id: String,
-    /// Subscription name.
-    pub name: String,
-    /// Topic pattern.
-    pub pattern: String,
-    /// Selector text ("" = none).
-    pub selector: String,
-    /// It lasts without consumers; false for a non-durable shared
-    /// subscription, which ends when no node has a consumer.
-    pub durable: bool,
-}
-
-/// The shared queue name of a cluster durable subscription's stream: no
-/// queue can have it (a destination name has no spaces), and the lengths
-/// keep any two subscriptions apart.
-pub fn cluster_durable_stream(client_id: &str, name: &str) -> String {
-    format!("durable {}:{client_id}:{name}", client_id.len())
-}
-
-/// Whether a shared queue name is a cluster durable subscription's.
-pub fn is_durable_stream(name: &str) -> bool {
-    name.starts_with("durable ")
 }
 
 /// The routing state of one server.
@@ -964,147 +884,13 @@ impl Broker {
         })
     }
 
-    /// A durable subscription's entry and queue, entered in the topic tree.
-    fn new_durable(
-        &self,
-        (client_id, name): (&str, &str),
-        owner: String,
-        pattern: Pattern,
-        (selector_text, selector): (String, Option<Arc<Selector>>),
-        kept: Kept,
-    ) -> Durable {
-        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
-        // Only a journalled one files its persistent messages in the store;
-        // a cluster's is named after its stream, which its settlements go to.
-        let (queue_name, holder) = match &kept {
-            Kept::No => (format!("durable.{client_id}.{name}"), None),
-            Kept::Journal(_) => (
-                format!("durable.{client_id}.{name}"),
-                Some(Holder::Durable(client_id.to_owned(), name.to_owned())),
-            ),
-            Kept::Cluster { stream, .. } => (stream.clone(), None),
-        };
-        let queue = self.shared_queue(Queue::new(queue_name, holder, self.limits));
-        let target = match &kept {
-            Kept::Cluster { stream, .. } => Target::Stream(stream.clone()),
-            _ => Target::Queue(queue.clone()),
-        };
-        let entry = TopicEntry {
-            key,
-            target,
-            selector,
-            owner: None,
-            backlog: None,
-        };
-        self.enter(&mut self.write_topics(), &pattern, entry);
-        Durable {
-            pattern,
-            selector: selector_text,
-            owner,
-            key,
-            queue,
-            consumers: Vec::new(),
-            shared: false,
-            kept,
-        }
-    }
-
-    /// Makes this node's cluster durable subscriptions those of the
-    /// cluster's registry, as read from Redis: new ones are entered (this
-    /// node appends what is published here to their streams), changed ones
-    /// replaced, deleted ones dropped, unless a consumer here uses one:
-    /// that one is registered again (a registry that lost it, or a
-    /// non-durable shared subscription ended by the others a moment
-    /// before a consumer here joined it).
-    pub fn sync_durables(&self, registry: Vec<DurableRecord>) {
-        let mut wanted: HashMap<(String, String), DurableRecord> = registry
-            .into_iter()
-            .map(|r| ((r.client_id.clone(), r.name.clone()), r))
-            .collect();
-        let mut durables = lock(&self.durables);
-        let stale: Vec<(String, String)> = durables
-            .iter()
-            .filter(|(id, d)| {
-                let same = wanted.get(*id).is_some_and(|r| {
-                    Pattern::parse(&r.pattern).is_ok_and(|p| p == d.pattern)
-                        && r.selector == d.selector
-                });
-                matches!(d.kept, Kept::Cluster { .. }) && d.consumers.is_empty() && !same
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
-        if let Some(peers) = self.peers.get() {
-            for ((client_id, name), d) in durables.iter() {
-                if let (Kept::Cluster { stream, .. }, false, false) = (
-                    &d.kept,
-                    d.consumers.is_empty(),
-                    wanted.contains_key(&(client_id.clone(), name.clone())),
-                ) {
-                    peers.durable(stream, Some(&d.record(client_id, name)));
-                }
-            }
-        }
-        for id in stale {
-            if let Some(d) = durables.remove(&id) {
-                self.drop_durable(d, false);
-            }
-        }
-        wanted.retain(|id, _| !durables.contains_key(id));
-        for (id, r) in wanted {
-            match self.parse_subscription(&r.pattern, &r.selector) {
-                Ok((pattern, selector)) => {
-                    let stream = cluster_durable_stream(&r.client_id, &r.name);
-                    let kept = Kept::Cluster {
-                        stream,
-                        durable: r.durable,
-                    };
-                    // The registry does not say who made it.
-                    let d = self.new_durable(
-                        (&r.client_id, &r.name),
-                        String::new(),
-                        pattern,
-                        (r.selector, selector),
-                        kept,
-                    );
-                    durables.insert(id, d);
-                }
-                Err(e) => log::warn!(
-                    "cluster durable subscription {}/{} does not parse ({e}): ignored",
-                    r.client_id,
-                    r.name
-                ),
-            }
-        }
-    }
-
-    /// Removes a durable subscription from the tree and ends it and its
-    /// messages where it is kept. `everywhere`: in a cluster, the other
-    /// nodes and the registry are told (not when the registry told us).
-    fn drop_durable(&self, d: Durable, everywhere: bool) {
-        self.leave(&mut self.write_topics(), &d.pattern, d.key);
-        for m in lock(&d.queue).drain() {
-            if let Some(id) = m.journal_id {
-                self.journal(Record::End { id });
-            }
-        }
-        match &d.kept {
-            Kept::No => {}
-            Kept::Journal(id) => self.journal(Record::End { id: *id }),
-            Kept::Cluster { stream, .. } => {
-                // Its stream goes whole: what this node read of it too.
-                if let (Some(peers), true) = (self.peers.get(), everywhere) {
-                    peers.durable(stream, None);
-                }
-            }
-        }
-    }
-
     /// Puts a message into a queue, writing it to the store first if it is
     /// persistent and the queue keeps persistent messages. Returns whether
     /// it was written. The store record is appended under the queue lock,
     /// so it precedes any acknowledgement of the message.
     /// `room` says what happens if the queue is full. Inside
-    /// [`Broker::atomically`] the message enters the queue later.
+    /// a commit (see [`Broker::begin_atomic`]) the message enters the queue
+    /// at its end.
     fn enqueue(
         &self,
         queue: &SharedQueue,
@@ -1709,107 +1495,6 @@ impl Broker {
         }
     }
 
-    fn subscribe_durable(
-        &self,
-        req: SubscribeRequest<'_>,
-        pattern: Pattern,
-        selector: Option<Arc<Selector>>,
-        prefetch: u32,
-        sub: Subscriber,
-        out: &mut Deliveries,
-    ) -> Result<SubscriptionHandle, SubscribeError> {
-        if req.kind != DestinationKind::Topic {
-            return Err(SubscribeError::DurableQueue);
-        }
-        if is_temporary(req.destination) {
-            return Err(SubscribeError::Destination(format!(
-                "'{}': a temporary topic has no durable or shared subscriptions",
-                req.destination
-            )));
-        }
-        // A shared subscription may do without a client id (JMS 2.0).
-        if req.client_id.is_empty() && !req.shared {
-            return Err(SubscribeError::ClientIdRequired);
-        }
-        let durable = !req.shared || req.durable;
-        let id = (req.client_id.to_owned(), req.durable_name.to_owned());
-        let mut durables = lock(&self.durables);
-        if let Some(d) = durables.get(&id) {
-            let in_use = !d.consumers.is_empty();
-            if in_use && (!d.shared || !req.shared || d.durable() != durable) {
-                return Err(SubscribeError::InUse(req.durable_name.to_owned()));
-            }
-            // JMS: resubscribing with another topic or selector replaces
-            // the subscription and what it kept (not while in use).
-            if d.pattern != pattern || d.selector != req.selector_text() {
-                if in_use {
-                    return Err(SubscribeError::InUse(req.durable_name.to_owned()));
-                }
-                if let Some(old) = durables.remove(&id) {
-                    self.drop_durable(old, true);
-                }
-            }
-        }
-        let d = durables.entry(id.clone()).or_insert_with(|| {
-            let (client, name) = (req.client_id, req.durable_name);
-            let kept = match (durable, self.peers.get()) {
-                // In a cluster: registered in Redis, for every node.
-                (_, Some(peers)) => {
-                    let stream = cluster_durable_stream(client, name);
-                    let record = DurableRecord {
-                        client_id: client.to_owned(),
-                        name: name.to_owned(),
-                        pattern: req.destination.to_owned(),
-                        selector: req.selector_text().to_owned(),
-                        durable,
-                    };
-                    peers.durable(&stream, Some(&record));
-                    Kept::Cluster { stream, durable }
-                }
-                (false, None) => Kept::No,
-                (true, None) => {
-                    let journal_id = self.store.next_id();
-                    self.store.append(
-                        Record::Durable {
-                            id: journal_id,
-                            client_id: client.to_owned(),
-                            name: name.to_owned(),
-                            pattern: req.destination.to_owned(),
-                            selector: req.selector_text().to_owned(),
-                            owner: req.user.to_owned(),
-                        },
-                        None,
-                    );
-                    Kept::Journal(journal_id)
-                }
-            };
-            self.new_durable(
-                (client, name),
-                req.user.to_owned(),
-                pattern,
-                (req.selector_text().to_owned(), selector),
-                kept,
-            )
-        });
-        // A durable subscription kept from before a restart takes the
-        // sharing of its first consumer.
-        d.shared = req.shared;
-        d.consumers.push(sub);
-        let queue = d.queue.clone();
-        let stream = match &d.kept {
-            Kept::Cluster { stream, .. } => Some(stream.clone()),
-            _ => None,
-        };
-        drop(durables);
-        let mut dispatches = Vec::new();
-        lock(&queue).add_consumer(sub, None, prefetch, &mut dispatches);
-        self.settled(&queue, dispatches, out);
-        if let (Some(stream), Some(peers)) = (stream, self.peers.get()) {
-            peers.consuming(&stream, &queue, true);
-        }
-        Ok(SubscriptionHandle::Durable { queue, id })
-    }
-
     /// Ends a subscription. Deliveries of its that were not acknowledged
     /// return to their queue for other consumers (or to the dead-letter
     /// queue).
@@ -1860,32 +1545,6 @@ impl Broker {
         let dead = lock(queue).remove_consumer(sub, &mut dispatches);
         self.settled(queue, dispatches, out);
         self.dead_letter(queue, dead, "delivered too many times", out);
-    }
-
-    /// The pattern and owner of durable subscription `name` of
-    /// `client_id`, if there is one.
-    pub fn durable_owner(&self, client_id: &str, name: &str) -> Option<(Pattern, String)> {
-        let id = (client_id.to_owned(), name.to_owned());
-        lock(&self.durables)
-            .get(&id)
-            .map(|d| (d.pattern.clone(), d.owner.clone()))
-    }
-
-    /// Deletes a durable subscription and what it kept.
-    pub fn unsubscribe_durable(&self, client_id: &str, name: &str) -> Result<(), SubscribeError> {
-        let id = (client_id.to_owned(), name.to_owned());
-        let mut durables = lock(&self.durables);
-        match durables.get(&id) {
-            None => Err(SubscribeError::UnknownDurable(name.to_owned())),
-            Some(d) if !d.consumers.is_empty() => Err(SubscribeError::InUse(name.to_owned())),
-            Some(d) if !d.durable() => Err(SubscribeError::UnknownDurable(name.to_owned())),
-            Some(_) => {
-                if let Some(d) = durables.remove(&id) {
-                    self.drop_durable(d, true);
-                }
-                Ok(())
-            }
-        }
     }
 
     /// Settles one delivery as processed. False if `sub` does not hold it.
