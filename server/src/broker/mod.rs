@@ -25,9 +25,11 @@ pub mod memory;
 pub mod queue;
 mod queued;
 mod ready;
+mod refile;
 mod retained;
 mod timers;
 mod topic_tree;
+mod transaction;
 
 pub use declared_topics::DeclaredTopics;
 pub use manage::{BrokerCounters, LiveSubscription, QueueStats, SubscriptionView};
@@ -56,8 +58,11 @@ pub use durables::{cluster_durable_stream, is_durable_stream, DurableRecord};
 use durables::{Durable, Kept};
 pub use queue::EntryId;
 use queue::{Dispatch, QueueFull, QueuedMessage};
+use refile::Refile;
 use retained::Retained;
 use timers::{Timed, Timers};
+use transaction::TRANSACTION;
+pub use transaction::{Atomic, SharedChanges};
 
 /// Where a connection lives: the worker that owns it, its slot in that
 /// worker, and a serial number that tells a reused slot from the original.
@@ -188,51 +193,6 @@ pub enum Room {
     /// Take it anyway: a committing transaction, whose room was checked
     /// beforehand, is not refused halfway.
     Overfill,
-}
-
-/// A transaction being committed on this thread.
-#[derive(Default)]
-struct Pending {
-    /// Its store records, appended together at the end.
-    records: Vec<Record>,
-    /// Its queue insertions, made once the records are appended.
-    inserts: Vec<(SharedQueue, Bytes, Option<u64>)>,
-    /// In a cluster: messages for shared queues, and their stream entries
-    /// settled, that go to Redis in one transaction at the end.
-    shared: SharedChanges,
-}
-
-/// Changes to queues shared through Redis that take effect together.
-#[derive(Debug, Default)]
-pub struct SharedChanges {
-    /// (queue, message block) to append.
-    pub sends: Vec<(String, Bytes)>,
-    /// (queue, entry) done with.
-    pub settled: Vec<(String, EntryId)>,
-}
-
-impl SharedChanges {
-    /// Whether there is nothing to do.
-    pub fn is_empty(&self) -> bool {
-        self.sends.is_empty() && self.settled.is_empty()
-    }
-}
-
-thread_local! {
-    /// Set between [`Broker::begin_atomic`] and [`Broker::end_atomic`] on
-    /// this thread.
-    static TRANSACTION: RefCell<Option<Pending>> = const { RefCell::new(None) };
-}
-
-/// A commit in progress on this thread, from [`Broker::begin_atomic`];
-/// dropped without [`Broker::end_atomic`] (a panic), it is forgotten.
-#[must_use = "a commit ends with Broker::end_atomic"]
-pub struct Atomic(());
-
-impl Drop for Atomic {
-    fn drop(&mut self) {
-        TRANSACTION.set(None);
-    }
 }
 
 /// Where a topic entry sends what matches.
@@ -554,15 +514,6 @@ fn wake_blocked(q: &mut Queue, out: &mut Deliveries) {
     }
 }
 
-/// Why a message leaves its queue for another.
-#[derive(Clone, Copy)]
-enum Refile<'a> {
-    /// Delivered too often; the reason.
-    Dead(&'a str),
-    /// Past its expiration.
-    Expired,
-}
-
 /// Turns a queue's dispatches into deliveries that carry their ack ref.
 fn deliver_from(queue: &SharedQueue, dispatches: Vec<Dispatch>, out: &mut Deliveries) {
     for d in dispatches {
@@ -812,51 +763,6 @@ impl Broker {
         self.peers
             .get()
             .filter(|_| temporary_owner(queue).is_none())
-    }
-
-    /// Starts a commit on this thread: until [`Broker::end_atomic`],
-    /// what publishing and settling journal is held back, and so are the
-    /// messages they put in queues.
-    pub fn begin_atomic(&self) -> Atomic {
-        TRANSACTION.set(Some(Pending::default()));
-        Atomic(())
-    }
-
-    /// Ends a commit: what it journalled is appended as one atomic record,
-    /// and its messages enter their queues once that is on disk. Returns
-    /// what the commit's RECEIPT must check.
-    pub fn end_atomic(
-        &self,
-        atomic: Atomic,
-        from: Option<ConnectionRef>,
-        out: &mut Deliveries,
-    ) -> Written {
-        let pending = TRANSACTION.take().unwrap_or_default();
-        drop(atomic);
-        let mut written = Written::default();
-        // With anything to keep, the transaction's messages (persistent or
-        // not) enter their queues together once its record is on disk, or
-        // none does.
-        let inserts = match pending.records.is_empty() {
-            true => pending.inserts,
-            false => match self.insert_when_durable(pending.inserts, &mut written) {
-                Ok(done) => {
-                    self.store.append_atomically(pending.records, Some(done));
-                    Vec::new()
-                }
-                Err(inserts) => {
-                    self.store.append_atomically(pending.records, None);
-                    inserts
-                }
-            },
-        };
-        if let (Some(peers), false) = (self.peers.get(), pending.shared.is_empty()) {
-            peers.commit(pending.shared, from);
-        }
-        for (queue, block, journal_id) in inserts {
-            self.insert(&queue, block, journal_id, out);
-        }
-        written
     }
 
     /// Whether a message may be published on `topic` (strict mode).
@@ -1629,112 +1535,6 @@ impl Broker {
             .find_queue(queue)
             .map(|q| lock(&q).browse(selector.as_deref()))
             .unwrap_or_default())
-    }
-
-    /// Moves dead messages to the dead-letter queue of their destination,
-    /// with the original destination and the reason in properties.
-    fn dead_letter(
-        &self,
-        from: &SharedQueue,
-        dead: Vec<QueuedMessage>,
-        reason: &str,
-        out: &mut Deliveries,
-    ) {
-        let n = dead.len() as u64;
-        self.counters.dead_lettered.fetch_add(n, Ordering::Relaxed);
-        self.refile(from, dead, Refile::Dead(reason), out);
-    }
-
-    /// Moves messages out of `from` for good: dead ones to their
-    /// destination's dead-letter queue, expired ones to the expiry queue
-    /// (or nowhere, if none is configured), with the original destination
-    /// and the reason in properties.
-    fn refile(
-        &self,
-        from: &SharedQueue,
-        messages: Vec<QueuedMessage>,
-        why: Refile<'_>,
-        out: &mut Deliveries,
-    ) {
-        if messages.is_empty() {
-            return;
-        }
-        let from_name = lock(from).name().to_owned();
-        for m in messages {
-            // The copy is written before the original's record ends: a
-            // crash between keeps both, not none.
-            self.refile_one(&from_name, &m, why, out);
-            self.ended(&from_name, &m);
-        }
-        wake_blocked(&mut lock(from), out);
-    }
-
-    fn refile_one(
-        &self,
-        from_name: &str,
-        m: &QueuedMessage,
-        why: Refile<'_>,
-        out: &mut Deliveries,
-    ) {
-        let Ok(mut message) = Message::decode(&m.block, m.deliveries) else {
-            return;
-        };
-        let original = message
-            .destination
-            .clone()
-            .unwrap_or_else(|| Destination::queue(from_name));
-        let (target, reason) = match why {
-            Refile::Dead(reason) => {
-                if original.kind == DestinationKind::Queue
-                    && original.name.starts_with(&self.dead_letter_prefix)
-                {
-                    log::warn!(
-                        "message {} failed in dead-letter queue {}: dropped",
-                        message.message_id,
-                        original.name
-                    );
-                    return;
-                }
-                let target = format!("{}{}", self.dead_letter_prefix, original.name);
-                (target, format!("{reason} ({} deliveries)", m.deliveries))
-            }
-            Refile::Expired => {
-                self.counters.expired.fetch_add(1, Ordering::Relaxed);
-                if self.expiry_queue.is_empty() {
-                    log::debug!("message {} expired: dropped", message.message_id);
-                    return;
-                }
-                // It must not expire again where it goes.
-                message.expiration = 0;
-                (
-                    self.expiry_queue.clone(),
-                    format!("expired at {}", m.expiration),
-                )
-            }
-        };
-        message.set_property("HeraldOriginalDestination", original.to_string());
-        message.set_property("HeraldDeadLetterReason", reason);
-        message.destination = Some(Destination::queue(target.clone()));
-        let mut block = BytesMut::new();
-        if message.encode(&mut block).is_err() {
-            return;
-        }
-        if self
-            .send_to_queue(
-                &target,
-                &Bytes::from(block),
-                message.delivery_mode,
-                Room::Refuse,
-                None,
-                out,
-            )
-            .is_err()
-        {
-            log::warn!(
-                "queue {target} is full: message {} dropped",
-                message.message_id
-            );
-        }
     }
 
     /// Delivers a queue's dispatches and refiles what it found expired.

@@ -1,0 +1,125 @@
+//! Messages that leave their queue for good: dead ones (delivered too
+//! often) to their destination's dead-letter queue, expired ones to the
+//! expiry queue, with the original destination and the reason in
+//! properties.
+
+use super::*;
+
+/// Why a message leaves its queue for another.
+#[derive(Clone, Copy)]
+pub(super) enum Refile<'a> {
+    /// Delivered too often; the reason.
+    Dead(&'a str),
+    /// Past its expiration.
+    Expired,
+}
+
+impl Broker {
+    /// Moves dead messages to the dead-letter queue of their destination,
+    /// with the original destination and the reason in properties.
+    pub(super) fn dead_letter(
+        &self,
+        from: &SharedQueue,
+        dead: Vec<QueuedMessage>,
+        reason: &str,
+        out: &mut Deliveries,
+    ) {
+        let n = dead.len() as u64;
+        self.counters.dead_lettered.fetch_add(n, Ordering::Relaxed);
+        self.refile(from, dead, Refile::Dead(reason), out);
+    }
+
+    /// Moves messages out of `from` for good: dead ones to their
+    /// destination's dead-letter queue, expired ones to the expiry queue
+    /// (or nowhere, if none is configured), with the original destination
+    /// and the reason in properties.
+    pub(super) fn refile(
+        &self,
+        from: &SharedQueue,
+        messages: Vec<QueuedMessage>,
+        why: Refile<'_>,
+        out: &mut Deliveries,
+    ) {
+        if messages.is_empty() {
+            return;
+        }
+        let from_name = lock(from).name().to_owned();
+        for m in messages {
+            // The copy is written before the original's record ends: a
+            // crash between keeps both, not none.
+            self.refile_one(&from_name, &m, why, out);
+            self.ended(&from_name, &m);
+        }
+        wake_blocked(&mut lock(from), out);
+    }
+
+    /// Moves one message out of queue `from_name` for good (see
+    /// [`Broker::refile`]).
+    pub(super) fn refile_one(
+        &self,
+        from_name: &str,
+        m: &QueuedMessage,
+        why: Refile<'_>,
+        out: &mut Deliveries,
+    ) {
+        let Ok(mut message) = Message::decode(&m.block, m.deliveries) else {
+            return;
+        };
+        let original = message
+            .destination
+            .clone()
+            .unwrap_or_else(|| Destination::queue(from_name));
+        let (target, reason) = match why {
+            Refile::Dead(reason) => {
+                if original.kind == DestinationKind::Queue
+                    && original.name.starts_with(&self.dead_letter_prefix)
+                {
+                    log::warn!(
+                        "message {} failed in dead-letter queue {}: dropped",
+                        message.message_id,
+                        original.name
+                    );
+                    return;
+                }
+                let target = format!("{}{}", self.dead_letter_prefix, original.name);
+                (target, format!("{reason} ({} deliveries)", m.deliveries))
+            }
+            Refile::Expired => {
+                self.counters.expired.fetch_add(1, Ordering::Relaxed);
+                if self.expiry_queue.is_empty() {
+                    log::debug!("message {} expired: dropped", message.message_id);
+                    return;
+                }
+                // It must not expire again where it goes.
+                message.expiration = 0;
+                (
+                    self.expiry_queue.clone(),
+                    format!("expired at {}", m.expiration),
+                )
+            }
+        };
+        message.set_property("HeraldOriginalDestination", original.to_string());
+        message.set_property("HeraldDeadLetterReason", reason);
+        message.destination = Some(Destination::queue(target.clone()));
+        let mut block = BytesMut::new();
+        if message.encode(&mut block).is_err() {
+            return;
+        }
+        if self
+            .send_to_queue(
+                &target,
+                &Bytes::from(block),
+                message.delivery_mode,
+                Room::Refuse,
+                None,
+                out,
+            )
+            .is_err()
+        {
+            log::warn!(
+                "queue {target} is full: message {} dropped",
+                message.message_id
+            );
+        }
+    }
+}
