@@ -1,0 +1,267 @@
+//! Publishing: a message to the subscribers of its topic (plain ones
+//! directly, acknowledged and durable ones through their queues, cluster
+//! streams through the other nodes), or into its queue.
+
+use super::*;
+
+impl Broker {
+    /// Routes a message another node published on a topic to this node's
+    /// subscribers; it is not told to the other nodes again.
+    pub fn publish_from_peer(&self, message: &MessageView, out: &mut Deliveries) {
+        if message.destination_kind == DestinationKind::Topic {
+            let name = message.destination();
+            if let Err(e) = self.route_topic(message, name, None, false, out) {
+                log::warn!("a message from another node was not routed: {e}");
+            }
+        }
+    }
+
+    /// Routes a published message: to every matching topic subscription,
+    /// or into its queue. Returns whether anything was written to the
+    /// store (then the publisher's RECEIPT must wait for it). `room` says
+    /// what happens if its queue is full. In a cluster, topic messages go
+    /// to the other nodes too.
+    /// `from` is the connection that sent it, if one did.
+    pub fn publish(
+        &self,
+        message: &MessageView,
+        room: Room,
+        from: Option<ConnectionRef>,
+        out: &mut Deliveries,
+    ) -> Result<Routed, RouteError> {
+        self.publish_to(message, message.destination(), room, from, out)
+    }
+
+    /// [`Broker::publish`], for a caller that has taken the destination
+    /// `name` out of the message already (that checks it as UTF-8 again,
+    /// which the hot path does not pay twice).
+    pub fn publish_to(
+        &self,
+        message: &MessageView,
+        name: &str,
+        room: Room,
+        from: Option<ConnectionRef>,
+        out: &mut Deliveries,
+    ) -> Result<Routed, RouteError> {
+        let block = message.block();
+        let mode = message.delivery_mode;
+        match message.destination_kind {
+            DestinationKind::Queue => self
+                .send_to_queue(name, block, mode, room, from, out)
+                .map_err(|f| RouteError::QueueFull {
+                    queue: name.to_owned(),
+                    max: f.max_messages,
+                }),
+            DestinationKind::Topic => {
+                let mut routed = self.route_topic(message, name, from, true, out)?;
+                if let Some(peers) = self.peers.get() {
+                    if temporary_owner(name).is_none() {
+                        if let Some(backlog) = peers.published(name, block) {
+                            routed.backlog.get_or_insert(backlog);
+                        }
+                    }
+                }
+                Ok(routed)
+            }
+        }
+    }
+
+    /// Puts a message into the named queue: here, or in a cluster into
+    /// the queue's stream in Redis (inside a commit, at its end).
+    pub(super) fn send_to_queue(
+        &self,
+        name: &str,
+        block: &Bytes,
+        mode: DeliveryMode,
+        room: Room,
+        from: Option<ConnectionRef>,
+        out: &mut Deliveries,
+    ) -> Result<Routed, QueueFull> {
+        let Some(peers) = self.sharing(name) else {
+            let mut written = Written::default();
+            let journaled =
+                self.enqueue(&self.queue(name), block, (mode, room), &mut written, out)?;
+            return Ok(Routed {
+                journaled,
+                written,
+                delivered: 1,
+                backlog: None,
+            });
+        };
+        let backlog = self.append_shared(peers, name, block, from);
+        Ok(Routed {
+            // A persistent message's RECEIPT waits for Redis to accept it.
+            journaled: mode == DeliveryMode::Persistent,
+            written: Written::default(),
+            delivered: 1,
+            backlog,
+        })
+    }
+
+    /// Appends a message to a shared queue's stream, or inside a commit
+    /// keeps it for the commit's end.
+    pub(super) fn append_shared(
+        &self,
+        peers: &Arc<dyn Peers>,
+        name: &str,
+        block: &Bytes,
+        from: Option<ConnectionRef>,
+    ) -> Option<Arc<Backlog>> {
+        let deferred = TRANSACTION.with_borrow_mut(|t| {
+            t.as_mut()
+                .map(|p| p.shared.sends.push((name.to_owned(), block.clone())))
+                .is_some()
+        });
+        match deferred {
+            true => None,
+            false => peers.queue_send(name, block, from),
+        }
+    }
+
+    /// Takes a message that the cluster read from the stream of the shared
+    /// queue `queue` for this node's consumers, delivered `deliveries`
+    /// times before; one delivered as often as allowed is dead instead.
+    pub fn arrived(
+        &self,
+        queue: &SharedQueue,
+        block: Bytes,
+        entry: EntryId,
+        deliveries: u32,
+        out: &mut Deliveries,
+    ) {
+        let mut dispatches = Vec::new();
+        let admitted = lock(queue).push_entry(block, entry, deliveries, &mut dispatches);
+        match admitted {
+            Ok(due) => {
+                if let Some(due) = due {
+                    self.timers.schedule(due, Timed::Queue(queue.clone()));
+                }
+                self.settled(queue, dispatches, out);
+            }
+            Err(dead) => self.dead_letter(queue, vec![dead], "delivered too many times", out),
+        }
+    }
+
+    /// Routes a topic message to this node's subscribers and, if it was
+    /// published here (`local`, by `from`), to the streams of the cluster's
+    /// durable subscriptions it matches.
+    /// `name` is the message's destination, which the caller has already
+    /// taken out of it (checking it as UTF-8 each time costs).
+    pub(super) fn route_topic(
+        &self,
+        message: &MessageView,
+        name: &str,
+        from: Option<ConnectionRef>,
+        local: bool,
+        out: &mut Deliveries,
+    ) -> Result<Routed, RouteError> {
+        let block = message.block();
+        let mode = message.delivery_mode;
+        self.check_topic(name)?;
+        if message.expiration != 0 && message.expiration <= queue::now_ms() {
+            // Expired before routing: no subscriber sees it.
+            let expired = QueuedMessage {
+                seq: 0,
+                block: block.clone(),
+                deliveries: 0,
+                journal_id: None,
+                priority: message.priority,
+                expiration: message.expiration,
+                entry: None,
+            };
+            self.refile_one(name, &expired, Refile::Expired, out);
+            return Ok(Routed::default());
+        }
+        // Parsed at most once, and only if a selector needs it.
+        let fields: OnceCell<Option<MessageRef<'_>>> = OnceCell::new();
+        let mut routed = Routed::default();
+        // Looked at once per publish, not per subscriber: most
+        // messages have no delivery time, and then no clock is read.
+        let due = delivery_time(block);
+        let delayed = due != 0 && due > queue::now_ms();
+        // A temporary topic's messages reach its owner only, even
+        // through wildcards.
+        let owner = temporary_owner(name);
+        // In a cluster, a persistent message's receipt also waits until
+        // the node has made sure that no durable subscription was
+        // registered elsewhere after it last read the registry (see
+        // `Peers::recheck`). The epoch is read before the tree, which is
+        // at least that new.
+        let recheck = self
+            .peers
+            .get()
+            .filter(|_| local && mode == DeliveryMode::Persistent)
+            .map(|peers| (peers, peers.durables_epoch()));
+        let mut appended = Vec::new();
+        let tree = self.read_topics();
+        let cached = out.matches.matches(&tree, name);
+        let mut visit = |entry: &TopicEntry| {
+            if !takes(entry, owner, block, &fields) {
+                return;
+            }
+            routed.delivered += 1;
+            if let (Some(b), false) = (&entry.backlog, delayed) {
+                b.routed(block.len());
+            }
+            if routed.backlog.is_none() {
+                routed.backlog = entry.backlog.clone().filter(|b| b.is_high());
+            }
+            match &entry.target {
+                Target::Direct(sub) if delayed => self.timers.schedule(due, Timed::Direct(*sub, block.clone())),
+                Target::Direct(sub) => out.push(*sub, block.clone()),
+                Target::Stream(stream) => {
+                    if let (Some(peers), true) = (self.peers.get(), local) {
+                        let backlog = self.append_shared(peers, stream, block, from);
+                        routed.journaled |= mode == DeliveryMode::Persistent;
+                        if recheck.is_some() {
+                            appended.push(stream.clone());
+                        }
+                        if routed.backlog.is_none() {
+                            routed.backlog = backlog;
+                        }
+                    }
+                }
+                Target::Queue(queue) => match self.enqueue(
+                    queue,
+                    block,
+                    (mode, Room::Refuse),
+                    &mut routed.written,
+                    out,
+                ) {
+                    Ok(written) => routed.journaled |= written,
+                    Err(full) => log::warn!(
+                        "subscription queue '{}' is full ({} messages): a message on {name} is not kept for it",
+                        lock(queue).name(),
+                        full.max_messages
+                    ),
+                },
+            }
+        };
+        match &cached {
+            Some(entries) => entries.iter().for_each(&mut visit),
+            None => tree.for_each_match(name, visit),
+        }
+        self.retained.keep(name, block);
+        drop(tree);
+        if let Some((peers, epoch)) = recheck {
+            peers.recheck(name, block, (epoch, appended), from);
+            routed.journaled = true;
+        }
+        Ok(routed)
+    }
+
+    /// The cluster streams (of durable and shared subscriptions) that a
+    /// message published on `topic` now goes to.
+    pub fn streams_for(&self, topic: &str, block: &Bytes) -> Vec<String> {
+        let (owner, fields) = (temporary_owner(topic), OnceCell::new());
+        let mut streams = Vec::new();
+        self.read_topics()
+            .for_each_match(topic, |entry| match &entry.target {
+                Target::Stream(stream) if takes(entry, owner, block, &fields) => {
+                    streams.push(stream.clone());
+                }
+                _ => {}
+            });
+        streams
+    }
+}

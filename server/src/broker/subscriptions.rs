@@ -1,0 +1,251 @@
+//! Subscribing and settling: starting and ending subscriptions, and the
+//! acknowledgements, NACKs and releases of what they were delivered.
+
+use super::*;
+
+impl Broker {
+    /// Starts a subscription for `sub`.
+    pub fn subscribe(
+        &self,
+        req: SubscribeRequest<'_>,
+        sub: Subscriber,
+        out: &mut Deliveries,
+    ) -> Result<SubscriptionHandle, SubscribeError> {
+        let info = LiveSubscription::new(&req);
+        let handle = self.start_subscription(req, sub, out)?;
+        lock(&self.live).insert(
+            (sub.conn.serial, sub.subscription_id),
+            info.with_queue(&handle),
+        );
+        Ok(handle)
+    }
+
+    pub(super) fn start_subscription(
+        &self,
+        req: SubscribeRequest<'_>,
+        sub: Subscriber,
+        out: &mut Deliveries,
+    ) -> Result<SubscriptionHandle, SubscribeError> {
+        let selector = req.selector.clone();
+        let prefetch = match req.prefetch {
+            0 => self.default_prefetch,
+            n => n,
+        };
+        let bad = |e: herald_protocol::Error| SubscribeError::Destination(e.to_string());
+        if req.kind == DestinationKind::Queue {
+            herald_protocol::destination::validate_name(req.destination).map_err(bad)?;
+        }
+        let pattern = Pattern::parse(req.destination).map_err(bad)?;
+        if !req.durable_name.is_empty() {
+            return self.subscribe_durable(req, pattern, selector, prefetch, sub, out);
+        }
+        let attach =
+            |queue: &SharedQueue, selector: Option<Arc<Selector>>, out: &mut Deliveries| {
+                let mut dispatches = Vec::new();
+                lock(queue).add_consumer(sub, selector, prefetch, &mut dispatches);
+                self.settled(queue, dispatches, out);
+            };
+        match req.kind {
+            DestinationKind::Queue => {
+                let queue = match req.temporary {
+                    true => self.temporary_queue(req.destination, sub.conn.serial)?,
+                    false => self.queue(req.destination),
+                };
+                if lock(&queue).owner().is_some_and(|o| o != sub.conn.serial) {
+                    return Err(SubscribeError::NotOwner(req.destination.to_owned()));
+                }
+                attach(&queue, selector, out);
+                if let Some(peers) = self.sharing(req.destination) {
+                    peers.consuming(req.destination, &queue, true);
+                }
+                Ok(SubscriptionHandle::Queue(queue))
+            }
+            DestinationKind::Topic => {
+                let own = self.temporary_prefix(sub.conn.serial);
+                if is_temporary(req.destination) && !req.destination.starts_with(&own) {
+                    return Err(SubscribeError::NotOwner(req.destination.to_owned()));
+                }
+                let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+                let (target, queue, backlog) = if req.acknowledged {
+                    let name = format!("subscription.{}.{}", sub.conn.serial, sub.subscription_id);
+                    // Lives and dies with its connection: nothing to keep.
+                    let queue = self.shared_queue(Queue::new(name, None, self.limits));
+                    attach(&queue, None, out);
+                    (Target::Queue(queue.clone()), Some(queue), None)
+                } else {
+                    (Target::Direct(sub), None, req.backlog.clone())
+                };
+                let kept_for = target.clone();
+                let entry = TopicEntry {
+                    key,
+                    target,
+                    selector: selector.clone(),
+                    owner: Some(sub.conn.serial),
+                    backlog,
+                };
+                let mut tree = self.write_topics();
+                let kept = self.retained.kept_for(&pattern, selector.as_deref());
+                self.enter(&mut tree, &pattern, entry);
+                drop(tree);
+                for block in kept {
+                    match &kept_for {
+                        // Only durable subscriptions append to streams.
+                        Target::Stream(_) => {}
+                        Target::Direct(s) => out.push(*s, block),
+                        Target::Queue(q) => {
+                            // Kept messages are not persistent copies.
+                            let _ = self.enqueue(
+                                q,
+                                &block,
+                                (DeliveryMode::NonPersistent, Room::Refuse),
+                                &mut Written::default(),
+                                out,
+                            );
+                        }
+                    }
+                }
+                Ok(SubscriptionHandle::Topic {
+                    pattern,
+                    key,
+                    queue,
+                })
+            }
+        }
+    }
+
+    /// Ends a subscription. Deliveries of its that were not acknowledged
+    /// return to their queue for other consumers (or to the dead-letter
+    /// queue).
+    pub fn unsubscribe(&self, handle: SubscriptionHandle, sub: &Subscriber, out: &mut Deliveries) {
+        lock(&self.live).remove(&(sub.conn.serial, sub.subscription_id));
+        match handle {
+            SubscriptionHandle::Topic {
+                pattern,
+                key,
+                queue,
+            } => {
+                self.leave(&mut self.write_topics(), &pattern, key);
+                // A private queue goes with its subscription.
+                drop(queue);
+            }
+            SubscriptionHandle::Queue(queue) => {
+                self.detach(&queue, sub, out);
+                let name = lock(&queue).name().to_owned();
+                if let Some(peers) = self.sharing(&name) {
+                    peers.consuming(&name, &queue, false);
+                }
+            }
+            SubscriptionHandle::Durable { queue, id } => {
+                let mut durables = lock(&self.durables);
+                let ended = durables.get_mut(&id).is_some_and(|d| {
+                    d.consumers.retain(|c| c != sub);
+                    // A non-durable shared subscription ends with its last
+                    // consumer (in a cluster, its last on any node: the
+                    // cluster ends it).
+                    d.consumers.is_empty() && d.kept == Kept::No
+                });
+                let gone = if ended { durables.remove(&id) } else { None };
+                drop(durables);
+                self.detach(&queue, sub, out);
+                let name = lock(&queue).name().to_owned();
+                if let Some(peers) = self.peers.get().filter(|_| is_durable_stream(&name)) {
+                    peers.consuming(&name, &queue, false);
+                }
+                if let Some(d) = gone {
+                    self.drop_durable(d, true);
+                }
+            }
+        }
+    }
+
+    pub(super) fn detach(&self, queue: &SharedQueue, sub: &Subscriber, out: &mut Deliveries) {
+        let mut dispatches = Vec::new();
+        let dead = lock(queue).remove_consumer(sub, &mut dispatches);
+        self.settled(queue, dispatches, out);
+        self.dead_letter(queue, dead, "delivered too many times", out);
+    }
+
+    /// Settles one delivery as processed. False if `sub` does not hold it.
+    pub fn ack(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) -> bool {
+        let mut held = true;
+        let acks = [(*sub, ack.seq)];
+        self.ack_all(
+            &ack.queue,
+            &acks,
+            |_| held = false,
+            &mut Written::default(),
+            out,
+        );
+        held
+    }
+
+    /// Settles many deliveries of one queue under one lock, and then
+    /// dispatches what the freed credit allows once; calls `not_held`
+    /// with the index of each that its subscriber does not hold. `written`
+    /// learns if an acknowledgement could not be written.
+    pub fn ack_all(
+        &self,
+        queue: &SharedQueue,
+        acks: &[(Subscriber, u64)],
+        mut not_held: impl FnMut(usize),
+        written: &mut Written,
+        out: &mut Deliveries,
+    ) {
+        let mut dispatches = Vec::new();
+        let mut q = lock(queue);
+        for (i, (sub, seq)) in acks.iter().enumerate() {
+            match q.acked(sub, *seq) {
+                Some(m) => self.acked(queue, q.name(), m, written),
+                None => not_held(i),
+            }
+        }
+        q.dispatch_due(&mut dispatches);
+        wake_blocked(&mut q, out);
+        drop(q);
+        self.settled(queue, dispatches, out);
+    }
+
+    /// Gives one delivery back for redelivery. False if `sub` does not
+    /// hold it.
+    pub fn nack(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) -> bool {
+        self.counters.redelivered.fetch_add(1, Ordering::Relaxed);
+        let mut dispatches = Vec::new();
+        let dead = lock(&ack.queue).nack(sub, ack.seq, &mut dispatches);
+        self.settled(&ack.queue, dispatches, out);
+        match dead {
+            Some(dead) => {
+                self.dead_letter(&ack.queue, dead, "delivered too many times", out);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Returns deliveries that never reached the application of `sub`,
+    /// which is about to be unsubscribed (and dispatches its queue then).
+    pub fn release_unread(&self, acks: &[AckRef], sub: &Subscriber) {
+        for ack in acks {
+            lock(&ack.queue).released(sub, ack.seq);
+        }
+    }
+
+    /// Returns a delivery that never reached its subscriber.
+    pub fn release(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) {
+        let mut dispatches = Vec::new();
+        lock(&ack.queue).release(sub, ack.seq, &mut dispatches);
+        self.settled(&ack.queue, dispatches, out);
+    }
+
+    /// The messages waiting in a queue that `selector` matches.
+    pub fn browse(
+        &self,
+        queue: &str,
+        selector: &str,
+    ) -> Result<Vec<QueuedMessage>, SubscribeError> {
+        let selector = self.parse_selector(selector)?;
+        Ok(self
+            .find_queue(queue)
+            .map(|q| lock(&q).browse(selector.as_deref()))
+            .unwrap_or_default())
+    }
+}
