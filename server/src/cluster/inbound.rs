@@ -1,0 +1,281 @@
+//! The `herald-cluster-in` thread: the node's subscriber connection. It
+//! (un)subscribes the globs of this node's interest, hears the other
+//! nodes' announcements, and routes the topic messages they publish to
+//! this node's subscribers.
+
+use super::outbound::BUNDLE;
+use super::*;
+
+/// How long the inbound thread waits for a message before it looks for
+/// new interest and hands out what it routed: the longest a new
+/// subscription waits to hear other nodes, and the longest the last
+/// message of a burst waits.
+pub(super) const INTEREST_CHECK: Duration = Duration::from_millis(5);
+
+/// How long the subscriber connection may hear nothing before it asks
+/// Redis for a PONG.
+pub(super) const PING_WHEN_QUIET: Duration = Duration::from_secs(1);
+
+/// Routed messages are handed to the workers in batches under load: when
+/// this many are waiting, or the first of them has waited `HAND_OUT_AFTER`.
+pub(super) const HAND_OUT_BATCH: usize = 256;
+
+/// See `HAND_OUT_BATCH`.
+pub(super) const HAND_OUT_AFTER: Duration = Duration::from_micros(100);
+
+/// A message that comes this long after the one before is not part of a
+/// burst: it is handed out at once.
+pub(super) const LONE_AFTER: Duration = Duration::from_micros(50);
+
+pub(super) fn run_inbound(
+    cluster: &Cluster,
+    changes: &Receiver<(String, bool)>,
+    shared: &Weak<Shared>,
+) {
+    let mut attempt = 0;
+    // The last sequence number routed from each origin.
+    let mut last: HashMap<Vec<u8>, u64> = HashMap::new();
+    let mut out = None;
+    while !cluster.stop.load(Ordering::Acquire) {
+        let result = cluster
+            .link
+            .client()
+            .map_err(std::io::Error::other)
+            .and_then(|client| Subscriber::connect(client.get_connection_info(), INTEREST_CHECK))
+            .and_then(|mut sub| {
+                // Changes sent before this point are in the map already.
+                while changes.try_recv().is_ok() {}
+                for glob in cluster.globs() {
+                    sub.send(&[b"PSUBSCRIBE", glob.as_bytes()])?;
+                }
+                sub.send(&[b"SUBSCRIBE", INTEREST_CHANNEL.as_bytes()])?;
+                sub.send(&[b"SUBSCRIBE", durables::CHANNEL.as_bytes()])?;
+                sub.send(&[b"SUBSCRIBE", settings::CHANNEL.as_bytes()])?;
+                // What changed while this node was away.
+                cluster.others_changed.store(true, Ordering::Relaxed);
+                attempt = 0;
+                link_up(&cluster.stats.connected_in, "subscriber");
+                serve(cluster, &mut sub, changes, shared, &mut last, &mut out)
+            });
+        match result {
+            Ok(()) => return,
+            Err(e) => {
+                link_down(&cluster.stats.connected_in, "subscriber", &e);
+                if !back_off(&cluster.stop, &mut attempt) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Routes messages from other nodes until the cluster stops (`Ok`) or
+/// Redis fails (`Err`).
+pub(super) fn serve(
+    cluster: &Cluster,
+    sub: &mut Subscriber,
+    changes: &Receiver<(String, bool)>,
+    shared: &Weak<Shared>,
+    last: &mut HashMap<Vec<u8>, u64>,
+    out: &mut Option<Deliveries>,
+) -> std::io::Result<()> {
+    // Messages routed and not handed out yet, and when the first came.
+    let mut pending: (usize, Option<Instant>) = (0, None);
+    // When the last message came.
+    let mut previous: Option<Instant> = None;
+    // When Redis was last heard, and when a PING went unanswered since.
+    let (mut heard, mut pinged) = (Instant::now(), None::<Instant>);
+    loop {
+        if cluster.stop.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // A quiet connection is asked for a PONG: a Redis that stopped
+        // answering without closing it is left after ANSWER_TIMEOUT.
+        if heard.elapsed() >= PING_WHEN_QUIET {
+            match pinged {
+                None => {
+                    sub.send(&[b"PING"])?;
+                    pinged = Some(Instant::now());
+                }
+                Some(at) if at.elapsed() >= link::ANSWER_TIMEOUT => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "no answer to a PING within {} s",
+                            link::ANSWER_TIMEOUT.as_secs()
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        while let Ok((glob, interested)) = changes.try_recv() {
+            let verb: &[u8] = if interested {
+                b"PSUBSCRIBE"
+            } else {
+                b"PUNSUBSCRIBE"
+            };
+            sub.send(&[verb, glob.as_bytes()])?;
+        }
+        let Some(shared) = shared.upgrade() else {
+            return Ok(());
+        };
+        let reply = sub.next()?;
+        if reply.is_some() {
+            (heard, pinged) = (Instant::now(), None);
+        }
+        let items = match reply {
+            Some(Ok(items)) => items,
+            Some(Err(why)) => return Err(std::io::Error::other(format!("Redis refused: {why}"))),
+            None => {
+                if let Some(out) = out.as_mut() {
+                    hand_out(&shared, out);
+                }
+                pending = (0, None);
+                continue;
+            }
+        };
+        // Another node's globs, or the durable subscriptions, changed.
+        if let [Item::Bulk(Some(kind)), Item::Bulk(Some(channel)), Item::Bulk(Some(node))] =
+            &items[..]
+        {
+            if &kind[..] == b"message" && &node[..] != cluster.node_id.as_bytes() {
+                let changed = match &channel[..] {
+                    c if c == durables::CHANNEL.as_bytes() => &cluster.durables_changed,
+                    c if c == settings::CHANNEL.as_bytes() => &cluster.settings_changed,
+                    _ => &cluster.others_changed,
+                };
+                changed.store(true, Ordering::Release);
+            }
+            continue;
+        }
+        // Confirmations of (un)subscribing are the only other replies.
+        let [Item::Bulk(Some(kind)), _, Item::Bulk(Some(channel)), Item::Bulk(Some(payload))] =
+            &items[..]
+        else {
+            continue;
+        };
+        if &kind[..] != b"pmessage" {
+            continue;
+        }
+        let channel = String::from_utf8_lossy(channel);
+        let whole = unbundle(payload, |one| {
+            let Some(inbound) = Inbound::parse(one) else {
+                return false;
+            };
+            if inbound.origin == cluster.origin.as_slice() {
+                return true;
+            }
+            match last.get_mut(inbound.origin) {
+                Some(s) if inbound.seq <= *s => return true,
+                Some(s) => *s = inbound.seq,
+                None => {
+                    last.insert(inbound.origin.to_vec(), inbound.seq);
+                }
+            }
+            let block = payload.slice_ref(inbound.block);
+            let out = out.get_or_insert_with(|| Deliveries::new(shared.workers.len()));
+            route(cluster, &shared, &channel, block, out);
+            let now = Instant::now();
+            let lone = previous.is_none_or(|p| now - p >= LONE_AFTER);
+            previous = Some(now);
+            let oldest = *pending.1.get_or_insert(now);
+            pending.0 += 1;
+            if lone || pending.0 >= HAND_OUT_BATCH || now - oldest >= HAND_OUT_AFTER {
+                hand_out(&shared, out);
+                pending = (0, None);
+            }
+            true
+        });
+        if !whole {
+            log::warn!("cluster: a malformed message on {channel} was ignored");
+        }
+    }
+}
+
+/// Calls `take` with each payload a PUBLISH carries (one, or a bundle's),
+/// until it returns false; false if it did, or the bundle is malformed.
+pub(super) fn unbundle(payload: &[u8], mut take: impl FnMut(&[u8]) -> bool) -> bool {
+    let Some(mut rest) = payload.strip_prefix(&[BUNDLE]) else {
+        return take(payload);
+    };
+    while !rest.is_empty() {
+        let Some((len, tail)) = rest.split_first_chunk::<4>() else {
+            return false;
+        };
+        let Some((one, tail)) = tail.split_at_checked(u32::from_be_bytes(*len) as usize) else {
+            return false;
+        };
+        if !take(one) {
+            return false;
+        }
+        rest = tail;
+    }
+    true
+}
+
+/// A payload from another node.
+pub(super) struct Inbound<'a> {
+    origin: &'a [u8],
+    seq: u64,
+    block: &'a [u8],
+}
+
+impl<'a> Inbound<'a> {
+    fn parse(payload: &'a [u8]) -> Option<Inbound<'a>> {
+        let (&len, rest) = payload.split_first()?;
+        let (origin, rest) = rest.split_at_checked(len as usize)?;
+        let (seq, block) = rest.split_first_chunk::<8>()?;
+        Some(Inbound {
+            origin,
+            seq: u64::from_be_bytes(*seq),
+            block,
+        })
+    }
+}
+
+/// Routes a message from another node to this node's subscribers.
+pub(super) fn route(
+    cluster: &Cluster,
+    shared: &Shared,
+    channel: &str,
+    block: Bytes,
+    out: &mut Deliveries,
+) {
+    // Checked as any client's message is: a peer is not trusted further.
+    let view = match MessageView::parse(block) {
+        Ok(view) => view,
+        Err(e) => {
+            log::warn!("cluster: an invalid message on {channel} was ignored: {e}");
+            return;
+        }
+    };
+    if channel.strip_prefix(CHANNEL) != Some(view.destination()) {
+        log::warn!(
+            "cluster: a message for {} came on {channel}; ignored",
+            view.destination()
+        );
+        return;
+    }
+    shared.broker.publish_from_peer(&view, out);
+    cluster.stats.received.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_from_peers_are_parsed_or_refused() {
+        let mut p = vec![3];
+        p.extend_from_slice(b"n/1");
+        p.extend_from_slice(&7u64.to_be_bytes());
+        p.extend_from_slice(b"block");
+        let i = Inbound::parse(&p).unwrap();
+        assert_eq!((i.origin, i.seq, i.block), (&b"n/1"[..], 7, &b"block"[..]));
+        for cut in 0..12 {
+            assert!(Inbound::parse(&p[..cut]).is_none(), "{cut}");
+        }
+        assert!(Inbound::parse(&[200, 1, 2]).is_none());
+    }
+}

@@ -1,0 +1,518 @@
+//! The `herald-cluster-out` thread: everything this node writes to Redis
+//! (topic messages for the other nodes, appends to shared queues and
+//! subscription streams, settlements, commits, registry and settings
+//! changes), in pipelined batches, with one `WAIT` per batch that holds a
+//! receipt, and the barrier that answers a receipt once Redis has
+//! answered everything before it.
+
+use super::*;
+
+/// Commands waiting for the outbound thread, past which topic messages
+/// are dropped (queue messages and settlements never are).
+pub(super) const OUTBOUND_QUEUE: usize = 65_536;
+
+/// Past this many waiting, publishers pause (while Redis is there).
+pub(super) const OUTBOUND_HIGH: usize = OUTBOUND_QUEUE / 4;
+
+/// Publishers go on once no more than this many wait.
+pub(super) const OUTBOUND_LOW: usize = OUTBOUND_QUEUE / 16;
+
+/// Messages `PUBLISH`ed in one round trip at most.
+pub(super) const BATCH: usize = 1024;
+
+/// How long a receipt waits for `min_replicas` replicas.
+pub(super) const REPLICA_WAIT: Duration = Duration::from_secs(2);
+
+/// What the outbound thread does in Redis, in the order given.
+pub(super) enum Command {
+    /// Publish a topic message for the other nodes.
+    Publish { channel: String, payload: Bytes },
+    /// Append a message to a shared queue's stream.
+    Append {
+        queue: String,
+        block: Bytes,
+        from: Option<ConnectionRef>,
+    },
+    /// A shared queue's entry is done with: acknowledge and delete it.
+    Settle { queue: String, entry: EntryId },
+    /// A committed transaction's changes, in MULTI/EXEC.
+    Commit {
+        changes: SharedChanges,
+        from: Option<ConnectionRef>,
+    },
+    /// Messages this node read and gives back for other nodes: appended
+    /// anew with their delivery counts, their old entries settled, in
+    /// MULTI/EXEC.
+    Release {
+        queue: String,
+        messages: Vec<queues::Held>,
+    },
+    /// Register a durable subscription (`Some`: its encoded record) or
+    /// delete one, and announce it.
+    Registry {
+        stream: String,
+        record: Option<DurableRecord>,
+        by: durables::Member,
+    },
+    /// Change the shared configuration, and announce it.
+    Settings { change: Change, node_id: String },
+    /// A persistent topic message routed knowing the registry at
+    /// `epoch`, to the streams `appended`; see `Peers::recheck`.
+    Recheck {
+        topic: String,
+        block: Bytes,
+        epoch: u64,
+        appended: Vec<String>,
+        from: Option<ConnectionRef>,
+    },
+    /// Answer once everything before it was answered.
+    Barrier {
+        from: Option<ConnectionRef>,
+        done: Completion,
+    },
+}
+
+/// What became of commands that did not reach Redis.
+#[derive(Default)]
+pub(super) struct Outcomes {
+    /// Connections (by serial: one may move between workers meanwhile)
+    /// something of whose was not accepted: their next barrier fails.
+    pub(super) failed: std::collections::HashSet<Option<u64>>,
+    /// Settlements to send again once Redis is back: acknowledging twice
+    /// is harmless, never acknowledging would hold the entry forever.
+    pub(super) retry: Vec<Command>,
+    /// Topic messages lost.
+    pub(super) dropped: u64,
+}
+
+impl Command {
+    /// Adds the command to `pipe`; false for a barrier or a recheck,
+    /// which send nothing of their own.
+    pub(super) fn add_to(&self, pipe: &mut redis::Pipeline) -> bool {
+        match self {
+            Command::Publish { channel, payload } => {
+                pipe.cmd("PUBLISH").arg(channel).arg(&payload[..]).ignore();
+            }
+            Command::Append { queue, block, .. } => queues::append(pipe, queue, block, 0),
+            Command::Settle { queue, entry } => queues::settle(pipe, queue, &[*entry]),
+            Command::Commit { changes, .. } => {
+                pipe.cmd("MULTI").ignore();
+                for (queue, block) in &changes.sends {
+                    queues::append(pipe, queue, block, 0);
+                }
+                for (queue, entry) in &changes.settled {
+                    queues::settle(pipe, queue, &[*entry]);
+                }
+                pipe.cmd("EXEC").ignore();
+            }
+            Command::Release { queue, messages } => {
+                pipe.cmd("MULTI").ignore();
+                for m in messages {
+                    queues::append(pipe, queue, &m.block, m.deliveries);
+                    queues::settle(pipe, queue, &[m.entry]);
+                }
+                pipe.cmd("EXEC").ignore();
+            }
+            Command::Registry { stream, record, by } => {
+                durables::write(pipe, stream, record.as_ref(), by)
+            }
+            Command::Settings { change, node_id } => settings::write(pipe, change, node_id),
+            Command::Barrier { .. } | Command::Recheck { .. } => return false,
+        }
+        true
+    }
+
+    /// Redis did not take the command (`why`).
+    pub(super) fn fail(self, why: &str, outcomes: &mut Outcomes) {
+        match self {
+            Command::Publish { .. } => outcomes.dropped += 1,
+            Command::Append { from, .. }
+            | Command::Commit { from, .. }
+            | Command::Recheck { from, .. } => {
+                outcomes.failed.insert(from.map(|c| c.serial));
+            }
+            Command::Settings { .. } => {
+                outcomes.failed.insert(None);
+            }
+            retry @ (Command::Settle { .. }
+            | Command::Release { .. }
+            | Command::Registry { .. }) => outcomes.retry.push(retry),
+            Command::Barrier { from, done } => {
+                outcomes.failed.remove(&from.map(|c| c.serial));
+                done(Err(format!("Redis did not confirm: {why}")));
+            }
+        }
+    }
+
+    /// Redis answered everything before this command.
+    pub(super) fn done(self, outcomes: &mut Outcomes) {
+        if let Command::Barrier { from, done } = self {
+            match outcomes.failed.remove(&from.map(|c| c.serial)) {
+                true => done(Err("Redis did not accept a message".into())),
+                false => done(Ok(())),
+            }
+        }
+    }
+}
+
+pub(super) fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &Weak<Shared>) {
+    let mut attempt = 0;
+    let mut outcomes = Outcomes::default();
+    let mut batch = Vec::with_capacity(BATCH);
+    while !cluster.stop.load(Ordering::Acquire) {
+        let mut con = match cluster.link.connection() {
+            Ok(con) => con,
+            Err(e) => {
+                link_down(&cluster.stats.connected_out, "publisher", &e);
+                // What waits meanwhile would reach nobody in time.
+                let waiting: Vec<Command> = rx.try_iter().collect();
+                cluster.dequeued(waiting.len());
+                let why = e.to_string();
+                for command in waiting {
+                    command.fail(&why, &mut outcomes);
+                }
+                cluster.count_dropped(&mut outcomes);
+                if !back_off(&cluster.stop, &mut attempt) {
+                    return;
+                }
+                continue;
+            }
+        };
+        attempt = 0;
+        link_up(&cluster.stats.connected_out, "publisher");
+        // Written and read again at once on every (re)connection.
+        cluster.own_changed.store(true, Ordering::Relaxed);
+        cluster.others_changed.store(true, Ordering::Relaxed);
+        cluster.durables_changed.store(true, Ordering::Relaxed);
+        cluster.settings_changed.store(true, Ordering::Relaxed);
+        let mut due = Instant::now() + INTEREST_REFRESH;
+        loop {
+            let synced = cluster
+                .sync_interest(&mut con, &mut due)
+                .and_then(|()| cluster.sync_durables(&mut con, shared))
+                .and_then(|()| cluster.sync_settings(&mut con, shared));
+            if let Err(e) = synced {
+                link_down(&cluster.stats.connected_out, "publisher", &e);
+                break;
+            }
+            batch.append(&mut outcomes.retry);
+            if batch.is_empty() {
+                match rx.recv_timeout(Duration::from_millis(20)) {
+                    Ok(first) => {
+                        cluster.dequeued(1);
+                        batch.push(first);
+                    }
+                    Err(RecvTimeoutError::Timeout) if !cluster.stop.load(Ordering::Acquire) => {
+                        continue
+                    }
+                    Err(_) => return,
+                }
+            }
+            let before = batch.len();
+            // With a WAIT per batch, bigger batches share its replication
+            // round trip (as the journal's group commit shares a sync).
+            let most = match cluster.min_replicas {
+                0 => BATCH,
+                _ => 4 * BATCH,
+            };
+            while batch.len() < most {
+                match rx.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+                }
+            }
+            cluster.dequeued(batch.len() - before);
+            let mut pipe = redis::pipe();
+            let mut published = 0;
+            // Settlements of one queue go in one XACK and one XDEL.
+            let mut settled: HashMap<&str, Vec<EntryId>> = HashMap::new();
+            let mut bundle = Bundle::default();
+            for command in &batch {
+                if let Command::Settle { queue, entry } = command {
+                    settled.entry(queue).or_default().push(*entry);
+                    continue;
+                }
+                if let Command::Publish { channel, payload } = command {
+                    bundle.add(&mut pipe, channel, payload);
+                    published += 1;
+                    continue;
+                }
+                bundle.flush(&mut pipe);
+                command.add_to(&mut pipe);
+                match command {
+                    Command::Append { .. } => {
+                        cluster.stats.appended.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Command::Commit { changes, .. } => {
+                        let n = changes.sends.len() as u64;
+                        cluster.stats.appended.fetch_add(n, Ordering::Relaxed);
+                    }
+                    _ => {}
+                }
+            }
+            bundle.flush(&mut pipe);
+            for (queue, entries) in &settled {
+                queues::settle(&mut pipe, queue, entries);
+            }
+            // The registry's epoch, if a message here was routed knowing
+            // an older one (see `Peers::recheck`).
+            let oldest = batch
+                .iter()
+                .filter_map(|c| match c {
+                    Command::Recheck { epoch, .. } => Some(*epoch),
+                    _ => None,
+                })
+                .min();
+            if oldest.is_some() {
+                pipe.cmd("GET").arg(durables::EPOCH);
+            }
+            // A receipt in this batch: what it confirms must be on enough
+            // replicas too, or a failover could lose it. One WAIT for the
+            // whole batch, as the journal syncs once per group.
+            let min = cluster.min_replicas;
+            let wait = min > 0 && batch.iter().any(|c| matches!(c, Command::Barrier { .. }));
+            if wait {
+                pipe.cmd("WAIT")
+                    .arg(min)
+                    .arg(REPLICA_WAIT.as_millis() as u64);
+            }
+            let answered = pipe.query::<Vec<Value>>(&mut con).and_then(|answers| {
+                let mut answers = answers.iter();
+                let mut next = || answers.next().unwrap_or(&Value::Nil);
+                let epoch = match oldest {
+                    Some(_) => redis::from_redis_value::<Option<u64>>(next())?,
+                    None => None,
+                };
+                let replicas = match wait {
+                    true => Some(redis::from_redis_value::<i64>(next())?),
+                    false => None,
+                };
+                match (oldest, epoch) {
+                    (Some(oldest), Some(now)) if now > oldest => {
+                        let more = recheck(cluster, &mut con, shared, &batch, now)?;
+                        Ok(replicas.into_iter().chain(more).min())
+                    }
+                    _ => Ok(replicas),
+                }
+            });
+            match answered {
+                Ok(replicas) => {
+                    // Written on the primary, but not replicated enough: the
+                    // receipts fail (the messages may yet be delivered).
+                    let short = replicas.filter(|&n| n < i64::from(min)).map(|n| {
+                        format!(
+                            "only {n} of cluster.min_replicas = {min} Redis replicas confirmed within {} ms",
+                            REPLICA_WAIT.as_millis()
+                        )
+                    });
+                    // This node learns its own changes from Redis too (it
+                    // skips its own announcements), in case a read of the
+                    // registry raced with the write.
+                    for command in &batch {
+                        match command {
+                            Command::Registry { .. } => &cluster.durables_changed,
+                            Command::Settings { .. } => &cluster.settings_changed,
+                            _ => continue,
+                        }
+                        .store(true, Ordering::Relaxed);
+                    }
+                    cluster
+                        .stats
+                        .published
+                        .fetch_add(published, Ordering::Relaxed);
+                    for command in batch.drain(..) {
+                        match (&short, &command) {
+                            (Some(why), Command::Barrier { .. }) => {
+                                command.fail(why, &mut outcomes)
+                            }
+                            _ => command.done(&mut outcomes),
+                        }
+                    }
+                }
+                Err(e) => {
+                    let why = e.to_string();
+                    // A refusal (not a lost link) would be refused again.
+                    let lost_link = e.is_io_error() || e.is_connection_dropped();
+                    for command in batch.drain(..) {
+                        command.fail(&why, &mut outcomes);
+                    }
+                    if !lost_link {
+                        log::warn!("cluster: Redis refused a batch: {why}");
+                        outcomes.retry.clear();
+                    }
+                    cluster.count_dropped(&mut outcomes);
+                    if lost_link {
+                        link_down(&cluster.stats.connected_out, "publisher", &e);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    // Stopping: what is left fails, so that nobody waits for it.
+    for command in batch.drain(..).chain(rx.try_iter()) {
+        command.fail("the server is stopping", &mut outcomes);
+    }
+}
+
+/// Appends the messages of `batch` that were routed knowing a registry
+/// older than `epoch` to the streams of the subscriptions registered
+/// since, having read the registry again. Returns how many replicas
+/// confirmed them, if a WAIT was due.
+pub(super) fn recheck(
+    cluster: &Cluster,
+    con: &mut redis::Connection,
+    shared: &Weak<Shared>,
+    batch: &[Command],
+    epoch: u64,
+) -> redis::RedisResult<Option<i64>> {
+    cluster.durables_changed.store(true, Ordering::Relaxed);
+    cluster.sync_durables(con, shared)?;
+    let Some(shared) = shared.upgrade() else {
+        return Ok(None);
+    };
+    let mut pipe = redis::pipe();
+    let mut added = 0;
+    for command in batch {
+        let Command::Recheck {
+            topic,
+            block,
+            epoch: seen,
+            appended,
+            ..
+        } = command
+        else {
+            continue;
+        };
+        if *seen >= epoch {
+            continue;
+        }
+        for stream in shared.broker.streams_for(topic, block) {
+            if !appended.contains(&stream) {
+                queues::append(&mut pipe, &stream, block, 0);
+                added += 1;
+            }
+        }
+    }
+    if added == 0 {
+        return Ok(None);
+    }
+    log::info!("cluster: {added} appends to subscriptions registered on another node while their messages were routed here");
+    cluster.stats.appended.fetch_add(added, Ordering::Relaxed);
+    let min = cluster.min_replicas;
+    if min == 0 {
+        pipe.query::<()>(con)?;
+        return Ok(None);
+    }
+    pipe.cmd("WAIT")
+        .arg(min)
+        .arg(REPLICA_WAIT.as_millis() as u64);
+    Ok(pipe.query::<Vec<i64>>(con)?.first().copied())
+}
+
+/// Marks a PUBLISH that carries several payloads for one channel: a zero
+/// byte (no single payload starts with one: its origin is never empty),
+/// then each payload after its length (u32, big-endian). Under load the
+/// outbound thread bundles consecutive messages for one topic, which
+/// spares Redis a command, and the other nodes a reply to parse, per
+/// message.
+pub(super) const BUNDLE: u8 = 0;
+
+/// Payload bytes one bundle carries at most.
+pub(super) const BUNDLE_BYTES: usize = 64 * 1024;
+
+/// Consecutive publishes to one channel, being bundled.
+#[derive(Default)]
+pub(super) struct Bundle<'a> {
+    channel: Option<&'a str>,
+    payloads: Vec<&'a Bytes>,
+    bytes: usize,
+}
+
+impl<'a> Bundle<'a> {
+    /// Adds a publish; one to another channel, or past the size, sends
+    /// what was bundled first.
+    fn add(&mut self, pipe: &mut redis::Pipeline, channel: &'a str, payload: &'a Bytes) {
+        if self.channel != Some(channel) || self.bytes + payload.len() > BUNDLE_BYTES {
+            self.flush(pipe);
+            self.channel = Some(channel);
+        }
+        self.bytes += 4 + payload.len();
+        self.payloads.push(payload);
+    }
+
+    /// Adds the PUBLISH of what was bundled to `pipe`: a lone payload as
+    /// it is.
+    fn flush(&mut self, pipe: &mut redis::Pipeline) {
+        let Some(channel) = self.channel.take() else {
+            return;
+        };
+        match &self.payloads[..] {
+            [one] => {
+                pipe.cmd("PUBLISH").arg(channel).arg(&one[..]).ignore();
+            }
+            many => {
+                let mut b = Vec::with_capacity(1 + self.bytes);
+                b.push(BUNDLE);
+                for p in many {
+                    b.extend_from_slice(&(p.len() as u32).to_be_bytes());
+                    b.extend_from_slice(p);
+                }
+                pipe.cmd("PUBLISH").arg(channel).arg(b).ignore();
+            }
+        }
+        self.payloads.clear();
+        self.bytes = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::inbound::unbundle;
+    use super::*;
+
+    #[test]
+    fn bundles_carry_each_payload_and_refuse_truncation() {
+        let payloads: Vec<Bytes> = [&b"\x01one"[..], b"\x02two!", b"\x03"]
+            .iter()
+            .map(|p| Bytes::copy_from_slice(p))
+            .collect();
+        let mut pipe = redis::pipe();
+        let mut bundle = Bundle::default();
+        for p in &payloads {
+            bundle.add(&mut pipe, "herald:t:x", p);
+        }
+        bundle.add(&mut pipe, "herald:t:y", &payloads[0]);
+        bundle.flush(&mut pipe);
+        // Two PUBLISHes: a bundle of three on x, a lone payload on y.
+        let packed = pipe.get_packed_pipeline();
+        let text = String::from_utf8_lossy(&packed);
+        assert_eq!(text.matches("PUBLISH").count(), 2, "{text}");
+
+        let mut b = vec![BUNDLE];
+        for p in &payloads {
+            b.extend_from_slice(&(p.len() as u32).to_be_bytes());
+            b.extend_from_slice(p);
+        }
+        let mut seen = Vec::new();
+        assert!(unbundle(&b, |one| {
+            seen.push(one.to_vec());
+            true
+        }));
+        assert_eq!(
+            seen,
+            payloads.iter().map(|p| p.to_vec()).collect::<Vec<_>>()
+        );
+        for cut in 1..b.len() {
+            let mut n = 0;
+            let whole = unbundle(&b[..cut], |_| {
+                n += 1;
+                true
+            });
+            // A cut at a payload's end is a shorter bundle; any other is
+            // malformed.
+            assert!(whole == [1, 9, 18].contains(&cut), "{cut}");
+        }
+        assert!(unbundle(b"\x01lone", |one| one == b"\x01lone"));
+    }
+}
