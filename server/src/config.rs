@@ -265,6 +265,71 @@ impl Default for TlsSection {
     }
 }
 
+/// Where `cluster.redis` says Redis is, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisUrl {
+    /// `redis://[:password@]host:port[/db]`: one server.
+    Direct(String),
+    /// `redis+sentinel://[:password@]HOST:PORT[,HOST:PORT...]/SERVICE`:
+    /// the primary that Redis Sentinel names for a service.
+    Sentinel {
+        /// `host:port` of each sentinel, asked in this order.
+        sentinels: Vec<String>,
+        /// The monitored service (Sentinel's "master name").
+        service: String,
+        /// The password of the Redis servers, if they need one.
+        password: Option<String>,
+    },
+}
+
+impl RedisUrl {
+    /// Parses a `redis://` or `redis+sentinel://` URL, or says what is
+    /// wrong with it.
+    pub fn parse(url: &str) -> Result<RedisUrl, String> {
+        if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+            let (auth, rest) = match rest.rsplit_once('@') {
+                Some((auth, rest)) => (Some(auth), rest),
+                None => (None, rest),
+            };
+            let password = match auth {
+                Some(a) => Some(
+                    a.strip_prefix(':')
+                        .ok_or_else(|| format!("{url:?}: credentials are \":password@\""))?
+                        .to_owned(),
+                ),
+                None => None,
+            };
+            let (hosts, service) = rest
+                .split_once('/')
+                .ok_or_else(|| format!("{url:?} names no service (…/SERVICE)"))?;
+            if service.is_empty() || service.contains('/') {
+                return Err(format!("{url:?}: the service name is missing or has a '/'"));
+            }
+            let sentinels: Vec<String> = hosts.split(',').map(str::to_owned).collect();
+            for s in &sentinels {
+                let port = s
+                    .rsplit_once(':')
+                    .map(|(host, port)| (host, port.parse::<u16>()));
+                if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
+                    return Err(format!("{url:?}: {s:?} is not HOST:PORT"));
+                }
+            }
+            return Ok(RedisUrl::Sentinel {
+                sentinels,
+                service: service.to_owned(),
+                password,
+            });
+        }
+        if !url.starts_with("redis://") {
+            return Err(format!(
+                "{url:?} is not a redis:// or redis+sentinel:// URL"
+            ));
+        }
+        redis::Client::open(url).map_err(|e| e.to_string())?;
+        Ok(RedisUrl::Direct(url.to_owned()))
+    }
+}
+
 /// `[stomp]`: the second listener, for standard STOMP clients.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -565,7 +630,7 @@ impl Config {
         // Plain TCP only: the inbound connection is read by Herald's own
         // RESP reader (cluster::resp), which speaks no TLS.
         if self.cluster.enabled() {
-            if let Err(why) = crate::cluster::link::Link::parse(&self.cluster.redis) {
+            if let Err(why) = RedisUrl::parse(&self.cluster.redis) {
                 return invalid("cluster.redis", why);
             }
         }

@@ -15,6 +15,8 @@ use std::time::{Duration, SystemTime};
 
 use redis::{Client, Connection, ErrorKind, RedisError, RedisResult, Value};
 
+use crate::config::RedisUrl;
+
 /// How long one sentinel or primary may take to answer, when asked who
 /// the primary is.
 const ANSWER_WITHIN: Duration = Duration::from_secs(1);
@@ -62,51 +64,22 @@ fn error(what: &'static str, detail: String) -> RedisError {
 }
 
 impl Link {
-    /// Parses `redis://...` or `redis+sentinel://[:password@]HOST:PORT[,HOST:PORT...]/SERVICE`.
+    /// Parses `redis://...` or `redis+sentinel://[:password@]HOST:PORT[,HOST:PORT...]/SERVICE`
+    /// (see [`RedisUrl`]).
     pub fn parse(url: &str) -> Result<Link, String> {
-        if let Some(rest) = url.strip_prefix("redis+sentinel://") {
-            let (auth, rest) = match rest.rsplit_once('@') {
-                Some((auth, rest)) => (Some(auth), rest),
-                None => (None, rest),
-            };
-            let password = match auth {
-                Some(a) => Some(
-                    a.strip_prefix(':')
-                        .ok_or_else(|| format!("{url:?}: credentials are \":password@\""))?
-                        .to_owned(),
-                ),
-                None => None,
-            };
-            let (hosts, service) = rest
-                .split_once('/')
-                .ok_or_else(|| format!("{url:?} names no service (…/SERVICE)"))?;
-            if service.is_empty() || service.contains('/') {
-                return Err(format!("{url:?}: the service name is missing or has a '/'"));
-            }
-            let sentinels: Vec<String> = hosts.split(',').map(str::to_owned).collect();
-            for s in &sentinels {
-                let port = s
-                    .rsplit_once(':')
-                    .map(|(host, port)| (host, port.parse::<u16>()));
-                if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
-                    return Err(format!("{url:?}: {s:?} is not HOST:PORT"));
-                }
-            }
-            return Ok(Link::Sentinel {
+        Ok(match RedisUrl::parse(url)? {
+            RedisUrl::Direct(url) => Link::Direct(Client::open(url).map_err(|e| e.to_string())?),
+            RedisUrl::Sentinel {
                 sentinels,
-                service: service.to_owned(),
+                service,
+                password,
+            } => Link::Sentinel {
+                sentinels,
+                service,
                 password,
                 primary: Mutex::new(None),
-            });
-        }
-        if !url.starts_with("redis://") {
-            return Err(format!(
-                "{url:?} is not a redis:// or redis+sentinel:// URL"
-            ));
-        }
-        Client::open(url)
-            .map(Link::Direct)
-            .map_err(|e| e.to_string())
+            },
+        })
     }
 
     /// A client for the server to use now: the one server, or the primary
