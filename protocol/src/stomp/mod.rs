@@ -19,5 +19,7 @@
 //! yields [`StompFrame`]s; [`StompFrame::encode`] writes them.
 
 mod codec;
+mod command;
 
 pub use codec::{StompDecoder, StompError, StompFrame, StompLimits};
+pub use command::ClientCommand;

@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
+use herald_protocol::stomp::ClientCommand;
 use herald_protocol::stomp::{StompDecoder, StompFrame, StompLimits};
 use herald_protocol::{Destination, ErrorCode};
 
@@ -344,14 +345,21 @@ fn dispatch(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, (ErrorCode, Refused)> {
-    let command = frame.command.as_str();
-    if session.phase == Phase::AwaitingConnect && command != "CONNECT" && command != "STOMP" {
-        return Err((ErrorCode::NotConnected, format!("{command} before CONNECT")));
+    let command = ClientCommand::parse(&frame.command);
+    if session.phase == Phase::AwaitingConnect && !command.is_some_and(ClientCommand::connects) {
+        let what = &frame.command;
+        return Err((ErrorCode::NotConnected, format!("{what} before CONNECT")));
     }
+    let Some(command) = command else {
+        let other = &frame.command;
+        return Err((ErrorCode::UnknownKind, format!("unknown command '{other}'")));
+    };
     let malformed = |m: String| (ErrorCode::Malformed, m);
     match command {
-        "CONNECT" | "STOMP" => connect(&frame, request_id, stomp, session, out, ctx),
-        "SEND" => {
+        ClientCommand::Connect | ClientCommand::Stomp => {
+            connect(&frame, request_id, stomp, session, out, ctx)
+        }
+        ClientCommand::Send => {
             let mut frame = frame;
             resolve_reply_to(&mut frame, stomp, session, ctx)?;
             let id = format!("ID:stomp-{}-{}", ctx.me.serial, stomp.next_message);
@@ -373,12 +381,12 @@ fn dispatch(
                 Err(refusal) => Err(refused(refusal)),
             }
         }
-        "SUBSCRIBE" => {
+        ClientCommand::Subscribe => {
             subscribe(&frame, stomp, session, ctx)?;
             stomp.receipt(out, request_id);
             Ok(Flow::Continue)
         }
-        "UNSUBSCRIBE" => {
+        ClientCommand::Unsubscribe => {
             let id = frame
                 .get("id")
                 .or_else(|| frame.get("destination"))
@@ -397,8 +405,9 @@ fn dispatch(
             stomp.receipt(out, request_id);
             Ok(Flow::Continue)
         }
-        "ACK" | "NACK" => {
-            let (ids, outcome) = settlement(&frame, command == "ACK", stomp, session)?;
+        ClientCommand::Ack | ClientCommand::Nack => {
+            let ack = command == ClientCommand::Ack;
+            let (ids, outcome) = settlement(&frame, ack, stomp, session)?;
             match frame.get("transaction") {
                 Some(tx) => stomp.hold(tx, Deferred::Settle(ids, outcome), ctx)?,
                 None => {
@@ -414,7 +423,7 @@ fn dispatch(
             stomp.receipt(out, request_id);
             Ok(Flow::Continue)
         }
-        "BEGIN" => {
+        ClientCommand::Begin => {
             let tx = transaction_name(&frame)?;
             let max_open = ctx.shared.config.max_transactions_per_connection;
             if !stomp
@@ -430,7 +439,7 @@ fn dispatch(
             stomp.receipt(out, request_id);
             Ok(Flow::Continue)
         }
-        "COMMIT" => {
+        ClientCommand::Commit => {
             let tx = transaction_name(&frame)?;
             let held = stomp
                 .transactions
@@ -440,7 +449,7 @@ fn dispatch(
             await_journal(request_id, written, session, out, ctx);
             Ok(Flow::Continue)
         }
-        "ABORT" => {
+        ClientCommand::Abort => {
             let tx = transaction_name(&frame)?;
             stomp
                 .transactions
@@ -449,7 +458,7 @@ fn dispatch(
             stomp.receipt(out, request_id);
             Ok(Flow::Continue)
         }
-        "DISCONNECT" => {
+        ClientCommand::Disconnect => {
             // As UNSUBSCRIBE: a goodbye returns unacknowledged messages
             // uncounted.
             for (_, (number, _)) in stomp.subscriptions.drain() {
@@ -459,7 +468,6 @@ fn dispatch(
             stomp.receipt(out, request_id);
             Ok(Flow::Close)
         }
-        other => Err((ErrorCode::UnknownKind, format!("unknown command '{other}'"))),
     }
 }
 
