@@ -33,6 +33,7 @@ use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, Salt
 use argon2::Argon2;
 use herald_protocol::{DestinationKind, Pattern};
 use serde::{Deserialize, Serialize};
+use thiserror::Error;
 
 use crate::sync::{lock, read, write};
 
@@ -430,11 +431,11 @@ impl Users {
     }
 
     /// Checks a password; unknown users cost the same time as known ones.
-    fn verify(&self, user: &str, password: &str) -> Result<Principal, String> {
+    fn verify(&self, user: &str, password: &str) -> Result<Principal, LoginError> {
         if user.is_empty() {
-            return Err("this server requires a user name and password".into());
+            return Err(LoginError::NameRequired);
         }
-        let refused = || format!("invalid user name or password for '{user}'");
+        let refused = || LoginError::Refused(user.to_owned());
         let (hash, permissions) = match self.users.get(user) {
             Some(u) => (u.hash.as_str(), Some(&u.permissions)),
             None => (dummy_hash(), None),
@@ -474,8 +475,26 @@ pub fn hash_password(password: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Why a login failed. Every kind is `AuthenticationFailed` on the wire
+/// (401 on the management interface); the text says which.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum LoginError {
+    /// The server requires users and none was named.
+    #[error("this server requires a user name and password")]
+    NameRequired,
+    /// No such user, or the wrong password (not told apart).
+    #[error("invalid user name or password for '{0}'")]
+    Refused(String),
+    /// Too many failures from the address lately: not even checked.
+    #[error("too many failed logins from {0}: try again later")]
+    Throttled(String),
+    /// The server is stopping: nothing is checked any more.
+    #[error("the server is stopping")]
+    Stopping,
+}
+
 /// Called with the outcome of a login: the principal, or why not.
-pub type LoginDone = Box<dyn FnOnce(Result<Principal, String>) + Send>;
+pub type LoginDone = Box<dyn FnOnce(Result<Principal, LoginError>) + Send>;
 
 struct Job {
     user: String,
@@ -651,7 +670,7 @@ impl Authenticator {
         let jobs = lock(&self.jobs);
         match jobs.as_ref().map(|tx| tx.send(job)) {
             Some(Ok(())) => {}
-            Some(Err(mpsc::SendError(job))) => (job.done)(Err("the server is stopping".into())),
+            Some(Err(mpsc::SendError(job))) => (job.done)(Err(LoginError::Stopping)),
             None => {}
         }
     }
@@ -672,7 +691,7 @@ impl Drop for Authenticator {
 /// The auth thread: checks one login at a time, those from addresses
 /// without recent failures first; holds failures back.
 fn run(jobs: Receiver<Job>, users: Arc<RwLock<Arc<Users>>>) {
-    let mut failed: VecDeque<(Instant, LoginDone, String)> = VecDeque::new();
+    let mut failed: VecDeque<(Instant, LoginDone, LoginError)> = VecDeque::new();
     let (mut fresh, mut suspect) = (VecDeque::new(), VecDeque::new());
     let mut throttle = {
         let u = read(&users);
@@ -719,7 +738,7 @@ fn run(jobs: Receiver<Job>, users: Arc<RwLock<Arc<Users>>>) {
                 "login as '{}' from {from} refused unchecked: too many failures",
                 job.user
             );
-            let why = format!("too many failed logins from {from}: try again later");
+            let why = LoginError::Throttled(from);
             failed.push_back((now + users.delay, job.done, why));
             continue;
         }
@@ -733,9 +752,8 @@ fn run(jobs: Receiver<Job>, users: Arc<RwLock<Arc<Users>>>) {
         }
     }
     // Stopping: answer whoever still waits.
-    let stopping = || "the server is stopping".to_owned();
     for job in fresh.into_iter().chain(suspect) {
-        (job.done)(Err(stopping()));
+        (job.done)(Err(LoginError::Stopping));
     }
     for (_, done, why) in failed {
         done(Err(why));
@@ -796,7 +814,7 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let answer = |who: &'static str| -> LoginDone {
             let tx = tx.clone();
-            Box::new(move |r: Result<Principal, String>| {
+            Box::new(move |r: Result<Principal, LoginError>| {
                 let _ = tx.send((who, r.map(|_| ()).map_err(|e| e.to_string())));
             })
         };

@@ -45,7 +45,7 @@ use crate::config::AdminSection;
 use crate::origins;
 use crate::sync::lock;
 
-use crate::auth::Principal;
+use crate::auth::{LoginError, Principal};
 use crate::broker::delivery::Deliveries;
 use crate::net::Shared;
 
@@ -348,7 +348,9 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         .map(|c| c.0 .0.ip());
     let principal = match state.login(&user, &password, peer).await {
         Ok(p) => p,
-        Err(why) => return ApiError::new(StatusCode::UNAUTHORIZED, why).into_response(),
+        Err(why) => {
+            return ApiError::new(StatusCode::UNAUTHORIZED, why.to_string()).into_response()
+        }
     };
     let reading = matches!(*request.method(), Method::GET | Method::HEAD);
     let open = reading && OPEN_TO_USERS.contains(&request.uri().path());
@@ -394,7 +396,7 @@ impl AppState {
         user: &str,
         password: &str,
         peer: Option<std::net::IpAddr>,
-    ) -> Result<Principal, String> {
+    ) -> Result<Principal, LoginError> {
         let mut h = self.hasher.build_hasher();
         h.write(password.as_bytes());
         let key = (user.to_owned(), h.finish(), self.shared.auth.generation());
@@ -406,9 +408,7 @@ impl AppState {
             let _ = tx.send(result);
         });
         self.shared.auth.check(user, password, peer, done);
-        let verified = rx
-            .await
-            .map_err(|_| "the server is stopping".to_owned())??;
+        let verified = rx.await.map_err(|_| LoginError::Stopping)??;
         lock(&self.logins).insert(key, verified.clone());
         Ok(verified)
     }

@@ -72,7 +72,7 @@ pub enum Command {
         /// The connection.
         conn: ConnectionRef,
         /// Who it is, or why not.
-        result: Result<Principal, String>,
+        result: Result<Principal, crate::auth::LoginError>,
     },
     /// A shared queue's messages, read from Redis for a BROWSE: deliver
     /// them and end with the RECEIPT (or an ERROR).

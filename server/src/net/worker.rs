@@ -24,7 +24,7 @@ use super::outbound::{Droppable, WriteStatus};
 use super::{Command, ConnInfo, Protocol, Shared, WAKER};
 use rustls::ServerConnection;
 
-use crate::auth::Principal;
+use crate::auth::{LoginError, Principal};
 use crate::broker::delivery::{Deliveries, Delivery, Seen};
 use crate::broker::{Backlog, ConnectionRef, Subscriber};
 use crate::config::SlowConsumerPolicy;
@@ -590,7 +590,7 @@ impl Worker {
 
     /// Welcomes a connection whose login succeeded and goes on with what
     /// it sent after CONNECT; refuses one whose login failed.
-    fn logged_in(&mut self, target: ConnectionRef, result: Result<Principal, String>) {
+    fn logged_in(&mut self, target: ConnectionRef, result: Result<Principal, LoginError>) {
         let Some(conn) = live(&mut self.conns, target) else {
             return;
         };
@@ -598,7 +598,7 @@ impl Worker {
             return;
         };
         let admitted = result
-            .map_err(|why| (ErrorCode::AuthenticationFailed, why))
+            .map_err(|why| (ErrorCode::AuthenticationFailed, why.to_string()))
             .and_then(|principal| {
                 admit(&mut conn.session, principal, &self.shared, conn.serial).map_err(|r| {
                     let (code, _, why) = r.into_parts();
