@@ -120,6 +120,9 @@ impl Drop for Redis {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if self.dir.is_none() {
+            let _ = std::fs::remove_dir_all(scratch_dir(self.port));
+        }
     }
 }
 
@@ -154,10 +157,22 @@ fn server_command(port: u16, dir: Option<&Path>) -> Command {
                 .arg(dir);
         }
         None => {
-            command.args(["--appendonly", "no"]);
+            // A replica writes what it is sent here: not in the tests'
+            // working directory.
+            let scratch = scratch_dir(port);
+            std::fs::create_dir_all(&scratch).expect("a directory for Redis");
+            command
+                .args(["--appendonly", "no"])
+                .arg("--dir")
+                .arg(scratch);
         }
     }
     command
+}
+
+/// Where a Redis that keeps nothing on `port` may write all the same.
+fn scratch_dir(port: u16) -> PathBuf {
+    std::env::temp_dir().join(format!("herald-redis-{}-{port}", std::process::id()))
 }
 
 /// A Redis Sentinel (redis-server in sentinel mode) watching the primary
