@@ -43,6 +43,8 @@ pub(super) fn run_inbound(
             .map_err(std::io::Error::other)
             .and_then(|client| Subscriber::connect(client.get_connection_info(), INTEREST_CHECK))
             .and_then(|mut sub| {
+                // With Sentinel: the primary this connection is to.
+                let primary = cluster.primary_now();
                 // Changes sent before this point are in the map already.
                 while changes.try_recv().is_ok() {}
                 for glob in cluster.globs() {
@@ -55,7 +57,11 @@ pub(super) fn run_inbound(
                 cluster.others_changed.store(true, Ordering::Relaxed);
                 attempt = 0;
                 link_up(&cluster.stats.connected_in, "subscriber");
-                serve(cluster, &mut sub, changes, shared, &mut last, &mut out)
+                let to = Connected {
+                    sub: &mut sub,
+                    primary,
+                };
+                serve(cluster, to, changes, shared, &mut last, &mut out)
             });
         match result {
             Ok(()) => return,
@@ -69,11 +75,18 @@ pub(super) fn run_inbound(
     }
 }
 
+/// A subscriber connection, and the Sentinel primary it is to (`None`
+/// with one Redis).
+pub(super) struct Connected<'a> {
+    sub: &'a mut Subscriber,
+    primary: Option<String>,
+}
+
 /// Routes messages from other nodes until the cluster stops (`Ok`) or
 /// Redis fails (`Err`).
 pub(super) fn serve(
     cluster: &Cluster,
-    sub: &mut Subscriber,
+    to: Connected<'_>,
     changes: &Receiver<(String, bool)>,
     shared: &Weak<Shared>,
     last: &mut HashMap<Vec<u8>, u64>,
@@ -85,9 +98,21 @@ pub(super) fn serve(
     let mut previous: Option<Instant> = None;
     // When Redis was last heard, and when a PING went unanswered since.
     let (mut heard, mut pinged) = (Instant::now(), None::<Instant>);
+    let (sub, primary) = (to.sub, to.primary);
+    let mut looked = Instant::now();
     loop {
         if cluster.stop.load(Ordering::Acquire) {
             return Ok(());
+        }
+        // Another of this node's threads followed a failover: follow it
+        // now rather than after this connection's own timeout.
+        if looked.elapsed() >= PRIMARY_LOOK {
+            looked = Instant::now();
+            if cluster.primary_moved(&primary) {
+                return Err(std::io::Error::other(
+                    "the node follows the primary elsewhere",
+                ));
+            }
         }
         // A quiet connection is asked for a PONG: a Redis that stopped
         // answering without closing it is left after ANSWER_TIMEOUT.

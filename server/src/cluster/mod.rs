@@ -75,6 +75,9 @@ const INTEREST_TTL_S: u64 = 60;
 const INTEREST_REFRESH: Duration = Duration::from_secs(20);
 /// Topics whose answer (does another node want them?) is remembered.
 const WANTED_CACHE: usize = 65_536;
+/// How often a thread connected to a Sentinel primary looks whether
+/// another of the node's threads followed a failover elsewhere.
+const PRIMARY_LOOK: Duration = Duration::from_millis(250);
 
 /// Counters of the cluster link, read by the management interface.
 #[derive(Debug, Default)]
@@ -319,6 +322,20 @@ struct Others {
 }
 
 impl Cluster {
+    /// With Sentinel, the primary the node uses now, to remember when a
+    /// thread connects.
+    fn primary_now(&self) -> Option<String> {
+        self.link.primary().map(|p| p.addr)
+    }
+
+    /// Whether the node followed the primary away from `connected_to`
+    /// (what [`Cluster::primary_now`] said at the connection): a thread
+    /// that is idle on a primary that stopped answering would not notice
+    /// by itself.
+    fn primary_moved(&self, connected_to: &Option<String>) -> bool {
+        connected_to.is_some() && self.primary_now() != *connected_to
+    }
+
     /// Whether another node subscribes to something that covers `topic`:
     /// if none does, its messages are not sent to Redis at all.
     fn wanted(&self, topic: &str) -> bool {

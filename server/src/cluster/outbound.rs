@@ -156,22 +156,20 @@ impl Command {
 }
 
 pub(super) fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &Weak<Shared>) {
+    let mut writer = Writer {
+        cluster,
+        rx,
+        shared,
+        outcomes: Outcomes::default(),
+        batch: Vec::with_capacity(BATCH),
+    };
     let mut attempt = 0;
-    let mut outcomes = Outcomes::default();
-    let mut batch = Vec::with_capacity(BATCH);
     while !cluster.stop.load(Ordering::Acquire) {
         let mut con = match cluster.link.connection() {
             Ok(con) => con,
             Err(e) => {
                 link_down(&cluster.stats.connected_out, "publisher", &e);
-                // What waits meanwhile would reach nobody in time.
-                let waiting: Vec<Command> = rx.try_iter().collect();
-                cluster.dequeued(waiting.len());
-                let why = e.to_string();
-                for command in waiting {
-                    command.fail(&why, &mut outcomes);
-                }
-                cluster.count_dropped(&mut outcomes);
+                writer.fail_waiting(&e.to_string());
                 if !back_off(&cluster.stop, &mut attempt) {
                     return;
                 }
@@ -180,178 +178,293 @@ pub(super) fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &W
         };
         attempt = 0;
         link_up(&cluster.stats.connected_out, "publisher");
+        if writer.serve(&mut con) == Served::Stopped {
+            return;
+        }
+    }
+    // Stopping: what is left fails, so that nobody waits for it.
+    for command in writer.batch.drain(..).chain(rx.try_iter()) {
+        command.fail("the server is stopping", &mut writer.outcomes);
+    }
+}
+
+/// How a connection's service ended.
+#[derive(PartialEq, Eq)]
+enum Served {
+    /// The link broke, or Redis refused to sync: connect again.
+    LinkLost,
+    /// The server stops, or the channel closed.
+    Stopped,
+}
+
+/// The outbound thread's state across connections.
+struct Writer<'a> {
+    cluster: &'a Cluster,
+    rx: &'a Receiver<Command>,
+    shared: &'a Weak<Shared>,
+    outcomes: Outcomes,
+    /// The commands of the round trip under way.
+    batch: Vec<Command>,
+}
+
+/// What one batch's pipeline asks of Redis besides its commands.
+struct Asked {
+    /// Topic messages in it.
+    published: u64,
+    /// The oldest registry epoch a message in it was routed with, if one
+    /// was (see `Peers::recheck`): the pipeline reads the epoch.
+    oldest: Option<u64>,
+    /// It holds a receipt: the pipeline ends with a `WAIT`.
+    wait: bool,
+}
+
+impl Writer<'_> {
+    /// While there is no connection: what waits would reach nobody in
+    /// time, so it fails.
+    fn fail_waiting(&mut self, why: &str) {
+        let waiting: Vec<Command> = self.rx.try_iter().collect();
+        self.cluster.dequeued(waiting.len());
+        for command in waiting {
+            command.fail(why, &mut self.outcomes);
+        }
+        self.cluster.count_dropped(&mut self.outcomes);
+    }
+
+    /// Writes batch after batch on `con` until it breaks or the server
+    /// stops.
+    fn serve(&mut self, con: &mut redis::Connection) -> Served {
+        let cluster = self.cluster;
         // Written and read again at once on every (re)connection.
         cluster.own_changed.store(true, Ordering::Relaxed);
         cluster.others_changed.store(true, Ordering::Relaxed);
         cluster.durables_changed.store(true, Ordering::Relaxed);
         cluster.settings_changed.store(true, Ordering::Relaxed);
         let mut due = Instant::now() + INTEREST_REFRESH;
+        let (primary, mut looked) = (cluster.primary_now(), Instant::now());
         loop {
+            if looked.elapsed() >= PRIMARY_LOOK {
+                looked = Instant::now();
+                if cluster.primary_moved(&primary) {
+                    let e = "the node follows the primary elsewhere";
+                    link_down(&cluster.stats.connected_out, "publisher", e);
+                    return Served::LinkLost;
+                }
+            }
             let synced = cluster
-                .sync_interest(&mut con, &mut due)
-                .and_then(|()| cluster.sync_durables(&mut con, shared))
-                .and_then(|()| cluster.sync_settings(&mut con, shared));
+                .sync_interest(con, &mut due)
+                .and_then(|()| cluster.sync_durables(con, self.shared))
+                .and_then(|()| cluster.sync_settings(con, self.shared));
             if let Err(e) = synced {
                 link_down(&cluster.stats.connected_out, "publisher", &e);
-                break;
+                return Served::LinkLost;
             }
-            batch.append(&mut outcomes.retry);
-            if batch.is_empty() {
-                match rx.recv_timeout(Duration::from_millis(20)) {
-                    Ok(first) => {
-                        cluster.dequeued(1);
-                        batch.push(first);
-                    }
-                    Err(RecvTimeoutError::Timeout) if !cluster.stop.load(Ordering::Acquire) => {
-                        continue
-                    }
-                    Err(_) => return,
+            match self.fill() {
+                Some(true) => {}
+                Some(false) => continue,
+                None => return Served::Stopped,
+            }
+            let (pipe, asked) = self.pipeline();
+            let answered = self.send(con, pipe, &asked);
+            if let Err(e) = self.answer(answered, asked.published) {
+                link_down(&cluster.stats.connected_out, "publisher", &e);
+                return Served::LinkLost;
+            }
+        }
+    }
+
+    /// Fills the batch: what is to be retried, then what waits, up to a
+    /// batch's size. Some(false) if nothing came within 20 ms (time to
+    /// sync again), None if the server stops or the channel closed.
+    fn fill(&mut self) -> Option<bool> {
+        let cluster = self.cluster;
+        self.batch.append(&mut self.outcomes.retry);
+        if self.batch.is_empty() {
+            match self.rx.recv_timeout(Duration::from_millis(20)) {
+                Ok(first) => {
+                    cluster.dequeued(1);
+                    self.batch.push(first);
                 }
-            }
-            let before = batch.len();
-            // With a WAIT per batch, bigger batches share its replication
-            // round trip (as the journal's group commit shares a sync).
-            let most = match cluster.min_replicas {
-                0 => BATCH,
-                _ => 4 * BATCH,
-            };
-            while batch.len() < most {
-                match rx.try_recv() {
-                    Ok(next) => batch.push(next),
-                    Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) if !cluster.stop.load(Ordering::Acquire) => {
+                    return Some(false)
                 }
+                Err(_) => return None,
             }
-            cluster.dequeued(batch.len() - before);
-            let mut pipe = redis::pipe();
-            let mut published = 0;
-            // Settlements of one queue go in one XACK and one XDEL.
-            let mut settled: HashMap<&str, Vec<EntryId>> = HashMap::new();
-            let mut bundle = Bundle::default();
-            for command in &batch {
-                if let Command::Settle { queue, entry } = command {
+        }
+        let before = self.batch.len();
+        // With a WAIT per batch, bigger batches share its replication
+        // round trip (as the journal's group commit shares a sync).
+        let most = match cluster.min_replicas {
+            0 => BATCH,
+            _ => 4 * BATCH,
+        };
+        while self.batch.len() < most {
+            match self.rx.try_recv() {
+                Ok(next) => self.batch.push(next),
+                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+            }
+        }
+        cluster.dequeued(self.batch.len() - before);
+        Some(true)
+    }
+
+    /// The batch as one pipeline: consecutive topic messages bundled,
+    /// settlements of a queue in one XACK and one XDEL, then the
+    /// registry's epoch if a message needs it and a WAIT if a receipt
+    /// does.
+    fn pipeline(&self) -> (redis::Pipeline, Asked) {
+        let stats = &self.cluster.stats;
+        let mut pipe = redis::pipe();
+        let mut published = 0;
+        let mut settled: HashMap<&str, Vec<EntryId>> = HashMap::new();
+        let mut bundle = Bundle::default();
+        for command in &self.batch {
+            match command {
+                Command::Settle { queue, entry } => {
                     settled.entry(queue).or_default().push(*entry);
                     continue;
                 }
-                if let Command::Publish { channel, payload } = command {
+                Command::Publish { channel, payload } => {
                     bundle.add(&mut pipe, channel, payload);
                     published += 1;
                     continue;
                 }
-                bundle.flush(&mut pipe);
-                command.add_to(&mut pipe);
-                match command {
-                    Command::Append { .. } => {
-                        cluster.stats.appended.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Command::Commit { changes, .. } => {
-                        let n = changes.sends.len() as u64;
-                        cluster.stats.appended.fetch_add(n, Ordering::Relaxed);
-                    }
-                    _ => {}
+                Command::Append { .. } => {
+                    stats.appended.fetch_add(1, Ordering::Relaxed);
                 }
+                Command::Commit { changes, .. } => {
+                    let n = changes.sends.len() as u64;
+                    stats.appended.fetch_add(n, Ordering::Relaxed);
+                }
+                _ => {}
             }
             bundle.flush(&mut pipe);
-            for (queue, entries) in &settled {
-                queues::settle(&mut pipe, queue, entries);
-            }
-            // The registry's epoch, if a message here was routed knowing
-            // an older one (see `Peers::recheck`).
-            let oldest = batch
+            command.add_to(&mut pipe);
+        }
+        bundle.flush(&mut pipe);
+        for (queue, entries) in &settled {
+            queues::settle(&mut pipe, queue, entries);
+        }
+        let oldest = self
+            .batch
+            .iter()
+            .filter_map(|c| match c {
+                Command::Recheck { epoch, .. } => Some(*epoch),
+                _ => None,
+            })
+            .min();
+        if oldest.is_some() {
+            pipe.cmd("GET").arg(durables::EPOCH);
+        }
+        // A receipt in this batch: what it confirms must be on enough
+        // replicas too, or a failover could lose it. One WAIT for the
+        // whole batch, as the journal syncs once per group.
+        let min = self.cluster.min_replicas;
+        let wait = min > 0
+            && self
+                .batch
                 .iter()
-                .filter_map(|c| match c {
-                    Command::Recheck { epoch, .. } => Some(*epoch),
-                    _ => None,
-                })
-                .min();
-            if oldest.is_some() {
-                pipe.cmd("GET").arg(durables::EPOCH);
+                .any(|c| matches!(c, Command::Barrier { .. }));
+        if wait {
+            pipe.cmd("WAIT")
+                .arg(min)
+                .arg(REPLICA_WAIT.as_millis() as u64);
+        }
+        let asked = Asked {
+            published,
+            oldest,
+            wait,
+        };
+        (pipe, asked)
+    }
+
+    /// Sends the pipeline and reads its answers, rechecking the batch's
+    /// messages if the registry moved; returns how many replicas
+    /// confirmed, if a WAIT was due.
+    fn send(
+        &self,
+        con: &mut redis::Connection,
+        pipe: redis::Pipeline,
+        asked: &Asked,
+    ) -> redis::RedisResult<Option<i64>> {
+        let answers = pipe.query::<Vec<Value>>(con)?;
+        let mut answers = answers.iter();
+        let mut next = || answers.next().unwrap_or(&Value::Nil);
+        let epoch = match asked.oldest {
+            Some(_) => redis::from_redis_value::<Option<u64>>(next())?,
+            None => None,
+        };
+        let replicas = match asked.wait {
+            true => Some(redis::from_redis_value::<i64>(next())?),
+            false => None,
+        };
+        match (asked.oldest, epoch) {
+            (Some(oldest), Some(now)) if now > oldest => {
+                let more = recheck(self.cluster, con, self.shared, &self.batch, now)?;
+                Ok(replicas.into_iter().chain(more).min())
             }
-            // A receipt in this batch: what it confirms must be on enough
-            // replicas too, or a failover could lose it. One WAIT for the
-            // whole batch, as the journal syncs once per group.
-            let min = cluster.min_replicas;
-            let wait = min > 0 && batch.iter().any(|c| matches!(c, Command::Barrier { .. }));
-            if wait {
-                pipe.cmd("WAIT")
-                    .arg(min)
-                    .arg(REPLICA_WAIT.as_millis() as u64);
-            }
-            let answered = pipe.query::<Vec<Value>>(&mut con).and_then(|answers| {
-                let mut answers = answers.iter();
-                let mut next = || answers.next().unwrap_or(&Value::Nil);
-                let epoch = match oldest {
-                    Some(_) => redis::from_redis_value::<Option<u64>>(next())?,
-                    None => None,
-                };
-                let replicas = match wait {
-                    true => Some(redis::from_redis_value::<i64>(next())?),
-                    false => None,
-                };
-                match (oldest, epoch) {
-                    (Some(oldest), Some(now)) if now > oldest => {
-                        let more = recheck(cluster, &mut con, shared, &batch, now)?;
-                        Ok(replicas.into_iter().chain(more).min())
-                    }
-                    _ => Ok(replicas),
-                }
-            });
-            match answered {
-                Ok(replicas) => {
-                    // Written on the primary, but not replicated enough: the
-                    // receipts fail (the messages may yet be delivered).
-                    let short = replicas.filter(|&n| n < i64::from(min)).map(|n| {
-                        format!(
-                            "only {n} of cluster.min_replicas = {min} Redis replicas confirmed within {} ms",
-                            REPLICA_WAIT.as_millis()
-                        )
-                    });
-                    // This node learns its own changes from Redis too (it
-                    // skips its own announcements), in case a read of the
-                    // registry raced with the write.
-                    for command in &batch {
-                        match command {
-                            Command::Registry { .. } => &cluster.durables_changed,
-                            Command::Settings { .. } => &cluster.settings_changed,
-                            _ => continue,
-                        }
-                        .store(true, Ordering::Relaxed);
-                    }
-                    cluster
-                        .stats
-                        .published
-                        .fetch_add(published, Ordering::Relaxed);
-                    for command in batch.drain(..) {
-                        match (&short, &command) {
-                            (Some(why), Command::Barrier { .. }) => {
-                                command.fail(why, &mut outcomes)
-                            }
-                            _ => command.done(&mut outcomes),
-                        }
-                    }
-                }
-                Err(e) => {
-                    let why = e.to_string();
-                    // A refusal (not a lost link) would be refused again.
-                    let lost_link = e.is_io_error() || e.is_connection_dropped();
-                    for command in batch.drain(..) {
-                        command.fail(&why, &mut outcomes);
-                    }
-                    if !lost_link {
-                        log::warn!("cluster: Redis refused a batch: {why}");
-                        outcomes.retry.clear();
-                    }
-                    cluster.count_dropped(&mut outcomes);
-                    if lost_link {
-                        link_down(&cluster.stats.connected_out, "publisher", &e);
-                        break;
-                    }
-                }
-            }
+            _ => Ok(replicas),
         }
     }
-    // Stopping: what is left fails, so that nobody waits for it.
-    for command in batch.drain(..).chain(rx.try_iter()) {
-        command.fail("the server is stopping", &mut outcomes);
+
+    /// Completes the batch's commands with Redis's answer. Returns the
+    /// error if the link was lost (a refusal is not: it would be refused
+    /// again, so nothing is retried).
+    fn answer(
+        &mut self,
+        answered: redis::RedisResult<Option<i64>>,
+        published: u64,
+    ) -> redis::RedisResult<()> {
+        let cluster = self.cluster;
+        let replicas = match answered {
+            Ok(replicas) => replicas,
+            Err(e) => {
+                let why = e.to_string();
+                let lost_link = e.is_io_error() || e.is_connection_dropped();
+                for command in self.batch.drain(..) {
+                    command.fail(&why, &mut self.outcomes);
+                }
+                if !lost_link {
+                    log::warn!("cluster: Redis refused a batch: {why}");
+                    self.outcomes.retry.clear();
+                }
+                cluster.count_dropped(&mut self.outcomes);
+                return match lost_link {
+                    true => Err(e),
+                    false => Ok(()),
+                };
+            }
+        };
+        // Written on the primary, but not replicated enough: the receipts
+        // fail (the messages may yet be delivered).
+        let min = cluster.min_replicas;
+        let short = replicas.filter(|&n| n < i64::from(min)).map(|n| {
+            format!(
+                "only {n} of cluster.min_replicas = {min} Redis replicas confirmed within {} ms",
+                REPLICA_WAIT.as_millis()
+            )
+        });
+        // This node learns its own changes from Redis too (it skips its
+        // own announcements), in case a read of the registry raced with
+        // the write.
+        for command in &self.batch {
+            match command {
+                Command::Registry { .. } => &cluster.durables_changed,
+                Command::Settings { .. } => &cluster.settings_changed,
+                _ => continue,
+            }
+            .store(true, Ordering::Relaxed);
+        }
+        cluster
+            .stats
+            .published
+            .fetch_add(published, Ordering::Relaxed);
+        for command in self.batch.drain(..) {
+            match (&short, &command) {
+                (Some(why), Command::Barrier { .. }) => command.fail(why, &mut self.outcomes),
+                _ => command.done(&mut self.outcomes),
+            }
+        }
+        Ok(())
     }
 }
 
