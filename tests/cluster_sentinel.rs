@@ -177,9 +177,9 @@ fn a_primary_that_stops_answering_is_left_for_the_promoted_replica() {
     let missing: Vec<i64> = (first..=last).filter(|k| !got.contains(k)).collect();
     assert!(missing.is_empty(), "receipted and lost: {missing:?}");
     // Topics cross nodes again: both subscriber connections left the
-    // frozen server too. A node's interest written just before the freeze
-    // may be lost with it, and is written again when its outbound
-    // connection follows, at the latest on the 20 s interest refresh.
+    // frozen server too, and a node's interest written just before the
+    // freeze (lost with it) is written again once its outbound thread
+    // follows: within seconds; a loaded machine gets 40.
     let publisher = on_a.create_producer(&Destination::topic("after")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {

@@ -371,13 +371,13 @@ impl Cluster {
         let globs = self.globs();
         let key = format!("{INTEREST_KEY}{}", self.node_id);
         let mut pipe = redis::pipe();
-        pipe.atomic().del(&key).ignore();
+        pipe.cmd("MULTI").del(&key);
         if !globs.is_empty() {
-            pipe.sadd(&key, &globs).ignore();
-            pipe.expire(&key, INTEREST_TTL_S as i64).ignore();
+            pipe.sadd(&key, &globs);
+            pipe.expire(&key, INTEREST_TTL_S as i64);
         }
-        pipe.publish(INTEREST_CHANNEL, &self.node_id).ignore();
-        pipe.query(con)
+        pipe.cmd("EXEC").publish(INTEREST_CHANNEL, &self.node_id);
+        outbound::query_pipeline(con, &pipe, 0).map(drop)
     }
 
     /// Reads the other nodes' globs.

@@ -386,7 +386,8 @@ impl Writer<'_> {
         pipe: redis::Pipeline,
         asked: &Asked,
     ) -> redis::RedisResult<Option<i64>> {
-        let answers = pipe.query::<Vec<Value>>(con)?;
+        let keep = usize::from(asked.oldest.is_some()) + usize::from(asked.wait);
+        let answers = query_pipeline(con, &pipe, keep)?;
         let mut answers = answers.iter();
         let mut next = || answers.next().unwrap_or(&Value::Nil);
         let epoch = match asked.oldest {
@@ -465,6 +466,36 @@ impl Writer<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Sends `pipe` and reads its answers, giving up at the first that does
+/// not come. (The `redis` crate's own reading goes on to wait
+/// `ANSWER_TIMEOUT` for each of the others, which on a silent server adds
+/// up to five seconds a command.) Returns the last `keep` answers, or the
+/// first error Redis answered with; on an I/O error the connection is
+/// done with.
+pub(super) fn query_pipeline(
+    con: &mut redis::Connection,
+    pipe: &redis::Pipeline,
+    keep: usize,
+) -> redis::RedisResult<Vec<Value>> {
+    let n = pipe.cmd_iter().count();
+    con.send_packed_command(&pipe.get_packed_pipeline())?;
+    let mut kept = Vec::with_capacity(keep);
+    let mut refused = None;
+    for i in 0..n {
+        let answer = con.recv_response()?;
+        if let Value::ServerError(e) = &answer {
+            refused.get_or_insert_with(|| redis::RedisError::from(e.clone()));
+        }
+        if i + keep >= n {
+            kept.push(answer);
+        }
+    }
+    match refused {
+        Some(e) => Err(e),
+        None => Ok(kept),
     }
 }
 
