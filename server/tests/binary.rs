@@ -17,7 +17,7 @@ fn server(args: &[&str]) -> (Command, TempDir) {
 }
 
 /// Starts the binary and reads the address it reports.
-fn start(args: &[&str]) -> (Child, String, TempDir) {
+fn start(args: &[&str]) -> (common::Running, String, TempDir) {
     let data = TempDir::new("data");
     let (child, addr) = common::spawn(&data.0, args);
     (child, addr, data)

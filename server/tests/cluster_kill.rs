@@ -18,7 +18,7 @@ use common::TempDir;
 use redis::Redis;
 
 /// Starts node `id` of the cluster on `redis`, claiming after a second.
-fn node(redis: &Redis, id: &str, data: &TempDir) -> (std::process::Child, ConnectionFactory) {
+fn node(redis: &Redis, id: &str, data: &TempDir) -> (common::Running, ConnectionFactory) {
     std::fs::create_dir_all(&data.0).unwrap();
     let config = data.0.join("herald.toml");
     std::fs::write(

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,7 +16,7 @@ mod common;
 
 use common::TempDir;
 
-fn start(data: &Path) -> (Child, ConnectionFactory) {
+fn start(data: &Path) -> (common::Running, ConnectionFactory) {
     let (child, addr) = common::spawn(data, &["--listen", "127.0.0.1:0"]);
     (
         child,

@@ -47,9 +47,34 @@ pub fn command(data: &Path, args: &[&str]) -> Command {
     c
 }
 
+/// A running `herald-server`, killed when dropped: a test that fails
+/// half way leaves no server behind.
+pub struct Running(pub Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Already gone, if the test killed or stopped it.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts the binary and returns it with the address it reports. Its log
 /// is discarded, so a long run cannot fill an unread pipe.
-pub fn spawn(data: &Path, args: &[&str]) -> (Child, String) {
+pub fn spawn(data: &Path, args: &[&str]) -> (Running, String) {
     let mut child = command(data, args)
         .stderr(Stdio::null())
         .spawn()
@@ -63,5 +88,5 @@ pub fn spawn(data: &Path, args: &[&str]) -> (Child, String) {
         .trim()
         .strip_prefix("herald-server listening on ")
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-    (child, addr.to_owned())
+    (Running(child), addr.to_owned())
 }
