@@ -155,13 +155,19 @@ pub(super) fn leave(
 /// a change made meanwhile counts as not yet seen). Entries that do not
 /// decode are skipped.
 pub(super) fn load(con: &mut redis::Connection) -> redis::RedisResult<(u64, Vec<DurableRecord>)> {
-    type Fields = Vec<(Vec<u8>, Vec<u8>)>;
-    let (epoch, all): (Option<u64>, Fields) = redis::pipe()
-        .cmd("GET")
-        .arg(EPOCH)
-        .cmd("HGETALL")
-        .arg(REGISTRY)
-        .query(con)?;
+    let mut pipe = redis::pipe();
+    pipe.cmd("GET").arg(EPOCH).cmd("HGETALL").arg(REGISTRY);
+    let answers = super::query_pipeline(con, &pipe, 2)?;
+    let (epoch, all) = match &answers[..] {
+        [epoch, all] => (
+            redis::from_redis_value::<Option<u64>>(epoch)?,
+            redis::from_redis_value::<Vec<(Vec<u8>, Vec<u8>)>>(all)?,
+        ),
+        _ => {
+            let what = "the registry's read did not answer twice";
+            return Err((redis::ErrorKind::ResponseError, what).into());
+        }
+    };
     let records = all
         .into_iter()
         .filter_map(|(field, value)| {

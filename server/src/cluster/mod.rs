@@ -377,7 +377,7 @@ impl Cluster {
             pipe.expire(&key, INTEREST_TTL_S as i64);
         }
         pipe.cmd("EXEC").publish(INTEREST_CHANNEL, &self.node_id);
-        outbound::query_pipeline(con, &pipe, 0).map(drop)
+        query_pipeline(con, &pipe, 0).map(drop)
     }
 
     /// Reads the other nodes' globs.
@@ -818,6 +818,36 @@ fn glob_matches(glob: &[u8], text: &[u8]) -> bool {
         }
     }
     glob[g..].iter().all(|&c| c == b'*')
+}
+
+/// Sends `pipe` and reads its answers, giving up at the first that does
+/// not come. (The `redis` crate's own reading goes on to wait
+/// `ANSWER_TIMEOUT` for each of the others, which on a silent server adds
+/// up to five seconds a command.) Returns the last `keep` answers, or the
+/// first error Redis answered with; on an I/O error the connection is
+/// done with.
+fn query_pipeline(
+    con: &mut redis::Connection,
+    pipe: &redis::Pipeline,
+    keep: usize,
+) -> redis::RedisResult<Vec<Value>> {
+    let n = pipe.cmd_iter().count();
+    con.send_packed_command(&pipe.get_packed_pipeline())?;
+    let mut kept = Vec::with_capacity(keep);
+    let mut refused = None;
+    for i in 0..n {
+        let answer = con.recv_response()?;
+        if let Value::ServerError(e) = &answer {
+            refused.get_or_insert_with(|| redis::RedisError::from(e.clone()));
+        }
+        if i + keep >= n {
+            kept.push(answer);
+        }
+    }
+    match refused {
+        Some(e) => Err(e),
+        None => Ok(kept),
+    }
 }
 
 /// Reads something from Redis again if `changed` says so, and hands it

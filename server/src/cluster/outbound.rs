@@ -469,36 +469,6 @@ impl Writer<'_> {
     }
 }
 
-/// Sends `pipe` and reads its answers, giving up at the first that does
-/// not come. (The `redis` crate's own reading goes on to wait
-/// `ANSWER_TIMEOUT` for each of the others, which on a silent server adds
-/// up to five seconds a command.) Returns the last `keep` answers, or the
-/// first error Redis answered with; on an I/O error the connection is
-/// done with.
-pub(super) fn query_pipeline(
-    con: &mut redis::Connection,
-    pipe: &redis::Pipeline,
-    keep: usize,
-) -> redis::RedisResult<Vec<Value>> {
-    let n = pipe.cmd_iter().count();
-    con.send_packed_command(&pipe.get_packed_pipeline())?;
-    let mut kept = Vec::with_capacity(keep);
-    let mut refused = None;
-    for i in 0..n {
-        let answer = con.recv_response()?;
-        if let Value::ServerError(e) = &answer {
-            refused.get_or_insert_with(|| redis::RedisError::from(e.clone()));
-        }
-        if i + keep >= n {
-            kept.push(answer);
-        }
-    }
-    match refused {
-        Some(e) => Err(e),
-        None => Ok(kept),
-    }
-}
-
 /// Appends the messages of `batch` that were routed knowing a registry
 /// older than `epoch` to the streams of the subscriptions registered
 /// since, having read the registry again. Returns how many replicas
@@ -545,13 +515,17 @@ pub(super) fn recheck(
     cluster.stats.appended.fetch_add(added, Ordering::Relaxed);
     let min = cluster.min_replicas;
     if min == 0 {
-        pipe.query::<()>(con)?;
+        query_pipeline(con, &pipe, 0)?;
         return Ok(None);
     }
     pipe.cmd("WAIT")
         .arg(min)
         .arg(REPLICA_WAIT.as_millis() as u64);
-    Ok(pipe.query::<Vec<i64>>(con)?.first().copied())
+    let answers = query_pipeline(con, &pipe, 1)?;
+    answers
+        .first()
+        .map(redis::from_redis_value::<i64>)
+        .transpose()
 }
 
 /// Marks a PUBLISH that carries several payloads for one channel: a zero

@@ -347,7 +347,7 @@ impl Reader<'_> {
                 super::durables::mark_alive(&mut pipe, name, &self.member);
             }
         }
-        pipe.query::<()>(self.con)?;
+        super::query_pipeline(self.con, &pipe, 0)?;
         for name in left {
             if self.alive.remove(name) {
                 self.leave(name, true)?;
@@ -401,7 +401,7 @@ impl Reader<'_> {
                 messages,
             };
             release.add_to(&mut pipe);
-            if let Err(e) = pipe.query::<()>(self.con) {
+            if let Err(e) = super::query_pipeline(self.con, &pipe, 0) {
                 log::warn!("cluster: what this node read from {name} was not given back ({e}); another node claims it later");
             }
         }
