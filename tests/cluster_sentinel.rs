@@ -46,6 +46,62 @@ fn node(ha: &Ha, id: &str) -> TestServer {
     start_with(config)
 }
 
+/// Numbered persistent message `n`.
+fn numbered(n: i64) -> Message {
+    Message::text("m").with_property("n", n).persistent()
+}
+
+/// A failover under way: both nodes are to follow the primary to `new`
+/// within `within`.
+struct Failover<'a> {
+    nodes: [&'a TestServer; 2],
+    new: &'a str,
+    within: Duration,
+    /// What it means if no receipt comes within `within`.
+    stalled: &'a str,
+}
+
+impl Failover<'_> {
+    /// Sends numbered messages from `next` on until one is receipted (the
+    /// sends before fail or wait: their outcome is unknown), waits until
+    /// both nodes use the new primary, sends `more` after it, and checks
+    /// that every message from the first receipted on arrives. Returns
+    /// how long after `since` both nodes used the new primary.
+    fn receipted_from_then_on(
+        &self,
+        producer: &herald_client::Producer,
+        consumer: &herald_client::Consumer,
+        mut next: i64,
+        more: i64,
+        since: Instant,
+    ) -> Duration {
+        let first = loop {
+            assert!(since.elapsed() < self.within, "{}", self.stalled);
+            next += 1;
+            if producer.send_with_receipt(numbered(next - 1)).is_ok() {
+                break next - 1;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        wait_until("both nodes use the new primary", || {
+            self.nodes.iter().all(|n| primary_of(n) == self.new)
+        });
+        let failover = since.elapsed();
+        let last = next + more - 1;
+        for k in next..=last {
+            producer.send_with_receipt(numbered(k)).unwrap();
+        }
+        let mut got = std::collections::BTreeSet::new();
+        while !got.contains(&last) {
+            let m = consumer.receive(PATIENCE).unwrap().expect("delivered");
+            got.insert(m.property("n").and_then(|v| v.as_i64()).unwrap());
+        }
+        let missing: Vec<i64> = (first..=last).filter(|k| !got.contains(k)).collect();
+        assert!(missing.is_empty(), "receipted and lost: {missing:?}");
+        failover
+    }
+}
+
 fn primary_of(server: &TestServer) -> String {
     let health = call(server, "GET", "/api/health", None, None).json();
     health["cluster"]["primary"]["addr"]
@@ -67,7 +123,6 @@ fn nodes_find_the_primary_through_the_sentinels_and_follow_a_failover() {
     let q = Destination::queue("ha");
     let consumer = on_b.create_consumer(&q).unwrap();
     let producer = on_a.create_producer(&q).unwrap();
-    let numbered = |n: i64| Message::text("m").with_property("n", n).persistent();
     for n in 0..50 {
         producer.send_with_receipt(numbered(n)).unwrap();
     }
@@ -85,30 +140,13 @@ fn nodes_find_the_primary_through_the_sentinels_and_follow_a_failover() {
     // Sends during the failover fail with an error (their outcome is
     // unknown) or wait; from the first receipted one on, every receipted
     // message arrives.
-    let mut next = 50;
-    let first = loop {
-        assert!(started.elapsed() < Duration::from_secs(30), "no failover");
-        next += 1;
-        if producer.send_with_receipt(numbered(next - 1)).is_ok() {
-            break next - 1;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    wait_until("both nodes use the new primary", || {
-        primary_of(&a) == new && primary_of(&b) == new
-    });
-    let failover = started.elapsed();
-    let last = next + 48;
-    for k in next..=last {
-        producer.send_with_receipt(numbered(k)).unwrap();
+    let failover = Failover {
+        nodes: [&a, &b],
+        new: &new,
+        within: Duration::from_secs(30),
+        stalled: "no failover",
     }
-    let mut got = std::collections::BTreeSet::new();
-    while !got.contains(&last) {
-        let m = consumer.receive(PATIENCE).unwrap().expect("delivered");
-        got.insert(m.property("n").and_then(|v| v.as_i64()).unwrap());
-    }
-    let missing: Vec<i64> = (first..=last).filter(|k| !got.contains(k)).collect();
-    assert!(missing.is_empty(), "receipted and lost: {missing:?}");
+    .receipted_from_then_on(&producer, &consumer, 50, 49, started);
     let health = call(&a, "GET", "/api/health", None, None).json();
     assert!(
         health["cluster"]["primary"]["since_ms"].as_u64() > Some(0),
@@ -139,7 +177,6 @@ fn a_primary_that_stops_answering_is_left_for_the_promoted_replica() {
     let q = Destination::queue("frozen");
     let consumer = on_b.create_consumer(&q).unwrap();
     let producer = on_a.create_producer(&q).unwrap();
-    let numbered = |n: i64| Message::text("m").with_property("n", n).persistent();
     producer.send_with_receipt(numbered(0)).unwrap();
     assert!(consumer.receive(PATIENCE).unwrap().is_some());
 
@@ -149,33 +186,13 @@ fn a_primary_that_stops_answering_is_left_for_the_promoted_replica() {
     ha.primary.as_ref().unwrap().freeze();
     let started = Instant::now();
     let _spare = Redis::replica_of(&ha.replica);
-    let mut next = 1;
-    let first = loop {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the nodes never left the frozen primary"
-        );
-        next += 1;
-        if producer.send_with_receipt(numbered(next - 1)).is_ok() {
-            break next - 1;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    wait_until("both nodes use the new primary", || {
-        primary_of(&a) == new && primary_of(&b) == new
-    });
-    let failover = started.elapsed();
-    let last = next + 20;
-    for k in next..=last {
-        producer.send_with_receipt(numbered(k)).unwrap();
+    let failover = Failover {
+        nodes: [&a, &b],
+        new: &new,
+        within: Duration::from_secs(60),
+        stalled: "the nodes never left the frozen primary",
     }
-    let mut got = std::collections::BTreeSet::new();
-    while !got.contains(&last) {
-        let m = consumer.receive(PATIENCE).unwrap().expect("delivered");
-        got.insert(m.property("n").and_then(|v| v.as_i64()).unwrap());
-    }
-    let missing: Vec<i64> = (first..=last).filter(|k| !got.contains(k)).collect();
-    assert!(missing.is_empty(), "receipted and lost: {missing:?}");
+    .receipted_from_then_on(&producer, &consumer, 1, 21, started);
     // Topics cross nodes again: both subscriber connections left the
     // frozen server too, and a node's interest written just before the
     // freeze (lost with it) is written again once its outbound thread

@@ -103,12 +103,21 @@ impl Ledger {
 
     /// The first `limit` expected numbers that have not arrived.
     pub fn missing(&self, limit: usize) -> Vec<u64> {
-        let failed = lock(&self.failed).clone();
+        let failed = self.failed_sorted();
         let got = lock(&self.got);
         (0..self.issued.load(Ordering::Relaxed))
-            .filter(|&n| got.get(n as usize).is_none_or(|&k| k == 0) && !failed.contains(&n))
+            .filter(|&n| got.get(n as usize).is_none_or(|&k| k == 0))
+            .filter(|n| failed.binary_search(n).is_err())
             .take(limit)
             .collect()
+    }
+
+    /// The numbers whose send failed, sorted, each once.
+    fn failed_sorted(&self) -> Vec<u64> {
+        let mut failed = lock(&self.failed).clone();
+        failed.sort_unstable();
+        failed.dedup();
+        failed
     }
 
     /// Whether every expected number has arrived.
@@ -118,9 +127,7 @@ impl Ledger {
 
     pub fn tally(&self) -> Tally {
         let issued = self.issued.load(Ordering::Relaxed);
-        let mut failed = lock(&self.failed).clone();
-        failed.sort_unstable();
-        failed.dedup();
+        let failed = self.failed_sorted();
         let got = lock(&self.got);
         let (mut delivered, mut lost, mut duplicates) = (0, 0, 0);
         for n in 0..issued {
