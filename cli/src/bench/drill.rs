@@ -456,6 +456,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_faults_file_is_read_in_time_order_and_garbage_is_named() {
+        let dir = std::env::temp_dir().join(format!("herald-drill-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("faults");
+        std::fs::write(&path, "200 kill b\n\n100 kill a\n").unwrap();
+        let faults = read_faults(&path).unwrap();
+        let read: Vec<(u64, &str)> = faults.iter().map(|f| (f.at, f.what.as_str())).collect();
+        assert_eq!(read, [(100, "kill a"), (200, "kill b")]);
+        std::fs::write(&path, "soon kill a\n").unwrap();
+        let e = read_faults(&path).err().unwrap().to_string();
+        assert!(e.contains("soon kill a"), "{e}");
+        let e = read_faults(&dir.join("none")).err().unwrap().to_string();
+        assert!(e.contains("cannot read the faults file"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn recovery_is_the_first_receipt_of_a_message_sent_after_the_fault() {
         let sends = [
             // Sent before the fault, receipted after it: not a recovery.
