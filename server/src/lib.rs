@@ -5,8 +5,9 @@
 //!
 //! - [`net`]: the acceptor thread and the worker threads: bytes in, frames
 //!   out, and the connections they own.
-//! - [`handlers`]: one function per frame kind, the seam between `net` and
-//!   `broker`.
+//! - [`frontend`]: what a protocol front-end works with: the server-wide
+//!   state, the queue it answers on, the notices that reach a worker.
+//! - [`handlers`]: one function per native frame kind, on `frontend`.
 //! - [`broker`]: routing, the topic tree and strict mode, and the
 //!   deliveries it hands the workers (`broker::delivery`). No sockets.
 //! - [`session`]: per-connection protocol state.
@@ -26,6 +27,7 @@ pub mod auth;
 pub mod broker;
 pub mod cluster;
 pub mod config;
+pub mod frontend;
 pub mod handlers;
 pub mod net;
 pub mod origins;

@@ -16,8 +16,9 @@ use crate::admin::{Addresses, Admin};
 use crate::auth::Authenticator;
 use crate::broker::Broker;
 use crate::config::Config;
+use crate::frontend::{Protocol, Shared, WorkerStats};
 use crate::net::worker::Worker;
-use crate::net::{acceptor, Command, Protocol, Shared, WorkerHandle, WorkerStats, WAKER};
+use crate::net::{acceptor, Command, WorkerHandle, WAKER};
 use crate::store::{Journal, JournalConfig, JournalError};
 
 /// Why a server could not start.
@@ -128,28 +129,29 @@ impl Server {
             worker_parts.push((poll, rx, notified));
         }
         let auth = Authenticator::start(&config.auth)?;
+        let handles: Arc<[WorkerHandle]> = handles.into();
         let shared = Arc::new(Shared {
-            limits: crate::net::Limits::new(&config),
-            tls,
+            limits: crate::frontend::Limits::new(&config),
             auth,
             broker,
             config,
-            workers: handles,
+            workers: handles
+                .iter()
+                .map(|h| Box::new(h.clone()) as Box<dyn crate::frontend::Mailbox>)
+                .collect(),
             stats: (0..n).map(|_| WorkerStats::default()).collect(),
             open_connections: AtomicUsize::new(0),
             next_serial: AtomicU64::new(1),
             connections: std::sync::Mutex::new(std::collections::HashMap::new()),
             client_ids: std::sync::Mutex::new(std::collections::HashMap::new()),
             started: std::time::Instant::now(),
-            cluster: std::sync::OnceLock::new(),
         });
-        let sink = crate::net::WorkerSink::new(Arc::downgrade(&shared));
+        let sink = crate::frontend::WorkerSink::new(Arc::downgrade(&shared));
         shared.broker.set_sink(Arc::new(sink));
         // Before any connection is accepted: no subscription goes untold.
         let cluster = match shared.config.cluster.enabled() {
             true => {
                 let handle = crate::cluster::start(&shared.config.cluster, &shared)?;
-                let _ = shared.cluster.set(handle.cluster().clone());
                 Some(handle)
             }
             false => None,
@@ -157,16 +159,23 @@ impl Server {
 
         let mut threads = Vec::with_capacity(n + 1);
         for (index, (poll, rx, notified)) in worker_parts.into_iter().enumerate() {
-            let worker = Worker::new(index, poll, rx, notified, shared.clone());
+            let worker = Worker::new(
+                index,
+                poll,
+                rx,
+                notified,
+                shared.clone(),
+                (handles.clone(), tls.clone()),
+            );
             threads.push(spawn(format!("herald-worker-{index}"), move || {
                 worker.run()
             })?);
         }
         let acceptor_poll = Poll::new()?;
         let acceptor_waker = Waker::new(acceptor_poll.registry(), WAKER)?;
-        let acceptor_shared = shared.clone();
+        let (acceptor_shared, acceptor_workers) = (shared.clone(), handles.clone());
         threads.push(spawn("herald-acceptor".into(), move || {
-            acceptor::run(acceptor_poll, listeners, acceptor_shared)
+            acceptor::run(acceptor_poll, listeners, acceptor_shared, acceptor_workers)
         })?);
         log::info!(
             "herald {} listening on {local_addr} with {n} workers",
@@ -193,18 +202,21 @@ impl Server {
                 };
                 let listen = shared.config.admin.listen;
                 let metrics = Some(journal.metrics().clone());
-                let https = shared
-                    .config
-                    .admin
-                    .tls
-                    .then(|| shared.tls.clone())
-                    .flatten();
+                let https = shared.config.admin.tls.then(|| tls.clone()).flatten();
                 let scheme = if https.is_some() { "https" } else { "http" };
-                let admin = Admin::start(shared.clone(), listen, addresses, metrics, https)
-                    .map_err(|source| StartError::Bind {
-                        addr: listen,
-                        source,
-                    })?;
+                let cluster_link = cluster.as_ref().map(|c| c.cluster().clone());
+                let admin = Admin::start(
+                    shared.clone(),
+                    cluster_link,
+                    listen,
+                    addresses,
+                    metrics,
+                    https,
+                )
+                .map_err(|source| StartError::Bind {
+                    addr: listen,
+                    source,
+                })?;
                 log::info!("management interface on {scheme}://{}/", admin.addr());
                 Some(admin)
             }
@@ -218,6 +230,7 @@ impl Server {
             stomp_ws_addr,
             journal,
             shared,
+            workers: handles,
             acceptor_waker,
             threads,
             cluster,
@@ -270,6 +283,8 @@ pub struct ServerHandle {
     admin: Option<Admin>,
     journal: Arc<Journal>,
     shared: Arc<Shared>,
+    /// Every worker's inbox, to stop them.
+    workers: Arc<[WorkerHandle]>,
     acceptor_waker: Waker,
     threads: Vec<JoinHandle<()>>,
     cluster: Option<crate::cluster::ClusterHandle>,
@@ -320,7 +335,7 @@ impl ServerHandle {
     /// Re-reads users, permissions and limits from the config file (see
     /// [`crate::admin::reload`]); returns the file read.
     pub fn reload(&self) -> Result<String, String> {
-        crate::admin::reload(&self.shared)
+        crate::admin::reload(&self.shared, self.cluster().map(|c| &**c))
     }
 
     /// The server's counters now.
@@ -383,7 +398,7 @@ impl ServerHandle {
         if let Err(e) = self.acceptor_waker.wake() {
             log::error!("cannot wake the acceptor: {e}");
         }
-        for w in &self.shared.workers {
+        for w in self.workers.iter() {
             w.send(Command::Shutdown);
         }
         for t in self.threads.drain(..) {

@@ -17,7 +17,7 @@ use super::{ApiError, AppState, Route};
 use crate::broker::delivery::Deliveries;
 use crate::broker::{Room, RouteError};
 use crate::cluster::settings::Change;
-use crate::net::{Command, Protocol};
+use crate::frontend::{Notice, Protocol};
 use crate::sync::lock;
 
 type ApiResult = Result<Json<Json_>, ApiError>;
@@ -162,7 +162,7 @@ async fn server(State(state): State<AppState>) -> ApiResult {
         "messages_in": messages_in,
         "messages_out": messages_out,
         "dropped": dropped,
-        "cluster": s.cluster.get().map(|c| {
+        "cluster": state.cluster.as_deref().map(|c| {
             let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
             let st = &c.stats;
             json!({
@@ -241,7 +241,7 @@ async fn health(State(state): State<AppState>) -> ApiResult {
     };
     Ok(Json(json!({
         "status": status,
-        "cluster": state.shared.cluster.get().map(|c| json!({
+        "cluster": state.cluster.as_deref().map(|c| json!({
             "connected": c.stats.connected(),
             "primary": primary(c),
         })),
@@ -417,7 +417,7 @@ async fn queues(State(state): State<AppState>) -> ApiResult {
     // for every node, and how many of them nodes have read and not had
     // acknowledged. A queue known only to Redis is listed too.
     let mut streams: HashMap<String, (u64, u64)> = HashMap::new();
-    if let Some(cluster) = state.shared.cluster.get() {
+    if let Some(cluster) = &state.cluster {
         let found = super::shared::from_cluster(|done| cluster.streams(done)).await?;
         for (name, length, unacknowledged) in found {
             if !stats.iter().any(|q| q.name == name) {
@@ -518,7 +518,7 @@ async fn replay(State(state): State<AppState>, Path(name): Path<String>) -> ApiR
 /// The cluster, if `name` is a queue it shares.
 fn shared_queue<'a>(state: &'a AppState, name: &str) -> Option<&'a crate::cluster::Cluster> {
     let shared = herald_protocol::destination::temporary_owner(name).is_none();
-    state.shared.cluster.get().filter(|_| shared).map(|c| &**c)
+    state.cluster.as_deref().filter(|_| shared)
 }
 
 /// Takes a round of a shared queue's waiting messages from Redis
@@ -578,7 +578,7 @@ async fn close_connection(State(state): State<AppState>, Path(id): Path<String>)
         return Err(ApiError::not_found(format!("no connection {id}")));
     };
     // If it is moving, the worker it left sends the command on.
-    state.shared.workers[conn.worker].send(Command::Close(conn));
+    state.shared.workers[conn.worker].post(Notice::Close(conn));
     Ok(Json(json!({"closed": id})))
 }
 
@@ -689,7 +689,8 @@ async fn publish(
 }
 
 async fn reload(State(state): State<AppState>) -> ApiResult {
-    let file = super::reload(&state.shared).map_err(ApiError::bad_request)?;
+    let file =
+        super::reload(&state.shared, state.cluster.as_deref()).map_err(ApiError::bad_request)?;
     lock(&state.logins).clear();
     Ok(Json(json!({"reloaded": file})))
 }

@@ -46,7 +46,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let s = &state.shared;
     let mut r = Registry::default();
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    if let Some(c) = s.cluster.get() {
+    if let Some(c) = &state.cluster {
         let st = &c.stats;
         gauge(
             &mut r,
@@ -133,7 +133,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         "1 while queued messages are over queues.max_memory_bytes and publishers are held back",
         i64::from(memory.over()),
     );
-    let sum = |f: fn(&crate::net::WorkerStats) -> &AtomicU64| {
+    let sum = |f: fn(&crate::frontend::WorkerStats) -> &AtomicU64| {
         s.stats.iter().map(|w| load(f(w))).sum::<u64>()
     };
     counter(
@@ -194,7 +194,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         };
         vec![("kind", kind.to_owned()), ("destination", name.to_owned())]
     };
-    let rows = |f: fn(&crate::net::DestinationCounts) -> u64| {
+    let rows = |f: fn(&crate::frontend::DestinationCounts) -> u64| {
         destinations
             .iter()
             .map(|((k, n), c)| {

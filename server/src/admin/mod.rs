@@ -47,7 +47,8 @@ use crate::sync::lock;
 
 use crate::auth::{LoginError, Principal};
 use crate::broker::delivery::Deliveries;
-use crate::net::Shared;
+use crate::cluster::Cluster;
+use crate::frontend::Shared;
 
 /// The listeners' addresses, for `/api/server`.
 #[derive(Debug, Clone, Default)]
@@ -68,6 +69,8 @@ pub struct Addresses {
 #[derive(Clone)]
 pub(crate) struct AppState {
     shared: Arc<Shared>,
+    /// The link to the other nodes, in cluster mode.
+    cluster: Option<Arc<Cluster>>,
     addresses: Addresses,
     history: Arc<Mutex<VecDeque<api::Sample>>>,
     /// Verified (user, password hash, auth generation) → principal:
@@ -92,6 +95,7 @@ impl Admin {
     /// Binds `listen` and serves on a thread of its own.
     pub fn start(
         shared: Arc<Shared>,
+        cluster: Option<Arc<Cluster>>,
         listen: SocketAddr,
         mut addresses: Addresses,
         journal: Option<crate::store::JournalMetrics>,
@@ -103,6 +107,7 @@ impl Admin {
         addresses.admin = Some(addr);
         let state = AppState {
             shared,
+            cluster,
             addresses,
             history: Arc::default(),
             logins: Arc::default(),
@@ -373,8 +378,8 @@ impl AppState {
     /// Per-destination counters summed across workers.
     pub(crate) fn destination_counts(
         &self,
-    ) -> BTreeMap<(DestinationKind, String), crate::net::DestinationCounts> {
-        let mut all: BTreeMap<(DestinationKind, String), crate::net::DestinationCounts> =
+    ) -> BTreeMap<(DestinationKind, String), crate::frontend::DestinationCounts> {
+        let mut all: BTreeMap<(DestinationKind, String), crate::frontend::DestinationCounts> =
             BTreeMap::new();
         for s in &self.shared.stats {
             for (key, c) in lock(&s.destinations).iter() {
@@ -415,7 +420,7 @@ impl AppState {
 
     /// Hands routed messages to the workers that own their connections.
     fn route(&self, mut deliveries: Deliveries) {
-        crate::net::hand_out(&self.shared, &mut deliveries);
+        crate::frontend::hand_out(&self.shared, &mut deliveries);
     }
 }
 
@@ -423,12 +428,12 @@ impl AppState {
 /// can change without a restart: users, roles and permissions, and the
 /// limits. A file that does not load is refused with the reason, and the
 /// old config stays. Returns the file read.
-pub fn reload(shared: &Shared) -> Result<String, String> {
+pub fn reload(shared: &Shared, cluster: Option<&Cluster>) -> Result<String, String> {
     let Some(path) = &shared.config.source else {
         return Err("the server runs on its embedded config: there is no file to reload".into());
     };
     let config = crate::Config::load(path).map_err(|e| e.to_string())?;
-    match shared.cluster.get() {
+    match cluster {
         // Under the users and roles the cluster shares.
         Some(cluster) => cluster.reload_auth(shared, config.auth.clone())?,
         None => shared.auth.reload(&config.auth)?,

@@ -40,7 +40,7 @@ pub(crate) async fn from_cluster<T: Send + 'static>(
 /// In a cluster: makes `change` on every node, answering once Redis has
 /// it; nothing on a single node.
 pub(crate) async fn share(state: &AppState, change: Change) -> Result<(), ApiError> {
-    let Some(cluster) = state.shared.cluster.get() else {
+    let Some(cluster) = &state.cluster else {
         return Ok(());
     };
     from_cluster(|done| cluster.change(&state.shared, change, done)).await
@@ -49,10 +49,8 @@ pub(crate) async fn share(state: &AppState, change: Change) -> Result<(), ApiErr
 /// The cluster, or why there is none to change.
 fn cluster(state: &AppState) -> Result<&Cluster, ApiError> {
     state
-        .shared
         .cluster
-        .get()
-        .map(|c| &**c)
+        .as_deref()
         .ok_or_else(|| ApiError::conflict(SINGLE))
 }
 
@@ -64,8 +62,8 @@ async fn checked(state: &AppState, change: Change) -> Result<(), ApiError> {
 
 /// The users this node knows, where each comes from, and their roles.
 pub(crate) async fn users(State(state): State<AppState>) -> ApiResult {
-    let shared = state.shared.cluster.get().map(|c| c.settings());
-    let auth = match state.shared.cluster.get() {
+    let shared = state.cluster.as_deref().map(|c| c.settings());
+    let auth = match state.cluster.as_deref() {
         Some(c) => c.auth(),
         None => state.shared.config.auth.clone(),
     };

@@ -493,7 +493,14 @@ pub trait Peers: Send + Sync {
         seen: (u64, Vec<String>),
         from: Option<ConnectionRef>,
     );
+    /// Reads up to `limit` messages of the shared queue `queue` that
+    /// match `selector`, for a browser, without consuming them.
+    fn browse(&self, queue: &str, selector: Option<Arc<Selector>>, limit: usize, done: BrowseDone);
 }
+
+/// Called with a browse's messages (block and times delivered before),
+/// or why there are none.
+pub type BrowseDone = Box<dyn FnOnce(Result<Vec<(Bytes, u32)>, String>) + Send>;
 
 /// Whether topics under a pattern can be heard beyond this node: a
 /// temporary topic's subscribers are all on its owner's node.
@@ -761,7 +768,7 @@ impl Broker {
 
     /// The other nodes, if `queue` is shared with them: every named queue
     /// in a cluster but the temporary ones, whose consumer is here.
-    fn sharing(&self, queue: &str) -> Option<&Arc<dyn Peers>> {
+    pub fn sharing(&self, queue: &str) -> Option<&Arc<dyn Peers>> {
         self.peers
             .get()
             .filter(|_| temporary_owner(queue).is_none())

@@ -45,6 +45,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use herald_protocol::destination::{Pattern, PatternWord};
+use herald_protocol::selector::Selector;
 use herald_protocol::MessageView;
 use inbound::run_inbound;
 use link::Link;
@@ -53,10 +54,10 @@ use redis::Value;
 
 use crate::broker::delivery::Deliveries;
 use crate::broker::{
-    Backlog, ConnectionRef, DurableRecord, EntryId, Peers, SharedChanges, SharedQueue,
+    Backlog, BrowseDone, ConnectionRef, DurableRecord, EntryId, Peers, SharedChanges, SharedQueue,
 };
 use crate::config::{AuthSection, ClusterSection};
-use crate::net::{hand_out, Shared};
+use crate::frontend::{hand_out, Shared};
 use crate::store::Completion;
 use crate::sync::{lock, read, write};
 use resp::{Item, Subscriber};
@@ -527,23 +528,6 @@ impl Cluster {
         }
     }
 
-    /// Reads a shared queue's messages for a browser (see
-    /// `queues::Request::Browse`); `done` runs on the queue thread.
-    pub fn browse(
-        &self,
-        queue: &str,
-        selector: Option<Arc<herald_protocol::selector::Selector>>,
-        limit: usize,
-        done: queues::BrowseDone,
-    ) {
-        self.ask(queues::Request::Browse {
-            queue: queue.to_owned(),
-            selector,
-            limit,
-            done,
-        });
-    }
-
     /// Lists every shared queue in Redis with its stream's length and
     /// unacknowledged entries; `done` runs on the queue thread.
     pub fn streams(&self, done: queues::StreamsDone) {
@@ -634,6 +618,16 @@ impl Cluster {
 }
 
 impl Peers for Cluster {
+    /// See `queues::Request::Browse`: `done` runs on the queue thread.
+    fn browse(&self, queue: &str, selector: Option<Arc<Selector>>, limit: usize, done: BrowseDone) {
+        self.ask(queues::Request::Browse {
+            queue: queue.to_owned(),
+            selector,
+            limit,
+            done,
+        });
+    }
+
     fn published(&self, topic: &str, block: &Bytes) -> Option<Arc<Backlog>> {
         if !self.wanted(topic) {
             return None;

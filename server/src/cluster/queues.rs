@@ -36,8 +36,8 @@ use redis::Value;
 use super::{back_off, link_down, link_up, stream_key, Cluster, Command, STREAM_PREFIX};
 use crate::broker::delivery::Deliveries;
 use crate::broker::queue::QueuedMessage;
-use crate::broker::{is_durable_stream, EntryId, SharedQueue};
-use crate::net::{hand_out, Shared};
+use crate::broker::{is_durable_stream, BrowseDone, EntryId, SharedQueue};
+use crate::frontend::{hand_out, Shared};
 use crate::sync::lock;
 
 /// The consumer group every node reads a queue's stream in.
@@ -77,10 +77,6 @@ pub(super) enum Request {
 /// Called with the messages taken (`None`: there is no such queue), or
 /// why there are none.
 pub type TakeDone = Box<dyn FnOnce(Result<Option<Vec<Held>>, String>) + Send>;
-
-/// Called with a browse's messages (block and times delivered before),
-/// or why there are none.
-pub type BrowseDone = Box<dyn FnOnce(Result<Vec<(Bytes, u32)>, String>) + Send>;
 
 /// Called with (queue, stream length, unacknowledged entries) per shared
 /// queue, or why Redis did not say.

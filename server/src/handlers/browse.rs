@@ -1,18 +1,14 @@
 //! BROWSE: the waiting messages of a queue, without consuming them, then a
 //! RECEIPT that marks the end.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use herald_protocol::frame::Browse;
 use herald_protocol::ErrorCode;
 
-use super::subscribe::refusal;
-use super::{receipt, Context, Flow, Refusal};
-use crate::net::outbound::Outbound;
-use crate::net::Command;
+use super::receipt;
+use crate::frontend::outbound::Outbound;
+use crate::frontend::{poster, subscribe_refusal as refusal, Context, Flow, Notice, Refusal};
 use crate::session::Session;
-use herald_protocol::destination::temporary_owner;
 
 /// A BROWSE frame.
 pub(super) fn handle(
@@ -30,7 +26,7 @@ pub(super) fn handle(
     }
     herald_protocol::destination::validate_name(&f.queue)
         .map_err(|e| Refusal::soft(ErrorCode::InvalidDestination, e.to_string()))?;
-    super::authorize(
+    crate::frontend::authorize(
         session,
         crate::auth::Permission::Browse,
         herald_protocol::DestinationKind::Queue,
@@ -38,29 +34,25 @@ pub(super) fn handle(
     )?;
     // A cluster's shared queue is read from Redis, on the cluster's
     // thread; the worker delivers what it found and the RECEIPT.
-    let shared_queue = temporary_owner(&f.queue).is_none();
-    if let Some(cluster) = ctx.shared.cluster.get().filter(|_| shared_queue) {
+    if let Some(peers) = ctx.shared.broker.sharing(&f.queue) {
         let selector = ctx
             .shared
             .broker
             .parse_selector(&f.selector)
             .map_err(refusal)?;
-        let (shared, conn, subscription_id) =
-            (Arc::downgrade(ctx.shared), ctx.me, f.subscription_id);
+        let (post, conn, subscription_id) = (poster(ctx.shared, ctx.me), ctx.me, f.subscription_id);
         let limit = ctx.shared.config.queues.max_messages;
-        cluster.browse(
+        peers.browse(
             &f.queue,
             selector,
             limit,
             Box::new(move |result| {
-                if let Some(shared) = shared.upgrade() {
-                    shared.workers[conn.worker].send(Command::Browsed {
-                        conn,
-                        subscription_id,
-                        request_id,
-                        result,
-                    });
-                }
+                post(Notice::Browsed {
+                    conn,
+                    subscription_id,
+                    request_id,
+                    result,
+                })
             }),
         );
         return Ok(Flow::Continue);
@@ -91,7 +83,7 @@ pub(crate) fn deliver(
             delivery_id,
             deliveries + 1,
             block,
-            crate::net::outbound::Droppable::Never,
+            crate::frontend::outbound::Droppable::Never,
         );
     }
 }

@@ -3,8 +3,8 @@
 
 use herald_protocol::Frame;
 
-use super::{Flow, Refusal};
-use crate::net::outbound::Outbound;
+use crate::frontend::outbound::Outbound;
+use crate::frontend::{Flow, Refusal};
 
 pub fn ping(request_id: u32, out: &mut Outbound) -> Result<Flow, Refusal> {
     out.push_answer_frame(&Frame::Pong, request_id);

@@ -1,124 +1,17 @@
 //! SUBSCRIBE: a topic subscription (plain, acknowledged or durable) or a
 //! queue consumer.
 
-use std::sync::Arc;
-
-use herald_protocol::destination::Pattern;
 use herald_protocol::frame::Subscribe;
-use herald_protocol::selector::Selector;
 use herald_protocol::{DestinationKind, ErrorCode};
 
-use super::{receipt, Context, Flow, Refusal};
-use crate::auth::Permission;
-use crate::broker::Written;
-use crate::broker::{SubscribeError, SubscribeRequest, Subscriber};
-use crate::net::outbound::Outbound;
+use super::receipt;
+use crate::broker::{SubscribeRequest, Subscriber, Written};
+use crate::frontend::outbound::Outbound;
+use crate::frontend::{
+    authorize_subscription as authorize, hold_selector, selector, subscribe_refusal as refusal,
+    Context, Flow, Refusal,
+};
 use crate::session::Session;
-
-/// The wire code for a refused subscription.
-pub fn refusal(e: SubscribeError) -> Refusal {
-    let code = match e {
-        SubscribeError::Selector(_) => ErrorCode::InvalidSelector,
-        SubscribeError::ClientIdRequired => ErrorCode::ClientIdRequired,
-        SubscribeError::InUse(_) => ErrorCode::SubscriptionInUse,
-        SubscribeError::UnknownDurable(_) => ErrorCode::UnknownSubscription,
-        SubscribeError::DurableQueue
-        | SubscribeError::Destination(_)
-        | SubscribeError::NotOwner(_) => ErrorCode::InvalidDestination,
-    };
-    Refusal::soft(code, e.to_string())
-}
-
-/// A subscription's selector, parsed within the server's limits, if the
-/// connection's selectors have room for it (see [`hold_selector`]).
-pub fn selector(
-    text: &str,
-    session: &Session,
-    ctx: &Context<'_>,
-) -> Result<Option<Arc<Selector>>, Refusal> {
-    let selector = ctx.shared.broker.parse_selector(text).map_err(refusal)?;
-    if let Some(s) = &selector {
-        let limit = ctx.shared.config.selectors.max_bytes_per_connection;
-        let held: usize = session.selector_memory.values().sum();
-        if held + s.memory() > limit {
-            return Err(Refusal::soft(
-                ErrorCode::LimitExceeded,
-                format!(
-                    "this selector needs {} bytes and the connection's selectors hold {held}: \
-                     more than the {limit} allowed (selectors.max_bytes_per_connection)",
-                    s.memory()
-                ),
-            ));
-        }
-    }
-    Ok(selector)
-}
-
-/// Counts the selector of subscription `id`, now made, against the
-/// connection's selector memory until the subscription ends.
-pub fn hold_selector(id: u32, selector: Option<&Selector>, session: &mut Session) {
-    if let Some(s) = selector {
-        session.selector_memory.insert(id, s.memory());
-    }
-}
-
-/// Refuses a subscription the user lacks a permission for: `consume` on
-/// the destination, and `durable` for a durable one. A connection's own
-/// temporary queues and topics need none.
-pub fn authorize(
-    session: &Session,
-    request: &SubscribeRequest<'_>,
-    ctx: &Context<'_>,
-) -> Result<(), Refusal> {
-    let own = ctx.shared.broker.temporary_prefix(ctx.me.serial);
-    if request.destination.starts_with(&own) {
-        return Ok(());
-    }
-    super::authorize(
-        session,
-        Permission::Consume,
-        request.kind,
-        request.destination,
-    )?;
-    let durable = !request.durable_name.is_empty() && (!request.shared || request.durable);
-    if durable && request.kind == DestinationKind::Topic {
-        super::authorize(
-            session,
-            Permission::Durable,
-            request.kind,
-            request.destination,
-        )?;
-    }
-    if !request.durable_name.is_empty() {
-        check_owner(session, request.durable_name, ctx)?;
-    }
-    Ok(())
-}
-
-/// Refuses to let one user use, replace or delete a named subscription
-/// that another user made (administrators may). One made anonymously, or
-/// on another node of a cluster, has no owner. Returns its pattern, if it
-/// exists.
-pub fn check_owner(
-    session: &Session,
-    name: &str,
-    ctx: &Context<'_>,
-) -> Result<Option<Pattern>, Refusal> {
-    let Some((pattern, owner)) = ctx.shared.broker.durable_owner(&session.client_id, name) else {
-        return Ok(None);
-    };
-    let user = &session.principal.user;
-    if owner.is_empty() || owner == *user || session.principal.permissions.is_admin() {
-        return Ok(Some(pattern));
-    }
-    Err(Refusal::soft(
-        ErrorCode::NotAuthorized,
-        format!(
-            "subscription '{name}' of client id '{}' belongs to another user, not '{user}'",
-            session.client_id
-        ),
-    ))
-}
 
 /// A native SUBSCRIBE frame.
 pub fn handle(
@@ -139,7 +32,7 @@ pub fn handle(
         ));
     }
     let max_id = ctx.shared.config.max_id_length;
-    super::connect::check_id_length("durable subscription name", &f.durable_name, max_id)?;
+    crate::frontend::check_id_length("durable subscription name", &f.durable_name, max_id)?;
     if session.subscriptions.contains_key(&f.subscription_id) {
         return Err(Refusal::soft(
             ErrorCode::DuplicateSubscription,
@@ -205,7 +98,7 @@ pub fn handle(
         // A durable subscription's RECEIPT waits until it is kept: in the
         // journal, or in a cluster in Redis's registry, so that a message
         // sent after it, through any node, is kept for it.
-        super::await_journal(request_id, Written::default(), session, out, ctx);
+        crate::frontend::await_journal(request_id, Written::default(), session, out, ctx);
     }
     Ok(Flow::Continue)
 }

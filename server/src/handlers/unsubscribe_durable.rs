@@ -5,10 +5,12 @@
 use herald_protocol::frame::UnsubscribeDurable;
 use herald_protocol::DestinationKind;
 
-use super::subscribe::{check_owner, refusal};
-use super::{receipt, Context, Flow, Refusal};
+use super::receipt;
 use crate::auth::Permission;
-use crate::net::outbound::Outbound;
+use crate::frontend::outbound::Outbound;
+use crate::frontend::{
+    check_id_length, check_owner, subscribe_refusal as refusal, Context, Flow, Refusal,
+};
 use crate::session::Session;
 
 /// A native UNSUBSCRIBE_DURABLE frame.
@@ -20,9 +22,9 @@ pub fn handle(
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
     let max_id = ctx.shared.config.max_id_length;
-    super::connect::check_id_length("durable subscription name", &f.name, max_id)?;
+    check_id_length("durable subscription name", &f.name, max_id)?;
     if let Some(pattern) = check_owner(session, &f.name, ctx)? {
-        super::authorize(
+        crate::frontend::authorize(
             session,
             Permission::Durable,
             DestinationKind::Topic,

@@ -14,7 +14,8 @@ use herald_protocol::{ErrorCode, Frame};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
-use super::{Command, Protocol, Shared, WAKER};
+use super::{Command, WorkerHandle, WAKER};
+use crate::frontend::{Protocol, Shared};
 
 /// Runs until the waker fires; `poll` must have the waker registered.
 /// Listener `i` is registered under token `i`.
@@ -22,6 +23,7 @@ pub fn run(
     mut poll: Poll,
     mut listeners: Vec<(TcpListener, Protocol)>,
     shared: Arc<Shared>,
+    workers: Arc<[WorkerHandle]>,
 ) -> io::Result<()> {
     for (i, (listener, _)) in listeners.iter_mut().enumerate() {
         poll.registry()
@@ -44,7 +46,7 @@ pub fn run(
         }
         retry = None;
         for (listener, protocol) in &listeners {
-            if let Err(e) = accept_all(listener, *protocol, &shared, &mut next_worker) {
+            if let Err(e) = accept_all(listener, *protocol, &shared, &workers, &mut next_worker) {
                 log::error!("accept failed: {e}; retrying in 100 ms");
                 retry = Some(Duration::from_millis(100));
             }
@@ -57,6 +59,7 @@ fn accept_all(
     listener: &TcpListener,
     protocol: Protocol,
     shared: &Shared,
+    workers: &[WorkerHandle],
     next_worker: &mut usize,
 ) -> io::Result<()> {
     loop {
@@ -73,10 +76,10 @@ fn accept_all(
                 }
                 shared.open_connections.fetch_add(1, Ordering::AcqRel);
                 log::debug!("accepted {peer} ({protocol:?}) for worker {next_worker}");
-                if !shared.workers[*next_worker].send(Command::Adopt(stream, protocol)) {
+                if !workers[*next_worker].send(Command::Adopt(stream, protocol)) {
                     shared.open_connections.fetch_sub(1, Ordering::AcqRel);
                 }
-                *next_worker = (*next_worker + 1) % shared.workers.len();
+                *next_worker = (*next_worker + 1) % workers.len();
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -13,16 +13,16 @@ use herald_protocol::ErrorCode;
 
 use rustls::ServerConnection;
 
-use super::outbound::{encode_control, Droppable, Outbound, WriteStatus};
 use super::tls::Plaintext;
 use crate::broker::Backlog;
-use crate::handlers::connect::Welcome;
-use crate::handlers::{self, Parked};
+use crate::frontend::outbound::{encode_control, Droppable, Outbound, WriteStatus};
+use crate::frontend::{Flow, Parked, Refusal, Welcome};
+use crate::handlers;
 use crate::sync::lock;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::ConnInfo;
+use crate::frontend::ConnInfo;
 use crate::session::{Phase, Session};
 use crate::stomp::StompSession;
 
@@ -200,14 +200,14 @@ impl Connection {
     }
 
     /// Answers with a refusal, in this connection's protocol.
-    pub fn refuse(&mut self, request_id: u32, refusal: handlers::Refusal) {
+    pub fn refuse(&mut self, request_id: u32, refusal: Refusal) {
         if self.stomp.is_some() {
             let (code, fatal, message) = refusal.into_parts();
             return self.reply_error(request_id, code, fatal, message);
         }
         if matches!(
-            refusal.answer(&mut self.out, request_id),
-            handlers::Flow::Close
+            handlers::refuse(refusal, &mut self.out, request_id),
+            Flow::Close
         ) {
             self.closing = true;
         }

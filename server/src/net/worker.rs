@@ -20,17 +20,17 @@ use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
 use super::connection::{Connection, ReadStatus};
-use super::outbound::{Droppable, WriteStatus};
-use super::{Command, ConnInfo, Protocol, Shared, WAKER};
+use super::{Command, WorkerHandle, WAKER};
+use crate::frontend::outbound::{Droppable, WriteStatus};
+use crate::frontend::{ConnInfo, Notice, Protocol, Shared};
 use rustls::ServerConnection;
 
 use crate::auth::{LoginError, Principal};
 use crate::broker::delivery::{Deliveries, Delivery, Seen};
 use crate::broker::{Backlog, ConnectionRef, Subscriber};
 use crate::config::SlowConsumerPolicy;
-use crate::handlers::connect::{admit, release_client_id};
-use crate::handlers::send::{self, Published};
-use crate::handlers::{self, Context, Flow};
+use crate::frontend::{admit, publish, release_client_id, Context, Flow, Published};
+use crate::handlers;
 use crate::session::{Phase, Session, Unacked};
 use crate::stomp::{self, StompSession};
 use crate::sync::lock;
@@ -63,6 +63,10 @@ pub struct Worker {
     inbox: Receiver<Command>,
     notified: Arc<AtomicBool>,
     shared: Arc<Shared>,
+    /// Every worker's inbox, this one's too: a connection moves by one.
+    workers: Arc<[WorkerHandle]>,
+    /// The TLS listener's settings, if it runs.
+    tls: Option<Arc<rustls::ServerConfig>>,
     conns: Slab<Connection>,
     decoders: Decoders,
     deliveries: Deliveries,
@@ -88,6 +92,7 @@ impl Worker {
         inbox: Receiver<Command>,
         notified: Arc<AtomicBool>,
         shared: Arc<Shared>,
+        (workers, tls): (Arc<[WorkerHandle]>, Option<Arc<rustls::ServerConfig>>),
     ) -> Worker {
         let config = &shared.config;
         // The tick bounds how late a silent connection is noticed.
@@ -111,6 +116,8 @@ impl Worker {
             tick,
             running: true,
             shared,
+            workers,
+            tls,
         }
     }
 
@@ -200,28 +207,10 @@ impl Worker {
                 Err(TryRecvError::Empty) => return,
                 Err(TryRecvError::Disconnected) => Command::Shutdown,
             };
-            let Some(command) = self.here(command) else {
-                continue;
-            };
             match command {
                 Command::Adopt(stream, protocol) => self.adopt(stream, protocol),
                 Command::Take(conn) => self.take_over(*conn),
-                Command::Deliver(batch) => self.deliver(batch),
-                Command::Wake(conns) => self.wake(conns),
-                Command::Run(work) => work(&self.shared.broker, &mut self.deliveries),
-                Command::Confirm {
-                    conn,
-                    request_id,
-                    result,
-                } => self.confirm(conn, request_id, result),
-                Command::LoggedIn { conn, result } => self.logged_in(conn, result),
-                Command::Browsed {
-                    conn,
-                    subscription_id,
-                    request_id,
-                    result,
-                } => self.browsed(conn, subscription_id, request_id, result),
-                Command::Close(conn) => self.close_by_admin(conn),
+                Command::Notice(notice) => self.notice(notice),
                 Command::Shutdown => {
                     self.running = false;
                     return;
@@ -230,33 +219,57 @@ impl Worker {
         }
     }
 
-    /// The command, if it is for this worker: one for a connection that
+    fn notice(&mut self, notice: Notice) {
+        let Some(notice) = self.here(notice) else {
+            return;
+        };
+        match notice {
+            Notice::Deliver(batch) => self.deliver(batch),
+            Notice::Wake(conns) => self.wake(conns),
+            Notice::Run(work) => work(&self.shared.broker, &mut self.deliveries),
+            Notice::Confirm {
+                conn,
+                request_id,
+                result,
+            } => self.confirm(conn, request_id, result),
+            Notice::LoggedIn { conn, result } => self.logged_in(conn, result),
+            Notice::Browsed {
+                conn,
+                subscription_id,
+                request_id,
+                result,
+            } => self.browsed(conn, subscription_id, request_id, result),
+            Notice::Close(conn) => self.close_by_admin(conn),
+        }
+    }
+
+    /// The notice, if it is for this worker: one for a connection that
     /// moved away is sent on to where it lives now (the worker it left
     /// learns that before anyone else can send there).
-    fn here(&mut self, mut command: Command) -> Option<Command> {
-        let Some(target) = command.target_mut() else {
-            return Some(command);
+    fn here(&mut self, mut notice: Notice) -> Option<Notice> {
+        let Some(target) = notice.target_mut() else {
+            return Some(notice);
         };
         if live(&mut self.conns, *target).is_some() {
-            return Some(command);
+            return Some(notice);
         }
         let home = lock(&self.shared.connections)
             .get(&target.serial)
             .map(|info| info.home());
-        // Gone: the command finds nothing, as for any closed connection.
+        // Gone: the notice finds nothing, as for any closed connection.
         let Some(home) = home else {
-            return Some(command);
+            return Some(notice);
         };
         *target = home;
         if home.worker == self.index {
-            return Some(command);
+            return Some(notice);
         }
-        self.shared.workers[home.worker].send(command);
+        self.shared.workers[home.worker].post(notice);
         None
     }
 
     fn adopt(&mut self, mut stream: TcpStream, protocol: Protocol) {
-        let tls = match (protocol, &self.shared.tls) {
+        let tls = match (protocol, &self.tls) {
             (Protocol::NativeTls, Some(config)) => match ServerConnection::new(config.clone()) {
                 Ok(tls) => Some(Box::new(tls)),
                 Err(e) => {
@@ -488,7 +501,7 @@ impl Worker {
             };
             let mut ctx = Context::new(&self.shared, target, &mut self.deliveries);
             let request_id = parked.request_id;
-            let retried = send::publish(
+            let retried = publish(
                 parked.message,
                 request_id,
                 Some(parked.since),
@@ -553,7 +566,7 @@ impl Worker {
             // here are sent on (`here`). A worker that has stopped takes
             // nothing: the server is shutting down, and the connection
             // closes with it.
-            if self.shared.workers[to].send(Command::Take(Box::new(conn))) {
+            if self.workers[to].send(Command::Take(Box::new(conn))) {
                 info.set_leaving(self.index, to);
             }
         }
@@ -622,7 +635,7 @@ impl Worker {
             if worker == self.index {
                 self.wake(conns);
             } else {
-                self.shared.workers[worker].send(Command::Wake(conns));
+                self.shared.workers[worker].post(Notice::Wake(conns));
             }
         }
         let mut own = None;
@@ -630,7 +643,7 @@ impl Worker {
             if worker == self.index {
                 own = Some(batch);
             } else {
-                self.shared.workers[worker].send(Command::Deliver(batch));
+                self.shared.workers[worker].post(Notice::Deliver(batch));
             }
         }
         if let Some(batch) = own {
@@ -981,7 +994,7 @@ impl Worker {
         }
     }
 
-    fn stats(&self) -> &super::WorkerStats {
+    fn stats(&self) -> &crate::frontend::WorkerStats {
         &self.shared.stats[self.index]
     }
 }

@@ -30,16 +30,13 @@ use herald_protocol::stomp::{StompDecoder, StompFrame, StompLimits};
 use herald_protocol::{Destination, ErrorCode};
 
 use crate::broker::{SubscribeRequest, Subscriber, Written};
-use crate::handlers::ack::settle;
-use crate::handlers::connect::{admit, check_id_length, Welcome};
-use crate::handlers::send::{authorize as send_authorize, publish, Published};
-use crate::handlers::subscribe::{
-    authorize as subscribe_authorize, hold_selector, refusal as subscribe_refusal,
-    selector as subscribe_selector,
+use crate::frontend::outbound::Outbound;
+use crate::frontend::{
+    admit, authorize_publish as send_authorize, authorize_subscription as subscribe_authorize,
+    await_journal, check_id_length, commit, end_subscription, hold_selector, publish,
+    selector as subscribe_selector, settle, subscribe_refusal, Context, Flow, Published, Refusal,
+    Welcome,
 };
-use crate::handlers::transaction::commit;
-use crate::handlers::{await_journal, unsubscribe, Context, Flow, Refusal};
-use crate::net::outbound::Outbound;
 use crate::session::{Deferred, Outcome, Phase, Session, Transactions};
 
 /// How a STOMP subscription acknowledges.
@@ -401,7 +398,7 @@ fn dispatch(
             // A client that says goodbye did not crash on what it did not
             // acknowledge: that returns as it was (STOMP cannot say which
             // messages the application read). A dropped connection counts.
-            unsubscribe::end(number, Some(&[]), session, ctx);
+            end_subscription(number, Some(&[]), session, ctx);
             stomp.receipt(out, request_id);
             Ok(Flow::Continue)
         }
@@ -463,7 +460,7 @@ fn dispatch(
             // uncounted.
             for (_, (number, _)) in stomp.subscriptions.drain() {
                 stomp.names.remove(&number);
-                unsubscribe::end(number, Some(&[]), session, ctx);
+                end_subscription(number, Some(&[]), session, ctx);
             }
             stomp.receipt(out, request_id);
             Ok(Flow::Close)
@@ -541,10 +538,10 @@ fn connect(
         .header("session", ctx.me.serial.to_string())
         .header("heart-beat", format!("{outgoing},{incoming}"));
     // The same users as the native protocol: login and passcode.
-    let done = crate::net::login_result(ctx.shared, ctx.me);
+    let done = crate::frontend::login_result(ctx.shared, ctx.me);
     let user = frame.get("login").unwrap_or_default();
     let password = frame.get("passcode").unwrap_or_default();
-    let peer = crate::net::peer_ip(ctx.shared, ctx.me);
+    let peer = crate::frontend::peer_ip(ctx.shared, ctx.me);
     match ctx.shared.auth.login(user, password, peer, done) {
         Some(principal) => {
             admit(session, principal, ctx.shared, ctx.me.serial).map_err(refused)?;

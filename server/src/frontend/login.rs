@@ -1,0 +1,61 @@
+//! Logging a connection in: its client id, and who it is.
+
+use herald_protocol::ErrorCode;
+
+use super::{Refusal, Shared};
+use crate::auth::Principal;
+use crate::session::Session;
+use crate::sync::lock;
+
+/// Refuses an id or name longer than `max_id_length`: each is kept for
+/// as long as what it names.
+pub fn check_id_length(what: &str, id: &str, max: usize) -> Result<(), Refusal> {
+    if id.len() <= max {
+        return Ok(());
+    }
+    Err(Refusal::soft(
+        ErrorCode::LimitExceeded,
+        format!(
+            "the {what} is {} bytes long, more than the {max} allowed (max_id_length)",
+            id.len()
+        ),
+    ))
+}
+
+/// Admits a connection whose login succeeded, unless another live
+/// connection has its client id (JMS's InvalidClientIDException): client
+/// ids name durable subscriptions, so two at once could take over each
+/// other's.
+pub fn admit(
+    session: &mut Session,
+    principal: Principal,
+    shared: &Shared,
+    serial: u64,
+) -> Result<(), Refusal> {
+    if !session.client_id.is_empty() {
+        let mut ids = lock(&shared.client_ids);
+        let holder = *ids.entry(session.client_id.clone()).or_insert(serial);
+        if holder != serial {
+            return Err(Refusal::fatal(
+                ErrorCode::InvalidClientId,
+                format!(
+                    "client id '{}' is in use by another connection",
+                    session.client_id
+                ),
+            ));
+        }
+    }
+    session.principal = principal;
+    Ok(())
+}
+
+/// Frees the client id of a connection that ends, if it held it.
+pub fn release_client_id(session: &Session, shared: &Shared, serial: u64) {
+    if session.client_id.is_empty() {
+        return;
+    }
+    let mut ids = lock(&shared.client_ids);
+    if ids.get(&session.client_id) == Some(&serial) {
+        ids.remove(&session.client_id);
+    }
+}

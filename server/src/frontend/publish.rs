@@ -1,0 +1,174 @@
+//! Publishing: route a message to every matching subscription, or into
+//! its queue, whatever protocol it came in.
+
+use std::time::{Duration, Instant};
+
+use herald_protocol::destination::is_temporary;
+use herald_protocol::{DeliveryMode, DestinationKind, ErrorCode, MessageView};
+
+use super::outbound::Outbound;
+use super::{Context, Parked, Refusal};
+use crate::auth::Permission;
+use crate::broker::{Room, RouteError};
+use crate::config::FullPolicy;
+use crate::session::Session;
+
+/// What became of a published message.
+pub enum Published {
+    /// Routed: its receipt can go now.
+    Now,
+    /// Routed and written to the journal: the worker answers the request
+    /// when the journal confirms.
+    Later,
+    /// Its queue is full: held back until there is room.
+    Held(Parked),
+}
+
+/// Refuses a message the user may not publish. Anyone may answer to a
+/// temporary queue or topic (a request's reply-to), but only to one that
+/// exists: a send never makes one, so no one can take another
+/// connection's temporary queue name before it does.
+pub fn authorize(
+    session: &Session,
+    message: &MessageView,
+    ctx: &Context<'_>,
+) -> Result<(), Refusal> {
+    authorize_named(session, message, message.destination(), ctx)
+}
+
+/// [`authorize`], for the message's destination `name`.
+fn authorize_named(
+    session: &Session,
+    message: &MessageView,
+    name: &str,
+    ctx: &Context<'_>,
+) -> Result<(), Refusal> {
+    if !is_temporary(name) {
+        return super::context::authorize(
+            session,
+            Permission::Publish,
+            message.destination_kind,
+            name,
+        );
+    }
+    let missing = message.destination_kind == DestinationKind::Queue
+        && ctx.shared.broker.find_queue(name).is_none();
+    if missing {
+        return Err(Refusal::soft(
+            ErrorCode::InvalidDestination,
+            format!(
+                "there is no temporary queue '{name}': its connection has ended, or never made it"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Routes a message, whatever protocol it came in; `since` is when it was
+/// first held back, if it was. A refusal of a send that asked for no
+/// RECEIPT names the message, so the client can say which one it was.
+pub fn publish(
+    message: MessageView,
+    request_id: u32,
+    since: Option<Instant>,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Published, Refusal> {
+    match route(&message, (request_id, since), session, out, ctx) {
+        Ok(Routing::Done(published)) => Ok(published),
+        Ok(Routing::Hold { since, for_server }) => Ok(Published::Held(Parked {
+            message,
+            request_id,
+            since,
+            for_server,
+        })),
+        Err(refusal) if request_id == 0 => Err(refusal.naming(&message)),
+        Err(refusal) => Err(refusal),
+    }
+}
+
+/// What routing did with a send.
+enum Routing {
+    /// Routed: its RECEIPT goes now, or once the journal has it.
+    Done(Published),
+    /// Held back: it waits for room since then.
+    Hold { since: Instant, for_server: bool },
+}
+
+/// [`publish`], with the message borrowed: it moves only into a held send.
+fn route(
+    message: &MessageView,
+    (request_id, since): (u32, Option<Instant>),
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Routing, Refusal> {
+    let name = message.destination();
+    authorize_named(session, message, name, ctx)?;
+    let most = ctx
+        .shared
+        .limits
+        .get(&ctx.shared.limits.max_pending_receipts);
+    let persistent = message.delivery_mode == DeliveryMode::Persistent;
+    if request_id != 0 && persistent && session.pending_receipts >= most {
+        return Err(Refusal::soft(
+            ErrorCode::LimitExceeded,
+            format!("{most} requests of this connection already wait for the journal (max_pending_receipts)"),
+        ));
+    }
+    let config = &ctx.shared.config.queues;
+    let block = config.full_policy == FullPolicy::Block;
+    let room = if block {
+        Room::Wait(ctx.me)
+    } else {
+        Room::Refuse
+    };
+    let memory = ctx.shared.broker.memory();
+    let disk = match persistent {
+        true => ctx.shared.broker.refusing_persistent(),
+        false => None,
+    };
+    let for_server = memory.over() || disk.is_some();
+    let routed = if let Some(why) = disk {
+        Err(why)
+    } else if for_server {
+        Err(format!(
+            "the server's queues hold {} bytes, more than queues.max_memory_bytes ({}): publishing waits until consumers drain them",
+            memory.used(),
+            memory.limit()
+        ))
+    } else {
+        match ctx
+            .shared
+            .broker
+            .publish_to(message, name, room, Some(ctx.me), ctx.deliveries)
+        {
+            Ok(routed) => Ok(routed),
+            Err(RouteError::Undeclared(why)) => {
+                return Err(Refusal::soft(ErrorCode::UndeclaredTopic, why))
+            }
+            Err(full @ RouteError::QueueFull { .. }) => Err(full.to_string()),
+        }
+    };
+    // Full, a queue or the server: held back for a while, or refused.
+    let routed = match routed {
+        Ok(routed) => routed,
+        Err(why) => {
+            let since = since.unwrap_or_else(Instant::now);
+            let limit = Duration::from_millis(config.block_timeout_ms.into());
+            if block && since.elapsed() < limit {
+                return Ok(Routing::Hold { since, for_server });
+            }
+            return Err(Refusal::soft(ErrorCode::QueueFull, why));
+        }
+    };
+    let (journaled, written) = (routed.journaled, routed.written.clone());
+    ctx.routed(message, name, routed);
+    if journaled && request_id != 0 {
+        // The RECEIPT waits until the journal has the message on disk.
+        super::context::await_journal(request_id, written, session, out, ctx);
+        return Ok(Routing::Done(Published::Later));
+    }
+    Ok(Routing::Done(Published::Now))
+}

@@ -1,0 +1,158 @@
+//! Subscriptions, whatever protocol asks: their selectors, who may make
+//! them, and their end.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use herald_protocol::destination::Pattern;
+use herald_protocol::selector::Selector;
+use herald_protocol::{DestinationKind, ErrorCode};
+
+use super::{Context, Refusal};
+use crate::auth::Permission;
+use crate::broker::{SubscribeError, SubscribeRequest, Subscriber};
+use crate::session::Session;
+
+/// The wire code for a refused subscription.
+pub fn refusal(e: SubscribeError) -> Refusal {
+    let code = match e {
+        SubscribeError::Selector(_) => ErrorCode::InvalidSelector,
+        SubscribeError::ClientIdRequired => ErrorCode::ClientIdRequired,
+        SubscribeError::InUse(_) => ErrorCode::SubscriptionInUse,
+        SubscribeError::UnknownDurable(_) => ErrorCode::UnknownSubscription,
+        SubscribeError::DurableQueue
+        | SubscribeError::Destination(_)
+        | SubscribeError::NotOwner(_) => ErrorCode::InvalidDestination,
+    };
+    Refusal::soft(code, e.to_string())
+}
+
+/// A subscription's selector, parsed within the server's limits, if the
+/// connection's selectors have room for it (see [`hold_selector`]).
+pub fn selector(
+    text: &str,
+    session: &Session,
+    ctx: &Context<'_>,
+) -> Result<Option<Arc<Selector>>, Refusal> {
+    let selector = ctx.shared.broker.parse_selector(text).map_err(refusal)?;
+    if let Some(s) = &selector {
+        let limit = ctx.shared.config.selectors.max_bytes_per_connection;
+        let held: usize = session.selector_memory.values().sum();
+        if held + s.memory() > limit {
+            return Err(Refusal::soft(
+                ErrorCode::LimitExceeded,
+                format!(
+                    "this selector needs {} bytes and the connection's selectors hold {held}: \
+                     more than the {limit} allowed (selectors.max_bytes_per_connection)",
+                    s.memory()
+                ),
+            ));
+        }
+    }
+    Ok(selector)
+}
+
+/// Counts the selector of subscription `id`, now made, against the
+/// connection's selector memory until the subscription ends.
+pub fn hold_selector(id: u32, selector: Option<&Selector>, session: &mut Session) {
+    if let Some(s) = selector {
+        session.selector_memory.insert(id, s.memory());
+    }
+}
+
+/// Refuses a subscription the user lacks a permission for: `consume` on
+/// the destination, and `durable` for a durable one. A connection's own
+/// temporary queues and topics need none.
+pub fn authorize(
+    session: &Session,
+    request: &SubscribeRequest<'_>,
+    ctx: &Context<'_>,
+) -> Result<(), Refusal> {
+    let own = ctx.shared.broker.temporary_prefix(ctx.me.serial);
+    if request.destination.starts_with(&own) {
+        return Ok(());
+    }
+    super::context::authorize(
+        session,
+        Permission::Consume,
+        request.kind,
+        request.destination,
+    )?;
+    let durable = !request.durable_name.is_empty() && (!request.shared || request.durable);
+    if durable && request.kind == DestinationKind::Topic {
+        super::context::authorize(
+            session,
+            Permission::Durable,
+            request.kind,
+            request.destination,
+        )?;
+    }
+    if !request.durable_name.is_empty() {
+        check_owner(session, request.durable_name, ctx)?;
+    }
+    Ok(())
+}
+
+/// Refuses to let one user use, replace or delete a named subscription
+/// that another user made (administrators may). One made anonymously, or
+/// on another node of a cluster, has no owner. Returns its pattern, if it
+/// exists.
+pub fn check_owner(
+    session: &Session,
+    name: &str,
+    ctx: &Context<'_>,
+) -> Result<Option<Pattern>, Refusal> {
+    let Some((pattern, owner)) = ctx.shared.broker.durable_owner(&session.client_id, name) else {
+        return Ok(None);
+    };
+    let user = &session.principal.user;
+    if owner.is_empty() || owner == *user || session.principal.permissions.is_admin() {
+        return Ok(Some(pattern));
+    }
+    Err(Refusal::soft(
+        ErrorCode::NotAuthorized,
+        format!(
+            "subscription '{name}' of client id '{}' belongs to another user, not '{user}'",
+            session.client_id
+        ),
+    ))
+}
+
+/// Ends a subscription of this connection, whatever its protocol; false if
+/// there is none with that id. With `seen`, the unsettled deliveries the
+/// client handed to its application: only those count as delivered, the
+/// others return to their queue as they were (a consumer that closes with
+/// prefetched messages it never read does not push them towards the
+/// dead-letter queue). Without, all of them count.
+pub fn end_subscription(
+    subscription_id: u32,
+    seen: Option<&[u64]>,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) -> bool {
+    let Some(handle) = session.subscriptions.remove(&subscription_id) else {
+        return false;
+    };
+    let seen: Option<HashSet<u64>> = seen.map(|ids| ids.iter().copied().collect());
+    let mut unseen = Vec::new();
+    session.unacked.retain(|id, u| {
+        if u.subscription_id != subscription_id {
+            return true;
+        }
+        if seen.as_ref().is_some_and(|seen| !seen.contains(id)) {
+            unseen.push(u.ack.clone());
+        }
+        false
+    });
+    session.best_effort.remove(&subscription_id);
+    session.selector_memory.remove(&subscription_id);
+    let subscriber = Subscriber {
+        conn: ctx.me,
+        subscription_id,
+    };
+    ctx.shared.broker.release_unread(&unseen, &subscriber);
+    ctx.shared
+        .broker
+        .unsubscribe(handle, &subscriber, ctx.deliveries);
+    true
+}
