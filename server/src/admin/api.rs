@@ -679,7 +679,7 @@ async fn publish(
         );
         rx.await
             .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the journal stopped"))?
-            .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, why))?;
+            .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, why.to_string()))?;
     }
     Ok(Json(json!({
         "destination": destination.to_string(),

@@ -24,8 +24,8 @@ const SINGLE: &str =
 /// Asks the cluster's threads for something and waits for the answer:
 /// `ask` gets the callback they answer with. Their error, or no answer,
 /// is a 503.
-pub(crate) async fn from_cluster<T: Send + 'static>(
-    ask: impl FnOnce(Box<dyn FnOnce(Result<T, String>) + Send>),
+pub(crate) async fn from_cluster<T: Send + 'static, E: std::fmt::Display + Send + 'static>(
+    ask: impl FnOnce(Box<dyn FnOnce(Result<T, E>) + Send>),
 ) -> Result<T, ApiError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     ask(Box::new(move |r| {
@@ -34,7 +34,7 @@ pub(crate) async fn from_cluster<T: Send + 'static>(
     let unavailable = |why: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why);
     rx.await
         .map_err(|_| unavailable("the cluster link stopped".into()))?
-        .map_err(unavailable)
+        .map_err(|e| unavailable(e.to_string()))
 }
 
 /// In a cluster: makes `change` on every node, answering once Redis has

@@ -54,7 +54,7 @@ use herald_protocol::selector::{Selector, SelectorLimits};
 use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, MessageView, Pattern};
 
 use crate::config::Config;
-use crate::store::{Completion, Holder, Record, Recovered, Store};
+use crate::store::{Completion, Holder, Record, Recovered, Store, StoreError};
 use delivery::Deliveries;
 pub use durables::{cluster_durable_stream, is_durable_stream, DurableRecord};
 use durables::{Durable, Kept};
@@ -112,11 +112,11 @@ pub struct Routed {
 /// Made only for a publish that writes (the usual non-persistent one
 /// costs no allocation).
 #[derive(Debug, Clone, Default)]
-pub struct Written(Option<Arc<Mutex<Option<String>>>>);
+pub struct Written(Option<Arc<Mutex<Option<StoreError>>>>);
 
 impl Written {
     /// The shared slot its records' completions report to.
-    fn slot(&mut self) -> Arc<Mutex<Option<String>>> {
+    fn slot(&mut self) -> Arc<Mutex<Option<StoreError>>> {
         self.0.get_or_insert_with(Arc::default).clone()
     }
 

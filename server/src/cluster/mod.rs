@@ -58,7 +58,7 @@ use crate::broker::{
 };
 use crate::config::{AuthSection, ClusterSection};
 use crate::frontend::{hand_out, Shared};
-use crate::store::Completion;
+use crate::store::{Completion, StoreError};
 use crate::sync::{lock, read, write};
 use resp::{Item, Subscriber};
 use settings::{Change, SharedSettings};

@@ -139,7 +139,7 @@ impl Command {
             | Command::Registry { .. }) => outcomes.retry.push(retry),
             Command::Barrier { from, done } => {
                 outcomes.failed.remove(&from.map(|c| c.serial));
-                done(Err(format!("Redis did not confirm: {why}")));
+                done(Err(StoreError::Unconfirmed(why.to_owned())));
             }
         }
     }
@@ -148,7 +148,7 @@ impl Command {
     pub(super) fn done(self, outcomes: &mut Outcomes) {
         if let Command::Barrier { from, done } = self {
             match outcomes.failed.remove(&from.map(|c| c.serial)) {
-                true => done(Err("Redis did not accept a message".into())),
+                true => done(Err(StoreError::Refused)),
                 false => done(Ok(())),
             }
         }

@@ -13,6 +13,7 @@ use super::{DestinationCounts, Shared};
 use crate::broker::delivery::Deliveries;
 use crate::broker::{Backlog, ConnectionRef, Routed};
 use crate::session::Session;
+use crate::store::StoreError;
 
 /// What a front-end needs, besides the session, to handle a frame.
 pub struct Context<'a> {
@@ -118,6 +119,18 @@ pub struct Refusal {
     fatal: bool,
     /// The message of a refused SEND that asked for no RECEIPT.
     refused: Option<RefusedSend>,
+}
+
+/// The one place a store's failure becomes a protocol error.
+impl From<StoreError> for Refusal {
+    fn from(e: StoreError) -> Refusal {
+        let code = match e {
+            StoreError::Journal(_) | StoreError::Unconfirmed(_) | StoreError::Refused => {
+                ErrorCode::Internal
+            }
+        };
+        Refusal::soft(code, e.to_string())
+    }
 }
 
 impl From<crate::session::TxLimit> for Refusal {

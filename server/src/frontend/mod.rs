@@ -41,7 +41,7 @@ use crate::auth::{Authenticator, Principal};
 use crate::broker::delivery::Delivery;
 use crate::broker::{Broker, ConnectionRef};
 use crate::config::Config;
-use crate::store::Completion;
+use crate::store::{Completion, StoreError};
 use crate::sync::lock;
 
 /// The protocol a listener speaks, and so its connections.
@@ -76,7 +76,7 @@ pub enum Notice {
         /// Its request id.
         request_id: u32,
         /// What the store said.
-        result: Result<(), String>,
+        result: Result<(), StoreError>,
     },
     /// A login has been checked: go on with the connection, or refuse it.
     LoggedIn {

@@ -8,7 +8,6 @@ use bytes::BytesMut;
 use mio::net::TcpStream;
 
 use bytes::Bytes;
-use herald_protocol::frame::ErrorFrame;
 use herald_protocol::ErrorCode;
 
 use rustls::ServerConnection;
@@ -18,6 +17,7 @@ use crate::broker::Backlog;
 use crate::frontend::outbound::{encode_control, Droppable, Outbound, WriteStatus};
 use crate::frontend::{Flow, Parked, Refusal, Welcome};
 use crate::handlers;
+use crate::store::StoreError;
 use crate::sync::lock;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -160,16 +160,17 @@ impl Connection {
     /// journal): in its place among the answers, in this connection's
     /// protocol. A failure is an ERROR (for STOMP, which has no other
     /// kind, one that closes the connection).
-    pub fn pay_answer(&mut self, request_id: u32, result: Result<(), String>) {
-        let answer = match (&mut self.stomp, result) {
+    pub fn pay_answer(&mut self, request_id: u32, result: Result<(), StoreError>) {
+        let answer = match (&mut self.stomp, result.map_err(Refusal::from)) {
             (None, Ok(())) => encode_control(&herald_protocol::Frame::Receipt, request_id),
-            (None, Err(why)) => {
-                let error = ErrorFrame::new(ErrorCode::Internal, false, why);
-                encode_control(&herald_protocol::Frame::Error(error), request_id)
-            }
+            (None, Err(refusal)) => encode_control(
+                &herald_protocol::Frame::Error(refusal.into_frame()),
+                request_id,
+            ),
             (Some(stomp), Ok(())) => stomp.receipt_bytes(request_id),
-            (Some(_), Err(why)) => {
-                self.reply_error(request_id, ErrorCode::Internal, true, why);
+            (Some(_), Err(refusal)) => {
+                let (code, _, why) = refusal.into_parts();
+                self.reply_error(request_id, code, true, why);
                 None
             }
         };

@@ -33,6 +33,7 @@ use crate::frontend::{admit, publish, release_client_id, Context, Flow, Publishe
 use crate::handlers;
 use crate::session::{Phase, Session, Unacked};
 use crate::stomp::{self, StompSession};
+use crate::store::StoreError;
 use crate::sync::lock;
 use herald_protocol::message::is_persistent;
 use herald_protocol::stomp::StompLimits;
@@ -763,7 +764,7 @@ impl Worker {
 
     /// Answers a request the store has confirmed, if its connection is
     /// still there.
-    fn confirm(&mut self, target: ConnectionRef, request_id: u32, result: Result<(), String>) {
+    fn confirm(&mut self, target: ConnectionRef, request_id: u32, result: Result<(), StoreError>) {
         let Some(conn) = live(&mut self.conns, target) else {
             return;
         };

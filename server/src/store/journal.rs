@@ -88,7 +88,7 @@ use thiserror::Error;
 
 use super::disk::{Disk, RealDisk, SegmentFile};
 use super::space::{self, Space, SpaceGauge};
-use super::{Completion, Record, Store};
+use super::{Completion, Record, Store, StoreError};
 
 const MAGIC: &[u8; 4] = b"HRLJ";
 const VERSION: u8 = 1;
@@ -634,7 +634,9 @@ impl Writer {
             };
             // Offsets are taken in the segment being written to, so it
             // must be there first.
-            let ready = self.ensure_current().map_err(|e| e.to_string());
+            let ready = self
+                .ensure_current()
+                .map_err(|e| StoreError::Journal(e.to_string()));
             let mut next = Some(first);
             while let Some(request) = next.take() {
                 match request {
@@ -660,7 +662,7 @@ impl Writer {
             let wanted = !done.is_empty() || stop || self.config.fsync == FsyncPolicy::Always;
             let written = ready.and_then(|()| {
                 self.write(&buf, wanted)
-                    .map_err(|e| format!("the journal could not write: {e}"))
+                    .map_err(|e| StoreError::Journal(e.to_string()))
             });
             let result = match written {
                 Ok(()) => {
@@ -1089,7 +1091,7 @@ mod tests {
         id
     }
 
-    fn sync(j: &Journal) -> Result<(), String> {
+    fn sync(j: &Journal) -> Result<(), StoreError> {
         let (tx, rx) = channel();
         j.barrier(Box::new(move |r| tx.send(r).unwrap()));
         rx.recv().unwrap()
@@ -1499,7 +1501,7 @@ mod tests {
     }
 
     /// Appends one message and waits for its completion.
-    fn durable(j: &Journal, body: &str) -> Result<(), String> {
+    fn durable(j: &Journal, body: &str) -> Result<(), StoreError> {
         let (tx, rx) = channel();
         let record = Record::Enqueue {
             id: j.next_id(),
@@ -1558,7 +1560,10 @@ mod tests {
         durable(&j, "one").unwrap();
         *faults.room.lock().unwrap() = Some(10);
         let e = durable(&j, "two").unwrap_err();
-        assert!(e.contains("no space"), "{e}");
+        assert!(
+            matches!(&e, StoreError::Journal(why) if why.contains("no space")),
+            "{e}"
+        );
         *faults.room.lock().unwrap() = None;
         durable(&j, "three").unwrap();
         drop(j);
@@ -1593,10 +1598,16 @@ mod tests {
         durable(&j, "one").unwrap();
         faults.fail_sync.store(true, Ordering::Relaxed);
         let e = durable(&j, "two").unwrap_err();
-        assert!(e.contains("sync"), "{e}");
+        assert!(
+            matches!(&e, StoreError::Journal(why) if why.contains("sync")),
+            "{e}"
+        );
         faults.fail_sync.store(false, Ordering::Relaxed);
         let e = durable(&j, "three").unwrap_err();
-        assert!(e.contains("could not sync"), "still failed: {e}");
+        assert!(
+            matches!(&e, StoreError::Journal(why) if why.contains("could not sync")),
+            "still failed: {e}"
+        );
         assert!(sync(&j).is_err());
         assert!(j.metrics().stopped.load(Ordering::Relaxed));
     }
@@ -1609,7 +1620,10 @@ mod tests {
         durable(&j, "one").unwrap();
         faults.fail_write.store(true, Ordering::Relaxed);
         let e = durable(&j, "two").unwrap_err();
-        assert!(e.contains("Input/output error"), "{e}");
+        assert!(
+            matches!(&e, StoreError::Journal(why) if why.contains("Input/output error")),
+            "{e}"
+        );
         faults.fail_write.store(false, Ordering::Relaxed);
         durable(&j, "three").unwrap();
         assert!(!j.metrics().stopped.load(Ordering::Relaxed));

@@ -23,7 +23,25 @@ pub use journal::{
 
 /// Run once a record is as durable as the configured policy makes it, or
 /// with the reason it could not be written.
-pub type Completion = Box<dyn FnOnce(Result<(), String>) + Send>;
+pub type Completion = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+
+/// Why what a request needed is not as safe as it asked: a [`Completion`]'s
+/// error. Each protocol turns it into its own error in one place
+/// (`frontend::Refusal`'s `From`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The journal could not write the records (a full or failing disk, or
+    /// a journal stopped after a failed sync): their sends are not kept.
+    #[error("the journal could not write: {0}")]
+    Journal(String),
+    /// Redis did not confirm what was sent to it: the link failed, or too
+    /// few replicas took it. The messages may yet be delivered.
+    #[error("Redis did not confirm: {0}")]
+    Unconfirmed(String),
+    /// Redis refused something the connection sent.
+    #[error("Redis did not accept a message")]
+    Refused,
+}
 
 /// Where a kept message waits.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
