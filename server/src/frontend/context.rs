@@ -9,7 +9,7 @@ use herald_protocol::frame::{Connected, ErrorFrame, RefusedSend};
 use herald_protocol::{DestinationKind, ErrorCode, MessageView};
 
 use super::outbound::Outbound;
-use super::{DestinationCounts, Shared};
+use super::shared::{confirmation, DestinationCounts, Shared};
 use crate::broker::delivery::Deliveries;
 use crate::broker::{Backlog, ConnectionRef, Routed};
 use crate::session::Session;
@@ -217,7 +217,7 @@ pub fn await_journal(
     if request_id != 0 {
         session.pending_receipts += 1;
         out.owe_answer(request_id);
-        let done = written.guard(super::confirmation(ctx.shared, ctx.me, request_id));
+        let done = written.guard(confirmation(ctx.shared, ctx.me, request_id));
         ctx.shared.broker.barrier(Some(ctx.me), done);
     }
 }

@@ -2,7 +2,8 @@
 
 use herald_protocol::ErrorCode;
 
-use super::{Refusal, Shared};
+use super::context::Refusal;
+use super::shared::Shared;
 use crate::auth::Principal;
 use crate::session::Session;
 use crate::sync::lock;

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use herald_protocol::destination::is_temporary;
 use herald_protocol::{DeliveryMode, DestinationKind, ErrorCode, MessageView};
 
+use super::context::{authorize as check, await_journal, Context, Parked, Refusal};
 use super::outbound::Outbound;
-use super::{Context, Parked, Refusal};
 use crate::auth::Permission;
 use crate::broker::{Room, RouteError};
 use crate::config::FullPolicy;
@@ -44,12 +44,7 @@ fn authorize_named(
     ctx: &Context<'_>,
 ) -> Result<(), Refusal> {
     if !is_temporary(name) {
-        return super::context::authorize(
-            session,
-            Permission::Publish,
-            message.destination_kind,
-            name,
-        );
+        return check(session, Permission::Publish, message.destination_kind, name);
     }
     let missing = message.destination_kind == DestinationKind::Queue
         && ctx.shared.broker.find_queue(name).is_none();
@@ -167,7 +162,7 @@ fn route(
     ctx.routed(message, name, routed);
     if journaled && request_id != 0 {
         // The RECEIPT waits until the journal has the message on disk.
-        super::context::await_journal(request_id, written, session, out, ctx);
+        await_journal(request_id, written, session, out, ctx);
         return Ok(Routing::Done(Published::Later));
     }
     Ok(Routing::Done(Published::Now))

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use herald_protocol::{DeliveryMode, DestinationKind, ErrorCode};
 
-use super::{Context, Refusal};
+use super::context::{Context, Refusal};
 use crate::broker::{Room, SharedQueue, Subscriber, Written};
 use crate::session::{Deferred, Held, Outcome, Session};
 

@@ -8,7 +8,7 @@ use herald_protocol::destination::Pattern;
 use herald_protocol::selector::Selector;
 use herald_protocol::{DestinationKind, ErrorCode};
 
-use super::{Context, Refusal};
+use super::context::{authorize as check, Context, Refusal};
 use crate::auth::Permission;
 use crate::broker::{SubscribeError, SubscribeRequest, Subscriber};
 use crate::session::Session;
@@ -72,7 +72,7 @@ pub fn authorize(
     if request.destination.starts_with(&own) {
         return Ok(());
     }
-    super::context::authorize(
+    check(
         session,
         Permission::Consume,
         request.kind,
@@ -80,7 +80,7 @@ pub fn authorize(
     )?;
     let durable = !request.durable_name.is_empty() && (!request.shared || request.durable);
     if durable && request.kind == DestinationKind::Topic {
-        super::context::authorize(
+        check(
             session,
             Permission::Durable,
             request.kind,

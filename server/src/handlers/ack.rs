@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use herald_protocol::frame::{Recover, Settle};
 use herald_protocol::ErrorCode;
 
-use super::receipt;
+use super::answer::receipt;
 use crate::broker::Written;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{settle, Context, Flow, Refusal};

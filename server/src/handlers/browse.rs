@@ -5,7 +5,7 @@ use bytes::Bytes;
 use herald_protocol::frame::Browse;
 use herald_protocol::ErrorCode;
 
-use super::receipt;
+use super::answer::receipt;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{poster, subscribe_refusal as refusal, Context, Flow, Notice, Refusal};
 use crate::session::Session;

@@ -1,7 +1,7 @@
 //! DISCONNECT: confirm with a RECEIPT if asked, then close once everything
 //! queued for the client has been written.
 
-use super::receipt;
+use super::answer::receipt;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{Flow, Refusal};
 

@@ -7,6 +7,7 @@
 //! frame, and a fatal one also closes the connection.
 
 pub mod ack;
+mod answer;
 pub(crate) mod browse;
 pub mod connect;
 mod disconnect;
@@ -17,7 +18,8 @@ pub mod transaction;
 pub mod unsubscribe;
 mod unsubscribe_durable;
 
-use herald_protocol::frame::ErrorFrame;
+pub use answer::{receipt, refuse, reply_error};
+
 use herald_protocol::{ErrorCode, Frame, RawFrame};
 
 use crate::frontend::outbound::Outbound;
@@ -81,50 +83,5 @@ fn handle(
                 format!("{:?} is a server-to-client frame", frame.kind()),
             ))
         }
-    }
-}
-
-/// Queues the ERROR of a refusal; the connection closes if it is fatal.
-pub fn refuse(refusal: Refusal, out: &mut Outbound, request_id: u32) -> Flow {
-    let frame = refusal.into_frame();
-    let fatal = frame.fatal;
-    push_error(out, request_id, frame);
-    match fatal {
-        true => Flow::Close,
-        false => Flow::Continue,
-    }
-}
-
-/// Queues a RECEIPT if the client asked for one.
-pub fn receipt(out: &mut Outbound, request_id: u32) {
-    if request_id != 0 {
-        out.push_answer_frame(&Frame::Receipt, request_id);
-    }
-}
-
-/// Queues an ERROR frame.
-pub fn reply_error(
-    out: &mut Outbound,
-    request_id: u32,
-    code: ErrorCode,
-    fatal: bool,
-    message: String,
-) {
-    push_error(out, request_id, ErrorFrame::new(code, fatal, message));
-}
-
-/// Queues an ERROR frame as it is.
-fn push_error(out: &mut Outbound, request_id: u32, frame: ErrorFrame) {
-    let fatal = frame.fatal;
-    log::debug!(
-        "ERROR {} (request {request_id}, fatal {fatal}): {}",
-        frame.code,
-        frame.message
-    );
-    let frame = Frame::Error(frame);
-    // A fatal one goes at once: the connection ends with it.
-    match fatal {
-        true => out.push_frame(&frame, request_id),
-        false => out.push_answer_frame(&frame, request_id),
     }
 }

@@ -3,7 +3,7 @@
 
 use herald_protocol::MessageView;
 
-use super::receipt;
+use super::answer::receipt;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{publish, Context, Flow, Published, Refusal};
 use crate::session::Session;

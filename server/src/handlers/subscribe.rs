@@ -4,7 +4,7 @@
 use herald_protocol::frame::Subscribe;
 use herald_protocol::{DestinationKind, ErrorCode};
 
-use super::receipt;
+use super::answer::receipt;
 use crate::broker::{SubscribeRequest, Subscriber, Written};
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{

@@ -40,7 +40,7 @@ pub fn tx_send(
     session
         .transactions
         .hold(f.transaction_id, Deferred::Send(f.message), limit, max_open)?;
-    super::receipt(out, request_id);
+    super::answer::receipt(out, request_id);
     Ok(Flow::Continue)
 }
 
@@ -78,6 +78,6 @@ pub fn handle_rollback(
 ) -> Result<Flow, Refusal> {
     session.transactions.end(&f.transaction_id);
     recover_subscriptions(f.subscriptions, session, ctx);
-    super::receipt(out, request_id);
+    super::answer::receipt(out, request_id);
     Ok(Flow::Continue)
 }

@@ -4,7 +4,7 @@
 use herald_protocol::frame::Unsubscribe;
 use herald_protocol::ErrorCode;
 
-use super::receipt;
+use super::answer::receipt;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{Context, Flow, Refusal};
 use crate::session::Session;

@@ -5,7 +5,7 @@
 use herald_protocol::frame::UnsubscribeDurable;
 use herald_protocol::DestinationKind;
 
-use super::receipt;
+use super::answer::receipt;
 use crate::auth::Permission;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{

@@ -87,8 +87,8 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use super::disk::{Disk, RealDisk, SegmentFile};
+use super::record::{Completion, Record, Store, StoreError};
 use super::space::{self, Space, SpaceGauge};
-use super::{Completion, Record, Store, StoreError};
 
 const MAGIC: &[u8; 4] = b"HRLJ";
 const VERSION: u8 = 1;

@@ -1,0 +1,383 @@
+//! The server-wide state a front-end reaches, and how a request that
+//! finishes off the connection's worker comes back to it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use herald_protocol::DestinationKind;
+
+use crate::auth::{Authenticator, Principal};
+use crate::broker::delivery::Delivery;
+use crate::broker::{Broker, ConnectionRef};
+use crate::config::Config;
+use crate::store::{Completion, StoreError};
+use crate::sync::lock;
+
+/// The protocol a listener speaks, and so its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Herald's own binary protocol.
+    Native,
+    /// The native protocol over TLS.
+    NativeTls,
+    /// STOMP 1.0 to 1.2.
+    Stomp,
+    /// STOMP carried in WebSocket messages (browsers).
+    StompWebSocket,
+}
+
+/// What reaches a worker from off it for the connections it owns:
+/// deliveries, and the answers to requests that finished elsewhere (in
+/// the journal, the authenticator, the cluster).
+pub enum Notice {
+    /// Deliver these messages to connections this worker owns.
+    Deliver(Vec<Delivery>),
+    /// These connections' blocked sends may go through now.
+    Wake(Vec<ConnectionRef>),
+    /// Broker work from off the workers (a persistent message the journal
+    /// now holds enters its queue): run it, route what it routes.
+    Run(crate::broker::SinkWork),
+    /// The store has (or failed to write) what a request needed: answer
+    /// it with a RECEIPT (or an ERROR).
+    Confirm {
+        /// The requesting connection.
+        conn: ConnectionRef,
+        /// Its request id.
+        request_id: u32,
+        /// What the store said.
+        result: Result<(), StoreError>,
+    },
+    /// A login has been checked: go on with the connection, or refuse it.
+    LoggedIn {
+        /// The connection.
+        conn: ConnectionRef,
+        /// Who it is, or why not.
+        result: Result<Principal, crate::auth::LoginError>,
+    },
+    /// A shared queue's messages, read from Redis for a BROWSE: deliver
+    /// them and end with the RECEIPT (or an ERROR).
+    Browsed {
+        /// The browsing connection.
+        conn: ConnectionRef,
+        /// The browser's subscription id.
+        subscription_id: u32,
+        /// The BROWSE's request id.
+        request_id: u32,
+        /// The messages (block, times delivered before), or why not.
+        result: Result<Vec<(bytes::Bytes, u32)>, String>,
+    },
+    /// An administrator closes this connection.
+    Close(ConnectionRef),
+}
+
+impl Notice {
+    /// The one connection the notice is for, if it is for one.
+    pub fn target_mut(&mut self) -> Option<&mut ConnectionRef> {
+        match self {
+            Notice::Confirm { conn, .. }
+            | Notice::LoggedIn { conn, .. }
+            | Notice::Browsed { conn, .. }
+            | Notice::Close(conn) => Some(conn),
+            Notice::Deliver(_) | Notice::Wake(_) | Notice::Run(_) => None,
+        }
+    }
+}
+
+/// A worker's inbox, as the threads that post to it see it.
+pub trait Mailbox: Send + Sync {
+    /// Queues a notice, waking the worker if its inbox was empty. False if
+    /// the worker has stopped.
+    fn post(&self, notice: Notice) -> bool;
+}
+
+/// The limits a config reload changes, read where they apply.
+#[derive(Debug)]
+pub struct Limits {
+    /// `max_connections`.
+    pub max_connections: AtomicUsize,
+    /// `max_subscriptions_per_connection`.
+    pub max_subscriptions_per_connection: AtomicUsize,
+    /// `max_pending_bytes`.
+    pub max_pending_bytes: AtomicUsize,
+    /// `max_transaction_bytes`.
+    pub max_transaction_bytes: AtomicUsize,
+    /// `max_pending_receipts`.
+    pub max_pending_receipts: AtomicUsize,
+    /// `slow_consumer_grace_ms`.
+    pub slow_consumer_grace_ms: AtomicUsize,
+}
+
+impl Limits {
+    /// The limits of a config.
+    pub fn new(config: &Config) -> Limits {
+        let limits = Limits {
+            max_connections: AtomicUsize::new(0),
+            max_subscriptions_per_connection: AtomicUsize::new(0),
+            max_pending_bytes: AtomicUsize::new(0),
+            max_transaction_bytes: AtomicUsize::new(0),
+            max_pending_receipts: AtomicUsize::new(0),
+            slow_consumer_grace_ms: AtomicUsize::new(0),
+        };
+        limits.set(config);
+        limits
+    }
+
+    /// Takes a (reloaded) config's limits.
+    pub fn set(&self, config: &Config) {
+        for (limit, value) in [
+            (&self.max_connections, config.max_connections),
+            (
+                &self.max_subscriptions_per_connection,
+                config.max_subscriptions_per_connection,
+            ),
+            (&self.max_pending_bytes, config.max_pending_bytes),
+            (&self.max_transaction_bytes, config.max_transaction_bytes),
+            (&self.max_pending_receipts, config.max_pending_receipts),
+            (
+                &self.slow_consumer_grace_ms,
+                config.slow_consumer_grace_ms as usize,
+            ),
+        ] {
+            limit.store(value, Ordering::Relaxed);
+        }
+    }
+
+    /// One limit's value now.
+    pub fn get(&self, limit: &AtomicUsize) -> usize {
+        limit.load(Ordering::Relaxed)
+    }
+}
+
+/// A connection as the management interface sees it. The worker that owns
+/// the connection keeps it up to date.
+#[derive(Debug)]
+pub struct ConnInfo {
+    /// Server-wide unique connection number.
+    pub serial: u64,
+    /// Where it lives now: a connection may move to another worker. While
+    /// it moves, the slot is [`MOVING`].
+    pub home: std::sync::Mutex<ConnectionRef>,
+    /// Its listener's protocol.
+    pub protocol: Protocol,
+    /// The peer's address.
+    pub peer: String,
+    /// When it was accepted.
+    pub since: std::time::SystemTime,
+    /// (client id, user) once it has connected.
+    pub identity: std::sync::Mutex<(String, String)>,
+    /// Subscriptions it holds.
+    pub subscriptions: AtomicUsize,
+    /// Bytes read from it.
+    pub bytes_in: AtomicU64,
+    /// Bytes written to it.
+    pub bytes_out: AtomicU64,
+}
+
+/// The slot of a connection on its way to another worker.
+pub const MOVING: usize = usize::MAX;
+
+impl ConnInfo {
+    /// Where the connection lives now.
+    pub fn home(&self) -> ConnectionRef {
+        *lock(&self.home)
+    }
+
+    /// Notes where the connection lives now.
+    pub fn set_home(&self, home: ConnectionRef) {
+        *lock(&self.home) = home;
+    }
+
+    /// Notes that the connection left worker `from` for `to`, unless `to`
+    /// already said where it put it.
+    pub fn set_leaving(&self, from: usize, to: usize) {
+        let mut home = lock(&self.home);
+        if home.worker == from {
+            home.worker = to;
+            home.slot = MOVING;
+        }
+    }
+}
+
+/// Posts notices to `conn`'s worker from any thread, for as long as the
+/// server runs: how a request finished elsewhere comes back.
+pub fn poster(shared: &Arc<Shared>, conn: ConnectionRef) -> impl Fn(Notice) + Send + 'static {
+    let shared = Arc::downgrade(shared);
+    move |notice| {
+        if let Some(shared) = shared.upgrade() {
+            shared.workers[conn.worker].post(notice);
+        }
+    }
+}
+
+/// A store completion that answers `request_id` on `conn` through its
+/// worker's inbox.
+pub fn confirmation(shared: &Arc<Shared>, conn: ConnectionRef, request_id: u32) -> Completion {
+    let post = poster(shared, conn);
+    Box::new(move |result| {
+        post(Notice::Confirm {
+            conn,
+            request_id,
+            result,
+        })
+    })
+}
+
+/// The address connection `conn` comes from, if it is known.
+pub fn peer_ip(shared: &Shared, conn: ConnectionRef) -> Option<std::net::IpAddr> {
+    let connections = lock(&shared.connections);
+    let peer = &connections.get(&conn.serial)?.peer;
+    peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip())
+}
+
+/// A login completion that reports to `conn`'s worker.
+pub fn login_result(shared: &Arc<Shared>, conn: ConnectionRef) -> crate::auth::LoginDone {
+    let post = poster(shared, conn);
+    Box::new(move |result| post(Notice::LoggedIn { conn, result }))
+}
+
+/// Counters a worker keeps about itself; read by anyone.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Connections it owns now.
+    pub connections: AtomicUsize,
+    /// Messages published by its connections.
+    pub messages_in: AtomicU64,
+    /// Messages it delivered to its connections.
+    pub messages_out: AtomicU64,
+    /// Messages it dropped for slow consumers (policy drop_oldest, or
+    /// best-effort subscriptions).
+    pub dropped: AtomicU64,
+    /// Times it paused a publisher while a subscriber drained a backlog.
+    pub publisher_pauses: AtomicU64,
+    /// Connections it took over from another worker.
+    pub moved_in: AtomicU64,
+    /// Time spent working rather than waiting in `poll`, in nanoseconds.
+    pub busy_ns: AtomicU64,
+    /// Share of its time it worked over its last tick, in thousandths.
+    pub load: AtomicU32,
+    /// Messages and bytes published by its connections, and deliveries
+    /// routed, per destination.
+    pub destinations: std::sync::Mutex<HashMap<(DestinationKind, String), DestinationCounts>>,
+}
+
+/// What went through one destination.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DestinationCounts {
+    /// Messages published to it.
+    pub messages_in: u64,
+    /// Their bytes.
+    pub bytes_in: u64,
+    /// Deliveries routed from it (one per matching subscription; one per
+    /// message for a queue).
+    pub deliveries: u64,
+    /// Their bytes.
+    pub bytes_out: u64,
+}
+
+/// Destinations counted one by one per worker; the rest are summed under
+/// [`OTHER_DESTINATIONS`].
+const MAX_COUNTED_DESTINATIONS: usize = 10_000;
+/// Where destinations past the limit are counted.
+pub const OTHER_DESTINATIONS: &str = "(other)";
+
+impl DestinationCounts {
+    /// One published message of `bytes` that made `deliveries`.
+    pub fn add(&mut self, bytes: u64, deliveries: u64) {
+        self.messages_in += 1;
+        self.bytes_in += bytes;
+        self.deliveries += deliveries;
+        self.bytes_out += bytes * deliveries;
+    }
+
+    fn merge(&mut self, other: DestinationCounts) {
+        self.messages_in += other.messages_in;
+        self.bytes_in += other.bytes_in;
+        self.deliveries += other.deliveries;
+        self.bytes_out += other.bytes_out;
+    }
+}
+
+impl WorkerStats {
+    /// Adds a burst's counts for one destination.
+    pub fn add(&self, key: (DestinationKind, String), counts: DestinationCounts) {
+        let mut map = lock(&self.destinations);
+        let key = if map.len() < MAX_COUNTED_DESTINATIONS || map.contains_key(&key) {
+            key
+        } else {
+            (key.0, OTHER_DESTINATIONS.to_owned())
+        };
+        map.entry(key).or_default().merge(counts);
+    }
+}
+
+/// State shared by the acceptor and every worker of one server.
+pub struct Shared {
+    /// Logs connections in.
+    pub auth: Authenticator,
+    /// The limits a config reload changes.
+    pub limits: Limits,
+    /// The server's configuration.
+    pub config: Config,
+    /// The routing state.
+    pub broker: Broker,
+    /// Each worker's inbox, by index.
+    pub workers: Vec<Box<dyn Mailbox>>,
+    /// One set of counters per worker, by index.
+    pub stats: Vec<WorkerStats>,
+    /// Connections open across all workers; the acceptor checks it against
+    /// `max_connections`.
+    pub open_connections: AtomicUsize,
+    /// Source of connection serial numbers.
+    pub next_serial: AtomicU64,
+    /// Every open connection, by serial number.
+    pub connections: std::sync::Mutex<HashMap<u64, Arc<ConnInfo>>>,
+    /// The client ids of logged-in connections, and whose they are: one
+    /// live connection per client id.
+    pub client_ids: std::sync::Mutex<HashMap<String, u64>>,
+    /// When the server started.
+    pub started: std::time::Instant,
+}
+
+/// The broker's way to route off the workers: the work goes to a worker's
+/// inbox, taking turns, and runs there with what that worker routes, so
+/// the journal thread that confirms a persistent message stays lean and a
+/// burst of confirmations is routed in batches.
+pub struct WorkerSink {
+    shared: std::sync::Weak<Shared>,
+    next: AtomicUsize,
+}
+
+impl WorkerSink {
+    /// A sink to the workers of `shared`.
+    pub fn new(shared: std::sync::Weak<Shared>) -> WorkerSink {
+        WorkerSink {
+            shared,
+            next: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl crate::broker::Sink for WorkerSink {
+    fn run(&self, on: Option<usize>, work: crate::broker::SinkWork) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let n = shared.workers.len();
+        let worker = on
+            .filter(|w| *w < n)
+            .unwrap_or_else(|| self.next.fetch_add(1, Ordering::Relaxed) % n);
+        shared.workers[worker].post(Notice::Run(work));
+    }
+}
+
+/// Hands messages routed off the workers (by the management interface, or
+/// from other nodes) to the workers that own their connections.
+pub fn hand_out(shared: &Shared, deliveries: &mut crate::broker::delivery::Deliveries) {
+    for (worker, conns) in deliveries.drain_wakes() {
+        shared.workers[worker].post(Notice::Wake(conns));
+    }
+    for (worker, batch) in deliveries.drain(None) {
+        shared.workers[worker].post(Notice::Deliver(batch));
+    }
+}
