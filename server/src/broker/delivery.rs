@@ -5,7 +5,9 @@
 
 use bytes::Bytes;
 
-use super::{AckRef, ConnectionRef, MatchCache, Subscriber};
+use super::address::{ConnectionRef, Subscriber};
+use super::queue::AckRef;
+use super::topic_tree::MatchCache;
 
 /// One message for one subscription.
 #[derive(Clone)]

@@ -15,8 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use super::queue::Queue;
-use super::SharedQueue;
+use super::queue::{Queue, SharedQueue};
 use crate::sync::lock;
 
 /// How often the queues are weighed.

@@ -17,32 +17,47 @@
 //! queues are ever locked at once (dead letters move after the source queue
 //! is unlocked).
 
+mod address;
+mod backlog;
 mod declared_topics;
 pub mod delivery;
 mod durables;
 mod manage;
 pub mod memory;
+mod peers;
+mod pending;
 pub mod queue;
 mod queued;
 mod ready;
 mod refile;
+mod registry;
+mod request;
 mod retained;
 mod routing;
+mod stats;
 mod subscriptions;
 mod timers;
 mod topic_tree;
 mod transaction;
 
+pub use address::{ConnectionRef, Subscriber};
+pub use backlog::Backlog;
 pub use declared_topics::DeclaredTopics;
-pub use manage::{BrokerCounters, LiveSubscription, QueueStats, SubscriptionView};
-pub use queue::{Queue, QueueLimits};
-pub use topic_tree::{MatchCache, TopicTree};
+pub use peers::{BrowseDone, Peers};
+pub use pending::{Atomic, SharedChanges};
+pub use queue::{AckRef, Queue, QueueLimits, SharedQueue};
+pub use registry::{cluster_durable_stream, is_durable_stream, DurableRecord};
+pub use request::{
+    Room, RouteError, Routed, SubscribeError, SubscribeRequest, SubscriptionHandle, Written,
+};
+pub use stats::{BrokerCounters, LiveSubscription, QueueStats, SubscriptionView};
+pub use topic_tree::{MatchCache, Target, TopicEntry, TopicTree};
 
 use crate::sync::{lock, read, write};
 use crate::FastMap;
-use std::cell::{OnceCell, RefCell};
+use std::cell::OnceCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use bytes::{Bytes, BytesMut};
@@ -54,178 +69,14 @@ use herald_protocol::selector::{Selector, SelectorLimits};
 use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, MessageView, Pattern};
 
 use crate::config::Config;
-use crate::store::{Completion, Holder, Record, Recovered, Store, StoreError};
+use crate::store::{Completion, Holder, Record, Recovered, Store};
 use delivery::Deliveries;
-pub use durables::{cluster_durable_stream, is_durable_stream, DurableRecord};
-use durables::{Durable, Kept};
+use pending::TRANSACTION;
 pub use queue::EntryId;
 use queue::{Dispatch, QueueFull, QueuedMessage};
-use refile::Refile;
+use registry::{Durable, Kept};
 use retained::Retained;
 use timers::{Timed, Timers};
-use transaction::TRANSACTION;
-pub use transaction::{Atomic, SharedChanges};
-
-/// Where a connection lives: the worker that owns it, its slot in that
-/// worker, and a serial number that tells a reused slot from the original.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnectionRef {
-    /// Index of the owning worker.
-    pub worker: usize,
-    /// Slot in the worker's connection table.
-    pub slot: usize,
-    /// Server-wide unique connection number.
-    pub serial: u64,
-}
-
-/// One subscription of one connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Subscriber {
-    /// The connection holding the subscription.
-    pub conn: ConnectionRef,
-    /// The client's id for the subscription.
-    pub subscription_id: u32,
-}
-
-/// A queue shared between the broker and the deliveries in flight from it.
-pub type SharedQueue = Arc<Mutex<Queue>>;
-
-/// What became of a published message.
-#[derive(Debug, Default, Clone)]
-pub struct Routed {
-    /// Something was written to the store: a RECEIPT waits for it.
-    pub journaled: bool,
-    /// Whether what was written was kept: a RECEIPT's barrier checks it.
-    pub written: Written,
-    /// Subscriptions (or the queue) it went to.
-    pub delivered: usize,
-    /// The backlog of a subscriber it went to, if one has a backlog: its
-    /// publisher should pause until that is drained.
-    pub backlog: Option<Arc<Backlog>>,
-}
-
-/// What became of the records one publish or commit wrote: the first
-/// failure, if any. Their completions fill it in, and a barrier appended
-/// after them completes after them, so [`Written::guard`] sees every one
-/// (a barrier alone only says that what was written is durable, not that
-/// each write succeeded).
-/// Made only for a publish that writes (the usual non-persistent one
-/// costs no allocation).
-#[derive(Debug, Clone, Default)]
-pub struct Written(Option<Arc<Mutex<Option<StoreError>>>>);
-
-impl Written {
-    /// The shared slot its records' completions report to.
-    fn slot(&mut self) -> Arc<Mutex<Option<StoreError>>> {
-        self.0.get_or_insert_with(Arc::default).clone()
-    }
-
-    /// `done`, failing if any of the records failed.
-    pub fn guard(self, done: Completion) -> Completion {
-        let Some(slot) = self.0 else {
-            return done;
-        };
-        Box::new(move |result| {
-            let failed = lock(&slot).take();
-            done(result.and_then(|()| failed.map_or(Ok(()), Err)))
-        })
-    }
-}
-
-/// Set while a connection has more waiting to be written than it drains
-/// at once, and is draining it: publishers to its subscriptions pause
-/// briefly, as NATS stalls a fast producer, instead of growing the
-/// backlog until the subscriber is cut off. Shared by the connection's
-/// worker, which sets it, and every worker that routes to it.
-///
-/// Bytes routed to the connection and not yet queued on it (on their way
-/// from another worker) count too: a subscriber's worker that is slow to
-/// take its deliveries must not let publishers run ahead unseen.
-#[derive(Debug, Default)]
-pub struct Backlog {
-    high: AtomicBool,
-    in_flight: AtomicUsize,
-    /// The connection's threshold, for `in_flight`; 0 = not known yet.
-    limit: AtomicUsize,
-}
-
-impl Backlog {
-    /// Whether publishers should pause.
-    pub fn is_high(&self) -> bool {
-        let limit = self.limit.load(Ordering::Relaxed);
-        self.high.load(Ordering::Relaxed)
-            || (limit > 0 && self.in_flight.load(Ordering::Relaxed) > limit)
-    }
-
-    /// Says whether publishers should pause.
-    pub fn set(&self, high: bool) {
-        self.high.store(high, Ordering::Relaxed);
-    }
-
-    /// Past how many bytes in flight publishers should pause; 0 = never
-    /// for that.
-    pub fn set_limit(&self, limit: usize) {
-        self.limit.store(limit, Ordering::Relaxed);
-    }
-
-    /// A publisher routed `bytes` to the connection.
-    pub fn routed(&self, bytes: usize) {
-        self.in_flight.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    /// The connection's worker queued `bytes` of what was routed to it.
-    pub fn arrived(&self, bytes: usize) {
-        // Saturating: messages kept for new subscribers arrive without
-        // having been counted on the way.
-        let _ = self
-            .in_flight
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                Some(n.saturating_sub(bytes))
-            });
-    }
-}
-
-/// What to do when a queue a message goes to is full.
-#[derive(Debug, Clone, Copy)]
-pub enum Room {
-    /// Refuse the message.
-    Refuse,
-    /// Refuse it, and wake this connection once there is room.
-    Wait(ConnectionRef),
-    /// Take it anyway: a committing transaction, whose room was checked
-    /// beforehand, is not refused halfway.
-    Overfill,
-}
-
-/// Where a topic entry sends what matches.
-#[derive(Clone)]
-pub enum Target {
-    /// Append to this shared queue's stream in Redis (a cluster durable
-    /// subscription's), if the message was published on this node.
-    Stream(String),
-    /// Straight to a subscriber; nothing kept.
-    Direct(Subscriber),
-    /// Into a subscription queue.
-    Queue(SharedQueue),
-}
-
-/// One subscription in the topic tree.
-#[derive(Clone)]
-pub struct TopicEntry {
-    /// Identifies the entry for removal.
-    pub key: u64,
-    /// Where matching messages go.
-    pub target: Target,
-    /// Only messages it selects go there.
-    pub selector: Option<Arc<Selector>>,
-    /// The connection of a subscription that lives and dies with it;
-    /// `None` for durable and shared ones. Only a temporary topic's owner
-    /// receives its messages.
-    pub owner: Option<u64>,
-    /// The backlog signal of a direct subscription's connection; `None`
-    /// where deliveries may be dropped (best effort) or are queued.
-    pub backlog: Option<Arc<Backlog>>,
-}
 
 /// Whether the topic subscription `entry` takes a message: a temporary
 /// topic's (of connection `owner`) reach its owner only, and a selector
@@ -246,125 +97,6 @@ fn takes<'a>(
             .as_ref()
             .is_some_and(|r| selector.matches(r)),
         None => true,
-    }
-}
-
-impl std::fmt::Debug for TopicEntry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TopicEntry")
-            .field("key", &self.key)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Names the queue message a delivery came from, so that its ACK or NACK
-/// reaches it.
-#[derive(Clone)]
-pub struct AckRef {
-    /// The queue.
-    pub queue: SharedQueue,
-    /// The message's sequence number in it.
-    pub seq: u64,
-}
-
-/// What a connection must remember to undo a subscription.
-pub enum SubscriptionHandle {
-    /// A topic subscription; `queue` if its deliveries are acknowledged.
-    Topic {
-        /// The pattern it was entered under.
-        pattern: Pattern,
-        /// Its entry's key.
-        key: u64,
-        /// Its private queue, if any.
-        queue: Option<SharedQueue>,
-    },
-    /// A consumer of a named queue.
-    Queue(SharedQueue),
-    /// The consumer of a durable subscription.
-    Durable {
-        /// The subscription's queue.
-        queue: SharedQueue,
-        /// (client id, name).
-        id: (String, String),
-    },
-}
-
-/// Why the broker refused a publish.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RouteError {
-    /// Strict mode and the topic is not in the declared tree.
-    #[error("{0}")]
-    Undeclared(String),
-    /// The queue is at its limit.
-    #[error("queue '{queue}' holds {max} messages, the most it may")]
-    QueueFull {
-        /// The queue.
-        queue: String,
-        /// Its limit.
-        max: usize,
-    },
-}
-
-/// Why the broker refused a subscription.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SubscribeError {
-    /// The selector does not parse.
-    #[error("{0}")]
-    Selector(String),
-    /// A durable subscription needs the connection's client id.
-    #[error("a durable subscription needs a client id on the connection")]
-    ClientIdRequired,
-    /// The durable subscription has a live consumer already.
-    #[error("durable subscription '{0}' already has an active consumer")]
-    InUse(String),
-    /// No durable subscription of that name.
-    #[error("no durable subscription named '{0}' for this client id")]
-    UnknownDurable(String),
-    /// Durable subscriptions are for topics.
-    #[error("durable subscriptions are made on topics, not queues")]
-    DurableQueue,
-    /// The destination is not a valid name or pattern.
-    #[error("{0}")]
-    Destination(String),
-    /// A temporary queue or topic of another connection.
-    #[error("'{0}' is a temporary destination of another connection: only it may consume")]
-    NotOwner(String),
-}
-
-/// What a SUBSCRIBE asks for, as the broker needs it.
-pub struct SubscribeRequest<'a> {
-    /// Topic or queue.
-    pub kind: DestinationKind,
-    /// A queue name, or a topic name or pattern.
-    pub destination: &'a str,
-    /// The selector, parsed by [`Broker::parse_selector`].
-    pub selector: Option<Arc<Selector>>,
-    /// Deliveries are tracked until acknowledged.
-    pub acknowledged: bool,
-    /// Credit; 0 = the configured default.
-    pub prefetch: u32,
-    /// Durable subscription name; empty = not durable.
-    pub durable_name: &'a str,
-    /// The connection's client id.
-    pub client_id: &'a str,
-    /// The connection's user ("" = anonymous): a durable subscription it
-    /// makes is theirs.
-    pub user: &'a str,
-    /// A temporary queue of this connection.
-    pub temporary: bool,
-    /// The named subscription is shared.
-    pub shared: bool,
-    /// A shared named subscription is durable.
-    pub durable: bool,
-    /// The connection's backlog signal, for a subscription whose
-    /// publishers should pause while the connection drains a backlog.
-    pub backlog: Option<Arc<Backlog>>,
-}
-
-impl SubscribeRequest<'_> {
-    /// The selector's text; empty = none.
-    pub fn selector_text(&self) -> &str {
-        self.selector.as_ref().map_or("", |s| s.source())
     }
 }
 
@@ -437,70 +169,6 @@ pub fn set_worker_thread(index: usize) {
 
 /// Work a [`Sink`] runs.
 pub type SinkWork = Box<dyn FnOnce(&Broker, &mut Deliveries) + Send>;
-
-/// What a broker tells the other nodes of a cluster (see `crate::cluster`).
-/// Called on workers: implementations hand the work to threads of their
-/// own and never block.
-pub trait Peers: Send + Sync {
-    /// A message was published on `topic` here: other nodes route it to
-    /// their own subscribers. Returns a backlog signal while the copies
-    /// for other nodes pile up faster than they leave: its publisher
-    /// pauses, as for a slow subscriber.
-    fn published(&self, topic: &str, block: &Bytes) -> Option<Arc<Backlog>>;
-    /// A subscription to `pattern` began here (`true`) or ended.
-    fn interest(&self, pattern: &Pattern, interested: bool);
-    /// A message was sent to the shared queue `queue` here (by connection
-    /// `from`, if a client sent it): it goes to the queue's stream, which
-    /// the nodes with consumers read. Returns a backlog signal as
-    /// [`Peers::published`] does.
-    fn queue_send(
-        &self,
-        queue: &str,
-        block: &Bytes,
-        from: Option<ConnectionRef>,
-    ) -> Option<Arc<Backlog>>;
-    /// A committed transaction's changes to shared queues: all of them
-    /// or none.
-    fn commit(&self, changes: SharedChanges, from: Option<ConnectionRef>);
-    /// A message read from `queue`'s stream is done with (acknowledged,
-    /// moved, expired): its entry goes.
-    fn settle(&self, queue: &str, entry: EntryId);
-    /// Runs `done` once Redis has answered everything sent before it,
-    /// with an error if something `from` sent was not accepted.
-    fn barrier(&self, from: Option<ConnectionRef>, done: Completion);
-    /// A consumer attached to (`true`) or detached from the shared queue
-    /// `name` here: the node reads the queue's stream while it has any.
-    fn consuming(&self, name: &str, queue: &SharedQueue, attached: bool);
-    /// A durable subscription was made here (`Some`, replacing one of the
-    /// same client id and name) or deleted (`None`), its messages with it:
-    /// the registry in Redis and the other nodes learn of it.
-    fn durable(&self, stream: &str, record: Option<&DurableRecord>);
-    /// The epoch of the registry of durable subscriptions that this
-    /// node's topic tree holds.
-    fn durables_epoch(&self) -> u64;
-    /// A persistent message published here (by `from`) on `topic` was
-    /// routed knowing the registry at an epoch, and appended to some
-    /// streams: `seen` holds both.
-    /// If a subscription was registered since (on another node, whose
-    /// subscriber may then have sent it, through this node), the message
-    /// is appended to that one's stream too before any later barrier
-    /// completes: a receipted message reaches every durable subscription
-    /// made before it was sent.
-    fn recheck(
-        &self,
-        topic: &str,
-        block: &Bytes,
-        seen: (u64, Vec<String>),
-        from: Option<ConnectionRef>,
-    );
-    /// Reads up to `limit` messages of the shared queue `queue` that
-    /// match `selector`, for a browser, without consuming them.
-    fn browse(&self, queue: &str, selector: Option<Arc<Selector>>, limit: usize, done: BrowseDone);
-}
-
-/// Called with a browse's messages (block and times delivered before),
-/// or why there are none.
-pub type BrowseDone = Box<dyn FnOnce(Result<Vec<(Bytes, u32)>, String>) + Send>;
 
 /// Whether topics under a pattern can be heard beyond this node: a
 /// temporary topic's subscribers are all on its owner's node.
@@ -1039,13 +707,6 @@ impl Broker {
         Selector::parse_within(text, &self.selector_limits)
             .map(|s| Some(Arc::new(s)))
             .map_err(|e| SubscribeError::Selector(e.to_string()))
-    }
-
-    /// Delivers a queue's dispatches and refiles what it found expired.
-    fn settled(&self, queue: &SharedQueue, dispatches: Vec<Dispatch>, out: &mut Deliveries) {
-        deliver_from(queue, dispatches, out);
-        let expired = lock(queue).take_expired();
-        self.refile(queue, expired, Refile::Expired, out);
     }
 
     /// Where persistent state is kept.

@@ -18,7 +18,7 @@
 
 use crate::FastMap;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use herald_protocol::message::{
@@ -26,9 +26,9 @@ use herald_protocol::message::{
 };
 use herald_protocol::selector::Selector;
 
+use super::address::{ConnectionRef, Subscriber};
 pub use super::queued::{EntryId, QueuedMessage};
 use super::ready::{Ready, ReadyKey};
-use super::{ConnectionRef, Subscriber};
 use crate::store::Holder;
 
 /// Milliseconds since the epoch.
@@ -592,6 +592,19 @@ pub fn selects(selector: Option<&Selector>, block: &[u8]) -> bool {
         // is selected by nothing.
         Some(s) => MessageRef::read(block).is_ok_and(|r| s.matches(&r)),
     }
+}
+
+/// A queue shared between the broker and the deliveries in flight from it.
+pub type SharedQueue = Arc<Mutex<Queue>>;
+
+/// Names the queue message a delivery came from, so that its ACK or NACK
+/// reaches it.
+#[derive(Clone)]
+pub struct AckRef {
+    /// The queue.
+    pub queue: SharedQueue,
+    /// The message's sequence number in it.
+    pub seq: u64,
 }
 
 #[cfg(test)]

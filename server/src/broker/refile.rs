@@ -15,6 +15,18 @@ pub(super) enum Refile<'a> {
 }
 
 impl Broker {
+    /// Delivers a queue's dispatches and refiles what it found expired.
+    pub(super) fn settled(
+        &self,
+        queue: &SharedQueue,
+        dispatches: Vec<Dispatch>,
+        out: &mut Deliveries,
+    ) {
+        deliver_from(queue, dispatches, out);
+        let expired = lock(queue).take_expired();
+        self.refile(queue, expired, Refile::Expired, out);
+    }
+
     /// Moves dead messages to the dead-letter queue of their destination,
     /// with the original destination and the reason in properties.
     pub(super) fn dead_letter(

@@ -2,6 +2,7 @@
 //! directly, acknowledged and durable ones through their queues, cluster
 //! streams through the other nodes), or into its queue.
 
+use super::refile::Refile;
 use super::*;
 
 impl Broker {

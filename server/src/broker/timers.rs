@@ -9,7 +9,8 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 
-use super::{SharedQueue, Subscriber};
+use super::address::Subscriber;
+use super::queue::SharedQueue;
 use crate::sync::lock;
 
 /// Something to do at a delivery time.

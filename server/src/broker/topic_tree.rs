@@ -23,7 +23,11 @@ use crate::FastMap;
 
 use herald_protocol::destination::{Pattern, PatternWord};
 
-use super::TopicEntry;
+use herald_protocol::selector::Selector;
+
+use super::address::Subscriber;
+use super::backlog::Backlog;
+use super::queue::SharedQueue;
 
 #[derive(Debug, Default)]
 struct Node {
@@ -278,6 +282,44 @@ fn remove_at(node: &mut Node, words: &[PatternWord], key: u64) -> Option<TopicEn
             }
             removed
         }
+    }
+}
+
+/// Where a topic entry sends what matches.
+#[derive(Clone)]
+pub enum Target {
+    /// Append to this shared queue's stream in Redis (a cluster durable
+    /// subscription's), if the message was published on this node.
+    Stream(String),
+    /// Straight to a subscriber; nothing kept.
+    Direct(Subscriber),
+    /// Into a subscription queue.
+    Queue(SharedQueue),
+}
+
+/// One subscription in the topic tree.
+#[derive(Clone)]
+pub struct TopicEntry {
+    /// Identifies the entry for removal.
+    pub key: u64,
+    /// Where matching messages go.
+    pub target: Target,
+    /// Only messages it selects go there.
+    pub selector: Option<Arc<Selector>>,
+    /// The connection of a subscription that lives and dies with it;
+    /// `None` for durable and shared ones. Only a temporary topic's owner
+    /// receives its messages.
+    pub owner: Option<u64>,
+    /// The backlog signal of a direct subscription's connection; `None`
+    /// where deliveries may be dropped (best effort) or are queued.
+    pub backlog: Option<Arc<Backlog>>,
+}
+
+impl std::fmt::Debug for TopicEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopicEntry")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
     }
 }
 

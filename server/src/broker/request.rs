@@ -1,0 +1,169 @@
+//! What the broker is asked to do and what it answers: subscription
+//! requests and handles, routing outcomes, their errors.
+
+use std::sync::{Arc, Mutex};
+
+use herald_protocol::destination::Pattern;
+use herald_protocol::selector::Selector;
+use herald_protocol::DestinationKind;
+
+use super::address::ConnectionRef;
+use super::backlog::Backlog;
+use super::queue::SharedQueue;
+use crate::store::{Completion, StoreError};
+use crate::sync::lock;
+
+/// What became of a published message.
+#[derive(Debug, Default, Clone)]
+pub struct Routed {
+    /// Something was written to the store: a RECEIPT waits for it.
+    pub journaled: bool,
+    /// Whether what was written was kept: a RECEIPT's barrier checks it.
+    pub written: Written,
+    /// Subscriptions (or the queue) it went to.
+    pub delivered: usize,
+    /// The backlog of a subscriber it went to, if one has a backlog: its
+    /// publisher should pause until that is drained.
+    pub backlog: Option<Arc<Backlog>>,
+}
+
+/// What became of the records one publish or commit wrote: the first
+/// failure, if any. Their completions fill it in, and a barrier appended
+/// after them completes after them, so [`Written::guard`] sees every one
+/// (a barrier alone only says that what was written is durable, not that
+/// each write succeeded).
+/// Made only for a publish that writes (the usual non-persistent one
+/// costs no allocation).
+#[derive(Debug, Clone, Default)]
+pub struct Written(Option<Arc<Mutex<Option<StoreError>>>>);
+
+impl Written {
+    /// The shared slot its records' completions report to.
+    pub(super) fn slot(&mut self) -> Arc<Mutex<Option<StoreError>>> {
+        self.0.get_or_insert_with(Arc::default).clone()
+    }
+
+    /// `done`, failing if any of the records failed.
+    pub fn guard(self, done: Completion) -> Completion {
+        let Some(slot) = self.0 else {
+            return done;
+        };
+        Box::new(move |result| {
+            let failed = lock(&slot).take();
+            done(result.and_then(|()| failed.map_or(Ok(()), Err)))
+        })
+    }
+}
+
+/// What to do when a queue a message goes to is full.
+#[derive(Debug, Clone, Copy)]
+pub enum Room {
+    /// Refuse the message.
+    Refuse,
+    /// Refuse it, and wake this connection once there is room.
+    Wait(ConnectionRef),
+    /// Take it anyway: a committing transaction, whose room was checked
+    /// beforehand, is not refused halfway.
+    Overfill,
+}
+
+/// What a connection must remember to undo a subscription.
+pub enum SubscriptionHandle {
+    /// A topic subscription; `queue` if its deliveries are acknowledged.
+    Topic {
+        /// The pattern it was entered under.
+        pattern: Pattern,
+        /// Its entry's key.
+        key: u64,
+        /// Its private queue, if any.
+        queue: Option<SharedQueue>,
+    },
+    /// A consumer of a named queue.
+    Queue(SharedQueue),
+    /// The consumer of a durable subscription.
+    Durable {
+        /// The subscription's queue.
+        queue: SharedQueue,
+        /// (client id, name).
+        id: (String, String),
+    },
+}
+
+/// Why the broker refused a publish.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// Strict mode and the topic is not in the declared tree.
+    #[error("{0}")]
+    Undeclared(String),
+    /// The queue is at its limit.
+    #[error("queue '{queue}' holds {max} messages, the most it may")]
+    QueueFull {
+        /// The queue.
+        queue: String,
+        /// Its limit.
+        max: usize,
+    },
+}
+
+/// Why the broker refused a subscription.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubscribeError {
+    /// The selector does not parse.
+    #[error("{0}")]
+    Selector(String),
+    /// A durable subscription needs the connection's client id.
+    #[error("a durable subscription needs a client id on the connection")]
+    ClientIdRequired,
+    /// The durable subscription has a live consumer already.
+    #[error("durable subscription '{0}' already has an active consumer")]
+    InUse(String),
+    /// No durable subscription of that name.
+    #[error("no durable subscription named '{0}' for this client id")]
+    UnknownDurable(String),
+    /// Durable subscriptions are for topics.
+    #[error("durable subscriptions are made on topics, not queues")]
+    DurableQueue,
+    /// The destination is not a valid name or pattern.
+    #[error("{0}")]
+    Destination(String),
+    /// A temporary queue or topic of another connection.
+    #[error("'{0}' is a temporary destination of another connection: only it may consume")]
+    NotOwner(String),
+}
+
+/// What a SUBSCRIBE asks for, as the broker needs it.
+pub struct SubscribeRequest<'a> {
+    /// Topic or queue.
+    pub kind: DestinationKind,
+    /// A queue name, or a topic name or pattern.
+    pub destination: &'a str,
+    /// The selector, parsed by [`Broker::parse_selector`](super::Broker::parse_selector).
+    pub selector: Option<Arc<Selector>>,
+    /// Deliveries are tracked until acknowledged.
+    pub acknowledged: bool,
+    /// Credit; 0 = the configured default.
+    pub prefetch: u32,
+    /// Durable subscription name; empty = not durable.
+    pub durable_name: &'a str,
+    /// The connection's client id.
+    pub client_id: &'a str,
+    /// The connection's user ("" = anonymous): a durable subscription it
+    /// makes is theirs.
+    pub user: &'a str,
+    /// A temporary queue of this connection.
+    pub temporary: bool,
+    /// The named subscription is shared.
+    pub shared: bool,
+    /// A shared named subscription is durable.
+    pub durable: bool,
+    /// The connection's backlog signal, for a subscription whose
+    /// publishers should pause while the connection drains a backlog.
+    pub backlog: Option<Arc<Backlog>>,
+}
+
+impl SubscribeRequest<'_> {
+    /// The selector's text; empty = none.
+    pub fn selector_text(&self) -> &str {
+        self.selector.as_ref().map_or("", |s| s.source())
+    }
+}
