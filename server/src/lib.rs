@@ -6,13 +6,15 @@
 //! - [`net`]: the acceptor thread and the worker threads: bytes in, frames
 //!   out, and the connections they own.
 //! - [`frontend`]: what a protocol front-end works with: the server-wide
-//!   state, the queue it answers on, the notices that reach a worker.
+//!   state, the queue it answers on, the notices that reach a worker, and
+//!   the operations (publish, subscribe, settle, commit) every protocol
+//!   maps its frames onto.
 //! - [`handlers`]: one function per native frame kind, on `frontend`.
 //! - [`broker`]: routing, the topic tree and strict mode, and the
 //!   deliveries it hands the workers (`broker::delivery`). No sockets.
 //! - [`session`]: per-connection protocol state.
 //! - [`store`]: persistence: the storage trait and the embedded journal.
-//! - [`stomp`]: the STOMP protocol's handlers, on the same broker.
+//! - [`stomp`]: the STOMP front-end, on `frontend` like `handlers`.
 //! - [`auth`]: users, passwords and permissions.
 //! - [`config`]: the settings of `herald.toml`.
 //! - [`admin`]: the management interface: JSON API, metrics, console.

@@ -151,7 +151,7 @@ impl Server {
         // Before any connection is accepted: no subscription goes untold.
         let cluster = match shared.config.cluster.enabled() {
             true => {
-                let handle = crate::cluster::start(&shared.config.cluster, &shared)?;
+                let handle = crate::cluster::threads::start(&shared.config.cluster, &shared)?;
                 Some(handle)
             }
             false => None,
@@ -287,7 +287,7 @@ pub struct ServerHandle {
     workers: Arc<[WorkerHandle]>,
     acceptor_waker: Waker,
     threads: Vec<JoinHandle<()>>,
-    cluster: Option<crate::cluster::ClusterHandle>,
+    cluster: Option<crate::cluster::threads::ClusterHandle>,
     stopped: AtomicBool,
 }
 

@@ -13,7 +13,7 @@ use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, Messa
 use serde::Deserialize;
 use serde_json::{json, Value as Json_};
 
-use super::{ApiError, AppState, Route};
+use super::state::{process_footprint, reload as reload_config, ApiError, AppState, Route, Sample};
 use crate::broker::delivery::Deliveries;
 use crate::broker::{Room, RouteError};
 use crate::cluster::settings::Change;
@@ -82,20 +82,6 @@ fn totals(state: &AppState) -> (u64, u64, u64) {
             d + s.dropped.load(Ordering::Relaxed),
         )
     })
-}
-
-/// One second of history.
-#[derive(Debug, Clone)]
-pub(crate) struct Sample {
-    at: f64,
-    messages_in: u64,
-    messages_out: u64,
-    in_rate: f64,
-    out_rate: f64,
-    /// Queue name → (depth, enqueued, acknowledged, enqueue rate, dequeue rate).
-    queues: BTreeMap<String, (usize, u64, u64, f64, f64)>,
-    /// Topic name → (messages published, publish rate).
-    topics: BTreeMap<String, (u64, f64)>,
 }
 
 /// Takes a sample a second, for rates and the console's chart.
@@ -177,7 +163,7 @@ async fn server(State(state): State<AppState>) -> ApiResult {
                 "queue_claimed": load(&st.claimed),
             })
         }),
-        "process": super::process_footprint().map(|(rss_bytes, threads)| json!({
+        "process": process_footprint().map(|(rss_bytes, threads)| json!({
             "rss_bytes": rss_bytes,
             "threads": threads,
         })),
@@ -526,7 +512,7 @@ fn shared_queue<'a>(state: &'a AppState, name: &str) -> Option<&'a crate::cluste
 async fn take(
     cluster: &crate::cluster::Cluster,
     name: &str,
-) -> Result<Option<Vec<crate::cluster::queues::Held>>, ApiError> {
+) -> Result<Option<Vec<crate::cluster::requests::Held>>, ApiError> {
     const ROUND: usize = 1000;
     super::shared::from_cluster(|done| cluster.take(name, ROUND, done)).await
 }
@@ -690,7 +676,7 @@ async fn publish(
 
 async fn reload(State(state): State<AppState>) -> ApiResult {
     let file =
-        super::reload(&state.shared, state.cluster.as_deref()).map_err(ApiError::bad_request)?;
+        reload_config(&state.shared, state.cluster.as_deref()).map_err(ApiError::bad_request)?;
     lock(&state.logins).clear();
     Ok(Json(json!({"reloaded": file})))
 }

@@ -12,7 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::AppState;
+use super::state::{process_footprint, AppState};
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -98,7 +98,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
             );
         }
     }
-    if let Some((rss, threads)) = super::process_footprint() {
+    if let Some((rss, threads)) = process_footprint() {
         let (rss, threads) = (rss as i64, threads as i64);
         gauge(
             &mut r,

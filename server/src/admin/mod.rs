@@ -23,13 +23,16 @@ mod console;
 mod metrics;
 mod openapi;
 mod shared;
+mod state;
 mod tls;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::hash::{BuildHasher, Hasher, RandomState};
+pub use state::{process_footprint, reload, Addresses};
+use state::{ApiError, AppState, PeerAddr};
+
+use std::hash::RandomState;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use axum::extract::{Request, State};
@@ -37,52 +40,14 @@ use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
-use axum::{Json, Router};
+use axum::Router;
 use base64::Engine;
-use herald_protocol::DestinationKind;
 
 use crate::config::AdminSection;
 use crate::origins;
-use crate::sync::lock;
 
-use crate::auth::{LoginError, Principal};
-use crate::broker::delivery::Deliveries;
 use crate::cluster::Cluster;
 use crate::frontend::Shared;
-
-/// The listeners' addresses, for `/api/server`.
-#[derive(Debug, Clone, Default)]
-pub struct Addresses {
-    /// Native protocol.
-    pub native: Option<SocketAddr>,
-    /// STOMP.
-    pub stomp: Option<SocketAddr>,
-    /// STOMP over WebSocket.
-    pub stomp_ws: Option<SocketAddr>,
-    /// Native over TLS.
-    pub tls: Option<SocketAddr>,
-    /// This interface.
-    pub admin: Option<SocketAddr>,
-}
-
-/// What every request handler sees.
-#[derive(Clone)]
-pub(crate) struct AppState {
-    shared: Arc<Shared>,
-    /// The link to the other nodes, in cluster mode.
-    cluster: Option<Arc<Cluster>>,
-    addresses: Addresses,
-    history: Arc<Mutex<VecDeque<api::Sample>>>,
-    /// Verified (user, password hash, auth generation) → principal:
-    /// Argon2 costs tens of milliseconds, too much for every request; a
-    /// reload makes earlier entries miss.
-    logins: Arc<Mutex<Logins>>,
-    hasher: RandomState,
-    /// The journal's latency histograms, for `/metrics`.
-    journal: Option<crate::store::JournalMetrics>,
-    /// `/openapi.json`, made from the route table at start.
-    openapi: Arc<serde_json::Value>,
-}
 
 /// The running interface.
 pub struct Admin {
@@ -183,19 +148,6 @@ impl Drop for Admin {
     }
 }
 
-/// One route: its path, method, what it does, and its handler.
-pub(crate) struct Route {
-    pub(crate) path: &'static str,
-    pub(crate) method: Method,
-    pub(crate) summary: &'static str,
-    /// It reads a JSON request body.
-    pub(crate) takes_body: bool,
-    pub(crate) handler: MethodRouter<AppState>,
-}
-
-/// Verified logins: (user, password hash, auth generation) → principal.
-type Logins = HashMap<(String, u64, u64), Principal>;
-
 /// The router, built from the same table as the OpenAPI document.
 fn router(state: AppState) -> Router {
     let mut by_path: Vec<(&'static str, MethodRouter<AppState>)> = Vec::new();
@@ -213,64 +165,6 @@ fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)
-}
-
-/// An error answer: its status and a JSON body saying why.
-#[derive(Debug)]
-pub(crate) struct ApiError {
-    status: StatusCode,
-    message: String,
-}
-
-impl ApiError {
-    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            message: message.into(),
-        }
-    }
-
-    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, message)
-    }
-
-    pub(crate) fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::NOT_FOUND, message)
-    }
-
-    pub(crate) fn conflict(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::CONFLICT, message)
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = Json(serde_json::json!({
-            "status": self.status.as_u16(),
-            "error": self.message,
-        }));
-        let mut response = (self.status, body).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Basic realm=\"herald\""),
-            );
-        }
-        response
-    }
-}
-
-/// The address a request came from, over plain TCP or TLS.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PeerAddr(pub(crate) SocketAddr);
-
-impl
-    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>>
-    for PeerAddr
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> PeerAddr {
-        PeerAddr(*stream.remote_addr())
-    }
 }
 
 /// Pages any user may read: they say nothing about other clients.
@@ -372,87 +266,4 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         return ApiError::new(StatusCode::FORBIDDEN, why).into_response();
     }
     next.run(request).await
-}
-
-impl AppState {
-    /// Per-destination counters summed across workers.
-    pub(crate) fn destination_counts(
-        &self,
-    ) -> BTreeMap<(DestinationKind, String), crate::frontend::DestinationCounts> {
-        let mut all: BTreeMap<(DestinationKind, String), crate::frontend::DestinationCounts> =
-            BTreeMap::new();
-        for s in &self.shared.stats {
-            for (key, c) in lock(&s.destinations).iter() {
-                let sum = all.entry(key.clone()).or_default();
-                sum.messages_in += c.messages_in;
-                sum.bytes_in += c.bytes_in;
-                sum.deliveries += c.deliveries;
-                sum.bytes_out += c.bytes_out;
-            }
-        }
-        all
-    }
-
-    /// Verifies credentials, from the cache if they were verified before,
-    /// else on the auth thread like any login (one check at a time, the
-    /// same throttling and delays).
-    async fn login(
-        &self,
-        user: &str,
-        password: &str,
-        peer: Option<std::net::IpAddr>,
-    ) -> Result<Principal, LoginError> {
-        let mut h = self.hasher.build_hasher();
-        h.write(password.as_bytes());
-        let key = (user.to_owned(), h.finish(), self.shared.auth.generation());
-        if let Some(p) = lock(&self.logins).get(&key) {
-            return Ok(p.clone());
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let done = Box::new(move |result| {
-            let _ = tx.send(result);
-        });
-        self.shared.auth.check(user, password, peer, done);
-        let verified = rx.await.map_err(|_| LoginError::Stopping)??;
-        lock(&self.logins).insert(key, verified.clone());
-        Ok(verified)
-    }
-
-    /// Hands routed messages to the workers that own their connections.
-    fn route(&self, mut deliveries: Deliveries) {
-        crate::frontend::hand_out(&self.shared, &mut deliveries);
-    }
-}
-
-/// Re-reads the config file the server was started with and applies what
-/// can change without a restart: users, roles and permissions, and the
-/// limits. A file that does not load is refused with the reason, and the
-/// old config stays. Returns the file read.
-pub fn reload(shared: &Shared, cluster: Option<&Cluster>) -> Result<String, String> {
-    let Some(path) = &shared.config.source else {
-        return Err("the server runs on its embedded config: there is no file to reload".into());
-    };
-    let config = crate::Config::load(path).map_err(|e| e.to_string())?;
-    match cluster {
-        // Under the users and roles the cluster shares.
-        Some(cluster) => cluster.reload_auth(shared, config.auth.clone())?,
-        None => shared.auth.reload(&config.auth)?,
-    }
-    shared.limits.set(&config);
-    log::info!(
-        "reloaded users, permissions and limits from {}",
-        path.display()
-    );
-    Ok(path.display().to_string())
-}
-
-/// This process's resident memory in bytes and its thread count, from
-/// `/proc/self/status`; `None` where there is no such file.
-pub fn process_footprint() -> Option<(u64, u64)> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let field = |name: &str| -> Option<u64> {
-        let line = status.lines().find_map(|l| l.strip_prefix(name))?;
-        line.trim().trim_end_matches("kB").trim().parse().ok()
-    };
-    Some((field("VmRSS:")? * 1024, field("Threads:")?))
 }

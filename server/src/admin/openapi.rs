@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::{AppState, Route};
+use super::state::{AppState, Route};
 
 /// Serves the document made at start.
 pub(crate) async fn document(State(state): State<AppState>) -> Json<Value> {

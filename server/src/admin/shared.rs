@@ -11,7 +11,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{ApiError, AppState};
+use super::state::{ApiError, AppState};
 use crate::cluster::settings::Change;
 use crate::cluster::Cluster;
 use crate::config::{RoleEntry, UserEntry};

@@ -73,9 +73,11 @@ impl axum::serve::Listener for TlsListener {
 }
 
 impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>>
-    for super::PeerAddr
+    for super::state::PeerAddr
 {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> super::PeerAddr {
-        super::PeerAddr(*stream.remote_addr())
+    fn connect_info(
+        stream: axum::serve::IncomingStream<'_, TlsListener>,
+    ) -> super::state::PeerAddr {
+        super::state::PeerAddr(*stream.remote_addr())
     }
 }

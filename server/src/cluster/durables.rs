@@ -23,6 +23,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use super::common::{query_pipeline, stream_key};
 use crate::broker::DurableRecord;
 
 /// The Redis hash of the registry.
@@ -108,7 +109,7 @@ pub(super) fn write(
         }
         None => {
             pipe.cmd("HDEL").arg(REGISTRY).arg(stream).ignore();
-            pipe.cmd("DEL").arg(super::stream_key(stream)).ignore();
+            pipe.cmd("DEL").arg(stream_key(stream)).ignore();
             pipe.cmd("DEL").arg(alive_set(stream)).ignore();
         }
     }
@@ -143,7 +144,7 @@ pub(super) fn leave(
         .arg(3)
         .arg(&set)
         .arg(REGISTRY)
-        .arg(super::stream_key(stream))
+        .arg(stream_key(stream))
         .arg(if leaving { by.origin.as_str() } else { "" })
         .arg(stream)
         .arg(&by.node_id)
@@ -157,7 +158,7 @@ pub(super) fn leave(
 pub(super) fn load(con: &mut redis::Connection) -> redis::RedisResult<(u64, Vec<DurableRecord>)> {
     let mut pipe = redis::pipe();
     pipe.cmd("GET").arg(EPOCH).cmd("HGETALL").arg(REGISTRY);
-    let answers = super::query_pipeline(con, &pipe, 2)?;
+    let answers = query_pipeline(con, &pipe, 2)?;
     let (epoch, all) = match &answers[..] {
         [epoch, all] => (
             redis::from_redis_value::<Option<u64>>(epoch)?,

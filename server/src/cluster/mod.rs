@@ -1,12 +1,15 @@
 //! Cluster mode: nodes share topics through Redis pub/sub, and queues
 //! through Redis streams (see [`queues`]).
 //!
-//! Modules: `outbound` (the thread that writes to Redis), `inbound` (the
-//! subscriber connection), [`queues`] (the thread that reads shared
-//! queues), `durables` (the subscription registry), [`settings`] (shared
-//! configuration), [`link`] (which Redis: one server or Sentinel's
-//! primary), `resp` (the subscriber's RESP reader). This file holds the
-//! state they share ([`Cluster`]), the interest in topics, and the start.
+//! Modules: [`threads`] (starting and stopping the three threads),
+//! `outbound` (the thread that writes to Redis, fed `commands`), `inbound`
+//! (the subscriber connection), [`queues`] (the thread that reads shared
+//! queues, fed [`requests`]), `peers` (the broker's `Peers`, implemented
+//! by sending those), `durables` (the subscription registry),
+//! [`settings`] (shared configuration), [`link`] (which Redis: one server
+//! or Sentinel's primary), `resp` (the subscriber's RESP reader), `common`
+//! (stream names, pipelined round trips, link state). This file holds the
+//! state the threads share ([`Cluster`]) and the interest in topics.
 //!
 //! Nothing here runs on a worker. A topic message published on this node
 //! is handed to the `herald-cluster-out` thread through a bounded channel
@@ -28,13 +31,18 @@
 //! is logged and shown in `connected`, and messages published meanwhile do
 //! not reach other nodes.
 
+mod commands;
+mod common;
 mod durables;
 mod inbound;
 pub mod link;
 mod outbound;
+mod peers;
 pub mod queues;
+pub mod requests;
 mod resp;
 pub mod settings;
+pub mod threads;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -44,12 +52,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, Bytes, BytesMut};
+use commands::{Command, Outcomes, OUTBOUND_HIGH, OUTBOUND_LOW, OUTBOUND_QUEUE};
+use common::{back_off, link_down, link_up, query_pipeline, reread};
 use herald_protocol::destination::{Pattern, PatternWord};
 use herald_protocol::selector::Selector;
 use herald_protocol::MessageView;
-use inbound::run_inbound;
 use link::Link;
-use outbound::{run_outbound, Command, Outcomes, OUTBOUND_HIGH, OUTBOUND_LOW, OUTBOUND_QUEUE};
 use redis::Value;
 
 use crate::broker::delivery::Deliveries;
@@ -129,12 +137,12 @@ pub struct Cluster {
     /// Commands in `outbound`.
     queued: AtomicUsize,
     /// Shared queues with consumers here.
-    consumed: Mutex<HashMap<String, queues::Consumed>>,
+    consumed: Mutex<HashMap<String, requests::Consumed>>,
     /// The streams of non-durable shared subscriptions, which end when
     /// no node has a consumer.
     ephemeral: Mutex<std::collections::HashSet<String>>,
     /// Work for the queue thread.
-    requests: Sender<queues::Request>,
+    requests: Sender<requests::Request>,
     /// See `ClusterSection::claim_idle_ms`.
     claim_idle: Duration,
     /// Raised while `outbound` is fuller than `OUTBOUND_HIGH`.
@@ -170,146 +178,6 @@ pub struct Cluster {
     pub link: Link,
     /// Replicas that must have what a receipt confirms (Redis `WAIT`).
     min_replicas: u32,
-}
-
-/// The prefix of the Redis stream keys that hold shared queues' and
-/// cluster subscriptions' messages.
-const STREAM_PREFIX: &str = "herald:q:";
-
-/// The Redis stream that holds the messages of the shared queue (or
-/// cluster subscription stream) `name`.
-fn stream_key(name: &str) -> String {
-    format!("{STREAM_PREFIX}{name}")
-}
-
-/// The running cluster threads.
-pub struct ClusterHandle {
-    cluster: Arc<Cluster>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-impl ClusterHandle {
-    /// The cluster link.
-    pub fn cluster(&self) -> &Arc<Cluster> {
-        &self.cluster
-    }
-
-    /// Stops the threads and waits for them: the queue reader first, so
-    /// that what it gives back is sent before the others stop.
-    pub fn stop(self) {
-        let mut threads = self.threads.into_iter();
-        self.cluster.stop_queues.store(true, Ordering::Release);
-        if let Some(queues) = threads.next() {
-            let _ = queues.join();
-        }
-        self.cluster.stop.store(true, Ordering::Release);
-        for t in threads {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Starts the cluster threads for `shared`'s broker and registers the
-/// cluster with it.
-pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<ClusterHandle> {
-    let link = Link::parse(&section.redis)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    // With Sentinel, a wrong sentinel list or service name is a mistake to
-    // report now: a plain Redis that is not up yet is waited for instead.
-    if let Link::Sentinel { .. } = link {
-        link.client().map_err(|e| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotConnected,
-                format!("cluster.redis {}: {e}", section.redis),
-            )
-        })?;
-    }
-    let node_id = section.node_id();
-    let started = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let origin = format!("{node_id}/{started:x}").into_bytes();
-    let (outbound, outbound_rx) = mpsc::channel();
-    let (changes, changes_rx) = mpsc::channel();
-    let (requests, requests_rx) = mpsc::channel();
-    let cluster = Arc::new(Cluster {
-        node_id,
-        origin,
-        next_seq: AtomicU64::new(0),
-        outbound,
-        queued: AtomicUsize::new(0),
-        consumed: Mutex::new(HashMap::new()),
-        ephemeral: Mutex::default(),
-        requests,
-        claim_idle: Duration::from_millis(section.claim_idle_ms.into()),
-        backlog: Arc::default(),
-        interest: Mutex::new(HashMap::new()),
-        own_changed: AtomicBool::new(true),
-        others_changed: AtomicBool::new(true),
-        durables_changed: AtomicBool::new(true),
-        durables_epoch: AtomicU64::new(0),
-        settings_changed: AtomicBool::new(true),
-        settings: Mutex::default(),
-        base_auth: Mutex::new(shared.config.auth.clone()),
-        others: RwLock::default(),
-        changes: Mutex::new(changes),
-        stats: ClusterStats::default(),
-        stop: AtomicBool::new(false),
-        stop_queues: AtomicBool::new(false),
-        min_replicas: section
-            .min_replicas
-            .unwrap_or(u32::from(matches!(link, Link::Sentinel { .. }))),
-        link,
-    });
-    shared.broker.join_cluster(cluster.clone());
-    // The durable subscriptions, before anyone publishes here if Redis
-    // answers now; otherwise once the outbound thread connects.
-    let weak = Arc::downgrade(shared);
-    let loaded = cluster.link.connection().and_then(|mut con| {
-        cluster.sync_durables(&mut con, &weak)?;
-        cluster.sync_settings(&mut con, &weak)
-    });
-    if let Err(e) = loaded {
-        // Refused credentials do not pass by waiting: say so now.
-        let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
-            || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
-        if refused {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                format!(
-                    "cluster.redis: Redis refuses this node ({e}); give the password in the URL (redis://:PASSWORD@host:port)"
-                ),
-            ));
-        }
-        log::warn!("cluster: Redis does not answer yet ({e}); going on");
-    }
-    let out = {
-        let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
-        std::thread::Builder::new()
-            .name("herald-cluster-out".into())
-            .spawn(move || run_outbound(&cluster, &outbound_rx, &shared))?
-    };
-    let inbound = {
-        let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
-        std::thread::Builder::new()
-            .name("herald-cluster-in".into())
-            .spawn(move || run_inbound(&cluster, &changes_rx, &shared))?
-    };
-    let queues = {
-        let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
-        std::thread::Builder::new()
-            .name("herald-cluster-q".into())
-            .spawn(move || queues::run(&cluster, &requests_rx, &shared))?
-    };
-    log::info!(
-        "cluster: node {} through {}",
-        cluster.node_id,
-        section.redis
-    );
-    Ok(ClusterHandle {
-        cluster,
-        threads: vec![queues, out, inbound],
-    })
 }
 
 /// The globs other nodes subscribe to, and which topics they cover.
@@ -530,15 +398,15 @@ impl Cluster {
 
     /// Lists every shared queue in Redis with its stream's length and
     /// unacknowledged entries; `done` runs on the queue thread.
-    pub fn streams(&self, done: queues::StreamsDone) {
-        self.ask(queues::Request::Streams { done });
+    pub fn streams(&self, done: requests::StreamsDone) {
+        self.ask(requests::Request::Streams { done });
     }
 
     /// Takes up to `limit` messages of a shared queue that no node has
-    /// read (see `queues::Request::Take`); `done` runs on the queue
+    /// read (see `requests::Request::Take`); `done` runs on the queue
     /// thread. Each must then be settled or given back.
-    pub fn take(&self, queue: &str, limit: usize, done: queues::TakeDone) {
-        self.ask(queues::Request::Take {
+    pub fn take(&self, queue: &str, limit: usize, done: requests::TakeDone) {
+        self.ask(requests::Request::Take {
             queue: queue.to_owned(),
             limit,
             done,
@@ -547,7 +415,7 @@ impl Cluster {
 
     /// Gives messages this node took back to a shared queue, with their
     /// delivery counts, for any node.
-    pub fn give_back(&self, queue: &str, messages: Vec<queues::Held>) {
+    pub fn give_back(&self, queue: &str, messages: Vec<requests::Held>) {
         if !messages.is_empty() {
             self.send(Command::Release {
                 queue: queue.to_owned(),
@@ -556,7 +424,7 @@ impl Cluster {
         }
     }
 
-    fn ask(&self, request: queues::Request) {
+    fn ask(&self, request: requests::Request) {
         if let Err(mpsc::SendError(request)) = self.requests.send(request) {
             request.fail("the cluster link stopped");
         }
@@ -614,130 +482,6 @@ impl Cluster {
         if left <= OUTBOUND_LOW || !self.stats.connected_out.load(Ordering::Relaxed) {
             self.backlog.set(false);
         }
-    }
-}
-
-impl Peers for Cluster {
-    /// See `queues::Request::Browse`: `done` runs on the queue thread.
-    fn browse(&self, queue: &str, selector: Option<Arc<Selector>>, limit: usize, done: BrowseDone) {
-        self.ask(queues::Request::Browse {
-            queue: queue.to_owned(),
-            selector,
-            limit,
-            done,
-        });
-    }
-
-    fn published(&self, topic: &str, block: &Bytes) -> Option<Arc<Backlog>> {
-        if !self.wanted(topic) {
-            return None;
-        }
-        // While Redis is away nobody drains the queue: publishers go on,
-        // and what the queue cannot take is dropped.
-        if self.queued.load(Ordering::Relaxed) >= OUTBOUND_QUEUE {
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-            return self.backlog.is_high().then(|| self.backlog.clone());
-        }
-        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        let mut payload = BytesMut::with_capacity(1 + self.origin.len() + 8 + block.len());
-        payload.put_u8(self.origin.len() as u8);
-        payload.put_slice(&self.origin);
-        payload.put_u64(seq);
-        payload.put_slice(block);
-        let queued = self.send(Command::Publish {
-            channel: format!("{CHANNEL}{topic}"),
-            payload: payload.freeze(),
-        });
-        self.pressure(queued)
-    }
-
-    fn interest(&self, pattern: &Pattern, interested: bool) {
-        let glob = redis_glob(pattern);
-        let mut interest = lock(&self.interest);
-        let count = interest.entry(glob.clone()).or_default();
-        let changed = if interested {
-            *count += 1;
-            *count == 1
-        } else {
-            *count = count.saturating_sub(1);
-            *count == 0
-        };
-        if *count == 0 {
-            interest.remove(&glob);
-        }
-        if changed {
-            self.own_changed.store(true, Ordering::Release);
-            let changes = lock(&self.changes);
-            let _ = changes.send((glob, interested));
-        }
-    }
-
-    fn queue_send(
-        &self,
-        queue: &str,
-        block: &Bytes,
-        from: Option<ConnectionRef>,
-    ) -> Option<Arc<Backlog>> {
-        let queued = self.send(Command::Append {
-            queue: queue.to_owned(),
-            block: block.clone(),
-            from,
-        });
-        self.pressure(queued)
-    }
-
-    fn commit(&self, changes: SharedChanges, from: Option<ConnectionRef>) {
-        self.send(Command::Commit { changes, from });
-    }
-
-    fn settle(&self, queue: &str, entry: EntryId) {
-        self.send(Command::Settle {
-            queue: queue.to_owned(),
-            entry,
-        });
-    }
-
-    fn barrier(&self, from: Option<ConnectionRef>, done: Completion) {
-        self.send(Command::Barrier { from, done });
-    }
-
-    fn consuming(&self, name: &str, queue: &SharedQueue, attached: bool) {
-        queues::consuming(self, name, queue, attached);
-    }
-
-    fn durable(&self, stream: &str, record: Option<&DurableRecord>) {
-        let mut ephemeral = lock(&self.ephemeral);
-        match record {
-            Some(r) if !r.durable => ephemeral.insert(stream.to_owned()),
-            _ => ephemeral.remove(stream),
-        };
-        drop(ephemeral);
-        self.send(Command::Registry {
-            stream: stream.to_owned(),
-            record: record.cloned(),
-            by: self.member(),
-        });
-    }
-
-    fn durables_epoch(&self) -> u64 {
-        self.durables_epoch.load(Ordering::Acquire)
-    }
-
-    fn recheck(
-        &self,
-        topic: &str,
-        block: &Bytes,
-        seen: (u64, Vec<String>),
-        from: Option<ConnectionRef>,
-    ) {
-        let (epoch, appended) = seen;
-        self.send(Command::Recheck {
-            topic: topic.to_owned(),
-            block: block.clone(),
-            epoch,
-            appended,
-            from,
-        });
     }
 }
 
@@ -812,88 +556,6 @@ fn glob_matches(glob: &[u8], text: &[u8]) -> bool {
         }
     }
     glob[g..].iter().all(|&c| c == b'*')
-}
-
-/// Sends `pipe` and reads its answers, giving up at the first that does
-/// not come. (The `redis` crate's own reading goes on to wait
-/// `ANSWER_TIMEOUT` for each of the others, which on a silent server adds
-/// up to five seconds a command.) Returns the last `keep` answers, or the
-/// first error Redis answered with; on an I/O error the connection is
-/// done with.
-fn query_pipeline(
-    con: &mut redis::Connection,
-    pipe: &redis::Pipeline,
-    keep: usize,
-) -> redis::RedisResult<Vec<Value>> {
-    let n = pipe.cmd_iter().count();
-    con.send_packed_command(&pipe.get_packed_pipeline())?;
-    let mut kept = Vec::with_capacity(keep);
-    let mut refused = None;
-    for i in 0..n {
-        let answer = con.recv_response()?;
-        if let Value::ServerError(e) = &answer {
-            refused.get_or_insert_with(|| redis::RedisError::from(e.clone()));
-        }
-        if i + keep >= n {
-            kept.push(answer);
-        }
-    }
-    match refused {
-        Some(e) => Err(e),
-        None => Ok(kept),
-    }
-}
-
-/// Reads something from Redis again if `changed` says so, and hands it
-/// to `apply`; a failed read leaves `changed` set for the next try.
-fn reread<T>(
-    changed: &AtomicBool,
-    load: impl FnOnce() -> redis::RedisResult<T>,
-    apply: impl FnOnce(T),
-) -> redis::RedisResult<()> {
-    if !changed.swap(false, Ordering::AcqRel) {
-        return Ok(());
-    }
-    match load() {
-        Ok(loaded) => {
-            apply(loaded);
-            Ok(())
-        }
-        Err(e) => {
-            changed.store(true, Ordering::Relaxed);
-            Err(e)
-        }
-    }
-}
-
-/// Sleeps before reconnecting, longer each time up to two seconds; false
-/// if the cluster stops meanwhile.
-fn back_off(stop: &AtomicBool, attempt: &mut u32) -> bool {
-    let delay = Duration::from_millis(100u64 << (*attempt).min(4)).min(Duration::from_secs(2));
-    *attempt += 1;
-    let mut slept = Duration::ZERO;
-    while slept < delay {
-        if stop.load(Ordering::Acquire) {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        slept += Duration::from_millis(20);
-    }
-    !stop.load(Ordering::Acquire)
-}
-
-/// Marks one side of the link up, and says so when it changes.
-fn link_up(flag: &AtomicBool, side: &str) {
-    if !flag.swap(true, Ordering::AcqRel) {
-        log::info!("cluster: {side} connected to Redis");
-    }
-}
-
-/// See [`link_up`].
-fn link_down(flag: &AtomicBool, side: &str, why: impl std::fmt::Display) {
-    if flag.swap(false, Ordering::AcqRel) {
-        log::warn!("cluster: {side} lost Redis ({why}); reconnecting");
-    }
 }
 
 #[cfg(test)]

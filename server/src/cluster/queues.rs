@@ -24,7 +24,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -33,10 +33,13 @@ use herald_protocol::selector::Selector;
 use herald_protocol::{DestinationKind, MessageView};
 use redis::Value;
 
-use super::{back_off, link_down, link_up, stream_key, Cluster, Command, STREAM_PREFIX};
+use super::commands::Command;
+use super::common::{back_off, link_down, link_up, query_pipeline, stream_key, STREAM_PREFIX};
+use super::requests::{Consumed, Held, Request};
+use super::Cluster;
 use crate::broker::delivery::Deliveries;
 use crate::broker::queue::QueuedMessage;
-use crate::broker::{is_durable_stream, BrowseDone, EntryId, SharedQueue};
+use crate::broker::{is_durable_stream, EntryId, SharedQueue};
 use crate::frontend::{hand_out, Shared};
 use crate::sync::lock;
 
@@ -52,62 +55,6 @@ const READ_MAX: usize = 256;
 const HOLD: usize = 2 * READ_MAX;
 /// Entry ids per `XCLAIM` at most.
 const CLAIM_CHUNK: usize = 512;
-
-/// Work for the queue thread from the rest of the server.
-pub(super) enum Request {
-    /// The messages of a shared queue, for a browser.
-    Browse {
-        queue: String,
-        selector: Option<Arc<Selector>>,
-        limit: usize,
-        done: BrowseDone,
-    },
-    /// Every shared queue in Redis, with its stream's length and its
-    /// unacknowledged entries.
-    Streams { done: StreamsDone },
-    /// Takes up to `limit` messages of a shared queue that no node has
-    /// read, for this node to settle or give back (purge, replay).
-    Take {
-        queue: String,
-        limit: usize,
-        done: TakeDone,
-    },
-}
-
-/// Called with the messages taken (`None`: there is no such queue), or
-/// why there are none.
-pub type TakeDone = Box<dyn FnOnce(Result<Option<Vec<Held>>, String>) + Send>;
-
-/// Called with (queue, stream length, unacknowledged entries) per shared
-/// queue, or why Redis did not say.
-pub type StreamsDone = Box<dyn FnOnce(Result<Vec<(String, u64, u64)>, String>) + Send>;
-
-impl Request {
-    /// Answers that Redis is away.
-    pub(super) fn fail(self, why: &str) {
-        match self {
-            Request::Browse { done, .. } => done(Err(format!("Redis is not available: {why}"))),
-            Request::Streams { done } => done(Err(format!("Redis is not available: {why}"))),
-            Request::Take { done, .. } => done(Err(format!("Redis is not available: {why}"))),
-        }
-    }
-}
-
-/// A shared queue with consumers on this node.
-pub(super) struct Consumed {
-    queue: SharedQueue,
-    consumers: usize,
-}
-
-/// A message this node read from a stream, to settle or give back.
-pub struct Held {
-    /// Its entry.
-    pub entry: EntryId,
-    /// The message block.
-    pub block: Bytes,
-    /// Times it was delivered before.
-    pub deliveries: u32,
-}
 
 /// Adds the commands that append `block` to `queue`'s stream, with the
 /// times it was delivered before (none for a new message).
@@ -343,7 +290,7 @@ impl Reader<'_> {
                 super::durables::mark_alive(&mut pipe, name, &self.member);
             }
         }
-        super::query_pipeline(self.con, &pipe, 0)?;
+        query_pipeline(self.con, &pipe, 0)?;
         for name in left {
             if self.alive.remove(name) {
                 self.leave(name, true)?;
@@ -397,7 +344,7 @@ impl Reader<'_> {
                 messages,
             };
             release.add_to(&mut pipe);
-            if let Err(e) = super::query_pipeline(self.con, &pipe, 0) {
+            if let Err(e) = query_pipeline(self.con, &pipe, 0) {
                 log::warn!("cluster: what this node read from {name} was not given back ({e}); another node claims it later");
             }
         }

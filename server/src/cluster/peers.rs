@@ -1,0 +1,128 @@
+//! The cluster as the broker sees it: [`Peers`], implemented by sending
+//! commands to the outbound thread and requests to the queue thread.
+
+use super::*;
+
+impl Peers for Cluster {
+    /// See `requests::Request::Browse`: `done` runs on the queue thread.
+    fn browse(&self, queue: &str, selector: Option<Arc<Selector>>, limit: usize, done: BrowseDone) {
+        self.ask(requests::Request::Browse {
+            queue: queue.to_owned(),
+            selector,
+            limit,
+            done,
+        });
+    }
+
+    fn published(&self, topic: &str, block: &Bytes) -> Option<Arc<Backlog>> {
+        if !self.wanted(topic) {
+            return None;
+        }
+        // While Redis is away nobody drains the queue: publishers go on,
+        // and what the queue cannot take is dropped.
+        if self.queued.load(Ordering::Relaxed) >= OUTBOUND_QUEUE {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return self.backlog.is_high().then(|| self.backlog.clone());
+        }
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let mut payload = BytesMut::with_capacity(1 + self.origin.len() + 8 + block.len());
+        payload.put_u8(self.origin.len() as u8);
+        payload.put_slice(&self.origin);
+        payload.put_u64(seq);
+        payload.put_slice(block);
+        let queued = self.send(Command::Publish {
+            channel: format!("{CHANNEL}{topic}"),
+            payload: payload.freeze(),
+        });
+        self.pressure(queued)
+    }
+
+    fn interest(&self, pattern: &Pattern, interested: bool) {
+        let glob = redis_glob(pattern);
+        let mut interest = lock(&self.interest);
+        let count = interest.entry(glob.clone()).or_default();
+        let changed = if interested {
+            *count += 1;
+            *count == 1
+        } else {
+            *count = count.saturating_sub(1);
+            *count == 0
+        };
+        if *count == 0 {
+            interest.remove(&glob);
+        }
+        if changed {
+            self.own_changed.store(true, Ordering::Release);
+            let changes = lock(&self.changes);
+            let _ = changes.send((glob, interested));
+        }
+    }
+
+    fn queue_send(
+        &self,
+        queue: &str,
+        block: &Bytes,
+        from: Option<ConnectionRef>,
+    ) -> Option<Arc<Backlog>> {
+        let queued = self.send(Command::Append {
+            queue: queue.to_owned(),
+            block: block.clone(),
+            from,
+        });
+        self.pressure(queued)
+    }
+
+    fn commit(&self, changes: SharedChanges, from: Option<ConnectionRef>) {
+        self.send(Command::Commit { changes, from });
+    }
+
+    fn settle(&self, queue: &str, entry: EntryId) {
+        self.send(Command::Settle {
+            queue: queue.to_owned(),
+            entry,
+        });
+    }
+
+    fn barrier(&self, from: Option<ConnectionRef>, done: Completion) {
+        self.send(Command::Barrier { from, done });
+    }
+
+    fn consuming(&self, name: &str, queue: &SharedQueue, attached: bool) {
+        queues::consuming(self, name, queue, attached);
+    }
+
+    fn durable(&self, stream: &str, record: Option<&DurableRecord>) {
+        let mut ephemeral = lock(&self.ephemeral);
+        match record {
+            Some(r) if !r.durable => ephemeral.insert(stream.to_owned()),
+            _ => ephemeral.remove(stream),
+        };
+        drop(ephemeral);
+        self.send(Command::Registry {
+            stream: stream.to_owned(),
+            record: record.cloned(),
+            by: self.member(),
+        });
+    }
+
+    fn durables_epoch(&self) -> u64 {
+        self.durables_epoch.load(Ordering::Acquire)
+    }
+
+    fn recheck(
+        &self,
+        topic: &str,
+        block: &Bytes,
+        seen: (u64, Vec<String>),
+        from: Option<ConnectionRef>,
+    ) {
+        let (epoch, appended) = seen;
+        self.send(Command::Recheck {
+            topic: topic.to_owned(),
+            block: block.clone(),
+            epoch,
+            appended,
+            from,
+        });
+    }
+}

@@ -1,0 +1,65 @@
+//! What the rest of the server asks of the queue thread (`Request`),
+//! and what it answers with.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use herald_protocol::selector::Selector;
+
+use crate::broker::{BrowseDone, EntryId, SharedQueue};
+
+/// Work for the queue thread from the rest of the server.
+pub(super) enum Request {
+    /// The messages of a shared queue, for a browser.
+    Browse {
+        queue: String,
+        selector: Option<Arc<Selector>>,
+        limit: usize,
+        done: BrowseDone,
+    },
+    /// Every shared queue in Redis, with its stream's length and its
+    /// unacknowledged entries.
+    Streams { done: StreamsDone },
+    /// Takes up to `limit` messages of a shared queue that no node has
+    /// read, for this node to settle or give back (purge, replay).
+    Take {
+        queue: String,
+        limit: usize,
+        done: TakeDone,
+    },
+}
+
+/// Called with the messages taken (`None`: there is no such queue), or
+/// why there are none.
+pub type TakeDone = Box<dyn FnOnce(Result<Option<Vec<Held>>, String>) + Send>;
+
+/// Called with (queue, stream length, unacknowledged entries) per shared
+/// queue, or why Redis did not say.
+pub type StreamsDone = Box<dyn FnOnce(Result<Vec<(String, u64, u64)>, String>) + Send>;
+
+impl Request {
+    /// Answers that Redis is away.
+    pub(super) fn fail(self, why: &str) {
+        match self {
+            Request::Browse { done, .. } => done(Err(format!("Redis is not available: {why}"))),
+            Request::Streams { done } => done(Err(format!("Redis is not available: {why}"))),
+            Request::Take { done, .. } => done(Err(format!("Redis is not available: {why}"))),
+        }
+    }
+}
+
+/// A shared queue with consumers on this node.
+pub(super) struct Consumed {
+    pub(super) queue: SharedQueue,
+    pub(super) consumers: usize,
+}
+
+/// A message this node read from a stream, to settle or give back.
+pub struct Held {
+    /// Its entry.
+    pub entry: EntryId,
+    /// The message block.
+    pub block: Bytes,
+    /// Times it was delivered before.
+    pub deliveries: u32,
+}

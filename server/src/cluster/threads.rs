@@ -1,0 +1,135 @@
+//! Starting the cluster's threads, and stopping them.
+
+use super::inbound::run_inbound;
+use super::outbound::run_outbound;
+use super::*;
+
+/// The running cluster threads.
+pub struct ClusterHandle {
+    cluster: Arc<Cluster>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl ClusterHandle {
+    /// The cluster link.
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
+    /// Stops the threads and waits for them: the queue reader first, so
+    /// that what it gives back is sent before the others stop.
+    pub fn stop(self) {
+        let mut threads = self.threads.into_iter();
+        self.cluster.stop_queues.store(true, Ordering::Release);
+        if let Some(queues) = threads.next() {
+            let _ = queues.join();
+        }
+        self.cluster.stop.store(true, Ordering::Release);
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the cluster threads for `shared`'s broker and registers the
+/// cluster with it.
+pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<ClusterHandle> {
+    let link = Link::parse(&section.redis)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // With Sentinel, a wrong sentinel list or service name is a mistake to
+    // report now: a plain Redis that is not up yet is waited for instead.
+    if let Link::Sentinel { .. } = link {
+        link.client().map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                format!("cluster.redis {}: {e}", section.redis),
+            )
+        })?;
+    }
+    let node_id = section.node_id();
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let origin = format!("{node_id}/{started:x}").into_bytes();
+    let (outbound, outbound_rx) = mpsc::channel();
+    let (changes, changes_rx) = mpsc::channel();
+    let (requests, requests_rx) = mpsc::channel();
+    let cluster = Arc::new(Cluster {
+        node_id,
+        origin,
+        next_seq: AtomicU64::new(0),
+        outbound,
+        queued: AtomicUsize::new(0),
+        consumed: Mutex::new(HashMap::new()),
+        ephemeral: Mutex::default(),
+        requests,
+        claim_idle: Duration::from_millis(section.claim_idle_ms.into()),
+        backlog: Arc::default(),
+        interest: Mutex::new(HashMap::new()),
+        own_changed: AtomicBool::new(true),
+        others_changed: AtomicBool::new(true),
+        durables_changed: AtomicBool::new(true),
+        durables_epoch: AtomicU64::new(0),
+        settings_changed: AtomicBool::new(true),
+        settings: Mutex::default(),
+        base_auth: Mutex::new(shared.config.auth.clone()),
+        others: RwLock::default(),
+        changes: Mutex::new(changes),
+        stats: ClusterStats::default(),
+        stop: AtomicBool::new(false),
+        stop_queues: AtomicBool::new(false),
+        min_replicas: section
+            .min_replicas
+            .unwrap_or(u32::from(matches!(link, Link::Sentinel { .. }))),
+        link,
+    });
+    shared.broker.join_cluster(cluster.clone());
+    // The durable subscriptions, before anyone publishes here if Redis
+    // answers now; otherwise once the outbound thread connects.
+    let weak = Arc::downgrade(shared);
+    let loaded = cluster.link.connection().and_then(|mut con| {
+        cluster.sync_durables(&mut con, &weak)?;
+        cluster.sync_settings(&mut con, &weak)
+    });
+    if let Err(e) = loaded {
+        // Refused credentials do not pass by waiting: say so now.
+        let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"));
+        if refused {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "cluster.redis: Redis refuses this node ({e}); give the password in the URL (redis://:PASSWORD@host:port)"
+                ),
+            ));
+        }
+        log::warn!("cluster: Redis does not answer yet ({e}); going on");
+    }
+    let out = {
+        let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
+        std::thread::Builder::new()
+            .name("herald-cluster-out".into())
+            .spawn(move || run_outbound(&cluster, &outbound_rx, &shared))?
+    };
+    let inbound = {
+        let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
+        std::thread::Builder::new()
+            .name("herald-cluster-in".into())
+            .spawn(move || run_inbound(&cluster, &changes_rx, &shared))?
+    };
+    let queues = {
+        let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
+        std::thread::Builder::new()
+            .name("herald-cluster-q".into())
+            .spawn(move || queues::run(&cluster, &requests_rx, &shared))?
+    };
+    log::info!(
+        "cluster: node {} through {}",
+        cluster.node_id,
+        section.redis
+    );
+    Ok(ClusterHandle {
+        cluster,
+        threads: vec![queues, out, inbound],
+    })
+}
