@@ -28,6 +28,7 @@ pub mod admin;
 pub mod auth;
 pub mod broker;
 pub mod cluster;
+pub mod collections;
 pub mod config;
 pub mod frontend;
 pub mod handlers;
@@ -39,11 +40,6 @@ pub mod stomp;
 pub mod store;
 pub mod sync;
 
-/// The hash map of the per-message path (topic words, subscription and
-/// delivery ids, queue names): foldhash instead of SipHash, several times
-/// faster on such short keys, and still seeded at random so that clients
-/// cannot pick names that collide.
-pub type FastMap<K, V> = foldhash::HashMap<K, V>;
-
+pub use collections::FastMap;
 pub use config::{Config, ConfigError};
 pub use server::{Server, ServerHandle, StartError, Stats};

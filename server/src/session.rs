@@ -1,7 +1,7 @@
 //! What the server knows of one client session, apart from its socket:
 //! whether CONNECT has happened, the negotiated terms, the subscriptions.
 
-use crate::FastMap;
+use crate::collections::FastMap;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

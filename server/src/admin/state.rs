@@ -196,7 +196,7 @@ pub fn reload(shared: &Shared, cluster: Option<&Cluster>) -> Result<String, Stri
     let Some(path) = &shared.config.source else {
         return Err("the server runs on its embedded config: there is no file to reload".into());
     };
-    let config = crate::Config::load(path).map_err(|e| e.to_string())?;
+    let config = crate::config::Config::load(path).map_err(|e| e.to_string())?;
     match cluster {
         // Under the users and roles the cluster shares.
         Some(cluster) => cluster.reload_auth(shared, config.auth.clone())?,

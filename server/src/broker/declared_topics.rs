@@ -4,7 +4,7 @@
 //! too. A publish to an undeclared topic is refused with a message naming
 //! the first word that is not declared, and under which parent.
 
-use crate::FastMap;
+use crate::collections::FastMap;
 
 #[derive(Debug, Default)]
 struct Node {

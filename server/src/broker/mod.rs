@@ -53,8 +53,8 @@ pub use request::{
 pub use stats::{BrokerCounters, LiveSubscription, QueueStats, SubscriptionView};
 pub use topic_tree::{MatchCache, Target, TopicEntry, TopicTree};
 
+use crate::collections::FastMap;
 use crate::sync::{lock, read, write};
-use crate::FastMap;
 use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -16,7 +16,7 @@
 //! order: priority, then sequence number), `in_flight` and `expired`, and a consumer's `in_flight` count is
 //! the number of `in_flight` entries that name it.
 
-use crate::FastMap;
+use crate::collections::FastMap;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 

@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use crate::FastMap;
+use crate::collections::FastMap;
 
 use herald_protocol::destination::{Pattern, PatternWord};
 

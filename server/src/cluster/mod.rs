@@ -187,7 +187,7 @@ struct Others {
     loaded: bool,
     globs: Vec<String>,
     /// Topic → whether a glob covers it.
-    wanted: crate::FastMap<String, bool>,
+    wanted: crate::collections::FastMap<String, bool>,
 }
 
 impl Cluster {
@@ -266,7 +266,7 @@ impl Cluster {
         *others = Others {
             loaded: true,
             globs,
-            wanted: crate::FastMap::default(),
+            wanted: crate::collections::FastMap::default(),
         };
         Ok(())
     }

@@ -18,7 +18,7 @@
 mod mapping;
 pub mod websocket;
 
-use crate::FastMap;
+use crate::collections::FastMap;
 use websocket::WebSocket;
 
 use std::collections::HashMap;

@@ -69,8 +69,8 @@
 //! byte, to the current segment. A crash in between leaves two copies of a
 //! record with one id, which replay treats as one.
 
+use crate::collections::FastMap;
 use crate::sync::lock;
-use crate::FastMap;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
