@@ -6,6 +6,7 @@
 use bytes::Bytes;
 
 use super::address::{ConnectionRef, Subscriber};
+use super::pending::Pending;
 use super::queue::AckRef;
 use super::topic_tree::MatchCache;
 
@@ -41,6 +42,10 @@ pub struct Deliveries {
     seen: Seen,
     /// The topic matches this routing thread found lately.
     pub matches: MatchCache,
+    /// The commit this routing belongs to, from `Broker::begin_atomic`
+    /// to `Broker::end_atomic`: what is journalled and enqueued meanwhile
+    /// waits in it for the commit's end.
+    pub(super) commit: Option<Pending>,
 }
 
 impl Deliveries {
@@ -51,6 +56,7 @@ impl Deliveries {
             wakes: (0..workers).map(|_| Vec::new()).collect(),
             seen: Seen::Nowhere,
             matches: MatchCache::default(),
+            commit: None,
         }
     }
 

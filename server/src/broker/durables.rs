@@ -125,12 +125,12 @@ impl Broker {
         self.leave(&mut self.write_topics(), &d.pattern, d.key);
         for m in lock(&d.queue).drain() {
             if let Some(id) = m.journal_id {
-                self.journal(Record::End { id });
+                self.journal(Record::End { id }, None);
             }
         }
         match &d.kept {
             Kept::No => {}
-            Kept::Journal(id) => self.journal(Record::End { id: *id }),
+            Kept::Journal(id) => self.journal(Record::End { id: *id }, None),
             Kept::Cluster { stream, .. } => {
                 // Its stream goes whole: what this node read of it too.
                 if let (Some(peers), true) = (self.peers.get(), everywhere) {

@@ -111,7 +111,7 @@ impl Broker {
         let mut q = lock(&queue);
         let purged = q.purge();
         for m in &purged {
-            self.ended(name, m);
+            self.ended(name, m, None);
         }
         super::wake_blocked(&mut q, out);
         Some(purged.len())
@@ -131,7 +131,7 @@ impl Broker {
             match self.republish(&m.block, out) {
                 Ok(()) => {
                     moved += 1;
-                    self.ended(name, &m);
+                    self.ended(name, &m, None);
                 }
                 Err(why) => {
                     log::warn!("message in {name} stays: {why}");

@@ -71,7 +71,7 @@ use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, Messa
 use crate::config::Config;
 use crate::store::{Completion, Holder, Record, Recovered, Store};
 use delivery::Deliveries;
-use pending::TRANSACTION;
+use pending::Pending;
 pub use queue::EntryId;
 use queue::{Dispatch, QueueFull, QueuedMessage};
 use registry::{Durable, Kept};
@@ -321,7 +321,7 @@ impl Broker {
                     }
                     Err(e) => {
                         log::warn!("kept durable subscription {client_id}/{name} no longer parses ({e}): dropped");
-                        self.journal(Record::End { id });
+                        self.journal(Record::End { id }, None);
                     }
                 },
                 Record::Enqueue { id, holder, block } => {
@@ -340,7 +340,7 @@ impl Broker {
                         }
                         None => {
                             log::warn!("kept message {id} belongs to {holder:?}, which no longer exists: dropped");
-                            self.journal(Record::End { id });
+                            self.journal(Record::End { id }, None);
                         }
                     }
                 }
@@ -355,18 +355,11 @@ impl Broker {
         }
     }
 
-    /// Appends a record to the store, or to the transaction this thread is
-    /// committing.
-    fn journal(&self, record: Record) {
-        let record = TRANSACTION.with_borrow_mut(|t| match t {
-            Some(pending) => {
-                pending.records.push(record);
-                None
-            }
-            None => Some(record),
-        });
-        if let Some(record) = record {
-            self.store.append(record, None);
+    /// Appends a record to the store, or to the `commit` in progress.
+    fn journal(&self, record: Record, commit: Option<&mut Pending>) {
+        match commit {
+            Some(pending) => pending.records.push(record),
+            None => self.store.append(record, None),
         }
     }
 
@@ -377,10 +370,17 @@ impl Broker {
     /// learns why (an ACK's RECEIPT becomes an ERROR). A stopped journal
     /// writes nothing until the restart that brings it back anyway: it is
     /// not put back then, lest it go round and round.
-    fn acked(&self, queue: &SharedQueue, name: &str, m: QueuedMessage, written: &mut Written) {
-        let in_transaction = TRANSACTION.with_borrow(Option::is_some);
-        let (Some(id), Some(sink), false) = (m.journal_id, self.sink.get(), in_transaction) else {
-            return self.ended(name, &m);
+    /// Inside a `commit`, its `End` goes with the commit's record.
+    fn acked(
+        &self,
+        (queue, name): (&SharedQueue, &str),
+        m: QueuedMessage,
+        written: &mut Written,
+        commit: Option<&mut Pending>,
+    ) {
+        let in_commit = commit.is_some();
+        let (Some(id), Some(sink), false) = (m.journal_id, self.sink.get(), in_commit) else {
+            return self.ended(name, &m, commit);
         };
         let (sink, slot, queue) = (sink.clone(), written.slot(), queue.clone());
         let put_back: Completion = Box::new(move |result| {
@@ -403,21 +403,18 @@ impl Broker {
     }
 
     /// A message leaves `queue` for good: its store record ends, or its
-    /// entry in the queue's Redis stream is settled.
-    fn ended(&self, queue: &str, m: &QueuedMessage) {
+    /// entry in the queue's Redis stream is settled (with the `commit`, if
+    /// one is in progress).
+    fn ended(&self, queue: &str, m: &QueuedMessage, mut commit: Option<&mut Pending>) {
         if let Some(id) = m.journal_id {
-            self.journal(Record::End { id });
+            self.journal(Record::End { id }, commit.as_deref_mut());
         }
         let (Some(entry), Some(peers)) = (m.entry, self.peers.get()) else {
             return;
         };
-        let deferred = TRANSACTION.with_borrow_mut(|t| {
-            t.as_mut()
-                .map(|p| p.shared.settled.push((queue.to_owned(), entry)))
-                .is_some()
-        });
-        if !deferred {
-            peers.settle(queue, entry);
+        match commit {
+            Some(pending) => pending.shared.settled.push((queue.to_owned(), entry)),
+            None => peers.settle(queue, entry),
         }
     }
 
@@ -496,7 +493,7 @@ impl Broker {
                 }
             }
         }
-        let in_transaction = TRANSACTION.with_borrow(Option::is_some);
+        let in_commit = out.commit.is_some();
         let journal_id = match (mode, q.holder()) {
             (DeliveryMode::Persistent, Some(holder)) => {
                 let id = self.store.next_id();
@@ -505,8 +502,8 @@ impl Broker {
                     holder: holder.clone(),
                     block: block.clone(),
                 };
-                if in_transaction {
-                    self.journal(record);
+                if in_commit {
+                    self.journal(record, out.commit.as_mut());
                 } else {
                     // The message enters the queue once it is on disk.
                     let insert = vec![(queue.clone(), block.clone(), Some(id))];
@@ -522,14 +519,10 @@ impl Broker {
             }
             _ => None,
         };
-        if in_transaction {
-            TRANSACTION.with_borrow_mut(|t| {
-                if let Some(pending) = t {
-                    pending
-                        .inserts
-                        .push((queue.clone(), block.clone(), journal_id));
-                }
-            });
+        if let Some(pending) = out.commit.as_mut() {
+            pending
+                .inserts
+                .push((queue.clone(), block.clone(), journal_id));
             return Ok(journal_id.is_some());
         }
         // Under the same lock as the room check: one lock per message.
@@ -607,7 +600,7 @@ impl Broker {
         let removed = write(&self.queues).remove(name);
         if let Some(q) = removed {
             for m in lock(&q).drain() {
-                self.ended(name, &m);
+                self.ended(name, &m, None);
             }
         }
     }

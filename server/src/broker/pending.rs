@@ -1,14 +1,14 @@
-//! A transaction being committed on this thread: what it holds back until
-//! its end (see `transaction`).
-
-use std::cell::RefCell;
+//! A transaction being committed: what it holds back until its end (see
+//! `transaction`). It travels in the routing context, `Deliveries`, from
+//! the commit's beginning to its end, and the broker's functions that
+//! journal or enqueue look there.
 
 use bytes::Bytes;
 
 use super::queue::{EntryId, SharedQueue};
 use crate::store::Record;
 
-/// A transaction being committed on this thread.
+/// A transaction being committed.
 #[derive(Default)]
 pub(super) struct Pending {
     /// Its store records, appended together at the end.
@@ -36,19 +36,7 @@ impl SharedChanges {
     }
 }
 
-thread_local! {
-    /// Set between [`Broker::begin_atomic`](super::Broker::begin_atomic) and [`Broker::end_atomic`](super::Broker::end_atomic) on
-    /// this thread.
-    pub(super) static TRANSACTION: RefCell<Option<Pending>> = const { RefCell::new(None) };
-}
-
-/// A commit in progress on this thread, from [`Broker::begin_atomic`](super::Broker::begin_atomic);
-/// dropped without [`Broker::end_atomic`](super::Broker::end_atomic) (a panic), it is forgotten.
+/// Proof of a commit begun with [`Broker::begin_atomic`](super::Broker::begin_atomic),
+/// to end with [`Broker::end_atomic`](super::Broker::end_atomic).
 #[must_use = "a commit ends with Broker::end_atomic"]
 pub struct Atomic(pub(super) ());
-
-impl Drop for Atomic {
-    fn drop(&mut self) {
-        TRANSACTION.set(None);
-    }
-}

@@ -60,7 +60,7 @@ impl Broker {
             // The copy is written before the original's record ends: a
             // crash between keeps both, not none.
             self.refile_one(&from_name, &m, why, out);
-            self.ended(&from_name, &m);
+            self.ended(&from_name, &m, out.commit.as_mut());
         }
         wake_blocked(&mut lock(from), out);
     }

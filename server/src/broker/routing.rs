@@ -89,7 +89,7 @@ impl Broker {
                 backlog: None,
             });
         };
-        let backlog = self.append_shared(peers, name, block, from);
+        let backlog = self.append_shared(peers, (name, block), from, out.commit.as_mut());
         Ok(Routed {
             // A persistent message's RECEIPT waits for Redis to accept it.
             journaled: mode == DeliveryMode::Persistent,
@@ -99,23 +99,21 @@ impl Broker {
         })
     }
 
-    /// Appends a message to a shared queue's stream, or inside a commit
+    /// Appends a message to a shared queue's stream, or inside a `commit`
     /// keeps it for the commit's end.
     pub(super) fn append_shared(
         &self,
         peers: &Arc<dyn Peers>,
-        name: &str,
-        block: &Bytes,
+        (name, block): (&str, &Bytes),
         from: Option<ConnectionRef>,
+        commit: Option<&mut Pending>,
     ) -> Option<Arc<Backlog>> {
-        let deferred = TRANSACTION.with_borrow_mut(|t| {
-            t.as_mut()
-                .map(|p| p.shared.sends.push((name.to_owned(), block.clone())))
-                .is_some()
-        });
-        match deferred {
-            true => None,
-            false => peers.queue_send(name, block, from),
+        match commit {
+            Some(pending) => {
+                pending.shared.sends.push((name.to_owned(), block.clone()));
+                None
+            }
+            None => peers.queue_send(name, block, from),
         }
     }
 
@@ -212,7 +210,8 @@ impl Broker {
                 Target::Direct(sub) => out.push(*sub, block.clone()),
                 Target::Stream(stream) => {
                     if let (Some(peers), true) = (self.peers.get(), local) {
-                        let backlog = self.append_shared(peers, stream, block, from);
+                        let commit = out.commit.as_mut();
+                        let backlog = self.append_shared(peers, (stream, block), from, commit);
                         routed.journaled |= mode == DeliveryMode::Persistent;
                         if recheck.is_some() {
                             appended.push(stream.clone());

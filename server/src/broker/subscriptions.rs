@@ -195,7 +195,7 @@ impl Broker {
         let mut q = lock(queue);
         for (i, (sub, seq)) in acks.iter().enumerate() {
             match q.acked(sub, *seq) {
-                Some(m) => self.acked(queue, q.name(), m, written),
+                Some(m) => self.acked((queue, q.name()), m, written, out.commit.as_mut()),
                 None => not_held(i),
             }
         }

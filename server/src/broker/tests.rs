@@ -535,7 +535,7 @@ fn a_non_persistent_message_is_not_stored() {
 fn a_commit_stores_its_messages_as_one_record_and_delivers_them_after() {
     let mut h = Harness::new();
     h.subscribe(1, Q, "tx");
-    let atomic = h.broker.begin_atomic();
+    let atomic = h.broker.begin_atomic(&mut h.out);
     for text in ["a", "b"] {
         let v = view(to_queue("tx", text).persistent());
         h.broker
@@ -553,19 +553,38 @@ fn a_commit_stores_its_messages_as_one_record_and_delivers_them_after() {
 fn a_commit_dropped_halfway_leaves_nothing_behind() {
     let mut h = Harness::new();
     h.subscribe(1, Q, "tx");
-    {
-        let _atomic = h.broker.begin_atomic();
-        let v = view(to_queue("tx", "lost").persistent());
-        h.broker
-            .publish(&v, Room::Overfill, Some(conn()), &mut h.out)
-            .unwrap();
-        // Dropped without end_atomic: a panic mid-commit.
-    }
+    let _atomic = h.broker.begin_atomic(&mut h.out);
+    let v = view(to_queue("tx", "lost").persistent());
+    h.broker
+        .publish(&v, Room::Overfill, Some(conn()), &mut h.out)
+        .unwrap();
+    // Never ended: a panic mid-commit ends the worker's thread, and its
+    // routing context, which holds the commit, with it.
+    h.out = Deliveries::new(1);
     assert!(lock(&h.store.records).is_empty());
     assert!(h.delivered().is_empty());
-    // The next publish is not part of a transaction any more.
+    // Routing in another context is not part of that commit.
     h.publish(to_queue("tx", "after").persistent()).unwrap();
     assert_eq!(h.texts_to(1), ["after"]);
+}
+
+#[test]
+fn a_commit_belongs_to_its_routing_context_only() {
+    let mut h = Harness::new();
+    h.subscribe(1, Q, "tx");
+    let mut elsewhere = Deliveries::new(1);
+    let atomic = h.broker.begin_atomic(&mut elsewhere);
+    // Routed through another context meanwhile: stored and queued at once.
+    h.publish(to_queue("tx", "outside").persistent()).unwrap();
+    assert_eq!(lock(&h.store.records).len(), 1);
+    let v = view(to_queue("tx", "inside").persistent());
+    h.broker
+        .publish(&v, Room::Overfill, Some(conn()), &mut elsewhere)
+        .unwrap();
+    assert_eq!(lock(&h.store.records).len(), 1, "held by the commit");
+    let _written = h.broker.end_atomic(atomic, Some(conn()), &mut elsewhere);
+    assert_eq!(lock(&h.store.records).len(), 2, "the commit's one record");
+    assert_eq!(h.texts_to(1), ["outside", "inside"]);
 }
 
 // Durable subscriptions.

@@ -1,19 +1,19 @@
 //! A transaction's commit: between [`Broker::begin_atomic`] and
-//! [`Broker::end_atomic`], what it journals becomes one atomic store
+//! [`Broker::end_atomic`], in the routing context they are given, what it journals becomes one atomic store
 //! record, and the messages it puts in queues become visible only once
 //! that record is appended, so no ACK of one of them can reach the store
 //! ahead of it. In a cluster, its changes to shared queues go to Redis in
 //! one MULTI/EXEC.
 
-use super::pending::{Atomic, Pending, TRANSACTION};
+use super::pending::{Atomic, Pending};
 use super::*;
 
 impl Broker {
-    /// Starts a commit on this thread: until [`Broker::end_atomic`],
-    /// what publishing and settling journal is held back, and so are the
-    /// messages they put in queues.
-    pub fn begin_atomic(&self) -> Atomic {
-        TRANSACTION.set(Some(Pending::default()));
+    /// Starts a commit in the routing context `out`: until
+    /// [`Broker::end_atomic`], what publishing and settling through `out`
+    /// journal is held back, and so are the messages they put in queues.
+    pub fn begin_atomic(&self, out: &mut Deliveries) -> Atomic {
+        out.commit = Some(Pending::default());
         Atomic(())
     }
 
@@ -26,8 +26,8 @@ impl Broker {
         from: Option<ConnectionRef>,
         out: &mut Deliveries,
     ) -> Written {
-        let pending = TRANSACTION.take().unwrap_or_default();
-        drop(atomic);
+        let Atomic(()) = atomic;
+        let pending = out.commit.take().unwrap_or_default();
         let mut written = Written::default();
         // With anything to keep, the transaction's messages (persistent or
         // not) enter their queues together once its record is on disk, or

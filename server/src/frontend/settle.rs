@@ -118,7 +118,7 @@ pub fn commit(
             .has_room(queue, n)
             .map_err(|e| rolled_back(format!("transaction rolled back: {e}")))?;
     }
-    let atomic = broker.begin_atomic();
+    let atomic = broker.begin_atomic(ctx.deliveries);
     for op in ops {
         match op {
             Deferred::Send(view) => {
