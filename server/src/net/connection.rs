@@ -37,6 +37,26 @@ pub enum ReadStatus {
     Closed,
 }
 
+/// Whether a connection is read, and if not, what it waits for: one state,
+/// so that a connection told to close cannot also go on with a held send
+/// or a login.
+pub enum ReadState {
+    /// Read as input comes.
+    Open,
+    /// A SEND waits for room in a full queue. Boxed, as `LoggingIn`: rare,
+    /// and an idle connection should be small.
+    Parked(Box<Parked>),
+    /// A CONNECT whose login is being checked.
+    LoggingIn(Box<Welcome>),
+    /// As a publisher, not read until this subscriber backlog is drained;
+    /// since when.
+    Paused(Arc<Backlog>, Instant),
+    /// No more reading: close once what is queued (owed answers included)
+    /// is written. What it waited for is dropped: a held send was never
+    /// receipted, so its client knows it did not go.
+    Closing,
+}
+
 /// Read buffer an idle connection keeps.
 const KEPT_READ: usize = 64 * 1024;
 
@@ -55,13 +75,8 @@ pub struct Connection {
     pub blocked: bool,
     /// Queued on the worker's list of connections to flush.
     pub dirty: bool,
-    /// No more reading; close once `out` is written.
-    pub closing: bool,
-    /// A SEND waiting for room in a full queue; no reading meanwhile.
-    /// Boxed, as `login`: rare, and an idle connection should be small.
-    pub parked: Option<Box<Parked>>,
-    /// A CONNECT whose login is being checked; no reading meanwhile.
-    pub login: Option<Box<Welcome>>,
+    /// Whether it is read, or what it waits for.
+    pub read: ReadState,
     /// For a STOMP connection, what that protocol needs besides the
     /// session; `None` for the native protocol.
     pub stomp: Option<Box<StompSession>>,
@@ -76,9 +91,6 @@ pub struct Connection {
     /// It stayed behind past the grace period: it no longer makes
     /// publishers pause, until it has drained.
     pub left_behind: bool,
-    /// As a publisher, not read until this subscriber backlog is drained;
-    /// since when.
-    pub paused: Option<(Arc<Backlog>, Instant)>,
     /// The other worker all its recent publishes were delivered on, and
     /// for how many reads in a row.
     pub pull: (usize, u32),
@@ -105,16 +117,13 @@ impl Connection {
             last_write: Instant::now(),
             blocked: false,
             dirty: false,
-            closing: false,
-            parked: None,
-            login: None,
+            read: ReadState::Open,
             stomp,
             tls,
             info,
             identified: false,
             backlogged_since: None,
             left_behind: false,
-            paused: None,
             pull: (0, 0),
             moved_in: None,
         }
@@ -129,10 +138,7 @@ impl Connection {
             && self.session.subscriptions.is_empty()
             && self.session.unacked.is_empty()
             && self.session.pending_receipts == 0
-            && self.parked.is_none()
-            && self.login.is_none()
-            && self.paused.is_none()
-            && !self.closing
+            && matches!(self.read, ReadState::Open)
     }
 
     /// Brings `info` up to date after frames were handled, and gives back
@@ -146,7 +152,8 @@ impl Connection {
             .subscriptions
             .store(subscriptions, Ordering::Relaxed);
         // After the login, if it is checked apart: the user is known then.
-        if !self.identified && self.session.phase == Phase::Connected && self.login.is_none() {
+        let logging_in = matches!(self.read, ReadState::LoggingIn(_));
+        if !self.identified && self.session.phase == Phase::Connected && !logging_in {
             self.identified = true;
             let identity = (
                 self.session.client_id.clone(),
@@ -192,11 +199,11 @@ impl Connection {
             None => handlers::reply_error(&mut self.out, request_id, code, fatal, message),
             Some(stomp) => {
                 stomp.error(&mut self.out, request_id, code, &message);
-                self.closing = true;
+                self.read = ReadState::Closing;
             }
         }
         if fatal {
-            self.closing = true;
+            self.read = ReadState::Closing;
         }
     }
 
@@ -210,7 +217,7 @@ impl Connection {
             handlers::refuse(refusal, &mut self.out, request_id),
             Flow::Close
         ) {
-            self.closing = true;
+            self.read = ReadState::Closing;
         }
     }
 
@@ -225,10 +232,53 @@ impl Connection {
         }
     }
 
-    /// Whether reading waits for something (room in a queue, a login, a
-    /// subscriber's backlog).
-    pub fn waiting(&self) -> bool {
-        self.parked.is_some() || self.login.is_some() || self.paused.is_some()
+    /// Whether it is told to close.
+    pub fn closing(&self) -> bool {
+        matches!(self.read, ReadState::Closing)
+    }
+
+    /// Whether it is read now.
+    pub fn open(&self) -> bool {
+        matches!(self.read, ReadState::Open)
+    }
+
+    /// Stops reading until `state` is over; a connection told to close
+    /// stays closing.
+    pub fn wait_for(&mut self, state: ReadState) {
+        if self.open() {
+            self.read = state;
+        }
+    }
+
+    /// Its held send, if it has one: reading is open again.
+    pub fn take_parked(&mut self) -> Option<Box<Parked>> {
+        match std::mem::replace(&mut self.read, ReadState::Open) {
+            ReadState::Parked(parked) => Some(parked),
+            other => {
+                self.read = other;
+                None
+            }
+        }
+    }
+
+    /// Its CONNECT being checked, if it has one: reading is open again.
+    pub fn take_login(&mut self) -> Option<Box<Welcome>> {
+        match std::mem::replace(&mut self.read, ReadState::Open) {
+            ReadState::LoggingIn(welcome) => Some(welcome),
+            other => {
+                self.read = other;
+                None
+            }
+        }
+    }
+
+    /// Ends its pause, if it is paused; false if it was not.
+    pub fn unpause(&mut self) -> bool {
+        let paused = matches!(self.read, ReadState::Paused(..));
+        if paused {
+            self.read = ReadState::Open;
+        }
+        paused
     }
 
     /// Raises the backlog signal once more than `high` bytes wait to be

@@ -19,7 +19,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
-use super::connection::{Connection, ReadStatus};
+use super::connection::{Connection, ReadState, ReadStatus};
 use super::{Command, WorkerHandle, WAKER};
 use crate::frontend::outbound::{Droppable, WriteStatus};
 use crate::frontend::{ConnInfo, Notice, Protocol, Shared};
@@ -342,7 +342,7 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(slot) else {
             return;
         };
-        if conn.closing || conn.waiting() {
+        if !conn.open() {
             return;
         }
         // A reload may have changed what its user may do.
@@ -399,7 +399,7 @@ impl Worker {
         }
         conn.note();
         match outcome {
-            Ok(Flow::Close) => conn.closing = true,
+            Ok(Flow::Close) => conn.read = ReadState::Closing,
             Ok(_) => {}
             Err(None) => {
                 log::debug!("connection {} closed by peer", conn.serial);
@@ -422,8 +422,9 @@ impl Worker {
     fn carry_on(&mut self, target: ConnectionRef, more: bool, backlog: Option<Arc<Backlog>>) {
         match backlog {
             Some(backlog) => {
-                if let Some(conn) = live(&mut self.conns, target) {
-                    conn.paused = Some((backlog, Instant::now()));
+                let open = live(&mut self.conns, target).filter(|c| c.open());
+                if let Some(conn) = open {
+                    conn.wait_for(ReadState::Paused(backlog, Instant::now()));
                     self.paused.push(target);
                     self.stats()
                         .publisher_pauses
@@ -446,13 +447,12 @@ impl Worker {
         let most = 2 * self.grace();
         let conns = &self.conns;
         let (ready, waiting): (Vec<_>, Vec<_>) = self.paused.drain(..).partition(|target| {
-            let paused = conns
-                .get(target.slot)
-                .filter(|c| c.serial == target.serial)
-                .and_then(|c| c.paused.as_ref());
-            match paused {
-                Some((backlog, since)) => !backlog.is_high() || now.duration_since(*since) >= most,
-                None => true,
+            let conn = conns.get(target.slot).filter(|c| c.serial == target.serial);
+            match conn.map(|c| &c.read) {
+                Some(ReadState::Paused(backlog, since)) => {
+                    !backlog.is_high() || now.duration_since(*since) >= most
+                }
+                _ => true,
             }
         });
         self.paused = waiting;
@@ -460,7 +460,7 @@ impl Worker {
             let Some(conn) = live(&mut self.conns, target) else {
                 continue;
             };
-            if conn.paused.take().is_none() {
+            if !conn.unpause() {
                 continue;
             }
             // Frames it sent before the pause come first; `resume` also
@@ -497,7 +497,7 @@ impl Worker {
             let Some(conn) = live(&mut self.conns, target) else {
                 continue;
             };
-            let Some(parked) = conn.parked.take() else {
+            let Some(parked) = conn.take_parked() else {
                 continue;
             };
             let mut ctx = Context::new(&self.shared, target, &mut self.deliveries);
@@ -608,7 +608,7 @@ impl Worker {
         let Some(conn) = live(&mut self.conns, target) else {
             return;
         };
-        let Some(welcome) = conn.login.take() else {
+        let Some(welcome) = conn.take_login() else {
             return;
         };
         let admitted = result
@@ -673,7 +673,7 @@ impl Worker {
             let live = conn.filter(|c| {
                 // The slot may have been reused, or the subscription
                 // dropped, since the message was routed.
-                !c.closing && c.session.subscriptions.contains_key(&subscription_id)
+                !c.closing() && c.session.subscriptions.contains_key(&subscription_id)
             });
             let Some(conn) = live else {
                 // A queue's message must not vanish with its consumer.
@@ -823,7 +823,7 @@ impl Worker {
             match conn.flush() {
                 // A DISCONNECT's RECEIPT comes after the answers owed for
                 // the frames before it: the connection stays until then.
-                Ok(WriteStatus::Drained) if conn.closing && !conn.out.owes_answers() => {
+                Ok(WriteStatus::Drained) if conn.closing() && !conn.out.owes_answers() => {
                     self.close(slot)
                 }
                 Ok(_) => {
@@ -855,9 +855,8 @@ impl Worker {
             .conns
             .iter()
             .filter(|(_, c)| {
-                c.parked.as_ref().is_some_and(|p| {
-                    (p.for_server && server_ok) || p.since.elapsed() >= block_timeout
-                })
+                matches!(&c.read, ReadState::Parked(p)
+                    if (p.for_server && server_ok) || p.since.elapsed() >= block_timeout)
             })
             .map(|(slot, c)| ConnectionRef {
                 worker: self.index,
@@ -886,15 +885,14 @@ impl Worker {
             .conns
             .iter()
             .filter(|(_, c)| {
-                c.parked.is_none()
-                    && c.paused.is_none()
+                !matches!(c.read, ReadState::Parked(_) | ReadState::Paused(..))
                     && now.duration_since(c.last_read) > c.session.silence_limit
             })
             .map(|(slot, _)| slot)
             .collect();
         for slot in silent {
             let conn = &mut self.conns[slot];
-            if conn.closing {
+            if conn.closing() {
                 // Told to go and still not drained after a whole interval.
                 self.close(slot);
                 continue;
@@ -924,7 +922,7 @@ impl Worker {
             .iter()
             .filter(|(_, c)| {
                 c.session.phase == Phase::AwaitingConnect
-                    && !c.closing
+                    && !c.closing()
                     && deadline.is_some_and(|d| c.info.since < d)
             })
             .map(|(slot, _)| slot)
@@ -1040,9 +1038,9 @@ fn pulled(conn: &mut Connection, seen: Seen, me: usize, shared: &Shared) -> Opti
 fn stop(conn: &mut Connection, flow: Flow) {
     match flow {
         Flow::Continue => {}
-        Flow::Close => conn.closing = true,
-        Flow::Park(parked) => conn.parked = Some(Box::new(parked)),
-        Flow::Login(welcome) => conn.login = Some(Box::new(welcome)),
+        Flow::Close => conn.read = ReadState::Closing,
+        Flow::Park(parked) => conn.wait_for(ReadState::Parked(Box::new(parked))),
+        Flow::Login(welcome) => conn.wait_for(ReadState::LoggingIn(Box::new(welcome))),
     }
 }
 
@@ -1051,7 +1049,7 @@ fn stop(conn: &mut Connection, flow: Flow) {
 /// triggering will not report bytes that arrived while it waited).
 fn resume(decoders: &Decoders, conn: &mut Connection, ctx: &mut Context<'_>, flow: Flow) -> bool {
     let flow = match flow {
-        Flow::Continue if !conn.closing => decode_all(decoders, conn, ctx),
+        Flow::Continue if !conn.closing() => decode_all(decoders, conn, ctx),
         Flow::Continue => Flow::Close,
         other => other,
     };
