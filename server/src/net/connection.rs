@@ -252,21 +252,27 @@ impl Connection {
 
     /// Its held send, if it has one: reading is open again.
     pub fn take_parked(&mut self) -> Option<Box<Parked>> {
-        match std::mem::replace(&mut self.read, ReadState::Open) {
-            ReadState::Parked(parked) => Some(parked),
-            other => {
-                self.read = other;
-                None
-            }
-        }
+        self.take_waiting(|state| match state {
+            ReadState::Parked(parked) => Ok(parked),
+            other => Err(other),
+        })
     }
 
     /// Its CONNECT being checked, if it has one: reading is open again.
     pub fn take_login(&mut self) -> Option<Box<Welcome>> {
-        match std::mem::replace(&mut self.read, ReadState::Open) {
-            ReadState::LoggingIn(welcome) => Some(welcome),
-            other => {
-                self.read = other;
+        self.take_waiting(|state| match state {
+            ReadState::LoggingIn(welcome) => Ok(welcome),
+            other => Err(other),
+        })
+    }
+
+    /// What it waits for, if `pick` takes it (reading is open again);
+    /// else the state stays.
+    fn take_waiting<T>(&mut self, pick: fn(ReadState) -> Result<T, ReadState>) -> Option<T> {
+        match pick(std::mem::replace(&mut self.read, ReadState::Open)) {
+            Ok(taken) => Some(taken),
+            Err(state) => {
+                self.read = state;
                 None
             }
         }
