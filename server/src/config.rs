@@ -282,10 +282,43 @@ pub enum RedisUrl {
     },
 }
 
+/// What is wrong with a `cluster.redis` URL; each names the URL.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RedisUrlError {
+    /// Neither `redis://` nor `redis+sentinel://`.
+    #[error("{0:?} is not a redis:// or redis+sentinel:// URL")]
+    Scheme(String),
+    /// Credentials other than `:password@`.
+    #[error("{0:?}: credentials are \":password@\"")]
+    Credentials(String),
+    /// A sentinel URL without `/SERVICE`.
+    #[error("{0:?} names no service (…/SERVICE)")]
+    NoService(String),
+    /// An empty service name, or one with a `/`.
+    #[error("{0:?}: the service name is missing or has a '/'")]
+    BadService(String),
+    /// A sentinel address that is not `HOST:PORT`.
+    #[error("{url:?}: {sentinel:?} is not HOST:PORT")]
+    NotHostPort {
+        /// The URL.
+        url: String,
+        /// The address in it.
+        sentinel: String,
+    },
+    /// A `redis://` URL the Redis client does not take.
+    #[error("{url:?}: {why}")]
+    Redis {
+        /// The URL.
+        url: String,
+        /// The client's reason.
+        why: String,
+    },
+}
+
 impl RedisUrl {
     /// Parses a `redis://` or `redis+sentinel://` URL, or says what is
     /// wrong with it.
-    pub fn parse(url: &str) -> Result<RedisUrl, String> {
+    pub fn parse(url: &str) -> Result<RedisUrl, RedisUrlError> {
         if let Some(rest) = url.strip_prefix("redis+sentinel://") {
             let (auth, rest) = match rest.rsplit_once('@') {
                 Some((auth, rest)) => (Some(auth), rest),
@@ -294,16 +327,16 @@ impl RedisUrl {
             let password = match auth {
                 Some(a) => Some(
                     a.strip_prefix(':')
-                        .ok_or_else(|| format!("{url:?}: credentials are \":password@\""))?
+                        .ok_or_else(|| RedisUrlError::Credentials(url.to_owned()))?
                         .to_owned(),
                 ),
                 None => None,
             };
             let (hosts, service) = rest
                 .split_once('/')
-                .ok_or_else(|| format!("{url:?} names no service (…/SERVICE)"))?;
+                .ok_or_else(|| RedisUrlError::NoService(url.to_owned()))?;
             if service.is_empty() || service.contains('/') {
-                return Err(format!("{url:?}: the service name is missing or has a '/'"));
+                return Err(RedisUrlError::BadService(url.to_owned()));
             }
             let sentinels: Vec<String> = hosts.split(',').map(str::to_owned).collect();
             for s in &sentinels {
@@ -311,7 +344,10 @@ impl RedisUrl {
                     .rsplit_once(':')
                     .map(|(host, port)| (host, port.parse::<u16>()));
                 if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
-                    return Err(format!("{url:?}: {s:?} is not HOST:PORT"));
+                    return Err(RedisUrlError::NotHostPort {
+                        url: url.to_owned(),
+                        sentinel: s.clone(),
+                    });
                 }
             }
             return Ok(RedisUrl::Sentinel {
@@ -321,11 +357,12 @@ impl RedisUrl {
             });
         }
         if !url.starts_with("redis://") {
-            return Err(format!(
-                "{url:?} is not a redis:// or redis+sentinel:// URL"
-            ));
+            return Err(RedisUrlError::Scheme(url.to_owned()));
         }
-        redis::Client::open(url).map_err(|e| e.to_string())?;
+        redis::Client::open(url).map_err(|e| RedisUrlError::Redis {
+            url: url.to_owned(),
+            why: e.to_string(),
+        })?;
         Ok(RedisUrl::Direct(url.to_owned()))
     }
 }
@@ -631,7 +668,7 @@ impl Config {
         // RESP reader (cluster::resp), which speaks no TLS.
         if self.cluster.enabled() {
             if let Err(why) = RedisUrl::parse(&self.cluster.redis) {
-                return invalid("cluster.redis", why);
+                return invalid("cluster.redis", why.to_string());
             }
         }
         let id = &self.cluster.node_id;

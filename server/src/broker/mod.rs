@@ -43,7 +43,7 @@ mod transaction;
 pub use address::{ConnectionRef, Subscriber};
 pub use backlog::Backlog;
 pub use declared_topics::DeclaredTopics;
-pub use peers::{BrowseDone, Peers};
+pub use peers::{BrowseDone, PeerError, Peers};
 pub use pending::{Atomic, SharedChanges};
 pub use queue::{AckRef, Queue, QueueLimits, SharedQueue};
 pub use registry::{cluster_durable_stream, is_durable_stream, DurableRecord};

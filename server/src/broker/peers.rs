@@ -76,4 +76,15 @@ pub trait Peers: Send + Sync {
 
 /// Called with a browse's messages (block and times delivered before),
 /// or why there are none.
-pub type BrowseDone = Box<dyn FnOnce(Result<Vec<(Bytes, u32)>, String>) + Send>;
+pub type BrowseDone = Box<dyn FnOnce(Result<Vec<(Bytes, u32)>, PeerError>) + Send>;
+
+/// Why the other nodes' shared state could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PeerError {
+    /// No link to Redis now: the request was not sent.
+    #[error("Redis is not available: {0}")]
+    Unavailable(String),
+    /// The link failed while Redis was asked.
+    #[error("Redis did not answer: {0}")]
+    NoAnswer(String),
+}

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use redis::{Client, Connection, ErrorKind, RedisError, RedisResult, Value};
 
-use crate::config::RedisUrl;
+use crate::config::{RedisUrl, RedisUrlError};
 
 /// How long one sentinel or primary may take to answer, when asked who
 /// the primary is.
@@ -66,9 +66,13 @@ fn error(what: &'static str, detail: String) -> RedisError {
 impl Link {
     /// Parses `redis://...` or `redis+sentinel://[:password@]HOST:PORT[,HOST:PORT...]/SERVICE`
     /// (see [`RedisUrl`]).
-    pub fn parse(url: &str) -> Result<Link, String> {
+    pub fn parse(url: &str) -> Result<Link, RedisUrlError> {
+        let refused = |why: redis::RedisError| RedisUrlError::Redis {
+            url: url.to_owned(),
+            why: why.to_string(),
+        };
         Ok(match RedisUrl::parse(url)? {
-            RedisUrl::Direct(url) => Link::Direct(Client::open(url).map_err(|e| e.to_string())?),
+            RedisUrl::Direct(url) => Link::Direct(Client::open(url).map_err(refused)?),
             RedisUrl::Sentinel {
                 sentinels,
                 service,
@@ -213,7 +217,7 @@ mod tests {
             let e = Link::parse(bad)
                 .err()
                 .unwrap_or_else(|| panic!("{bad} parsed"));
-            assert!(e.contains(says), "{bad}: {e}");
+            assert!(e.to_string().contains(says), "{bad}: {e}");
         }
     }
 

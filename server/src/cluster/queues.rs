@@ -39,7 +39,7 @@ use super::requests::{Consumed, Held, Request};
 use super::Cluster;
 use crate::broker::delivery::Deliveries;
 use crate::broker::queue::QueuedMessage;
-use crate::broker::{is_durable_stream, EntryId, SharedQueue};
+use crate::broker::{is_durable_stream, EntryId, PeerError, SharedQueue};
 use crate::frontend::{hand_out, Shared};
 use crate::sync::lock;
 
@@ -462,21 +462,21 @@ impl Reader<'_> {
             } => match self.browse(&queue, selector.as_deref(), limit) {
                 Ok(found) => done(Ok(found)),
                 Err(e) => {
-                    done(Err(format!("Redis did not answer: {e}")));
+                    done(Err(PeerError::NoAnswer(e.to_string())));
                     return Err(e);
                 }
             },
             Request::Streams { done } => match self.streams() {
                 Ok(streams) => done(Ok(streams)),
                 Err(e) => {
-                    done(Err(format!("Redis did not answer: {e}")));
+                    done(Err(PeerError::NoAnswer(e.to_string())));
                     return Err(e);
                 }
             },
             Request::Take { queue, limit, done } => match self.take(&queue, limit) {
                 Ok(taken) => done(Ok(taken)),
                 Err(e) => {
-                    done(Err(format!("Redis did not answer: {e}")));
+                    done(Err(PeerError::NoAnswer(e.to_string())));
                     return Err(e);
                 }
             },

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use herald_protocol::selector::Selector;
 
-use crate::broker::{BrowseDone, EntryId, SharedQueue};
+use crate::broker::{BrowseDone, EntryId, PeerError, SharedQueue};
 
 /// Work for the queue thread from the rest of the server.
 pub(super) enum Request {
@@ -31,19 +31,20 @@ pub(super) enum Request {
 
 /// Called with the messages taken (`None`: there is no such queue), or
 /// why there are none.
-pub type TakeDone = Box<dyn FnOnce(Result<Option<Vec<Held>>, String>) + Send>;
+pub type TakeDone = Box<dyn FnOnce(Result<Option<Vec<Held>>, PeerError>) + Send>;
 
 /// Called with (queue, stream length, unacknowledged entries) per shared
 /// queue, or why Redis did not say.
-pub type StreamsDone = Box<dyn FnOnce(Result<Vec<(String, u64, u64)>, String>) + Send>;
+pub type StreamsDone = Box<dyn FnOnce(Result<Vec<(String, u64, u64)>, PeerError>) + Send>;
 
 impl Request {
     /// Answers that Redis is away.
     pub(super) fn fail(self, why: &str) {
+        let away = PeerError::Unavailable(why.to_owned());
         match self {
-            Request::Browse { done, .. } => done(Err(format!("Redis is not available: {why}"))),
-            Request::Streams { done } => done(Err(format!("Redis is not available: {why}"))),
-            Request::Take { done, .. } => done(Err(format!("Redis is not available: {why}"))),
+            Request::Browse { done, .. } => done(Err(away)),
+            Request::Streams { done } => done(Err(away)),
+            Request::Take { done, .. } => done(Err(away)),
         }
     }
 }

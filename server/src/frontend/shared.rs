@@ -65,7 +65,7 @@ pub enum Notice {
         /// The BROWSE's request id.
         request_id: u32,
         /// The messages (block, times delivered before), or why not.
-        result: Result<Vec<(bytes::Bytes, u32)>, String>,
+        result: Result<Vec<(bytes::Bytes, u32)>, crate::broker::PeerError>,
     },
     /// An administrator closes this connection.
     Close(ConnectionRef),

@@ -27,7 +27,7 @@ use rustls::ServerConnection;
 
 use crate::auth::{LoginError, Principal};
 use crate::broker::delivery::{Deliveries, Delivery, Seen};
-use crate::broker::{Backlog, ConnectionRef, Subscriber};
+use crate::broker::{Backlog, ConnectionRef, PeerError, Subscriber};
 use crate::config::SlowConsumerPolicy;
 use crate::frontend::{admit, publish, release_client_id, Context, Flow, Published};
 use crate::handlers;
@@ -778,7 +778,7 @@ impl Worker {
         target: ConnectionRef,
         subscription_id: u32,
         request_id: u32,
-        result: Result<Vec<(bytes::Bytes, u32)>, String>,
+        result: Result<Vec<(bytes::Bytes, u32)>, PeerError>,
     ) {
         let Some(conn) = live(&mut self.conns, target) else {
             return;
@@ -793,7 +793,7 @@ impl Worker {
                 );
                 conn.reply_receipt(request_id);
             }
-            Err(why) => conn.reply_error(request_id, ErrorCode::Internal, false, why),
+            Err(why) => conn.reply_error(request_id, ErrorCode::Internal, false, why.to_string()),
         }
         self.mark_dirty(target.slot);
     }

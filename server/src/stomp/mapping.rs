@@ -5,6 +5,7 @@
 use bytes::{Bytes, BytesMut};
 use herald_protocol::stomp::StompFrame;
 use herald_protocol::{Body, DeliveryMode, Destination, DestinationKind, Message, MessageView};
+use thiserror::Error;
 
 /// Headers that are STOMP's own, not the message's.
 const FRAME_HEADERS: [&str; 8] = [
@@ -18,16 +19,35 @@ const FRAME_HEADERS: [&str; 8] = [
     "message-id",
 ];
 
+/// Why a STOMP frame does not map onto a Herald message, or back.
+#[derive(Debug, Error)]
+pub enum MappingError {
+    /// A destination that is neither `/topic/...` nor `/queue/...`.
+    #[error("destination '{0}' is neither /topic/<name> nor /queue/<name>")]
+    Destination(String),
+    /// A SEND without a destination header.
+    #[error("SEND needs a destination header")]
+    NoDestination,
+    /// A priority header that is not 0 to 9.
+    #[error("priority '{0}' is not 0 to 9")]
+    Priority(String),
+    /// An expires header that is not a number.
+    #[error("expires '{0}' is not a number")]
+    Expires(String),
+    /// The message the headers make is not a valid one (a name, a size),
+    /// or a stored one does not decode.
+    #[error(transparent)]
+    Message(#[from] herald_protocol::Error),
+}
+
 /// `/topic/a.b` or `/queue/a.b` → a destination.
-pub fn destination(text: &str) -> Result<Destination, String> {
+pub fn destination(text: &str) -> Result<Destination, MappingError> {
     let d = if let Some(name) = text.strip_prefix("/topic/") {
         Destination::topic(name)
     } else if let Some(name) = text.strip_prefix("/queue/") {
         Destination::queue(name)
     } else {
-        return Err(format!(
-            "destination '{text}' is neither /topic/<name> nor /queue/<name>"
-        ));
+        return Err(MappingError::Destination(text.to_owned()));
     };
     Ok(d)
 }
@@ -46,10 +66,10 @@ pub fn message_from(
     frame: &StompFrame,
     message_id: String,
     now_ms: i64,
-) -> Result<MessageView, String> {
+) -> Result<MessageView, MappingError> {
     let dest = frame
         .get("destination")
-        .ok_or("SEND needs a destination header")?;
+        .ok_or(MappingError::NoDestination)?;
     let text_body = match frame.get("content-type") {
         Some(ct) => ct.starts_with("text/"),
         None => std::str::from_utf8(&frame.body).is_ok(),
@@ -81,12 +101,12 @@ pub fn message_from(
                     .parse()
                     .ok()
                     .filter(|p| *p <= 9)
-                    .ok_or_else(|| format!("priority '{value}' is not 0 to 9"))?
+                    .ok_or_else(|| MappingError::Priority(value.clone()))?
             }
             "expires" => {
                 m.expiration = value
                     .parse()
-                    .map_err(|_| format!("expires '{value}' is not a number"))?
+                    .map_err(|_| MappingError::Expires(value.clone()))?
             }
             "correlation-id" => m.correlation_id = Some(value.clone()),
             "reply-to" => m.reply_to = Some(destination(value)?),
@@ -96,8 +116,8 @@ pub fn message_from(
         }
     }
     let mut block = BytesMut::new();
-    m.encode(&mut block).map_err(|e| e.to_string())?;
-    MessageView::parse(block.freeze()).map_err(|e| e.to_string())
+    m.encode(&mut block)?;
+    Ok(MessageView::parse(block.freeze())?)
 }
 
 /// A MESSAGE frame for one delivery of a message block.
@@ -106,8 +126,8 @@ pub fn frame_from(
     subscription: &str,
     ack: Option<u64>,
     delivery_count: u32,
-) -> Result<StompFrame, String> {
-    let m = Message::decode(block, delivery_count).map_err(|e| e.to_string())?;
+) -> Result<StompFrame, MappingError> {
+    let m = Message::decode(block, delivery_count)?;
     let mut f = StompFrame::new("MESSAGE").header("subscription", subscription);
     let id = ack.map_or_else(|| m.message_id.clone(), |a| a.to_string());
     f = f.header("message-id", id.clone());

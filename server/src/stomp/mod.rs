@@ -361,7 +361,8 @@ fn dispatch(
             resolve_reply_to(&mut frame, stomp, session, ctx)?;
             let id = format!("ID:stomp-{}-{}", ctx.me.serial, stomp.next_message);
             stomp.next_message += 1;
-            let view = mapping::message_from(&frame, id, now_ms()).map_err(malformed)?;
+            let view = mapping::message_from(&frame, id, now_ms())
+                .map_err(|e| malformed(e.to_string()))?;
             if let Some(tx) = frame.get("transaction") {
                 send_authorize(session, &view, ctx).map_err(refused)?;
                 stomp.hold(tx, Deferred::Send(view), ctx)?;
@@ -580,9 +581,8 @@ fn subscribe(
     };
     let target = match destination.strip_prefix("/temp-queue/") {
         Some(short) => Destination::queue(temporary(short, session, ctx)?),
-        None => {
-            mapping::destination(destination).map_err(|m| (ErrorCode::InvalidDestination, m))?
-        }
+        None => mapping::destination(destination)
+            .map_err(|e| (ErrorCode::InvalidDestination, e.to_string()))?,
     };
     let options = Options {
         selector: frame.get("selector").unwrap_or_default(),
