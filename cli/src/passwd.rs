@@ -54,7 +54,8 @@ pub fn run() -> Result<()> {
     if password.is_empty() {
         return Err(Error::InvalidArgument("the password is empty".into()));
     }
-    let hash = herald_server::auth::hash_password(&password).map_err(Error::InvalidArgument)?;
+    let hash = herald_server::auth::hash_password(&password)
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
     println!("{hash}");
     Ok(())
 }

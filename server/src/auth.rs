@@ -154,19 +154,44 @@ struct Grant {
     pattern: Pattern,
 }
 
+/// Why a permission pattern does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum GrantError {
+    /// A prefix other than `queue:` or `topic:`.
+    #[error("'{text}': '{prefix}:' is neither 'queue:' nor 'topic:'")]
+    Kind {
+        /// The pattern as written.
+        text: String,
+        /// Its prefix.
+        prefix: String,
+    },
+    /// Not a destination pattern.
+    #[error("'{text}': {source}")]
+    Pattern {
+        /// The pattern as written.
+        text: String,
+        /// Why.
+        source: herald_protocol::Error,
+    },
+}
+
 impl Grant {
-    fn parse(text: &str) -> Result<Grant, String> {
+    fn parse(text: &str) -> Result<Grant, GrantError> {
         let (kind, pattern) = match text.split_once(':') {
             Some(("queue", rest)) => (Some(DestinationKind::Queue), rest),
             Some(("topic", rest)) => (Some(DestinationKind::Topic), rest),
             Some((other, _)) => {
-                return Err(format!(
-                    "'{text}': '{other}:' is neither 'queue:' nor 'topic:'"
-                ))
+                return Err(GrantError::Kind {
+                    text: text.to_owned(),
+                    prefix: other.to_owned(),
+                })
             }
             None => (None, text),
         };
-        let pattern = Pattern::parse(pattern).map_err(|e| format!("'{text}': {e}"))?;
+        let pattern = Pattern::parse(pattern).map_err(|source| GrantError::Pattern {
+            text: text.to_owned(),
+            source,
+        })?;
         Ok(Grant { kind, pattern })
     }
 }
@@ -201,7 +226,7 @@ impl Permissions {
         }
     }
 
-    fn of_roles<'a>(roles: impl Iterator<Item = &'a RoleEntry>) -> Result<Permissions, String> {
+    fn of_roles<'a>(roles: impl Iterator<Item = &'a RoleEntry>) -> Result<Permissions, GrantError> {
         let mut p = Permissions::none();
         for role in roles {
             p.admin |= role.admin;
@@ -276,20 +301,48 @@ impl Principal {
         permission: Permission,
         kind: DestinationKind,
         target: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), Denied> {
         if self.permissions.allows(permission, kind, target) {
             return Ok(());
         }
-        let kind = match kind {
-            DestinationKind::Queue => "queue",
-            DestinationKind::Topic => "topic",
-        };
-        Err(format!(
-            "user '{}' lacks the '{}' permission for {kind} '{target}'",
-            self.user,
-            permission.name()
-        ))
+        Err(Denied {
+            user: self.user.clone(),
+            permission,
+            kind,
+            target: target.to_owned(),
+        })
     }
+}
+
+/// What a user may not do: the permission it lacks, and where.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("user '{user}' lacks the '{}' permission for {} '{target}'", permission.name(), kind_name(*kind))]
+pub struct Denied {
+    /// The user ("" = anonymous).
+    pub user: String,
+    /// The permission it lacks.
+    pub permission: Permission,
+    /// The destination's kind.
+    pub kind: DestinationKind,
+    /// The destination.
+    pub target: String,
+}
+
+fn kind_name(kind: DestinationKind) -> &'static str {
+    match kind {
+        DestinationKind::Queue => "queue",
+        DestinationKind::Topic => "topic",
+    }
+}
+
+/// What is wrong with an `[auth]` section: the key, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{key}: {why}")]
+pub struct AuthConfigError {
+    /// The config key at fault.
+    pub key: &'static str,
+    /// Why, naming the user or role.
+    pub why: String,
 }
 
 struct User {
@@ -314,18 +367,19 @@ pub struct Users {
 
 impl Users {
     /// Checks and compiles `[auth]`; a bad entry is named by its key.
-    pub fn from_config(config: &AuthSection) -> Result<Users, (&'static str, String)> {
+    pub fn from_config(config: &AuthSection) -> Result<Users, AuthConfigError> {
+        let fault = |key, why| AuthConfigError { key, why };
         for (name, role) in &config.roles {
             Permissions::of_roles(std::iter::once(role))
-                .map_err(|e| ("auth.roles", format!("role '{name}': {e}")))?;
+                .map_err(|e| fault("auth.roles", format!("role '{name}': {e}")))?;
         }
         let mut users = HashMap::new();
         for u in &config.users {
             if u.name.is_empty() {
-                return Err(("auth.users.name", "a user name is empty".into()));
+                return Err(fault("auth.users.name", "a user name is empty".into()));
             }
             PasswordHash::new(&u.password).map_err(|e| {
-                (
+                fault(
                     "auth.users.password",
                     format!(
                         "user '{}': not an Argon2 hash in PHC form ({e}); `herald passwd` prints one",
@@ -338,7 +392,7 @@ impl Users {
                 .iter()
                 .map(|r| {
                     config.roles.get(r).ok_or_else(|| {
-                        (
+                        fault(
                             "auth.users.roles",
                             format!("user '{}': no role '{r}' in [auth.roles]", u.name),
                         )
@@ -346,13 +400,13 @@ impl Users {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let permissions = Permissions::of_roles(roles.into_iter())
-                .map_err(|e| ("auth.roles", format!("user '{}': {e}", u.name)))?;
+                .map_err(|e| fault("auth.roles", format!("user '{}': {e}", u.name)))?;
             let user = User {
                 hash: u.password.clone(),
                 permissions: Arc::new(permissions),
             };
             if users.insert(u.name.clone(), user).is_some() {
-                return Err((
+                return Err(fault(
                     "auth.users.name",
                     format!("user '{}' is listed twice", u.name),
                 ));
@@ -363,7 +417,7 @@ impl Users {
         let role = match config.anonymous_role.as_str() {
             "" => None,
             name => Some(config.roles.get(name).ok_or_else(|| {
-                (
+                fault(
                     "auth.anonymous_role",
                     format!("no role '{name}' in [auth.roles]"),
                 )
@@ -374,7 +428,7 @@ impl Users {
             (false, None) => Permissions::none(),
             (false, Some(role)) => Permissions::of_roles(std::iter::once(role)).map_err(|e| {
                 let name = &config.anonymous_role;
-                ("auth.roles", format!("role '{name}': {e}"))
+                fault("auth.roles", format!("role '{name}': {e}"))
             })?,
         };
         Ok(Users {
@@ -463,16 +517,26 @@ fn dummy_hash() -> &'static str {
 
 /// Hashes a password with Argon2id and a random salt, in PHC form, for
 /// `[[auth.users]]`.
-pub fn hash_password(password: &str) -> Result<String, String> {
+pub fn hash_password(password: &str) -> Result<String, HashError> {
     let mut salt = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut salt))
-        .map_err(|e| format!("cannot read random bytes for a salt: {e}"))?;
-    let salt = SaltString::encode_b64(&salt).map_err(|e| e.to_string())?;
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut salt))?;
+    let argon2 = |e: argon2::password_hash::Error| HashError::Argon2(e.to_string());
+    let salt = SaltString::encode_b64(&salt).map_err(argon2)?;
     Argon2::default()
         .hash_password(password.as_bytes(), &salt)
         .map(|h| h.to_string())
-        .map_err(|e| e.to_string())
+        .map_err(argon2)
+}
+
+/// Why a password could not be hashed.
+#[derive(Debug, Error)]
+pub enum HashError {
+    /// No random bytes for the salt.
+    #[error("cannot read random bytes for a salt: {0}")]
+    Random(#[from] std::io::Error),
+    /// Argon2 refused (a salt or parameter out of its range).
+    #[error("{0}")]
+    Argon2(String),
 }
 
 /// Why a login failed. Every kind is `AuthenticationFailed` on the wire
@@ -576,8 +640,7 @@ pub struct Authenticator {
 impl Authenticator {
     /// Compiles the config and starts the thread.
     pub fn start(config: &AuthSection) -> std::io::Result<Authenticator> {
-        let users = Users::from_config(config)
-            .map_err(|(key, why)| std::io::Error::other(format!("{key}: {why}")))?;
+        let users = Users::from_config(config).map_err(std::io::Error::other)?;
         let users = Arc::new(RwLock::new(Arc::new(users)));
         let (tx, rx) = mpsc::channel();
         let shared = users.clone();
@@ -595,8 +658,8 @@ impl Authenticator {
     /// Takes a reloaded `[auth]`: logins from now on use it, and
     /// connections already in take their user's new permissions when
     /// their worker next reads from them (see [`Authenticator::refresh`]).
-    pub fn reload(&self, config: &AuthSection) -> Result<(), String> {
-        let mut users = Users::from_config(config).map_err(|(key, why)| format!("{key}: {why}"))?;
+    pub fn reload(&self, config: &AuthSection) -> Result<(), AuthConfigError> {
+        let mut users = Users::from_config(config)?;
         let mut current = write(&self.users);
         users.generation = current.generation + 1;
         *current = Arc::new(users);
@@ -880,7 +943,14 @@ mod tests {
             .unwrap()
             .check(Permission::Browse, q, "orders.eu")
             .unwrap_err();
-        assert!(e.contains("'browse'") && e.contains("orders.eu"), "{e}");
+        assert_eq!(
+            (e.permission, e.target.as_str()),
+            (Permission::Browse, "orders.eu")
+        );
+        assert_eq!(
+            e.to_string(),
+            "user 'alice' lacks the 'browse' permission for queue 'orders.eu'"
+        );
     }
 
     #[test]
@@ -888,20 +958,23 @@ mod tests {
         let mut c = config();
         c.users[0].password = "plain text".into();
         assert_eq!(
-            Users::from_config(&c).err().unwrap().0,
+            Users::from_config(&c).err().unwrap().key,
             "auth.users.password"
         );
         let mut c = config();
         c.users[0].roles = vec!["nobody".into()];
-        assert_eq!(Users::from_config(&c).err().unwrap().0, "auth.users.roles");
+        assert_eq!(
+            Users::from_config(&c).err().unwrap().key,
+            "auth.users.roles"
+        );
         let mut c = config();
         c.users.push(c.users[0].clone());
-        assert_eq!(Users::from_config(&c).err().unwrap().0, "auth.users.name");
+        assert_eq!(Users::from_config(&c).err().unwrap().key, "auth.users.name");
         let mut c = config();
         c.roles.get_mut("orders").unwrap().browse = vec!["queues:x".into()];
-        assert_eq!(Users::from_config(&c).err().unwrap().0, "auth.roles");
+        assert_eq!(Users::from_config(&c).err().unwrap().key, "auth.roles");
         let mut c = config();
         c.roles.get_mut("orders").unwrap().browse = vec!["a..b".into()];
-        assert_eq!(Users::from_config(&c).err().unwrap().0, "auth.roles");
+        assert_eq!(Users::from_config(&c).err().unwrap().key, "auth.roles");
     }
 }

@@ -762,8 +762,8 @@ impl Config {
                 ),
             );
         }
-        if let Err((key, reason)) = crate::auth::Users::from_config(&self.auth) {
-            return invalid(key, reason);
+        if let Err(e) = crate::auth::Users::from_config(&self.auth) {
+            return invalid(e.key, e.why);
         }
         for rule in &self.topics.retain {
             if let Err(e) = herald_protocol::Pattern::parse(&rule.pattern) {

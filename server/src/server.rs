@@ -334,7 +334,7 @@ impl ServerHandle {
 
     /// Re-reads users, permissions and limits from the config file (see
     /// [`crate::admin::reload`]); returns the file read.
-    pub fn reload(&self) -> Result<String, String> {
+    pub fn reload(&self) -> Result<String, crate::admin::ReloadError> {
         crate::admin::reload(&self.shared, self.cluster().map(|c| &**c))
     }
 

@@ -326,7 +326,7 @@ async fn declare_topic(
         .shared
         .broker
         .declare_topic(&body.name)
-        .map_err(ApiError::conflict)?;
+        .map_err(|e| ApiError::conflict(e.to_string()))?;
     super::shared::share(&state, Change::Declare(body.name.clone())).await?;
     Ok(Json(json!({"declared": body.name})))
 }
@@ -340,7 +340,7 @@ async fn undeclare_topic(State(state): State<AppState>, Path(name): Path<String>
         Ok(false) => Err(ApiError::not_found(format!(
             "topic '{name}' is not declared"
         ))),
-        Err(why) => Err(ApiError::conflict(why)),
+        Err(why) => Err(ApiError::conflict(why.to_string())),
     }
 }
 
@@ -651,7 +651,7 @@ async fn publish(
         .publish(&view, Room::Refuse, None, &mut out);
     state.route(out);
     let routed = routed.map_err(|e| match e {
-        RouteError::Undeclared(why) => ApiError::conflict(why),
+        RouteError::Undeclared(why) => ApiError::conflict(why.to_string()),
         full @ RouteError::QueueFull { .. } => ApiError::conflict(full.to_string()),
     })?;
     if routed.journaled {
@@ -675,8 +675,8 @@ async fn publish(
 }
 
 async fn reload(State(state): State<AppState>) -> ApiResult {
-    let file =
-        reload_config(&state.shared, state.cluster.as_deref()).map_err(ApiError::bad_request)?;
+    let file = reload_config(&state.shared, state.cluster.as_deref())
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     lock(&state.logins).clear();
     Ok(Json(json!({"reloaded": file})))
 }

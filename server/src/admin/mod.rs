@@ -26,7 +26,7 @@ mod shared;
 mod state;
 mod tls;
 
-pub use state::{process_footprint, reload, Addresses};
+pub use state::{process_footprint, reload, Addresses, ReloadError};
 use state::{ApiError, AppState, PeerAddr};
 
 use std::hash::RandomState;

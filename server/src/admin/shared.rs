@@ -56,7 +56,9 @@ fn cluster(state: &AppState) -> Result<&Cluster, ApiError> {
 
 /// Checks `change` against this node's config and makes it everywhere.
 async fn checked(state: &AppState, change: Change) -> Result<(), ApiError> {
-    cluster(state)?.check(&change).map_err(ApiError::conflict)?;
+    cluster(state)?
+        .check(&change)
+        .map_err(|e| ApiError::conflict(e.to_string()))?;
     share(state, change).await
 }
 

@@ -12,10 +12,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
 use axum::Json;
 use herald_protocol::DestinationKind;
+use thiserror::Error;
 
-use crate::auth::{LoginError, Principal};
+use crate::auth::{AuthConfigError, LoginError, Principal};
 use crate::broker::delivery::Deliveries;
 use crate::cluster::Cluster;
+use crate::config::ConfigError;
 use crate::frontend::Shared;
 use crate::sync::lock;
 
@@ -188,15 +190,30 @@ impl AppState {
     }
 }
 
+/// Why a reload was refused; the old config stays.
+#[derive(Debug, Error)]
+pub enum ReloadError {
+    /// The server was started without a config file.
+    #[error("the server runs on its embedded config: there is no file to reload")]
+    NoFile,
+    /// The file does not load.
+    #[error(transparent)]
+    Load(#[from] ConfigError),
+    /// Its users and roles (with the cluster's shared ones, in a
+    /// cluster) do not make sense.
+    #[error(transparent)]
+    Auth(#[from] AuthConfigError),
+}
+
 /// Re-reads the config file the server was started with and applies what
 /// can change without a restart: users, roles and permissions, and the
 /// limits. A file that does not load is refused with the reason, and the
 /// old config stays. Returns the file read.
-pub fn reload(shared: &Shared, cluster: Option<&Cluster>) -> Result<String, String> {
+pub fn reload(shared: &Shared, cluster: Option<&Cluster>) -> Result<String, ReloadError> {
     let Some(path) = &shared.config.source else {
-        return Err("the server runs on its embedded config: there is no file to reload".into());
+        return Err(ReloadError::NoFile);
     };
-    let config = crate::config::Config::load(path).map_err(|e| e.to_string())?;
+    let config = crate::config::Config::load(path)?;
     match cluster {
         // Under the users and roles the cluster shares.
         Some(cluster) => cluster.reload_auth(shared, config.auth.clone())?,

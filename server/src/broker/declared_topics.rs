@@ -75,28 +75,40 @@ impl DeclaredTopics {
     }
 
     /// Ok if `topic` is declared; otherwise why not.
-    pub fn check(&self, topic: &str) -> Result<(), String> {
+    pub fn check(&self, topic: &str) -> Result<(), Undeclared> {
         let mut node = &self.root;
         let mut parent = 0;
         for word in topic.split('.') {
             match node.children.get(word) {
                 Some(child) => node = child,
-                None if parent == 0 => {
-                    return Err(format!(
-                    "topic '{topic}' is not declared: '{word}' is not a declared top-level topic"
-                ))
-                }
                 None => {
-                    return Err(format!(
-                    "topic '{topic}' is not declared: subtopic '{word}' is not declared under '{}'",
-                    &topic[..parent - 1]
-                ))
+                    return Err(Undeclared {
+                        topic: topic.to_owned(),
+                        word: word.to_owned(),
+                        parent: topic[..parent.max(1) - 1].to_owned(),
+                    })
                 }
             }
             parent += word.len() + 1;
         }
         Ok(())
     }
+}
+
+/// A topic outside strict mode's declared tree: its first word that is
+/// not declared, under which declared parent ("" for a top-level one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("topic '{topic}' is not declared: {}", match parent.as_str() {
+    "" => format!("'{word}' is not a declared top-level topic"),
+    parent => format!("subtopic '{word}' is not declared under '{parent}'"),
+})]
+pub struct Undeclared {
+    /// The topic.
+    pub topic: String,
+    /// Its first undeclared word.
+    pub word: String,
+    /// The declared topic that word is missing under.
+    pub parent: String,
 }
 
 #[cfg(test)]
@@ -109,15 +121,24 @@ mod tests {
         assert!(t.check("sales").is_ok());
         assert!(t.check("sales.europe").is_ok());
         assert!(t.check("sales.europe.smartphone").is_ok());
-        let e = t.check("sales.africa.smartphone").unwrap_err();
-        assert!(e.contains("'africa'") && e.contains("under 'sales'"), "{e}");
-        let e = t.check("sales.europe.laptop").unwrap_err();
+        let missing = |topic| {
+            let e = t.check(topic).unwrap_err();
+            (e.word.clone(), e.parent.clone(), e.to_string())
+        };
+        let (word, parent, text) = missing("sales.africa.smartphone");
+        assert_eq!((word.as_str(), parent.as_str()), ("africa", "sales"));
         assert!(
-            e.contains("'laptop'") && e.contains("under 'sales.europe'"),
-            "{e}"
+            text.contains("'africa'") && text.contains("under 'sales'"),
+            "{text}"
         );
-        let e = t.check("weather").unwrap_err();
-        assert!(e.contains("'weather'") && e.contains("top-level"), "{e}");
+        let (word, parent, _) = missing("sales.europe.laptop");
+        assert_eq!((word.as_str(), parent.as_str()), ("laptop", "sales.europe"));
+        let (word, parent, text) = missing("weather");
+        assert_eq!((word.as_str(), parent.as_str()), ("weather", ""));
+        assert!(
+            text.contains("'weather'") && text.contains("top-level"),
+            "{text}"
+        );
         assert!(DeclaredTopics::new([]).check("a").is_err());
     }
 }

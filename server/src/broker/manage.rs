@@ -7,8 +7,9 @@ use bytes::{Bytes, BytesMut};
 use herald_protocol::{DestinationKind, Message, MessageView};
 
 use super::delivery::Deliveries;
+use super::request::{RepublishError, TopicError};
 use super::stats::{BrokerCounters, QueueStats, SubscriptionView};
-use super::{Broker, Room, RouteError, SharedQueue};
+use super::{Broker, Room, SharedQueue};
 use crate::sync::{lock, read, write};
 
 impl Broker {
@@ -82,9 +83,9 @@ impl Broker {
     }
 
     /// Declares a topic (strict mode); an error if publishing is open.
-    pub fn declare_topic(&self, name: &str) -> Result<(), String> {
-        herald_protocol::destination::validate_name(name).map_err(|e| e.to_string())?;
-        let declared = self.declared.as_ref().ok_or(OPEN)?;
+    pub fn declare_topic(&self, name: &str) -> Result<(), TopicError> {
+        herald_protocol::destination::validate_name(name)?;
+        let declared = self.declared.as_ref().ok_or(TopicError::Open)?;
         write(declared).declare(name);
         Ok(())
     }
@@ -99,8 +100,8 @@ impl Broker {
 
     /// Removes a declared topic and its subtree; false if it was not
     /// declared.
-    pub fn undeclare_topic(&self, name: &str) -> Result<bool, String> {
-        let declared = self.declared.as_ref().ok_or(OPEN)?;
+    pub fn undeclare_topic(&self, name: &str) -> Result<bool, TopicError> {
+        let declared = self.declared.as_ref().ok_or(TopicError::Open)?;
         Ok(write(declared).remove(name))
     }
 
@@ -151,23 +152,18 @@ impl Broker {
 
     /// Publishes a dead-lettered or expired message again to the
     /// destination it came from, without the dead-letter properties.
-    pub fn republish(&self, block: &Bytes, out: &mut Deliveries) -> Result<(), String> {
-        let mut message = Message::decode(block, 0).map_err(|e| e.to_string())?;
+    pub fn republish(&self, block: &Bytes, out: &mut Deliveries) -> Result<(), RepublishError> {
+        let mut message = Message::decode(block, 0)?;
         let original = message
             .remove_property("HeraldOriginalDestination")
-            .ok_or("it has no HeraldOriginalDestination")?;
+            .ok_or(RepublishError::NoOrigin)?;
         message.remove_property("HeraldDeadLetterReason");
-        let original = original
-            .as_str()
-            .ok_or("HeraldOriginalDestination is not text")?;
+        let original = original.as_str().ok_or(RepublishError::NoOrigin)?;
         message.destination = Some(herald_protocol::Destination::from_uri(original));
         let mut encoded = BytesMut::new();
-        message.encode(&mut encoded).map_err(|e| e.to_string())?;
-        let view = MessageView::parse(encoded.freeze()).map_err(|e| e.to_string())?;
-        self.publish(&view, Room::Refuse, None, out)
-            .map(drop)
-            .map_err(|e: RouteError| e.to_string())
+        message.encode(&mut encoded)?;
+        let view = MessageView::parse(encoded.freeze())?;
+        self.publish(&view, Room::Refuse, None, out)?;
+        Ok(())
     }
 }
-
-const OPEN: &str = "topics are not declared: strict mode is off ([topics] strict)";

@@ -42,13 +42,14 @@ mod transaction;
 
 pub use address::{ConnectionRef, Subscriber};
 pub use backlog::Backlog;
-pub use declared_topics::DeclaredTopics;
+pub use declared_topics::{DeclaredTopics, Undeclared};
 pub use peers::{BrowseDone, PeerError, Peers};
 pub use pending::{Atomic, SharedChanges};
 pub use queue::{AckRef, Queue, QueueLimits, SharedQueue};
 pub use registry::{cluster_durable_stream, is_durable_stream, DurableRecord};
 pub use request::{
-    Room, RouteError, Routed, SubscribeError, SubscribeRequest, SubscriptionHandle, Written,
+    RepublishError, Room, RouteError, Routed, SubscribeError, SubscribeRequest, SubscriptionHandle,
+    TopicError, Written,
 };
 pub use stats::{BrokerCounters, LiveSubscription, QueueStats, SubscriptionView};
 pub use topic_tree::{MatchCache, Target, TopicEntry, TopicTree};

@@ -9,6 +9,7 @@ use herald_protocol::DestinationKind;
 
 use super::address::ConnectionRef;
 use super::backlog::Backlog;
+use super::declared_topics::Undeclared;
 use super::queue::SharedQueue;
 use crate::store::{Completion, StoreError};
 use crate::sync::lock;
@@ -93,8 +94,8 @@ pub enum SubscriptionHandle {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
     /// Strict mode and the topic is not in the declared tree.
-    #[error("{0}")]
-    Undeclared(String),
+    #[error(transparent)]
+    Undeclared(#[from] Undeclared),
     /// The queue is at its limit.
     #[error("queue '{queue}' holds {max} messages, the most it may")]
     QueueFull {
@@ -166,4 +167,30 @@ impl SubscribeRequest<'_> {
     pub fn selector_text(&self) -> &str {
         self.selector.as_ref().map_or("", |s| s.source())
     }
+}
+
+/// Why strict mode's declared topics cannot change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopicError {
+    /// Strict mode is off: publishing is open to any topic.
+    #[error("topics are not declared: strict mode is off ([topics] strict)")]
+    Open,
+    /// Not a valid topic name.
+    #[error(transparent)]
+    Name(#[from] herald_protocol::Error),
+}
+
+/// Why a dead-lettered or expired message cannot go back where it came
+/// from; it stays where it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RepublishError {
+    /// It does not say where it came from (or not as text).
+    #[error("it has no HeraldOriginalDestination text property")]
+    NoOrigin,
+    /// It does not decode, or what it becomes is not a valid message.
+    #[error(transparent)]
+    Message(#[from] herald_protocol::Error),
+    /// Its destination refuses it.
+    #[error(transparent)]
+    Route(#[from] RouteError),
 }

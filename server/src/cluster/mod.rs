@@ -8,8 +8,9 @@
 //! by sending those), `durables` (the subscription registry),
 //! [`settings`] (shared configuration), [`link`] (which Redis: one server
 //! or Sentinel's primary), `resp` (the subscriber's RESP reader), `common`
-//! (stream names, pipelined round trips, link state). This file holds the
-//! state the threads share ([`Cluster`]) and the interest in topics.
+//! (stream names, pipelined round trips, link state), `interest` (which
+//! topics the other nodes want, and the Redis globs that say so). This
+//! file holds the state the threads share ([`Cluster`]).
 //!
 //! Nothing here runs on a worker. A topic message published on this node
 //! is handed to the `herald-cluster-out` thread through a bounded channel
@@ -35,6 +36,7 @@ mod commands;
 mod common;
 mod durables;
 mod inbound;
+mod interest;
 pub mod link;
 mod outbound;
 mod peers;
@@ -54,12 +56,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::{BufMut, Bytes, BytesMut};
 use commands::{Command, Outcomes, OUTBOUND_HIGH, OUTBOUND_LOW, OUTBOUND_QUEUE};
 use common::{back_off, link_down, link_up, query_pipeline, reread};
-use herald_protocol::destination::{Pattern, PatternWord};
+use herald_protocol::destination::Pattern;
 use herald_protocol::selector::Selector;
 use herald_protocol::MessageView;
+use interest::{
+    glob_matches, redis_glob, Others, CHANNEL, INTEREST_CHANNEL, INTEREST_KEY, INTEREST_REFRESH,
+    INTEREST_TTL_S, WANTED_CACHE,
+};
 use link::Link;
 use redis::Value;
 
+use crate::auth::AuthConfigError;
 use crate::broker::delivery::Deliveries;
 use crate::broker::{
     Backlog, BrowseDone, ConnectionRef, DurableRecord, EntryId, Peers, SharedChanges, SharedQueue,
@@ -71,19 +78,6 @@ use crate::sync::{lock, read, write};
 use resp::{Item, Subscriber};
 use settings::{Change, SharedSettings};
 
-/// The prefix of the Redis channel a topic's messages go on.
-const CHANNEL: &str = "herald:t:";
-/// The prefix of the Redis set of a node's globs.
-const INTEREST_KEY: &str = "herald:interest:";
-/// The channel on which a node says its globs changed (the message is its
-/// node id).
-const INTEREST_CHANNEL: &str = "herald:interest";
-/// A node's set expires unless renewed, so a dead node's interest fades.
-const INTEREST_TTL_S: u64 = 60;
-/// How often a node renews its set and reads the others' again.
-const INTEREST_REFRESH: Duration = Duration::from_secs(20);
-/// Topics whose answer (does another node want them?) is remembered.
-const WANTED_CACHE: usize = 65_536;
 /// How often a thread connected to a Sentinel primary looks whether
 /// another of the node's threads followed a failover elsewhere.
 const PRIMARY_LOOK: Duration = Duration::from_millis(250);
@@ -178,16 +172,6 @@ pub struct Cluster {
     pub link: Link,
     /// Replicas that must have what a receipt confirms (Redis `WAIT`).
     min_replicas: u32,
-}
-
-/// The globs other nodes subscribe to, and which topics they cover.
-#[derive(Default)]
-struct Others {
-    /// Read from Redis at least once: until then every topic is sent.
-    loaded: bool,
-    globs: Vec<String>,
-    /// Topic → whether a glob covers it.
-    wanted: crate::collections::FastMap<String, bool>,
 }
 
 impl Cluster {
@@ -432,16 +416,14 @@ impl Cluster {
 
     /// Whether users and roles would still make sense after `change`: the
     /// error a login would meet otherwise.
-    pub fn check(&self, change: &Change) -> Result<(), String> {
+    pub fn check(&self, change: &Change) -> Result<(), AuthConfigError> {
         let next = lock(&self.settings).with(change);
-        crate::auth::Users::from_config(&next.auth_over(&lock(&self.base_auth)))
-            .map(drop)
-            .map_err(|(key, why)| format!("{key}: {why}"))
+        crate::auth::Users::from_config(&next.auth_over(&lock(&self.base_auth))).map(drop)
     }
 
     /// A reload read this node's config file again: its `[auth]` goes
     /// under the shared users and roles.
-    pub fn reload_auth(&self, shared: &Shared, file: AuthSection) -> Result<(), String> {
+    pub fn reload_auth(&self, shared: &Shared, file: AuthSection) -> Result<(), AuthConfigError> {
         *lock(&self.base_auth) = file;
         shared.auth.reload(&self.auth())
     }
@@ -481,121 +463,6 @@ impl Cluster {
             .saturating_sub(n);
         if left <= OUTBOUND_LOW || !self.stats.connected_out.load(Ordering::Relaxed) {
             self.backlog.set(false);
-        }
-    }
-}
-
-/// The Redis glob for a topic pattern's channel: a superset of the
-/// topics it matches (Redis's `*` also spans dots), which the topic tree
-/// then matches exactly. Glob characters in literal words are escaped.
-pub fn redis_glob(pattern: &Pattern) -> String {
-    let mut glob = String::from(CHANNEL);
-    for (i, word) in pattern.words().iter().enumerate() {
-        match word {
-            // `#` matches any number of words, none included: everything
-            // from here on, without the dot before it.
-            PatternWord::Hash => {
-                if i > 0 {
-                    glob.pop();
-                }
-                glob.push('*');
-                return glob;
-            }
-            PatternWord::Star => glob.push('*'),
-            PatternWord::Literal(w) => {
-                for c in w.chars() {
-                    if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-                        glob.push('\\');
-                    }
-                    glob.push(c);
-                }
-            }
-        }
-        glob.push('.');
-    }
-    glob.pop();
-    glob
-}
-
-/// Whether `text` matches a Redis glob made by [`redis_glob`]: `*`, `?`
-/// and `\`-escaped characters (no `[` sets, which it never makes).
-fn glob_matches(glob: &[u8], text: &[u8]) -> bool {
-    // Where the last `*` was, and the text position it has swallowed to.
-    let (mut g, mut t, mut star) = (0, 0, None);
-    while t < text.len() {
-        match glob.get(g) {
-            Some(b'*') => {
-                star = Some((g, t));
-                g += 1;
-                continue;
-            }
-            Some(b'?') => {
-                g += 1;
-                t += 1;
-                continue;
-            }
-            Some(b'\\') if glob.get(g + 1) == Some(&text[t]) => {
-                g += 2;
-                t += 1;
-                continue;
-            }
-            Some(&c) if c != b'\\' && c == text[t] => {
-                g += 1;
-                t += 1;
-                continue;
-            }
-            _ => {}
-        }
-        match star {
-            Some((sg, st)) => {
-                g = sg + 1;
-                t = st + 1;
-                star = Some((sg, st + 1));
-            }
-            None => return false,
-        }
-    }
-    glob[g..].iter().all(|&c| c == b'*')
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn glob(p: &str) -> String {
-        redis_glob(&Pattern::parse(p).unwrap())
-    }
-
-    #[test]
-    fn globs_cover_what_patterns_match() {
-        assert_eq!(glob("sales.eu"), "herald:t:sales.eu");
-        assert_eq!(glob("sales.*.phones"), "herald:t:sales.*.phones");
-        assert_eq!(glob("sales.#"), "herald:t:sales*");
-        assert_eq!(glob("#"), "herald:t:*");
-        assert_eq!(glob("a.#.z"), "herald:t:a*");
-    }
-
-    #[test]
-    fn globs_match_as_redis_matches_them() {
-        let m = |g: &str, t: &str| glob_matches(g.as_bytes(), t.as_bytes());
-        assert!(m("herald:t:a.b", "herald:t:a.b"));
-        assert!(!m("herald:t:a.b", "herald:t:a.bc"));
-        assert!(m("herald:t:a.*.c", "herald:t:a.x.y.c"));
-        assert!(m("herald:t:a*", "herald:t:a"));
-        assert!(m("herald:t:*", "herald:t:"));
-        assert!(m("herald:t:a?c", "herald:t:abc"));
-        assert!(!m("herald:t:a*c", "herald:t:abd"));
-        assert!(m("herald:t:a\\*", "herald:t:a*"));
-        assert!(!m("herald:t:a\\*", "herald:t:ab"));
-        // Every pattern's glob covers every topic the pattern matches.
-        for (pattern, topic) in [
-            ("a.#.z", "a.z"),
-            ("a.#", "a"),
-            ("*.b", "x.b"),
-            ("#", "q.r.s"),
-        ] {
-            let glob = redis_glob(&Pattern::parse(pattern).unwrap());
-            assert!(m(&glob, &format!("{CHANNEL}{topic}")), "{pattern} {topic}");
         }
     }
 }

@@ -201,7 +201,7 @@ pub fn authorize(
     session
         .principal
         .check(permission, kind, target)
-        .map_err(|why| Refusal::soft(ErrorCode::NotAuthorized, why))
+        .map_err(|denied| Refusal::soft(ErrorCode::NotAuthorized, denied.to_string()))
 }
 
 /// Has the RECEIPT of `request_id` follow what was appended to the

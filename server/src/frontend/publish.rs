@@ -141,7 +141,7 @@ fn route(
         {
             Ok(routed) => Ok(routed),
             Err(RouteError::Undeclared(why)) => {
-                return Err(Refusal::soft(ErrorCode::UndeclaredTopic, why))
+                return Err(Refusal::soft(ErrorCode::UndeclaredTopic, why.to_string()))
             }
             Err(full @ RouteError::QueueFull { .. }) => Err(full.to_string()),
         }

@@ -15,6 +15,52 @@ const SUBPROTOCOLS: [&str; 3] = ["v12.stomp", "v11.stomp", "v10.stomp"];
 /// Largest HTTP upgrade request accepted.
 const MAX_REQUEST: usize = 16 * 1024;
 
+/// Why an upgrade request is refused, or an inbound frame is not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WebSocketError {
+    /// An upgrade request longer than `MAX_REQUEST`.
+    #[error("upgrade request too large")]
+    RequestTooLarge,
+    /// An upgrade request that is not UTF-8.
+    #[error("upgrade request is not UTF-8")]
+    NotUtf8,
+    /// A request line other than GET.
+    #[error("expected a GET upgrade request, got '{0}'")]
+    NotGet(String),
+    /// No `Upgrade: websocket`.
+    #[error("not a WebSocket upgrade (no 'Upgrade: websocket')")]
+    NotUpgrade,
+    /// No `Sec-WebSocket-Key`.
+    #[error("no Sec-WebSocket-Key")]
+    NoKey,
+    /// A page of a site not in `stomp.websocket_allowed_origins`.
+    #[error("pages of '{0}' may not open a WebSocket here (stomp.websocket_allowed_origins)")]
+    Origin(String),
+    /// Subprotocols offered, none of them STOMP.
+    #[error("none of the subprotocols {0:?} is STOMP (v10.stomp, v11.stomp, v12.stomp)")]
+    Subprotocols(Vec<String>),
+    /// Reserved bits set in a frame.
+    #[error("reserved WebSocket bits set")]
+    ReservedBits,
+    /// An unmasked frame from the client.
+    #[error("client frames must be masked")]
+    Unmasked,
+    /// A frame longer than the frame size allowed.
+    #[error("WebSocket frame of {len} bytes exceeds {max}")]
+    FrameTooLarge {
+        /// Its length.
+        len: u64,
+        /// The most allowed.
+        max: usize,
+    },
+    /// More STOMP bytes waiting than a frame may hold.
+    #[error("more than {0} bytes of unread STOMP")]
+    Unread(usize),
+    /// An opcode RFC 6455 does not define.
+    #[error("unknown WebSocket opcode {0}")]
+    Opcode(u8),
+}
+
 /// One WebSocket connection's state.
 #[derive(Debug, Default)]
 pub struct WebSocket {
@@ -36,21 +82,23 @@ pub enum Control {
 /// Answers the HTTP upgrade request at the front of `buf`, if it is all
 /// there: `Ok(None)` to wait for more, the 101 response to send, or why
 /// the request is refused (the caller answers 400 and closes).
-pub fn handshake(buf: &mut BytesMut, allowed_origins: &[String]) -> Result<Option<Bytes>, String> {
+pub fn handshake(
+    buf: &mut BytesMut,
+    allowed_origins: &[String],
+) -> Result<Option<Bytes>, WebSocketError> {
     let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
         return if buf.len() > MAX_REQUEST {
-            Err("upgrade request too large".into())
+            Err(WebSocketError::RequestTooLarge)
         } else {
             Ok(None)
         };
     };
     let request = buf.split_to(end + 4);
-    let text =
-        std::str::from_utf8(&request).map_err(|_| "upgrade request is not UTF-8".to_owned())?;
+    let text = std::str::from_utf8(&request).map_err(|_| WebSocketError::NotUtf8)?;
     let mut lines = text.split("\r\n");
     let first = lines.next().unwrap_or_default();
     if !first.starts_with("GET ") {
-        return Err(format!("expected a GET upgrade request, got '{first}'"));
+        return Err(WebSocketError::NotGet(first.to_owned()));
     }
     let mut key = None;
     let mut upgrade = false;
@@ -73,16 +121,14 @@ pub fn handshake(buf: &mut BytesMut, allowed_origins: &[String]) -> Result<Optio
         }
     }
     if !upgrade {
-        return Err("not a WebSocket upgrade (no 'Upgrade: websocket')".into());
+        return Err(WebSocketError::NotUpgrade);
     }
-    let key = key.ok_or("no Sec-WebSocket-Key")?;
+    let key = key.ok_or(WebSocketError::NoKey)?;
     // A browser names the page that opens the socket: a page of another
     // site may not reach the broker through the user's browser.
     if let Some(origin) = origin {
         if !crate::origins::origin_allowed(origin, host, allowed_origins) {
-            return Err(format!(
-                "pages of '{origin}' may not open a WebSocket here (stomp.websocket_allowed_origins)"
-            ));
+            return Err(WebSocketError::Origin(origin.to_owned()));
         }
     }
     let accept = base64::engine::general_purpose::STANDARD.encode(
@@ -99,9 +145,7 @@ pub fn handshake(buf: &mut BytesMut, allowed_origins: &[String]) -> Result<Optio
     {
         response.push_str(&format!("Sec-WebSocket-Protocol: {p}\r\n"));
     } else if !offered.is_empty() {
-        return Err(format!(
-            "none of the subprotocols {offered:?} is STOMP (v10.stomp, v11.stomp, v12.stomp)"
-        ));
+        return Err(WebSocketError::Subprotocols(offered));
     }
     response.push_str("\r\n");
     Ok(Some(Bytes::from(response)))
@@ -114,18 +158,18 @@ pub fn unwrap_frames(
     buf: &mut BytesMut,
     max: usize,
     replies: &mut Vec<Bytes>,
-) -> Result<Control, String> {
+) -> Result<Control, WebSocketError> {
     loop {
         if buf.len() < 2 {
             return Ok(Control::None);
         }
         let (b0, b1) = (buf[0], buf[1]);
         if b0 & 0x70 != 0 {
-            return Err("reserved WebSocket bits set".into());
+            return Err(WebSocketError::ReservedBits);
         }
         let opcode = b0 & 0x0f;
         if b1 & 0x80 == 0 {
-            return Err("client frames must be masked".into());
+            return Err(WebSocketError::Unmasked);
         }
         let (len, mut at) = match b1 & 0x7f {
             126 if buf.len() >= 4 => (u64::from(u16::from_be_bytes([buf[2], buf[3]])), 4),
@@ -138,7 +182,7 @@ pub fn unwrap_frames(
             n => (u64::from(n), 2),
         };
         if len > max as u64 {
-            return Err(format!("WebSocket frame of {len} bytes exceeds {max}"));
+            return Err(WebSocketError::FrameTooLarge { len, max });
         }
         let len = len as usize;
         if buf.len() < at + 4 + len {
@@ -154,7 +198,7 @@ pub fn unwrap_frames(
         match opcode {
             0x0..=0x2 => {
                 if ws.payload.len() + payload.len() > max {
-                    return Err(format!("more than {max} bytes of unread STOMP"));
+                    return Err(WebSocketError::Unread(max));
                 }
                 ws.payload.extend_from_slice(payload);
             }
@@ -164,7 +208,7 @@ pub fn unwrap_frames(
             }
             0x9 => replies.push(wrap(0xA, payload)),
             0xA => {}
-            other => return Err(format!("unknown WebSocket opcode {other}")),
+            other => return Err(WebSocketError::Opcode(other)),
         }
     }
 }
@@ -217,7 +261,7 @@ mod tests {
     }
 
     /// The handshake with no extra origins allowed.
-    fn shake(request: &[u8]) -> Result<Option<Bytes>, String> {
+    fn shake(request: &[u8]) -> Result<Option<Bytes>, WebSocketError> {
         handshake(&mut BytesMut::from(request), &[])
     }
 
@@ -248,7 +292,11 @@ mod tests {
         };
         let evil = request("https://evil.example");
         let err = shake(evil.as_bytes()).unwrap_err();
-        assert!(err.contains("websocket_allowed_origins"), "{err}");
+        assert_eq!(err, WebSocketError::Origin("https://evil.example".into()));
+        assert!(
+            err.to_string().contains("websocket_allowed_origins"),
+            "{err}"
+        );
         assert!(shake(request("http://localhost:8161").as_bytes()).is_ok());
         let allowed = ["https://evil.example".to_owned()];
         assert!(handshake(&mut BytesMut::from(evil.as_bytes()), &allowed).is_ok());
