@@ -13,6 +13,7 @@
 //! - [`destination`]: destination names and `*`/`#` subscription patterns.
 //! - [`selector`]: the JMS message selector language, parsed and evaluated.
 //! - [`stomp`]: STOMP 1.0–1.2 frames, for the second listener.
+//! - [`mqtt`]: MQTT 3.1.1 and 5.0 packets, for the MQTT listener.
 //! - [`error`]: decode errors and the numeric error codes that cross the wire.
 //!
 //! `protocol/PROTOCOL.md` specifies every byte.
@@ -26,6 +27,7 @@ pub mod error;
 pub mod frame;
 pub mod header;
 pub mod message;
+pub mod mqtt;
 pub mod selector;
 pub mod stomp;
 pub mod value;

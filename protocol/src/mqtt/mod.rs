@@ -1,0 +1,214 @@
+//! MQTT 3.1.1 and 5.0 packets: the types, an incremental decoder (bytes
+//! in, whole packets out, with the size limit checked before a byte of
+//! the body is buffered) and the encoder.
+//!
+//! Pure code, like the rest of the crate. A decode error says which MQTT
+//! 5.0 reason code the server answers it with ([`MqttError::reason`]);
+//! an MQTT 3.1.1 server closes the connection instead (only CONNECT's
+//! errors have a return code there).
+
+mod packet;
+mod properties;
+pub mod topic;
+pub mod wire;
+
+pub use packet::{
+    Ack, ConnAck, Connect, Disconnect, Packet, Publish, SubAck, Subscribe, SubscribeOptions,
+    UnsubAck, Unsubscribe, Will,
+};
+pub use properties::{Properties, Property};
+
+use bytes::{Buf, BytesMut};
+use thiserror::Error;
+
+use wire::MAX_VARINT;
+
+/// The protocol level a client connected with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Version {
+    /// MQTT 3.1.1 (protocol level 4).
+    V311,
+    /// MQTT 5.0 (protocol level 5).
+    V5,
+}
+
+impl Version {
+    /// The protocol level byte of CONNECT.
+    pub fn level(self) -> u8 {
+        match self {
+            Version::V311 => 4,
+            Version::V5 => 5,
+        }
+    }
+}
+
+/// Quality of service: how often a message may arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum QoS {
+    /// At most once.
+    AtMostOnce = 0,
+    /// At least once (PUBACK).
+    AtLeastOnce = 1,
+    /// Exactly once (PUBREC, PUBREL, PUBCOMP).
+    ExactlyOnce = 2,
+}
+
+impl QoS {
+    /// The QoS of two bits; 3 is malformed.
+    pub fn from_bits(bits: u8) -> Result<QoS, MqttError> {
+        match bits {
+            0 => Ok(QoS::AtMostOnce),
+            1 => Ok(QoS::AtLeastOnce),
+            2 => Ok(QoS::ExactlyOnce),
+            _ => Err(MqttError::Malformed("QoS 3".into())),
+        }
+    }
+}
+
+/// Why a packet was not taken. Each kind has its MQTT 5.0 reason code.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum MqttError {
+    /// The bytes do not follow the packet format (reason 0x81).
+    #[error("malformed packet: {0}")]
+    Malformed(String),
+    /// A well-formed packet the protocol does not allow here (0x82).
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// CONNECT for a protocol other than MQTT 3.1.1 or 5.0 (0x84, or
+    /// 3.1.1's return code 1).
+    #[error("unsupported protocol level {0} (3.1.1 and 5.0 are)")]
+    UnsupportedVersion(u8),
+    /// A packet over the size limit (0x95).
+    #[error("a packet of {size} bytes is over the {max} allowed")]
+    TooLarge {
+        /// Its size, fixed header included.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A PUBLISH topic with a wildcard, or empty without an alias (0x90).
+    #[error("invalid topic name: {0}")]
+    TopicName(String),
+}
+
+impl MqttError {
+    /// The MQTT 5.0 reason code a DISCONNECT (or CONNACK) gives for it.
+    pub fn reason(&self) -> u8 {
+        match self {
+            MqttError::Malformed(_) => 0x81,
+            MqttError::Protocol(_) => 0x82,
+            MqttError::UnsupportedVersion(_) => 0x84,
+            MqttError::TopicName(_) => 0x90,
+            MqttError::TooLarge { .. } => 0x95,
+        }
+    }
+}
+
+/// Takes whole packets off a connection's bytes.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    /// Set by the CONNECT it decodes (a server's), or given (a client's).
+    version: Option<Version>,
+    max_size: usize,
+}
+
+impl Decoder {
+    /// A server's decoder: the first packet must be CONNECT, which sets
+    /// the version. `max_size` bounds a packet, fixed header included.
+    pub fn new(max_size: usize) -> Decoder {
+        Decoder {
+            version: None,
+            max_size,
+        }
+    }
+
+    /// A client's decoder, for a connection made with `version`.
+    pub fn with_version(version: Version, max_size: usize) -> Decoder {
+        Decoder {
+            version: Some(version),
+            max_size,
+        }
+    }
+
+    /// The version, once known.
+    pub fn version(&self) -> Option<Version> {
+        self.version
+    }
+
+    /// Sets the largest packet taken from now on (a CONNECT's limit, then
+    /// the connection's).
+    pub fn set_max_size(&mut self, max_size: usize) {
+        self.max_size = max_size;
+    }
+
+    /// The next whole packet at the front of `buf`, taken off it; `None`
+    /// if it is not all there yet. An error leaves `buf` as it was: the
+    /// connection is to be closed.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Packet>, MqttError> {
+        let Some((first, len, head)) = fixed_header(buf)? else {
+            return Ok(None);
+        };
+        let size = head + len;
+        if size > self.max_size {
+            return Err(MqttError::TooLarge {
+                size,
+                max: self.max_size,
+            });
+        }
+        if buf.len() < size {
+            return Ok(None);
+        }
+        let kind = first >> 4;
+        let version = match (self.version, kind) {
+            (_, 1) => None,
+            (Some(v), _) => Some(v),
+            (None, _) => {
+                return Err(MqttError::Protocol(format!(
+                    "packet type {kind} before CONNECT: the first packet must be CONNECT"
+                )))
+            }
+        };
+        let body = buf[head..size].to_vec().into();
+        let packet = packet::decode(first, &body, version)?;
+        buf.advance(size);
+        if let Packet::Connect(c) = &packet {
+            self.version = Some(c.version);
+        }
+        Ok(Some(packet))
+    }
+}
+
+/// The fixed header at the front of `buf`: its first byte, the remaining
+/// length and the header's own length; `None` if it is not all there.
+fn fixed_header(buf: &[u8]) -> Result<Option<(u8, usize, usize)>, MqttError> {
+    let Some(&first) = buf.first() else {
+        return Ok(None);
+    };
+    let mut len = 0usize;
+    for i in 0..4 {
+        let Some(&b) = buf.get(1 + i) else {
+            return Ok(None);
+        };
+        len |= usize::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok(Some((first, len, 2 + i)));
+        }
+    }
+    Err(MqttError::Malformed(
+        "the remaining length is longer than 4 bytes".into(),
+    ))
+}
+
+/// Writes `packet` for a connection of `version`. The body must fit a
+/// remaining length (256 MiB): the server's packet limit is far below.
+pub fn encode(packet: &Packet, version: Version, dst: &mut BytesMut) {
+    let mut body = BytesMut::new();
+    let first = packet::encode_body(packet, version, &mut body);
+    dst.reserve(5 + body.len());
+    dst.extend_from_slice(&[first]);
+    wire::put_varint(dst, (body.len() as u32).min(MAX_VARINT));
+    dst.extend_from_slice(&body);
+}
+
+#[cfg(test)]
+mod tests;
