@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use herald_protocol::frame::{Connected, ErrorFrame, RefusedSend};
+use herald_protocol::frame::{ErrorFrame, RefusedSend};
 use herald_protocol::{DestinationKind, ErrorCode, MessageView};
 
 use super::outbound::Outbound;
@@ -222,19 +222,12 @@ pub fn await_journal(
     }
 }
 
-/// The answer to a CONNECT whose login is being checked, and its request.
-pub enum Welcome {
-    /// A native CONNECTED.
-    Native(Connected, u32),
-    /// A STOMP CONNECTED.
-    Stomp(herald_protocol::stomp::StompFrame, u32),
-}
-
-impl Welcome {
-    /// The CONNECT's request id.
-    pub fn request_id(&self) -> u32 {
-        match self {
-            Welcome::Native(_, id) | Welcome::Stomp(_, id) => *id,
-        }
-    }
+/// The answer to a CONNECT whose login is being checked, encoded in the
+/// connection's protocol (its CONNECTED, or CONNACK) when the CONNECT was
+/// handled, to be sent as it is if the login succeeds.
+pub struct Welcome {
+    /// The CONNECT's request id (its refusal, if the login fails, names it).
+    pub request_id: u32,
+    /// The bytes of the answer, ready for the wire.
+    pub answer: bytes::Bytes,
 }

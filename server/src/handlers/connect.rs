@@ -5,7 +5,7 @@ use std::time::Duration;
 use herald_protocol::frame::{Connect, Connected};
 use herald_protocol::{ErrorCode, Frame};
 
-use crate::frontend::outbound::Outbound;
+use crate::frontend::outbound::{encode_control, Outbound};
 use crate::frontend::{admit, check_id_length, Context, Flow, Refusal, Welcome};
 use crate::session::{Phase, Session};
 
@@ -47,6 +47,10 @@ pub(super) fn handle(
             out.push_frame(&Frame::Connected(connected), request_id);
             Ok(Flow::Continue)
         }
-        None => Ok(Flow::Login(Welcome::Native(connected, request_id))),
+        None => {
+            let answer = encode_control(&Frame::Connected(connected), request_id)
+                .ok_or_else(|| Refusal::fatal(ErrorCode::Internal, "CONNECTED does not encode"))?;
+            Ok(Flow::Login(Welcome { request_id, answer }))
+        }
     }
 }

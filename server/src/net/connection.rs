@@ -223,13 +223,7 @@ impl Connection {
 
     /// Answers a CONNECT whose login succeeded.
     pub fn welcome(&mut self, welcome: Welcome) {
-        match (welcome, &self.stomp) {
-            (Welcome::Native(connected, request_id), _) => self
-                .out
-                .push_frame(&herald_protocol::Frame::Connected(connected), request_id),
-            (Welcome::Stomp(frame, _), Some(stomp)) => stomp.push(&mut self.out, &frame),
-            (Welcome::Stomp(..), None) => {}
-        }
+        self.out.push_raw(welcome.answer);
     }
 
     /// Whether it is told to close.

@@ -624,7 +624,7 @@ impl Worker {
                 conn.welcome(*welcome);
                 self.read_on(target);
             }
-            Err((code, why)) => conn.reply_error(welcome.request_id(), code, true, why),
+            Err((code, why)) => conn.reply_error(welcome.request_id, code, true, why),
         }
         self.mark_dirty(target.slot);
     }

@@ -135,9 +135,14 @@ impl StompSession {
 
     /// Queues a STOMP frame.
     pub fn push(&self, out: &mut Outbound, frame: &StompFrame) {
+        out.push_raw(self.encode(frame));
+    }
+
+    /// A frame's bytes as they go on the wire.
+    pub fn encode(&self, frame: &StompFrame) -> Bytes {
         let mut buf = BytesMut::new();
         frame.encode(self.escapes(), &mut buf);
-        self.push_bytes(out, &buf);
+        self.wrap(&buf)
     }
 
     /// Queues STOMP bytes, in a WebSocket message if the connection is one.
@@ -549,7 +554,10 @@ fn connect(
             stomp.push(out, &connected);
             Ok(Flow::Continue)
         }
-        None => Ok(Flow::Login(Welcome::Stomp(connected, request_id))),
+        None => Ok(Flow::Login(Welcome {
+            request_id,
+            answer: stomp.encode(&connected),
+        })),
     }
 }
 
