@@ -1,12 +1,13 @@
 //! A transaction's commit: between [`Broker::begin_atomic`] and
-//! [`Broker::end_atomic`], in the routing context they are given, what it journals becomes one atomic store
-//! record, and the messages it puts in queues become visible only once
-//! that record is appended, so no ACK of one of them can reach the store
-//! ahead of it. In a cluster, its changes to shared queues go to Redis in
-//! one MULTI/EXEC.
+//! [`Broker::end_atomic`], in the routing context they are given, what it
+//! journals becomes one atomic store record, and the messages it puts in
+//! queues become visible only once that record is appended, so no ACK of
+//! one of them can reach the store ahead of it. In a cluster, its changes
+//! to shared queues go to Redis in one MULTI/EXEC.
 
+use super::delivery::Deliveries;
 use super::pending::{Atomic, Pending};
-use super::*;
+use super::{Broker, ConnectionRef, Written};
 
 impl Broker {
     /// Starts a commit in the routing context `out`: until
