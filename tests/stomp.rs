@@ -549,3 +549,50 @@ fn a_stomp_publisher_moves_to_its_subscribers_worker_and_keeps_order() {
     );
     assert_eq!(next(&consumer).body_text(), Some("last"));
 }
+
+#[test]
+fn a_content_type_comes_through_as_sent_with_its_charset() {
+    let server = start();
+    let (_c, session) = connect(&server);
+    let native = session
+        .create_consumer(&Destination::topic("docs"))
+        .unwrap();
+    let mut sub = StompClient::connected(&server, &[]);
+    sub.send(
+        &frame("SUBSCRIBE")
+            .header("id", "1")
+            .header("destination", "/topic/docs")
+            .header("receipt", "subscribed"),
+    );
+    sub.expect("RECEIPT");
+    let mut publisher = StompClient::connected(&server, &[]);
+    for (content_type, body) in [
+        ("application/json;charset=utf-8", &br#"{"a":1}"#[..]),
+        ("text/csv; charset=ISO-8859-1", &b"caf\xe9;1"[..]),
+        ("application/octet-stream", &b"\0\xff"[..]),
+    ] {
+        publisher.send(
+            &frame("SEND")
+                .header("destination", "/topic/docs")
+                .header("content-type", content_type)
+                .body(body),
+        );
+        let m = sub.expect("MESSAGE");
+        assert_eq!(m.get("content-type"), Some(content_type));
+        assert_eq!(&m.body[..], body, "{content_type}");
+        let n = next(&native);
+        assert_eq!(
+            n.property("HeraldContentType"),
+            Some(&Value::String(content_type.into())),
+            "the native client sees it as a property"
+        );
+    }
+    // Without one, a text body is said to be text, bytes to be bytes.
+    publisher.send(
+        &frame("SEND")
+            .header("destination", "/topic/docs")
+            .body(&b"plain"[..]),
+    );
+    let m = sub.expect("MESSAGE");
+    assert_eq!(m.get("content-type"), Some("text/plain;charset=utf-8"));
+}

@@ -34,6 +34,11 @@ const KNOWN_FLAGS: u8 =
 pub const MAX_PRIORITY: u8 = 9;
 /// JMS's default priority.
 pub const DEFAULT_PRIORITY: u8 = 4;
+/// The string property that holds a message's content type (a MIME type
+/// with its parameters, `application/json; charset=utf-8`), as the
+/// publisher gave it: STOMP's `content-type` header, MQTT 5.0's content
+/// type. Every protocol hands it on as it came.
+pub const CONTENT_TYPE_PROPERTY: &str = "HeraldContentType";
 
 /// Whether the server must keep a message across its own restart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -3,8 +3,11 @@
 //! property and comes back as a header.
 
 use bytes::{Bytes, BytesMut};
+use herald_protocol::message::CONTENT_TYPE_PROPERTY;
 use herald_protocol::stomp::StompFrame;
-use herald_protocol::{Body, DeliveryMode, Destination, DestinationKind, Message, MessageView};
+use herald_protocol::{
+    Body, DeliveryMode, Destination, DestinationKind, Message, MessageView, Value,
+};
 use thiserror::Error;
 
 /// Headers that are STOMP's own, not the message's.
@@ -80,6 +83,9 @@ pub fn message_from(
         _ => Body::Bytes(frame.body.clone()),
     };
     let mut m = Message::new(body);
+    if let Some(ct) = frame.get("content-type") {
+        m.set_property(CONTENT_TYPE_PROPERTY, ct);
+    }
     m.destination = Some(destination(dest)?);
     m.message_id = message_id;
     m.timestamp = now_ms;
@@ -159,19 +165,28 @@ pub fn frame_from(
     if m.redelivered {
         f = f.header("redelivered", "true");
     }
+    let mut sent_type = None;
     for (name, value) in m.properties() {
-        f = f.header(name.clone(), value.to_string());
+        match (name.as_str(), value) {
+            // The publisher's content type, as it gave it.
+            (CONTENT_TYPE_PROPERTY, Value::String(ct)) => sent_type = Some(ct.clone()),
+            _ => f = f.header(name.clone(), value.to_string()),
+        }
     }
-    Ok(match m.body {
-        Body::Empty => f,
-        Body::Text(t) => f
-            .header("content-type", "text/plain;charset=utf-8")
-            .body(Bytes::from(t)),
-        Body::Bytes(b) => f.header("content-type", "application/octet-stream").body(b),
+    let (content_type, body) = match m.body {
+        Body::Empty => (None, None),
+        Body::Text(t) => (Some("text/plain;charset=utf-8"), Some(Bytes::from(t))),
+        Body::Bytes(b) => (Some("application/octet-stream"), Some(b)),
         Body::Map(entries) => {
             let text: String = entries.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
-            f.header("content-type", "text/plain;charset=utf-8")
-                .body(Bytes::from(text))
+            (Some("text/plain;charset=utf-8"), Some(Bytes::from(text)))
         }
+    };
+    if let Some(ct) = sent_type.or(content_type.map(str::to_owned)) {
+        f = f.header("content-type", ct);
+    }
+    Ok(match body {
+        Some(body) => f.body(body),
+        None => f,
     })
 }
