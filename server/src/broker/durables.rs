@@ -2,7 +2,21 @@
 //! while no consumer is attached, in the journal or, in a cluster, in
 //! Redis's registry), shared ones (consumers compete), or both.
 
-use super::*;
+use super::address::Subscriber;
+use super::delivery::Deliveries;
+use super::queue::Queue;
+use super::registry::{cluster_durable_stream, Durable, DurableRecord, Kept};
+use super::request::{SubscribeError, SubscribeRequest, SubscriptionHandle};
+use super::topic_tree::{Target, TopicEntry};
+use super::Broker;
+use crate::store::{Holder, Record};
+use crate::sync::lock;
+use herald_protocol::destination::is_temporary;
+use herald_protocol::selector::Selector;
+use herald_protocol::{DestinationKind, Pattern};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 impl Broker {
     /// A durable subscription's entry and queue, entered in the topic tree.

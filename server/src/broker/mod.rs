@@ -58,16 +58,16 @@ use crate::collections::FastMap;
 use crate::sync::{lock, read, write};
 use std::cell::OnceCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use herald_protocol::destination::{
-    is_temporary, temporary_owner, temporary_prefix, PatternWord, TEMPORARY_PREFIX,
+    temporary_owner, temporary_prefix, PatternWord, TEMPORARY_PREFIX,
 };
-use herald_protocol::message::{delivery_time, MessageRef};
+use herald_protocol::message::MessageRef;
 use herald_protocol::selector::{Selector, SelectorLimits};
-use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, MessageView, Pattern};
+use herald_protocol::{DeliveryMode, Pattern};
 
 use crate::config::Config;
 use crate::store::{Completion, Holder, Record, Recovered, Store};

@@ -3,7 +3,14 @@
 //! expiry queue, with the original destination and the reason in
 //! properties.
 
-use super::*;
+use super::delivery::Deliveries;
+use super::queue::{Dispatch, QueuedMessage, SharedQueue};
+use super::request::Room;
+use super::{deliver_from, wake_blocked, Broker};
+use crate::sync::lock;
+use bytes::{Bytes, BytesMut};
+use herald_protocol::{Destination, DestinationKind, Message};
+use std::sync::atomic::Ordering;
 
 /// Why a message leaves its queue for another.
 #[derive(Clone, Copy)]

@@ -2,8 +2,24 @@
 //! directly, acknowledged and durable ones through their queues, cluster
 //! streams through the other nodes), or into its queue.
 
+use super::address::ConnectionRef;
+use super::backlog::Backlog;
+use super::delivery::Deliveries;
+use super::peers::Peers;
+use super::pending::Pending;
+use super::queue::{EntryId, QueueFull, QueuedMessage, SharedQueue};
 use super::refile::Refile;
-use super::*;
+use super::request::{Room, RouteError, Routed, Written};
+use super::timers::Timed;
+use super::topic_tree::{Target, TopicEntry};
+use super::{queue, takes, Broker};
+use crate::sync::lock;
+use bytes::Bytes;
+use herald_protocol::destination::temporary_owner;
+use herald_protocol::message::{delivery_time, MessageRef};
+use herald_protocol::{DeliveryMode, DestinationKind, MessageView};
+use std::cell::OnceCell;
+use std::sync::Arc;
 
 impl Broker {
     /// Routes a message another node published on a topic to this node's

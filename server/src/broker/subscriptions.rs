@@ -1,7 +1,20 @@
 //! Subscribing and settling: starting and ending subscriptions, and the
 //! acknowledgements, NACKs and releases of what they were delivered.
 
-use super::*;
+use super::address::Subscriber;
+use super::delivery::Deliveries;
+use super::queue::{AckRef, Queue, QueuedMessage, SharedQueue};
+use super::registry::{is_durable_stream, Kept};
+use super::request::{Room, SubscribeError, SubscribeRequest, SubscriptionHandle, Written};
+use super::stats::LiveSubscription;
+use super::topic_tree::{Target, TopicEntry};
+use super::{wake_blocked, Broker};
+use crate::sync::lock;
+use herald_protocol::destination::is_temporary;
+use herald_protocol::selector::Selector;
+use herald_protocol::{DeliveryMode, DestinationKind, Pattern};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 impl Broker {
     /// Starts a subscription for `sub`.

@@ -3,8 +3,20 @@
 //! nodes' announcements, and routes the topic messages they publish to
 //! this node's subscribers.
 
+use super::common::{back_off, link_down, link_up};
+use super::interest::{CHANNEL, INTEREST_CHANNEL};
 use super::outbound::BUNDLE;
-use super::*;
+use super::resp::{Item, Subscriber};
+use super::{durables, link, settings, Cluster, PRIMARY_LOOK};
+use crate::broker::delivery::Deliveries;
+use crate::frontend::{hand_out, Shared};
+use bytes::Bytes;
+use herald_protocol::MessageView;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
+use std::sync::Weak;
+use std::time::{Duration, Instant};
 
 /// How long the inbound thread waits for a message before it looks for
 /// new interest and hands out what it routed: the longest a new

@@ -48,34 +48,24 @@ pub mod threads;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
-use commands::{Command, Outcomes, OUTBOUND_HIGH, OUTBOUND_LOW, OUTBOUND_QUEUE};
-use common::{back_off, link_down, link_up, query_pipeline, reread};
-use herald_protocol::destination::Pattern;
-use herald_protocol::selector::Selector;
-use herald_protocol::MessageView;
+use commands::{Command, Outcomes, OUTBOUND_HIGH, OUTBOUND_LOW};
+use common::{query_pipeline, reread};
 use interest::{
-    glob_matches, redis_glob, Others, CHANNEL, INTEREST_CHANNEL, INTEREST_KEY, INTEREST_REFRESH,
+    glob_matches, Others, CHANNEL, INTEREST_CHANNEL, INTEREST_KEY, INTEREST_REFRESH,
     INTEREST_TTL_S, WANTED_CACHE,
 };
 use link::Link;
-use redis::Value;
 
 use crate::auth::AuthConfigError;
-use crate::broker::delivery::Deliveries;
-use crate::broker::{
-    Backlog, BrowseDone, ConnectionRef, DurableRecord, EntryId, Peers, SharedChanges, SharedQueue,
-};
-use crate::config::{AuthSection, ClusterSection};
-use crate::frontend::{hand_out, Shared};
-use crate::store::{Completion, StoreError};
+use crate::broker::{Backlog, Peers};
+use crate::config::AuthSection;
+use crate::frontend::Shared;
+use crate::store::Completion;
 use crate::sync::{lock, read, write};
-use resp::{Item, Subscriber};
 use settings::{Change, SharedSettings};
 
 /// How often a thread connected to a Sentinel primary looks whether

@@ -5,7 +5,20 @@
 //! receipt, and the barrier that answers a receipt once Redis has
 //! answered everything before it.
 
-use super::*;
+use super::commands::{Command, Outcomes};
+use super::common::{back_off, link_down, link_up, query_pipeline};
+use super::interest::INTEREST_REFRESH;
+use super::{durables, queues, settings, Cluster, PRIMARY_LOOK};
+use crate::broker::EntryId;
+use crate::frontend::Shared;
+use crate::store::StoreError;
+use bytes::Bytes;
+use redis::Value;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::Weak;
+use std::time::{Duration, Instant};
 
 /// Messages `PUBLISH`ed in one round trip at most.
 pub(super) const BATCH: usize = 1024;

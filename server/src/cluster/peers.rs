@@ -1,7 +1,19 @@
 //! The cluster as the broker sees it: [`Peers`], implemented by sending
 //! commands to the outbound thread and requests to the queue thread.
 
-use super::*;
+use super::commands::{Command, OUTBOUND_QUEUE};
+use super::interest::{redis_glob, CHANNEL};
+use super::{queues, requests, Cluster};
+use crate::broker::{
+    Backlog, BrowseDone, ConnectionRef, DurableRecord, EntryId, Peers, SharedChanges, SharedQueue,
+};
+use crate::store::Completion;
+use crate::sync::lock;
+use bytes::{BufMut, Bytes, BytesMut};
+use herald_protocol::destination::Pattern;
+use herald_protocol::selector::Selector;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 impl Peers for Cluster {
     /// See `requests::Request::Browse`: `done` runs on the queue thread.

@@ -1,8 +1,16 @@
 //! Starting the cluster's threads, and stopping them.
 
 use super::inbound::run_inbound;
+use super::link::Link;
 use super::outbound::run_outbound;
-use super::*;
+use super::{queues, Cluster, ClusterStats};
+use crate::config::ClusterSection;
+use crate::frontend::Shared;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The running cluster threads.
 pub struct ClusterHandle {
