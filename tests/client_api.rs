@@ -48,7 +48,15 @@ fn a_message_with_a_short_ttl_expires_and_one_with_a_delay_waits() {
         .unwrap()
         .expect("the delayed one");
     assert_eq!(m.body_text(), Some("later"), "the expired one is gone");
-    assert!(sent.elapsed() >= Duration::from_millis(300));
+    // Not before its delivery time, on the clock (in whole milliseconds)
+    // that set it; that time is 300 ms after the send began, less the
+    // part of a millisecond the clock's truncation may take.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(m.delivery_time > 0 && now_ms >= m.delivery_time, "{m:?}");
+    assert!(sent.elapsed() >= Duration::from_millis(299));
     assert!(consumer
         .receive(Duration::from_millis(100))
         .unwrap()
