@@ -18,7 +18,7 @@ pub use packet::{
 };
 pub use properties::{Properties, Property};
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use thiserror::Error;
 
 use wire::MAX_VARINT;
@@ -168,9 +168,18 @@ impl Decoder {
                 )))
             }
         };
-        let body = buf[head..size].to_vec().into();
-        let packet = packet::decode(first, &body, version)?;
-        buf.advance(size);
+        // The packet's bytes are shared by what it decodes to (payloads,
+        // binary fields): copied back only if it is refused.
+        let whole = buf.split_to(size).freeze();
+        let packet = match packet::decode(first, &whole.slice(head..), version) {
+            Ok(packet) => packet,
+            Err(e) => {
+                let mut back = BytesMut::from(&whole[..]);
+                back.unsplit(std::mem::take(buf));
+                *buf = back;
+                return Err(e);
+            }
+        };
         if let Packet::Connect(c) = &packet {
             self.version = Some(c.version);
         }

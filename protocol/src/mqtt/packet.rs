@@ -463,8 +463,9 @@ fn publish(flags: u8, r: &mut Reader<'_>, v5: bool) -> Result<Publish, MqttError
         false => Properties::default(),
     };
     let aliased = properties
-        .find(|p| matches!(p, super::Property::TopicAlias(_)).then_some(()))
-        .is_some();
+        .0
+        .iter()
+        .any(|p| matches!(p, super::Property::TopicAlias(_)));
     if topic.is_empty() && !aliased {
         return Err(MqttError::TopicName("an empty topic name".into()));
     }

@@ -101,19 +101,6 @@ impl Properties {
         put_varint(dst, body.len() as u32);
         dst.put_slice(&body);
     }
-
-    /// The first property `pick` returns something for.
-    pub fn find<T>(&self, pick: impl Fn(&Property) -> Option<T>) -> Option<T> {
-        self.0.iter().find_map(pick)
-    }
-
-    /// The user properties, in order.
-    pub fn user(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().filter_map(|p| match p {
-            Property::User(k, v) => Some((k.as_str(), v.as_str())),
-            _ => None,
-        })
-    }
 }
 
 fn read_one(r: &mut Reader<'_>) -> Result<Property, MqttError> {

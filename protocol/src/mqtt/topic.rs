@@ -8,6 +8,8 @@
 //! other way; one that holds a `/` (which no MQTT level can) reaches MQTT
 //! clients as more than one level.
 
+use std::fmt::Write;
+
 use super::MqttError;
 
 /// The prefix of a shared subscription's filter: `$share/GROUP/FILTER`.
@@ -86,7 +88,7 @@ fn escape(level: &str) -> String {
         if matches!(c, '.' | '%' | '*' | '#') || c.is_whitespace() || c.is_control() {
             let mut utf8 = [0u8; 4];
             for b in c.encode_utf8(&mut utf8).bytes() {
-                word.push_str(&format!("%{b:02X}"));
+                let _ = write!(word, "%{b:02X}");
             }
         } else {
             word.push(c);

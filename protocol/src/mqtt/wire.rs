@@ -11,8 +11,7 @@ pub const MAX_VARINT: u32 = 268_435_455;
 
 /// Reads the fields of one packet's remaining bytes, front to back.
 pub struct Reader<'a> {
-    bytes: &'a [u8],
-    /// The packet's bytes, to share binary fields without copying.
+    /// The packet's bytes, shared by binary fields without copying.
     whole: &'a Bytes,
     at: usize,
 }
@@ -20,16 +19,12 @@ pub struct Reader<'a> {
 impl<'a> Reader<'a> {
     /// A reader over `whole`.
     pub fn new(whole: &'a Bytes) -> Reader<'a> {
-        Reader {
-            bytes: whole,
-            whole,
-            at: 0,
-        }
+        Reader { whole, at: 0 }
     }
 
     /// Bytes not read yet.
     pub fn remaining(&self) -> usize {
-        self.bytes.len() - self.at
+        self.whole.len() - self.at
     }
 
     fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], MqttError> {
@@ -38,7 +33,8 @@ impl<'a> Reader<'a> {
                 "{what} runs past the packet's end"
             )));
         }
-        let taken = &self.bytes[self.at..self.at + n];
+        let whole: &'a [u8] = self.whole;
+        let taken = &whole[self.at..self.at + n];
         self.at += n;
         Ok(taken)
     }
@@ -98,7 +94,7 @@ impl<'a> Reader<'a> {
     /// Everything left.
     pub fn rest(&mut self) -> Bytes {
         let rest = self.whole.slice(self.at..);
-        self.at = self.bytes.len();
+        self.at = self.whole.len();
         rest
     }
 }

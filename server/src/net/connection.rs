@@ -237,11 +237,13 @@ impl Connection {
     }
 
     /// Stops reading until `state` is over; a connection told to close
-    /// stays closing.
-    pub fn wait_for(&mut self, state: ReadState) {
-        if self.open() {
+    /// stays closing. Whether it now waits for `state`.
+    pub fn wait_for(&mut self, state: ReadState) -> bool {
+        let open = self.open();
+        if open {
             self.read = state;
         }
+        open
     }
 
     /// Its held send, if it has one: reading is open again.

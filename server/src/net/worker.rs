@@ -422,9 +422,9 @@ impl Worker {
     fn carry_on(&mut self, target: ConnectionRef, more: bool, backlog: Option<Arc<Backlog>>) {
         match backlog {
             Some(backlog) => {
-                let open = live(&mut self.conns, target).filter(|c| c.open());
-                if let Some(conn) = open {
-                    conn.wait_for(ReadState::Paused(backlog, Instant::now()));
+                let paused = live(&mut self.conns, target)
+                    .is_some_and(|c| c.wait_for(ReadState::Paused(backlog, Instant::now())));
+                if paused {
                     self.paused.push(target);
                     self.stats()
                         .publisher_pauses
@@ -1039,8 +1039,12 @@ fn stop(conn: &mut Connection, flow: Flow) {
     match flow {
         Flow::Continue => {}
         Flow::Close => conn.read = ReadState::Closing,
-        Flow::Park(parked) => conn.wait_for(ReadState::Parked(Box::new(parked))),
-        Flow::Login(welcome) => conn.wait_for(ReadState::LoggingIn(Box::new(welcome))),
+        Flow::Park(parked) => {
+            conn.wait_for(ReadState::Parked(Box::new(parked)));
+        }
+        Flow::Login(welcome) => {
+            conn.wait_for(ReadState::LoggingIn(Box::new(welcome)));
+        }
     }
 }
 
