@@ -125,6 +125,9 @@ data_dir = "$work/$name"
 [stomp]
 enabled = false
 websocket_enabled = false
+[mqtt]
+enabled = false
+websocket_enabled = false
 [admin]
 enabled = false
 [cluster]

@@ -340,6 +340,7 @@ fn secured_config(extra_user: bool) -> String {
     let reader = hash_password("look").unwrap();
     let mut text = format!(
         "[admin]\nlisten = \"127.0.0.1:0\"\n[stomp]\nenabled = false\nwebsocket_enabled = false\n\
+         [mqtt]\nenabled = false\nwebsocket_enabled = false\n\
          [auth]\nfailed_login_delay_ms = 10\n\
          [[auth.users]]\nname = \"ops\"\npassword = \"{admin}\"\nroles = [\"admin\"]\n\
          [[auth.users]]\nname = \"viewer\"\npassword = \"{reader}\"\nroles = [\"reader\"]\n\

@@ -27,8 +27,19 @@ const FLAG_CORRELATION: u8 = 0x02;
 const FLAG_REPLY_TO: u8 = 0x04;
 const FLAG_TYPE: u8 = 0x08;
 const FLAG_DELIVERY_TIME: u8 = 0x10;
-const KNOWN_FLAGS: u8 =
-    FLAG_PERSISTENT | FLAG_CORRELATION | FLAG_REPLY_TO | FLAG_TYPE | FLAG_DELIVERY_TIME;
+/// The publisher asks for the message to be kept as its topic's retained
+/// message (MQTT's retain flag).
+const FLAG_RETAIN: u8 = 0x20;
+/// Set by the server on a copy it delivers from its retained store, not
+/// live: MQTT's retain flag on delivery.
+const FLAG_KEPT: u8 = 0x40;
+const KNOWN_FLAGS: u8 = FLAG_PERSISTENT
+    | FLAG_CORRELATION
+    | FLAG_REPLY_TO
+    | FLAG_TYPE
+    | FLAG_DELIVERY_TIME
+    | FLAG_RETAIN
+    | FLAG_KEPT;
 
 /// Highest JMS priority.
 pub const MAX_PRIORITY: u8 = 9;
@@ -107,6 +118,12 @@ pub struct Message {
     /// Milliseconds since the epoch before which the message is not
     /// delivered (JMS 2.0 delivery delay); 0 = at once.
     pub delivery_time: i64,
+    /// Keep it as its topic's one retained message, for subscribers to
+    /// come (MQTT's retain); an empty body deletes the topic's.
+    pub retain: bool,
+    /// Set on receipt: it came from the retained store when its
+    /// subscription began, not as it was published.
+    pub kept: bool,
     /// Set on receipt: delivered before and not acknowledged.
     pub redelivered: bool,
     /// Set on receipt: how many times this message has been delivered,
@@ -277,6 +294,9 @@ impl Message {
         if stamp.delivery_time != 0 {
             flags |= FLAG_DELIVERY_TIME;
         }
+        if self.retain {
+            flags |= FLAG_RETAIN;
+        }
         let properties = u16::try_from(self.properties.len()).map_err(|_| {
             Error::invalid(
                 "properties",
@@ -368,6 +388,8 @@ impl Message {
             }),
             message_type: r.message_type.map(str::to_owned),
             delivery_time: r.delivery_time,
+            retain: r.flags & FLAG_RETAIN != 0,
+            kept: r.flags & FLAG_KEPT != 0,
             redelivered: delivery_count > 1,
             delivery_count,
             delivery_id: 0,
@@ -658,6 +680,32 @@ impl<'a> MessageRef<'a> {
             DeliveryMode::NonPersistent
         }
     }
+
+    /// Whether the publisher asked for it to be retained.
+    pub fn retain(&self) -> bool {
+        self.flags & FLAG_RETAIN != 0
+    }
+
+    /// Whether it was delivered from the retained store.
+    pub fn kept(&self) -> bool {
+        self.flags & FLAG_KEPT != 0
+    }
+}
+
+/// Whether a validated message block asks to be retained, read from its
+/// first byte.
+pub fn asks_retain(block: &[u8]) -> bool {
+    block.first().is_some_and(|flags| flags & FLAG_RETAIN != 0)
+}
+
+/// A validated message block's copy marked as delivered from the retained
+/// store.
+pub fn mark_kept(block: &[u8]) -> Bytes {
+    let mut copy = block.to_vec();
+    if let Some(flags) = copy.first_mut() {
+        *flags |= FLAG_KEPT;
+    }
+    Bytes::from(copy)
 }
 
 /// The priority and expiration of a validated message block, read without

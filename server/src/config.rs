@@ -101,6 +101,8 @@ pub struct Config {
     pub queues: QueuesConfig,
     /// The STOMP listener.
     pub stomp: StompSection,
+    /// The MQTT listeners.
+    pub mqtt: MqttSection,
     /// What one message selector may cost.
     pub selectors: SelectorsSection,
     /// Requests of one connection waiting for the journal (persistent
@@ -403,6 +405,44 @@ impl Default for StompSection {
     }
 }
 
+/// `[mqtt]`: the listeners for MQTT 3.1.1 and 5.0 clients.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MqttSection {
+    /// Whether the MQTT listener runs.
+    pub enabled: bool,
+    /// Its address.
+    pub listen: SocketAddr,
+    /// Whether MQTT over TLS runs (with the `[tls]` certificate).
+    pub tls_enabled: bool,
+    /// Its address.
+    pub tls_listen: SocketAddr,
+    /// Whether MQTT over WebSocket (subprotocol `mqtt`) runs.
+    pub websocket_enabled: bool,
+    /// Its address.
+    pub websocket_listen: SocketAddr,
+    /// QoS 1 and 2 messages the server sends a client before it hears
+    /// back, at most (the client may ask for fewer), and takes from it.
+    pub receive_maximum: u16,
+    /// Topic aliases a client may set (MQTT 5.0).
+    pub topic_alias_maximum: u16,
+}
+
+impl Default for MqttSection {
+    fn default() -> MqttSection {
+        MqttSection {
+            enabled: true,
+            listen: SocketAddr::from(([127, 0, 0, 1], 1883)),
+            tls_enabled: false,
+            tls_listen: SocketAddr::from(([127, 0, 0, 1], 8883)),
+            websocket_enabled: false,
+            websocket_listen: SocketAddr::from(([127, 0, 0, 1], 8083)),
+            receive_maximum: 1024,
+            topic_alias_maximum: 64,
+        }
+    }
+}
+
 /// What happens to a connection that reads too slowly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -540,6 +580,7 @@ impl Default for Config {
             topics: TopicsConfig::default(),
             queues: QueuesConfig::default(),
             stomp: StompSection::default(),
+            mqtt: MqttSection::default(),
             selectors: SelectorsSection::default(),
             max_pending_receipts: 65_536,
             auth: AuthSection::default(),
@@ -742,7 +783,14 @@ impl Config {
         if let Err(e) = herald_protocol::destination::validate_name(&format!("{prefix}x")) {
             return invalid("queues.dead_letter_prefix", e.to_string());
         }
-        let needs_cert = self.tls.enabled || (self.admin.enabled && self.admin.tls);
+        if self.mqtt.receive_maximum == 0 {
+            return invalid(
+                "mqtt.receive_maximum",
+                "0: a client could never be sent a QoS 1 or 2 message (1 to 65535)".into(),
+            );
+        }
+        let needs_cert =
+            self.tls.enabled || self.mqtt.tls_enabled || (self.admin.enabled && self.admin.tls);
         if needs_cert && self.tls.cert.as_os_str().is_empty() {
             return invalid(
                 "tls.cert",

@@ -15,6 +15,7 @@
 //! - [`session`]: per-connection protocol state.
 //! - [`store`]: persistence: the storage trait and the embedded journal.
 //! - [`stomp`]: the STOMP front-end, on `frontend` like `handlers`.
+//! - [`mqtt`]: the MQTT 3.1.1 and 5.0 front-end, on `frontend` too.
 //! - [`auth`]: users, passwords and permissions.
 //! - [`config`]: the settings of `herald.toml`.
 //! - [`admin`]: the management interface: JSON API, metrics, console.
@@ -32,6 +33,7 @@ pub mod collections;
 pub mod config;
 pub mod frontend;
 pub mod handlers;
+pub mod mqtt;
 pub mod net;
 pub mod origins;
 mod server;

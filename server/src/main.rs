@@ -39,6 +39,16 @@ struct Args {
     /// Address of the STOMP-over-WebSocket listener, overriding the config.
     #[arg(long)]
     stomp_ws_listen: Option<SocketAddr>,
+    /// Address of the MQTT listener, overriding the config.
+    #[arg(long)]
+    mqtt_listen: Option<SocketAddr>,
+    /// Address of the MQTT-over-TLS listener (it needs tls.cert and
+    /// tls.key), overriding the config.
+    #[arg(long)]
+    mqtt_tls_listen: Option<SocketAddr>,
+    /// Address of the MQTT-over-WebSocket listener, overriding the config.
+    #[arg(long)]
+    mqtt_ws_listen: Option<SocketAddr>,
     /// Address of the TLS listener (it needs tls.cert and tls.key),
     /// overriding the config.
     #[arg(long)]
@@ -88,6 +98,18 @@ fn main() -> ExitCode {
         config.stomp.websocket_listen = addr;
         config.stomp.websocket_enabled = true;
     }
+    if let Some(addr) = args.mqtt_listen {
+        config.mqtt.listen = addr;
+        config.mqtt.enabled = true;
+    }
+    if let Some(addr) = args.mqtt_tls_listen {
+        config.mqtt.tls_listen = addr;
+        config.mqtt.tls_enabled = true;
+    }
+    if let Some(addr) = args.mqtt_ws_listen {
+        config.mqtt.websocket_listen = addr;
+        config.mqtt.websocket_enabled = true;
+    }
     if let Some(addr) = args.admin_listen {
         config.admin.listen = addr;
         config.admin.enabled = true;
@@ -135,6 +157,16 @@ fn main() -> ExitCode {
     }
     if let Some(addr) = server.tls_addr() {
         announce.push_str(&format!("herald-server TLS listening on {addr}\n"));
+    }
+    let mqtt = server.mqtt();
+    for (what, addr) in [
+        ("MQTT", mqtt.tcp),
+        ("MQTT over TLS", mqtt.tls),
+        ("MQTT over WebSocket", mqtt.websocket),
+    ] {
+        if let Some(addr) = addr {
+            announce.push_str(&format!("herald-server {what} listening on {addr}\n"));
+        }
     }
     if let Some(url) = server.admin_url() {
         announce.push_str(&format!("herald-server admin listening on {url}\n"));

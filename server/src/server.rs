@@ -12,7 +12,7 @@ use mio::net::TcpListener;
 use mio::{Poll, Waker};
 use thiserror::Error;
 
-use crate::admin::{Addresses, Admin};
+use crate::admin::{Addresses, Admin, MqttListeners};
 use crate::auth::Authenticator;
 use crate::broker::Broker;
 use crate::config::Config;
@@ -88,7 +88,23 @@ impl Server {
             Protocol::StompWebSocket,
         )?;
         let tls_addr = bind(config.tls.enabled, config.tls.listen, Protocol::NativeTls)?;
-        let tls = match config.tls.enabled || (config.admin.enabled && config.admin.tls) {
+        let mqtt = MqttListeners {
+            tcp: bind(config.mqtt.enabled, config.mqtt.listen, Protocol::Mqtt)?,
+            tls: bind(
+                config.mqtt.tls_enabled,
+                config.mqtt.tls_listen,
+                Protocol::MqttTls,
+            )?,
+            websocket: bind(
+                config.mqtt.websocket_enabled,
+                config.mqtt.websocket_listen,
+                Protocol::MqttWebSocket,
+            )?,
+        };
+        let tls = match config.tls.enabled
+            || config.mqtt.tls_enabled
+            || (config.admin.enabled && config.admin.tls)
+        {
             true => Some(
                 crate::net::tls::server_config(&config.tls.cert, &config.tls.key)
                     .map_err(StartError::Tls)?,
@@ -144,6 +160,7 @@ impl Server {
             next_serial: AtomicU64::new(1),
             connections: std::sync::Mutex::new(std::collections::HashMap::new()),
             client_ids: std::sync::Mutex::new(std::collections::HashMap::new()),
+            heirs: std::sync::Mutex::new(std::collections::HashMap::new()),
             started: std::time::Instant::now(),
         });
         let sink = crate::frontend::WorkerSink::new(Arc::downgrade(&shared));
@@ -191,6 +208,15 @@ impl Server {
         if let Some(addr) = tls_addr {
             log::info!("TLS listening on {addr}");
         }
+        for (what, addr) in [
+            ("MQTT", mqtt.tcp),
+            ("MQTT over TLS", mqtt.tls),
+            ("MQTT over WebSocket", mqtt.websocket),
+        ] {
+            if let Some(addr) = addr {
+                log::info!("{what} listening on {addr}");
+            }
+        }
         let admin = match shared.config.admin.enabled {
             true => {
                 let addresses = Addresses {
@@ -198,6 +224,7 @@ impl Server {
                     stomp: stomp_addr,
                     stomp_ws: stomp_ws_addr,
                     tls: tls_addr,
+                    mqtt,
                     admin: None,
                 };
                 let listen = shared.config.admin.listen;
@@ -228,6 +255,7 @@ impl Server {
             tls_addr,
             stomp_addr,
             stomp_ws_addr,
+            mqtt,
             journal,
             shared,
             workers: handles,
@@ -280,6 +308,7 @@ pub struct ServerHandle {
     stomp_addr: Option<SocketAddr>,
     stomp_ws_addr: Option<SocketAddr>,
     tls_addr: Option<SocketAddr>,
+    mqtt: MqttListeners,
     admin: Option<Admin>,
     journal: Arc<Journal>,
     shared: Arc<Shared>,
@@ -315,6 +344,11 @@ impl ServerHandle {
     /// The TLS listener's address, if it runs.
     pub fn tls_addr(&self) -> Option<SocketAddr> {
         self.tls_addr
+    }
+
+    /// The MQTT listeners' addresses, those that run.
+    pub fn mqtt(&self) -> MqttListeners {
+        self.mqtt
     }
 
     /// The management interface's address, if it runs.

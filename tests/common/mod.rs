@@ -1,8 +1,10 @@
 //! Shared helpers for the end-to-end tests: start a server on an ephemeral
 //! port, connect real clients, and speak raw frames for protocol tests.
 
+mod mqtt;
 mod redis;
 
+pub use mqtt::MqttClient;
 pub use redis::{Redis, Sentinel, Stopped};
 
 use std::io::{Read, Write};
@@ -44,6 +46,9 @@ pub fn test_config() -> Config {
     };
     config.stomp.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.stomp.websocket_listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.mqtt.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.mqtt.tls_listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.mqtt.websocket_listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.admin.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     // A small reserve file: each test server writes one.
     config.journal.min_free_bytes = 1 << 20;

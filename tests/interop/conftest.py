@@ -31,6 +31,8 @@ class Server:
                 "--listen", "127.0.0.1:0",
                 "--stomp-listen", "127.0.0.1:0",
                 "--stomp-ws-listen", "127.0.0.1:0",
+                "--mqtt-listen", "127.0.0.1:0",
+                "--mqtt-ws-listen", "127.0.0.1:0",
                 "--admin-listen", "127.0.0.1:0",
                 "--data-dir", self.data,
             ],
@@ -49,9 +51,19 @@ class Server:
         self.stomp = (host, int(port))
         host, port = ws_line.rsplit(" ", 1)[1].rsplit(":", 1)
         self.stomp_ws = (host, int(port))
+        self.mqtt = self.address("herald-server MQTT listening on ")
+        self.mqtt_ws = self.address("herald-server MQTT over WebSocket listening on ")
         admin_line = self.proc.stdout.readline().strip()
         assert admin_line.startswith("herald-server admin listening on "), admin_line
         self.admin = admin_line.rsplit(" ", 1)[1].rstrip("/")
+
+    def address(self, prefix):
+        """The (host, port) of the next announcement line, which must start
+        with `prefix`."""
+        line = self.proc.stdout.readline().strip()
+        assert line.startswith(prefix), line
+        host, port = line[len(prefix):].rsplit(":", 1)
+        return (host, int(port))
 
     def stop(self):
         self.proc.terminate()

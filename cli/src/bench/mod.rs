@@ -432,6 +432,11 @@ fn embedded_server(
             websocket_enabled: false,
             ..StompSection::default()
         },
+        mqtt: herald_server::config::MqttSection {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            websocket_enabled: false,
+            ..Default::default()
+        },
         admin: herald_server::config::AdminSection {
             enabled: false,
             ..Default::default()

@@ -172,6 +172,9 @@ async fn server(State(state): State<AppState>) -> ApiResult {
             "stomp": addr(a.stomp),
             "stomp_ws": addr(a.stomp_ws),
             "tls": addr(a.tls),
+            "mqtt": addr(a.mqtt.tcp),
+            "mqtt_tls": addr(a.mqtt.tls),
+            "mqtt_ws": addr(a.mqtt.websocket),
             "admin": addr(a.admin),
         },
         "config": {
@@ -523,6 +526,9 @@ fn protocol_name(p: Protocol) -> &'static str {
         Protocol::NativeTls => "herald+tls",
         Protocol::Stomp => "stomp",
         Protocol::StompWebSocket => "stomp+ws",
+        Protocol::Mqtt => "mqtt",
+        Protocol::MqttTls => "mqtt+tls",
+        Protocol::MqttWebSocket => "mqtt+ws",
     }
 }
 

@@ -26,7 +26,7 @@ mod shared;
 mod state;
 mod tls;
 
-pub use state::{process_footprint, reload, Addresses, ReloadError};
+pub use state::{process_footprint, reload, Addresses, MqttListeners, ReloadError};
 use state::{ApiError, AppState, PeerAddr};
 
 use std::hash::RandomState;

@@ -32,8 +32,21 @@ pub struct Addresses {
     pub stomp_ws: Option<SocketAddr>,
     /// Native over TLS.
     pub tls: Option<SocketAddr>,
+    /// MQTT's.
+    pub mqtt: MqttListeners,
     /// This interface.
     pub admin: Option<SocketAddr>,
+}
+
+/// The MQTT listeners' addresses, those that run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MqttListeners {
+    /// MQTT over TCP.
+    pub tcp: Option<SocketAddr>,
+    /// MQTT over TLS.
+    pub tls: Option<SocketAddr>,
+    /// MQTT over WebSocket.
+    pub websocket: Option<SocketAddr>,
 }
 
 /// What every request handler sees.

@@ -6,14 +6,14 @@ use super::address::Subscriber;
 use super::delivery::Deliveries;
 use super::queue::Queue;
 use super::registry::{cluster_durable_stream, Durable, DurableRecord, Kept};
-use super::request::{SubscribeError, SubscribeRequest, SubscriptionHandle};
+use super::request::{Room, SubscribeError, SubscribeRequest, SubscriptionHandle, Written};
 use super::topic_tree::{Target, TopicEntry};
 use super::Broker;
 use crate::store::{Holder, Record};
 use crate::sync::lock;
 use herald_protocol::destination::is_temporary;
 use herald_protocol::selector::Selector;
-use herald_protocol::{DestinationKind, Pattern};
+use herald_protocol::{DeliveryMode, DestinationKind, Pattern};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -197,7 +197,9 @@ impl Broker {
                 }
             }
         }
+        let mut created = false;
         let d = durables.entry(id.clone()).or_insert_with(|| {
+            created = true;
             let (client, name) = (req.client_id, req.durable_name);
             let kept = match (durable, self.peers.get()) {
                 // In a cluster: registered in Redis, for every node.
@@ -233,8 +235,8 @@ impl Broker {
             self.new_durable(
                 (client, name),
                 req.user.to_owned(),
-                pattern,
-                (req.selector_text().to_owned(), selector),
+                pattern.clone(),
+                (req.selector_text().to_owned(), selector.clone()),
                 kept,
             )
         });
@@ -248,6 +250,19 @@ impl Broker {
             _ => None,
         };
         drop(durables);
+        // A new one starts with the retained messages of its topics (in a
+        // cluster, its stream gets what is published from now on only).
+        if created && req.kept && stream.is_none() {
+            for block in self.retained.kept_for(&pattern, selector.as_deref()) {
+                let _ = self.enqueue(
+                    &queue,
+                    &block,
+                    (DeliveryMode::NonPersistent, Room::Refuse),
+                    &mut Written::default(),
+                    out,
+                );
+            }
+        }
         let mut dispatches = Vec::new();
         lock(&queue).add_consumer(sub, None, prefetch, &mut dispatches);
         self.settled(&queue, dispatches, out);
@@ -264,6 +279,20 @@ impl Broker {
         lock(&self.durables)
             .get(&id)
             .map(|d| (d.pattern.clone(), d.owner.clone()))
+    }
+
+    /// The names of `client_id`'s durable subscriptions that start with
+    /// `prefix`, in name order.
+    pub fn durables_of(&self, client_id: &str, prefix: &str) -> Vec<String> {
+        let mut names: Vec<String> = lock(&self.durables)
+            .iter()
+            .filter(|((client, name), d)| {
+                client == client_id && name.starts_with(prefix) && d.durable()
+            })
+            .map(|((_, name), _)| name.clone())
+            .collect();
+        names.sort();
+        names
     }
 
     /// Deletes a durable subscription and what it kept.

@@ -160,6 +160,8 @@ pub struct SubscribeRequest<'a> {
     /// The connection's backlog signal, for a subscription whose
     /// publishers should pause while the connection drains a backlog.
     pub backlog: Option<Arc<Backlog>>,
+    /// Whether it gets the retained messages of its topics first.
+    pub kept: bool,
 }
 
 impl SubscribeRequest<'_> {

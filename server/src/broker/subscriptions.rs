@@ -97,7 +97,10 @@ impl Broker {
                     backlog,
                 };
                 let mut tree = self.write_topics();
-                let kept = self.retained.kept_for(&pattern, selector.as_deref());
+                let kept = match req.kept {
+                    true => self.retained.kept_for(&pattern, selector.as_deref()),
+                    false => Vec::new(),
+                };
                 self.enter(&mut tree, &pattern, entry);
                 drop(tree);
                 for block in kept {

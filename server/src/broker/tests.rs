@@ -167,6 +167,7 @@ fn request(kind: DestinationKind, pattern: &str) -> SubscribeRequest<'_> {
         shared: false,
         durable: false,
         backlog: None,
+        kept: true,
     }
 }
 

@@ -167,6 +167,16 @@ impl Refusal {
         self
     }
 
+    /// Its code.
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+
+    /// Its explanation.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// The code, whether it is fatal, and the explanation.
     pub fn into_parts(self) -> (ErrorCode, bool, String) {
         (self.code, self.fatal, self.message)

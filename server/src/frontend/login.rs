@@ -3,8 +3,9 @@
 use herald_protocol::ErrorCode;
 
 use super::context::Refusal;
-use super::shared::Shared;
+use super::shared::{Notice, Protocol, Shared};
 use crate::auth::Principal;
+use crate::broker::ConnectionRef;
 use crate::session::Session;
 use crate::sync::lock;
 
@@ -50,7 +51,8 @@ pub fn admit(
     Ok(())
 }
 
-/// Frees the client id of a connection that ends, if it held it.
+/// Frees the client id of a connection that ends, if it held it; a
+/// connection waiting to take it over goes on with its login.
 pub fn release_client_id(session: &Session, shared: &Shared, serial: u64) {
     if session.client_id.is_empty() {
         return;
@@ -58,5 +60,44 @@ pub fn release_client_id(session: &Session, shared: &Shared, serial: u64) {
     let mut ids = lock(&shared.client_ids);
     if ids.get(&session.client_id) == Some(&serial) {
         ids.remove(&session.client_id);
+        drop(ids);
+        if let Some((heir, principal)) = lock(&shared.heirs).remove(&session.client_id) {
+            shared.workers[heir.worker].post(Notice::LoggedIn {
+                conn: heir,
+                result: Ok(principal),
+            });
+        }
     }
+}
+
+/// Takes client id `client_id` over for connection `heir` (MQTT: a new
+/// connection with a session's id ends the one that has it): the holder
+/// is told to close, and `heir`'s login goes on once it has. False if the
+/// holder is not an MQTT connection, whose client ids are not taken over.
+pub fn take_over(
+    client_id: &str,
+    principal: Principal,
+    shared: &Shared,
+    heir: ConnectionRef,
+) -> bool {
+    let Some(holder) = lock(&shared.client_ids).get(client_id).copied() else {
+        return false;
+    };
+    let Some(info) = lock(&shared.connections).get(&holder).cloned() else {
+        return false;
+    };
+    if !matches!(
+        info.protocol,
+        Protocol::Mqtt | Protocol::MqttTls | Protocol::MqttWebSocket
+    ) {
+        return false;
+    }
+    let home = info.home();
+    // An heir that was waiting already gives way to this one: it closes.
+    if let Some((earlier, _)) = lock(&shared.heirs).insert(client_id.to_owned(), (heir, principal))
+    {
+        shared.workers[earlier.worker].post(Notice::Close(earlier));
+    }
+    shared.workers[home.worker].post(Notice::Close(home));
+    true
 }

@@ -24,7 +24,7 @@ mod shared;
 mod subscription;
 
 pub use context::{authorize, await_journal, Context, Flow, Parked, Refusal, Welcome};
-pub use login::{admit, check_id_length, release_client_id};
+pub use login::{admit, check_id_length, release_client_id, take_over};
 pub use publish::{authorize as authorize_publish, publish, Published};
 pub use settle::{commit, settle};
 pub use shared::{
@@ -33,5 +33,5 @@ pub use shared::{
 };
 pub use subscription::{
     authorize as authorize_subscription, check_owner, end_subscription, hold_selector,
-    refusal as subscribe_refusal, selector,
+    refusal as subscribe_refusal, selector, subscribe,
 };

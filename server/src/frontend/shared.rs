@@ -25,6 +25,19 @@ pub enum Protocol {
     Stomp,
     /// STOMP carried in WebSocket messages (browsers).
     StompWebSocket,
+    /// MQTT 3.1.1 and 5.0.
+    Mqtt,
+    /// MQTT over TLS.
+    MqttTls,
+    /// MQTT carried in WebSocket messages (subprotocol `mqtt`).
+    MqttWebSocket,
+}
+
+impl Protocol {
+    /// Whether its connections start with a TLS handshake.
+    pub fn tls(self) -> bool {
+        matches!(self, Protocol::NativeTls | Protocol::MqttTls)
+    }
 }
 
 /// What reaches a worker from off it for the connections it owns:
@@ -335,6 +348,9 @@ pub struct Shared {
     /// The client ids of logged-in connections, and whose they are: one
     /// live connection per client id.
     pub client_ids: std::sync::Mutex<HashMap<String, u64>>,
+    /// Connections waiting to take a client id over from the one that
+    /// holds it (MQTT's session takeover), with who logged in.
+    pub heirs: std::sync::Mutex<HashMap<String, (ConnectionRef, Principal)>>,
     /// When the server started.
     pub started: std::time::Instant,
 }

@@ -60,6 +60,32 @@ pub fn hold_selector(id: u32, selector: Option<&Selector>, session: &mut Session
     }
 }
 
+/// Starts subscription `subscription_id` of this connection, whatever
+/// its protocol: checks the user may, subscribes, and keeps its handle
+/// (and its selector's cost). Deliveries it already has are routed after
+/// the frame, behind its answer.
+pub fn subscribe(
+    subscription_id: u32,
+    request: SubscribeRequest<'_>,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) -> Result<(), Refusal> {
+    authorize(session, &request, ctx)?;
+    let selector = request.selector.clone();
+    let subscriber = Subscriber {
+        conn: ctx.me,
+        subscription_id,
+    };
+    let handle = ctx
+        .shared
+        .broker
+        .subscribe(request, subscriber, ctx.deliveries)
+        .map_err(refusal)?;
+    session.subscriptions.insert(subscription_id, handle);
+    hold_selector(subscription_id, selector.as_deref(), session);
+    Ok(())
+}
+
 /// Refuses a subscription the user lacks a permission for: `consume` on
 /// the destination, and `durable` for a durable one. A connection's own
 /// temporary queues and topics need none.

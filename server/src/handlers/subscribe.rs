@@ -5,12 +5,9 @@ use herald_protocol::frame::Subscribe;
 use herald_protocol::{DestinationKind, ErrorCode};
 
 use super::answer::receipt;
-use crate::broker::{SubscribeRequest, Subscriber, Written};
+use crate::broker::{SubscribeRequest, Written};
 use crate::frontend::outbound::Outbound;
-use crate::frontend::{
-    authorize_subscription as authorize, hold_selector, selector, subscribe_refusal as refusal,
-    Context, Flow, Refusal,
-};
+use crate::frontend::{selector, subscribe, Context, Flow, Refusal};
 use crate::session::Session;
 
 /// A native SUBSCRIBE frame.
@@ -56,36 +53,28 @@ pub fn handle(
             format!("a temporary queue's name starts with {prefix} (temp.<connection id>.)"),
         ));
     }
-    let subscriber = Subscriber {
-        conn: ctx.me,
-        subscription_id: f.subscription_id,
-    };
     let selector = selector(&f.selector, session, ctx)?;
+    // Owned: the session is lent to `subscribe` whole.
+    let (owner, user) = (session.client_id.clone(), session.principal.user.clone());
     let request = SubscribeRequest {
         kind: f.kind,
         destination: &f.pattern,
-        selector: selector.clone(),
+        selector,
         acknowledged: f.acknowledged,
         prefetch: f.prefetch,
         durable_name: &f.durable_name,
-        client_id: &session.client_id,
-        user: &session.principal.user,
+        client_id: &owner,
+        user: &user,
         temporary: f.temporary,
         shared: f.shared,
         durable: f.durable,
         // A best-effort subscriber's deliveries are dropped instead.
         backlog: (!f.best_effort).then(|| session.backlog.clone()),
+        kept: true,
     };
-    authorize(session, &request, ctx)?;
     // The RECEIPT is queued before any message the subscription may
     // already have waiting: deliveries are routed after this frame.
-    let handle = ctx
-        .shared
-        .broker
-        .subscribe(request, subscriber, ctx.deliveries)
-        .map_err(refusal)?;
-    session.subscriptions.insert(f.subscription_id, handle);
-    hold_selector(f.subscription_id, selector.as_deref(), session);
+    subscribe(f.subscription_id, request, session, ctx)?;
     if f.best_effort {
         session.best_effort.insert(f.subscription_id);
     }

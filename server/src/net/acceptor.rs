@@ -94,8 +94,9 @@ fn refuse(mut stream: TcpStream, protocol: Protocol, max: usize) {
     let why = format!("the server has {max} connections open, the most it allows");
     let mut buf = BytesMut::new();
     match protocol {
-        // No TLS session yet: nothing can be said.
-        Protocol::NativeTls => return,
+        // No TLS session yet, or (MQTT) no version known to answer in:
+        // nothing can be said.
+        Protocol::NativeTls | Protocol::Mqtt | Protocol::MqttTls => return,
         Protocol::Native => {
             let error = ErrorFrame::new(ErrorCode::LimitExceeded, true, why);
             if Frame::Error(error).encode(0, &mut buf).is_err() {
@@ -106,7 +107,7 @@ fn refuse(mut stream: TcpStream, protocol: Protocol, max: usize) {
             .header("message", why)
             .encode(false, &mut buf),
         // Before the WebSocket upgrade only HTTP can be said.
-        Protocol::StompWebSocket => buf.extend_from_slice(
+        Protocol::StompWebSocket | Protocol::MqttWebSocket => buf.extend_from_slice(
             format!(
                 "HTTP/1.1 503 Service Unavailable\r\nContent-Length: {}\r\n\r\n{why}",
                 why.len()

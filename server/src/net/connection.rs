@@ -23,6 +23,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::frontend::ConnInfo;
+use crate::mqtt::MqttSession;
 use crate::session::{Phase, Session};
 use crate::stomp::StompSession;
 
@@ -57,6 +58,16 @@ pub enum ReadState {
     Closing,
 }
 
+/// A connection's protocol, with what it needs besides the session.
+pub enum Front {
+    /// Herald's own.
+    Native,
+    /// STOMP.
+    Stomp(Box<StompSession>),
+    /// MQTT.
+    Mqtt(Box<MqttSession>),
+}
+
 /// Read buffer an idle connection keeps.
 const KEPT_READ: usize = 64 * 1024;
 
@@ -77,9 +88,8 @@ pub struct Connection {
     pub dirty: bool,
     /// Whether it is read, or what it waits for.
     pub read: ReadState,
-    /// For a STOMP connection, what that protocol needs besides the
-    /// session; `None` for the native protocol.
-    pub stomp: Option<Box<StompSession>>,
+    /// What its protocol needs besides the session.
+    pub front: Front,
     /// The TLS session of a connection to the TLS listener.
     pub tls: Option<Box<ServerConnection>>,
     /// What the management interface sees of it.
@@ -103,7 +113,7 @@ impl Connection {
         serial: u64,
         stream: TcpStream,
         session: Session,
-        stomp: Option<Box<StompSession>>,
+        front: Front,
         tls: Option<Box<ServerConnection>>,
         info: Arc<ConnInfo>,
     ) -> Connection {
@@ -118,7 +128,7 @@ impl Connection {
             blocked: false,
             dirty: false,
             read: ReadState::Open,
-            stomp,
+            front,
             tls,
             info,
             identified: false,
@@ -168,17 +178,24 @@ impl Connection {
     /// protocol. A failure is an ERROR (for STOMP, which has no other
     /// kind, one that closes the connection).
     pub fn pay_answer(&mut self, request_id: u32, result: Result<(), StoreError>) {
-        let answer = match (&mut self.stomp, result.map_err(Refusal::from)) {
-            (None, Ok(())) => encode_control(&herald_protocol::Frame::Receipt, request_id),
-            (None, Err(refusal)) => encode_control(
+        let answer = match (&mut self.front, result.map_err(Refusal::from)) {
+            (Front::Native, Ok(())) => encode_control(&herald_protocol::Frame::Receipt, request_id),
+            (Front::Native, Err(refusal)) => encode_control(
                 &herald_protocol::Frame::Error(refusal.into_frame()),
                 request_id,
             ),
-            (Some(stomp), Ok(())) => stomp.receipt_bytes(request_id),
-            (Some(_), Err(refusal)) => {
+            (Front::Stomp(stomp), Ok(())) => stomp.receipt_bytes(request_id),
+            (Front::Stomp(_), Err(refusal)) => {
                 let (code, _, why) = refusal.into_parts();
                 self.reply_error(request_id, code, true, why);
                 None
+            }
+            (Front::Mqtt(mqtt), result) => {
+                let (answer, flow) = mqtt.answer_bytes(request_id, result);
+                if let Flow::Close = flow {
+                    self.read = ReadState::Closing;
+                }
+                answer
             }
         };
         self.out.pay_answer(request_id, answer);
@@ -186,19 +203,29 @@ impl Connection {
 
     /// Confirms request `request_id`, in this connection's protocol.
     pub fn reply_receipt(&mut self, request_id: u32) {
-        match &mut self.stomp {
-            None => handlers::receipt(&mut self.out, request_id),
-            Some(stomp) => stomp.receipt(&mut self.out, request_id),
+        match &mut self.front {
+            Front::Native => handlers::receipt(&mut self.out, request_id),
+            Front::Stomp(stomp) => stomp.receipt(&mut self.out, request_id),
+            Front::Mqtt(mqtt) => {
+                if let Flow::Close = mqtt.settle_request(&mut self.out, request_id, Ok(())) {
+                    self.read = ReadState::Closing;
+                }
+            }
         }
     }
 
     /// Reports an error, in this connection's protocol. STOMP has no
-    /// non-fatal errors: its connection closes after any ERROR.
+    /// non-fatal errors: its connection closes after any ERROR; MQTT's
+    /// errors from the server (a timeout, a shutdown) all close it.
     pub fn reply_error(&mut self, request_id: u32, code: ErrorCode, fatal: bool, message: String) {
-        match &mut self.stomp {
-            None => handlers::reply_error(&mut self.out, request_id, code, fatal, message),
-            Some(stomp) => {
+        match &mut self.front {
+            Front::Native => handlers::reply_error(&mut self.out, request_id, code, fatal, message),
+            Front::Stomp(stomp) => {
                 stomp.error(&mut self.out, request_id, code, &message);
+                self.read = ReadState::Closing;
+            }
+            Front::Mqtt(mqtt) => {
+                mqtt.error(&mut self.out, self.session.phase, code, &message);
                 self.read = ReadState::Closing;
             }
         }
@@ -209,14 +236,15 @@ impl Connection {
 
     /// Answers with a refusal, in this connection's protocol.
     pub fn refuse(&mut self, request_id: u32, refusal: Refusal) {
-        if self.stomp.is_some() {
-            let (code, fatal, message) = refusal.into_parts();
-            return self.reply_error(request_id, code, fatal, message);
-        }
-        if matches!(
-            handlers::refuse(refusal, &mut self.out, request_id),
-            Flow::Close
-        ) {
+        let flow = match &mut self.front {
+            Front::Native => handlers::refuse(refusal, &mut self.out, request_id),
+            Front::Stomp(_) => {
+                let (code, fatal, message) = refusal.into_parts();
+                return self.reply_error(request_id, code, fatal, message);
+            }
+            Front::Mqtt(mqtt) => mqtt.settle_request(&mut self.out, request_id, Err(refusal)),
+        };
+        if matches!(flow, Flow::Close) {
             self.read = ReadState::Closing;
         }
     }
@@ -326,8 +354,8 @@ impl Connection {
         message: Bytes,
         droppable: Droppable,
     ) -> bool {
-        match &mut self.stomp {
-            None => {
+        match &mut self.front {
+            Front::Native => {
                 self.out.push_delivery(
                     subscription_id,
                     delivery_id,
@@ -337,7 +365,14 @@ impl Connection {
                 );
                 false
             }
-            Some(stomp) => stomp.message(
+            Front::Stomp(stomp) => stomp.message(
+                &mut self.out,
+                subscription_id,
+                delivery_id,
+                delivery_count,
+                &message,
+            ),
+            Front::Mqtt(mqtt) => mqtt.message(
                 &mut self.out,
                 subscription_id,
                 delivery_id,
@@ -410,7 +445,7 @@ impl Connection {
     /// Queues a heart-beat if the protocol owes one and nothing else went
     /// out for its interval; true if it did.
     pub fn heartbeat_due(&mut self, now: Instant) -> bool {
-        let Some(stomp) = self.stomp.as_ref() else {
+        let Front::Stomp(stomp) = &self.front else {
             return false;
         };
         let Some(every) = stomp.heartbeat_out() else {

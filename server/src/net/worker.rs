@@ -19,7 +19,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
-use super::connection::{Connection, ReadState, ReadStatus};
+use super::connection::{Connection, Front, ReadState, ReadStatus};
 use super::{Command, WorkerHandle, WAKER};
 use crate::frontend::outbound::{Droppable, WriteStatus};
 use crate::frontend::{ConnInfo, Notice, Protocol, Shared};
@@ -31,6 +31,7 @@ use crate::broker::{Backlog, ConnectionRef, PeerError, Subscriber};
 use crate::config::SlowConsumerPolicy;
 use crate::frontend::{admit, publish, release_client_id, Context, Flow, Published};
 use crate::handlers;
+use crate::mqtt::{self, MqttSession};
 use crate::session::{Phase, Session, Unacked};
 use crate::stomp::{self, StompSession};
 use crate::store::StoreError;
@@ -271,7 +272,7 @@ impl Worker {
 
     fn adopt(&mut self, mut stream: TcpStream, protocol: Protocol) {
         let tls = match (protocol, &self.tls) {
-            (Protocol::NativeTls, Some(config)) => match ServerConnection::new(config.clone()) {
+            (p, Some(config)) if p.tls() => match ServerConnection::new(config.clone()) {
                 Ok(tls) => Some(Box::new(tls)),
                 Err(e) => {
                     log::error!("cannot start a TLS session: {e}");
@@ -301,10 +302,17 @@ impl Worker {
             max_frame_size: config.max_connect_frame_size as usize,
             max_headers: config.stomp.max_headers,
         };
-        let stomp = match protocol {
-            Protocol::Native | Protocol::NativeTls => None,
-            Protocol::Stomp => Some(Box::new(StompSession::new(limits, false))),
-            Protocol::StompWebSocket => Some(Box::new(StompSession::new(limits, true))),
+        let mqtt = |websocket| {
+            let window = config.mqtt.receive_maximum;
+            let max = config.max_connect_frame_size as usize;
+            Front::Mqtt(Box::new(MqttSession::new(serial, max, window, websocket)))
+        };
+        let front = match protocol {
+            Protocol::Native | Protocol::NativeTls => Front::Native,
+            Protocol::Stomp => Front::Stomp(Box::new(StompSession::new(limits, false))),
+            Protocol::StompWebSocket => Front::Stomp(Box::new(StompSession::new(limits, true))),
+            Protocol::Mqtt | Protocol::MqttTls => mqtt(false),
+            Protocol::MqttWebSocket => mqtt(true),
         };
         let info = Arc::new(ConnInfo {
             serial,
@@ -328,7 +336,7 @@ impl Worker {
             serial,
             stream,
             Session::new(timeout),
-            stomp,
+            front,
             tls,
             info,
         ));
@@ -611,20 +619,40 @@ impl Worker {
         let Some(welcome) = conn.take_login() else {
             return;
         };
-        let admitted = result
-            .map_err(|why| (ErrorCode::AuthenticationFailed, why.to_string()))
-            .and_then(|principal| {
-                admit(&mut conn.session, principal, &self.shared, conn.serial).map_err(|r| {
+        let principal = match result {
+            Ok(principal) => principal,
+            Err(why) => {
+                let code = ErrorCode::AuthenticationFailed;
+                conn.reply_error(welcome.request_id, code, true, why.to_string());
+                self.mark_dirty(target.slot);
+                return;
+            }
+        };
+        let admitted = match &mut conn.front {
+            Front::Mqtt(m) => {
+                let mut ctx = Context::new(&self.shared, target, &mut self.deliveries);
+                mqtt::admitted(principal, m, &mut conn.session, &mut conn.out, &mut ctx)
+            }
+            _ => admit(&mut conn.session, principal, &self.shared, conn.serial)
+                .map(|()| {
+                    conn.welcome(*welcome);
+                    Flow::Continue
+                })
+                .map_err(|r| {
                     let (code, _, why) = r.into_parts();
                     (code, why)
-                })
-            });
+                }),
+        };
         match admitted {
-            Ok(()) => {
-                conn.welcome(*welcome);
-                self.read_on(target);
+            Ok(Flow::Login(welcome)) => {
+                conn.wait_for(ReadState::LoggingIn(Box::new(welcome)));
             }
-            Err((code, why)) => conn.reply_error(welcome.request_id, code, true, why),
+            Ok(_) => {
+                self.read_on(target);
+                // A resumed session's subscriptions deliver what they kept.
+                self.route();
+            }
+            Err((code, why)) => conn.reply_error(0, code, true, why),
         }
         self.mark_dirty(target.slot);
     }
@@ -955,6 +983,10 @@ impl Worker {
             slot,
             serial: conn.serial,
         };
+        if let Front::Mqtt(m) = &mut conn.front {
+            let mut ctx = Context::new(&self.shared, me, &mut self.deliveries);
+            mqtt::farewell(m, &conn.session, &mut ctx);
+        }
         // Unsettled deliveries go back to their queues, counted as
         // delivered: the client may have seen them.
         conn.session.unacked.clear();
@@ -1074,8 +1106,14 @@ struct Decoders {
 }
 
 fn decode_all(decoders: &Decoders, conn: &mut Connection, ctx: &mut Context<'_>) -> Flow {
-    if let Some(s) = conn.stomp.as_deref_mut() {
-        return stomp::receive(s, &mut conn.read_buf, &mut conn.session, &mut conn.out, ctx);
+    match &mut conn.front {
+        Front::Native => {}
+        Front::Stomp(s) => {
+            return stomp::receive(s, &mut conn.read_buf, &mut conn.session, &mut conn.out, ctx)
+        }
+        Front::Mqtt(m) => {
+            return mqtt::receive(m, &mut conn.read_buf, &mut conn.session, &mut conn.out, ctx)
+        }
     }
     loop {
         let decoder = match conn.session.phase {

@@ -29,13 +29,12 @@ use herald_protocol::stomp::ClientCommand;
 use herald_protocol::stomp::{StompDecoder, StompFrame, StompLimits};
 use herald_protocol::{Destination, ErrorCode};
 
-use crate::broker::{SubscribeRequest, Subscriber, Written};
+use crate::broker::{SubscribeRequest, Written};
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{
-    admit, authorize_publish as send_authorize, authorize_subscription as subscribe_authorize,
-    await_journal, check_id_length, commit, end_subscription, hold_selector, publish,
-    selector as subscribe_selector, settle, subscribe_refusal, Context, Flow, Published, Refusal,
-    Welcome,
+    admit, authorize_publish as send_authorize, await_journal, check_id_length, commit,
+    end_subscription, publish, selector as subscribe_selector, settle, subscribe as start,
+    subscribe_refusal, Context, Flow, Published, Refusal, Welcome,
 };
 use crate::session::{Deferred, Outcome, Phase, Session, Transactions};
 
@@ -635,33 +634,25 @@ fn subscribe_to(
     let selector = subscribe_selector(options.selector, session, ctx).map_err(refused)?;
     let number = stomp.next_subscription;
     stomp.next_subscription += 1;
+    // Owned: the session is lent to `subscribe` whole.
+    let (owner, user) = (session.client_id.clone(), session.principal.user.clone());
     let request = SubscribeRequest {
         kind: target.kind,
         destination: &target.name,
-        selector: selector.clone(),
+        selector,
         acknowledged: ack != Ack::Auto,
         prefetch: 0,
         durable_name: options.durable_name,
-        client_id: &session.client_id,
-        user: &session.principal.user,
+        client_id: &owner,
+        user: &user,
         // A STOMP temporary queue is made by `temporary` beforehand.
         temporary: false,
         shared: false,
         durable: false,
         backlog: Some(session.backlog.clone()),
+        kept: true,
     };
-    subscribe_authorize(session, &request, ctx).map_err(refused)?;
-    let subscriber = Subscriber {
-        conn: ctx.me,
-        subscription_id: number,
-    };
-    let handle = ctx
-        .shared
-        .broker
-        .subscribe(request, subscriber, ctx.deliveries)
-        .map_err(|e| refused(subscribe_refusal(e)))?;
-    session.subscriptions.insert(number, handle);
-    hold_selector(number, selector.as_deref(), session);
+    start(number, request, session, ctx).map_err(refused)?;
     stomp.subscriptions.insert(id.to_owned(), (number, ack));
     stomp.names.insert(number, id.to_owned());
     Ok(())

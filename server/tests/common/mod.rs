@@ -30,13 +30,17 @@ impl Drop for TempDir {
 /// is captured.
 pub fn command(data: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_herald-server"));
-    // An ephemeral STOMP port: tests run side by side.
+    // Ephemeral STOMP and MQTT ports: tests run side by side.
     c.arg("--data-dir")
         .arg(data)
         .args([
             "--stomp-listen",
             "127.0.0.1:0",
             "--stomp-ws-listen",
+            "127.0.0.1:0",
+            "--mqtt-listen",
+            "127.0.0.1:0",
+            "--mqtt-ws-listen",
             "127.0.0.1:0",
             "--admin-listen",
             "127.0.0.1:0",

@@ -1,0 +1,69 @@
+//! What the MQTT front-end's files share: the refusal that ends a
+//! connection, reason codes, encoding.
+
+use bytes::{Bytes, BytesMut};
+use herald_protocol::mqtt::{self, MqttError, Packet, Version};
+use herald_protocol::ErrorCode;
+
+use crate::broker::Written;
+use crate::frontend::{settle, Context};
+use crate::session::{Outcome, Session};
+
+/// The prefix of the durable subscriptions of a persistent session.
+pub(super) const DURABLE_PREFIX: &str = "mqtt:";
+
+/// A refusal that ends the connection: the 5.0 reason code, and why.
+pub(super) struct Fatal(pub(super) u8, pub(super) String);
+
+impl From<MqttError> for Fatal {
+    fn from(e: MqttError) -> Fatal {
+        Fatal(e.reason(), e.to_string())
+    }
+}
+
+/// The MQTT 5.0 reason code for a refusal's Herald error code.
+pub(super) fn reason_for(code: ErrorCode) -> u8 {
+    match code {
+        ErrorCode::NotAuthorized => 0x87,
+        ErrorCode::AuthenticationFailed => 0x86,
+        ErrorCode::InvalidDestination | ErrorCode::UndeclaredTopic => 0x90,
+        ErrorCode::QueueFull | ErrorCode::LimitExceeded | ErrorCode::SlowConsumer => 0x97,
+        ErrorCode::HeartbeatTimeout => 0x8D,
+        ErrorCode::ServerShutdown => 0x8B,
+        ErrorCode::ClosedByAdmin => 0x98,
+        ErrorCode::InvalidClientId => 0x85,
+        ErrorCode::Malformed => 0x81,
+        _ => 0x80,
+    }
+}
+
+/// Settles deliveries the client acknowledged.
+pub(super) fn settle_deliveries(ids: Vec<u64>, session: &mut Session, ctx: &mut Context<'_>) {
+    if !ids.is_empty() {
+        settle(
+            ids,
+            Outcome::Processed,
+            session,
+            &mut Written::default(),
+            ctx,
+        );
+    }
+}
+
+/// Encodes a packet in `version`.
+pub(super) fn encode(packet: &Packet, version: Version) -> Bytes {
+    let mut buf = BytesMut::new();
+    mqtt::encode(packet, version, &mut buf);
+    buf.freeze()
+}
+
+/// 3.1.1's CONNACK return code for a 5.0 reason.
+pub(super) fn connack_311(reason: u8) -> u8 {
+    match reason {
+        0x84 => 1,
+        0x85 => 2,
+        0x86 => 4,
+        0x87 => 5,
+        _ => 3,
+    }
+}

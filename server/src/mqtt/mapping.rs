@@ -1,0 +1,261 @@
+//! MQTT PUBLISH ↔ Herald messages: the one place that knows which MQTT
+//! field is which JMS header. MQTT 5.0's user properties are string
+//! properties; QoS 1 and 2 are persistent messages.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use herald_protocol::message::CONTENT_TYPE_PROPERTY;
+use herald_protocol::mqtt::{topic, Properties, Property, Publish, QoS, Version};
+use herald_protocol::{
+    Body, DeliveryMode, Destination, DestinationKind, Message, MessageView, Value,
+};
+
+/// The property that marks a message published at QoS 2, so that an
+/// MQTT subscriber at QoS 2 gets it at 2 (any other persistent message is
+/// QoS 1, a non-persistent one QoS 0).
+pub const QOS_PROPERTY: &str = "HeraldMqttQoS";
+/// The property that holds MQTT correlation data that is not UTF-8, in
+/// hex (a JMS correlation id is a string).
+pub const CORRELATION_HEX_PROPERTY: &str = "HeraldCorrelationDataHex";
+
+/// Why a PUBLISH does not make a message; each has its 5.0 reason code.
+#[derive(Debug, thiserror::Error)]
+pub enum MappingError {
+    /// The payload says it is UTF-8 and is not (0x99).
+    #[error("the payload format indicator says UTF-8, and the payload is not")]
+    PayloadFormat,
+    /// The topic makes an invalid Herald name, or the message is too big
+    /// (0x90 or 0x95).
+    #[error(transparent)]
+    Message(#[from] herald_protocol::Error),
+}
+
+impl MappingError {
+    /// The MQTT 5.0 reason code.
+    pub fn reason(&self) -> u8 {
+        match self {
+            MappingError::PayloadFormat => 0x99,
+            MappingError::Message(_) => 0x90,
+        }
+    }
+}
+
+/// Milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The message block of a PUBLISH on `topic` (its alias resolved).
+pub fn message_from(
+    publish: &Publish,
+    topic: &str,
+    message_id: String,
+    now: i64,
+) -> Result<MessageView, MappingError> {
+    let mut content_type = None;
+    let mut utf8 = false;
+    let mut m = Message::new(Body::Empty);
+    for p in &publish.properties.0 {
+        match p {
+            Property::PayloadFormat(f) => utf8 = *f == 1,
+            Property::ContentType(ct) => content_type = Some(ct.clone()),
+            Property::ResponseTopic(t) => {
+                m.reply_to = Some(Destination::topic(topic::to_herald(t)))
+            }
+            Property::CorrelationData(data) => match std::str::from_utf8(data) {
+                Ok(text) => m.correlation_id = Some(text.to_owned()),
+                Err(_) => m.set_property(CORRELATION_HEX_PROPERTY, hex(data)),
+            },
+            Property::MessageExpiry(secs) => {
+                m.expiration = now.saturating_add(i64::from(*secs) * 1000)
+            }
+            Property::User(name, value) => m.set_property(name.as_str(), value.as_str()),
+            _ => {}
+        }
+    }
+    let payload = &publish.payload;
+    m.body = match std::str::from_utf8(payload) {
+        _ if payload.is_empty() => Body::Empty,
+        Ok(text) if utf8 => Body::Text(text.to_owned()),
+        Err(_) if utf8 => return Err(MappingError::PayloadFormat),
+        _ => Body::Bytes(payload.clone()),
+    };
+    if let Some(ct) = content_type {
+        m.set_property(CONTENT_TYPE_PROPERTY, ct);
+    }
+    if publish.qos != QoS::AtMostOnce {
+        m.delivery_mode = DeliveryMode::Persistent;
+    }
+    if publish.qos == QoS::ExactlyOnce {
+        m.set_property(QOS_PROPERTY, 2i32);
+    }
+    m.retain = publish.retain;
+    m.destination = Some(Destination::topic(topic::to_herald(topic)));
+    m.message_id = message_id;
+    m.timestamp = now;
+    let mut block = BytesMut::new();
+    m.encode(&mut block)?;
+    Ok(MessageView::parse(block.freeze())?)
+}
+
+/// The QoS a message was published with, as far as MQTT goes.
+pub fn published_qos(m: &Message) -> QoS {
+    match (m.delivery_mode, m.property(QOS_PROPERTY)) {
+        (DeliveryMode::NonPersistent, _) => QoS::AtMostOnce,
+        (DeliveryMode::Persistent, Some(Value::I32(2))) => QoS::ExactlyOnce,
+        (DeliveryMode::Persistent, _) => QoS::AtLeastOnce,
+    }
+}
+
+/// How one delivery goes out.
+pub struct Outgoing {
+    /// At what QoS.
+    pub qos: QoS,
+    /// Its packet id, for QoS 1 and 2.
+    pub packet_id: Option<u16>,
+    /// Delivered before.
+    pub dup: bool,
+    /// The subscription asked for the retain flag as published.
+    pub retain_as_published: bool,
+}
+
+/// The PUBLISH for one delivery of message `m`.
+pub fn publish_from(mut m: Message, how: &Outgoing, version: Version) -> Publish {
+    let topic = match &m.destination {
+        Some(d) => topic::from_herald(&d.name),
+        None => String::new(),
+    };
+    let mut properties = Vec::new();
+    let (payload, text) = match std::mem::replace(&mut m.body, Body::Empty) {
+        Body::Empty => (Bytes::new(), false),
+        Body::Bytes(b) => (b, false),
+        Body::Text(t) => (Bytes::from(t), true),
+        Body::Map(entries) => {
+            let text: String = entries.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+            (Bytes::from(text), true)
+        }
+    };
+    if version == Version::V5 {
+        if text {
+            properties.push(Property::PayloadFormat(1));
+        }
+        if m.expiration != 0 {
+            let left = (m.expiration - now_ms()).max(1000);
+            let secs = u32::try_from((left + 999) / 1000).unwrap_or(u32::MAX);
+            properties.push(Property::MessageExpiry(secs));
+        }
+        if let Some(r) = &m.reply_to {
+            properties.push(Property::ResponseTopic(match r.kind {
+                DestinationKind::Topic => topic::from_herald(&r.name),
+                DestinationKind::Queue => r.name.clone(),
+            }));
+        }
+        if let Some(c) = &m.correlation_id {
+            properties.push(Property::CorrelationData(Bytes::from(c.clone())));
+        }
+        for (name, value) in m.properties() {
+            match (name.as_str(), value) {
+                (CONTENT_TYPE_PROPERTY, Value::String(ct)) => {
+                    properties.push(Property::ContentType(ct.clone()))
+                }
+                (CORRELATION_HEX_PROPERTY, Value::String(h)) => match unhex(h) {
+                    Some(data) => properties.push(Property::CorrelationData(data)),
+                    None => properties.push(Property::User(name.clone(), h.clone())),
+                },
+                (QOS_PROPERTY, _) => {}
+                _ => properties.push(Property::User(name.clone(), value.to_string())),
+            }
+        }
+    }
+    Publish {
+        dup: how.dup,
+        qos: how.qos,
+        retain: m.kept || (how.retain_as_published && m.retain),
+        topic,
+        packet_id: how.packet_id,
+        properties: Properties(properties),
+        payload,
+    }
+}
+
+fn hex(data: &[u8]) -> String {
+    data.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Bytes> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()
+        .map(Bytes::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn publish(qos: QoS, properties: Vec<Property>, payload: &'static [u8]) -> Publish {
+        Publish {
+            dup: false,
+            qos,
+            retain: true,
+            topic: "a/b.c".into(),
+            packet_id: (qos != QoS::AtMostOnce).then_some(7),
+            properties: Properties(properties),
+            payload: Bytes::from_static(payload),
+        }
+    }
+
+    fn round_trip(p: &Publish, version: Version) -> Publish {
+        let view = message_from(p, &p.topic, "ID:x".into(), now_ms()).unwrap();
+        let m = Message::decode(view.block(), 1).unwrap();
+        let how = Outgoing {
+            qos: published_qos(&m),
+            packet_id: p.packet_id,
+            dup: false,
+            retain_as_published: true,
+        };
+        publish_from(m, &how, version)
+    }
+
+    #[test]
+    fn a_publish_survives_the_trip_through_a_herald_message() {
+        let p = publish(
+            QoS::ExactlyOnce,
+            vec![
+                Property::PayloadFormat(1),
+                Property::ContentType("application/json; charset=utf-8".into()),
+                Property::ResponseTopic("re/ply".into()),
+                Property::CorrelationData(Bytes::from_static(&[0, 0xff, 1])),
+                Property::User("k".into(), "v".into()),
+            ],
+            "{\"é\":1}".as_bytes(),
+        );
+        let back = round_trip(&p, Version::V5);
+        assert_eq!(back.topic, "a/b.c");
+        assert_eq!(back.qos, QoS::ExactlyOnce);
+        assert!(back.retain);
+        assert_eq!(back.payload, p.payload);
+        for property in &p.properties.0 {
+            assert!(back.properties.0.contains(property), "{property:?} lost");
+        }
+        // Binary, at QoS 1, through 3.1.1: no properties there.
+        let p = publish(QoS::AtLeastOnce, vec![], b"\0\xff");
+        let back = round_trip(&p, Version::V311);
+        assert_eq!((back.qos, back.payload), (QoS::AtLeastOnce, p.payload));
+        assert!(back.properties.0.is_empty());
+    }
+
+    #[test]
+    fn a_payload_that_says_utf8_and_is_not_is_refused() {
+        let p = publish(QoS::AtMostOnce, vec![Property::PayloadFormat(1)], b"\xff");
+        let e = message_from(&p, &p.topic, "ID:x".into(), 0).unwrap_err();
+        assert_eq!(e.reason(), 0x99);
+    }
+}

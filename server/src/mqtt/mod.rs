@@ -1,0 +1,560 @@
+//! The MQTT 3.1.1 and 5.0 front-end: MQTT packets in, the same broker core
+//! as the native protocol and STOMP, MQTT packets out.
+//!
+//! An MQTT connection is served by the same acceptor and workers as the
+//! others; it carries an [`MqttSession`] beside its protocol-neutral
+//! `Session`. Topics map onto Herald topics (`a/b` ↔ `a.b`, see
+//! `herald_protocol::mqtt::topic`); QoS 1 and 2 publishes are persistent
+//! messages, acknowledged (PUBACK, PUBREC) once the journal has them. A
+//! subscription at QoS 1 or 2 is an acknowledged one; a persistent
+//! session's subscriptions are durable subscriptions of its client id,
+//! named `mqtt:<filter>`, so they and their messages outlive the
+//! connection, and the server's restart.
+//!
+//! Errors: MQTT 5.0 answers with a reason code (in the acknowledgement, or
+//! a DISCONNECT that closes the connection); 3.1.1 has return codes only in
+//! CONNACK and SUBACK, so anything else it cannot carry closes the
+//! connection, and the server logs why.
+
+mod common;
+mod mapping;
+mod session;
+
+pub use session::MqttSession;
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use herald_protocol::mqtt::{
+    self, topic, ConnAck, Connect, MqttError, Packet, Properties, Property, Publish, QoS, SubAck,
+    Subscribe, UnsubAck, Unsubscribe, Version,
+};
+use herald_protocol::{DestinationKind, ErrorCode};
+
+use crate::auth::Principal;
+use crate::broker::SubscribeRequest;
+use crate::frontend::outbound::Outbound;
+use crate::frontend::{
+    admit, check_id_length, end_subscription, publish, subscribe, Context, Flow, Published,
+    Refusal, Welcome,
+};
+use crate::session::{Phase, Session};
+use common::{reason_for, Fatal, DURABLE_PREFIX};
+use session::{Owed, Sub};
+
+/// Handles what arrived in `buf`: every whole MQTT packet.
+pub fn receive(
+    mqtt: &mut MqttSession,
+    buf: &mut BytesMut,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Flow {
+    loop {
+        let packet = match mqtt.decoder.decode(buf) {
+            Ok(Some(packet)) => packet,
+            Ok(None) => return Flow::Continue,
+            Err(e) => {
+                // Before CONNECT the version may be known from the bytes.
+                mqtt.version = mqtt.decoder.version().unwrap_or(mqtt.version);
+                return mqtt.refuse(out, session.phase, Fatal::from(e), ctx.me.serial);
+            }
+        };
+        let flow = match packet {
+            Packet::Connect(connect) => connect_packet(*connect, mqtt, session, out, ctx),
+            _ if session.phase != Phase::Connected => Err(Fatal(0x82, "CONNECT first".into())),
+            Packet::Publish(p) => publish_packet(p, mqtt, session, out, ctx),
+            Packet::PubAck(ack) => {
+                mqtt.acknowledged(ack.packet_id, session, out, ctx);
+                Ok(Flow::Continue)
+            }
+            Packet::PubRec(ack) => {
+                mqtt.received(ack, session, out, ctx);
+                Ok(Flow::Continue)
+            }
+            Packet::PubComp(ack) => {
+                mqtt.completed(ack.packet_id, session, out, ctx);
+                Ok(Flow::Continue)
+            }
+            Packet::PubRel(ack) => {
+                // Known or not (a PUBCOMP lost with the last connection),
+                // the id is free again: 5.0 says which.
+                let known = mqtt.incoming.remove(&ack.packet_id);
+                let reason = if known { 0 } else { 0x92 };
+                mqtt.answer(out, Packet::PubComp(mqtt.ack(ack.packet_id, reason)));
+                Ok(Flow::Continue)
+            }
+            Packet::Subscribe(s) => subscribe_packet(s, mqtt, session, out, ctx),
+            Packet::Unsubscribe(u) => unsubscribe_packet(u, mqtt, session, out, ctx),
+            Packet::PingReq => {
+                mqtt.answer(out, Packet::PingResp);
+                Ok(Flow::Continue)
+            }
+            Packet::Disconnect(d) => {
+                // 0x04: disconnect, and publish the will all the same.
+                if d.reason != 0x04 {
+                    mqtt.will = None;
+                }
+                Ok(Flow::Close)
+            }
+            Packet::Auth(..) => Err(Fatal(
+                0x82,
+                "AUTH: no authentication method was agreed".into(),
+            )),
+            Packet::ConnAck(_) | Packet::SubAck(_) | Packet::UnsubAck(_) | Packet::PingResp => {
+                Err(Fatal(0x82, "a packet only a server sends".into()))
+            }
+        };
+        match flow {
+            Ok(Flow::Continue) if ctx.backlog.is_some() => return Flow::Continue,
+            Ok(Flow::Continue) => {}
+            Ok(stop) => return stop,
+            Err(fatal) => return mqtt.refuse(out, session.phase, fatal, ctx.me.serial),
+        }
+    }
+}
+
+fn connect_packet(
+    connect: Connect,
+    mqtt: &mut MqttSession,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Fatal> {
+    if session.phase == Phase::Connected || mqtt.connecting {
+        return Err(Fatal(0x82, "a second CONNECT".into()));
+    }
+    mqtt.version = connect.version;
+    mqtt.connecting = true;
+    let config = &ctx.shared.config;
+    let mut expiry = 0;
+    for p in &connect.properties.0 {
+        match p {
+            Property::SessionExpiry(secs) => expiry = *secs,
+            Property::ReceiveMaximum(0) => {
+                return Err(Fatal(0x82, "a receive maximum of 0".into()))
+            }
+            Property::ReceiveMaximum(n) => mqtt.window = (*n).min(config.mqtt.receive_maximum),
+            Property::MaximumPacketSize(0) => {
+                return Err(Fatal(0x82, "a maximum packet size of 0".into()))
+            }
+            Property::MaximumPacketSize(n) => mqtt.max_packet = *n as usize,
+            Property::RequestResponseInfo(1) => mqtt.response_info = true,
+            Property::AuthMethod(m) => {
+                return Err(Fatal(
+                    0x8C,
+                    format!("authentication method '{m}' is not supported"),
+                ))
+            }
+            _ => {}
+        }
+    }
+    mqtt.persistent = match connect.version {
+        Version::V311 => !connect.clean,
+        Version::V5 => expiry > 0,
+    };
+    mqtt.clean = connect.clean;
+    let mut client_id = connect.client_id;
+    if client_id.is_empty() {
+        if connect.version == Version::V311 && !connect.clean {
+            return Err(Fatal(
+                0x85,
+                "an empty client id needs a clean session".into(),
+            ));
+        }
+        client_id = format!("herald-{}", ctx.me.serial);
+        mqtt.assigned = true;
+    }
+    check_id_length("client id", &client_id, config.max_id_length)
+        .map_err(|r| Fatal(0x85, r.into_parts().2))?;
+    mqtt.will = connect.will;
+    // The client's keep-alive, with half as much again for the network; 0
+    // is none.
+    session.silence_limit = match connect.keep_alive {
+        0 => Duration::MAX,
+        secs => Duration::from_millis(u64::from(secs) * 1500),
+    };
+    session.client_id = client_id;
+    mqtt.decoder.set_max_size(config.max_frame_size as usize);
+    let user = connect.username.unwrap_or_default();
+    let password = match connect.password {
+        None => String::new(),
+        Some(p) => match String::from_utf8(p.to_vec()) {
+            Ok(p) => p,
+            // No user's password is anything but text.
+            Err(_) => return Err(Fatal(0x86, "bad user name or password".into())),
+        },
+    };
+    let done = crate::frontend::login_result(ctx.shared, ctx.me);
+    let peer = crate::frontend::peer_ip(ctx.shared, ctx.me);
+    match ctx.shared.auth.login(&user, &password, peer, done) {
+        Some(principal) => admitted(principal, mqtt, session, out, ctx)
+            .map_err(|(code, why)| Fatal(reason_for(code), why)),
+        None => Ok(Flow::Login(Welcome {
+            request_id: 0,
+            answer: Bytes::new(),
+        })),
+    }
+}
+
+/// Goes on with a connection whose login succeeded: takes its client id
+/// over from a connection that still holds it (MQTT's session takeover),
+/// then resumes or starts its session and sends CONNACK. `Flow::Login` if
+/// it waits for the other connection to close.
+pub fn admitted(
+    principal: Principal,
+    mqtt: &mut MqttSession,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, (ErrorCode, String)> {
+    if let Some(will) = &mqtt.will {
+        let name = topic::to_herald(&will.topic);
+        if let Err(denied) = principal.check(
+            crate::auth::Permission::Publish,
+            DestinationKind::Topic,
+            &name,
+        ) {
+            return Err((ErrorCode::NotAuthorized, denied.to_string()));
+        }
+    }
+    if let Err(refusal) = admit(session, principal.clone(), ctx.shared, ctx.me.serial) {
+        if crate::frontend::take_over(&session.client_id, principal, ctx.shared, ctx.me) {
+            return Ok(Flow::Login(Welcome {
+                request_id: 0,
+                answer: Bytes::new(),
+            }));
+        }
+        let (code, _, why) = refusal.into_parts();
+        return Err((code, why));
+    }
+    session.phase = Phase::Connected;
+    mqtt.connecting = false;
+    let client = session.client_id.clone();
+    let kept = ctx.shared.broker.durables_of(&client, DURABLE_PREFIX);
+    let present = !mqtt.clean && !kept.is_empty();
+    if mqtt.clean {
+        for name in &kept {
+            let _ = ctx.shared.broker.unsubscribe_durable(&client, name);
+        }
+    }
+    let mut properties = Vec::new();
+    if mqtt.version == Version::V5 {
+        let config = &ctx.shared.config;
+        if mqtt.assigned {
+            properties.push(Property::AssignedClientId(client.clone()));
+        }
+        properties.extend([
+            Property::ReceiveMaximum(config.mqtt.receive_maximum),
+            Property::MaximumPacketSize(config.max_frame_size),
+            Property::TopicAliasMaximum(config.mqtt.topic_alias_maximum),
+            Property::RetainAvailable(1),
+            Property::WildcardAvailable(1),
+            Property::SubscriptionIdsAvailable(0),
+            Property::SharedAvailable(1),
+        ]);
+        if mqtt.response_info {
+            properties.push(Property::ResponseInfo(format!("reply/{client}")));
+        }
+    }
+    let connack = ConnAck {
+        session_present: present,
+        code: 0,
+        properties: Properties(properties),
+    };
+    mqtt.answer(out, Packet::ConnAck(connack));
+    if present {
+        // The session's subscriptions, as it left them: what they kept
+        // follows the CONNACK.
+        for name in kept {
+            let Some((filter, options)) = session::parse_durable_name(&name) else {
+                continue;
+            };
+            if let Err(why) = subscribe_one(&filter, options, true, mqtt, session, ctx) {
+                log::warn!(
+                    "connection {}: the session's subscription to '{filter}' does not resume: {}",
+                    ctx.me.serial,
+                    why.1
+                );
+            }
+        }
+    }
+    Ok(Flow::Continue)
+}
+
+fn publish_packet(
+    mut p: Publish,
+    mqtt: &mut MqttSession,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Fatal> {
+    let topic = mqtt.resolve_alias(&mut p, ctx.shared.config.mqtt.topic_alias_maximum)?;
+    let packet_id = p.packet_id.unwrap_or(0);
+    if p.qos == QoS::ExactlyOnce && mqtt.incoming.contains(&packet_id) {
+        // A resent PUBLISH whose PUBREC was lost: routed once already.
+        mqtt.answer(out, Packet::PubRec(mqtt.ack(packet_id, 0)));
+        return Ok(Flow::Continue);
+    }
+    if p.qos != QoS::AtMostOnce
+        && mqtt.owed.len() + mqtt.incoming.len()
+            >= usize::from(ctx.shared.config.mqtt.receive_maximum)
+    {
+        return Err(Fatal(
+            0x93,
+            "more QoS 1 and 2 publishes in flight than the receive maximum".into(),
+        ));
+    }
+    let id = format!("ID:mqtt-{}-{}", ctx.me.serial, mqtt.next_message);
+    mqtt.next_message += 1;
+    let view = match mapping::message_from(&p, &topic, id, mapping::now_ms()) {
+        Ok(view) => view,
+        Err(e) => return Err(Fatal(e.reason(), e.to_string())),
+    };
+    let request_id = match p.qos {
+        QoS::AtMostOnce => 0,
+        QoS::AtLeastOnce => mqtt.owe(Owed::PubAck(packet_id)),
+        QoS::ExactlyOnce => {
+            mqtt.incoming.insert(packet_id);
+            mqtt.owe(Owed::PubRec(packet_id))
+        }
+    };
+    match publish(view, request_id, None, session, out, ctx) {
+        Ok(Published::Now) => Ok(mqtt.settle_request(out, request_id, Ok(()))),
+        Ok(Published::Later) => Ok(Flow::Continue),
+        Ok(Published::Held(parked)) => Ok(Flow::Park(parked)),
+        Err(refusal) if request_id == 0 => {
+            let (code, _, why) = refusal.into_parts();
+            Err(Fatal(reason_for(code), why))
+        }
+        Err(refusal) => Ok(mqtt.settle_request(out, request_id, Err(refusal))),
+    }
+}
+
+fn subscribe_packet(
+    s: Subscribe,
+    mqtt: &mut MqttSession,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Fatal> {
+    let mut codes = Vec::with_capacity(s.filters.len());
+    for (filter, options) in s.filters {
+        let code = match subscribe_one(&filter, options, false, mqtt, session, ctx) {
+            Ok(granted) => granted as u8,
+            Err((code, why)) => {
+                log::info!(
+                    "connection {}: subscription to '{filter}' refused: {why}",
+                    ctx.me.serial
+                );
+                match mqtt.version {
+                    Version::V5 => code,
+                    Version::V311 => 0x80,
+                }
+            }
+        };
+        codes.push(code);
+    }
+    let suback = SubAck {
+        packet_id: s.packet_id,
+        properties: Properties::default(),
+        codes,
+    };
+    mqtt.answer(out, Packet::SubAck(suback));
+    Ok(Flow::Continue)
+}
+
+/// Subscribes to one filter (a `$share/GROUP/` one too), replacing a
+/// subscription to the same filter; the QoS granted, or the 5.0 reason
+/// code and why not. `resumed`: the session's own, made again on its
+/// return.
+fn subscribe_one(
+    filter: &str,
+    options: mqtt::SubscribeOptions,
+    resumed: bool,
+    mqtt: &mut MqttSession,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) -> Result<QoS, (u8, String)> {
+    let invalid = |e: MqttError| (0x8F, e.to_string());
+    let group = topic::shared(filter).map_err(invalid)?;
+    let plain = group.map_or(filter, |(_, f)| f);
+    let pattern = topic::filter_to_pattern(plain).map_err(invalid)?;
+    if group.is_some() && options.no_local {
+        return Err((0x82, "no local on a shared subscription".into()));
+    }
+    let existed = match mqtt.subs.remove(filter) {
+        Some(old) => {
+            end_subscription(old.number, None, session, ctx);
+            if old.durable && !mqtt.persistent {
+                let _ = ctx
+                    .shared
+                    .broker
+                    .unsubscribe_durable(&session.client_id, &old.durable_name);
+            }
+            true
+        }
+        None => false,
+    };
+    let limit = ctx
+        .shared
+        .limits
+        .get(&ctx.shared.limits.max_subscriptions_per_connection);
+    if session.subscriptions.len() >= limit {
+        return Err((
+            0x97,
+            format!("this connection already holds {limit} subscriptions"),
+        ));
+    }
+    let acknowledged = options.qos != QoS::AtMostOnce;
+    let durable_name = match group {
+        Some((group, _)) => format!("mqtt-share:{group}:{plain}"),
+        None if mqtt.persistent || resumed => session::durable_name(filter, &options),
+        None => String::new(),
+    };
+    let durable = group.is_none() && !durable_name.is_empty();
+    let number = mqtt.next_subscription;
+    mqtt.next_subscription += 1;
+    // Retain handling: 0 sends the retained messages, 1 only to a new
+    // subscription, 2 never; a resumed one had them.
+    let kept = !resumed
+        && match options.retain_handling {
+            0 => true,
+            1 => !existed,
+            _ => false,
+        };
+    // Owned: the session is lent to `subscribe` whole. A shared one
+    // belongs to no client id: every client's members share it.
+    let owner = match group {
+        Some(_) => String::new(),
+        None => session.client_id.clone(),
+    };
+    let user = session.principal.user.clone();
+    let request = SubscribeRequest {
+        kind: DestinationKind::Topic,
+        destination: &pattern,
+        selector: None,
+        acknowledged,
+        prefetch: u32::from(mqtt.window),
+        durable_name: &durable_name,
+        client_id: &owner,
+        user: &user,
+        temporary: false,
+        shared: group.is_some(),
+        durable: false,
+        backlog: Some(session.backlog.clone()),
+        kept,
+    };
+    let refused = |r: Refusal| (reason_for(r.code()), r.message().to_owned());
+    subscribe(number, request, session, ctx).map_err(refused)?;
+    mqtt.subs.insert(
+        filter.to_owned(),
+        Sub {
+            number,
+            qos: options.qos,
+            no_local: options.no_local,
+            retain_as_published: options.retain_as_published,
+            dollar_guard: plain.starts_with(['+', '#']),
+            durable,
+            durable_name,
+        },
+    );
+    mqtt.names.insert(number, filter.to_owned());
+    Ok(options.qos)
+}
+
+fn unsubscribe_packet(
+    u: Unsubscribe,
+    mqtt: &mut MqttSession,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Fatal> {
+    let mut codes = Vec::with_capacity(u.filters.len());
+    for filter in u.filters {
+        let code = match mqtt.subs.remove(&filter) {
+            None => 0x11,
+            Some(sub) => {
+                mqtt.names.remove(&sub.number);
+                end_subscription(sub.number, None, session, ctx);
+                if sub.durable {
+                    let _ = ctx
+                        .shared
+                        .broker
+                        .unsubscribe_durable(&session.client_id, &sub.durable_name);
+                }
+                0
+            }
+        };
+        codes.push(code);
+    }
+    let unsuback = UnsubAck {
+        packet_id: u.packet_id,
+        properties: Properties::default(),
+        codes,
+    };
+    mqtt.answer(out, Packet::UnsubAck(unsuback));
+    Ok(Flow::Continue)
+}
+
+/// What the connection publishes as it ends: its will, unless it said
+/// goodbye; and a session that does not outlive it loses its durable
+/// subscriptions (one resumed with clean start off and no expiry).
+pub fn farewell(mqtt: &mut MqttSession, session: &Session, ctx: &mut Context<'_>) {
+    if session.phase != Phase::Connected {
+        return;
+    }
+    if !mqtt.persistent {
+        for sub in mqtt.subs.values().filter(|s| s.durable) {
+            let _ = ctx
+                .shared
+                .broker
+                .unsubscribe_durable(&session.client_id, &sub.durable_name);
+        }
+    }
+    let Some(will) = mqtt.will.take() else {
+        return;
+    };
+    let delay = will.properties.0.iter().find_map(|p| match p {
+        Property::WillDelay(secs) => Some(*secs),
+        _ => None,
+    });
+    let publish = Publish {
+        dup: false,
+        qos: will.qos,
+        retain: will.retain,
+        topic: will.topic.clone(),
+        packet_id: None,
+        properties: will.properties.clone(),
+        payload: will.payload.clone(),
+    };
+    let id = format!("ID:mqtt-{}-will", ctx.me.serial);
+    let now = mapping::now_ms();
+    match mapping::message_from(&publish, &will.topic, id, now) {
+        Ok(view) => {
+            let view = match delay.filter(|d| *d > 0) {
+                None => view,
+                Some(secs) => match session::delayed(&view, now + i64::from(secs) * 1000) {
+                    Some(v) => v,
+                    None => view,
+                },
+            };
+            let name = view.destination().to_owned();
+            let room = crate::broker::Room::Refuse;
+            if let Err(e) = ctx
+                .shared
+                .broker
+                .publish_to(&view, &name, room, None, ctx.deliveries)
+            {
+                log::warn!(
+                    "connection {}: its will is not published: {e}",
+                    ctx.me.serial
+                );
+            }
+        }
+        Err(e) => log::warn!(
+            "connection {}: its will is not a message: {e}",
+            ctx.me.serial
+        ),
+    }
+}

@@ -1,0 +1,509 @@
+//! What an MQTT connection keeps besides the protocol-neutral session: its
+//! version and terms, its subscriptions' options, the publishes it owes an
+//! answer for, and the QoS 1 and 2 deliveries in flight to it.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use bytes::{Bytes, BytesMut};
+use herald_protocol::mqtt::{
+    Ack, ConnAck, Decoder, Disconnect, Packet, Properties, Property, Publish, QoS,
+    SubscribeOptions, Version, Will,
+};
+use herald_protocol::ErrorCode;
+use herald_protocol::{Message, MessageView};
+
+use super::common::{connack_311, encode, reason_for, settle_deliveries, Fatal, DURABLE_PREFIX};
+use super::mapping::{self, Outgoing};
+use crate::collections::FastMap;
+use crate::frontend::outbound::Outbound;
+use crate::frontend::{Context, Flow, Refusal};
+use crate::session::{Phase, Session};
+
+/// One subscription, by its filter.
+pub(super) struct Sub {
+    /// The server's number for it.
+    pub number: u32,
+    /// The most QoS it takes.
+    pub qos: QoS,
+    /// Not the connection's own messages.
+    pub no_local: bool,
+    /// Live messages keep the retain flag they were published with.
+    pub retain_as_published: bool,
+    /// Its filter starts with a wildcard: not topics that start with `$`.
+    pub dollar_guard: bool,
+    /// It is a durable subscription of the session.
+    pub durable: bool,
+    /// The durable (or shared) subscription's name; empty if none.
+    pub durable_name: String,
+}
+
+/// An answer owed to a QoS 1 or 2 publish, once the journal has it.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Owed {
+    PubAck(u16),
+    PubRec(u16),
+}
+
+impl Owed {
+    pub(super) fn packet_id(self) -> u16 {
+        match self {
+            Owed::PubAck(id) | Owed::PubRec(id) => id,
+        }
+    }
+}
+
+/// What a QoS 1 or 2 delivery waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// QoS 1, sent.
+    Puback,
+    /// QoS 2, sent.
+    Pubrec,
+    /// QoS 2, PUBREL sent.
+    Pubcomp,
+}
+
+/// A delivery in flight.
+struct InFlight {
+    delivery_id: u64,
+    stage: Stage,
+}
+
+/// What an MQTT connection needs besides the protocol-neutral session.
+pub struct MqttSession {
+    pub(super) decoder: Decoder,
+    /// The connection's serial, which its messages' ids carry.
+    serial: u64,
+    /// The version CONNECT asked for (3.1.1 until then).
+    pub(super) version: Version,
+    /// CONNECT was taken and the connection waits for its login.
+    pub(super) connecting: bool,
+    /// The session outlives the connection.
+    pub(super) persistent: bool,
+    /// Clean session (3.1.1) or clean start (5.0).
+    pub(super) clean: bool,
+    /// The server chose the client id.
+    pub(super) assigned: bool,
+    /// The client asked for response information.
+    pub(super) response_info: bool,
+    /// Published if the connection ends without a DISCONNECT.
+    pub(super) will: Option<Will>,
+    /// Subscriptions by filter, as the client wrote it.
+    pub(super) subs: HashMap<String, Sub>,
+    /// The server's number of a subscription → its filter.
+    pub(super) names: FastMap<u32, String>,
+    pub(super) next_subscription: u32,
+    /// Publishes waiting for the journal, by request id.
+    pub(super) owed: FastMap<u32, Owed>,
+    next_request: u32,
+    pub(super) next_message: u64,
+    /// QoS 2 publishes received (PUBREC sent) whose PUBREL has not come.
+    pub(super) incoming: HashSet<u16>,
+    /// The client's topic aliases.
+    aliases: FastMap<u16, String>,
+    /// QoS 1 and 2 deliveries sent and not completed, by packet id.
+    in_flight: FastMap<u16, InFlight>,
+    /// Deliveries waiting for room in the window: (delivery id, packet).
+    waiting: VecDeque<(u64, Publish)>,
+    next_packet_id: u16,
+    /// QoS 1 and 2 deliveries in flight at once, at most.
+    pub(super) window: u16,
+    /// The largest packet the client takes.
+    pub(super) max_packet: usize,
+}
+
+impl MqttSession {
+    /// A session that has not connected yet, for connection `serial`; its
+    /// first packet may be `max_connect` bytes at most.
+    pub fn new(serial: u64, max_connect: usize, window: u16, websocket: bool) -> MqttSession {
+        let _ = websocket;
+        MqttSession {
+            decoder: Decoder::new(max_connect),
+            serial,
+            version: Version::V311,
+            connecting: false,
+            persistent: false,
+            clean: true,
+            assigned: false,
+            response_info: false,
+            will: None,
+            subs: HashMap::new(),
+            names: FastMap::default(),
+            next_subscription: 1,
+            owed: FastMap::default(),
+            next_request: 1,
+            next_message: 1,
+            incoming: HashSet::new(),
+            aliases: FastMap::default(),
+            in_flight: FastMap::default(),
+            waiting: VecDeque::new(),
+            next_packet_id: 1,
+            window,
+            max_packet: usize::MAX,
+        }
+    }
+
+    /// Bytes as they go on the wire.
+    pub(super) fn wrap(&self, bytes: Bytes) -> Bytes {
+        bytes
+    }
+
+    /// A request id for a publish whose answer is owed.
+    pub(super) fn owe(&mut self, owed: Owed) -> u32 {
+        let id = self.next_request;
+        self.next_request = self.next_request.wrapping_add(1).max(1);
+        self.owed.insert(id, owed);
+        id
+    }
+
+    /// A PUBLISH's topic, its alias (5.0) set or looked up.
+    pub(super) fn resolve_alias(&mut self, p: &mut Publish, max: u16) -> Result<String, Fatal> {
+        let alias = p.properties.0.iter().find_map(|p| match p {
+            Property::TopicAlias(a) => Some(*a),
+            _ => None,
+        });
+        let Some(alias) = alias else {
+            return Ok(p.topic.clone());
+        };
+        if alias == 0 || alias > max {
+            return Err(Fatal(
+                0x94,
+                format!("topic alias {alias} is not 1 to {max}"),
+            ));
+        }
+        if p.topic.is_empty() {
+            return self
+                .aliases
+                .get(&alias)
+                .cloned()
+                .ok_or_else(|| Fatal(0x82, format!("topic alias {alias} was never set")));
+        }
+        self.aliases.insert(alias, p.topic.clone());
+        Ok(p.topic.clone())
+    }
+
+    /// Sends one delivery; true if the server acknowledges it itself (it
+    /// goes at QoS 0, or not at all).
+    pub fn message(
+        &mut self,
+        out: &mut Outbound,
+        subscription_id: u32,
+        delivery_id: u64,
+        count: u32,
+        block: &Bytes,
+    ) -> bool {
+        let Some(sub) = self
+            .names
+            .get(&subscription_id)
+            .and_then(|filter| self.subs.get(filter))
+        else {
+            return true;
+        };
+        let m = match Message::decode(block, count) {
+            Ok(m) => m,
+            Err(e) => {
+                log::error!("a message for MQTT cannot be read: {e}");
+                return true;
+            }
+        };
+        let topic_name = m.destination.as_ref().map_or("", |d| d.name.as_str());
+        if sub.dollar_guard && topic_name.starts_with('$') {
+            return true;
+        }
+        if sub.no_local
+            && m.message_id
+                .starts_with(&format!("ID:mqtt-{}-", self.serial))
+        {
+            return true;
+        }
+        let qos = sub.qos.min(mapping::published_qos(&m));
+        let how = Outgoing {
+            qos,
+            packet_id: None,
+            dup: count > 1 && qos != QoS::AtMostOnce,
+            retain_as_published: sub.retain_as_published,
+        };
+        let publish = mapping::publish_from(m, &how, self.version);
+        if qos == QoS::AtMostOnce {
+            self.send(out, &Packet::Publish(publish));
+            return true;
+        }
+        self.waiting.push_back((delivery_id, publish));
+        self.fill_window(out);
+        false
+    }
+
+    /// Sends what waits, as far as the window lets.
+    fn fill_window(&mut self, out: &mut Outbound) {
+        while self.in_flight.len() < usize::from(self.window) {
+            let Some((delivery_id, mut publish)) = self.waiting.pop_front() else {
+                return;
+            };
+            let id = self.free_packet_id();
+            publish.packet_id = Some(id);
+            let stage = match publish.qos {
+                QoS::ExactlyOnce => Stage::Pubrec,
+                _ => Stage::Puback,
+            };
+            self.in_flight.insert(id, InFlight { delivery_id, stage });
+            self.send(out, &Packet::Publish(publish));
+        }
+    }
+
+    /// Queues a packet, unless it is over the client's maximum (5.0 says
+    /// such a message is dropped as if it were delivered).
+    fn send(&self, out: &mut Outbound, packet: &Packet) {
+        let bytes = encode(packet, self.version);
+        if bytes.len() > self.max_packet {
+            log::debug!(
+                "a {}-byte packet is over the client's maximum of {}: dropped",
+                bytes.len(),
+                self.max_packet
+            );
+            return;
+        }
+        out.push_raw(self.wrap(bytes));
+    }
+
+    fn free_packet_id(&mut self) -> u16 {
+        loop {
+            let id = self.next_packet_id;
+            self.next_packet_id = self.next_packet_id.wrapping_add(1).max(1);
+            if !self.in_flight.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// PUBACK: a QoS 1 delivery is done.
+    pub(super) fn acknowledged(
+        &mut self,
+        packet_id: u16,
+        session: &mut Session,
+        out: &mut Outbound,
+        ctx: &mut Context<'_>,
+    ) {
+        self.finish(packet_id, Stage::Puback, session, out, ctx);
+    }
+
+    /// PUBCOMP: a QoS 2 delivery is done.
+    pub(super) fn completed(
+        &mut self,
+        packet_id: u16,
+        session: &mut Session,
+        out: &mut Outbound,
+        ctx: &mut Context<'_>,
+    ) {
+        self.finish(packet_id, Stage::Pubcomp, session, out, ctx);
+    }
+
+    fn finish(
+        &mut self,
+        packet_id: u16,
+        stage: Stage,
+        session: &mut Session,
+        out: &mut Outbound,
+        ctx: &mut Context<'_>,
+    ) {
+        match self.in_flight.get(&packet_id) {
+            Some(f) if f.stage == stage => {}
+            _ => {
+                log::debug!(
+                    "connection {}: an acknowledgement of nothing in flight ({packet_id})",
+                    self.serial
+                );
+                return;
+            }
+        }
+        if let Some(f) = self.in_flight.remove(&packet_id) {
+            if stage == Stage::Puback {
+                settle_deliveries(vec![f.delivery_id], session, ctx);
+            }
+        }
+        self.fill_window(out);
+    }
+
+    /// PUBREC: the client has a QoS 2 delivery (settled now: it is the
+    /// client's), or refuses it (5.0); PUBREL follows.
+    pub(super) fn received(
+        &mut self,
+        ack: herald_protocol::mqtt::Ack,
+        session: &mut Session,
+        out: &mut Outbound,
+        ctx: &mut Context<'_>,
+    ) {
+        let Some(f) = self.in_flight.get_mut(&ack.packet_id) else {
+            return;
+        };
+        if f.stage != Stage::Pubrec {
+            return;
+        }
+        let delivery_id = f.delivery_id;
+        if ack.reason >= 0x80 {
+            self.in_flight.remove(&ack.packet_id);
+            self.fill_window(out);
+        } else {
+            f.stage = Stage::Pubcomp;
+            self.answer(out, Packet::PubRel(self.ack(ack.packet_id, 0)));
+        }
+        settle_deliveries(vec![delivery_id], session, ctx);
+    }
+}
+
+impl MqttSession {
+    /// Queues an answer, behind any still owed.
+    pub(super) fn answer(&self, out: &mut Outbound, packet: Packet) {
+        out.push_answer(self.wrap(encode(&packet, self.version)));
+    }
+
+    /// An acknowledgement with a reason (3.1.1 has none to carry).
+    pub(super) fn ack(&self, packet_id: u16, reason: u8) -> Ack {
+        Ack {
+            packet_id,
+            reason: if self.version == Version::V5 {
+                reason
+            } else {
+                0
+            },
+            properties: Properties::default(),
+        }
+    }
+
+    /// Refuses what the client did and closes: 5.0 says why in CONNACK
+    /// (before the connection is accepted) or DISCONNECT.
+    pub(super) fn refuse(
+        &mut self,
+        out: &mut Outbound,
+        phase: Phase,
+        Fatal(reason, why): Fatal,
+        serial: u64,
+    ) -> Flow {
+        log::info!("connection {serial} (MQTT): closing: {why}");
+        let packet = match (phase, self.version) {
+            (Phase::AwaitingConnect, Version::V5) => Packet::ConnAck(ConnAck {
+                session_present: false,
+                code: reason,
+                properties: Properties(vec![Property::ReasonString(why)]),
+            }),
+            (Phase::AwaitingConnect, Version::V311) => Packet::ConnAck(ConnAck {
+                session_present: false,
+                code: connack_311(reason),
+                properties: Properties::default(),
+            }),
+            (Phase::Connected, Version::V5) => Packet::Disconnect(Disconnect {
+                reason,
+                properties: Properties(vec![Property::ReasonString(why)]),
+            }),
+            (Phase::Connected, Version::V311) => return Flow::Close,
+        };
+        // Only a CONNECT that was understood is answered with a CONNACK.
+        if phase == Phase::AwaitingConnect && !self.connecting && reason != 0x84 {
+            return Flow::Close;
+        }
+        self.answer(out, packet);
+        Flow::Close
+    }
+
+    /// Reports a server-side error (a keep-alive timeout, a shutdown, an
+    /// administrator) before the connection closes.
+    pub fn error(&mut self, out: &mut Outbound, phase: Phase, code: ErrorCode, why: &str) {
+        let _ = self.refuse(out, phase, Fatal(reason_for(code), why.to_owned()), 0);
+    }
+
+    /// The answer to publish request `request_id`, now that it is routed
+    /// (and, at QoS 1 and 2, on disk) or refused: PUBACK or PUBREC, with
+    /// the reason in 5.0; 3.1.1 cannot say no, so the connection closes.
+    pub fn settle_request(
+        &mut self,
+        out: &mut Outbound,
+        request_id: u32,
+        result: Result<(), Refusal>,
+    ) -> Flow {
+        match self.answer_bytes(request_id, result) {
+            (Some(bytes), flow) => {
+                out.push_answer(bytes);
+                flow
+            }
+            (None, flow) => flow,
+        }
+    }
+
+    /// [`settle_request`](Self::settle_request)'s answer as bytes, for one
+    /// owed in its place; and whether the connection goes on.
+    pub fn answer_bytes(
+        &mut self,
+        request_id: u32,
+        result: Result<(), Refusal>,
+    ) -> (Option<Bytes>, Flow) {
+        let Some(owed) = self.owed.remove(&request_id) else {
+            return (None, Flow::Continue);
+        };
+        let reason = match &result {
+            Ok(()) => 0,
+            Err(refusal) => reason_for(refusal.code()),
+        };
+        if let (Err(refusal), Version::V311) = (&result, self.version) {
+            log::info!("MQTT 3.1.1 publish refused, closing the connection: {refusal:?}");
+            return (None, Flow::Close);
+        }
+        let mut ack = self.ack(owed.packet_id(), reason);
+        if let (Err(refusal), Version::V5) = (&result, self.version) {
+            ack.properties = Properties(vec![Property::ReasonString(refusal.message().to_owned())]);
+        }
+        let packet = match owed {
+            Owed::PubAck(_) => Packet::PubAck(ack),
+            Owed::PubRec(id) => {
+                if reason != 0 {
+                    // Not routed: the id is free for the client to retry.
+                    self.incoming.remove(&id);
+                }
+                Packet::PubRec(ack)
+            }
+        };
+        (
+            Some(self.wrap(encode(&packet, self.version))),
+            Flow::Continue,
+        )
+    }
+}
+
+/// A persistent session's durable subscription name for a filter and its
+/// options: `mqtt:<qos><no local><retain as published>:<filter>`.
+pub(super) fn durable_name(filter: &str, o: &SubscribeOptions) -> String {
+    format!(
+        "{}{}{}{}:{filter}",
+        DURABLE_PREFIX,
+        o.qos as u8,
+        u8::from(o.no_local),
+        u8::from(o.retain_as_published)
+    )
+}
+
+/// The filter and options a durable subscription name holds.
+pub(super) fn parse_durable_name(name: &str) -> Option<(String, SubscribeOptions)> {
+    let rest = name.strip_prefix(DURABLE_PREFIX)?;
+    let (flags, filter) = rest.split_once(':')?;
+    let flags = flags.as_bytes();
+    if flags.len() != 3 {
+        return None;
+    }
+    let qos = QoS::from_bits(flags[0].wrapping_sub(b'0')).ok()?;
+    Some((
+        filter.to_owned(),
+        SubscribeOptions {
+            qos,
+            no_local: flags[1] == b'1',
+            retain_as_published: flags[2] == b'1',
+            retain_handling: 0,
+        },
+    ))
+}
+
+/// A message block's copy delivered from `time` (ms since the epoch) on.
+pub(super) fn delayed(view: &MessageView, time: i64) -> Option<MessageView> {
+    let mut m = Message::decode(view.block(), 1).ok()?;
+    m.delivery_time = time;
+    let mut block = BytesMut::new();
+    m.encode(&mut block).ok()?;
+    MessageView::parse(block.freeze()).ok()
+}

@@ -1,0 +1,476 @@
+//! The MQTT listener, end to end: a real server on ephemeral ports, MQTT
+//! 3.1.1 and 5.0 spoken over real sockets, the native client beside it.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use herald_client::{Destination, Message};
+use herald_protocol::mqtt::{
+    Ack, Packet, Properties, Property, QoS, SubscribeOptions, Unsubscribe, Version,
+};
+use herald_server::auth::hash_password;
+use herald_server::config::{RoleEntry, UserEntry};
+use herald_tests::{connect, start, start_with, test_config, MqttClient, PATIENCE};
+
+const BOTH: [Version; 2] = [Version::V311, Version::V5];
+
+#[test]
+fn qos_0_1_and_2_reach_a_subscriber_at_the_lesser_qos_in_both_versions() {
+    let server = start();
+    for version in BOTH {
+        let mut sub = MqttClient::connected(&server, version, "sub");
+        sub.subscribe("q/+", QoS::ExactlyOnce);
+        let mut low = MqttClient::connected(&server, version, "low");
+        low.subscribe("q/#", QoS::AtLeastOnce);
+        let mut publisher = MqttClient::connected(&server, version, "pub");
+        for (i, qos) in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce]
+            .into_iter()
+            .enumerate()
+        {
+            let p = publisher.publish_packet("q/x", format!("m{i}").as_bytes(), qos);
+            assert_eq!(publisher.publish(p), 0);
+            let got = sub.receive();
+            assert_eq!((got.topic.as_str(), got.qos), ("q/x", qos));
+            assert_eq!(got.payload, format!("m{i}").as_bytes());
+            let got = low.receive();
+            assert_eq!(got.qos, qos.min(QoS::AtLeastOnce));
+        }
+        for c in [sub, low, publisher] {
+            c.disconnect();
+        }
+    }
+}
+
+#[test]
+fn mqtt_and_native_clients_share_topics_both_ways() {
+    let server = start();
+    let (_native, session) = connect(&server);
+    let consumer = session
+        .create_consumer(&Destination::topic("home.*.temp"))
+        .unwrap();
+    let mut m = MqttClient::connected(&server, Version::V5, "bridge");
+    m.subscribe("alerts/#", QoS::AtLeastOnce);
+    // MQTT → native: the topic's levels become words.
+    let p = m.publish_packet("home/kitchen/temp", b"21.5", QoS::AtLeastOnce);
+    assert_eq!(m.publish(p), 0);
+    let got = consumer.receive(PATIENCE).unwrap().expect("delivered");
+    assert_eq!(
+        got.destination.as_ref().map(|d| d.name.as_str()),
+        Some("home.kitchen.temp")
+    );
+    assert!(got.delivery_mode == herald_protocol::DeliveryMode::Persistent);
+    // native → MQTT, with a property and a text body.
+    let producer = session
+        .create_producer(&Destination::topic("alerts.fire"))
+        .unwrap();
+    producer
+        .send_with_receipt(
+            Message::text("smoke")
+                .with_property("room", "kitchen")
+                .persistent(),
+        )
+        .unwrap();
+    let got = m.receive();
+    assert_eq!(got.topic, "alerts/fire");
+    assert_eq!(got.payload, "smoke");
+    assert_eq!(got.qos, QoS::AtLeastOnce);
+    assert_eq!(MqttClient::user_property(&got, "room"), Some("kitchen"));
+    assert!(got.properties.0.contains(&Property::PayloadFormat(1)));
+}
+
+#[test]
+fn a_qos_2_publish_sent_twice_before_pubrel_is_routed_once() {
+    let server = start();
+    let mut sub = MqttClient::connected(&server, Version::V311, "s");
+    sub.subscribe("once", QoS::AtMostOnce);
+    let mut p = MqttClient::connected(&server, Version::V311, "p");
+    let publish = p.publish_packet("once", b"x", QoS::ExactlyOnce);
+    let id = publish.packet_id.unwrap();
+    for dup in [false, true] {
+        p.send(&Packet::Publish(herald_protocol::mqtt::Publish {
+            dup,
+            ..publish.clone()
+        }));
+        assert!(matches!(p.read(), Some(Packet::PubRec(a)) if a.packet_id == id));
+    }
+    p.send(&Packet::PubRel(Ack::ok(id)));
+    assert!(matches!(p.read(), Some(Packet::PubComp(a)) if a.packet_id == id));
+    assert_eq!(sub.receive().payload, "x");
+    assert!(
+        sub.read_within(Duration::from_millis(300)).is_none(),
+        "only once"
+    );
+    // A PUBREL for an id nobody holds is answered, not fatal (5.0 says
+    // which: 0x92).
+    let mut v5 = MqttClient::connected(&server, Version::V5, "v5");
+    v5.send(&Packet::PubRel(Ack::ok(77)));
+    assert!(matches!(v5.read(), Some(Packet::PubComp(a)) if a.packet_id == 77 && a.reason == 0x92));
+}
+
+#[test]
+fn a_persistent_session_keeps_its_subscriptions_and_their_messages_while_away() {
+    let server = start();
+    for version in BOTH {
+        let mut connect = MqttClient::connect_packet(version, "keeper");
+        connect.clean = false;
+        if version == Version::V5 {
+            connect.clean = true;
+            connect.properties = Properties(vec![Property::SessionExpiry(3600)]);
+        }
+        let (mut c, ack) = MqttClient::connect_with(&server, connect.clone());
+        assert!(!ack.session_present);
+        c.subscribe("kept/#", QoS::AtLeastOnce);
+        c.disconnect();
+        let mut p = MqttClient::connected(&server, version, "p");
+        for i in 0..5 {
+            let publish = p.publish_packet("kept/a", format!("{i}").as_bytes(), QoS::AtLeastOnce);
+            assert_eq!(p.publish(publish), 0);
+        }
+        let publish = p.publish_packet("kept/a", b"qos0", QoS::AtMostOnce);
+        p.publish(publish);
+        connect.clean = false;
+        let (mut c, ack) = MqttClient::connect_with(&server, connect.clone());
+        assert!(ack.session_present, "{version:?}");
+        for i in 0..5 {
+            assert_eq!(c.receive().payload, format!("{i}"));
+        }
+        // QoS 0 was kept too (as the specification allows), and goes at 0.
+        let got = c.receive();
+        assert_eq!((&got.payload[..], got.qos), (&b"qos0"[..], QoS::AtMostOnce));
+        assert!(c.read_within(Duration::from_millis(300)).is_none());
+        // A clean start ends the session.
+        c.disconnect();
+        connect.clean = true;
+        connect.properties = Properties::default();
+        let (c, ack) = MqttClient::connect_with(&server, connect);
+        assert!(!ack.session_present);
+        c.disconnect();
+        let publish = p.publish_packet("kept/a", b"after", QoS::AtLeastOnce);
+        assert_eq!(p.publish(publish), 0);
+        assert!(server
+            .stats()
+            .queues
+            .iter()
+            .all(|(name, _, _)| !name.contains("keeper")));
+        p.disconnect();
+    }
+}
+
+#[test]
+fn retained_messages_go_to_new_subscribers_flagged_and_an_empty_one_deletes() {
+    let server = start();
+    let mut p = MqttClient::connected(&server, Version::V5, "p");
+    let mut publish = p.publish_packet("status/door", b"open", QoS::AtLeastOnce);
+    publish.retain = true;
+    assert_eq!(p.publish(publish), 0);
+    let mut live = MqttClient::connected(&server, Version::V5, "live");
+    live.subscribe("status/+", QoS::AtLeastOnce);
+    let got = live.receive();
+    assert!(got.retain, "from the store: flagged");
+    assert_eq!(got.payload, "open");
+    let mut publish = p.publish_packet("status/door", b"closed", QoS::AtLeastOnce);
+    publish.retain = true;
+    assert_eq!(p.publish(publish), 0);
+    let got = live.receive();
+    assert!(!got.retain, "live: not flagged");
+    // Retain as published keeps the flag on live messages.
+    let mut rap = MqttClient::connected(&server, Version::V5, "rap");
+    let options = SubscribeOptions {
+        qos: QoS::AtMostOnce,
+        no_local: false,
+        retain_as_published: true,
+        retain_handling: 2,
+    };
+    assert_eq!(rap.subscribe_with("status/door", options), 0);
+    assert!(
+        rap.read_within(Duration::from_millis(300)).is_none(),
+        "handling 2: none"
+    );
+    let mut publish = p.publish_packet("status/door", b"ajar", QoS::AtMostOnce);
+    publish.retain = true;
+    p.publish(publish);
+    assert!(rap.receive().retain);
+    assert_eq!(live.receive().payload, "ajar");
+    // An empty retained message deletes the topic's.
+    let mut publish = p.publish_packet("status/door", b"", QoS::AtLeastOnce);
+    publish.retain = true;
+    assert_eq!(p.publish(publish), 0);
+    assert_eq!(live.receive().payload, "");
+    let mut late = MqttClient::connected(&server, Version::V311, "late");
+    late.subscribe("status/#", QoS::AtLeastOnce);
+    assert!(late.read_within(Duration::from_millis(300)).is_none());
+}
+
+#[test]
+fn the_will_goes_out_when_a_connection_drops_and_not_after_disconnect() {
+    let server = start();
+    let mut watcher = MqttClient::connected(&server, Version::V5, "watcher");
+    watcher.subscribe("wills/#", QoS::AtLeastOnce);
+    for version in BOTH {
+        let mut connect = MqttClient::connect_packet(version, "mortal");
+        connect.will = Some(MqttClient::will("wills/mortal", b"gone", QoS::AtLeastOnce));
+        let (c, _) = MqttClient::connect_with(&server, connect.clone());
+        drop(c);
+        let got = watcher.receive();
+        assert_eq!(
+            (got.topic.as_str(), &got.payload[..]),
+            ("wills/mortal", &b"gone"[..])
+        );
+        let (c, _) = MqttClient::connect_with(&server, connect);
+        c.disconnect();
+        assert!(watcher.read_within(Duration::from_millis(300)).is_none());
+    }
+}
+
+#[test]
+fn a_silent_client_is_closed_after_one_and_a_half_keep_alives() {
+    let server = start();
+    let mut connect = MqttClient::connect_packet(Version::V5, "quiet");
+    connect.keep_alive = 1;
+    let (mut c, _) = MqttClient::connect_with(&server, connect);
+    c.send(&Packet::PingReq);
+    assert_eq!(c.read(), Some(Packet::PingResp));
+    let before = c.expect_closed();
+    assert!(
+        matches!(before.as_slice(), [Packet::Disconnect(d)] if d.reason == 0x8D),
+        "{before:?}"
+    );
+}
+
+#[test]
+fn shared_subscriptions_split_the_messages_between_their_members() {
+    let server = start();
+    let mut a = MqttClient::connected(&server, Version::V5, "a");
+    let mut b = MqttClient::connected(&server, Version::V5, "b");
+    a.subscribe("$share/workers/jobs/#", QoS::AtLeastOnce);
+    b.subscribe("$share/workers/jobs/#", QoS::AtLeastOnce);
+    let mut p = MqttClient::connected(&server, Version::V5, "p");
+    for i in 0..20 {
+        let publish = p.publish_packet("jobs/new", format!("{i}").as_bytes(), QoS::AtLeastOnce);
+        assert_eq!(p.publish(publish), 0);
+    }
+    let mut seen = Vec::new();
+    for c in [&mut a, &mut b] {
+        while let Some(packet) = c.read_within(Duration::from_millis(500)) {
+            let Packet::Publish(got) = packet else {
+                panic!("{packet:?}")
+            };
+            c.acknowledge(&got);
+            seen.push(String::from_utf8(got.payload.to_vec()).unwrap());
+        }
+    }
+    seen.sort_by_key(|s| s.parse::<u32>().unwrap());
+    let all: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+    assert_eq!(seen, all, "each once, between them");
+}
+
+#[test]
+fn a_second_connection_with_a_client_id_takes_the_session_over() {
+    let server = start();
+    let mut first = MqttClient::connected(&server, Version::V5, "twin");
+    let second = MqttClient::connected(&server, Version::V5, "twin");
+    let before = first.expect_closed();
+    assert!(
+        matches!(before.as_slice(), [Packet::Disconnect(_)]),
+        "{before:?}"
+    );
+    second.disconnect();
+}
+
+#[test]
+fn dollar_topics_are_not_matched_by_a_leading_wildcard() {
+    let server = start();
+    let mut all = MqttClient::connected(&server, Version::V311, "all");
+    all.subscribe("#", QoS::AtMostOnce);
+    let mut sys = MqttClient::connected(&server, Version::V311, "sys");
+    sys.subscribe("$SYS/#", QoS::AtMostOnce);
+    let mut p = MqttClient::connected(&server, Version::V311, "p");
+    let publish = p.publish_packet("$SYS/load", b"1", QoS::AtMostOnce);
+    p.publish(publish);
+    assert_eq!(sys.receive().topic, "$SYS/load");
+    let publish = p.publish_packet("plain", b"2", QoS::AtMostOnce);
+    p.publish(publish);
+    assert_eq!(all.receive().topic, "plain", "not $SYS/load first");
+}
+
+#[test]
+fn topics_map_faithfully_with_dots_and_empty_levels() {
+    let server = start();
+    let mut s = MqttClient::connected(&server, Version::V5, "s");
+    s.subscribe("#", QoS::AtMostOnce);
+    let mut p = MqttClient::connected(&server, Version::V5, "p");
+    for topic in ["/a", "a//b", "v1.2/x", "a b/c", "trailing/"] {
+        let publish = p.publish_packet(topic, b"t", QoS::AtMostOnce);
+        p.publish(publish);
+        assert_eq!(s.receive().topic, topic);
+    }
+}
+
+#[test]
+fn users_are_checked_and_denials_have_their_reason_codes() {
+    let mut config = test_config();
+    config.auth.required = true;
+    config.auth.failed_login_delay_ms = 10;
+    config.auth.roles.insert(
+        "open".into(),
+        RoleEntry {
+            publish: vec!["open.#".into()],
+            consume: vec!["open.#".into()],
+            ..RoleEntry::default()
+        },
+    );
+    config.auth.users = vec![UserEntry {
+        name: "alice".into(),
+        password: hash_password("secret").unwrap(),
+        roles: vec!["open".into()],
+    }];
+    let server = start_with(config);
+    for (version, refused) in [(Version::V311, 4), (Version::V5, 0x86)] {
+        let mut connect = MqttClient::connect_packet(version, "x");
+        connect.username = Some("alice".into());
+        connect.password = Some(Bytes::from_static(b"wrong"));
+        let (mut c, ack) = MqttClient::connect_with(&server, connect);
+        assert_eq!(ack.code, refused);
+        assert!(c.expect_closed().is_empty());
+    }
+    let mut connect = MqttClient::connect_packet(Version::V5, "alice");
+    connect.username = Some("alice".into());
+    connect.password = Some(Bytes::from_static(b"secret"));
+    let (mut c, ack) = MqttClient::connect_with(&server, connect.clone());
+    assert_eq!(ack.code, 0);
+    let options = SubscribeOptions {
+        qos: QoS::AtLeastOnce,
+        no_local: false,
+        retain_as_published: false,
+        retain_handling: 0,
+    };
+    assert_eq!(c.subscribe_with("secret/#", options), 0x87);
+    assert_eq!(c.subscribe_with("open/#", options), 1);
+    let publish = c.publish_packet("secret/x", b"no", QoS::AtLeastOnce);
+    assert_eq!(c.publish(publish), 0x87);
+    let publish = c.publish_packet("secret/x", b"no", QoS::ExactlyOnce);
+    assert_eq!(c.publish(publish), 0x87);
+    let publish = c.publish_packet("open/x", b"yes", QoS::AtLeastOnce);
+    assert_eq!(c.publish(publish), 0);
+    assert_eq!(c.receive().payload, "yes");
+    // 3.1.1: a failure return code for the subscription; a denied publish
+    // cannot be answered, so the connection closes.
+    connect.version = Version::V311;
+    connect.client_id = "alice311".into();
+    let (mut c, _) = MqttClient::connect_with(&server, connect);
+    assert_eq!(c.subscribe_with("secret/#", options), 0x80);
+    let publish = c.publish_packet("secret/x", b"no", QoS::AtLeastOnce);
+    c.send(&Packet::Publish(publish));
+    assert!(c.expect_closed().is_empty());
+}
+
+#[test]
+fn unsubscribe_ends_a_subscription_and_says_which_existed() {
+    let server = start();
+    let mut c = MqttClient::connected(&server, Version::V5, "u");
+    c.subscribe("u/#", QoS::AtLeastOnce);
+    c.send(&Packet::Unsubscribe(Unsubscribe {
+        packet_id: 9,
+        properties: Properties::default(),
+        filters: vec!["u/#".into(), "never".into()],
+    }));
+    match c.read() {
+        Some(Packet::UnsubAck(a)) => assert_eq!((a.packet_id, a.codes), (9, vec![0, 0x11])),
+        other => panic!("{other:?}"),
+    }
+    let publish = c.publish_packet("u/x", b"x", QoS::AtLeastOnce);
+    assert_eq!(c.publish(publish), 0);
+    assert!(c.read_within(Duration::from_millis(300)).is_none());
+}
+
+/// Sends `bytes` on a fresh connection (after a CONNECT if `connected`)
+/// and returns what the server said before it closed.
+fn closes_on(
+    server: &herald_server::ServerHandle,
+    version: Version,
+    connected: bool,
+    bytes: &[u8],
+) -> Vec<Packet> {
+    let mut c = match connected {
+        true => MqttClient::connected(server, version, "bad"),
+        false => MqttClient::open(server, version),
+    };
+    c.write(bytes);
+    c.expect_closed()
+}
+
+#[test]
+fn bad_input_closes_that_one_connection_with_its_reason() {
+    let server = start();
+    let mut bystander = MqttClient::connected(&server, Version::V5, "bystander");
+    bystander.subscribe("calm", QoS::AtMostOnce);
+    let disconnect =
+        |reason: u8| move |p: &[Packet]| matches!(p, [Packet::Disconnect(d)] if d.reason == reason);
+    // A remaining length of five bytes.
+    let said = closes_on(
+        &server,
+        Version::V5,
+        true,
+        &[0x30, 0xff, 0xff, 0xff, 0xff, 0x01],
+    );
+    assert!(disconnect(0x81)(&said), "{said:?}");
+    // Over the packet size limit.
+    let said = closes_on(&server, Version::V5, true, &[0x30, 0xff, 0xff, 0xff, 0x7f]);
+    assert!(disconnect(0x95)(&said), "{said:?}");
+    // A topic that is not UTF-8.
+    let said = closes_on(
+        &server,
+        Version::V5,
+        true,
+        &[0x30, 0x04, 0x00, 0x01, 0xff, 0x00],
+    );
+    assert!(disconnect(0x81)(&said), "{said:?}");
+    // A wildcard in a PUBLISH topic.
+    let said = closes_on(
+        &server,
+        Version::V5,
+        true,
+        &[0x30, 0x05, 0x00, 0x02, b'a', b'+', 0x00],
+    );
+    assert!(disconnect(0x90)(&said), "{said:?}");
+    // A second CONNECT.
+    let mut again = bytes::BytesMut::new();
+    herald_protocol::mqtt::encode(
+        &Packet::Connect(Box::new(MqttClient::connect_packet(Version::V5, "bad"))),
+        Version::V5,
+        &mut again,
+    );
+    let said = closes_on(&server, Version::V5, true, &again);
+    assert!(disconnect(0x82)(&said), "{said:?}");
+    // A subscription at QoS 3.
+    let said = closes_on(
+        &server,
+        Version::V5,
+        true,
+        &[0x82, 0x07, 0x00, 0x01, 0x00, 0x00, 0x01, b'a', 0x03],
+    );
+    assert!(disconnect(0x81)(&said), "{said:?}");
+    // 3.1.1 says nothing: it only closes.
+    let said = closes_on(
+        &server,
+        Version::V311,
+        true,
+        &[0x30, 0x05, 0x00, 0x02, b'a', b'#', 0x00],
+    );
+    assert!(said.is_empty(), "{said:?}");
+    // A packet before CONNECT, and a wrong protocol level.
+    assert!(closes_on(&server, Version::V311, false, &[0xc0, 0x00]).is_empty());
+    let level_3 = [
+        0x10, 0x0c, 0x00, 0x04, b'M', b'Q', b'T', b'T', 0x03, 0x02, 0x00, 0x3c, 0x00, 0x00,
+    ];
+    let said = closes_on(&server, Version::V311, false, &level_3);
+    assert!(
+        matches!(said.as_slice(), [Packet::ConnAck(a)] if a.code == 1),
+        "3.1.1's unacceptable protocol version: {said:?}"
+    );
+    // Nobody else noticed.
+    let mut p = MqttClient::connected(&server, Version::V5, "p");
+    let publish = p.publish_packet("calm", b"still here", QoS::AtMostOnce);
+    p.publish(publish);
+    assert_eq!(bystander.receive().payload, "still here");
+}
