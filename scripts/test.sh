@@ -4,8 +4,10 @@
 # stomp.py (installed into a local virtual environment) and stomp.js in
 # headless Chromium (Debian's chromium package, installed if missing, and
 # the npm packages pinned in tests/browser). The benchmark's comparison
-# with NATS is tested against Debian's nats-server, and cluster mode
-# against Debian's redis-server, both installed if missing.
+# with NATS is tested against Debian's nats-server, cluster mode against
+# Debian's redis-server, and the MQTT listener with Debian's
+# mosquitto-clients (and compared with its mosquitto), all installed if
+# missing.
 # Every server a test starts listens on 127.0.0.1 ephemeral ports and is
 # stopped by the test. A short cluster fault drill (Redis Sentinel, two
 # nodes, a node and the Redis primary killed) follows the Rust tests. Between the two, each fuzz target in fuzz/ runs
@@ -18,7 +20,8 @@ cd "$(dirname "$0")/.."
 
 # Debian packages the tests use: command, then package.
 missing=()
-for pair in chromium:chromium nats-server:nats-server redis-server:redis-server; do
+for pair in chromium:chromium nats-server:nats-server redis-server:redis-server \
+  mosquitto_pub:mosquitto-clients mosquitto:mosquitto; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -10,7 +10,7 @@ use herald_protocol::mqtt::{
 };
 use herald_server::auth::hash_password;
 use herald_server::config::{RoleEntry, UserEntry};
-use herald_tests::{connect, start, start_with, test_config, MqttClient, PATIENCE};
+use herald_tests::{connect, start, start_with, test_config, wait_until, MqttClient, PATIENCE};
 
 const BOTH: [Version; 2] = [Version::V311, Version::V5];
 
@@ -473,4 +473,108 @@ fn bad_input_closes_that_one_connection_with_its_reason() {
     let publish = p.publish_packet("calm", b"still here", QoS::AtMostOnce);
     p.publish(publish);
     assert_eq!(bystander.receive().payload, "still here");
+}
+
+#[test]
+fn mqtt_rides_in_websocket_messages_and_other_subprotocols_are_refused() {
+    let server = start();
+    let (_, answer) = MqttClient::open_websocket(&server, Version::V5, "v12.stomp");
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let (mut ws, answer) = MqttClient::open_websocket(&server, Version::V5, "mqtt");
+    assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
+    assert!(answer.contains("Sec-WebSocket-Protocol: mqtt"), "{answer}");
+    ws.send(&Packet::Connect(Box::new(MqttClient::connect_packet(
+        Version::V5,
+        "browser",
+    ))));
+    assert!(matches!(ws.read(), Some(Packet::ConnAck(a)) if a.code == 0));
+    ws.subscribe("web/#", QoS::ExactlyOnce);
+    let mut tcp = MqttClient::connected(&server, Version::V311, "tcp");
+    let big = vec![7u8; 100_000];
+    for (payload, qos) in [(&b"hi"[..], QoS::AtMostOnce), (&big[..], QoS::ExactlyOnce)] {
+        let p = tcp.publish_packet("web/page", payload, qos);
+        assert_eq!(tcp.publish(p), 0);
+        let got = ws.receive();
+        assert_eq!((&got.payload[..], got.qos), (payload, qos));
+    }
+    // And the other way.
+    tcp.subscribe("back", QoS::AtLeastOnce);
+    let p = ws.publish_packet("back", b"from the page", QoS::AtLeastOnce);
+    assert_eq!(ws.publish(p), 0);
+    assert_eq!(tcp.receive().payload, "from the page");
+    ws.disconnect();
+}
+
+/// Runs one of Debian's mosquitto-clients, its output captured.
+fn mosquitto(program: &str, args: &[&str]) -> std::process::Child {
+    std::process::Command::new(program)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("{program} runs (Debian's mosquitto-clients; scripts/test.sh installs it): {e}")
+        })
+}
+
+/// Waits for a mosquitto client to end well; its standard output.
+fn finished(child: std::process::Child) -> String {
+    let out = child.wait_with_output().expect("it ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {err}", out.status);
+    String::from_utf8(out.stdout).expect("text")
+}
+
+#[test]
+fn mosquitto_clients_publish_and_subscribe_over_tcp_and_tls() {
+    let mut config = test_config();
+    let (ca, cert, key) = herald_tests::tls_files(&config.data_dir.join("tls"), &["localhost"]);
+    config.mqtt.tls_enabled = true;
+    config.tls.cert = cert;
+    config.tls.key = key;
+    let server = start_with(config);
+    let mqtt = server.mqtt();
+    let port = mqtt.tcp.unwrap().port().to_string();
+    let tls_port = mqtt.tls.unwrap().port().to_string();
+    let ca = ca.display().to_string();
+    let tcp = ["-h", "127.0.0.1", "-p", &port];
+    let tls = ["-h", "localhost", "-p", &tls_port, "--cafile", &ca];
+    // A retained message first: each subscriber gets it on subscribing.
+    let retained = [&tcp[..], &["-t", "m/status", "-m", "up", "-r", "-q", "1"]].concat();
+    finished(mosquitto("mosquitto_pub", &retained));
+    let sub_args = ["-t", "m/#", "-v", "-q", "2", "-C", "4", "-W", "20"];
+    let plain = mosquitto(
+        "mosquitto_sub",
+        &[&tcp[..], &sub_args, &["-V", "mqttv311"]].concat(),
+    );
+    let secure = mosquitto(
+        "mosquitto_sub",
+        &[&tls[..], &sub_args, &["-V", "mqttv5"]].concat(),
+    );
+    // Each has the retained message once it has subscribed.
+    wait_until("both subscribed", || server.stats().subscriptions >= 2);
+    for (how, topic, qos) in [
+        (&tcp[..], "m/a", "0"),
+        (&tls[..], "m/b", "1"),
+        (&tcp[..], "m/c", "2"),
+    ] {
+        let args = [
+            how,
+            &[
+                "-t",
+                topic,
+                "-m",
+                "hello from mosquitto_pub",
+                "-q",
+                qos,
+                "-V",
+                "mqttv5",
+            ],
+        ]
+        .concat();
+        finished(mosquitto("mosquitto_pub", &args));
+    }
+    let expected = "m/status up\nm/a hello from mosquitto_pub\nm/b hello from mosquitto_pub\nm/c hello from mosquitto_pub\n";
+    assert_eq!(finished(plain), expected);
+    assert_eq!(finished(secure), expected);
 }

@@ -435,7 +435,7 @@ impl Default for MqttSection {
             listen: SocketAddr::from(([127, 0, 0, 1], 1883)),
             tls_enabled: false,
             tls_listen: SocketAddr::from(([127, 0, 0, 1], 8883)),
-            websocket_enabled: false,
+            websocket_enabled: true,
             websocket_listen: SocketAddr::from(([127, 0, 0, 1], 8083)),
             receive_maximum: 1024,
             topic_alias_maximum: 64,

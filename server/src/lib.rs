@@ -22,6 +22,7 @@
 //! - [`cluster`]: nodes sharing topics, queues and durable subscriptions
 //!   through Redis.
 //! - [`sync`]: locks that a panicking holder does not put out of use.
+//! - [`websocket`]: the WebSocket upgrade and framing STOMP and MQTT ride in.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -41,6 +42,7 @@ pub mod session;
 pub mod stomp;
 pub mod store;
 pub mod sync;
+pub mod websocket;
 
 pub use collections::FastMap;
 pub use config::{Config, ConfigError};

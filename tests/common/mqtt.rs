@@ -19,6 +19,8 @@ use super::{read_more, PATIENCE};
 pub struct MqttClient {
     stream: TcpStream,
     buf: BytesMut,
+    /// Over WebSocket: the bytes read and not yet unwrapped.
+    websocket: Option<BytesMut>,
     decoder: Decoder,
     version: Version,
     next_id: u16,
@@ -33,9 +35,79 @@ impl MqttClient {
         MqttClient {
             stream,
             buf: BytesMut::new(),
+            websocket: None,
             decoder: Decoder::with_version(version, 1 << 24),
             version,
             next_id: 1,
+        }
+    }
+
+    /// Opens a WebSocket to the MQTT-over-WebSocket listener, offering
+    /// `subprotocol`; the server's answer to the upgrade (the client is
+    /// usable if it is 101).
+    pub fn open_websocket(
+        server: &ServerHandle,
+        version: Version,
+        subprotocol: &str,
+    ) -> (MqttClient, String) {
+        let addr = server.mqtt().websocket.expect("an MQTT WebSocket listener");
+        let mut stream = TcpStream::connect(addr).expect("tcp connect");
+        stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        let request = format!(
+            "GET /mqtt HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+             Sec-WebSocket-Protocol: {subprotocol}\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).expect("write");
+        let mut raw = BytesMut::new();
+        let end = loop {
+            if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end + 4;
+            }
+            assert!(
+                read_more(&mut stream, &mut raw),
+                "closed during the upgrade"
+            );
+        };
+        let answer = String::from_utf8_lossy(&raw.split_to(end)).into_owned();
+        let mut c = MqttClient {
+            stream,
+            buf: BytesMut::new(),
+            websocket: Some(raw),
+            decoder: Decoder::with_version(version, 1 << 24),
+            version,
+            next_id: 1,
+        };
+        c.unwrap_frames();
+        (c, answer)
+    }
+
+    /// Moves the payload of every whole WebSocket frame read so far to the
+    /// packet buffer.
+    fn unwrap_frames(&mut self) {
+        let Some(raw) = self.websocket.as_mut() else {
+            return;
+        };
+        loop {
+            if raw.len() < 2 {
+                return;
+            }
+            let (len, at) = match raw[1] & 0x7f {
+                126 if raw.len() >= 4 => (usize::from(u16::from_be_bytes([raw[2], raw[3]])), 4),
+                127 if raw.len() >= 10 => {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&raw[2..10]);
+                    (u64::from_be_bytes(b) as usize, 10)
+                }
+                126 | 127 => return,
+                n => (usize::from(n), 2),
+            };
+            if raw.len() < at + len {
+                return;
+            }
+            let frame = raw.split_to(at + len);
+            assert_eq!(frame[0], 0x82, "MQTT goes in binary messages");
+            self.buf.extend_from_slice(&frame[at..]);
         }
     }
 
@@ -88,9 +160,33 @@ impl MqttClient {
         self.write(&b);
     }
 
-    /// Writes raw bytes.
+    /// Writes raw bytes (in a masked binary message over WebSocket).
     pub fn write(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).expect("write");
+        if self.websocket.is_none() {
+            return self.stream.write_all(bytes).expect("write");
+        }
+        let mask = [3u8, 1, 4, 1];
+        let mut frame = vec![0x82];
+        match bytes.len() {
+            n if n < 126 => frame.push(0x80 | n as u8),
+            n => {
+                frame.push(0x80 | 127);
+                frame.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        frame.extend_from_slice(&mask);
+        frame.extend(bytes.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        self.stream.write_all(&frame).expect("write");
+    }
+
+    /// Reads more bytes into the packet buffer; false at the end.
+    fn fill(&mut self) -> bool {
+        let more = match self.websocket.as_mut() {
+            Some(raw) => read_more(&mut self.stream, raw),
+            None => read_more(&mut self.stream, &mut self.buf),
+        };
+        self.unwrap_frames();
+        more
     }
 
     /// The next packet, or `None` at the end of the stream.
@@ -103,7 +199,7 @@ impl MqttClient {
             {
                 return Some(p);
             }
-            if !read_more(&mut self.stream, &mut self.buf) {
+            if !self.fill() {
                 return None;
             }
         }
@@ -116,10 +212,12 @@ impl MqttClient {
             if let Some(p) = self.decoder.decode(&mut self.buf).expect("decodes") {
                 break Some(p);
             }
-            let mut chunk = [0u8; 65536];
-            match std::io::Read::read(&mut self.stream, &mut chunk) {
+            let mut probe = [0u8; 1];
+            match self.stream.peek(&mut probe) {
                 Ok(0) => break None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Ok(_) => {
+                    self.fill();
+                }
                 Err(e)
                     if matches!(
                         e.kind(),

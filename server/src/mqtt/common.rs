@@ -9,6 +9,9 @@ use crate::broker::Written;
 use crate::frontend::{settle, Context};
 use crate::session::{Outcome, Session};
 
+/// MQTT's WebSocket subprotocols (`mqttv3.1` is what older clients say).
+pub const SUBPROTOCOLS: &[&str] = &["mqtt", "mqttv3.1"];
+
 /// The prefix of the durable subscriptions of a persistent session.
 pub(super) const DURABLE_PREFIX: &str = "mqtt:";
 

@@ -39,11 +39,45 @@ use crate::frontend::{
     Refusal, Welcome,
 };
 use crate::session::{Phase, Session};
+use crate::websocket::{self, Received};
+pub use common::SUBPROTOCOLS;
 use common::{reason_for, Fatal, DURABLE_PREFIX};
 use session::{Owed, Sub};
 
-/// Handles what arrived in `buf`: every whole MQTT packet.
+/// Handles what arrived in `buf`: the WebSocket upgrade and framing if the
+/// connection is one, then every whole MQTT packet.
 pub fn receive(
+    mqtt: &mut MqttSession,
+    buf: &mut BytesMut,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Flow {
+    let Some(ws) = mqtt.websocket.as_mut() else {
+        return decode_all(mqtt, buf, session, out, ctx);
+    };
+    let max = websocket::frame_limit(&ctx.shared.config, session.phase);
+    let origins = &ctx.shared.config.stomp.websocket_allowed_origins;
+    match websocket::receive(ws, buf, origins, max, out, ctx.me.serial) {
+        Received::Payload => {}
+        Received::Close => return Flow::Close,
+        Received::Bad(why) => {
+            let why = format!("bad WebSocket frame: {why}");
+            return mqtt.refuse(out, session.phase, Fatal(0x81, why), ctx.me.serial);
+        }
+    }
+    // The payload buffer belongs to the session the decoder works on:
+    // take it out for the call.
+    let mut payload = std::mem::take(&mut ws.payload);
+    let flow = decode_all(mqtt, &mut payload, session, out, ctx);
+    if let Some(ws) = mqtt.websocket.as_mut() {
+        ws.payload = payload;
+    }
+    flow
+}
+
+/// Decodes and handles every whole MQTT packet in `buf`.
+fn decode_all(
     mqtt: &mut MqttSession,
     buf: &mut BytesMut,
     session: &mut Session,

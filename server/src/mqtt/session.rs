@@ -12,12 +12,15 @@ use herald_protocol::mqtt::{
 use herald_protocol::ErrorCode;
 use herald_protocol::{Message, MessageView};
 
-use super::common::{connack_311, encode, reason_for, settle_deliveries, Fatal, DURABLE_PREFIX};
+use super::common::{
+    connack_311, encode, reason_for, settle_deliveries, Fatal, DURABLE_PREFIX, SUBPROTOCOLS,
+};
 use super::mapping::{self, Outgoing};
 use crate::collections::FastMap;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{Context, Flow, Refusal};
 use crate::session::{Phase, Session};
+use crate::websocket::{self, WebSocket};
 
 /// One subscription, by its filter.
 pub(super) struct Sub {
@@ -110,13 +113,14 @@ pub struct MqttSession {
     pub(super) window: u16,
     /// The largest packet the client takes.
     pub(super) max_packet: usize,
+    /// For MQTT over WebSocket, the WebSocket's state.
+    pub(super) websocket: Option<WebSocket>,
 }
 
 impl MqttSession {
     /// A session that has not connected yet, for connection `serial`; its
     /// first packet may be `max_connect` bytes at most.
     pub fn new(serial: u64, max_connect: usize, window: u16, websocket: bool) -> MqttSession {
-        let _ = websocket;
         MqttSession {
             decoder: Decoder::new(max_connect),
             serial,
@@ -140,12 +144,17 @@ impl MqttSession {
             next_packet_id: 1,
             window,
             max_packet: usize::MAX,
+            websocket: websocket.then(|| WebSocket::new(SUBPROTOCOLS)),
         }
     }
 
-    /// Bytes as they go on the wire.
+    /// Bytes as they go on the wire: in a binary WebSocket message if the
+    /// connection is one.
     pub(super) fn wrap(&self, bytes: Bytes) -> Bytes {
-        bytes
+        match &self.websocket {
+            Some(_) => websocket::wrap(0x2, &bytes),
+            None => bytes,
+        }
     }
 
     /// A request id for a publish whose answer is owed.

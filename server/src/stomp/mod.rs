@@ -16,10 +16,12 @@
 //! tick when it has had nothing else to send.
 
 mod mapping;
-pub mod websocket;
 
 use crate::collections::FastMap;
-use websocket::WebSocket;
+use crate::websocket::{self, Received, WebSocket};
+
+/// STOMP's WebSocket subprotocols, most preferred first.
+const SUBPROTOCOLS: &[&str] = &["v12.stomp", "v11.stomp", "v10.stomp"];
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -118,7 +120,7 @@ impl StompSession {
             next_message: 1,
             heartbeat_out: None,
             transactions: Transactions::default(),
-            websocket: websocket.then(WebSocket::default),
+            websocket: websocket.then(|| WebSocket::new(SUBPROTOCOLS)),
         }
     }
 
@@ -153,7 +155,7 @@ impl StompSession {
     /// connection is one.
     fn wrap(&self, bytes: &[u8]) -> Bytes {
         match &self.websocket {
-            Some(_) => websocket::wrap_stomp(bytes),
+            Some(_) => websocket::wrap_text_or_binary(bytes),
             None => Bytes::copy_from_slice(bytes),
         }
     }
@@ -245,48 +247,14 @@ pub fn receive(
     let Some(ws) = stomp.websocket.as_mut() else {
         return decode_all(stomp, buf, session, out, ctx);
     };
-    if !ws.open {
-        match websocket::handshake(buf, &ctx.shared.config.stomp.websocket_allowed_origins) {
-            Ok(None) => return Flow::Continue,
-            Ok(Some(response)) => {
-                out.push_raw(response);
-                ws.open = true;
-            }
-            Err(why) => {
-                log::info!(
-                    "connection {}: WebSocket upgrade refused: {why}",
-                    ctx.me.serial
-                );
-                let body = format!("{why}\n");
-                let response = format!(
-                    "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                out.push_raw(Bytes::from(response));
-                return Flow::Close;
-            }
-        }
-    }
-    let config = &ctx.shared.config;
-    let max = match session.phase {
-        Phase::AwaitingConnect => config.max_connect_frame_size,
-        Phase::Connected => config.max_frame_size,
-    } as usize;
-    let mut replies = Vec::new();
-    let control = websocket::unwrap_frames(ws, buf, max, &mut replies);
-    for r in replies {
-        out.push_raw(r);
-    }
-    match control {
-        Ok(websocket::Control::None) => {}
-        Ok(websocket::Control::Close) => return Flow::Close,
-        Err(why) => {
-            stomp.error(
-                out,
-                0,
-                ErrorCode::Malformed,
-                &format!("bad WebSocket frame: {why}"),
-            );
+    let max = websocket::frame_limit(&ctx.shared.config, session.phase);
+    let origins = &ctx.shared.config.stomp.websocket_allowed_origins;
+    match websocket::receive(ws, buf, origins, max, out, ctx.me.serial) {
+        Received::Payload => {}
+        Received::Close => return Flow::Close,
+        Received::Bad(why) => {
+            let why = format!("bad WebSocket frame: {why}");
+            stomp.error(out, 0, ErrorCode::Malformed, &why);
             return Flow::Close;
         }
     }

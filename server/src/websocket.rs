@@ -1,17 +1,19 @@
-//! STOMP over WebSocket (RFC 6455), for browser clients such as stomp.js:
-//! the HTTP upgrade, then STOMP frames carried in WebSocket messages.
+//! WebSocket (RFC 6455), for browser clients (stomp.js, mqtt.js): the HTTP
+//! upgrade, then a protocol's frames carried in WebSocket messages.
 //!
 //! Inbound, the WebSocket framing is taken off and the payloads are joined
-//! into one byte stream for the STOMP decoder (STOMP does not care where
-//! WebSocket messages begin and end). Outbound, each STOMP frame goes in
-//! one WebSocket message: text if it is UTF-8, binary otherwise.
+//! into one byte stream for the protocol's decoder (neither STOMP nor MQTT
+//! cares where WebSocket messages begin and end). Outbound, each frame or
+//! packet goes in one WebSocket message.
 
 use base64::Engine;
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::config::Config;
+use crate::frontend::outbound::Outbound;
+use crate::session::Phase;
+
 const GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-/// The STOMP subprotocols, most preferred first.
-const SUBPROTOCOLS: [&str; 3] = ["v12.stomp", "v11.stomp", "v10.stomp"];
 /// Largest HTTP upgrade request accepted.
 const MAX_REQUEST: usize = 16 * 1024;
 
@@ -36,9 +38,9 @@ pub enum WebSocketError {
     /// A page of a site not in `stomp.websocket_allowed_origins`.
     #[error("pages of '{0}' may not open a WebSocket here (stomp.websocket_allowed_origins)")]
     Origin(String),
-    /// Subprotocols offered, none of them STOMP.
-    #[error("none of the subprotocols {0:?} is STOMP (v10.stomp, v11.stomp, v12.stomp)")]
-    Subprotocols(Vec<String>),
+    /// Subprotocols offered, none of them one this listener speaks.
+    #[error("none of the subprotocols {0:?} is one spoken here ({1:?})")]
+    Subprotocols(Vec<String>, &'static [&'static str]),
     /// Reserved bits set in a frame.
     #[error("reserved WebSocket bits set")]
     ReservedBits,
@@ -54,7 +56,7 @@ pub enum WebSocketError {
         max: usize,
     },
     /// More STOMP bytes waiting than a frame may hold.
-    #[error("more than {0} bytes of unread STOMP")]
+    #[error("more than {0} bytes of unread payload")]
     Unread(usize),
     /// An opcode RFC 6455 does not define.
     #[error("unknown WebSocket opcode {0}")]
@@ -62,12 +64,27 @@ pub enum WebSocketError {
 }
 
 /// One WebSocket connection's state.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WebSocket {
     /// The upgrade is done.
     pub open: bool,
-    /// Payload bytes taken out of WebSocket frames, for the STOMP decoder.
+    /// Payload bytes taken out of WebSocket frames, for the protocol's
+    /// decoder.
     pub payload: BytesMut,
+    /// The subprotocols it speaks, most preferred first.
+    subprotocols: &'static [&'static str],
+}
+
+impl WebSocket {
+    /// A connection before its upgrade, for a protocol that these
+    /// subprotocols name.
+    pub fn new(subprotocols: &'static [&'static str]) -> WebSocket {
+        WebSocket {
+            open: false,
+            payload: BytesMut::new(),
+            subprotocols,
+        }
+    }
 }
 
 /// What the inbound bytes held besides payload.
@@ -85,6 +102,7 @@ pub enum Control {
 pub fn handshake(
     buf: &mut BytesMut,
     allowed_origins: &[String],
+    subprotocols: &'static [&'static str],
 ) -> Result<Option<Bytes>, WebSocketError> {
     let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
         return if buf.len() > MAX_REQUEST {
@@ -139,13 +157,13 @@ pub fn handshake(
     let mut response = format!(
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n"
     );
-    if let Some(p) = SUBPROTOCOLS
+    if let Some(p) = subprotocols
         .iter()
         .find(|p| offered.iter().any(|o| o == *p))
     {
         response.push_str(&format!("Sec-WebSocket-Protocol: {p}\r\n"));
     } else if !offered.is_empty() {
-        return Err(WebSocketError::Subprotocols(offered));
+        return Err(WebSocketError::Subprotocols(offered, subprotocols));
     }
     response.push_str("\r\n");
     Ok(Some(Bytes::from(response)))
@@ -232,8 +250,71 @@ pub fn wrap(opcode: u8, payload: &[u8]) -> Bytes {
     out.freeze()
 }
 
-/// A STOMP frame's bytes as one WebSocket message.
-pub fn wrap_stomp(frame: &[u8]) -> Bytes {
+/// The largest frame (and unread payload) a connection may send: until
+/// it has logged in, one the size of a CONNECT.
+pub fn frame_limit(config: &Config, phase: Phase) -> usize {
+    match phase {
+        Phase::AwaitingConnect => config.max_connect_frame_size as usize,
+        Phase::Connected => config.max_frame_size as usize,
+    }
+}
+
+/// What the bytes a WebSocket connection received came to.
+pub enum Received {
+    /// Payload bytes (perhaps none yet) for the protocol's decoder.
+    Payload,
+    /// The upgrade was refused (answered), or the peer closed: close.
+    Close,
+    /// A frame that breaks the rules: the protocol says so, and closes.
+    Bad(WebSocketError),
+}
+
+/// Takes what arrived in `buf` on a WebSocket connection: answers the
+/// upgrade (101, or 400 and close), then moves the payload of every whole
+/// frame to `ws.payload`, answering pings and closes; `max` bounds a frame
+/// and the payload waiting.
+pub fn receive(
+    ws: &mut WebSocket,
+    buf: &mut BytesMut,
+    allowed_origins: &[String],
+    max: usize,
+    out: &mut Outbound,
+    serial: u64,
+) -> Received {
+    if !ws.open {
+        match handshake(buf, allowed_origins, ws.subprotocols) {
+            Ok(None) => return Received::Payload,
+            Ok(Some(response)) => {
+                out.push_raw(response);
+                ws.open = true;
+            }
+            Err(why) => {
+                log::info!("connection {serial}: WebSocket upgrade refused: {why}");
+                let body = format!("{why}\n");
+                let response = format!(
+                    "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                out.push_raw(Bytes::from(response));
+                return Received::Close;
+            }
+        }
+    }
+    let mut replies = Vec::new();
+    let control = unwrap_frames(ws, buf, max, &mut replies);
+    for r in replies {
+        out.push_raw(r);
+    }
+    match control {
+        Ok(Control::None) => Received::Payload,
+        Ok(Control::Close) => Received::Close,
+        Err(why) => Received::Bad(why),
+    }
+}
+
+/// A frame's bytes as one WebSocket message: text if it is UTF-8, binary
+/// otherwise (STOMP's way).
+pub fn wrap_text_or_binary(frame: &[u8]) -> Bytes {
     let opcode = if std::str::from_utf8(frame).is_ok() {
         0x1
     } else {
@@ -245,6 +326,8 @@ pub fn wrap_stomp(frame: &[u8]) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const STOMP: &[&str] = &["v12.stomp", "v11.stomp", "v10.stomp"];
 
     fn masked(opcode: u8, payload: &[u8]) -> Vec<u8> {
         let mask = [1, 2, 3, 4];
@@ -262,7 +345,7 @@ mod tests {
 
     /// The handshake with no extra origins allowed.
     fn shake(request: &[u8]) -> Result<Option<Bytes>, WebSocketError> {
-        handshake(&mut BytesMut::from(request), &[])
+        handshake(&mut BytesMut::from(request), &[], STOMP)
     }
 
     #[test]
@@ -271,7 +354,7 @@ mod tests {
             &b"GET /stomp HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: v10.stomp, v12.stomp\r\n\r\n"[..],
         );
         let response =
-            String::from_utf8(handshake(&mut buf, &[]).unwrap().unwrap().to_vec()).unwrap();
+            String::from_utf8(handshake(&mut buf, &[], STOMP).unwrap().unwrap().to_vec()).unwrap();
         assert!(
             response.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
             "{response}"
@@ -299,12 +382,12 @@ mod tests {
         );
         assert!(shake(request("http://localhost:8161").as_bytes()).is_ok());
         let allowed = ["https://evil.example".to_owned()];
-        assert!(handshake(&mut BytesMut::from(evil.as_bytes()), &allowed).is_ok());
+        assert!(handshake(&mut BytesMut::from(evil.as_bytes()), &allowed, STOMP).is_ok());
     }
 
     #[test]
     fn frames_unwrap_split_or_whole_and_controls_are_answered() {
-        let mut ws = WebSocket::default();
+        let mut ws = WebSocket::new(STOMP);
         let mut wire = masked(0x1, b"CONNECT\n\n\0");
         wire.extend(masked(0x9, b"hi"));
         wire.extend(masked(0x2, &[b'x'; 300]));
@@ -328,7 +411,7 @@ mod tests {
 
     #[test]
     fn bad_frames_are_errors() {
-        let mut ws = WebSocket::default();
+        let mut ws = WebSocket::new(STOMP);
         let mut r = Vec::new();
         assert!(
             unwrap_frames(
