@@ -1,13 +1,15 @@
-//! One message model across protocols: native and STOMP publishers ×
-//! native and STOMP subscribers, and every field each protocol has
-//! survives every path: text and binary bodies (NUL and non-UTF-8 bytes
-//! included), properties (typed where both ends are native, as text where
-//! STOMP carries them), the content type, correlation id and reply-to,
-//! priority and expiry. MQTT joins the matrix with its listener.
+//! One message model across protocols: native, STOMP and MQTT 5.0
+//! publishers × native, STOMP and MQTT subscribers, and every field each
+//! protocol has survives every path: text and binary bodies (NUL and
+//! non-UTF-8 bytes included), properties (typed where both ends are
+//! native, as text where STOMP or MQTT carries them), the content type,
+//! correlation id and reply-to, priority and expiry. MQTT has no priority,
+//! and states expiry in whole seconds from now.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use herald_client::{Body, Destination, Message, Value};
+use herald_protocol::mqtt::{Properties, Property, Publish, QoS, Version};
 use herald_protocol::stomp::StompFrame;
 use herald_tests::*;
 
@@ -62,7 +64,7 @@ fn expected(body: &Body, expiration: i64) -> Seen {
         properties,
         content_type: Some(CONTENT_TYPE.into()),
         correlation_id: Some("c-1".into()),
-        reply_to: Some("queue://replies".into()),
+        reply_to: Some("topic://replies".into()),
         priority: 7,
         expiration,
     }
@@ -75,7 +77,7 @@ fn native_message(body: &Body, expiration: i64) -> Message {
         .with_property("flag", true)
         .with_property("HeraldContentType", CONTENT_TYPE);
     m.correlation_id = Some("c-1".into());
-    m.reply_to = Some(Destination::queue("replies"));
+    m.reply_to = Some(Destination::topic("replies"));
     m.priority = 7;
     m.expiration = expiration;
     m
@@ -89,7 +91,7 @@ fn stomp_send(body: &Body, expiration: i64) -> StompFrame {
         .header("flag", "true")
         .header("content-type", CONTENT_TYPE)
         .header("correlation-id", "c-1")
-        .header("reply-to", "/queue/replies")
+        .header("reply-to", "/topic/replies")
         .header("priority", "7")
         .header("expires", expiration.to_string())
         .header("receipt", "sent")
@@ -147,8 +149,8 @@ fn seen_stomp(f: &StompFrame) -> Seen {
         .map(|(n, v)| (n.clone(), v.clone()))
         .collect();
     properties.sort();
-    let reply_to = f.get("reply-to").map(|r| match r.strip_prefix("/queue/") {
-        Some(q) => format!("queue://{q}"),
+    let reply_to = f.get("reply-to").map(|r| match r.strip_prefix("/topic/") {
+        Some(t) => format!("topic://{t}"),
         None => r.to_owned(),
     });
     Seen {
@@ -162,8 +164,82 @@ fn seen_stomp(f: &StompFrame) -> Seen {
     }
 }
 
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn mqtt_publish(body: &Body, expiration: i64) -> Publish {
+    let mut properties = vec![
+        Property::User("region".into(), "EU".into()),
+        Property::User("units".into(), "3".into()),
+        Property::User("flag".into(), "true".into()),
+        Property::ContentType(CONTENT_TYPE.into()),
+        Property::CorrelationData(bytes::Bytes::from_static(b"c-1")),
+        Property::ResponseTopic("replies".into()),
+        Property::MessageExpiry(((expiration - now_ms()) / 1000) as u32),
+    ];
+    if let Body::Text(_) = body {
+        properties.push(Property::PayloadFormat(1));
+    }
+    Publish {
+        dup: false,
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        topic: TOPIC.replace('.', "/"),
+        packet_id: Some(1),
+        properties: Properties(properties),
+        payload: body_bytes(body).into(),
+    }
+}
+
+fn seen_mqtt(p: &Publish) -> Seen {
+    let mut seen = Seen {
+        body: p.payload.to_vec(),
+        properties: Vec::new(),
+        content_type: None,
+        correlation_id: None,
+        reply_to: None,
+        priority: 0,
+        expiration: 0,
+    };
+    for property in &p.properties.0 {
+        match property {
+            Property::User(n, v) => seen.properties.push((n.clone(), v.clone())),
+            Property::ContentType(ct) => seen.content_type = Some(ct.clone()),
+            Property::CorrelationData(c) => {
+                seen.correlation_id = Some(String::from_utf8(c.to_vec()).unwrap())
+            }
+            Property::ResponseTopic(t) => seen.reply_to = Some(format!("topic://{t}")),
+            Property::MessageExpiry(secs) => seen.expiration = now_ms() + i64::from(*secs) * 1000,
+            _ => {}
+        }
+    }
+    seen.properties.sort();
+    seen
+}
+
+/// Checks what a path delivered against what was sent: exactly, or where
+/// MQTT is at either end, without priority and to within two seconds of
+/// expiry.
+fn check(mut got: Seen, mut want: Seen, mqtt: bool, path: &str) {
+    if mqtt {
+        assert!(
+            (got.expiration - want.expiration).abs() <= 2000,
+            "{path}: expiry {} vs {}",
+            got.expiration,
+            want.expiration
+        );
+        (got.priority, got.expiration) = (0, 0);
+        (want.priority, want.expiration) = (0, 0);
+    }
+    assert_eq!(got, want, "{path}");
+}
+
 #[test]
-fn every_field_survives_every_path_between_native_and_stomp() {
+fn every_field_survives_every_path_between_native_stomp_and_mqtt() {
     let server = start();
     let (_c, session) = connect(&server);
     let native = session.create_consumer(&Destination::topic(TOPIC)).unwrap();
@@ -177,29 +253,49 @@ fn every_field_survives_every_path_between_native_and_stomp() {
     );
     stomp_sub.expect("RECEIPT");
     let mut stomp_pub = StompClient::connected(&server, &[]);
+    let mut mqtt_sub = MqttClient::connected(&server, Version::V5, "model-sub");
+    mqtt_sub.subscribe(&TOPIC.replace('.', "/"), QoS::AtLeastOnce);
+    let mut mqtt_pub = MqttClient::connected(&server, Version::V5, "model-pub");
     for (label, body) in bodies() {
         let expiration = expiration();
         let want = expected(&body, expiration);
-        for publisher in ["native", "stomp"] {
+        for publisher in ["native", "stomp", "mqtt"] {
             match publisher {
                 "native" => producer
                     .send_with_receipt(native_message(&body, expiration))
                     .unwrap(),
-                _ => {
+                "stomp" => {
                     stomp_pub.send(&stomp_send(&body, expiration));
                     stomp_pub.expect("RECEIPT");
                 }
+                _ => {
+                    let reason = mqtt_pub.publish(mqtt_publish(&body, expiration));
+                    assert_eq!(reason, 0);
+                }
             }
+            let from_mqtt = publisher == "mqtt";
             let path = |to: &str| format!("{label} body, {publisher} -> {to}");
             let got = next(&native);
-            assert_eq!(seen_native(&got), want, "{}", path("native"));
+            let mut want_here = want.clone();
+            if from_mqtt {
+                // MQTT has no priority: the JMS default.
+                want_here.priority = 4;
+            }
+            check(
+                seen_native(&got),
+                want_here.clone(),
+                from_mqtt,
+                &path("native"),
+            );
             if publisher == "native" {
                 // Typed both ends: the types come through too.
                 assert_eq!(got.property("units"), Some(&Value::I32(3)));
                 assert_eq!(got.property("flag"), Some(&Value::Bool(true)));
             }
             let frame = stomp_sub.expect("MESSAGE");
-            assert_eq!(seen_stomp(&frame), want, "{}", path("stomp"));
+            check(seen_stomp(&frame), want_here, from_mqtt, &path("stomp"));
+            let got = mqtt_sub.receive();
+            check(seen_mqtt(&got), want.clone(), true, &path("mqtt"));
         }
     }
 }

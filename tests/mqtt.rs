@@ -267,14 +267,27 @@ fn shared_subscriptions_split_the_messages_between_their_members() {
 #[test]
 fn a_second_connection_with_a_client_id_takes_the_session_over() {
     let server = start();
-    let mut first = MqttClient::connected(&server, Version::V5, "twin");
-    let second = MqttClient::connected(&server, Version::V5, "twin");
+    let mut connect = MqttClient::connect_packet(Version::V5, "twin");
+    connect.properties = Properties(vec![Property::SessionExpiry(60)]);
+    let (mut first, _) = MqttClient::connect_with(&server, connect.clone());
+    first.subscribe("twin/#", QoS::AtLeastOnce);
+    connect.clean = false;
+    let (mut second, ack) = MqttClient::connect_with(&server, connect);
+    assert!(ack.session_present, "the session, taken over whole");
     let before = first.expect_closed();
     assert!(
-        matches!(before.as_slice(), [Packet::Disconnect(_)]),
-        "{before:?}"
+        matches!(before.as_slice(), [Packet::Disconnect(d)] if d.reason == 0x8E),
+        "session taken over: {before:?}"
     );
-    second.disconnect();
+    let p = second.publish_packet("twin/x", b"mine now", QoS::AtLeastOnce);
+    assert_eq!(second.publish(p), 0);
+    assert_eq!(second.receive().payload, "mine now");
+    // A native connection's client id is not an MQTT session to take.
+    let _native = herald_tests::as_client(&server, "jms-app");
+    let (mut c, ack) =
+        MqttClient::connect_with(&server, MqttClient::connect_packet(Version::V5, "jms-app"));
+    assert_eq!(ack.code, 0x85);
+    assert!(c.expect_closed().is_empty());
 }
 
 #[test]

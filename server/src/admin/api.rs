@@ -17,7 +17,7 @@ use super::state::{process_footprint, reload as reload_config, ApiError, AppStat
 use crate::broker::delivery::Deliveries;
 use crate::broker::{Room, RouteError};
 use crate::cluster::settings::Change;
-use crate::frontend::{Notice, Protocol};
+use crate::frontend::{Closing, Notice, Protocol};
 use crate::sync::lock;
 
 type ApiResult = Result<Json<Json_>, ApiError>;
@@ -570,7 +570,7 @@ async fn close_connection(State(state): State<AppState>, Path(id): Path<String>)
         return Err(ApiError::not_found(format!("no connection {id}")));
     };
     // If it is moving, the worker it left sends the command on.
-    state.shared.workers[conn.worker].post(Notice::Close(conn));
+    state.shared.workers[conn.worker].post(Notice::Close(conn, Closing::ByAdmin));
     Ok(Json(json!({"closed": id})))
 }
 

@@ -3,7 +3,7 @@
 use herald_protocol::ErrorCode;
 
 use super::context::Refusal;
-use super::shared::{Notice, Protocol, Shared};
+use super::shared::{Closing, Notice, Protocol, Shared};
 use crate::auth::Principal;
 use crate::broker::ConnectionRef;
 use crate::session::Session;
@@ -96,8 +96,8 @@ pub fn take_over(
     // An heir that was waiting already gives way to this one: it closes.
     if let Some((earlier, _)) = lock(&shared.heirs).insert(client_id.to_owned(), (heir, principal))
     {
-        shared.workers[earlier.worker].post(Notice::Close(earlier));
+        shared.workers[earlier.worker].post(Notice::Close(earlier, Closing::TakenOver));
     }
-    shared.workers[home.worker].post(Notice::Close(home));
+    shared.workers[home.worker].post(Notice::Close(home, Closing::TakenOver));
     true
 }

@@ -80,8 +80,8 @@ pub enum Notice {
         /// The messages (block, times delivered before), or why not.
         result: Result<Vec<(bytes::Bytes, u32)>, crate::broker::PeerError>,
     },
-    /// An administrator closes this connection.
-    Close(ConnectionRef),
+    /// The server closes this connection, for this reason.
+    Close(ConnectionRef, Closing),
 }
 
 impl Notice {
@@ -91,10 +91,19 @@ impl Notice {
             Notice::Confirm { conn, .. }
             | Notice::LoggedIn { conn, .. }
             | Notice::Browsed { conn, .. }
-            | Notice::Close(conn) => Some(conn),
+            | Notice::Close(conn, _) => Some(conn),
             Notice::Deliver(_) | Notice::Wake(_) | Notice::Run(_) => None,
         }
     }
+}
+
+/// Why the server closes a connection from off its worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closing {
+    /// An administrator asked.
+    ByAdmin,
+    /// A new connection took its client id's session over (MQTT).
+    TakenOver,
 }
 
 /// A worker's inbox, as the threads that post to it see it.

@@ -413,6 +413,13 @@ impl MqttSession {
         Flow::Close
     }
 
+    /// Reports that another connection took the session over (5.0's
+    /// 0x8E) before the connection closes.
+    pub fn taken_over(&mut self, out: &mut Outbound, phase: Phase) {
+        let why = "another connection took the session over".to_owned();
+        let _ = self.refuse(out, phase, Fatal(0x8E, why), self.serial);
+    }
+
     /// Reports a server-side error (a keep-alive timeout, a shutdown, an
     /// administrator) before the connection closes.
     pub fn error(&mut self, out: &mut Outbound, phase: Phase, code: ErrorCode, why: &str) {

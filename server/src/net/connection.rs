@@ -15,7 +15,7 @@ use rustls::ServerConnection;
 use super::tls::Plaintext;
 use crate::broker::Backlog;
 use crate::frontend::outbound::{encode_control, Droppable, Outbound, WriteStatus};
-use crate::frontend::{Flow, Parked, Refusal, Welcome};
+use crate::frontend::{Closing, Flow, Parked, Refusal, Welcome};
 use crate::handlers;
 use crate::store::StoreError;
 use crate::sync::lock;
@@ -231,6 +231,25 @@ impl Connection {
         }
         if fatal {
             self.read = ReadState::Closing;
+        }
+    }
+
+    /// Says why the server closes the connection, in its protocol; it
+    /// closes once that is written.
+    pub fn close_for(&mut self, why: Closing) {
+        match (&mut self.front, why) {
+            (Front::Mqtt(mqtt), Closing::TakenOver) => {
+                mqtt.taken_over(&mut self.out, self.session.phase);
+                self.read = ReadState::Closing;
+            }
+            (_, Closing::TakenOver) => {
+                let why = "another connection took its client id over".to_owned();
+                self.reply_error(0, ErrorCode::InvalidClientId, true, why);
+            }
+            (_, Closing::ByAdmin) => {
+                let why = "closed by an administrator".to_owned();
+                self.reply_error(0, ErrorCode::ClosedByAdmin, true, why);
+            }
         }
     }
 

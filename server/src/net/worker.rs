@@ -22,7 +22,7 @@ use slab::Slab;
 use super::connection::{Connection, Front, ReadState, ReadStatus};
 use super::{Command, WorkerHandle, WAKER};
 use crate::frontend::outbound::{Droppable, WriteStatus};
-use crate::frontend::{ConnInfo, Notice, Protocol, Shared};
+use crate::frontend::{Closing, ConnInfo, Notice, Protocol, Shared};
 use rustls::ServerConnection;
 
 use crate::auth::{LoginError, Principal};
@@ -241,7 +241,7 @@ impl Worker {
                 request_id,
                 result,
             } => self.browsed(conn, subscription_id, request_id, result),
-            Notice::Close(conn) => self.close_by_admin(conn),
+            Notice::Close(conn, why) => self.close_by(conn, why),
         }
     }
 
@@ -539,14 +539,13 @@ impl Worker {
         }
     }
 
-    /// Tells a connection an administrator closes it, and closes it once
+    /// Tells a connection why the server closes it, and closes it once
     /// that is written.
-    fn close_by_admin(&mut self, target: ConnectionRef) {
+    fn close_by(&mut self, target: ConnectionRef, why: Closing) {
         let Some(conn) = live(&mut self.conns, target) else {
             return;
         };
-        let why = "closed by an administrator".to_owned();
-        conn.reply_error(0, ErrorCode::ClosedByAdmin, true, why);
+        conn.close_for(why);
         self.mark_dirty(target.slot);
     }
 
