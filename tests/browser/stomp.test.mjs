@@ -6,30 +6,13 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { createServer } from "node:http";
-import { readFile } from "node:fs/promises";
 
 import { launch } from "./launch.mjs";
+import { serveFolder } from "./serve.mjs";
 
 const ws = process.env.HERALD_WS;
 const native = process.env.HERALD_NATIVE;
 const herald = `${process.env.HERALD_BIN_DIR}/herald`;
-
-/// Serves this folder (the page and stomp.js) on a loopback port, as a
-/// web application would be served; returns the server and its port.
-async function serveFolder() {
-  const site = createServer(async (request, response) => {
-    try {
-      const path = new URL(`.${new URL(request.url, "http://x").pathname}`, import.meta.url);
-      response.end(await readFile(path));
-    } catch {
-      response.statusCode = 404;
-      response.end();
-    }
-  });
-  await new Promise((ready) => site.listen(0, "127.0.0.1", ready));
-  return [site, site.address().port];
-}
 
 test("a stomp.js page receives a native publish and answers it", async () => {
   const [site, port] = await serveFolder();

@@ -1,6 +1,6 @@
 """Browser tests in headless Chromium (Debian's chromium package), driven
-by tests/browser with playwright-core: a stomp.js application over
-WebSocket, and the server's management console."""
+by tests/browser with playwright-core: a stomp.js and an mqtt.js
+application over WebSocket, and the server's management console."""
 
 import os
 import subprocess
@@ -27,6 +27,14 @@ def test_a_stomp_js_page_talks_to_native_clients(server):
     run_node(
         "stomp.test.mjs",
         HERALD_WS=f"ws://{server.stomp_ws[0]}:{server.stomp_ws[1]}/stomp",
+        HERALD_NATIVE=f"herald://{server.native}",
+    )
+
+
+def test_an_mqtt_js_page_talks_to_native_clients(server):
+    run_node(
+        "mqtt.test.mjs",
+        HERALD_MQTT_WS=f"ws://{server.mqtt_ws[0]}:{server.mqtt_ws[1]}/mqtt",
         HERALD_NATIVE=f"herald://{server.native}",
     )
 
