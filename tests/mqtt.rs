@@ -10,9 +10,26 @@ use herald_protocol::mqtt::{
 };
 use herald_server::auth::hash_password;
 use herald_server::config::{RoleEntry, UserEntry};
-use herald_tests::{connect, start, start_with, test_config, wait_until, MqttClient, PATIENCE};
+use herald_tests::{
+    call, connect, start, start_with, test_config, wait_until, MqttClient, TestServer, PATIENCE,
+};
 
 const BOTH: [Version; 2] = [Version::V311, Version::V5];
+
+/// The names of a client id's durable subscriptions, as the management
+/// interface lists them.
+fn durables_of(server: &TestServer, client_id: &str) -> Vec<String> {
+    let list = call(server, "GET", "/api/subscriptions", None, None).json();
+    let mut names: Vec<String> = list
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|s| s["durable"] == true && s["client_id"] == client_id)
+        .map(|s| s["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    names.sort();
+    names
+}
 
 #[test]
 fn qos_0_1_and_2_reach_a_subscriber_at_the_lesser_qos_in_both_versions() {
@@ -120,6 +137,7 @@ fn a_persistent_session_keeps_its_subscriptions_and_their_messages_while_away() 
         let (mut c, ack) = MqttClient::connect_with(&server, connect.clone());
         assert!(!ack.session_present);
         c.subscribe("kept/#", QoS::AtLeastOnce);
+        assert_eq!(durables_of(&server, "keeper"), ["mqtt:100:kept/#"]);
         c.disconnect();
         let mut p = MqttClient::connected(&server, version, "p");
         for i in 0..5 {
@@ -147,11 +165,7 @@ fn a_persistent_session_keeps_its_subscriptions_and_their_messages_while_away() 
         c.disconnect();
         let publish = p.publish_packet("kept/a", b"after", QoS::AtLeastOnce);
         assert_eq!(p.publish(publish), 0);
-        assert!(server
-            .stats()
-            .queues
-            .iter()
-            .all(|(name, _, _)| !name.contains("keeper")));
+        assert!(durables_of(&server, "keeper").is_empty());
         p.disconnect();
     }
 }
@@ -590,4 +604,61 @@ fn mosquitto_clients_publish_and_subscribe_over_tcp_and_tls() {
     let expected = "m/status up\nm/a hello from mosquitto_pub\nm/b hello from mosquitto_pub\nm/c hello from mosquitto_pub\n";
     assert_eq!(finished(plain), expected);
     assert_eq!(finished(secure), expected);
+}
+
+#[test]
+fn a_delayed_will_waits_and_a_return_in_time_cancels_it() {
+    let server = start();
+    let mut watcher = MqttClient::connected(&server, Version::V5, "watcher");
+    watcher.subscribe("late/#", QoS::AtLeastOnce);
+    let mut connect = MqttClient::connect_packet(Version::V5, "slow");
+    connect.properties = Properties(vec![Property::SessionExpiry(60)]);
+    let mut will = MqttClient::will("late/slow", b"gone for good", QoS::AtLeastOnce);
+    will.properties = Properties(vec![Property::WillDelay(1)]);
+    connect.will = Some(will);
+    let (c, _) = MqttClient::connect_with(&server, connect.clone());
+    drop(c);
+    assert!(
+        watcher.read_within(Duration::from_millis(500)).is_none(),
+        "not yet"
+    );
+    assert_eq!(watcher.receive().payload, "gone for good");
+    // Back within the delay: no will.
+    let (c, _) = MqttClient::connect_with(&server, connect.clone());
+    drop(c);
+    let (back, ack) = MqttClient::connect_with(&server, connect);
+    assert_eq!(ack.code, 0);
+    assert!(
+        watcher.read_within(Duration::from_millis(1500)).is_none(),
+        "cancelled"
+    );
+    back.disconnect();
+}
+
+#[test]
+fn a_session_ends_at_its_expiry_with_what_it_kept() {
+    let server = start();
+    let mut connect = MqttClient::connect_packet(Version::V5, "brief");
+    connect.properties = Properties(vec![Property::SessionExpiry(1)]);
+    let (mut c, _) = MqttClient::connect_with(&server, connect.clone());
+    c.subscribe("brief/#", QoS::AtLeastOnce);
+    c.disconnect();
+    let mut p = MqttClient::connected(&server, Version::V5, "p");
+    let publish = p.publish_packet("brief/x", b"kept a while", QoS::AtLeastOnce);
+    assert_eq!(p.publish(publish), 0);
+    assert_eq!(durables_of(&server, "brief"), ["mqtt:100:brief/#"]);
+    wait_until("the session expires", || {
+        durables_of(&server, "brief").is_empty()
+    });
+    connect.clean = false;
+    let (mut c, ack) = MqttClient::connect_with(&server, connect.clone());
+    assert!(!ack.session_present);
+    // Resumed without an expiry, a session ends with its connection.
+    c.subscribe("brief/#", QoS::AtLeastOnce);
+    c.disconnect();
+    connect.properties = Properties::default();
+    let (c, ack) = MqttClient::connect_with(&server, connect);
+    assert!(ack.session_present);
+    c.disconnect();
+    assert!(durables_of(&server, "brief").is_empty());
 }

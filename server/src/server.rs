@@ -161,6 +161,7 @@ impl Server {
             connections: std::sync::Mutex::new(std::collections::HashMap::new()),
             client_ids: std::sync::Mutex::new(std::collections::HashMap::new()),
             heirs: std::sync::Mutex::new(std::collections::HashMap::new()),
+            away: Default::default(),
             started: std::time::Instant::now(),
         });
         let sink = crate::frontend::WorkerSink::new(Arc::downgrade(&shared));

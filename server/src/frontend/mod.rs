@@ -15,6 +15,7 @@
 //! It knows nothing of sockets: `net` owns those and implements
 //! [`Mailbox`] for its workers' inboxes.
 
+mod away;
 mod context;
 mod login;
 pub mod outbound;
@@ -23,6 +24,7 @@ mod settle;
 mod shared;
 mod subscription;
 
+pub use away::{AwaySessions, Due};
 pub use context::{authorize, await_journal, Context, Flow, Parked, Refusal, Welcome};
 pub use login::{admit, check_id_length, release_client_id, take_over};
 pub use publish::{authorize as authorize_publish, publish, Published};

@@ -360,6 +360,8 @@ pub struct Shared {
     /// Connections waiting to take a client id over from the one that
     /// holds it (MQTT's session takeover), with who logged in.
     pub heirs: std::sync::Mutex<HashMap<String, (ConnectionRef, Principal)>>,
+    /// Sessions no connection holds, and the wills they left.
+    pub away: super::away::AwaySessions,
     /// When the server started.
     pub started: std::time::Instant,
 }

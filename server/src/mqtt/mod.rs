@@ -22,7 +22,7 @@ mod session;
 
 pub use session::MqttSession;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use herald_protocol::mqtt::{
@@ -124,13 +124,7 @@ fn decode_all(
                 mqtt.answer(out, Packet::PingResp);
                 Ok(Flow::Continue)
             }
-            Packet::Disconnect(d) => {
-                // 0x04: disconnect, and publish the will all the same.
-                if d.reason != 0x04 {
-                    mqtt.will = None;
-                }
-                Ok(Flow::Close)
-            }
+            Packet::Disconnect(d) => disconnect_packet(&d, mqtt),
             Packet::Auth(..) => Err(Fatal(
                 0x82,
                 "AUTH: no authentication method was agreed".into(),
@@ -146,6 +140,27 @@ fn decode_all(
             Err(fatal) => return mqtt.refuse(out, session.phase, fatal, ctx.me.serial),
         }
     }
+}
+
+fn disconnect_packet(d: &mqtt::Disconnect, mqtt: &mut MqttSession) -> Result<Flow, Fatal> {
+    // 0x04: disconnect, and publish the will all the same.
+    if d.reason != 0x04 {
+        mqtt.will = None;
+    }
+    // 5.0: the session's expiry may change now, but not from none.
+    for p in &d.properties.0 {
+        if let Property::SessionExpiry(secs) = p {
+            if mqtt.expiry == 0 && *secs > 0 {
+                return Err(Fatal(
+                    0x82,
+                    "a session expiry set at DISCONNECT for a session that had none".into(),
+                ));
+            }
+            mqtt.expiry = *secs;
+            mqtt.persistent = *secs > 0;
+        }
+    }
+    Ok(Flow::Close)
 }
 
 fn connect_packet(
@@ -183,6 +198,7 @@ fn connect_packet(
             _ => {}
         }
     }
+    mqtt.expiry = expiry;
     mqtt.persistent = match connect.version {
         Version::V311 => !connect.clean,
         Version::V5 => expiry > 0,
@@ -265,6 +281,8 @@ pub fn admitted(
     session.phase = Phase::Connected;
     mqtt.connecting = false;
     let client = session.client_id.clone();
+    // Back in time: its will stays unsaid, its session lives on.
+    ctx.shared.away.back(&client);
     let kept = ctx.shared.broker.durables_of(&client, DURABLE_PREFIX);
     let present = !mqtt.clean && !kept.is_empty();
     if mqtt.clean {
@@ -531,48 +549,44 @@ fn unsubscribe_packet(
     Ok(Flow::Continue)
 }
 
-/// What the connection publishes as it ends: its will, unless it said
-/// goodbye; and a session that does not outlive it loses its durable
-/// subscriptions (one resumed with clean start off and no expiry).
+/// What happens as the connection ends: a session that does not outlive
+/// it loses its durable subscriptions (one resumed with clean start off
+/// and no expiry too), and one that does is left to end at its expiry;
+/// the will, unless the client said goodbye, goes out now, or after its
+/// delay if the session lasts that long and the client does not return.
 pub fn farewell(mqtt: &mut MqttSession, session: &Session, ctx: &mut Context<'_>) {
     if session.phase != Phase::Connected {
         return;
     }
-    if !mqtt.persistent {
-        for sub in mqtt.subs.values().filter(|s| s.durable) {
-            let _ = ctx
-                .shared
-                .broker
-                .unsubscribe_durable(&session.client_id, &sub.durable_name);
+    let durables: Vec<String> = mqtt
+        .subs
+        .values()
+        .filter(|s| s.durable)
+        .map(|s| s.durable_name.clone())
+        .collect();
+    let now = Instant::now();
+    let ends = match (mqtt.persistent, mqtt.version, mqtt.expiry) {
+        (false, ..) => {
+            for name in &durables {
+                let _ = ctx
+                    .shared
+                    .broker
+                    .unsubscribe_durable(&session.client_id, name);
+            }
+            Some(now)
         }
-    }
-    let Some(will) = mqtt.will.take() else {
-        return;
+        // 3.1.1's persistent sessions, and 5.0's with the largest expiry,
+        // never end by themselves.
+        (true, Version::V311, _) | (true, _, u32::MAX) => None,
+        (true, _, secs) => Some(now + Duration::from_secs(secs.into())),
     };
-    let delay = will.properties.0.iter().find_map(|p| match p {
-        Property::WillDelay(secs) => Some(*secs),
-        _ => None,
-    });
-    let publish = Publish {
-        dup: false,
-        qos: will.qos,
-        retain: will.retain,
-        topic: will.topic.clone(),
-        packet_id: None,
-        properties: will.properties.clone(),
-        payload: will.payload.clone(),
-    };
-    let id = format!("ID:mqtt-{}-will", ctx.me.serial);
-    let now = mapping::now_ms();
-    match mapping::message_from(&publish, &will.topic, id, now) {
-        Ok(view) => {
-            let view = match delay.filter(|d| *d > 0) {
-                None => view,
-                Some(secs) => match session::delayed(&view, now + i64::from(secs) * 1000) {
-                    Some(v) => v,
-                    None => view,
-                },
-            };
+    let will = mqtt
+        .will
+        .take()
+        .and_then(|w| will_message(&w, ctx.me.serial))
+        .map(|(delay, view)| (now + delay, view));
+    let will = match will {
+        Some((at, view)) if at <= now || ends.is_some_and(|end| end <= at) => {
             let name = view.destination().to_owned();
             let room = crate::broker::Room::Refuse;
             if let Err(e) = ctx
@@ -585,10 +599,38 @@ pub fn farewell(mqtt: &mut MqttSession, session: &Session, ctx: &mut Context<'_>
                     ctx.me.serial
                 );
             }
+            None
         }
-        Err(e) => log::warn!(
-            "connection {}: its will is not a message: {e}",
-            ctx.me.serial
-        ),
+        later => later,
+    };
+    let ends = ends.filter(|end| *end > now).map(|end| (end, durables));
+    ctx.shared.away.leave(&session.client_id, will, ends);
+}
+
+/// A will as a message, and its delay.
+fn will_message(
+    will: &mqtt::Will,
+    serial: u64,
+) -> Option<(Duration, herald_protocol::MessageView)> {
+    let delay = will.properties.0.iter().find_map(|p| match p {
+        Property::WillDelay(secs) => Some(Duration::from_secs((*secs).into())),
+        _ => None,
+    });
+    let publish = Publish {
+        dup: false,
+        qos: will.qos,
+        retain: will.retain,
+        topic: will.topic.clone(),
+        packet_id: None,
+        properties: will.properties.clone(),
+        payload: will.payload.clone(),
+    };
+    let id = format!("ID:mqtt-{serial}-will");
+    match mapping::message_from(&publish, &will.topic, id, mapping::now_ms()) {
+        Ok(view) => Some((delay.unwrap_or_default(), view)),
+        Err(e) => {
+            log::warn!("connection {serial}: its will is not a message: {e}");
+            None
+        }
     }
 }

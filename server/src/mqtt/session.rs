@@ -4,13 +4,13 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use herald_protocol::mqtt::{
     Ack, ConnAck, Decoder, Disconnect, Packet, Properties, Property, Publish, QoS,
     SubscribeOptions, Version, Will,
 };
 use herald_protocol::ErrorCode;
-use herald_protocol::{Message, MessageView};
+use herald_protocol::Message;
 
 use super::common::{
     connack_311, encode, reason_for, settle_deliveries, Fatal, DURABLE_PREFIX, SUBPROTOCOLS,
@@ -83,6 +83,8 @@ pub struct MqttSession {
     pub(super) connecting: bool,
     /// The session outlives the connection.
     pub(super) persistent: bool,
+    /// 5.0's session expiry interval, in seconds (u32::MAX: never).
+    pub(super) expiry: u32,
     /// Clean session (3.1.1) or clean start (5.0).
     pub(super) clean: bool,
     /// The server chose the client id.
@@ -127,6 +129,7 @@ impl MqttSession {
             version: Version::V311,
             connecting: false,
             persistent: false,
+            expiry: 0,
             clean: true,
             assigned: false,
             response_info: false,
@@ -513,13 +516,4 @@ pub(super) fn parse_durable_name(name: &str) -> Option<(String, SubscribeOptions
             retain_handling: 0,
         },
     ))
-}
-
-/// A message block's copy delivered from `time` (ms since the epoch) on.
-pub(super) fn delayed(view: &MessageView, time: i64) -> Option<MessageView> {
-    let mut m = Message::decode(view.block(), 1).ok()?;
-    m.delivery_time = time;
-    let mut block = BytesMut::new();
-    m.encode(&mut block).ok()?;
-    MessageView::parse(block.freeze()).ok()
 }

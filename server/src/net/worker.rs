@@ -895,6 +895,12 @@ impl Worker {
             self.wake(expired);
         }
         self.shared.broker.tick(&mut self.deliveries);
+        // One worker runs what sessions away have due.
+        if self.index == 0 {
+            self.shared
+                .away
+                .run(&self.shared.broker, &mut self.deliveries);
+        }
         let grace = self.grace();
         for (_, conn) in self.conns.iter_mut() {
             conn.check_grace(now, grace);
@@ -982,10 +988,6 @@ impl Worker {
             slot,
             serial: conn.serial,
         };
-        if let Front::Mqtt(m) = &mut conn.front {
-            let mut ctx = Context::new(&self.shared, me, &mut self.deliveries);
-            mqtt::farewell(m, &conn.session, &mut ctx);
-        }
         // Unsettled deliveries go back to their queues, counted as
         // delivered: the client may have seen them.
         conn.session.unacked.clear();
@@ -997,6 +999,12 @@ impl Worker {
             self.shared
                 .broker
                 .unsubscribe(handle, &sub, &mut self.deliveries);
+        }
+        // Its subscriptions detached: a session that ends with the
+        // connection can delete its durable ones.
+        if let Front::Mqtt(m) = &mut conn.front {
+            let mut ctx = Context::new(&self.shared, me, &mut self.deliveries);
+            mqtt::farewell(m, &conn.session, &mut ctx);
         }
         for name in conn.session.temporary_queues.drain(..) {
             self.shared.broker.delete_queue(&name);
