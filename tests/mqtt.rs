@@ -662,3 +662,36 @@ fn a_session_ends_at_its_expiry_with_what_it_kept() {
     c.disconnect();
     assert!(durables_of(&server, "brief").is_empty());
 }
+
+#[test]
+fn qos_1_messages_arrive_in_the_order_they_were_published() {
+    // The publisher waits for the journal, so it stays on its worker: the
+    // subscription's queue dispatches there (as messages come in) and on
+    // the subscriber's worker (as PUBACKs free its window), and the
+    // subscriber's worker must still hand them on in order.
+    let server = start();
+    let mut sub = MqttClient::connected(&server, Version::V311, "ordered-sub");
+    sub.subscribe("ordered", QoS::AtLeastOnce);
+    let mut p = MqttClient::connected(&server, Version::V311, "ordered-pub");
+    let (batches, batch) = (40, 500);
+    let reader = std::thread::spawn(move || {
+        for i in 0..batches * batch {
+            let got = sub.receive();
+            assert_eq!(got.payload, i.to_string(), "in order");
+        }
+    });
+    for b in 0..batches {
+        for i in 0..batch {
+            let publish = p.publish_packet(
+                "ordered",
+                (b * batch + i).to_string().as_bytes(),
+                QoS::AtLeastOnce,
+            );
+            p.send(&Packet::Publish(publish));
+        }
+        for _ in 0..batch {
+            assert!(matches!(p.read(), Some(Packet::PubAck(a)) if a.reason == 0));
+        }
+    }
+    reader.join().unwrap();
+}

@@ -416,6 +416,40 @@ fn bench_compares_with_a_nats_server_in_one_run() {
 }
 
 #[test]
+fn bench_compares_mqtt_with_a_mosquitto_it_starts() {
+    // Debian's mosquitto (scripts/test.sh installs it) and herald-server,
+    // both started by the bench on free ports.
+    let out = run_ok(&[
+        "bench",
+        "--compare-mosquitto",
+        "--count",
+        "20000",
+        "--fanout",
+        "2",
+        "--latency-count",
+        "2000",
+        "--rate",
+        "5000",
+        "--rounds",
+        "1",
+        "--mqtt-connections",
+        "200",
+    ]);
+    let comparison = summary(&out, "mqtt_comparison");
+    // QoS 0 1 -> 1 and 1 -> 2, QoS 1 1 -> 1, p50, p99, idle memory.
+    assert_eq!(comparison.matches("\"ratio\"").count(), 6, "{comparison}");
+    let runs: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with('{') && l.contains("\"system\":"))
+        .collect();
+    // Three throughput runs and one latency run on each server.
+    assert_eq!(runs.len(), 8, "{out}");
+    for run in runs {
+        assert!(run.contains("\"lost\":0"), "{run}");
+    }
+}
+
+#[test]
 fn bench_measures_throughput_beside_many_subscriptions() {
     let server = start();
     let url = format!("herald://{}", server.local_addr());

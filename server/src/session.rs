@@ -10,6 +10,7 @@ use crate::auth::Principal;
 use herald_protocol::MessageView;
 use thiserror::Error;
 
+use crate::broker::delivery::Delivery;
 use crate::broker::{AckRef, Backlog, SubscriptionHandle};
 
 /// A delivery the client has not settled yet.
@@ -18,6 +19,40 @@ pub struct Unacked {
     pub subscription_id: u32,
     /// Where its ACK goes.
     pub ack: AckRef,
+}
+
+/// A queue subscription's deliveries, put back in the order the queue
+/// dispatched them. A queue dispatches on whichever thread touches it (a
+/// publisher's worker inserting, the consumer's worker acknowledging), so
+/// one dispatched earlier elsewhere can still be in this worker's inbox
+/// when a later one, dispatched here, is ready.
+#[derive(Default)]
+pub struct InOrder {
+    /// The place of the next delivery to hand on (0 before the first).
+    next: u64,
+    /// Those that came ahead of it, by place.
+    early: std::collections::BTreeMap<u64, Delivery>,
+}
+
+impl InOrder {
+    /// Takes delivery `d`, at place `d.order`, and appends to `out` what
+    /// can go now: it and the early ones it was waiting for, or nothing.
+    pub fn take(&mut self, d: Delivery, out: &mut Vec<Delivery>) {
+        let next = self.next.max(1);
+        if d.order > next {
+            self.early.insert(d.order, d);
+            return;
+        }
+        // One behind the count cannot be: it goes as it is.
+        if d.order == next {
+            self.next = next + 1;
+        }
+        out.push(d);
+        while let Some(e) = self.early.remove(&self.next) {
+            self.next += 1;
+            out.push(e);
+        }
+    }
 }
 
 /// Where a session is in its life.
@@ -50,6 +85,8 @@ pub struct Session {
     pub selector_memory: FastMap<u32, usize>,
     /// Acknowledged deliveries not yet settled, by delivery id.
     pub unacked: FastMap<u64, Unacked>,
+    /// Per subscription from a queue, the dispatches handed on in order.
+    pub in_order: FastMap<u32, InOrder>,
     /// Best-effort subscriptions: their deliveries may be dropped.
     pub best_effort: std::collections::HashSet<u32>,
     /// Temporary queues this connection made; deleted when it ends.
@@ -75,6 +112,7 @@ impl Session {
             subscriptions: FastMap::default(),
             selector_memory: FastMap::default(),
             unacked: FastMap::default(),
+            in_order: FastMap::default(),
             temporary_queues: Vec::new(),
             best_effort: std::collections::HashSet::new(),
             transactions: Transactions::default(),
@@ -255,5 +293,46 @@ impl<K: std::hash::Hash + Eq + std::fmt::Display + Clone> Transactions<K> {
         let held = self.open.remove(tx)?;
         self.bytes -= held.bytes;
         Some(held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::{ConnectionRef, Subscriber};
+
+    fn delivery(order: u64) -> Delivery {
+        Delivery {
+            to: Subscriber {
+                conn: ConnectionRef {
+                    worker: 0,
+                    slot: 0,
+                    serial: 1,
+                },
+                subscription_id: 1,
+            },
+            message: bytes::Bytes::new(),
+            delivery_count: 1,
+            ack: None,
+            order,
+        }
+    }
+
+    #[test]
+    fn deliveries_that_come_early_wait_for_the_ones_before_them() {
+        let mut in_order = InOrder::default();
+        let mut out = Vec::new();
+        for order in [1, 3, 4, 2, 6, 5, 7] {
+            in_order.take(delivery(order), &mut out);
+        }
+        let orders: Vec<u64> = out.iter().map(|d| d.order).collect();
+        assert_eq!(orders, [1, 2, 3, 4, 5, 6, 7]);
+        // Held until the gap is filled; one that cannot be passes through.
+        in_order.take(delivery(9), &mut out);
+        assert_eq!(out.len(), 7);
+        in_order.take(delivery(3), &mut out);
+        in_order.take(delivery(8), &mut out);
+        let orders: Vec<u64> = out[7..].iter().map(|d| d.order).collect();
+        assert_eq!(orders, [3, 8, 9]);
     }
 }

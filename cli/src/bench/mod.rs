@@ -11,6 +11,7 @@ pub mod drill;
 mod latency;
 mod ledger;
 mod machine;
+mod mqtt;
 mod nats;
 mod progress;
 mod queue;
@@ -20,6 +21,7 @@ mod subscriptions;
 mod throughput;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use herald_client::{ConnectionFactory, Error, Result};
@@ -120,11 +122,25 @@ pub struct Args {
     /// same load, and print the ratios.
     #[arg(long)]
     compare_nats: Option<SocketAddr>,
-    /// Subscribers of the fan-out scenario of --compare-nats.
+    /// Run the MQTT scenarios (QoS 0 1 -> 1 and 1 -> --fanout, QoS 1
+    /// 1 -> 1, latency at --rate, memory per idle connection) against a
+    /// herald-server and a mosquitto that the bench starts, side by side,
+    /// and print the ratios.
+    #[arg(long)]
+    compare_mosquitto: bool,
+    /// The mosquitto binary for --compare-mosquitto.
+    #[arg(long, default_value = "mosquitto")]
+    mosquitto: PathBuf,
+    /// Idle connections of --compare-mosquitto's memory scenario.
+    #[arg(long, default_value_t = 2000)]
+    mqtt_connections: usize,
+    /// Subscribers of the fan-out scenario of --compare-nats and
+    /// --compare-mosquitto.
     #[arg(long, default_value_t = 10)]
     fanout: usize,
-    /// Rounds of --compare-nats: each scenario runs against Herald and
-    /// NATS in turn this many times, and the medians are compared.
+    /// Rounds of --compare-nats and --compare-mosquitto: each scenario
+    /// runs against Herald and the other server in turn this many times,
+    /// and the medians are compared.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=99))]
     rounds: u32,
     /// Subscriptions that never match, for --mode subscriptions.
@@ -207,6 +223,20 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             )))
         }
     };
+    if args.compare_mosquitto {
+        // Both servers are processes of their own, started here.
+        println!("{}", machine::describe());
+        return mqtt::compare(&mqtt::Plan {
+            mosquitto: &args.mosquitto,
+            size: args.size,
+            count: args.count,
+            fanout: args.fanout,
+            rate: args.rate,
+            latency_count: args.latency_count,
+            rounds: args.rounds,
+            connections: args.mqtt_connections,
+        });
+    }
     let embedded = match args.embedded {
         true => Some(embedded_server(args.workers, fsync, None)?),
         false => None,

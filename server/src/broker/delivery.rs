@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::address::{ConnectionRef, Subscriber};
 use super::pending::Pending;
-use super::queue::AckRef;
+use super::queue::{AckRef, Dispatch};
 use super::topic_tree::MatchCache;
 
 /// One message for one subscription.
@@ -21,6 +21,10 @@ pub struct Delivery {
     pub delivery_count: u32,
     /// For a delivery from a queue: where its ACK must go.
     pub ack: Option<AckRef>,
+    /// For a delivery from a queue: its place among the queue's dispatches
+    /// to this consumer (from 1); 0 for a topic's direct delivery, which
+    /// is routed on its publisher's thread and so in order already.
+    pub order: u64,
 }
 
 /// Which workers the deliveries pushed since [`Deliveries::watch`] go to.
@@ -86,16 +90,18 @@ impl Deliveries {
             message,
             delivery_count: 1,
             ack: None,
+            order: 0,
         });
     }
 
     /// Adds a delivery from a queue.
-    pub fn push_acked(&mut self, to: Subscriber, message: Bytes, delivery_count: u32, ack: AckRef) {
-        self.bucket(to.conn.worker).push(Delivery {
-            to,
-            message,
-            delivery_count,
+    pub fn push_acked(&mut self, d: Dispatch, ack: AckRef) {
+        self.bucket(d.to.conn.worker).push(Delivery {
+            to: d.to,
+            message: d.block,
+            delivery_count: d.delivery_count,
             ack: Some(ack),
+            order: d.order,
         });
     }
 

@@ -195,15 +195,11 @@ fn wake_blocked(q: &mut Queue, out: &mut Deliveries) {
 /// Turns a queue's dispatches into deliveries that carry their ack ref.
 fn deliver_from(queue: &SharedQueue, dispatches: Vec<Dispatch>, out: &mut Deliveries) {
     for d in dispatches {
-        out.push_acked(
-            d.to,
-            d.block,
-            d.delivery_count,
-            AckRef {
-                queue: queue.clone(),
-                seq: d.seq,
-            },
-        );
+        let ack = AckRef {
+            queue: queue.clone(),
+            seq: d.seq,
+        };
+        out.push_acked(d, ack);
     }
 }
 

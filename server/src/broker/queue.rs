@@ -49,6 +49,10 @@ pub struct Dispatch {
     pub block: Bytes,
     /// 1 the first time, more on redelivery.
     pub delivery_count: u32,
+    /// Its place among the dispatches to this consumer, from 1: whichever
+    /// thread dispatched it, its consumer's worker hands them on in this
+    /// order.
+    pub order: u64,
 }
 
 struct Consumer {
@@ -56,6 +60,8 @@ struct Consumer {
     selector: Option<Arc<Selector>>,
     prefetch: u32,
     in_flight: u32,
+    /// Dispatches to it so far.
+    dispatched: u64,
 }
 
 /// Limits that apply to one queue.
@@ -390,6 +396,7 @@ impl Queue {
             selector,
             prefetch: prefetch.max(1),
             in_flight: 0,
+            dispatched: 0,
         });
         self.dispatch(out);
     }
@@ -573,11 +580,13 @@ impl Queue {
             m.deliveries += 1;
             let c = &mut self.consumers[k];
             c.in_flight += 1;
+            c.dispatched += 1;
             out.push(Dispatch {
                 to: c.sub,
                 seq: m.seq,
                 block: m.block.clone(),
                 delivery_count: m.deliveries,
+                order: c.dispatched,
             });
             self.in_flight.insert(m.seq, (c.sub, m));
         }

@@ -172,6 +172,8 @@ pub fn end_subscription(
     });
     session.best_effort.remove(&subscription_id);
     session.selector_memory.remove(&subscription_id);
+    // Its id may start another subscription, whose dispatches count from 1.
+    session.in_order.remove(&subscription_id);
     let subscriber = Subscriber {
         conn: ctx.me,
         subscription_id,

@@ -679,7 +679,31 @@ impl Worker {
         }
     }
 
-    fn deliver(&mut self, mut batch: Vec<Delivery>) {
+    /// The batch with each queue subscription's deliveries in the order
+    /// their queue dispatched them: one that came ahead of an earlier one
+    /// still on its way waits in the session (`session::InOrder`).
+    fn in_order(&mut self, batch: Vec<Delivery>) -> Vec<Delivery> {
+        if batch.iter().all(|d| d.order == 0) {
+            return batch;
+        }
+        let mut ready = Vec::with_capacity(batch.len());
+        for d in batch {
+            match live(&mut self.conns, d.to.conn) {
+                Some(conn) if d.order != 0 => conn
+                    .session
+                    .in_order
+                    .entry(d.to.subscription_id)
+                    .or_default()
+                    .take(d, &mut ready),
+                // A topic's, or one for a connection gone (released below).
+                _ => ready.push(d),
+            }
+        }
+        ready
+    }
+
+    fn deliver(&mut self, batch: Vec<Delivery>) {
+        let mut batch = self.in_order(batch);
         let max_pending = self
             .shared
             .limits

@@ -1,0 +1,576 @@
+//! MQTT: Herald's listener against Mosquitto, side by side in one run
+//! (`herald bench --compare-mosquitto`). The bench starts both servers as
+//! processes of their own on ephemeral ports (`herald-server` from beside
+//! this binary, `mosquitto` from the PATH or `--mosquitto`), and drives
+//! them with the same MQTT 3.1.1 client code: QoS 0 throughput 1 → 1 and
+//! 1 → N, QoS 1 throughput 1 → 1 (PUBACKs both ways, a window of them in
+//! flight), latency at a fixed rate, and the resident memory each server
+//! adds for idle connections. Bodies carry the sequence number and due
+//! time in their first 16 bytes, as in the other scenarios.
+
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use herald_client::{Error, Result};
+use herald_protocol::mqtt::{
+    self, Ack, Connect, Decoder, Packet, Properties, Publish, QoS, Subscribe, SubscribeOptions,
+    Version,
+};
+
+use super::latency::{LatencyReport, Timing};
+use super::progress::Progress;
+use super::throughput::ThroughputReport;
+use super::{bench_topic, median, wait_for};
+
+/// QoS 1 publishes a publisher has in flight at most, and the servers'
+/// window towards subscribers (Herald's receive maximum, Mosquitto's
+/// max_inflight_messages): the same for both.
+const WINDOW: u64 = 1000;
+
+fn io(context: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |e| Error::InvalidArgument(format!("MQTT {context}: {e}"))
+}
+
+/// A server process the bench started, killed when dropped.
+struct Process {
+    name: &'static str,
+    child: Child,
+    addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Process {
+    /// Its resident memory, in bytes.
+    fn rss(&self) -> Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .map_err(io("reading the server's /proc status"))?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+            .ok_or_else(|| Error::InvalidArgument("no VmRSS in /proc status".into()))
+    }
+}
+
+/// A private directory for one server of this run.
+fn scratch(name: &str) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("herald-bench-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(io("a scratch directory"))?;
+    Ok(dir)
+}
+
+/// `herald-server` from beside this binary, its MQTT listener on an
+/// ephemeral port, every other listener too.
+fn start_herald() -> Result<Process> {
+    let exe = std::env::current_exe().map_err(io("finding herald-server"))?;
+    let bin = exe.with_file_name("herald-server");
+    let dir = scratch("herald-mqtt")?;
+    let any = "127.0.0.1:0";
+    let mut child = Command::new(&bin)
+        .args([
+            "--listen",
+            any,
+            "--stomp-listen",
+            any,
+            "--stomp-ws-listen",
+            any,
+        ])
+        .args([
+            "--mqtt-listen",
+            any,
+            "--mqtt-ws-listen",
+            any,
+            "--admin-listen",
+            any,
+        ])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            Error::InvalidArgument(format!("{}: {e} (cargo build --bins)", bin.display()))
+        })?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| Error::InvalidArgument("no stdout".into()))?;
+    let prefix = "herald-server MQTT listening on ";
+    let addr = BufReader::new(stdout)
+        .lines()
+        .map_while(std::result::Result::ok)
+        .find_map(|l| l.strip_prefix(prefix).and_then(|a| a.trim().parse().ok()));
+    match addr {
+        Some(addr) => Ok(Process {
+            name: "herald",
+            child,
+            addr,
+            dir,
+        }),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(&dir);
+            Err(Error::InvalidArgument(
+                "herald-server did not announce its MQTT listener".into(),
+            ))
+        }
+    }
+}
+
+/// Debian's `mosquitto` on an ephemeral port, without persistence, with
+/// the same window as Herald and no limit on what it queues for a client
+/// (its default drops QoS 1 messages past 1,000).
+fn start_mosquitto(bin: &Path) -> Result<Process> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(io("a free port"))?
+        .port();
+    let dir = scratch("mosquitto")?;
+    let conf = dir.join("mosquitto.conf");
+    let text = format!(
+        "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest none\n\
+         max_inflight_messages {WINDOW}\nmax_queued_messages 0\n"
+    );
+    std::fs::write(&conf, text).map_err(io("writing mosquitto.conf"))?;
+    let child = Command::new(bin)
+        .arg("-c")
+        .arg(&conf)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            Error::InvalidArgument(format!(
+                "{}: {e} (Debian's mosquitto package, or --mosquitto PATH)",
+                bin.display()
+            ))
+        })?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let process = Process {
+        name: "mosquitto",
+        child,
+        addr,
+        dir,
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_err() {
+        if Instant::now() > deadline {
+            return Err(Error::InvalidArgument("mosquitto never listened".into()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(process)
+}
+
+/// Bytes of one packet, as 3.1.1.
+fn packet(p: &Packet) -> BytesMut {
+    let mut b = BytesMut::new();
+    mqtt::encode(p, Version::V311, &mut b);
+    b
+}
+
+/// Reads packets off a socket.
+struct Reader {
+    stream: TcpStream,
+    buf: BytesMut,
+    decoder: Decoder,
+}
+
+impl Reader {
+    fn next(&mut self) -> Result<Packet> {
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            let decoded = self
+                .decoder
+                .decode(&mut self.buf)
+                .map_err(|e| Error::InvalidArgument(format!("MQTT from the server: {e}")))?;
+            if let Some(p) = decoded {
+                return Ok(p);
+            }
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Err(Error::InvalidArgument("MQTT server closed".into())),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) => return Err(io("read")(e)),
+            }
+        }
+    }
+
+    /// Whether a whole packet is buffered.
+    fn has_more(&self) -> bool {
+        !self.buf.is_empty()
+    }
+}
+
+/// A connection after CONNACK: its writer and its reader.
+fn connect(addr: SocketAddr, client_id: &str) -> Result<(BufWriter<TcpStream>, Reader)> {
+    let stream = TcpStream::connect(addr).map_err(io("connect"))?;
+    stream.set_nodelay(true).map_err(io("connect"))?;
+    let mut writer =
+        BufWriter::with_capacity(64 * 1024, stream.try_clone().map_err(io("connect"))?);
+    let mut reader = Reader {
+        stream,
+        buf: BytesMut::new(),
+        decoder: Decoder::with_version(Version::V311, 1 << 24),
+    };
+    let connect = Connect {
+        version: Version::V311,
+        clean: true,
+        keep_alive: 0,
+        properties: Properties::default(),
+        client_id: client_id.to_owned(),
+        will: None,
+        username: None,
+        password: None,
+    };
+    writer
+        .write_all(&packet(&Packet::Connect(Box::new(connect))))
+        .and_then(|()| writer.flush())
+        .map_err(io("connect"))?;
+    match reader.next()? {
+        Packet::ConnAck(a) if a.code == 0 => Ok((writer, reader)),
+        other => Err(Error::InvalidArgument(format!(
+            "CONNACK expected, got {other:?}"
+        ))),
+    }
+}
+
+/// Subscribes at `qos` and hands each payload to `on_message` on a thread
+/// of its own (acknowledging QoS 1 ones) until the connection ends.
+fn subscribe(
+    addr: SocketAddr,
+    topic: &str,
+    qos: QoS,
+    mut on_message: impl FnMut(&[u8]) + Send + 'static,
+) -> Result<()> {
+    let (mut writer, mut reader) = connect(addr, "")?;
+    let options = SubscribeOptions {
+        qos,
+        no_local: false,
+        retain_as_published: false,
+        retain_handling: 0,
+    };
+    let subscribe = Subscribe {
+        packet_id: 1,
+        properties: Properties::default(),
+        filters: vec![(topic.to_owned(), options)],
+    };
+    writer
+        .write_all(&packet(&Packet::Subscribe(subscribe)))
+        .and_then(|()| writer.flush())
+        .map_err(io("subscribe"))?;
+    match reader.next()? {
+        Packet::SubAck(a) if a.codes.first() == Some(&(qos as u8)) => {}
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "SUBACK expected, got {other:?}"
+            )))
+        }
+    }
+    std::thread::spawn(move || {
+        while let Ok(p) = reader.next() {
+            let Packet::Publish(p) = p else { continue };
+            on_message(&p.payload);
+            if let Some(id) = p.packet_id {
+                if writer
+                    .write_all(&packet(&Packet::PubAck(Ack::ok(id))))
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            // Acknowledgements leave once what has arrived is handled.
+            if !reader.has_more() && writer.flush().is_err() {
+                return;
+            }
+        }
+    });
+    Ok(())
+}
+
+/// A publisher: PUBACKs and PINGRESPs counted by a reader thread.
+struct Publisher {
+    writer: BufWriter<TcpStream>,
+    acked: Arc<AtomicU64>,
+    pongs: Arc<AtomicU64>,
+    sent: u64,
+    next_id: u16,
+}
+
+impl Publisher {
+    fn new(addr: SocketAddr) -> Result<Publisher> {
+        let (writer, mut reader) = connect(addr, "")?;
+        let (acked, pongs) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (a, p) = (acked.clone(), pongs.clone());
+        std::thread::spawn(move || {
+            while let Ok(packet) = reader.next() {
+                match packet {
+                    Packet::PubAck(_) => a.fetch_add(1, Ordering::Release),
+                    Packet::PingResp => p.fetch_add(1, Ordering::Release),
+                    _ => 0,
+                };
+            }
+        });
+        Ok(Publisher {
+            writer,
+            acked,
+            pongs,
+            sent: 0,
+            next_id: 1,
+        })
+    }
+
+    fn publish(&mut self, topic: &str, body: &[u8], qos: QoS) -> Result<()> {
+        let packet_id = (qos != QoS::AtMostOnce).then(|| {
+            let id = self.next_id;
+            self.next_id = self.next_id.wrapping_add(1).max(1);
+            id
+        });
+        if packet_id.is_some() {
+            // A window of QoS 1 publishes in flight.
+            while self.sent - self.acked.load(Ordering::Acquire) >= WINDOW {
+                self.writer.flush().map_err(io("write"))?;
+                std::thread::yield_now();
+            }
+            self.sent += 1;
+        }
+        let p = Publish {
+            dup: false,
+            qos,
+            retain: false,
+            topic: topic.to_owned(),
+            packet_id,
+            properties: Properties::default(),
+            payload: Bytes::copy_from_slice(body),
+        };
+        self.writer
+            .write_all(&packet(&Packet::Publish(p)))
+            .map_err(io("write"))
+    }
+
+    /// Waits until the server has handled everything sent: every PUBACK,
+    /// and a PINGRESP after the rest.
+    fn drain(&mut self) -> Result<()> {
+        let pongs = self.pongs.load(Ordering::Acquire);
+        self.writer
+            .write_all(&packet(&Packet::PingReq))
+            .and_then(|()| self.writer.flush())
+            .map_err(io("write"))?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.pongs.load(Ordering::Acquire) == pongs
+            || self.acked.load(Ordering::Acquire) < self.sent
+        {
+            if Instant::now() > deadline {
+                return Err(Error::InvalidArgument("the server never answered".into()));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
+    }
+}
+
+fn sequence(body: &[u8]) -> u64 {
+    body.get(..8).map_or(u64::MAX, |b| {
+        u64::from_be_bytes(b.try_into().unwrap_or_default())
+    })
+}
+
+/// One publisher → `subscribers` at `qos`, as fast as the publisher goes.
+fn throughput(
+    server: &Process,
+    subscribers: usize,
+    size: usize,
+    count: u64,
+    qos: QoS,
+) -> Result<ThroughputReport> {
+    let topic = bench_topic("mqtt").replace('.', "/");
+    let received = Arc::new(AtomicU64::new(0));
+    let out_of_order = Arc::new(AtomicU64::new(0));
+    let last = Arc::new(Mutex::new(None::<Instant>));
+    for _ in 0..subscribers {
+        let (r, o, l) = (received.clone(), out_of_order.clone(), last.clone());
+        let mut expected = 0u64;
+        subscribe(server.addr, &topic, qos, move |body| {
+            let seq = sequence(body);
+            if seq != expected {
+                o.fetch_add(1, Ordering::Relaxed);
+            }
+            expected = seq + 1;
+            r.fetch_add(1, Ordering::Relaxed);
+            *l.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        })?;
+    }
+    let mut publisher = Publisher::new(server.addr)?;
+    let mut body = vec![0u8; size];
+    let mut progress = Progress::new("publishing over MQTT", count);
+    let started = Instant::now();
+    for seq in 0..count {
+        body[..8].copy_from_slice(&seq.to_be_bytes());
+        publisher.publish(&topic, &body, qos)?;
+        if seq % 65_536 == 0 {
+            progress.update(seq);
+        }
+    }
+    publisher.drain()?;
+    let published = started.elapsed();
+    progress.finish();
+    let expected = count * subscribers as u64;
+    let mut progress = Progress::new("receiving over MQTT", expected);
+    let got = wait_for(expected, &mut progress, || received.load(Ordering::Relaxed));
+    progress.finish();
+    let last = *last.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(ThroughputReport {
+        system: server.name,
+        publishers: 1,
+        subscribers,
+        size,
+        count,
+        received: got,
+        out_of_order: out_of_order.load(Ordering::Relaxed),
+        seconds: super::rate(started, last, got).0,
+        published,
+    })
+}
+
+/// One publisher at a fixed rate, one subscriber timing each message from
+/// when it was due; QoS 0.
+fn latency(server: &Process, size: usize, rate: u64, count: u64) -> Result<LatencyReport> {
+    let topic = bench_topic("mqtt-latency").replace('.', "/");
+    let timing = Timing::new()?;
+    let t = timing.clone();
+    subscribe(server.addr, &topic, QoS::AtMostOnce, move |body| {
+        t.arrived(body)
+    })?;
+    let mut publisher = Publisher::new(server.addr)?;
+    timing.run(server.name, rate, size, count, |body| {
+        publisher.publish(&topic, body, QoS::AtMostOnce)?;
+        // A lone message leaves at once.
+        publisher.writer.flush().map_err(io("write"))
+    })
+}
+
+/// The resident memory a server adds per idle MQTT connection, over
+/// `count` of them (CONNECT sent, CONNACK read, then nothing).
+fn idle_bytes(server: &Process, count: usize) -> Result<f64> {
+    let before = server.rss()?;
+    let mut streams = Vec::with_capacity(count);
+    let mut progress = Progress::new("idle MQTT connections", count as u64);
+    for i in 0..count {
+        let (writer, reader) = connect(server.addr, &format!("idle-{i}"))?;
+        streams.push((writer, reader));
+        if i % 256 == 0 {
+            progress.update(i as u64);
+        }
+    }
+    progress.finish();
+    // Let the server's allocator settle after the burst.
+    std::thread::sleep(Duration::from_millis(500));
+    let after = server.rss()?;
+    drop(streams);
+    Ok(after.saturating_sub(before) as f64 / count as f64)
+}
+
+/// What `--compare-mosquitto` runs.
+pub struct Plan<'a> {
+    pub mosquitto: &'a Path,
+    pub size: usize,
+    pub count: u64,
+    pub fanout: usize,
+    pub rate: u64,
+    pub latency_count: u64,
+    pub rounds: u32,
+    pub connections: usize,
+}
+
+/// Every scenario against Herald and Mosquitto in turn, `rounds` times,
+/// and the medians side by side.
+pub fn compare(plan: &Plan<'_>) -> Result<()> {
+    let herald = start_herald()?;
+    let mosquitto = start_mosquitto(plan.mosquitto)?;
+    println!(
+        "comparing MQTT: herald-server at {} and {} at {}, {} rounds, medians",
+        herald.addr,
+        plan.mosquitto.display(),
+        mosquitto.addr,
+        plan.rounds
+    );
+    let servers = [&herald, &mosquitto];
+    // (scenario, herald, mosquitto, higher is better)
+    let mut rows: Vec<(String, f64, f64, bool)> = Vec::new();
+    for (subscribers, qos) in [
+        (1, QoS::AtMostOnce),
+        (plan.fanout, QoS::AtMostOnce),
+        (1, QoS::AtLeastOnce),
+    ] {
+        let mut rates = [vec![], vec![]];
+        let mut lost = [0, 0];
+        for _ in 0..plan.rounds {
+            for (i, server) in servers.iter().enumerate() {
+                let r = throughput(server, subscribers, plan.size, plan.count, qos)?;
+                r.print();
+                rates[i].push(r.deliveries_per_sec());
+                lost[i] += r.lost();
+            }
+        }
+        let [h, m] = rates;
+        let name = format!(
+            "QoS {} 1 -> {subscribers} deliveries/s (lost {} / {})",
+            qos as u8, lost[0], lost[1]
+        );
+        rows.push((name, median(h), median(m), true));
+    }
+    let quantiles = [(0.5, "p50"), (0.99, "p99")];
+    let mut us = [[vec![], vec![]], [vec![], vec![]]];
+    for _ in 0..plan.rounds {
+        for (i, server) in servers.iter().enumerate() {
+            let r = latency(server, plan.size, plan.rate, plan.latency_count)?;
+            r.print();
+            for (q, (quantile, _)) in quantiles.iter().enumerate() {
+                us[q][i].push(r.us(*quantile));
+            }
+        }
+    }
+    for ((_, label), [h, m]) in quantiles.iter().zip(us) {
+        let name = format!("QoS 0 latency {label} us at {}/s", plan.rate);
+        rows.push((name, median(h), median(m), false));
+    }
+    let idle: Vec<f64> = servers
+        .iter()
+        .map(|s| idle_bytes(s, plan.connections))
+        .collect::<Result<_>>()?;
+    let name = format!("bytes per idle connection ({})", plan.connections);
+    rows.push((name, idle[0], idle[1], false));
+    println!(
+        "\n{:<52} {:>14} {:>14} {:>8}",
+        "scenario", "herald", "mosquitto", "ratio"
+    );
+    let mut json = Vec::new();
+    for (name, h, m, higher_is_better) in rows {
+        // Above 1: Herald does better.
+        let ratio = if higher_is_better { h / m } else { m / h };
+        println!("{name:<52} {h:>14.1} {m:>14.1} {ratio:>8.2}");
+        json.push(format!(
+            "{{\"scenario\":\"{name}\",\"herald\":{h:.1},\"mosquitto\":{m:.1},\"ratio\":{ratio:.3}}}"
+        ));
+    }
+    println!(
+        "{{\"scenario\":\"mqtt_comparison\",\"rows\":[{}]}}",
+        json.join(",")
+    );
+    Ok(())
+}
