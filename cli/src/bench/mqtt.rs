@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use herald_client::{Error, Result};
 use herald_protocol::mqtt::{
-    self, Ack, Connect, Decoder, Packet, Properties, Publish, QoS, Subscribe, SubscribeOptions,
-    Version,
+    self, Connect, Decoder, Packet, Properties, Publish, QoS, Subscribe, SubscribeOptions, Version,
 };
 
 use super::latency::{LatencyReport, Timing};
@@ -135,8 +134,9 @@ fn start_herald() -> Result<Process> {
 }
 
 /// Debian's `mosquitto` on an ephemeral port, without persistence, with
-/// the same window as Herald and no limit on what it queues for a client
-/// (its default drops QoS 1 messages past 1,000).
+/// the same window as Herald, no limit on what it queues for a client
+/// (its default drops QoS 1 messages past 1,000) and TCP_NODELAY, as
+/// Herald sets it (without, Nagle's algorithm holds lone messages back).
 fn start_mosquitto(bin: &Path) -> Result<Process> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -146,7 +146,7 @@ fn start_mosquitto(bin: &Path) -> Result<Process> {
     let conf = dir.join("mosquitto.conf");
     let text = format!(
         "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest none\n\
-         max_inflight_messages {WINDOW}\nmax_queued_messages 0\n"
+         max_inflight_messages {WINDOW}\nmax_queued_messages 0\nset_tcp_nodelay true\n"
     );
     std::fs::write(&conf, text).map_err(io("writing mosquitto.conf"))?;
     let child = Command::new(bin)
@@ -185,49 +185,106 @@ fn packet(p: &Packet) -> BytesMut {
     b
 }
 
-/// Reads packets off a socket.
-struct Reader {
+/// Reads whole packets off a socket into one buffer, and hands each to a
+/// callback as its first byte and body, without decoding more than that:
+/// the bench's clients must cost less than the servers they measure.
+struct Packets {
     stream: TcpStream,
-    buf: BytesMut,
-    decoder: Decoder,
+    buf: Vec<u8>,
+    start: usize,
 }
 
-impl Reader {
-    fn next(&mut self) -> Result<Packet> {
+impl Packets {
+    fn new(stream: TcpStream) -> Packets {
+        Packets {
+            stream,
+            buf: Vec::with_capacity(256 * 1024),
+            start: 0,
+        }
+    }
+
+    /// A packet's length (fixed header included) and its header's, if the
+    /// whole packet is buffered.
+    fn whole(bytes: &[u8]) -> Option<(usize, usize)> {
+        let mut length = 0usize;
+        for (i, b) in bytes.iter().enumerate().skip(1).take(4) {
+            length |= usize::from(b & 0x7f) << (7 * (i - 1));
+            if b & 0x80 == 0 {
+                let header = i + 1;
+                return (bytes.len() >= header + length).then_some((header + length, header));
+            }
+        }
+        None
+    }
+
+    /// Calls `each` with every packet until it says stop (false) or the
+    /// connection ends; then whether it was told to stop.
+    fn each(&mut self, mut each: impl FnMut(u8, &[u8]) -> bool) -> bool {
         let mut chunk = vec![0u8; 64 * 1024];
         loop {
-            let decoded = self
-                .decoder
-                .decode(&mut self.buf)
-                .map_err(|e| Error::InvalidArgument(format!("MQTT from the server: {e}")))?;
-            if let Some(p) = decoded {
-                return Ok(p);
+            while let Some((len, header)) = Self::whole(&self.buf[self.start..]) {
+                let at = self.start;
+                self.start += len;
+                if !each(self.buf[at], &self.buf[at + header..at + len]) {
+                    return true;
+                }
             }
+            self.buf.drain(..self.start);
+            self.start = 0;
             match self.stream.read(&mut chunk) {
-                Ok(0) => return Err(Error::InvalidArgument("MQTT server closed".into())),
+                Ok(0) | Err(_) => return false,
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) => return Err(io("read")(e)),
             }
         }
     }
 
-    /// Whether a whole packet is buffered.
-    fn has_more(&self) -> bool {
-        !self.buf.is_empty()
+    /// The next packet, decoded (for the handshakes).
+    fn next(&mut self) -> Result<Packet> {
+        let mut packet = None;
+        self.each(|first, body| {
+            let mut whole = BytesMut::from(&[first][..]);
+            mqtt::wire::put_varint(&mut whole, body.len() as u32);
+            whole.extend_from_slice(body);
+            packet = Some(
+                Decoder::with_version(Version::V311, 1 << 24)
+                    .decode(&mut whole)
+                    .map_err(|e| Error::InvalidArgument(format!("MQTT from the server: {e}"))),
+            );
+            false
+        });
+        match packet {
+            Some(Ok(Some(p))) => Ok(p),
+            Some(Err(e)) => Err(e),
+            _ => Err(Error::InvalidArgument("MQTT server closed".into())),
+        }
     }
 }
 
+/// A PUBLISH's payload: after the topic, and after the packet id at QoS 1
+/// and 2. `None` for another packet.
+fn payload(first: u8, body: &[u8]) -> Option<(&[u8], Option<u16>)> {
+    if first >> 4 != 3 {
+        return None;
+    }
+    let topic = usize::from(u16::from_be_bytes([*body.first()?, *body.get(1)?]));
+    let mut at = 2 + topic;
+    let id = match (first >> 1) & 3 {
+        0 => None,
+        _ => {
+            at += 2;
+            Some(u16::from_be_bytes([*body.get(at - 2)?, *body.get(at - 1)?]))
+        }
+    };
+    Some((body.get(at..)?, id))
+}
+
 /// A connection after CONNACK: its writer and its reader.
-fn connect(addr: SocketAddr, client_id: &str) -> Result<(BufWriter<TcpStream>, Reader)> {
+fn connect(addr: SocketAddr, client_id: &str) -> Result<(BufWriter<TcpStream>, Packets)> {
     let stream = TcpStream::connect(addr).map_err(io("connect"))?;
     stream.set_nodelay(true).map_err(io("connect"))?;
     let mut writer =
         BufWriter::with_capacity(64 * 1024, stream.try_clone().map_err(io("connect"))?);
-    let mut reader = Reader {
-        stream,
-        buf: BytesMut::new(),
-        decoder: Decoder::with_version(Version::V311, 1 << 24),
-    };
+    let mut reader = Packets::new(stream);
     let connect = Connect {
         version: Version::V311,
         clean: true,
@@ -283,24 +340,52 @@ fn subscribe(
         }
     }
     std::thread::spawn(move || {
-        while let Ok(p) = reader.next() {
-            let Packet::Publish(p) = p else { continue };
-            on_message(&p.payload);
-            if let Some(id) = p.packet_id {
-                if writer
-                    .write_all(&packet(&Packet::PubAck(Ack::ok(id))))
-                    .is_err()
-                {
-                    return;
-                }
-            }
-            // Acknowledgements leave once what has arrived is handled.
-            if !reader.has_more() && writer.flush().is_err() {
-                return;
-            }
-        }
+        reader.each(|first, body| {
+            let Some((message, id)) = payload(first, body) else {
+                return true;
+            };
+            on_message(message);
+            let Some([hi, lo]) = id.map(u16::to_be_bytes) else {
+                return true;
+            };
+            // PUBACKs gather in the writer; it flushes when full, and the
+            // server's window is far larger than what it holds.
+            writer.write_all(&[0x40, 0x02, hi, lo]).is_ok()
+                && (writer.buffer().len() < 1024 || writer.flush().is_ok())
+        });
     });
     Ok(())
+}
+
+/// A PUBLISH for one topic and body size, encoded once: each message
+/// patches its packet id and body into a copy.
+struct Template {
+    bytes: Vec<u8>,
+    /// Where the packet id is, at QoS 1.
+    id_at: Option<usize>,
+    body_at: usize,
+}
+
+impl Template {
+    fn new(topic: &str, size: usize, qos: QoS) -> Template {
+        let p = Publish {
+            dup: false,
+            qos,
+            retain: false,
+            topic: topic.to_owned(),
+            packet_id: (qos != QoS::AtMostOnce).then_some(1),
+            properties: Properties::default(),
+            payload: Bytes::from(vec![0u8; size]),
+        };
+        let bytes = packet(&Packet::Publish(p)).to_vec();
+        let body_at = bytes.len() - size;
+        let id_at = (qos != QoS::AtMostOnce).then(|| body_at - 2);
+        Template {
+            bytes,
+            id_at,
+            body_at,
+        }
+    }
 }
 
 /// A publisher: PUBACKs and PINGRESPs counted by a reader thread.
@@ -318,13 +403,14 @@ impl Publisher {
         let (acked, pongs) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let (a, p) = (acked.clone(), pongs.clone());
         std::thread::spawn(move || {
-            while let Ok(packet) = reader.next() {
-                match packet {
-                    Packet::PubAck(_) => a.fetch_add(1, Ordering::Release),
-                    Packet::PingResp => p.fetch_add(1, Ordering::Release),
+            reader.each(|first, _| {
+                match first >> 4 {
+                    4 => a.fetch_add(1, Ordering::Release),
+                    13 => p.fetch_add(1, Ordering::Release),
                     _ => 0,
                 };
-            }
+                true
+            })
         });
         Ok(Publisher {
             writer,
@@ -335,32 +421,21 @@ impl Publisher {
         })
     }
 
-    fn publish(&mut self, topic: &str, body: &[u8], qos: QoS) -> Result<()> {
-        let packet_id = (qos != QoS::AtMostOnce).then(|| {
-            let id = self.next_id;
-            self.next_id = self.next_id.wrapping_add(1).max(1);
-            id
-        });
-        if packet_id.is_some() {
+    /// Publishes `body` (the template's size) as the template says.
+    fn publish(&mut self, template: &mut Template, body: &[u8]) -> Result<()> {
+        if let Some(at) = template.id_at {
             // A window of QoS 1 publishes in flight.
             while self.sent - self.acked.load(Ordering::Acquire) >= WINDOW {
                 self.writer.flush().map_err(io("write"))?;
                 std::thread::yield_now();
             }
             self.sent += 1;
+            template.bytes[at..at + 2].copy_from_slice(&self.next_id.to_be_bytes());
+            self.next_id = self.next_id.wrapping_add(1).max(1);
         }
-        let p = Publish {
-            dup: false,
-            qos,
-            retain: false,
-            topic: topic.to_owned(),
-            packet_id,
-            properties: Properties::default(),
-            payload: Bytes::copy_from_slice(body),
-        };
-        self.writer
-            .write_all(&packet(&Packet::Publish(p)))
-            .map_err(io("write"))
+        let at = template.body_at;
+        template.bytes[at..].copy_from_slice(body);
+        self.writer.write_all(&template.bytes).map_err(io("write"))
     }
 
     /// Waits until the server has handled everything sent: every PUBACK,
@@ -416,12 +491,13 @@ fn throughput(
         })?;
     }
     let mut publisher = Publisher::new(server.addr)?;
+    let mut template = Template::new(&topic, size, qos);
     let mut body = vec![0u8; size];
     let mut progress = Progress::new("publishing over MQTT", count);
     let started = Instant::now();
     for seq in 0..count {
         body[..8].copy_from_slice(&seq.to_be_bytes());
-        publisher.publish(&topic, &body, qos)?;
+        publisher.publish(&mut template, &body)?;
         if seq % 65_536 == 0 {
             progress.update(seq);
         }
@@ -457,8 +533,9 @@ fn latency(server: &Process, size: usize, rate: u64, count: u64) -> Result<Laten
         t.arrived(body)
     })?;
     let mut publisher = Publisher::new(server.addr)?;
+    let mut template = Template::new(&topic, size, QoS::AtMostOnce);
     timing.run(server.name, rate, size, count, |body| {
-        publisher.publish(&topic, body, QoS::AtMostOnce)?;
+        publisher.publish(&mut template, body)?;
         // A lone message leaves at once.
         publisher.writer.flush().map_err(io("write"))
     })
@@ -512,6 +589,14 @@ pub fn compare(plan: &Plan<'_>) -> Result<()> {
     let servers = [&herald, &mosquitto];
     // (scenario, herald, mosquitto, higher is better)
     let mut rows: Vec<(String, f64, f64, bool)> = Vec::new();
+    // Memory first, while both servers are fresh: later, what the
+    // throughput runs freed would hold the new connections.
+    let idle: Vec<f64> = servers
+        .iter()
+        .map(|s| idle_bytes(s, plan.connections))
+        .collect::<Result<_>>()?;
+    let name = format!("bytes per idle connection ({})", plan.connections);
+    rows.push((name, idle[0], idle[1], false));
     for (subscribers, qos) in [
         (1, QoS::AtMostOnce),
         (plan.fanout, QoS::AtMostOnce),
@@ -549,12 +634,6 @@ pub fn compare(plan: &Plan<'_>) -> Result<()> {
         let name = format!("QoS 0 latency {label} us at {}/s", plan.rate);
         rows.push((name, median(h), median(m), false));
     }
-    let idle: Vec<f64> = servers
-        .iter()
-        .map(|s| idle_bytes(s, plan.connections))
-        .collect::<Result<_>>()?;
-    let name = format!("bytes per idle connection ({})", plan.connections);
-    rows.push((name, idle[0], idle[1], false));
     println!(
         "\n{:<52} {:>14} {:>14} {:>8}",
         "scenario", "herald", "mosquitto", "ratio"
