@@ -24,6 +24,8 @@ pub struct MqttClient {
     decoder: Decoder,
     version: Version,
     next_id: u16,
+    /// Messages that came while an acknowledgement was awaited.
+    early: std::collections::VecDeque<Publish>,
 }
 
 impl MqttClient {
@@ -39,6 +41,7 @@ impl MqttClient {
             decoder: Decoder::with_version(version, 1 << 24),
             version,
             next_id: 1,
+            early: Default::default(),
         }
     }
 
@@ -77,6 +80,7 @@ impl MqttClient {
             decoder: Decoder::with_version(version, 1 << 24),
             version,
             next_id: 1,
+            early: Default::default(),
         };
         c.unwrap_frames();
         (c, answer)
@@ -292,18 +296,20 @@ impl MqttClient {
     }
 
     /// Publishes and completes the QoS handshake; the reason code of the
-    /// acknowledgement (0 at QoS 0).
+    /// acknowledgement (0 at QoS 0). A message that arrives meanwhile (the
+    /// client's own, if it subscribes: a delivery need not wait for the
+    /// journal as the PUBACK does) is kept for [`receive`](Self::receive).
     pub fn publish(&mut self, publish: Publish) -> u8 {
         let (qos, id) = (publish.qos, publish.packet_id);
         self.send(&Packet::Publish(publish));
         match qos {
             QoS::AtMostOnce => 0,
-            QoS::AtLeastOnce => match self.read() {
+            QoS::AtLeastOnce => match self.read_answer() {
                 Some(Packet::PubAck(a)) if Some(a.packet_id) == id => a.reason,
                 other => panic!("expected PUBACK, got {other:?}"),
             },
             QoS::ExactlyOnce => {
-                let rec = match self.read() {
+                let rec = match self.read_answer() {
                     Some(Packet::PubRec(a)) if Some(a.packet_id) == id => a,
                     other => panic!("expected PUBREC, got {other:?}"),
                 };
@@ -311,7 +317,7 @@ impl MqttClient {
                     return rec.reason;
                 }
                 self.send(&Packet::PubRel(Ack::ok(rec.packet_id)));
-                match self.read() {
+                match self.read_answer() {
                     Some(Packet::PubComp(a)) if a.packet_id == rec.packet_id => a.reason,
                     other => panic!("expected PUBCOMP, got {other:?}"),
                 }
@@ -319,11 +325,24 @@ impl MqttClient {
         }
     }
 
+    /// The next packet that is not a PUBLISH; those are kept for later.
+    fn read_answer(&mut self) -> Option<Packet> {
+        loop {
+            match self.read() {
+                Some(Packet::Publish(p)) => self.early.push_back(p),
+                other => return other,
+            }
+        }
+    }
+
     /// The next PUBLISH, acknowledged as its QoS asks.
     pub fn receive(&mut self) -> Publish {
-        let p = match self.read() {
-            Some(Packet::Publish(p)) => p,
-            other => panic!("expected PUBLISH, got {other:?}"),
+        let p = match self.early.pop_front() {
+            Some(p) => p,
+            None => match self.read() {
+                Some(Packet::Publish(p)) => p,
+                other => panic!("expected PUBLISH, got {other:?}"),
+            },
         };
         self.acknowledge(&p);
         p

@@ -211,12 +211,20 @@ fn fixed_header(buf: &[u8]) -> Result<Option<(u8, usize, usize)>, MqttError> {
 /// Writes `packet` for a connection of `version`. The body must fit a
 /// remaining length (256 MiB): the server's packet limit is far below.
 pub fn encode(packet: &Packet, version: Version, dst: &mut BytesMut) {
-    let mut body = BytesMut::new();
-    let first = packet::encode_body(packet, version, &mut body);
-    dst.reserve(5 + body.len());
-    dst.extend_from_slice(&[first]);
-    wire::put_varint(dst, (body.len() as u32).min(MAX_VARINT));
-    dst.extend_from_slice(&body);
+    // The body goes in place after room for the longest fixed header, and
+    // moves back once its length (so the header's) is known: one buffer.
+    let start = dst.len();
+    dst.extend_from_slice(&[0; 5]);
+    let first = packet::encode_body(packet, version, dst);
+    let body = dst.len() - start - 5;
+    let mut header = [0u8; 5];
+    let mut rest = &mut header[..];
+    bytes::BufMut::put_u8(&mut rest, first);
+    wire::put_varint(&mut rest, (body as u32).min(MAX_VARINT));
+    let used = 5 - rest.len();
+    dst.copy_within(start + 5.., start + used);
+    dst.truncate(dst.len() - (5 - used));
+    dst[start..start + used].copy_from_slice(&header[..used]);
 }
 
 #[cfg(test)]

@@ -15,14 +15,28 @@ use super::MqttError;
 /// The prefix of a shared subscription's filter: `$share/GROUP/FILTER`.
 pub const SHARE_PREFIX: &str = "$share/";
 
-/// A PUBLISH topic's Herald name.
+/// A PUBLISH topic's Herald name (one allocation: every message has one).
 pub fn to_herald(topic: &str) -> String {
-    topic.split('/').map(escape).collect::<Vec<_>>().join(".")
+    let mut name = String::with_capacity(topic.len() + 4);
+    for (i, level) in topic.split('/').enumerate() {
+        if i > 0 {
+            name.push('.');
+        }
+        escape_into(level, &mut name);
+    }
+    name
 }
 
-/// A Herald topic's MQTT name.
+/// A Herald topic's MQTT name (one allocation: every delivery has one).
 pub fn from_herald(name: &str) -> String {
-    name.split('.').map(unescape).collect::<Vec<_>>().join("/")
+    let mut topic = String::with_capacity(name.len());
+    for (i, word) in name.split('.').enumerate() {
+        if i > 0 {
+            topic.push('/');
+        }
+        unescape_into(word, &mut topic);
+    }
+    topic
 }
 
 /// A subscription filter's Herald pattern; refuses a wildcard that is not
@@ -80,10 +94,17 @@ pub fn shared(filter: &str) -> Result<Option<(&str, &str)>, MqttError> {
 
 /// One level as a Herald word.
 fn escape(level: &str) -> String {
-    if level.is_empty() {
-        return "%".to_owned();
-    }
     let mut word = String::with_capacity(level.len());
+    escape_into(level, &mut word);
+    word
+}
+
+/// Appends `level` as a Herald word.
+fn escape_into(level: &str, word: &mut String) {
+    if level.is_empty() {
+        word.push('%');
+        return;
+    }
     for c in level.chars() {
         if matches!(c, '.' | '%' | '*' | '#') || c.is_whitespace() || c.is_control() {
             let mut utf8 = [0u8; 4];
@@ -94,17 +115,18 @@ fn escape(level: &str) -> String {
             word.push(c);
         }
     }
-    word
 }
 
-/// One Herald word as a level: `%` is the empty level, `%XX` a byte;
-/// anything else (a `%` not followed by two hex digits) stays as it is.
-fn unescape(word: &str) -> String {
+/// Appends one Herald word as a level: `%` is the empty level, `%XX` a
+/// byte; anything else (a `%` not followed by two hex digits) stays as it
+/// is.
+fn unescape_into(word: &str, level: &mut String) {
     if word == "%" {
-        return String::new();
+        return;
     }
     if !word.contains('%') {
-        return word.to_owned();
+        level.push_str(word);
+        return;
     }
     let b = word.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -126,7 +148,10 @@ fn unescape(word: &str) -> String {
             }
         }
     }
-    String::from_utf8(out).unwrap_or_else(|_| word.to_owned())
+    match String::from_utf8(out) {
+        Ok(text) => level.push_str(&text),
+        Err(_) => level.push_str(word),
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,22 @@ use crate::session::{Outcome, Session};
 /// MQTT's WebSocket subprotocols (`mqttv3.1` is what older clients say).
 pub const SUBPROTOCOLS: &[&str] = &["mqtt", "mqttv3.1"];
 
+/// The id of a message an MQTT connection publishes is this prefix, made
+/// on the stack, and a number: `ID:mqtt-<connection>-<n>`.
+#[derive(Default)]
+pub(super) struct IdPrefix([u8; 32]);
+
+impl IdPrefix {
+    /// The prefix for connection `serial`.
+    pub(super) fn of(&mut self, serial: u64) -> &str {
+        use std::io::Write;
+        let mut rest = &mut self.0[..];
+        let _ = write!(rest, "ID:mqtt-{serial}-");
+        let len = 32 - rest.len();
+        std::str::from_utf8(&self.0[..len]).unwrap_or("ID:mqtt-")
+    }
+}
+
 /// The prefix of the durable subscriptions of a persistent session.
 pub(super) const DURABLE_PREFIX: &str = "mqtt:";
 

@@ -6,9 +6,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use herald_protocol::message::CONTENT_TYPE_PROPERTY;
+use herald_protocol::message::{BodyRef, MessageRef};
 use herald_protocol::mqtt::{topic, Properties, Property, Publish, QoS, Version};
+use herald_protocol::value::ValueRef;
 use herald_protocol::{
-    Body, DeliveryMode, Destination, DestinationKind, Message, MessageView, Value,
+    Body, DeliveryMode, Destination, DestinationKind, Message, MessageId, MessageView, Stamp,
 };
 
 /// The property that marks a message published at QoS 2, so that an
@@ -48,11 +50,12 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// The message block of a PUBLISH on `topic` (its alias resolved).
+/// The message block of a PUBLISH on `topic` (its alias resolved), its
+/// id `id`: a prefix and a number, so that no string is made for it.
 pub fn message_from(
     publish: &Publish,
     topic: &str,
-    message_id: String,
+    id: (&str, u64),
     now: i64,
 ) -> Result<MessageView, MappingError> {
     let mut content_type = None;
@@ -93,20 +96,31 @@ pub fn message_from(
         m.set_property(QOS_PROPERTY, 2i32);
     }
     m.retain = publish.retain;
-    m.destination = Some(Destination::topic(topic::to_herald(topic)));
-    m.message_id = message_id;
-    m.timestamp = now;
-    let mut block = BytesMut::new();
-    m.encode(&mut block)?;
+    let destination = Destination::topic(topic::to_herald(topic));
+    let stamp = Stamp {
+        destination: &destination,
+        message_id: MessageId::Numbered(id.0, id.1),
+        timestamp: now,
+        delivery_time: 0,
+    };
+    // Room for the headers as well as the body: one allocation.
+    let mut block = BytesMut::with_capacity(payload.len() + 2 * topic.len() + 128);
+    m.encode_stamped(&stamp, &mut block)?;
     Ok(MessageView::parse(block.freeze())?)
 }
 
 /// The QoS a message was published with, as far as MQTT goes.
-pub fn published_qos(m: &Message) -> QoS {
-    match (m.delivery_mode, m.property(QOS_PROPERTY)) {
-        (DeliveryMode::NonPersistent, _) => QoS::AtMostOnce,
-        (DeliveryMode::Persistent, Some(Value::I32(2))) => QoS::ExactlyOnce,
-        (DeliveryMode::Persistent, _) => QoS::AtLeastOnce,
+pub fn published_qos(m: &MessageRef<'_>) -> QoS {
+    if m.delivery_mode() == DeliveryMode::NonPersistent {
+        return QoS::AtMostOnce;
+    }
+    let two = m
+        .properties
+        .clone()
+        .any(|(name, value)| name == QOS_PROPERTY && value == ValueRef::I32(2));
+    match two {
+        true => QoS::ExactlyOnce,
+        false => QoS::AtLeastOnce,
     }
 }
 
@@ -122,19 +136,24 @@ pub struct Outgoing {
     pub retain_as_published: bool,
 }
 
-/// The PUBLISH for one delivery of message `m`.
-pub fn publish_from(mut m: Message, how: &Outgoing, version: Version) -> Publish {
-    let topic = match &m.destination {
-        Some(d) => topic::from_herald(&d.name),
-        None => String::new(),
-    };
+/// The PUBLISH for one delivery of message `m`, read from `block`: the
+/// payload shares the block's bytes.
+pub fn publish_from(
+    m: &MessageRef<'_>,
+    block: &Bytes,
+    how: &Outgoing,
+    version: Version,
+) -> Publish {
     let mut properties = Vec::new();
-    let (payload, text) = match std::mem::replace(&mut m.body, Body::Empty) {
-        Body::Empty => (Bytes::new(), false),
-        Body::Bytes(b) => (b, false),
-        Body::Text(t) => (Bytes::from(t), true),
-        Body::Map(entries) => {
-            let text: String = entries.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    let (payload, text) = match &m.body {
+        BodyRef::Empty => (Bytes::new(), false),
+        BodyRef::Bytes(range) => (block.slice(range.clone()), false),
+        BodyRef::Text(t) => (block.slice_ref(t.as_bytes()), true),
+        BodyRef::Map(entries) => {
+            let text: String = entries
+                .clone()
+                .map(|(k, v)| format!("{k}={}\n", v.to_owned()))
+                .collect();
             (Bytes::from(text), true)
         }
     };
@@ -147,34 +166,39 @@ pub fn publish_from(mut m: Message, how: &Outgoing, version: Version) -> Publish
             let secs = u32::try_from((left + 999) / 1000).unwrap_or(u32::MAX);
             properties.push(Property::MessageExpiry(secs));
         }
-        if let Some(r) = &m.reply_to {
-            properties.push(Property::ResponseTopic(match r.kind {
-                DestinationKind::Topic => topic::from_herald(&r.name),
-                DestinationKind::Queue => r.name.clone(),
+        if let Some((kind, name)) = m.reply_to {
+            properties.push(Property::ResponseTopic(match kind {
+                DestinationKind::Topic => topic::from_herald(name),
+                DestinationKind::Queue => name.to_owned(),
             }));
         }
-        if let Some(c) = &m.correlation_id {
-            properties.push(Property::CorrelationData(Bytes::from(c.clone())));
+        if let Some(c) = m.correlation_id {
+            properties.push(Property::CorrelationData(Bytes::copy_from_slice(
+                c.as_bytes(),
+            )));
         }
-        for (name, value) in m.properties() {
-            match (name.as_str(), value) {
-                (CONTENT_TYPE_PROPERTY, Value::String(ct)) => {
-                    properties.push(Property::ContentType(ct.clone()))
+        for (name, value) in m.properties.clone() {
+            match (name, value) {
+                (CONTENT_TYPE_PROPERTY, ValueRef::String(ct)) => {
+                    properties.push(Property::ContentType(ct.to_owned()))
                 }
-                (CORRELATION_HEX_PROPERTY, Value::String(h)) => match unhex(h) {
+                (CORRELATION_HEX_PROPERTY, ValueRef::String(h)) => match unhex(h) {
                     Some(data) => properties.push(Property::CorrelationData(data)),
-                    None => properties.push(Property::User(name.clone(), h.clone())),
+                    None => properties.push(Property::User(name.to_owned(), h.to_owned())),
                 },
                 (QOS_PROPERTY, _) => {}
-                _ => properties.push(Property::User(name.clone(), value.to_string())),
+                _ => properties.push(Property::User(
+                    name.to_owned(),
+                    value.to_owned().to_string(),
+                )),
             }
         }
     }
     Publish {
         dup: how.dup,
         qos: how.qos,
-        retain: m.kept || (how.retain_as_published && m.retain),
-        topic,
+        retain: m.kept() || (how.retain_as_published && m.retain()),
+        topic: topic::from_herald(m.destination),
         packet_id: how.packet_id,
         properties: Properties(properties),
         payload,
@@ -213,15 +237,15 @@ mod tests {
     }
 
     fn round_trip(p: &Publish, version: Version) -> Publish {
-        let view = message_from(p, &p.topic, "ID:x".into(), now_ms()).unwrap();
-        let m = Message::decode(view.block(), 1).unwrap();
+        let view = message_from(p, &p.topic, ("ID:x-", 1), now_ms()).unwrap();
+        let m = MessageRef::read(view.block()).unwrap();
         let how = Outgoing {
             qos: published_qos(&m),
             packet_id: p.packet_id,
             dup: false,
             retain_as_published: true,
         };
-        publish_from(m, &how, version)
+        publish_from(&m, view.block(), &how, version)
     }
 
     #[test]
@@ -255,7 +279,7 @@ mod tests {
     #[test]
     fn a_payload_that_says_utf8_and_is_not_is_refused() {
         let p = publish(QoS::AtMostOnce, vec![Property::PayloadFormat(1)], b"\xff");
-        let e = message_from(&p, &p.topic, "ID:x".into(), 0).unwrap_err();
+        let e = message_from(&p, &p.topic, ("ID:x-", 1), 0).unwrap_err();
         assert_eq!(e.reason(), 0x99);
     }
 }

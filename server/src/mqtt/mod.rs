@@ -41,7 +41,7 @@ use crate::frontend::{
 use crate::session::{Phase, Session};
 use crate::websocket::{self, Received};
 pub use common::SUBPROTOCOLS;
-use common::{reason_for, Fatal, DURABLE_PREFIX};
+use common::{reason_for, Fatal, IdPrefix, DURABLE_PREFIX};
 use session::{Owed, Sub};
 
 /// Handles what arrived in `buf`: the WebSocket upgrade and framing if the
@@ -357,7 +357,8 @@ fn publish_packet(
             "more QoS 1 and 2 publishes in flight than the receive maximum".into(),
         ));
     }
-    let id = format!("ID:mqtt-{}-{}", ctx.me.serial, mqtt.next_message);
+    let mut prefix = IdPrefix::default();
+    let id = (prefix.of(ctx.me.serial), mqtt.next_message);
     mqtt.next_message += 1;
     let view = match mapping::message_from(&p, &topic, id, mapping::now_ms()) {
         Ok(view) => view,
@@ -625,7 +626,9 @@ fn will_message(
         properties: will.properties.clone(),
         payload: will.payload.clone(),
     };
-    let id = format!("ID:mqtt-{serial}-will");
+    let mut prefix = IdPrefix::default();
+    // The will's number: past any the connection could have published.
+    let id = (prefix.of(serial), u64::MAX);
     match mapping::message_from(&publish, &will.topic, id, mapping::now_ms()) {
         Ok(view) => Some((delay.unwrap_or_default(), view)),
         Err(e) => {

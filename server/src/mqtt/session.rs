@@ -5,15 +5,16 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use bytes::Bytes;
+use herald_protocol::message::MessageRef;
 use herald_protocol::mqtt::{
     Ack, ConnAck, Decoder, Disconnect, Packet, Properties, Property, Publish, QoS,
     SubscribeOptions, Version, Will,
 };
 use herald_protocol::ErrorCode;
-use herald_protocol::Message;
 
 use super::common::{
-    connack_311, encode, reason_for, settle_deliveries, Fatal, DURABLE_PREFIX, SUBPROTOCOLS,
+    connack_311, encode, reason_for, settle_deliveries, Fatal, IdPrefix, DURABLE_PREFIX,
+    SUBPROTOCOLS,
 };
 use super::mapping::{self, Outgoing};
 use crate::collections::FastMap;
@@ -211,20 +212,19 @@ impl MqttSession {
         else {
             return true;
         };
-        let m = match Message::decode(block, count) {
+        let m = match MessageRef::read(block) {
             Ok(m) => m,
             Err(e) => {
                 log::error!("a message for MQTT cannot be read: {e}");
                 return true;
             }
         };
-        let topic_name = m.destination.as_ref().map_or("", |d| d.name.as_str());
-        if sub.dollar_guard && topic_name.starts_with('$') {
+        if sub.dollar_guard && m.destination.starts_with('$') {
             return true;
         }
         if sub.no_local
             && m.message_id
-                .starts_with(&format!("ID:mqtt-{}-", self.serial))
+                .starts_with(IdPrefix::default().of(self.serial))
         {
             return true;
         }
@@ -235,7 +235,7 @@ impl MqttSession {
             dup: count > 1 && qos != QoS::AtMostOnce,
             retain_as_published: sub.retain_as_published,
         };
-        let publish = mapping::publish_from(m, &how, self.version);
+        let publish = mapping::publish_from(&m, block, &how, self.version);
         if qos == QoS::AtMostOnce {
             self.send(out, &Packet::Publish(publish));
             return true;
