@@ -28,6 +28,30 @@ impl IdPrefix {
     }
 }
 
+/// Small buffers cut from bigger chunks: one allocation (and one free,
+/// which may happen on another worker) per chunk rather than per message.
+/// Nothing is allocated until the first buffer.
+#[derive(Default)]
+pub(super) struct Chunks(BytesMut);
+
+/// A chunk's size: some tens of messages.
+const CHUNK: usize = 8 * 1024;
+
+impl Chunks {
+    /// The buffer to write the next one into, with room for `need` bytes.
+    pub(super) fn room(&mut self, need: usize) -> &mut BytesMut {
+        if self.0.capacity() - self.0.len() < need {
+            self.0 = BytesMut::with_capacity(need.max(CHUNK));
+        }
+        &mut self.0
+    }
+
+    /// What was written since the last cut.
+    pub(super) fn cut(&mut self) -> Bytes {
+        self.0.split().freeze()
+    }
+}
+
 /// The prefix of the durable subscriptions of a persistent session.
 pub(super) const DURABLE_PREFIX: &str = "mqtt:";
 

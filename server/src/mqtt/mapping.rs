@@ -4,7 +4,9 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+
+use super::common::Chunks;
 use herald_protocol::message::CONTENT_TYPE_PROPERTY;
 use herald_protocol::message::{BodyRef, MessageRef};
 use herald_protocol::mqtt::{topic, Properties, Property, Publish, QoS, Version};
@@ -51,12 +53,14 @@ pub fn now_ms() -> i64 {
 }
 
 /// The message block of a PUBLISH on `topic` (its alias resolved), its
-/// id `id`: a prefix and a number, so that no string is made for it.
+/// id `id`: a prefix and a number, so that no string is made for it. The
+/// block is written into `chunks`.
 pub fn message_from(
     publish: &Publish,
     topic: &str,
     id: (&str, u64),
     now: i64,
+    chunks: &mut Chunks,
 ) -> Result<MessageView, MappingError> {
     let mut content_type = None;
     let mut utf8 = false;
@@ -103,10 +107,13 @@ pub fn message_from(
         timestamp: now,
         delivery_time: 0,
     };
-    // Room for the headers as well as the body: one allocation.
-    let mut block = BytesMut::with_capacity(payload.len() + 2 * topic.len() + 128);
-    m.encode_stamped(&stamp, &mut block)?;
-    Ok(MessageView::parse(block.freeze())?)
+    // Room for the headers as well as the body.
+    let block = chunks.room(payload.len() + 2 * topic.len() + 128);
+    if let Err(e) = m.encode_stamped(&stamp, block) {
+        block.clear();
+        return Err(e.into());
+    }
+    Ok(MessageView::parse(chunks.cut())?)
 }
 
 /// The QoS a message was published with, as far as MQTT goes.
@@ -237,7 +244,8 @@ mod tests {
     }
 
     fn round_trip(p: &Publish, version: Version) -> Publish {
-        let view = message_from(p, &p.topic, ("ID:x-", 1), now_ms()).unwrap();
+        let view =
+            message_from(p, &p.topic, ("ID:x-", 1), now_ms(), &mut Chunks::default()).unwrap();
         let m = MessageRef::read(view.block()).unwrap();
         let how = Outgoing {
             qos: published_qos(&m),
@@ -279,7 +287,7 @@ mod tests {
     #[test]
     fn a_payload_that_says_utf8_and_is_not_is_refused() {
         let p = publish(QoS::AtMostOnce, vec![Property::PayloadFormat(1)], b"\xff");
-        let e = message_from(&p, &p.topic, ("ID:x-", 1), 0).unwrap_err();
+        let e = message_from(&p, &p.topic, ("ID:x-", 1), 0, &mut Chunks::default()).unwrap_err();
         assert_eq!(e.reason(), 0x99);
     }
 }

@@ -41,7 +41,7 @@ use crate::frontend::{
 use crate::session::{Phase, Session};
 use crate::websocket::{self, Received};
 pub use common::SUBPROTOCOLS;
-use common::{reason_for, Fatal, IdPrefix, DURABLE_PREFIX};
+use common::{reason_for, Chunks, Fatal, IdPrefix, DURABLE_PREFIX};
 use session::{Owed, Sub};
 
 /// Handles what arrived in `buf`: the WebSocket upgrade and framing if the
@@ -360,7 +360,7 @@ fn publish_packet(
     let mut prefix = IdPrefix::default();
     let id = (prefix.of(ctx.me.serial), mqtt.next_message);
     mqtt.next_message += 1;
-    let view = match mapping::message_from(&p, &topic, id, mapping::now_ms()) {
+    let view = match mapping::message_from(&p, &topic, id, mapping::now_ms(), &mut mqtt.chunks) {
         Ok(view) => view,
         Err(e) => return Err(Fatal(e.reason(), e.to_string())),
     };
@@ -629,7 +629,8 @@ fn will_message(
     let mut prefix = IdPrefix::default();
     // The will's number: past any the connection could have published.
     let id = (prefix.of(serial), u64::MAX);
-    match mapping::message_from(&publish, &will.topic, id, mapping::now_ms()) {
+    let mut chunks = Chunks::default();
+    match mapping::message_from(&publish, &will.topic, id, mapping::now_ms(), &mut chunks) {
         Ok(view) => Some((delay.unwrap_or_default(), view)),
         Err(e) => {
             log::warn!("connection {serial}: its will is not a message: {e}");

@@ -7,13 +7,13 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use bytes::Bytes;
 use herald_protocol::message::MessageRef;
 use herald_protocol::mqtt::{
-    Ack, ConnAck, Decoder, Disconnect, Packet, Properties, Property, Publish, QoS,
+    self, Ack, ConnAck, Decoder, Disconnect, Packet, Properties, Property, Publish, QoS,
     SubscribeOptions, Version, Will,
 };
 use herald_protocol::ErrorCode;
 
 use super::common::{
-    connack_311, encode, reason_for, settle_deliveries, Fatal, IdPrefix, DURABLE_PREFIX,
+    connack_311, encode, reason_for, settle_deliveries, Chunks, Fatal, IdPrefix, DURABLE_PREFIX,
     SUBPROTOCOLS,
 };
 use super::mapping::{self, Outgoing};
@@ -118,6 +118,9 @@ pub struct MqttSession {
     pub(super) max_packet: usize,
     /// For MQTT over WebSocket, the WebSocket's state.
     pub(super) websocket: Option<WebSocket>,
+    /// Where the messages it publishes and the packets it is sent are
+    /// written.
+    pub(super) chunks: Chunks,
 }
 
 impl MqttSession {
@@ -149,6 +152,7 @@ impl MqttSession {
             window,
             max_packet: usize::MAX,
             websocket: websocket.then(|| WebSocket::new(SUBPROTOCOLS)),
+            chunks: Chunks::default(),
         }
     }
 
@@ -264,8 +268,13 @@ impl MqttSession {
 
     /// Queues a packet, unless it is over the client's maximum (5.0 says
     /// such a message is dropped as if it were delivered).
-    fn send(&self, out: &mut Outbound, packet: &Packet) {
-        let bytes = encode(packet, self.version);
+    fn send(&mut self, out: &mut Outbound, packet: &Packet) {
+        let need = match packet {
+            Packet::Publish(p) => p.payload.len() + p.topic.len() + 64,
+            _ => 64,
+        };
+        mqtt::encode(packet, self.version, self.chunks.room(need));
+        let bytes = self.chunks.cut();
         if bytes.len() > self.max_packet {
             log::debug!(
                 "a {}-byte packet is over the client's maximum of {}: dropped",
