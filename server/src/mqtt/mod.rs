@@ -217,7 +217,7 @@ fn connect_packet(
     }
     check_id_length("client id", &client_id, config.max_id_length)
         .map_err(|r| Fatal(0x85, r.into_parts().2))?;
-    mqtt.will = connect.will;
+    mqtt.will = connect.will.map(Box::new);
     // The client's keep-alive, with half as much again for the network; 0
     // is none.
     session.silence_limit = match connect.keep_alive {

@@ -93,7 +93,7 @@ pub struct MqttSession {
     /// The client asked for response information.
     pub(super) response_info: bool,
     /// Published if the connection ends without a DISCONNECT.
-    pub(super) will: Option<Will>,
+    pub(super) will: Option<Box<Will>>,
     /// Subscriptions by filter, as the client wrote it.
     pub(super) subs: HashMap<String, Sub>,
     /// The server's number of a subscription → its filter.
@@ -117,7 +117,7 @@ pub struct MqttSession {
     /// The largest packet the client takes.
     pub(super) max_packet: usize,
     /// For MQTT over WebSocket, the WebSocket's state.
-    pub(super) websocket: Option<WebSocket>,
+    pub(super) websocket: Option<Box<WebSocket>>,
     /// Where the messages it publishes and the packets it is sent are
     /// written.
     pub(super) chunks: Chunks,
@@ -151,7 +151,7 @@ impl MqttSession {
             next_packet_id: 1,
             window,
             max_packet: usize::MAX,
-            websocket: websocket.then(|| WebSocket::new(SUBPROTOCOLS)),
+            websocket: websocket.then(|| Box::new(WebSocket::new(SUBPROTOCOLS))),
             chunks: Chunks::default(),
         }
     }
