@@ -695,3 +695,62 @@ fn qos_1_messages_arrive_in_the_order_they_were_published() {
     }
     reader.join().unwrap();
 }
+
+#[test]
+fn a_qos_2_publish_sent_again_after_a_reconnect_is_routed_once() {
+    let server = start();
+    let mut sub = MqttClient::connected(&server, Version::V5, "watcher");
+    sub.subscribe("exactly", QoS::ExactlyOnce);
+    let mut connect = MqttClient::connect_packet(Version::V311, "flaky");
+    connect.clean = false;
+    let (mut p, _) = MqttClient::connect_with(&server, connect.clone());
+    let publish = p.publish_packet("exactly", b"once", QoS::ExactlyOnce);
+    let id = publish.packet_id.unwrap();
+    p.send(&Packet::Publish(publish.clone()));
+    assert!(matches!(p.read(), Some(Packet::PubRec(a)) if a.packet_id == id));
+    // The connection drops before PUBREL; the client sends it all again.
+    drop(p);
+    assert_eq!(sub.receive().payload, "once");
+    let (mut p, ack) = MqttClient::connect_with(&server, connect);
+    assert!(ack.session_present || ack.code == 0);
+    p.send(&Packet::Publish(herald_protocol::mqtt::Publish {
+        dup: true,
+        ..publish
+    }));
+    assert!(matches!(p.read(), Some(Packet::PubRec(a)) if a.packet_id == id));
+    p.send(&Packet::PubRel(Ack::ok(id)));
+    assert!(matches!(p.read(), Some(Packet::PubComp(a)) if a.packet_id == id && a.reason == 0));
+    assert!(
+        sub.read_within(Duration::from_millis(300)).is_none(),
+        "once only"
+    );
+}
+
+#[test]
+fn a_qos_2_delivery_cut_off_after_pubrec_gets_its_pubrel_again_and_no_second_copy() {
+    let server = start();
+    let mut connect = MqttClient::connect_packet(Version::V311, "receiver");
+    connect.clean = false;
+    let (mut r, _) = MqttClient::connect_with(&server, connect.clone());
+    r.subscribe("exact", QoS::ExactlyOnce);
+    let mut p = MqttClient::connected(&server, Version::V311, "sender");
+    let publish = p.publish_packet("exact", b"one", QoS::ExactlyOnce);
+    assert_eq!(p.publish(publish), 0);
+    let got = match r.read() {
+        Some(Packet::Publish(got)) => got,
+        other => panic!("{other:?}"),
+    };
+    let id = got.packet_id.unwrap();
+    r.send(&Packet::PubRec(Ack::ok(id)));
+    assert!(matches!(r.read(), Some(Packet::PubRel(a)) if a.packet_id == id));
+    // Gone before its PUBCOMP.
+    drop(r);
+    let (mut r, ack) = MqttClient::connect_with(&server, connect);
+    assert!(ack.session_present);
+    assert!(matches!(r.read(), Some(Packet::PubRel(a)) if a.packet_id == id));
+    r.send(&Packet::PubComp(Ack::ok(id)));
+    assert!(
+        r.read_within(Duration::from_millis(300)).is_none(),
+        "no second copy"
+    );
+}

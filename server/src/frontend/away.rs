@@ -2,7 +2,9 @@
 //! between its connections, and the will it left. Each may have a time:
 //! the will goes out when its delay is over, the session (its durable
 //! subscriptions and what they kept) ends when its expiry is; a client
-//! that comes back in time cancels both.
+//! that comes back in time cancels both, and finds the packet ids of its
+//! QoS 2 exchanges in the middle (`PacketIds`), so that a publish it sends
+//! again is not routed twice and a delivery it has is completed.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -21,6 +23,25 @@ struct Away {
     will: Option<(Instant, MessageView)>,
     /// When the session ends, and its durable subscriptions' names.
     ends: Option<(Instant, Vec<String>)>,
+    /// Its QoS 2 exchanges in the middle.
+    ids: PacketIds,
+}
+
+/// The packet ids of a session's QoS 2 exchanges in the middle.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PacketIds {
+    /// Publishes from the client answered with PUBREC, and not released
+    /// (PUBREL) yet.
+    pub received: Vec<u16>,
+    /// Deliveries to it released (PUBREL sent) and not completed
+    /// (PUBCOMP) yet: the PUBREL goes again when it is back.
+    pub released: Vec<u16>,
+}
+
+impl PacketIds {
+    fn is_empty(&self) -> bool {
+        self.received.is_empty() && self.released.is_empty()
+    }
 }
 
 /// What is due: wills to publish, and sessions to end (client id and the
@@ -39,22 +60,29 @@ pub struct AwaySessions(Mutex<HashMap<String, Away>>);
 
 impl AwaySessions {
     /// A client left: its will goes out at its time, its session ends at
-    /// its; either may be none.
+    /// its (either may be none), and its QoS 2 packet ids wait for its
+    /// return.
     pub fn leave(
         &self,
         client_id: &str,
         will: Option<(Instant, MessageView)>,
         ends: Option<(Instant, Vec<String>)>,
+        ids: PacketIds,
     ) {
-        if will.is_none() && ends.is_none() {
+        if will.is_none() && ends.is_none() && ids.is_empty() {
             return;
         }
-        lock(&self.0).insert(client_id.to_owned(), Away { will, ends });
+        let away = Away { will, ends, ids };
+        lock(&self.0).insert(client_id.to_owned(), away);
     }
 
-    /// A client came back: nothing of its goes out or ends.
-    pub fn back(&self, client_id: &str) {
-        lock(&self.0).remove(client_id);
+    /// A client came back: nothing of its goes out or ends; its QoS 2
+    /// packet ids.
+    pub fn back(&self, client_id: &str) -> PacketIds {
+        lock(&self.0)
+            .remove(client_id)
+            .map(|a| a.ids)
+            .unwrap_or_default()
     }
 
     /// Publishes the wills due now and ends the sessions due now (their
@@ -91,8 +119,9 @@ impl AwaySessions {
             if ends {
                 due.ended
                     .extend(a.ends.take().map(|(_, names)| (client_id.clone(), names)));
+                a.ids = PacketIds::default();
             }
-            a.will.is_some() || a.ends.is_some()
+            a.will.is_some() || a.ends.is_some() || !a.ids.is_empty()
         });
         due
     }
@@ -117,18 +146,22 @@ mod tests {
         let away = AwaySessions::default();
         let now = Instant::now();
         let (soon, later) = (now + Duration::from_secs(1), now + Duration::from_secs(5));
+        let ids = |received: Vec<u16>, released: Vec<u16>| PacketIds { received, released };
+        let ends = |at, name: &str| Some((at, vec![name.to_owned()]));
         away.leave(
             "a",
             Some((soon, will("a"))),
-            Some((later, vec!["mqtt:a".into()])),
+            ends(later, "mqtt:a"),
+            ids(vec![], vec![]),
         );
         away.leave(
             "b",
             Some((later, will("b"))),
-            Some((soon, vec!["mqtt:b".into()])),
+            ends(soon, "mqtt:b"),
+            ids(vec![7], vec![]),
         );
-        away.leave("c", Some((soon, will("c"))), None);
-        away.back("c");
+        away.leave("c", Some((soon, will("c"))), None, ids(vec![3], vec![4]));
+        assert_eq!(away.back("c"), ids(vec![3], vec![4]), "back: its ids");
         assert!(away.due(now).wills.is_empty());
         let due = away.due(soon);
         assert_eq!(due.wills.len(), 2, "a's will on time, b's with its session");
@@ -136,6 +169,14 @@ mod tests {
         let due = away.due(later);
         assert!(due.wills.is_empty());
         assert_eq!(due.ended, vec![("a".to_owned(), vec!["mqtt:a".to_owned()])]);
-        assert!(away.0.lock().unwrap().is_empty());
+        assert!(
+            away.0.lock().unwrap().is_empty(),
+            "b's ids went with its session"
+        );
+        // A session that never ends keeps its ids until the client is back.
+        away.leave("d", None, None, ids(vec![1, 2], vec![]));
+        assert!(away.due(later + Duration::from_secs(3600)).ended.is_empty());
+        assert_eq!(away.back("d"), ids(vec![1, 2], vec![]));
+        assert!(away.back("d").is_empty());
     }
 }

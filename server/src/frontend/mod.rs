@@ -24,7 +24,7 @@ mod settle;
 mod shared;
 mod subscription;
 
-pub use away::{AwaySessions, Due};
+pub use away::{AwaySessions, Due, PacketIds};
 pub use context::{authorize, await_journal, Context, Flow, Parked, Refusal, Welcome};
 pub use login::{admit, check_id_length, release_client_id, take_over};
 pub use publish::{authorize as authorize_publish, publish, Published};

@@ -35,8 +35,8 @@ use crate::auth::Principal;
 use crate::broker::SubscribeRequest;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{
-    admit, check_id_length, end_subscription, publish, subscribe, Context, Flow, Published,
-    Refusal, Welcome,
+    admit, check_id_length, end_subscription, publish, subscribe, Context, Flow, PacketIds,
+    Published, Refusal, Welcome,
 };
 use crate::session::{Phase, Session};
 use crate::websocket::{self, Received};
@@ -281,8 +281,9 @@ pub fn admitted(
     session.phase = Phase::Connected;
     mqtt.connecting = false;
     let client = session.client_id.clone();
-    // Back in time: its will stays unsaid, its session lives on.
-    ctx.shared.away.back(&client);
+    // Back in time: its will stays unsaid, its session lives on, with the
+    // QoS 2 publishes it has not released.
+    let ids = ctx.shared.away.back(&client);
     let kept = ctx.shared.broker.durables_of(&client, DURABLE_PREFIX);
     let present = !mqtt.clean && !kept.is_empty();
     if mqtt.clean {
@@ -315,6 +316,9 @@ pub fn admitted(
         properties: Properties(properties),
     };
     mqtt.answer(out, Packet::ConnAck(connack));
+    if !mqtt.clean {
+        mqtt.resume_qos2(ids, out);
+    }
     if present {
         // The session's subscriptions, as it left them: what they kept
         // follows the CONNACK.
@@ -605,7 +609,14 @@ pub fn farewell(mqtt: &mut MqttSession, session: &Session, ctx: &mut Context<'_>
         later => later,
     };
     let ends = ends.filter(|end| *end > now).map(|end| (end, durables));
-    ctx.shared.away.leave(&session.client_id, will, ends);
+    // A persistent session remembers the QoS 2 publishes it has not
+    // released: sent again after the client's return, they are answered,
+    // not routed twice.
+    let ids = match mqtt.persistent {
+        true => mqtt.qos2_ids(),
+        false => PacketIds::default(),
+    };
+    ctx.shared.away.leave(&session.client_id, will, ends, ids);
 }
 
 /// A will as a message, and its delay.

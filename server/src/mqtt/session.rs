@@ -19,7 +19,7 @@ use super::common::{
 use super::mapping::{self, Outgoing};
 use crate::collections::FastMap;
 use crate::frontend::outbound::Outbound;
-use crate::frontend::{Context, Flow, Refusal};
+use crate::frontend::{Context, Flow, PacketIds, Refusal};
 use crate::session::{Phase, Session};
 use crate::websocket::{self, WebSocket};
 
@@ -293,6 +293,37 @@ impl MqttSession {
             if !self.in_flight.contains_key(&id) {
                 return id;
             }
+        }
+    }
+
+    /// The packet ids of the QoS 2 exchanges in the middle, for the
+    /// session to keep while the client is away.
+    pub(super) fn qos2_ids(&mut self) -> PacketIds {
+        let released = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.stage == Stage::Pubcomp)
+            .map(|(id, _)| *id)
+            .collect();
+        PacketIds {
+            received: self.incoming.drain().collect(),
+            released,
+        }
+    }
+
+    /// Takes up the QoS 2 exchanges the session left in the middle: a
+    /// publish sent again is not routed twice, and each delivery the
+    /// client has gets its PUBREL again (a client may hand a QoS 2
+    /// message to its application only then).
+    pub(super) fn resume_qos2(&mut self, ids: PacketIds, out: &mut Outbound) {
+        self.incoming.extend(ids.received);
+        for id in ids.released {
+            let settled = InFlight {
+                delivery_id: 0,
+                stage: Stage::Pubcomp,
+            };
+            self.in_flight.insert(id, settled);
+            self.answer(out, Packet::PubRel(self.ack(id, 0)));
         }
     }
 
