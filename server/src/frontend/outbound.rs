@@ -107,6 +107,17 @@ impl Outbound {
         self.frames.is_empty()
     }
 
+    /// Gives back the room of queues that are empty, so that the next
+    /// connection's first frames reuse it: an idle connection holds none.
+    pub fn release(&mut self) {
+        if self.frames.is_empty() && self.frames.capacity() > 0 {
+            self.frames = VecDeque::new();
+        }
+        if self.answers.is_empty() && self.answers.capacity() > 0 {
+            self.answers = VecDeque::new();
+        }
+    }
+
     /// Queues a control frame at once (CONNECTED, a fatal ERROR ...); an
     /// answer that must keep its order goes through
     /// [`Outbound::push_answer_frame`].

@@ -68,9 +68,6 @@ pub enum Front {
     Mqtt(Box<MqttSession>),
 }
 
-/// Read buffer an idle connection keeps.
-const KEPT_READ: usize = 64 * 1024;
-
 pub struct Connection {
     pub serial: u64,
     pub stream: TcpStream,
@@ -154,7 +151,7 @@ impl Connection {
     /// Brings `info` up to date after frames were handled, and gives back
     /// a read buffer that a large frame grew once it is empty.
     pub fn note(&mut self) {
-        if self.read_buf.is_empty() && self.read_buf.capacity() > KEPT_READ {
+        if self.read_buf.is_empty() && self.read_buf.capacity() > 0 {
             self.read_buf = BytesMut::new();
         }
         let subscriptions = self.session.subscriptions.len();
@@ -438,6 +435,9 @@ impl Connection {
             .fetch_add(written as u64, Ordering::Relaxed);
         let status = status?;
         self.blocked = status == WriteStatus::Blocked;
+        if self.out.is_empty() {
+            self.out.release();
+        }
         Ok(status)
     }
 
