@@ -13,7 +13,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -24,8 +24,8 @@ use herald_protocol::mqtt::{
 
 use super::latency::{LatencyReport, Timing};
 use super::progress::Progress;
-use super::throughput::ThroughputReport;
-use super::{bench_topic, median, wait_for};
+use super::throughput::{one_to_many, Arrivals, Sender, ThroughputReport};
+use super::{bench_topic, median};
 
 /// QoS 1 publishes a publisher has in flight at most, and the servers'
 /// window towards subscribers (Herald's receive maximum, Mosquitto's
@@ -459,12 +459,6 @@ impl Publisher {
     }
 }
 
-fn sequence(body: &[u8]) -> u64 {
-    body.get(..8).map_or(u64::MAX, |b| {
-        u64::from_be_bytes(b.try_into().unwrap_or_default())
-    })
-}
-
 /// One publisher → `subscribers` at `qos`, as fast as the publisher goes.
 fn throughput(
     server: &Process,
@@ -474,53 +468,35 @@ fn throughput(
     qos: QoS,
 ) -> Result<ThroughputReport> {
     let topic = bench_topic("mqtt").replace('.', "/");
-    let received = Arc::new(AtomicU64::new(0));
-    let out_of_order = Arc::new(AtomicU64::new(0));
-    let last = Arc::new(Mutex::new(None::<Instant>));
-    for _ in 0..subscribers {
-        let (r, o, l) = (received.clone(), out_of_order.clone(), last.clone());
-        let mut expected = 0u64;
-        subscribe(server.addr, &topic, qos, move |body| {
-            let seq = sequence(body);
-            if seq != expected {
-                o.fetch_add(1, Ordering::Relaxed);
-            }
-            expected = seq + 1;
-            r.fetch_add(1, Ordering::Relaxed);
-            *l.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        })?;
+    let subscribe = |mut arrivals: Arrivals| {
+        subscribe(server.addr, &topic, qos, move |body| arrivals.arrived(body))
+    };
+    let mut sender = TopicSender {
+        publisher: Publisher::new(server.addr)?,
+        template: Template::new(&topic, size, qos),
+    };
+    one_to_many(
+        server.name,
+        (subscribers, size, count),
+        subscribe,
+        &mut sender,
+    )
+}
+
+/// A publisher and the PUBLISH it sends.
+struct TopicSender {
+    publisher: Publisher,
+    template: Template,
+}
+
+impl Sender for TopicSender {
+    fn send(&mut self, body: &[u8]) -> Result<()> {
+        self.publisher.publish(&mut self.template, body)
     }
-    let mut publisher = Publisher::new(server.addr)?;
-    let mut template = Template::new(&topic, size, qos);
-    let mut body = vec![0u8; size];
-    let mut progress = Progress::new("publishing over MQTT", count);
-    let started = Instant::now();
-    for seq in 0..count {
-        body[..8].copy_from_slice(&seq.to_be_bytes());
-        publisher.publish(&mut template, &body)?;
-        if seq % 65_536 == 0 {
-            progress.update(seq);
-        }
+
+    fn drain(&mut self) -> Result<()> {
+        self.publisher.drain()
     }
-    publisher.drain()?;
-    let published = started.elapsed();
-    progress.finish();
-    let expected = count * subscribers as u64;
-    let mut progress = Progress::new("receiving over MQTT", expected);
-    let got = wait_for(expected, &mut progress, || received.load(Ordering::Relaxed));
-    progress.finish();
-    let last = *last.lock().unwrap_or_else(|p| p.into_inner());
-    Ok(ThroughputReport {
-        system: server.name,
-        publishers: 1,
-        subscribers,
-        size,
-        count,
-        received: got,
-        out_of_order: out_of_order.load(Ordering::Relaxed),
-        seconds: super::rate(started, last, got).0,
-        published,
-    })
 }
 
 /// One publisher at a fixed rate, one subscriber timing each message from

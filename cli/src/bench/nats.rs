@@ -9,16 +9,12 @@
 
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use herald_client::{Error, Result};
 
+use super::bench_topic;
 use super::latency::{LatencyReport, Timing};
-use super::progress::Progress;
-use super::throughput::ThroughputReport;
-use super::{bench_topic, wait_for};
+use super::throughput::{one_to_many, Arrivals, Sender, ThroughputReport};
 
 fn io(context: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |e| Error::InvalidArgument(format!("NATS {context}: {e}"))
@@ -124,12 +120,6 @@ impl Nats {
     }
 }
 
-fn sequence(body: &[u8], at: usize) -> u64 {
-    body.get(at..at + 8).map_or(u64::MAX, |b| {
-        u64::from_be_bytes(b.try_into().unwrap_or_default())
-    })
-}
-
 /// One publisher → `subscribers`, as fast as the publisher goes.
 pub fn throughput(
     addr: SocketAddr,
@@ -138,52 +128,30 @@ pub fn throughput(
     count: u64,
 ) -> Result<ThroughputReport> {
     let subject = bench_topic("nats-throughput");
-    let received = Arc::new(AtomicU64::new(0));
-    let out_of_order = Arc::new(AtomicU64::new(0));
-    let last = Arc::new(Mutex::new(None::<Instant>));
-    for _ in 0..subscribers {
-        let (r, o, l) = (received.clone(), out_of_order.clone(), last.clone());
-        let mut expected = 0u64;
-        Nats::connect(addr)?.subscribe(&subject, move |body| {
-            let seq = sequence(body, 0);
-            if seq != expected {
-                o.fetch_add(1, Ordering::Relaxed);
-            }
-            expected = seq + 1;
-            r.fetch_add(1, Ordering::Relaxed);
-            *l.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        })?;
+    let subscribe = |mut arrivals: Arrivals| {
+        Nats::connect(addr)?.subscribe(&subject, move |body| arrivals.arrived(body))
+    };
+    let mut sender = SubjectSender {
+        nats: Nats::connect(addr)?,
+        subject: subject.clone(),
+    };
+    one_to_many("nats", (subscribers, size, count), subscribe, &mut sender)
+}
+
+/// A publisher and the subject it sends to.
+struct SubjectSender {
+    nats: Nats,
+    subject: String,
+}
+
+impl Sender for SubjectSender {
+    fn send(&mut self, body: &[u8]) -> Result<()> {
+        self.nats.publish(&self.subject, body)
     }
-    let mut publisher = Nats::connect(addr)?;
-    let mut body = vec![0u8; size];
-    let mut progress = Progress::new("publishing to NATS", count);
-    let started = Instant::now();
-    for seq in 0..count {
-        body[..8].copy_from_slice(&seq.to_be_bytes());
-        publisher.publish(&subject, &body)?;
-        if seq % 65_536 == 0 {
-            progress.update(seq);
-        }
+
+    fn drain(&mut self) -> Result<()> {
+        self.nats.round_trip()
     }
-    publisher.round_trip()?;
-    let published = started.elapsed();
-    progress.finish();
-    let expected = count * subscribers as u64;
-    let mut progress = Progress::new("receiving from NATS", expected);
-    let got = wait_for(expected, &mut progress, || received.load(Ordering::Relaxed));
-    progress.finish();
-    let last = *last.lock().unwrap_or_else(|p| p.into_inner());
-    Ok(ThroughputReport {
-        system: "nats",
-        publishers: 1,
-        subscribers,
-        size,
-        count,
-        received: got,
-        out_of_order: out_of_order.load(Ordering::Relaxed),
-        seconds: super::rate(started, last, got).0,
-        published,
-    })
 }
 
 /// One publisher at a fixed rate, one subscriber timing each message from

@@ -240,3 +240,82 @@ impl ThroughputReport {
         );
     }
 }
+
+/// The publishing side of a run over another protocol (NATS, MQTT).
+pub trait Sender {
+    /// Sends one body.
+    fn send(&mut self, body: &[u8]) -> Result<()>;
+    /// Returns once the server has handled everything sent.
+    fn drain(&mut self) -> Result<()>;
+}
+
+/// Counts one subscriber's arrivals by the sequence number in each body's
+/// first 8 bytes, and those out of order, into a run's totals.
+pub struct Arrivals {
+    totals: Arc<Counter>,
+    expected: u64,
+}
+
+impl Arrivals {
+    /// Takes one arrival.
+    pub fn arrived(&mut self, body: &[u8]) {
+        let seq = body.get(..8).map_or(u64::MAX, |b| {
+            u64::from_be_bytes(b.try_into().unwrap_or_default())
+        });
+        if seq != self.expected {
+            self.totals.out_of_order.fetch_add(1, Ordering::Relaxed);
+        }
+        self.expected = seq.wrapping_add(1);
+        self.totals.received.fetch_add(1, Ordering::Relaxed);
+        *self.totals.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+}
+
+/// One publisher → `subscribers` over another protocol, as fast as the
+/// publisher goes: `subscribe` starts one subscriber that hands each body
+/// to the `Arrivals` it is given; `sender` publishes.
+pub fn one_to_many(
+    system: &'static str,
+    (subscribers, size, count): (usize, usize, u64),
+    mut subscribe: impl FnMut(Arrivals) -> Result<()>,
+    sender: &mut impl Sender,
+) -> Result<ThroughputReport> {
+    let totals = Arc::new(Counter::default());
+    for _ in 0..subscribers {
+        subscribe(Arrivals {
+            totals: totals.clone(),
+            expected: 0,
+        })?;
+    }
+    let mut body = vec![0u8; size];
+    let mut progress = Progress::new("publishing", count);
+    let started = Instant::now();
+    for seq in 0..count {
+        body[..8].copy_from_slice(&seq.to_be_bytes());
+        sender.send(&body)?;
+        if seq % 65_536 == 0 {
+            progress.update(seq);
+        }
+    }
+    sender.drain()?;
+    let published = started.elapsed();
+    progress.finish();
+    let expected = count * subscribers as u64;
+    let mut progress = Progress::new("receiving", expected);
+    let got = wait_for(expected, &mut progress, || {
+        totals.received.load(Ordering::Relaxed)
+    });
+    progress.finish();
+    let last = *totals.last.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(ThroughputReport {
+        system,
+        publishers: 1,
+        subscribers,
+        size,
+        count,
+        received: got,
+        out_of_order: totals.out_of_order.load(Ordering::Relaxed),
+        seconds: super::rate(started, last, got).0,
+        published,
+    })
+}
