@@ -136,6 +136,8 @@ fn a_persistent_session_keeps_its_subscriptions_and_their_messages_while_away() 
         }
         let (mut c, ack) = MqttClient::connect_with(&server, connect.clone());
         assert!(!ack.session_present);
+        // Subscribing again with other options replaces the subscription.
+        c.subscribe("kept/#", QoS::ExactlyOnce);
         c.subscribe("kept/#", QoS::AtLeastOnce);
         assert_eq!(durables_of(&server, "keeper"), ["mqtt:100:kept/#"]);
         c.disconnect();

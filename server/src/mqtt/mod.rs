@@ -440,10 +440,18 @@ fn subscribe_one(
     if group.is_some() && options.no_local {
         return Err((0x82, "no local on a shared subscription".into()));
     }
+    let durable_name = match group {
+        Some((group, _)) => format!("mqtt-share:{group}:{plain}"),
+        None if mqtt.persistent || resumed => session::durable_name(filter, &options),
+        None => String::new(),
+    };
     let existed = match mqtt.subs.remove(filter) {
         Some(old) => {
+            mqtt.names.remove(&old.number);
             end_subscription(old.number, None, session, ctx);
-            if old.durable && !mqtt.persistent {
+            // Its durable subscription stays only as the new one (the same
+            // options): then what it kept stays too.
+            if old.durable && old.durable_name != durable_name {
                 let _ = ctx
                     .shared
                     .broker
@@ -464,11 +472,6 @@ fn subscribe_one(
         ));
     }
     let acknowledged = options.qos != QoS::AtMostOnce;
-    let durable_name = match group {
-        Some((group, _)) => format!("mqtt-share:{group}:{plain}"),
-        None if mqtt.persistent || resumed => session::durable_name(filter, &options),
-        None => String::new(),
-    };
     let durable = group.is_none() && !durable_name.is_empty();
     let number = mqtt.next_subscription;
     mqtt.next_subscription += 1;
