@@ -113,7 +113,7 @@ fn decode_all(
             Packet::PubRel(ack) => {
                 // Known or not (a PUBCOMP lost with the last connection),
                 // the id is free again: 5.0 says which.
-                let known = mqtt.incoming.remove(&ack.packet_id);
+                let known = mqtt.ex().incoming.remove(&ack.packet_id);
                 let reason = if known { 0 } else { 0x92 };
                 mqtt.answer(out, Packet::PubComp(mqtt.ack(ack.packet_id, reason)));
                 Ok(Flow::Continue)
@@ -347,13 +347,13 @@ fn publish_packet(
 ) -> Result<Flow, Fatal> {
     let topic = mqtt.resolve_alias(&mut p, ctx.shared.config.mqtt.topic_alias_maximum)?;
     let packet_id = p.packet_id.unwrap_or(0);
-    if p.qos == QoS::ExactlyOnce && mqtt.incoming.contains(&packet_id) {
+    if p.qos == QoS::ExactlyOnce && mqtt.ex().incoming.contains(&packet_id) {
         // A resent PUBLISH whose PUBREC was lost: routed once already.
         mqtt.answer(out, Packet::PubRec(mqtt.ack(packet_id, 0)));
         return Ok(Flow::Continue);
     }
     if p.qos != QoS::AtMostOnce
-        && mqtt.owed.len() + mqtt.incoming.len()
+        && mqtt.ex().owed.len() + mqtt.ex().incoming.len()
             >= usize::from(ctx.shared.config.mqtt.receive_maximum)
     {
         return Err(Fatal(
@@ -372,7 +372,7 @@ fn publish_packet(
         QoS::AtMostOnce => 0,
         QoS::AtLeastOnce => mqtt.owe(Owed::PubAck(packet_id)),
         QoS::ExactlyOnce => {
-            mqtt.incoming.insert(packet_id);
+            mqtt.ex().incoming.insert(packet_id);
             mqtt.owe(Owed::PubRec(packet_id))
         }
     };
@@ -445,9 +445,9 @@ fn subscribe_one(
         None if mqtt.persistent || resumed => session::durable_name(filter, &options),
         None => String::new(),
     };
-    let existed = match mqtt.subs.remove(filter) {
+    let existed = match mqtt.ex().subs.remove(filter) {
         Some(old) => {
-            mqtt.names.remove(&old.number);
+            mqtt.ex().names.remove(&old.number);
             end_subscription(old.number, None, session, ctx);
             // Its durable subscription stays only as the new one (the same
             // options): then what it kept stays too.
@@ -507,7 +507,7 @@ fn subscribe_one(
     };
     let refused = |r: Refusal| (reason_for(r.code()), r.message().to_owned());
     subscribe(number, request, session, ctx).map_err(refused)?;
-    mqtt.subs.insert(
+    mqtt.ex().subs.insert(
         filter.to_owned(),
         Sub {
             number,
@@ -519,7 +519,7 @@ fn subscribe_one(
             durable_name,
         },
     );
-    mqtt.names.insert(number, filter.to_owned());
+    mqtt.ex().names.insert(number, filter.to_owned());
     Ok(options.qos)
 }
 
@@ -532,10 +532,10 @@ fn unsubscribe_packet(
 ) -> Result<Flow, Fatal> {
     let mut codes = Vec::with_capacity(u.filters.len());
     for filter in u.filters {
-        let code = match mqtt.subs.remove(&filter) {
+        let code = match mqtt.ex().subs.remove(&filter) {
             None => 0x11,
             Some(sub) => {
-                mqtt.names.remove(&sub.number);
+                mqtt.ex().names.remove(&sub.number);
                 end_subscription(sub.number, None, session, ctx);
                 if sub.durable {
                     let _ = ctx
@@ -567,11 +567,15 @@ pub fn farewell(mqtt: &mut MqttSession, session: &Session, ctx: &mut Context<'_>
         return;
     }
     let durables: Vec<String> = mqtt
-        .subs
-        .values()
-        .filter(|s| s.durable)
-        .map(|s| s.durable_name.clone())
-        .collect();
+        .exchanges()
+        .map(|e| {
+            e.subs
+                .values()
+                .filter(|s| s.durable)
+                .map(|s| s.durable_name.clone())
+                .collect()
+        })
+        .unwrap_or_default();
     let now = Instant::now();
     let ends = match (mqtt.persistent, mqtt.version, mqtt.expiry) {
         (false, ..) => {

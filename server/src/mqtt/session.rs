@@ -73,6 +73,25 @@ struct InFlight {
     stage: Stage,
 }
 
+/// A session's subscriptions and its QoS 1 and 2 exchanges.
+#[derive(Default)]
+pub(super) struct Exchanges {
+    /// Subscriptions by filter, as the client wrote it.
+    pub(super) subs: HashMap<String, Sub>,
+    /// The server's number of a subscription → its filter.
+    pub(super) names: FastMap<u32, String>,
+    /// Publishes waiting for the journal, by request id.
+    pub(super) owed: FastMap<u32, Owed>,
+    /// QoS 2 publishes received (PUBREC sent) whose PUBREL has not come.
+    pub(super) incoming: HashSet<u16>,
+    /// The client's topic aliases.
+    aliases: FastMap<u16, String>,
+    /// QoS 1 and 2 deliveries sent and not completed, by packet id.
+    in_flight: FastMap<u16, InFlight>,
+    /// Deliveries waiting for room in the window: (delivery id, packet).
+    waiting: VecDeque<(u64, Publish)>,
+}
+
 /// What an MQTT connection needs besides the protocol-neutral session.
 pub struct MqttSession {
     pub(super) decoder: Decoder,
@@ -94,23 +113,12 @@ pub struct MqttSession {
     pub(super) response_info: bool,
     /// Published if the connection ends without a DISCONNECT.
     pub(super) will: Option<Box<Will>>,
-    /// Subscriptions by filter, as the client wrote it.
-    pub(super) subs: HashMap<String, Sub>,
-    /// The server's number of a subscription → its filter.
-    pub(super) names: FastMap<u32, String>,
     pub(super) next_subscription: u32,
-    /// Publishes waiting for the journal, by request id.
-    pub(super) owed: FastMap<u32, Owed>,
     next_request: u32,
     pub(super) next_message: u64,
-    /// QoS 2 publishes received (PUBREC sent) whose PUBREL has not come.
-    pub(super) incoming: HashSet<u16>,
-    /// The client's topic aliases.
-    aliases: FastMap<u16, String>,
-    /// QoS 1 and 2 deliveries sent and not completed, by packet id.
-    in_flight: FastMap<u16, InFlight>,
-    /// Deliveries waiting for room in the window: (delivery id, packet).
-    waiting: VecDeque<(u64, Publish)>,
+    /// Its subscriptions and QoS 1 and 2 exchanges: made when the first
+    /// is, so that a connection that only connects holds none of it.
+    ex: Option<Box<Exchanges>>,
     next_packet_id: u16,
     /// QoS 1 and 2 deliveries in flight at once, at most.
     pub(super) window: u16,
@@ -124,6 +132,16 @@ pub struct MqttSession {
 }
 
 impl MqttSession {
+    /// Its subscriptions and exchanges, made on first use.
+    pub(super) fn ex(&mut self) -> &mut Exchanges {
+        self.ex.get_or_insert_with(Box::default)
+    }
+
+    /// Its subscriptions and exchanges, if it has any.
+    pub(super) fn exchanges(&self) -> Option<&Exchanges> {
+        self.ex.as_deref()
+    }
+
     /// A session that has not connected yet, for connection `serial`; its
     /// first packet may be `max_connect` bytes at most.
     pub fn new(serial: u64, max_connect: usize, window: u16, websocket: bool) -> MqttSession {
@@ -138,16 +156,10 @@ impl MqttSession {
             assigned: false,
             response_info: false,
             will: None,
-            subs: HashMap::new(),
-            names: FastMap::default(),
             next_subscription: 1,
-            owed: FastMap::default(),
             next_request: 1,
             next_message: 1,
-            incoming: HashSet::new(),
-            aliases: FastMap::default(),
-            in_flight: FastMap::default(),
-            waiting: VecDeque::new(),
+            ex: None,
             next_packet_id: 1,
             window,
             max_packet: usize::MAX,
@@ -169,7 +181,7 @@ impl MqttSession {
     pub(super) fn owe(&mut self, owed: Owed) -> u32 {
         let id = self.next_request;
         self.next_request = self.next_request.wrapping_add(1).max(1);
-        self.owed.insert(id, owed);
+        self.ex().owed.insert(id, owed);
         id
     }
 
@@ -190,12 +202,13 @@ impl MqttSession {
         }
         if p.topic.is_empty() {
             return self
+                .ex()
                 .aliases
                 .get(&alias)
                 .cloned()
                 .ok_or_else(|| Fatal(0x82, format!("topic alias {alias} was never set")));
         }
-        self.aliases.insert(alias, p.topic.clone());
+        self.ex().aliases.insert(alias, p.topic.clone());
         Ok(p.topic.clone())
     }
 
@@ -209,11 +222,11 @@ impl MqttSession {
         count: u32,
         block: &Bytes,
     ) -> bool {
-        let Some(sub) = self
-            .names
-            .get(&subscription_id)
-            .and_then(|filter| self.subs.get(filter))
-        else {
+        let Some(sub) = self.exchanges().and_then(|ex| {
+            ex.names
+                .get(&subscription_id)
+                .and_then(|filter| ex.subs.get(filter))
+        }) else {
             return true;
         };
         let m = match MessageRef::read(block) {
@@ -244,15 +257,15 @@ impl MqttSession {
             self.send(out, &Packet::Publish(publish));
             return true;
         }
-        self.waiting.push_back((delivery_id, publish));
+        self.ex().waiting.push_back((delivery_id, publish));
         self.fill_window(out);
         false
     }
 
     /// Sends what waits, as far as the window lets.
     fn fill_window(&mut self, out: &mut Outbound) {
-        while self.in_flight.len() < usize::from(self.window) {
-            let Some((delivery_id, mut publish)) = self.waiting.pop_front() else {
+        while self.ex().in_flight.len() < usize::from(self.window) {
+            let Some((delivery_id, mut publish)) = self.ex().waiting.pop_front() else {
                 return;
             };
             let id = self.free_packet_id();
@@ -261,7 +274,9 @@ impl MqttSession {
                 QoS::ExactlyOnce => Stage::Pubrec,
                 _ => Stage::Puback,
             };
-            self.in_flight.insert(id, InFlight { delivery_id, stage });
+            self.ex()
+                .in_flight
+                .insert(id, InFlight { delivery_id, stage });
             self.send(out, &Packet::Publish(publish));
         }
     }
@@ -290,7 +305,7 @@ impl MqttSession {
         loop {
             let id = self.next_packet_id;
             self.next_packet_id = self.next_packet_id.wrapping_add(1).max(1);
-            if !self.in_flight.contains_key(&id) {
+            if !self.ex().in_flight.contains_key(&id) {
                 return id;
             }
         }
@@ -299,14 +314,17 @@ impl MqttSession {
     /// The packet ids of the QoS 2 exchanges in the middle, for the
     /// session to keep while the client is away.
     pub(super) fn qos2_ids(&mut self) -> PacketIds {
-        let released = self
+        let Some(ex) = self.ex.as_deref_mut() else {
+            return PacketIds::default();
+        };
+        let released = ex
             .in_flight
             .iter()
             .filter(|(_, f)| f.stage == Stage::Pubcomp)
             .map(|(id, _)| *id)
             .collect();
         PacketIds {
-            received: self.incoming.drain().collect(),
+            received: ex.incoming.drain().collect(),
             released,
         }
     }
@@ -316,13 +334,16 @@ impl MqttSession {
     /// client has gets its PUBREL again (a client may hand a QoS 2
     /// message to its application only then).
     pub(super) fn resume_qos2(&mut self, ids: PacketIds, out: &mut Outbound) {
-        self.incoming.extend(ids.received);
+        if ids == PacketIds::default() {
+            return;
+        }
+        self.ex().incoming.extend(ids.received);
         for id in ids.released {
             let settled = InFlight {
                 delivery_id: 0,
                 stage: Stage::Pubcomp,
             };
-            self.in_flight.insert(id, settled);
+            self.ex().in_flight.insert(id, settled);
             self.answer(out, Packet::PubRel(self.ack(id, 0)));
         }
     }
@@ -357,7 +378,7 @@ impl MqttSession {
         out: &mut Outbound,
         ctx: &mut Context<'_>,
     ) {
-        match self.in_flight.get(&packet_id) {
+        match self.ex().in_flight.get(&packet_id) {
             Some(f) if f.stage == stage => {}
             _ => {
                 log::debug!(
@@ -367,7 +388,7 @@ impl MqttSession {
                 return;
             }
         }
-        if let Some(f) = self.in_flight.remove(&packet_id) {
+        if let Some(f) = self.ex().in_flight.remove(&packet_id) {
             if stage == Stage::Puback {
                 settle_deliveries(vec![f.delivery_id], session, ctx);
             }
@@ -384,7 +405,7 @@ impl MqttSession {
         out: &mut Outbound,
         ctx: &mut Context<'_>,
     ) {
-        let Some(f) = self.in_flight.get_mut(&ack.packet_id) else {
+        let Some(f) = self.ex().in_flight.get_mut(&ack.packet_id) else {
             return;
         };
         if f.stage != Stage::Pubrec {
@@ -392,7 +413,7 @@ impl MqttSession {
         }
         let delivery_id = f.delivery_id;
         if ack.reason >= 0x80 {
-            self.in_flight.remove(&ack.packet_id);
+            self.ex().in_flight.remove(&ack.packet_id);
             self.fill_window(out);
         } else {
             f.stage = Stage::Pubcomp;
@@ -494,7 +515,7 @@ impl MqttSession {
         request_id: u32,
         result: Result<(), Refusal>,
     ) -> (Option<Bytes>, Flow) {
-        let Some(owed) = self.owed.remove(&request_id) else {
+        let Some(owed) = self.ex.as_mut().and_then(|e| e.owed.remove(&request_id)) else {
             return (None, Flow::Continue);
         };
         let reason = match &result {
@@ -514,7 +535,7 @@ impl MqttSession {
             Owed::PubRec(id) => {
                 if reason != 0 {
                     // Not routed: the id is free for the client to retry.
-                    self.incoming.remove(&id);
+                    self.ex().incoming.remove(&id);
                 }
                 Packet::PubRec(ack)
             }
