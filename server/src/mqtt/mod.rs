@@ -35,8 +35,8 @@ use crate::auth::Principal;
 use crate::broker::SubscribeRequest;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{
-    admit, check_id_length, end_subscription, publish, subscribe, Context, Flow, PacketIds,
-    Published, Refusal, Welcome,
+    admit, check_id_length, publish, subscribe, Context, Flow, PacketIds, Published, Refusal,
+    Welcome,
 };
 use crate::session::{Phase, Session};
 use crate::websocket::{self, Received};
@@ -445,22 +445,7 @@ fn subscribe_one(
         None if mqtt.persistent || resumed => session::durable_name(filter, &options),
         None => String::new(),
     };
-    let existed = match mqtt.ex().subs.remove(filter) {
-        Some(old) => {
-            mqtt.ex().names.remove(&old.number);
-            end_subscription(old.number, None, session, ctx);
-            // Its durable subscription stays only as the new one (the same
-            // options): then what it kept stays too.
-            if old.durable && old.durable_name != durable_name {
-                let _ = ctx
-                    .shared
-                    .broker
-                    .unsubscribe_durable(&session.client_id, &old.durable_name);
-            }
-            true
-        }
-        None => false,
-    };
+    let existed = mqtt.end_subscription(filter, &durable_name, session, ctx);
     let limit = ctx
         .shared
         .limits
@@ -507,10 +492,10 @@ fn subscribe_one(
     };
     let refused = |r: Refusal| (reason_for(r.code()), r.message().to_owned());
     subscribe(number, request, session, ctx).map_err(refused)?;
+    mqtt.ex().numbers.insert(filter.to_owned(), number);
     mqtt.ex().subs.insert(
-        filter.to_owned(),
+        number,
         Sub {
-            number,
             qos: options.qos,
             no_local: options.no_local,
             retain_as_published: options.retain_as_published,
@@ -519,7 +504,6 @@ fn subscribe_one(
             durable_name,
         },
     );
-    mqtt.ex().names.insert(number, filter.to_owned());
     Ok(options.qos)
 }
 
@@ -532,19 +516,9 @@ fn unsubscribe_packet(
 ) -> Result<Flow, Fatal> {
     let mut codes = Vec::with_capacity(u.filters.len());
     for filter in u.filters {
-        let code = match mqtt.ex().subs.remove(&filter) {
-            None => 0x11,
-            Some(sub) => {
-                mqtt.ex().names.remove(&sub.number);
-                end_subscription(sub.number, None, session, ctx);
-                if sub.durable {
-                    let _ = ctx
-                        .shared
-                        .broker
-                        .unsubscribe_durable(&session.client_id, &sub.durable_name);
-                }
-                0
-            }
+        let code = match mqtt.end_subscription(&filter, "", session, ctx) {
+            true => 0,
+            false => 0x11,
         };
         codes.push(code);
     }

@@ -19,14 +19,12 @@ use super::common::{
 use super::mapping::{self, Outgoing};
 use crate::collections::FastMap;
 use crate::frontend::outbound::Outbound;
-use crate::frontend::{Context, Flow, PacketIds, Refusal};
+use crate::frontend::{end_subscription, Context, Flow, PacketIds, Refusal};
 use crate::session::{Phase, Session};
 use crate::websocket::{self, WebSocket};
 
-/// One subscription, by its filter.
+/// One subscription.
 pub(super) struct Sub {
-    /// The server's number for it.
-    pub number: u32,
     /// The most QoS it takes.
     pub qos: QoS,
     /// Not the connection's own messages.
@@ -76,10 +74,11 @@ struct InFlight {
 /// A session's subscriptions and its QoS 1 and 2 exchanges.
 #[derive(Default)]
 pub(super) struct Exchanges {
-    /// Subscriptions by filter, as the client wrote it.
-    pub(super) subs: HashMap<String, Sub>,
-    /// The server's number of a subscription → its filter.
-    pub(super) names: FastMap<u32, String>,
+    /// Subscriptions by the server's number for them (what deliveries
+    /// name).
+    pub(super) subs: FastMap<u32, Sub>,
+    /// The filter of each, as the client wrote it → its number.
+    pub(super) numbers: HashMap<String, u32>,
     /// Publishes waiting for the journal, by request id.
     pub(super) owed: FastMap<u32, Owed>,
     /// QoS 2 publishes received (PUBREC sent) whose PUBREL has not come.
@@ -222,11 +221,10 @@ impl MqttSession {
         count: u32,
         block: &Bytes,
     ) -> bool {
-        let Some(sub) = self.exchanges().and_then(|ex| {
-            ex.names
-                .get(&subscription_id)
-                .and_then(|filter| ex.subs.get(filter))
-        }) else {
+        let Some(sub) = self
+            .exchanges()
+            .and_then(|ex| ex.subs.get(&subscription_id))
+        else {
             return true;
         };
         let m = match MessageRef::read(block) {
@@ -346,6 +344,37 @@ impl MqttSession {
             self.ex().in_flight.insert(id, settled);
             self.answer(out, Packet::PubRel(self.ack(id, 0)));
         }
+    }
+
+    /// Ends the subscription to `filter`, if there is one, and deletes its
+    /// durable subscription unless that is named `keep` (a subscription
+    /// to the same filter with the same options takes it over, with what
+    /// it kept); whether there was one.
+    pub(super) fn end_subscription(
+        &mut self,
+        filter: &str,
+        keep: &str,
+        session: &mut Session,
+        ctx: &mut Context<'_>,
+    ) -> bool {
+        let Some(ex) = self.ex.as_deref_mut() else {
+            return false;
+        };
+        let Some((number, sub)) = ex
+            .numbers
+            .remove(filter)
+            .and_then(|number| Some((number, ex.subs.remove(&number)?)))
+        else {
+            return false;
+        };
+        end_subscription(number, None, session, ctx);
+        if sub.durable && sub.durable_name != keep {
+            let _ = ctx
+                .shared
+                .broker
+                .unsubscribe_durable(&session.client_id, &sub.durable_name);
+        }
+        true
     }
 
     /// PUBACK: a QoS 1 delivery is done.
