@@ -756,3 +756,60 @@ fn a_qos_2_delivery_cut_off_after_pubrec_gets_its_pubrel_again_and_no_second_cop
         "no second copy"
     );
 }
+
+#[test]
+fn a_persistent_sessions_qos_1_messages_survive_a_restart_each_counted() {
+    // (The ten the client had and did not acknowledge come again, but not
+    // marked DUP: the journal does not record deliveries, so a restarted
+    // server cannot tell them from the others. See issue 20's note.)
+    let config = test_config();
+    let dir = config.data_dir.clone();
+    let server = start_with(config);
+    let mut connect = MqttClient::connect_packet(Version::V311, "survivor");
+    connect.clean = false;
+    let (mut c, _) = MqttClient::connect_with(&server, connect.clone());
+    c.subscribe("kept/#", QoS::AtLeastOnce);
+    c.disconnect();
+    let mut p = MqttClient::connected(&server, Version::V311, "p");
+    let total = 200;
+    for i in 0..total {
+        let publish = p.publish_packet("kept/n", i.to_string().as_bytes(), QoS::AtLeastOnce);
+        assert_eq!(p.publish(publish), 0, "receipted after the journal");
+    }
+    p.disconnect();
+    // Fifty read and acknowledged, ten read and not, then the client goes.
+    let (mut c, _) = MqttClient::connect_with(&server, connect.clone());
+    for i in 0..50 {
+        assert_eq!(c.receive().payload, i.to_string());
+    }
+    for i in 50..60 {
+        match c.read() {
+            Some(Packet::Publish(got)) => assert_eq!(got.payload, i.to_string()),
+            other => panic!("{other:?}"),
+        }
+    }
+    drop(c);
+    server.stop_keeping_data();
+    let mut config = test_config();
+    config.data_dir = dir;
+    let server = start_with(config);
+    let (mut c, ack) = MqttClient::connect_with(&server, connect);
+    assert!(ack.session_present, "the session, from the journal");
+    let mut seen = vec![0u32; total];
+    while let Some(packet) = c.read_within(Duration::from_millis(500)) {
+        let Packet::Publish(got) = packet else {
+            panic!("{packet:?}")
+        };
+        c.acknowledge(&got);
+        let n: usize = std::str::from_utf8(&got.payload).unwrap().parse().unwrap();
+        assert!(n >= 50, "{n} was acknowledged before the restart");
+        seen[n] += 1;
+    }
+    let lost: Vec<usize> = (50..total).filter(|n| seen[*n] == 0).collect();
+    let twice: Vec<usize> = (50..total).filter(|n| seen[*n] > 1).collect();
+    assert!(lost.is_empty(), "lost {lost:?}");
+    assert!(
+        twice.is_empty(),
+        "delivered twice after the restart: {twice:?}"
+    );
+}
