@@ -138,6 +138,62 @@ fn a_publisher_moves_to_its_subscribers_worker_and_stays_whole() {
 }
 
 #[test]
+fn the_connection_listing_misses_none_while_publishers_move() {
+    let server = start_with(test_config());
+    let (_sc, ss) = as_client(&server, "listener");
+    let consumer = subscribe(&ss, "listed");
+    consumer.set_message_listener(|_| {}).unwrap();
+    // Round-robin placement: every other publisher is on the other
+    // worker, and moves to the subscriber's as it publishes.
+    let publishers: Vec<_> = (0..12)
+        .map(|i| as_client(&server, &format!("publisher-{i}")))
+        .collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let threads: Vec<_> = publishers
+        .iter()
+        .map(|(_, s)| {
+            let producer = s.create_producer(&Destination::topic("listed")).unwrap();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut sent = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    trickle(&producer, sent, 10);
+                    sent += 10;
+                }
+            })
+        })
+        .collect();
+    let mut expected: Vec<String> = (0..12).map(|i| format!("publisher-{i}")).collect();
+    expected.push("listener".into());
+    expected.sort();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let mut listings = 0;
+    // Listed again and again while they move, and twice after.
+    let mut after = 0;
+    while after < 2 {
+        if server.stats().connections_moved >= 6 {
+            after += 1;
+        }
+        assert!(std::time::Instant::now() < deadline, "never all moved");
+        let conns = call(&server, "GET", "/api/connections", None, None).json();
+        let mut ids: Vec<String> = conns
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["client_id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        assert_eq!(ids, expected, "listing {listings}");
+        listings += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(server.stats().connections_moved, 6);
+}
+
+#[test]
 fn a_publisher_to_every_worker_or_with_subscriptions_stays() {
     let server = start_with(test_config());
     let subs: Vec<_> = (0..2)

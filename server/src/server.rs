@@ -16,7 +16,7 @@ use crate::admin::{Addresses, Admin, MqttListeners};
 use crate::auth::Authenticator;
 use crate::broker::Broker;
 use crate::config::Config;
-use crate::frontend::{Protocol, Shared, WorkerStats};
+use crate::frontend::{Places, Protocol, Shared, WorkerStats};
 use crate::net::worker::Worker;
 use crate::net::{acceptor, Command, WorkerHandle, WAKER};
 use crate::store::{Journal, JournalConfig, JournalError};
@@ -158,7 +158,7 @@ impl Server {
             stats: (0..n).map(|_| WorkerStats::default()).collect(),
             open_connections: AtomicUsize::new(0),
             next_serial: AtomicU64::new(1),
-            connections: std::sync::Mutex::new(std::collections::HashMap::new()),
+            places: Places::default(),
             client_ids: std::sync::Mutex::new(std::collections::HashMap::new()),
             heirs: std::sync::Mutex::new(std::collections::HashMap::new()),
             away: Default::default(),

@@ -64,19 +64,10 @@ pub enum Phase {
     Connected,
 }
 
-/// Per-connection protocol state.
-pub struct Session {
-    /// Where the session is in its life.
-    pub phase: Phase,
-    /// The client's id from CONNECT ("" = none).
-    pub client_id: String,
-    /// Who logged in, and what they may do.
-    pub principal: Principal,
-    /// Requests waiting for the journal before their RECEIPT.
-    pub pending_receipts: usize,
-    /// How long the connection may stay silent before it is closed: the
-    /// connect timeout until CONNECT, then the negotiated heart-beat.
-    pub silence_limit: Duration,
+/// What a session has going: its subscriptions, the deliveries it has
+/// not settled, its transactions and temporary queues.
+#[derive(Default)]
+pub struct Traffic {
     /// The client's subscriptions by their id, with what it takes to end
     /// them.
     pub subscriptions: FastMap<u32, SubscriptionHandle>,
@@ -95,30 +86,105 @@ pub struct Session {
     /// (rolled back) with the connection.
     pub transactions: Transactions<u32>,
     /// Raised while this connection drains a backlog: its direct
-    /// subscriptions' publishers pause meanwhile.
-    pub backlog: Arc<Backlog>,
+    /// subscriptions' publishers pause meanwhile. Made with the first
+    /// subscription that hands it out.
+    backlog: Option<Arc<Backlog>>,
+}
+
+/// Per-connection protocol state.
+pub struct Session {
+    /// Where the session is in its life.
+    pub phase: Phase,
+    /// The client's id from CONNECT ("" = none): one copy, shared with
+    /// the registry of client ids and the management view.
+    pub client_id: Arc<str>,
+    /// Who logged in, and what they may do.
+    pub principal: Principal,
+    /// The peer's address, if the socket could tell.
+    pub peer: Option<std::net::SocketAddr>,
+    /// Requests waiting for the journal before their RECEIPT.
+    pub pending_receipts: usize,
+    /// How long the connection may stay silent before it is closed: the
+    /// connect timeout until CONNECT, then the negotiated heart-beat.
+    pub silence_limit: Duration,
+    /// Its subscriptions, deliveries and transactions: made on first use,
+    /// so that a connection that only connects holds none of it.
+    traffic: Option<Box<Traffic>>,
     next_delivery_id: u64,
 }
 
 impl Session {
-    /// A session that has not connected yet.
-    pub fn new(connect_timeout: Duration) -> Session {
+    /// A session with `peer` that has not connected yet.
+    pub fn new(connect_timeout: Duration, peer: Option<std::net::SocketAddr>) -> Session {
         Session {
             phase: Phase::AwaitingConnect,
-            client_id: String::new(),
+            client_id: no_client_id(),
             principal: Principal::nobody(),
+            peer,
             pending_receipts: 0,
             silence_limit: connect_timeout,
-            subscriptions: FastMap::default(),
-            selector_memory: FastMap::default(),
-            unacked: FastMap::default(),
-            in_order: FastMap::default(),
-            temporary_queues: Vec::new(),
-            best_effort: std::collections::HashSet::new(),
-            transactions: Transactions::default(),
-            backlog: Arc::default(),
+            traffic: None,
             next_delivery_id: 1,
         }
+    }
+
+    /// Its subscriptions, deliveries and transactions, made if need be.
+    pub fn traffic(&mut self) -> &mut Traffic {
+        self.traffic.get_or_insert_with(Box::default)
+    }
+
+    /// Its subscriptions, deliveries and transactions, if it has had any.
+    pub fn traffic_ref(&self) -> Option<&Traffic> {
+        self.traffic.as_deref()
+    }
+
+    /// Its subscriptions, deliveries and transactions to change, if it has
+    /// had any: what removes needs not make them.
+    pub fn traffic_mut(&mut self) -> Option<&mut Traffic> {
+        self.traffic.as_deref_mut()
+    }
+
+    /// Its backlog signal, for a subscription whose publishers watch it.
+    pub fn backlog(&mut self) -> Arc<Backlog> {
+        self.traffic()
+            .backlog
+            .get_or_insert_with(Arc::default)
+            .clone()
+    }
+
+    /// Its backlog signal, if a subscription was given it: without one,
+    /// nobody watches.
+    pub fn backlog_signal(&self) -> Option<&Backlog> {
+        self.traffic_ref()?.backlog.as_deref()
+    }
+
+    /// Lowers its backlog signal for good (until raised again): its
+    /// publishers go on.
+    pub fn lower_backlog(&self) {
+        if let Some(b) = self.backlog_signal() {
+            b.set(false);
+            b.set_limit(0);
+        }
+    }
+
+    /// How many subscriptions it holds.
+    pub fn subscription_count(&self) -> usize {
+        self.traffic_ref().map_or(0, |t| t.subscriptions.len())
+    }
+
+    /// Whether it holds subscription `id`.
+    pub fn has_subscription(&self, id: u32) -> bool {
+        self.traffic_ref()
+            .is_some_and(|t| t.subscriptions.contains_key(&id))
+    }
+
+    /// Takes the client id CONNECT gave ("" = none).
+    pub fn set_client_id(&mut self, id: &str) {
+        self.client_id = if id.is_empty() {
+            no_client_id()
+        } else {
+            Arc::from(id)
+        };
     }
 
     /// The id for the next delivery on this connection.
@@ -127,6 +193,13 @@ impl Session {
         self.next_delivery_id += 1;
         id
     }
+}
+
+/// The client id of a session that has none: one shared value, so that
+/// a connection that has not said its id allocates nothing for it.
+fn no_client_id() -> Arc<str> {
+    static NONE: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    NONE.get_or_init(|| Arc::from("")).clone()
 }
 
 /// Processed (ACK) or to be redelivered (NACK).

@@ -1,6 +1,6 @@
 //! The JSON API's routes and handlers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -17,7 +17,7 @@ use super::state::{process_footprint, reload as reload_config, ApiError, AppStat
 use crate::broker::delivery::Deliveries;
 use crate::broker::{Room, RouteError};
 use crate::cluster::settings::Change;
-use crate::frontend::{Closing, Notice, Protocol};
+use crate::frontend::{peer_name, Closing, ConnView, Notice, Protocol};
 use crate::sync::lock;
 
 type ApiResult = Result<Json<Json_>, ApiError>;
@@ -520,6 +520,29 @@ async fn take(
     super::shared::from_cluster(|done| cluster.take(name, ROUND, done)).await
 }
 
+/// What every worker says of its connections.
+async fn describe_all(state: &AppState) -> Vec<ConnView> {
+    let mut answers = Vec::new();
+    for worker in &state.shared.workers {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let answer = Box::new(move |views| {
+            let _ = tx.send(views);
+        });
+        if worker.post(Notice::Describe(answer)) {
+            answers.push(rx);
+        }
+    }
+    let mut list = Vec::new();
+    for rx in answers {
+        // A worker that stops meanwhile drops the question: its
+        // connections are closing.
+        if let Ok(views) = rx.await {
+            list.extend(views);
+        }
+    }
+    list
+}
+
 fn protocol_name(p: Protocol) -> &'static str {
     match p {
         Protocol::Native => "herald",
@@ -532,40 +555,44 @@ fn protocol_name(p: Protocol) -> &'static str {
     }
 }
 
+/// Every connection, as the workers that own them describe them (what a
+/// connection costs stays with its worker).
 async fn connections(State(state): State<AppState>) -> ApiResult {
-    let mut list: Vec<(u64, Json_)> = lock(&state.shared.connections)
-        .values()
+    let mut list = describe_all(&state).await;
+    // A connection moving between workers as they answered was described
+    // by neither: ask again, a few times at most.
+    for _ in 0..3 {
+        let listed: HashSet<u64> = list.iter().map(|c| c.serial).collect();
+        if !state.shared.places.missing_from(&listed) {
+            break;
+        }
+        list = describe_all(&state).await;
+    }
+    list.sort_by_key(|c| c.serial);
+    let list: Vec<Json_> = list
+        .into_iter()
         .map(|c| {
-            let (client_id, user) = lock(&c.identity).clone();
-            let age = c.since.elapsed().map_or(0, |d| d.as_secs());
-            (
-                c.serial,
-                json!({
-                    "id": c.serial,
-                    "client_id": client_id,
-                    "user": user,
-                    "peer": c.peer,
-                    "protocol": protocol_name(c.protocol),
-                    "subscriptions": c.subscriptions.load(Ordering::Relaxed),
-                    "bytes_in": c.bytes_in.load(Ordering::Relaxed),
-                    "bytes_out": c.bytes_out.load(Ordering::Relaxed),
-                    "connected_s": age,
-                }),
-            )
+            json!({
+                "id": c.serial,
+                "client_id": &*c.client_id,
+                "user": c.user,
+                "peer": peer_name(c.peer),
+                "protocol": protocol_name(c.protocol),
+                "subscriptions": c.subscriptions,
+                "bytes_in": c.bytes_in,
+                "bytes_out": c.bytes_out,
+                "connected_s": c.age.as_secs(),
+            })
         })
         .collect();
-    list.sort_by_key(|(id, _)| *id);
-    Ok(Json(json!(list
-        .into_iter()
-        .map(|(_, c)| c)
-        .collect::<Vec<_>>())))
+    Ok(Json(json!(list)))
 }
 
 async fn close_connection(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult {
     let id: u64 = id
         .parse()
         .map_err(|_| ApiError::bad_request(format!("'{id}' is not a connection id")))?;
-    let conn = lock(&state.shared.connections).get(&id).map(|c| c.home());
+    let conn = state.shared.places.home(id).map(|(home, _)| home);
     let Some(conn) = conn else {
         return Err(ApiError::not_found(format!("no connection {id}")));
     };

@@ -61,7 +61,7 @@ pub fn release_client_id(session: &Session, shared: &Shared, serial: u64) {
     if ids.get(&session.client_id) == Some(&serial) {
         ids.remove(&session.client_id);
         drop(ids);
-        if let Some((heir, principal)) = lock(&shared.heirs).remove(&session.client_id) {
+        if let Some((heir, principal)) = lock(&shared.heirs).remove(&*session.client_id) {
             shared.workers[heir.worker].post(Notice::LoggedIn {
                 conn: heir,
                 result: Ok(principal),
@@ -83,16 +83,15 @@ pub fn take_over(
     let Some(holder) = lock(&shared.client_ids).get(client_id).copied() else {
         return false;
     };
-    let Some(info) = lock(&shared.connections).get(&holder).cloned() else {
+    let Some((home, protocol)) = shared.places.home(holder) else {
         return false;
     };
     if !matches!(
-        info.protocol,
+        protocol,
         Protocol::Mqtt | Protocol::MqttTls | Protocol::MqttWebSocket
     ) {
         return false;
     }
-    let home = info.home();
     // An heir that was waiting already gives way to this one: it closes.
     if let Some((earlier, _)) = lock(&shared.heirs).insert(client_id.to_owned(), (heir, principal))
     {

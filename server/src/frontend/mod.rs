@@ -30,8 +30,9 @@ pub use login::{admit, check_id_length, release_client_id, take_over};
 pub use publish::{authorize as authorize_publish, publish, Published};
 pub use settle::{commit, settle};
 pub use shared::{
-    confirmation, hand_out, login_result, peer_ip, poster, Closing, ConnInfo, DestinationCounts,
-    Limits, Mailbox, Notice, Protocol, Shared, WorkerSink, WorkerStats, MOVING, OTHER_DESTINATIONS,
+    confirmation, hand_out, login_result, peer_name, poster, Closing, ConnView, Describe,
+    DestinationCounts, Limits, Mailbox, Notice, Places, Protocol, Shared, WorkerSink, WorkerStats,
+    MOVING, OTHER_DESTINATIONS,
 };
 pub use subscription::{
     authorize as authorize_subscription, check_owner, end_subscription, hold_selector,

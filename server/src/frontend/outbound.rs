@@ -92,8 +92,13 @@ pub struct Outbound {
     written: usize,
     /// Unwritten bytes in total.
     pending: usize,
-    /// Answers behind one still owed, oldest first; empty when none is.
-    answers: VecDeque<Answer>,
+    /// Answers behind one still owed, oldest first; none or empty when
+    /// none is (made on first use: most connections never owe one).
+    #[expect(
+        clippy::box_collection,
+        reason = "one word in every connection rather than the deque's four"
+    )]
+    answers: Option<Box<VecDeque<Answer>>>,
 }
 
 impl Outbound {
@@ -113,8 +118,8 @@ impl Outbound {
         if self.frames.is_empty() && self.frames.capacity() > 0 {
             self.frames = VecDeque::new();
         }
-        if self.answers.is_empty() && self.answers.capacity() > 0 {
-            self.answers = VecDeque::new();
+        if !self.owes_answers() {
+            self.answers = None;
         }
     }
 
@@ -130,19 +135,21 @@ impl Outbound {
     /// Notes that the answer to request `request_id` comes later: later
     /// answers wait for it.
     pub fn owe_answer(&mut self, request_id: u32) {
-        self.answers.push_back(Answer::Owed(request_id));
+        self.answers
+            .get_or_insert_with(Box::default)
+            .push_back(Answer::Owed(request_id));
     }
 
     /// Whether an answer is still owed.
     pub fn owes_answers(&self) -> bool {
-        !self.answers.is_empty()
+        self.answers.as_ref().is_some_and(|a| !a.is_empty())
     }
 
     /// Queues an answer (a whole encoded frame), behind any still owed.
     pub fn push_answer(&mut self, frame: Bytes) {
-        match self.answers.is_empty() {
-            true => self.push_raw(frame),
-            false => self.answers.push_back(Answer::Ready(frame)),
+        match &mut self.answers {
+            Some(answers) if !answers.is_empty() => answers.push_back(Answer::Ready(frame)),
+            _ => self.push_raw(frame),
         }
     }
 
@@ -157,23 +164,31 @@ impl Outbound {
     /// nothing to send after all): it takes its place, and it and the
     /// ready answers behind it go out, up to the next owed one.
     pub fn pay_answer(&mut self, request_id: u32, frame: Option<Bytes>) {
-        let owed = self
-            .answers
+        let Some(mut answers) = self.answers.take() else {
+            if let Some(frame) = frame {
+                self.push_raw(frame);
+            }
+            return;
+        };
+        let owed = answers
             .iter()
             .position(|a| matches!(a, Answer::Owed(id) if *id == request_id));
         match (owed, frame) {
-            (Some(i), Some(frame)) => self.answers[i] = Answer::Ready(frame),
+            (Some(i), Some(frame)) => answers[i] = Answer::Ready(frame),
             (Some(i), None) => {
-                self.answers.remove(i);
+                answers.remove(i);
             }
-            (None, Some(frame)) => return self.push_answer(frame),
-            (None, None) => return,
+            // Nothing was owed: behind what is, if anything is.
+            (None, Some(frame)) if answers.is_empty() => self.push_raw(frame),
+            (None, Some(frame)) => answers.push_back(Answer::Ready(frame)),
+            (None, None) => {}
         }
-        while let Some(Answer::Ready(_)) = self.answers.front() {
-            if let Some(Answer::Ready(bytes)) = self.answers.pop_front() {
+        while let Some(Answer::Ready(_)) = answers.front() {
+            if let Some(Answer::Ready(bytes)) = answers.pop_front() {
                 self.push_raw(bytes);
             }
         }
+        self.answers = Some(answers);
     }
 
     /// Queues bytes that are a whole frame already (STOMP's).

@@ -31,7 +31,7 @@ pub fn settle(
     // under one lock of it.
     let mut run: Option<AckRun> = None;
     for id in ids {
-        let Some(u) = session.unacked.remove(&id) else {
+        let Some(u) = session.traffic_mut().and_then(|t| t.unacked.remove(&id)) else {
             unknown.push(id);
             continue;
         };
@@ -93,7 +93,12 @@ pub fn commit(
     let mut per_queue: HashMap<&str, usize> = HashMap::new();
     for op in &ops {
         if let Deferred::Settle(ids, _) = op {
-            if let Some(id) = ids.iter().find(|id| !session.unacked.contains_key(id)) {
+            let outstanding = |id: &u64| {
+                session
+                    .traffic_ref()
+                    .is_some_and(|t| t.unacked.contains_key(id))
+            };
+            if let Some(id) = ids.iter().find(|id| !outstanding(id)) {
                 return Err(rolled_back(format!(
                     "transaction rolled back: delivery {id} is not outstanding on this connection"
                 )));

@@ -82,6 +82,9 @@ pub enum Notice {
     },
     /// The server closes this connection, for this reason.
     Close(ConnectionRef, Closing),
+    /// The management interface lists connections: describe this
+    /// worker's.
+    Describe(Describe),
 }
 
 impl Notice {
@@ -92,7 +95,7 @@ impl Notice {
             | Notice::LoggedIn { conn, .. }
             | Notice::Browsed { conn, .. }
             | Notice::Close(conn, _) => Some(conn),
-            Notice::Deliver(_) | Notice::Wake(_) | Notice::Run(_) => None,
+            Notice::Deliver(_) | Notice::Wake(_) | Notice::Run(_) | Notice::Describe(_) => None,
         }
     }
 }
@@ -171,53 +174,108 @@ impl Limits {
     }
 }
 
-/// A connection as the management interface sees it. The worker that owns
-/// the connection keeps it up to date.
+/// A connection as the management interface sees it, described by the
+/// worker that owns it when asked ([`Notice::Describe`]).
 #[derive(Debug)]
-pub struct ConnInfo {
+pub struct ConnView {
     /// Server-wide unique connection number.
     pub serial: u64,
-    /// Where it lives now: a connection may move to another worker. While
-    /// it moves, the slot is [`MOVING`].
-    pub home: std::sync::Mutex<ConnectionRef>,
+    /// The client id it connected with ("" = none, or not connected yet).
+    pub client_id: Arc<str>,
+    /// The user it logged in as ("" = anonymous, or not yet).
+    pub user: String,
+    /// The peer's address, if the socket could tell.
+    pub peer: Option<std::net::SocketAddr>,
     /// Its listener's protocol.
     pub protocol: Protocol,
-    /// The peer's address.
-    pub peer: String,
-    /// When it was accepted.
-    pub since: std::time::SystemTime,
-    /// (client id, user) once it has connected.
-    pub identity: std::sync::Mutex<(String, String)>,
     /// Subscriptions it holds.
-    pub subscriptions: AtomicUsize,
+    pub subscriptions: usize,
     /// Bytes read from it.
-    pub bytes_in: AtomicU64,
+    pub bytes_in: u64,
     /// Bytes written to it.
-    pub bytes_out: AtomicU64,
+    pub bytes_out: u64,
+    /// How long it has been open.
+    pub age: std::time::Duration,
 }
+
+/// A peer's address as text ("?" if the socket could not tell).
+pub fn peer_name(peer: Option<std::net::SocketAddr>) -> String {
+    peer.map_or_else(|| "?".into(), |a| a.to_string())
+}
+
+/// What a worker answers [`Notice::Describe`] with: its connections.
+pub type Describe = Box<dyn FnOnce(Vec<ConnView>) + Send>;
 
 /// The slot of a connection on its way to another worker.
 pub const MOVING: usize = usize::MAX;
 
-impl ConnInfo {
-    /// Where the connection lives now.
-    pub fn home(&self) -> ConnectionRef {
-        *lock(&self.home)
+/// Where each open connection lives, by its serial: how a notice, an
+/// administrator's command or a session takeover finds a connection that
+/// may have moved to another worker. One small entry per connection, kept
+/// by the worker that owns it.
+#[derive(Default)]
+pub struct Places(std::sync::Mutex<crate::collections::FastMap<u64, Place>>);
+
+/// Where one connection lives, in eight bytes.
+#[derive(Clone, Copy)]
+struct Place {
+    /// Its slot in its worker's slab; `u32::MAX` while it moves.
+    slot: u32,
+    /// Its worker.
+    worker: u16,
+    /// Its listener's protocol.
+    protocol: Protocol,
+}
+
+impl Places {
+    /// Notes where connection `home.serial`, of `protocol`, lives now (a
+    /// new one, or one that has moved here).
+    pub fn set_home(&self, home: ConnectionRef, protocol: Protocol) {
+        // A slot indexes a slab of at most `max_connections`, and workers
+        // are a few per core: both fit.
+        let place = Place {
+            slot: home.slot as u32,
+            worker: home.worker as u16,
+            protocol,
+        };
+        lock(&self.0).insert(home.serial, place);
     }
 
-    /// Notes where the connection lives now.
-    pub fn set_home(&self, home: ConnectionRef) {
-        *lock(&self.home) = home;
+    /// Where connection `serial` lives now, and its protocol, if it is
+    /// open. While it moves, the slot is [`MOVING`].
+    pub fn home(&self, serial: u64) -> Option<(ConnectionRef, Protocol)> {
+        let place = *lock(&self.0).get(&serial)?;
+        let slot = match place.slot {
+            u32::MAX => MOVING,
+            slot => slot as usize,
+        };
+        let home = ConnectionRef {
+            worker: place.worker.into(),
+            slot,
+            serial,
+        };
+        Some((home, place.protocol))
     }
 
-    /// Notes that the connection left worker `from` for `to`, unless `to`
-    /// already said where it put it.
-    pub fn set_leaving(&self, from: usize, to: usize) {
-        let mut home = lock(&self.home);
-        if home.worker == from {
-            home.worker = to;
-            home.slot = MOVING;
+    /// Notes that connection `serial` left worker `from` for `to`, unless
+    /// `to` already said where it put it.
+    pub fn set_leaving(&self, serial: u64, from: usize, to: usize) {
+        if let Some(place) = lock(&self.0).get_mut(&serial) {
+            if usize::from(place.worker) == from {
+                place.worker = to as u16;
+                place.slot = u32::MAX;
+            }
         }
+    }
+
+    /// Whether a connection is open that is not in `listed`.
+    pub fn missing_from(&self, listed: &std::collections::HashSet<u64>) -> bool {
+        lock(&self.0).keys().any(|serial| !listed.contains(serial))
+    }
+
+    /// Forgets a connection that has closed.
+    pub fn remove(&self, serial: u64) {
+        lock(&self.0).remove(&serial);
     }
 }
 
@@ -243,13 +301,6 @@ pub fn confirmation(shared: &Arc<Shared>, conn: ConnectionRef, request_id: u32) 
             result,
         })
     })
-}
-
-/// The address connection `conn` comes from, if it is known.
-pub fn peer_ip(shared: &Shared, conn: ConnectionRef) -> Option<std::net::IpAddr> {
-    let connections = lock(&shared.connections);
-    let peer = &connections.get(&conn.serial)?.peer;
-    peer.parse::<std::net::SocketAddr>().ok().map(|a| a.ip())
 }
 
 /// A login completion that reports to `conn`'s worker.
@@ -352,11 +403,11 @@ pub struct Shared {
     pub open_connections: AtomicUsize,
     /// Source of connection serial numbers.
     pub next_serial: AtomicU64,
-    /// Every open connection, by serial number.
-    pub connections: std::sync::Mutex<HashMap<u64, Arc<ConnInfo>>>,
+    /// Where every open connection lives, by serial number.
+    pub places: Places,
     /// The client ids of logged-in connections, and whose they are: one
     /// live connection per client id.
-    pub client_ids: std::sync::Mutex<HashMap<String, u64>>,
+    pub client_ids: std::sync::Mutex<HashMap<Arc<str>, u64>>,
     /// Connections waiting to take a client id over from the one that
     /// holds it (MQTT's session takeover), with who logged in.
     pub heirs: std::sync::Mutex<HashMap<String, (ConnectionRef, Principal)>>,
@@ -406,5 +457,43 @@ pub fn hand_out(shared: &Shared, deliveries: &mut crate::broker::delivery::Deliv
     }
     for (worker, batch) in deliveries.drain(None) {
         shared.workers[worker].post(Notice::Deliver(batch));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(worker: usize, slot: usize, serial: u64) -> ConnectionRef {
+        ConnectionRef {
+            worker,
+            slot,
+            serial,
+        }
+    }
+
+    #[test]
+    fn places_follow_a_connection_that_moves() {
+        let places = Places::default();
+        places.set_home(at(1, 7, 42), Protocol::Mqtt);
+        assert_eq!(places.home(42), Some((at(1, 7, 42), Protocol::Mqtt)));
+        assert_eq!(places.home(43), None);
+
+        // On its way: the new worker, no slot yet.
+        places.set_leaving(42, 1, 0);
+        assert_eq!(places.home(42), Some((at(0, MOVING, 42), Protocol::Mqtt)));
+        places.set_home(at(0, 3, 42), Protocol::Mqtt);
+        // A late word from the worker it left changes nothing.
+        places.set_leaving(42, 1, 0);
+        assert_eq!(places.home(42), Some((at(0, 3, 42), Protocol::Mqtt)));
+
+        let listed = std::collections::HashSet::from([42]);
+        assert!(!places.missing_from(&listed));
+        places.set_home(at(1, 0, 50), Protocol::Native);
+        assert!(places.missing_from(&listed));
+        places.remove(50);
+        places.remove(42);
+        assert_eq!(places.home(42), None);
+        assert!(!places.missing_from(&Default::default()));
     }
 }

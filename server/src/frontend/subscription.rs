@@ -37,7 +37,9 @@ pub fn selector(
     let selector = ctx.shared.broker.parse_selector(text).map_err(refusal)?;
     if let Some(s) = &selector {
         let limit = ctx.shared.config.selectors.max_bytes_per_connection;
-        let held: usize = session.selector_memory.values().sum();
+        let held: usize = session
+            .traffic_ref()
+            .map_or(0, |t| t.selector_memory.values().sum());
         if held + s.memory() > limit {
             return Err(Refusal::soft(
                 ErrorCode::LimitExceeded,
@@ -56,7 +58,7 @@ pub fn selector(
 /// connection's selector memory until the subscription ends.
 pub fn hold_selector(id: u32, selector: Option<&Selector>, session: &mut Session) {
     if let Some(s) = selector {
-        session.selector_memory.insert(id, s.memory());
+        session.traffic().selector_memory.insert(id, s.memory());
     }
 }
 
@@ -81,7 +83,10 @@ pub fn subscribe(
         .broker
         .subscribe(request, subscriber, ctx.deliveries)
         .map_err(refusal)?;
-    session.subscriptions.insert(subscription_id, handle);
+    session
+        .traffic()
+        .subscriptions
+        .insert(subscription_id, handle);
     hold_selector(subscription_id, selector.as_deref(), session);
     Ok(())
 }
@@ -156,12 +161,15 @@ pub fn end_subscription(
     session: &mut Session,
     ctx: &mut Context<'_>,
 ) -> bool {
-    let Some(handle) = session.subscriptions.remove(&subscription_id) else {
+    let Some(traffic) = session.traffic_mut() else {
+        return false;
+    };
+    let Some(handle) = traffic.subscriptions.remove(&subscription_id) else {
         return false;
     };
     let seen: Option<HashSet<u64>> = seen.map(|ids| ids.iter().copied().collect());
     let mut unseen = Vec::new();
-    session.unacked.retain(|id, u| {
+    traffic.unacked.retain(|id, u| {
         if u.subscription_id != subscription_id {
             return true;
         }
@@ -170,10 +178,10 @@ pub fn end_subscription(
         }
         false
     });
-    session.best_effort.remove(&subscription_id);
-    session.selector_memory.remove(&subscription_id);
+    traffic.best_effort.remove(&subscription_id);
+    traffic.selector_memory.remove(&subscription_id);
     // Its id may start another subscription, whose dispatches count from 1.
-    session.in_order.remove(&subscription_id);
+    traffic.in_order.remove(&subscription_id);
     let subscriber = Subscriber {
         conn: ctx.me,
         subscription_id,

@@ -64,12 +64,13 @@ pub fn recover(
 /// order (RECOVER, ROLLBACK).
 pub fn recover_subscriptions(f: Recover, session: &mut Session, ctx: &mut Context<'_>) {
     let subscriptions: HashSet<u32> = f.subscription_ids.into_iter().collect();
-    let mut ids: Vec<u64> = session
-        .unacked
-        .iter()
-        .filter(|(_, u)| subscriptions.contains(&u.subscription_id))
-        .map(|(id, _)| *id)
-        .collect();
+    let mut ids: Vec<u64> = session.traffic_ref().map_or_else(Vec::new, |t| {
+        t.unacked
+            .iter()
+            .filter(|(_, u)| subscriptions.contains(&u.subscription_id))
+            .map(|(id, _)| *id)
+            .collect()
+    });
     ids.sort_unstable();
     settle(
         ids,

@@ -31,7 +31,7 @@ pub(super) fn handle(
     check_id_length("client id", &f.client_id, config.max_id_length)
         .map_err(|r| Refusal::fatal(ErrorCode::LimitExceeded, r.into_parts().2))?;
     session.phase = Phase::Connected;
-    session.client_id = f.client_id;
+    session.set_client_id(&f.client_id);
     session.silence_limit = Duration::from_millis(heartbeat_ms.into());
     let connected = Connected {
         server_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -40,7 +40,7 @@ pub(super) fn handle(
         max_frame_size: config.max_frame_size,
     };
     let done = crate::frontend::login_result(ctx.shared, ctx.me);
-    let peer = crate::frontend::peer_ip(ctx.shared, ctx.me);
+    let peer = session.peer.map(|a| a.ip());
     match ctx.shared.auth.login(&f.user, &f.password, peer, done) {
         Some(principal) => {
             admit(session, principal, ctx.shared, ctx.me.serial)?;

@@ -22,7 +22,7 @@ pub fn handle(
         .shared
         .limits
         .get(&ctx.shared.limits.max_subscriptions_per_connection);
-    if session.subscriptions.len() >= limit {
+    if session.subscription_count() >= limit {
         return Err(Refusal::soft(
             ErrorCode::LimitExceeded,
             format!("this connection already holds {limit} subscriptions, the most allowed"),
@@ -30,7 +30,7 @@ pub fn handle(
     }
     let max_id = ctx.shared.config.max_id_length;
     crate::frontend::check_id_length("durable subscription name", &f.durable_name, max_id)?;
-    if session.subscriptions.contains_key(&f.subscription_id) {
+    if session.has_subscription(f.subscription_id) {
         return Err(Refusal::soft(
             ErrorCode::DuplicateSubscription,
             format!(
@@ -69,17 +69,18 @@ pub fn handle(
         shared: f.shared,
         durable: f.durable,
         // A best-effort subscriber's deliveries are dropped instead.
-        backlog: (!f.best_effort).then(|| session.backlog.clone()),
+        backlog: (!f.best_effort).then(|| session.backlog()),
         kept: true,
     };
     // The RECEIPT is queued before any message the subscription may
     // already have waiting: deliveries are routed after this frame.
     subscribe(f.subscription_id, request, session, ctx)?;
+    let traffic = session.traffic();
     if f.best_effort {
-        session.best_effort.insert(f.subscription_id);
+        traffic.best_effort.insert(f.subscription_id);
     }
-    if f.temporary && !session.temporary_queues.contains(&f.pattern) {
-        session.temporary_queues.push(f.pattern);
+    if f.temporary && !traffic.temporary_queues.contains(&f.pattern) {
+        traffic.temporary_queues.push(f.pattern);
     }
     if f.durable_name.is_empty() {
         receipt(out, request_id);

@@ -28,6 +28,7 @@ pub fn tx_send(
         let why = format!("transaction {} is rolled back: {why}", f.transaction_id);
         let max_open = ctx.shared.config.max_transactions_per_connection;
         session
+            .traffic()
             .transactions
             .doom(f.transaction_id, why.clone(), max_open);
         return Err(Refusal::soft(code, why));
@@ -37,9 +38,12 @@ pub fn tx_send(
         .limits
         .get(&ctx.shared.limits.max_transaction_bytes);
     let max_open = ctx.shared.config.max_transactions_per_connection;
-    session
-        .transactions
-        .hold(f.transaction_id, Deferred::Send(f.message), limit, max_open)?;
+    session.traffic().transactions.hold(
+        f.transaction_id,
+        Deferred::Send(f.message),
+        limit,
+        max_open,
+    )?;
     super::answer::receipt(out, request_id);
     Ok(Flow::Continue)
 }
@@ -53,8 +57,8 @@ pub fn handle_commit(
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
     let mut held = session
-        .transactions
-        .end(&f.transaction_id)
+        .traffic_mut()
+        .and_then(|t| t.transactions.end(&f.transaction_id))
         .unwrap_or_default();
     if !f.consumed.delivery_ids.is_empty() {
         held.add_at_commit(Deferred::Settle(
@@ -76,7 +80,9 @@ pub fn handle_rollback(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
-    session.transactions.end(&f.transaction_id);
+    if let Some(t) = session.traffic_mut() {
+        t.transactions.end(&f.transaction_id);
+    }
     recover_subscriptions(f.subscriptions, session, ctx);
     super::answer::receipt(out, request_id);
     Ok(Flow::Continue)

@@ -187,7 +187,7 @@ fn connect_packet(
             Property::MaximumPacketSize(0) => {
                 return Err(Fatal(0x82, "a maximum packet size of 0".into()))
             }
-            Property::MaximumPacketSize(n) => mqtt.max_packet = *n as usize,
+            Property::MaximumPacketSize(n) => mqtt.max_packet = *n,
             Property::RequestResponseInfo(1) => mqtt.response_info = true,
             Property::AuthMethod(m) => {
                 return Err(Fatal(
@@ -224,7 +224,7 @@ fn connect_packet(
         0 => Duration::MAX,
         secs => Duration::from_millis(u64::from(secs) * 1500),
     };
-    session.client_id = client_id;
+    session.set_client_id(&client_id);
     mqtt.decoder.set_max_size(config.max_frame_size as usize);
     let user = connect.username.unwrap_or_default();
     let password = match connect.password {
@@ -236,7 +236,7 @@ fn connect_packet(
         },
     };
     let done = crate::frontend::login_result(ctx.shared, ctx.me);
-    let peer = crate::frontend::peer_ip(ctx.shared, ctx.me);
+    let peer = session.peer.map(|a| a.ip());
     match ctx.shared.auth.login(&user, &password, peer, done) {
         Some(principal) => admitted(principal, mqtt, session, out, ctx)
             .map_err(|(code, why)| Fatal(reason_for(code), why)),
@@ -295,7 +295,7 @@ pub fn admitted(
     if mqtt.version == Version::V5 {
         let config = &ctx.shared.config;
         if mqtt.assigned {
-            properties.push(Property::AssignedClientId(client.clone()));
+            properties.push(Property::AssignedClientId(client.to_string()));
         }
         properties.extend([
             Property::ReceiveMaximum(config.mqtt.receive_maximum),
@@ -450,7 +450,7 @@ fn subscribe_one(
         .shared
         .limits
         .get(&ctx.shared.limits.max_subscriptions_per_connection);
-    if session.subscriptions.len() >= limit {
+    if session.subscription_count() >= limit {
         return Err((
             0x97,
             format!("this connection already holds {limit} subscriptions"),
@@ -458,8 +458,9 @@ fn subscribe_one(
     }
     let acknowledged = options.qos != QoS::AtMostOnce;
     let durable = group.is_none() && !durable_name.is_empty();
-    let number = mqtt.next_subscription;
-    mqtt.next_subscription += 1;
+    let ex = mqtt.ex();
+    let number = ex.next_subscription.max(1);
+    ex.next_subscription = number + 1;
     // Retain handling: 0 sends the retained messages, 1 only to a new
     // subscription, 2 never; a resumed one had them.
     let kept = !resumed
@@ -472,7 +473,7 @@ fn subscribe_one(
     // belongs to no client id: every client's members share it.
     let owner = match group {
         Some(_) => String::new(),
-        None => session.client_id.clone(),
+        None => session.client_id.to_string(),
     };
     let user = session.principal.user.clone();
     let request = SubscribeRequest {
@@ -487,7 +488,7 @@ fn subscribe_one(
         temporary: false,
         shared: group.is_some(),
         durable: false,
-        backlog: Some(session.backlog.clone()),
+        backlog: Some(session.backlog()),
         kept,
     };
     let refused = |r: Refusal| (reason_for(r.code()), r.message().to_owned());

@@ -89,13 +89,15 @@ pub(super) struct Exchanges {
     in_flight: FastMap<u16, InFlight>,
     /// Deliveries waiting for room in the window: (delivery id, packet).
     waiting: VecDeque<(u64, Publish)>,
+    /// The server's number for the next subscription (from 1).
+    pub(super) next_subscription: u32,
+    /// The request id for the next publish whose answer is owed (from 1).
+    next_request: u32,
 }
 
 /// What an MQTT connection needs besides the protocol-neutral session.
 pub struct MqttSession {
     pub(super) decoder: Decoder,
-    /// The connection's serial, which its messages' ids carry.
-    serial: u64,
     /// The version CONNECT asked for (3.1.1 until then).
     pub(super) version: Version,
     /// CONNECT was taken and the connection waits for its login.
@@ -112,8 +114,6 @@ pub struct MqttSession {
     pub(super) response_info: bool,
     /// Published if the connection ends without a DISCONNECT.
     pub(super) will: Option<Box<Will>>,
-    pub(super) next_subscription: u32,
-    next_request: u32,
     pub(super) next_message: u64,
     /// Its subscriptions and QoS 1 and 2 exchanges: made when the first
     /// is, so that a connection that only connects holds none of it.
@@ -122,7 +122,7 @@ pub struct MqttSession {
     /// QoS 1 and 2 deliveries in flight at once, at most.
     pub(super) window: u16,
     /// The largest packet the client takes.
-    pub(super) max_packet: usize,
+    pub(super) max_packet: u32,
     /// For MQTT over WebSocket, the WebSocket's state.
     pub(super) websocket: Option<Box<WebSocket>>,
     /// Where the messages it publishes and the packets it is sent are
@@ -141,12 +141,11 @@ impl MqttSession {
         self.ex.as_deref()
     }
 
-    /// A session that has not connected yet, for connection `serial`; its
+    /// A session that has not connected yet; its
     /// first packet may be `max_connect` bytes at most.
-    pub fn new(serial: u64, max_connect: usize, window: u16, websocket: bool) -> MqttSession {
+    pub fn new(max_connect: usize, window: u16, websocket: bool) -> MqttSession {
         MqttSession {
             decoder: Decoder::new(max_connect),
-            serial,
             version: Version::V311,
             connecting: false,
             persistent: false,
@@ -155,13 +154,11 @@ impl MqttSession {
             assigned: false,
             response_info: false,
             will: None,
-            next_subscription: 1,
-            next_request: 1,
             next_message: 1,
             ex: None,
             next_packet_id: 1,
             window,
-            max_packet: usize::MAX,
+            max_packet: u32::MAX,
             websocket: websocket.then(|| Box::new(WebSocket::new(SUBPROTOCOLS))),
             chunks: Chunks::default(),
         }
@@ -178,9 +175,10 @@ impl MqttSession {
 
     /// A request id for a publish whose answer is owed.
     pub(super) fn owe(&mut self, owed: Owed) -> u32 {
-        let id = self.next_request;
-        self.next_request = self.next_request.wrapping_add(1).max(1);
-        self.ex().owed.insert(id, owed);
+        let ex = self.ex();
+        let id = ex.next_request.max(1);
+        ex.next_request = id.wrapping_add(1);
+        ex.owed.insert(id, owed);
         id
     }
 
@@ -211,8 +209,8 @@ impl MqttSession {
         Ok(p.topic.clone())
     }
 
-    /// Sends one delivery; true if the server acknowledges it itself (it
-    /// goes at QoS 0, or not at all).
+    /// Sends one delivery to connection `serial`; true if the server
+    /// acknowledges it itself (it goes at QoS 0, or not at all).
     pub fn message(
         &mut self,
         out: &mut Outbound,
@@ -220,6 +218,7 @@ impl MqttSession {
         delivery_id: u64,
         count: u32,
         block: &Bytes,
+        serial: u64,
     ) -> bool {
         let Some(sub) = self
             .exchanges()
@@ -237,10 +236,7 @@ impl MqttSession {
         if sub.dollar_guard && m.destination.starts_with('$') {
             return true;
         }
-        if sub.no_local
-            && m.message_id
-                .starts_with(IdPrefix::default().of(self.serial))
-        {
+        if sub.no_local && m.message_id.starts_with(IdPrefix::default().of(serial)) {
             return true;
         }
         let qos = sub.qos.min(mapping::published_qos(&m));
@@ -288,7 +284,7 @@ impl MqttSession {
         };
         mqtt::encode(packet, self.version, self.chunks.room(need));
         let bytes = self.chunks.cut();
-        if bytes.len() > self.max_packet {
+        if bytes.len() > self.max_packet as usize {
             log::debug!(
                 "a {}-byte packet is over the client's maximum of {}: dropped",
                 bytes.len(),
@@ -412,7 +408,7 @@ impl MqttSession {
             _ => {
                 log::debug!(
                     "connection {}: an acknowledgement of nothing in flight ({packet_id})",
-                    self.serial
+                    ctx.me.serial
                 );
                 return;
             }
@@ -508,9 +504,9 @@ impl MqttSession {
 
     /// Reports that another connection took the session over (5.0's
     /// 0x8E) before the connection closes.
-    pub fn taken_over(&mut self, out: &mut Outbound, phase: Phase) {
+    pub fn taken_over(&mut self, out: &mut Outbound, phase: Phase, serial: u64) {
         let why = "another connection took the session over".to_owned();
-        let _ = self.refuse(out, phase, Fatal(0x8E, why), self.serial);
+        let _ = self.refuse(out, phase, Fatal(0x8E, why), serial);
     }
 
     /// Reports a server-side error (a keep-alive timeout, a shutdown, an

@@ -22,20 +22,22 @@ use slab::Slab;
 use super::connection::{Connection, Front, ReadState, ReadStatus};
 use super::{Command, WorkerHandle, WAKER};
 use crate::frontend::outbound::{Droppable, WriteStatus};
-use crate::frontend::{Closing, ConnInfo, Notice, Protocol, Shared};
+use crate::frontend::{peer_name, Closing, Notice, Protocol, Shared};
 use rustls::ServerConnection;
 
 use crate::auth::{LoginError, Principal};
 use crate::broker::delivery::{Deliveries, Delivery, Seen};
 use crate::broker::{Backlog, ConnectionRef, PeerError, Subscriber};
 use crate::config::SlowConsumerPolicy;
+
+/// The most connection slots a worker reserves address space for.
+const RESERVED_SLOTS: usize = 1 << 18;
 use crate::frontend::{admit, publish, release_client_id, Context, Flow, Published};
 use crate::handlers;
 use crate::mqtt::{self, MqttSession};
 use crate::session::{Phase, Session, Unacked};
 use crate::stomp::{self, StompSession};
 use crate::store::StoreError;
-use crate::sync::lock;
 use herald_protocol::message::is_persistent;
 use herald_protocol::stomp::StompLimits;
 
@@ -47,7 +49,7 @@ const SCRATCH_LEN: usize = 64 * 1024;
 const PAUSE_CHECK: Duration = Duration::from_millis(1);
 /// A publisher whose messages went only to another worker's connections
 /// this many reads in a row, a few at a time, moves to that worker...
-const MOVE_AFTER: u32 = 64;
+const MOVE_AFTER: u16 = 64;
 /// ..."a few" being this many at most: a hand-over per message costs most
 /// of a message's latency, while bigger bursts share one, and a second
 /// thread is then worth more than the hand-over costs...
@@ -109,7 +111,12 @@ impl Worker {
                 connected: Decoder::new(config.max_frame_size),
             },
             deliveries: Deliveries::new(shared.workers.len()),
-            conns: Slab::new(),
+            // Room for every connection the server takes (any may move
+            // here), reserved and not touched: pages become resident as
+            // connections fill them, and the slab never grows, which would
+            // copy it and leave the old copy's pages behind (past
+            // `RESERVED_SLOTS` it does).
+            conns: Slab::with_capacity(config.max_connections.min(RESERVED_SLOTS)),
             scratch: vec![0; SCRATCH_LEN],
             dirty: Vec::new(),
             unfinished: Vec::new(),
@@ -242,6 +249,9 @@ impl Worker {
                 result,
             } => self.browsed(conn, subscription_id, request_id, result),
             Notice::Close(conn, why) => self.close_by(conn, why),
+            Notice::Describe(answer) => {
+                answer(self.conns.iter().map(|(_, c)| c.describe()).collect())
+            }
         }
     }
 
@@ -255,9 +265,7 @@ impl Worker {
         if live(&mut self.conns, *target).is_some() {
             return Some(notice);
         }
-        let home = lock(&self.shared.connections)
-            .get(&target.serial)
-            .map(|info| info.home());
+        let home = self.shared.places.home(target.serial).map(|(home, _)| home);
         // Gone: the notice finds nothing, as for any closed connection.
         let Some(home) = home else {
             return Some(notice);
@@ -305,7 +313,7 @@ impl Worker {
         let mqtt = |websocket| {
             let window = config.mqtt.receive_maximum;
             let max = config.max_connect_frame_size as usize;
-            Front::Mqtt(Box::new(MqttSession::new(serial, max, window, websocket)))
+            Front::Mqtt(Box::new(MqttSession::new(max, window, websocket)))
         };
         let front = match protocol {
             Protocol::Native | Protocol::NativeTls => Front::Native,
@@ -314,31 +322,20 @@ impl Worker {
             Protocol::Mqtt | Protocol::MqttTls => mqtt(false),
             Protocol::MqttWebSocket => mqtt(true),
         };
-        let info = Arc::new(ConnInfo {
+        let home = ConnectionRef {
+            worker: self.index,
+            slot,
             serial,
-            home: std::sync::Mutex::new(ConnectionRef {
-                worker: self.index,
-                slot,
-                serial,
-            }),
-            protocol,
-            peer: stream
-                .peer_addr()
-                .map_or_else(|_| "?".into(), |a| a.to_string()),
-            since: std::time::SystemTime::now(),
-            identity: Default::default(),
-            subscriptions: Default::default(),
-            bytes_in: Default::default(),
-            bytes_out: Default::default(),
-        });
-        lock(&self.shared.connections).insert(serial, info.clone());
+        };
+        self.shared.places.set_home(home, protocol);
+        let peer = stream.peer_addr().ok();
         entry.insert(Connection::new(
             serial,
             stream,
-            Session::new(timeout),
+            Session::new(timeout, peer),
             front,
             tls,
-            info,
+            protocol,
         ));
         self.stats().connections.fetch_add(1, Ordering::Relaxed);
         // Bytes may have arrived before registration; edge-triggered polls
@@ -405,7 +402,7 @@ impl Worker {
                 self.moving.push((me, to));
             }
         }
-        conn.note();
+        conn.release_read_buffer();
         match outcome {
             Ok(Flow::Close) => conn.read = ReadState::Closing,
             Ok(_) => {}
@@ -430,8 +427,9 @@ impl Worker {
     fn carry_on(&mut self, target: ConnectionRef, more: bool, backlog: Option<Arc<Backlog>>) {
         match backlog {
             Some(backlog) => {
-                let paused = live(&mut self.conns, target)
-                    .is_some_and(|c| c.wait_for(ReadState::Paused(backlog, Instant::now())));
+                let paused = live(&mut self.conns, target).is_some_and(|c| {
+                    c.wait_for(ReadState::Paused(Box::new((backlog, Instant::now()))))
+                });
                 if paused {
                     self.paused.push(target);
                     self.stats()
@@ -457,7 +455,8 @@ impl Worker {
         let (ready, waiting): (Vec<_>, Vec<_>) = self.paused.drain(..).partition(|target| {
             let conn = conns.get(target.slot).filter(|c| c.serial == target.serial);
             match conn.map(|c| &c.read) {
-                Some(ReadState::Paused(backlog, since)) => {
+                Some(ReadState::Paused(pause)) => {
+                    let (backlog, since) = &**pause;
                     !backlog.is_high() || now.duration_since(*since) >= most
                 }
                 _ => true,
@@ -488,7 +487,7 @@ impl Worker {
         let more = resume(&self.decoders, conn, &mut ctx, Flow::Continue);
         let backlog = ctx.backlog.take();
         drop(ctx);
-        conn.note();
+        conn.release_read_buffer();
         self.carry_on(target, more, backlog);
     }
 
@@ -533,7 +532,7 @@ impl Worker {
             let more = resume(&self.decoders, conn, &mut ctx, flow);
             let backlog = ctx.backlog.take();
             drop(ctx);
-            conn.note();
+            conn.release_read_buffer();
             self.carry_on(target, more, backlog);
             self.mark_dirty(target.slot);
         }
@@ -563,7 +562,7 @@ impl Worker {
             let mut conn = self.conns.remove(target.slot);
             let _ = self.poll.registry().deregister(&mut conn.stream);
             self.stats().connections.fetch_sub(1, Ordering::Relaxed);
-            let info = conn.info.clone();
+            let serial = conn.serial;
             log::debug!(
                 "connection {}: moves from worker {} to worker {to}",
                 target.serial,
@@ -575,7 +574,7 @@ impl Worker {
             // nothing: the server is shutting down, and the connection
             // closes with it.
             if self.workers[to].send(Command::Take(Box::new(conn))) {
-                info.set_leaving(self.index, to);
+                self.shared.places.set_leaving(serial, self.index, to);
             }
         }
     }
@@ -584,10 +583,9 @@ impl Worker {
     fn take_over(&mut self, mut conn: Connection) {
         conn.dirty = false;
         conn.blocked = false;
-        conn.pull = (self.index, 0);
+        conn.pull.reset(self.index);
         conn.moved_in = Some(Instant::now());
-        let serial = conn.serial;
-        let info = conn.info.clone();
+        let (serial, protocol) = (conn.serial, conn.protocol);
         let slot = self.conns.insert(conn);
         self.stats().connections.fetch_add(1, Ordering::Relaxed);
         self.stats().moved_in.fetch_add(1, Ordering::Relaxed);
@@ -596,7 +594,7 @@ impl Worker {
             slot,
             serial,
         };
-        info.set_home(home);
+        self.shared.places.set_home(home, protocol);
         let interest = Interest::READABLE | Interest::WRITABLE;
         let stream = &mut self.conns[slot].stream;
         if let Err(e) = self.poll.registry().register(stream, Token(slot), interest) {
@@ -691,6 +689,7 @@ impl Worker {
             match live(&mut self.conns, d.to.conn) {
                 Some(conn) if d.order != 0 => conn
                     .session
+                    .traffic()
                     .in_order
                     .entry(d.to.subscription_id)
                     .or_default()
@@ -719,12 +718,14 @@ impl Worker {
             let conn = live(&mut self.conns, target);
             if let (Some(c), None) = (&conn, &d.ack) {
                 // Routed to it and now here, even if not delivered.
-                c.session.backlog.arrived(d.message.len());
+                if let Some(backlog) = c.session.backlog_signal() {
+                    backlog.arrived(d.message.len());
+                }
             }
             let live = conn.filter(|c| {
                 // The slot may have been reused, or the subscription
                 // dropped, since the message was routed.
-                !c.closing() && c.session.subscriptions.contains_key(&subscription_id)
+                !c.closing() && c.session.has_subscription(subscription_id)
             });
             let Some(conn) = live else {
                 // A queue's message must not vanish with its consumer.
@@ -736,8 +737,9 @@ impl Worker {
             let delivery_id = conn.session.next_delivery_id();
             // Only what nobody tracks and nobody must keep may be dropped,
             // and whatever a best-effort subscriber gets.
-            let best_effort = !conn.session.best_effort.is_empty()
-                && conn.session.best_effort.contains(&subscription_id);
+            let best_effort = conn.session.traffic_ref().is_some_and(|t| {
+                !t.best_effort.is_empty() && t.best_effort.contains(&subscription_id)
+            });
             let droppable = if best_effort {
                 Droppable::BestEffort
             } else if d.ack.is_none() && !is_persistent(&d.message) {
@@ -756,7 +758,7 @@ impl Worker {
                 if server_acks {
                     self.shared.broker.ack(&ack, &d.to, &mut self.deliveries);
                 } else {
-                    conn.session.unacked.insert(
+                    conn.session.traffic().unacked.insert(
                         delivery_id,
                         Unacked {
                             subscription_id,
@@ -971,16 +973,14 @@ impl Worker {
         // CONNECT must have arrived within the connect timeout of the
         // accept, however slowly its bytes trickle in (one that went
         // silent was told so above).
-        let deadline = std::time::SystemTime::now().checked_sub(Duration::from_millis(
-            self.shared.config.connect_timeout_ms.into(),
-        ));
+        let timeout = Duration::from_millis(self.shared.config.connect_timeout_ms.into());
         let late: Vec<usize> = self
             .conns
             .iter()
             .filter(|(_, c)| {
                 c.session.phase == Phase::AwaitingConnect
                     && !c.closing()
-                    && deadline.is_some_and(|d| c.info.since < d)
+                    && c.accepted.elapsed() > timeout
             })
             .map(|(slot, _)| slot)
             .collect();
@@ -990,7 +990,7 @@ impl Worker {
             log::info!(
                 "connection {} ({}): no CONNECT within {limit} ms, closing",
                 conn.serial,
-                conn.info.peer
+                peer_name(conn.session.peer)
             );
             let why = format!("no CONNECT within {limit} ms of connecting");
             conn.reply_error(0, ErrorCode::HeartbeatTimeout, true, why);
@@ -1005,8 +1005,7 @@ impl Worker {
         let mut conn = self.conns.remove(slot);
         let _ = self.poll.registry().deregister(&mut conn.stream);
         // Publishers paused for it go on.
-        conn.session.backlog.set(false);
-        conn.session.backlog.set_limit(0);
+        conn.session.lower_backlog();
         let me = ConnectionRef {
             worker: self.index,
             slot,
@@ -1014,15 +1013,19 @@ impl Worker {
         };
         // Unsettled deliveries go back to their queues, counted as
         // delivered: the client may have seen them.
-        conn.session.unacked.clear();
-        for (subscription_id, handle) in conn.session.subscriptions.drain() {
-            let sub = Subscriber {
-                conn: me,
-                subscription_id,
-            };
-            self.shared
-                .broker
-                .unsubscribe(handle, &sub, &mut self.deliveries);
+        let mut temporary_queues = Vec::new();
+        if let Some(traffic) = conn.session.traffic_mut() {
+            traffic.unacked.clear();
+            for (subscription_id, handle) in traffic.subscriptions.drain() {
+                let sub = Subscriber {
+                    conn: me,
+                    subscription_id,
+                };
+                self.shared
+                    .broker
+                    .unsubscribe(handle, &sub, &mut self.deliveries);
+            }
+            temporary_queues = std::mem::take(&mut traffic.temporary_queues);
         }
         // Its subscriptions detached: a session that ends with the
         // connection can delete its durable ones.
@@ -1030,11 +1033,11 @@ impl Worker {
             let mut ctx = Context::new(&self.shared, me, &mut self.deliveries);
             mqtt::farewell(m, &conn.session, &mut ctx);
         }
-        for name in conn.session.temporary_queues.drain(..) {
+        for name in temporary_queues {
             self.shared.broker.delete_queue(&name);
         }
         release_client_id(&conn.session, &self.shared, conn.serial);
-        lock(&self.shared.connections).remove(&conn.serial);
+        self.shared.places.remove(conn.serial);
         self.stats().connections.fetch_sub(1, Ordering::Relaxed);
         self.shared.open_connections.fetch_sub(1, Ordering::AcqRel);
         log::debug!("connection {} closed", conn.serial);
@@ -1077,22 +1080,17 @@ fn pulled(conn: &mut Connection, seen: Seen, me: usize, shared: &Shared) -> Opti
         Seen::One(to) if to != me => to,
         Seen::Nowhere => return None,
         _ => {
-            conn.pull = (me, 0);
+            conn.pull.reset(me);
             return None;
         }
     };
-    let streak = if conn.pull.0 == to {
-        conn.pull.1 + 1
-    } else {
-        1
-    };
-    conn.pull = (to, streak);
+    let streak = conn.pull.toward(to);
     let ready = streak >= MOVE_AFTER
         && conn.moved_in.is_none_or(|t| t.elapsed() >= SETTLE)
         && shared.stats[to].load.load(Ordering::Relaxed) < MOVE_MAX_LOAD
         && conn.movable();
     ready.then(|| {
-        conn.pull = (me, 0);
+        conn.pull.reset(me);
         to
     })
 }

@@ -24,7 +24,7 @@ use crate::websocket::{self, Received, WebSocket};
 const SUBPROTOCOLS: &[&str] = &["v12.stomp", "v11.stomp", "v10.stomp"];
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use herald_protocol::stomp::ClientCommand;
@@ -69,6 +69,8 @@ pub struct StompSession {
     next_message: u64,
     /// How often the client asked to hear from the server, if at all.
     heartbeat_out: Option<Duration>,
+    /// When bytes were last handed to the socket: the heart-beat clock.
+    last_write: Instant,
     /// Open transactions: what their frames will do on COMMIT.
     transactions: Transactions<String>,
     /// For STOMP over WebSocket, the WebSocket's state.
@@ -119,15 +121,29 @@ impl StompSession {
             next_request: 1,
             next_message: 1,
             heartbeat_out: None,
+            last_write: Instant::now(),
             transactions: Transactions::default(),
             websocket: websocket.then(|| WebSocket::new(SUBPROTOCOLS)),
         }
     }
 
-    /// How often the server must send something (a heart-beat if nothing
-    /// else), if the client asked.
-    pub fn heartbeat_out(&self) -> Option<Duration> {
-        self.heartbeat_out
+    /// Notes that bytes were handed to the socket.
+    pub fn wrote(&mut self, now: Instant) {
+        self.last_write = now;
+    }
+
+    /// Queues a heart-beat if the client asked for them and nothing else
+    /// went out for their interval; true if it did.
+    pub fn heartbeat_due(&mut self, out: &mut Outbound, now: Instant) -> bool {
+        let Some(every) = self.heartbeat_out else {
+            return false;
+        };
+        if !out.is_empty() || now.duration_since(self.last_write) < every {
+            return false;
+        }
+        // A bare EOL.
+        self.push_bytes(out, b"\n");
+        true
     }
 
     fn escapes(&self) -> bool {
@@ -158,11 +174,6 @@ impl StompSession {
             Some(_) => websocket::wrap_text_or_binary(bytes),
             None => Bytes::copy_from_slice(bytes),
         }
-    }
-
-    /// Queues a heart-beat (a bare EOL).
-    pub fn push_heartbeat(&self, out: &mut Outbound) {
-        self.push_bytes(out, b"\n");
     }
 
     /// A request number for a frame's `receipt` header (0 if none).
@@ -504,7 +515,7 @@ fn connect(
         .decoder
         .set_max_frame_size(ctx.shared.config.max_frame_size as usize);
     session.phase = Phase::Connected;
-    session.client_id = frame.get("client-id").unwrap_or_default().to_owned();
+    session.set_client_id(frame.get("client-id").unwrap_or_default());
     let connected = StompFrame::new("CONNECTED")
         .header("version", version)
         .header("server", format!("herald/{}", env!("CARGO_PKG_VERSION")))
@@ -514,7 +525,7 @@ fn connect(
     let done = crate::frontend::login_result(ctx.shared, ctx.me);
     let user = frame.get("login").unwrap_or_default();
     let password = frame.get("passcode").unwrap_or_default();
-    let peer = crate::frontend::peer_ip(ctx.shared, ctx.me);
+    let peer = session.peer.map(|a| a.ip());
     match ctx.shared.auth.login(user, password, peer, done) {
         Some(principal) => {
             admit(session, principal, ctx.shared, ctx.me.serial).map_err(refused)?;
@@ -593,7 +604,7 @@ fn subscribe_to(
         .shared
         .limits
         .get(&ctx.shared.limits.max_subscriptions_per_connection);
-    if session.subscriptions.len() >= limit {
+    if session.subscription_count() >= limit {
         return Err((
             ErrorCode::LimitExceeded,
             format!("this connection already holds {limit} subscriptions"),
@@ -617,7 +628,7 @@ fn subscribe_to(
         temporary: false,
         shared: false,
         durable: false,
-        backlog: Some(session.backlog.clone()),
+        backlog: Some(session.backlog()),
         kept: true,
     };
     start(number, request, session, ctx).map_err(refused)?;
@@ -640,12 +651,12 @@ fn temporary(
     );
     herald_protocol::destination::validate_name(&name)
         .map_err(|e| (ErrorCode::InvalidDestination, e.to_string()))?;
-    if !session.temporary_queues.contains(&name) {
+    if !session.traffic().temporary_queues.contains(&name) {
         ctx.shared
             .broker
             .temporary_queue(&name, ctx.me.serial)
             .map_err(|e| refused(subscribe_refusal(e)))?;
-        session.temporary_queues.push(name.clone());
+        session.traffic().temporary_queues.push(name.clone());
     }
     Ok(name)
 }
@@ -714,8 +725,11 @@ fn settlement(
         )
     };
     let id: u64 = text.parse().map_err(|_| unknown())?;
-    let subscription = session
-        .unacked
+    let unacked = session
+        .traffic_ref()
+        .map(|t| &t.unacked)
+        .ok_or_else(unknown)?;
+    let subscription = unacked
         .get(&id)
         .map(|u| u.subscription_id)
         .ok_or_else(unknown)?;
@@ -725,8 +739,7 @@ fn settlement(
         .and_then(|n| stomp.subscriptions.get(n))
         .is_some_and(|s| s.1 == Ack::Client);
     let mut ids: Vec<u64> = if cumulative {
-        session
-            .unacked
+        unacked
             .iter()
             .filter(|(d, u)| u.subscription_id == subscription && **d <= id)
             .map(|(d, _)| *d)
