@@ -3,6 +3,7 @@
 
 use crate::collections::FastMap;
 use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,13 +101,15 @@ pub struct Session {
     pub client_id: Arc<str>,
     /// Who logged in, and what they may do.
     pub principal: Principal,
-    /// The peer's address, if the socket could tell.
-    pub peer: Option<std::net::SocketAddr>,
+    /// The peer's address and port, if the socket could tell (20 bytes
+    /// where a `SocketAddr` takes 32).
+    peer: Option<(IpAddr, u16)>,
     /// Requests waiting for the journal before their RECEIPT.
     pub pending_receipts: usize,
-    /// How long the connection may stay silent before it is closed: the
-    /// connect timeout until CONNECT, then the negotiated heart-beat.
-    pub silence_limit: Duration,
+    /// How long the connection may stay silent before it is closed, in
+    /// milliseconds (`u32::MAX`: for ever): the connect timeout until
+    /// CONNECT, then the negotiated heart-beat.
+    silence_ms: u32,
     /// Its subscriptions, deliveries and transactions: made on first use,
     /// so that a connection that only connects holds none of it.
     traffic: Option<Box<Traffic>>,
@@ -115,17 +118,38 @@ pub struct Session {
 
 impl Session {
     /// A session with `peer` that has not connected yet.
-    pub fn new(connect_timeout: Duration, peer: Option<std::net::SocketAddr>) -> Session {
-        Session {
+    pub fn new(connect_timeout: Duration, peer: Option<SocketAddr>) -> Session {
+        let mut session = Session {
             phase: Phase::AwaitingConnect,
             client_id: no_client_id(),
             principal: Principal::nobody(),
-            peer,
+            peer: peer.map(|a| (a.ip(), a.port())),
             pending_receipts: 0,
-            silence_limit: connect_timeout,
+            silence_ms: 0,
             traffic: None,
             next_delivery_id: 1,
+        };
+        session.set_silence_limit(connect_timeout);
+        session
+    }
+
+    /// The peer's address, if the socket could tell.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.peer.map(|(ip, port)| SocketAddr::new(ip, port))
+    }
+
+    /// How long the connection may stay silent before it is closed.
+    pub fn silence_limit(&self) -> Duration {
+        match self.silence_ms {
+            u32::MAX => Duration::MAX,
+            ms => Duration::from_millis(ms.into()),
         }
+    }
+
+    /// Sets how long the connection may stay silent (past 49 days: for
+    /// ever).
+    pub fn set_silence_limit(&mut self, limit: Duration) {
+        self.silence_ms = u32::try_from(limit.as_millis()).unwrap_or(u32::MAX);
     }
 
     /// Its subscriptions, deliveries and transactions, made if need be.

@@ -32,7 +32,7 @@ pub(super) fn handle(
         .map_err(|r| Refusal::fatal(ErrorCode::LimitExceeded, r.into_parts().2))?;
     session.phase = Phase::Connected;
     session.set_client_id(&f.client_id);
-    session.silence_limit = Duration::from_millis(heartbeat_ms.into());
+    session.set_silence_limit(Duration::from_millis(heartbeat_ms.into()));
     let connected = Connected {
         server_version: env!("CARGO_PKG_VERSION").to_owned(),
         connection_id: ctx.shared.broker.connection_id(ctx.me.serial),
@@ -40,7 +40,7 @@ pub(super) fn handle(
         max_frame_size: config.max_frame_size,
     };
     let done = crate::frontend::login_result(ctx.shared, ctx.me);
-    let peer = session.peer.map(|a| a.ip());
+    let peer = session.peer().map(|a| a.ip());
     match ctx.shared.auth.login(&f.user, &f.password, peer, done) {
         Some(principal) => {
             admit(session, principal, ctx.shared, ctx.me.serial)?;

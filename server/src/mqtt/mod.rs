@@ -220,10 +220,10 @@ fn connect_packet(
     mqtt.will = connect.will.map(Box::new);
     // The client's keep-alive, with half as much again for the network; 0
     // is none.
-    session.silence_limit = match connect.keep_alive {
+    session.set_silence_limit(match connect.keep_alive {
         0 => Duration::MAX,
         secs => Duration::from_millis(u64::from(secs) * 1500),
-    };
+    });
     session.set_client_id(&client_id);
     mqtt.decoder.set_max_size(config.max_frame_size as usize);
     let user = connect.username.unwrap_or_default();
@@ -236,7 +236,7 @@ fn connect_packet(
         },
     };
     let done = crate::frontend::login_result(ctx.shared, ctx.me);
-    let peer = session.peer.map(|a| a.ip());
+    let peer = session.peer().map(|a| a.ip());
     match ctx.shared.auth.login(&user, &password, peer, done) {
         Some(principal) => admitted(principal, mqtt, session, out, ctx)
             .map_err(|(code, why)| Fatal(reason_for(code), why)),

@@ -6,6 +6,7 @@
 
 pub mod acceptor;
 mod connection;
+mod stamp;
 pub mod tls;
 pub mod worker;
 

@@ -20,6 +20,7 @@ use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
 use super::connection::{Connection, Front, ReadState, ReadStatus};
+use super::stamp::Stamp;
 use super::{Command, WorkerHandle, WAKER};
 use crate::frontend::outbound::{Droppable, WriteStatus};
 use crate::frontend::{peer_name, Closing, Notice, Protocol, Shared};
@@ -584,7 +585,7 @@ impl Worker {
         conn.dirty = false;
         conn.blocked = false;
         conn.pull.reset(self.index);
-        conn.moved_in = Some(Instant::now());
+        conn.moved_in = Some(Stamp::now());
         let (serial, protocol) = (conn.serial, conn.protocol);
         let slot = self.conns.insert(conn);
         self.stats().connections.fetch_add(1, Ordering::Relaxed);
@@ -940,12 +941,13 @@ impl Worker {
             self.mark_dirty(slot);
         }
         // A blocked connection is not read, so its silence proves nothing.
+        let stamp = Stamp::at(now);
         let silent: Vec<usize> = self
             .conns
             .iter()
             .filter(|(_, c)| {
                 !matches!(c.read, ReadState::Parked(_) | ReadState::Paused(..))
-                    && now.duration_since(c.last_read) > c.session.silence_limit
+                    && stamp.since(c.last_read) > c.session.silence_limit()
             })
             .map(|(slot, _)| slot)
             .collect();
@@ -956,7 +958,7 @@ impl Worker {
                 self.close(slot);
                 continue;
             }
-            let limit = conn.session.silence_limit.as_millis();
+            let limit = conn.session.silence_limit().as_millis();
             log::info!(
                 "connection {}: silent for over {limit} ms, closing",
                 conn.serial
@@ -967,7 +969,7 @@ impl Worker {
                 true,
                 format!("nothing received for over {limit} ms"),
             );
-            conn.last_read = now;
+            conn.last_read = stamp;
             self.mark_dirty(slot);
         }
         // CONNECT must have arrived within the connect timeout of the
@@ -990,7 +992,7 @@ impl Worker {
             log::info!(
                 "connection {} ({}): no CONNECT within {limit} ms, closing",
                 conn.serial,
-                peer_name(conn.session.peer)
+                peer_name(conn.session.peer())
             );
             let why = format!("no CONNECT within {limit} ms of connecting");
             conn.reply_error(0, ErrorCode::HeartbeatTimeout, true, why);
@@ -1119,7 +1121,7 @@ fn resume(decoders: &Decoders, conn: &mut Connection, ctx: &mut Context<'_>, flo
         other => other,
     };
     if let Flow::Continue = flow {
-        conn.last_read = Instant::now();
+        conn.last_read = Stamp::now();
         return true;
     }
     stop(conn, flow);

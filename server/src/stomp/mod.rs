@@ -502,13 +502,14 @@ fn connect(
     let incoming = if cx == 0 { 0 } else { cx.clamp(floor, ceiling) };
     let outgoing = if cy == 0 { 0 } else { cy.clamp(floor, ceiling) };
     stomp.heartbeat_out = (outgoing > 0).then(|| Duration::from_millis(outgoing.into()));
-    session.silence_limit = match (incoming, config.stomp.idle_timeout_ms) {
+    let silence_limit = match (incoming, config.stomp.idle_timeout_ms) {
         // A STOMP client that does not heart-beat has the idle timeout.
         (0, 0) => Duration::MAX,
         (0, idle) => Duration::from_millis(idle.into()),
         // STOMP peers send exactly on time: allow for the network.
         (ms, _) => Duration::from_millis(u64::from(ms) * 2),
     };
+    session.set_silence_limit(silence_limit);
     stomp.version = version;
     stomp.decoder.set_escape(version != "1.0");
     stomp
@@ -525,7 +526,7 @@ fn connect(
     let done = crate::frontend::login_result(ctx.shared, ctx.me);
     let user = frame.get("login").unwrap_or_default();
     let password = frame.get("passcode").unwrap_or_default();
-    let peer = session.peer.map(|a| a.ip());
+    let peer = session.peer().map(|a| a.ip());
     match ctx.shared.auth.login(user, password, peer, done) {
         Some(principal) => {
             admit(session, principal, ctx.shared, ctx.me.serial).map_err(refused)?;
