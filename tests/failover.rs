@@ -78,11 +78,16 @@ fn a_restarted_server_gets_the_consumers_back_and_unacknowledged_messages_come_a
     wait_until("the connection resumes", || heard(&events, "resumed") == 1);
     assert_eq!(heard(&events, "interrupted"), 1);
 
-    // Never acknowledged: it comes again (from the journal: the restarted
-    // server does not know it was delivered before); the stale delivery
-    // is not acknowledged on the new session.
+    // Never acknowledged: it comes again, from the journal, marked
+    // redelivered (the restarted server cannot know it was delivered, so
+    // it marks whatever it kept); the stale delivery is not acknowledged
+    // on the new session.
     let again = next(&queue);
     assert_eq!(again.body_text(), Some("job 1"));
+    assert!(
+        again.redelivered,
+        "kept from before the restart: it may have been delivered"
+    );
     s.acknowledge().unwrap();
     // Every consumer is subscribed again, the durable one resumed.
     let (_pc, ps) = connect(&server);

@@ -759,9 +759,9 @@ fn a_qos_2_delivery_cut_off_after_pubrec_gets_its_pubrel_again_and_no_second_cop
 
 #[test]
 fn a_persistent_sessions_qos_1_messages_survive_a_restart_each_counted() {
-    // (The ten the client had and did not acknowledge come again, but not
-    // marked DUP: the journal does not record deliveries, so a restarted
-    // server cannot tell them from the others. See issue 20's note.)
+    // The ten the client had and did not acknowledge come again marked
+    // DUP. The journal does not record deliveries, so a restarted server
+    // cannot tell them from the others: every message it kept is marked.
     let config = test_config();
     let dir = config.data_dir.clone();
     let server = start_with(config);
@@ -803,6 +803,7 @@ fn a_persistent_sessions_qos_1_messages_survive_a_restart_each_counted() {
         c.acknowledge(&got);
         let n: usize = std::str::from_utf8(&got.payload).unwrap().parse().unwrap();
         assert!(n >= 50, "{n} was acknowledged before the restart");
+        assert!(got.dup, "{n} may have been delivered before the restart");
         seen[n] += 1;
     }
     let lost: Vec<usize> = (50..total).filter(|n| seen[*n] == 0).collect();

@@ -290,16 +290,21 @@ impl Queue {
         journal_id: Option<u64>,
         out: &mut Vec<Dispatch>,
     ) -> Option<i64> {
-        let due = self.restore(block, journal_id);
+        let m = self.message(block, journal_id, None, 0);
+        let due = self.admit(m);
         self.dispatch(out);
         due
     }
 
     /// Adds a message kept from before a restart, whatever the limit: a
-    /// persistent message is never dropped. Returns its delivery time if
-    /// that is still to come.
+    /// persistent message is never dropped. It may have been delivered
+    /// before the restart: it is reported redelivered (see
+    /// [`QueuedMessage::restored`]). Returns its delivery time if that is
+    /// still to come.
     pub fn restore(&mut self, block: Bytes, journal_id: Option<u64>) -> Option<i64> {
-        self.admit(block, journal_id, None, 0)
+        let mut m = self.message(block, journal_id, None, 0);
+        m.restored = true;
+        self.admit(m)
     }
 
     /// Adds a message read from the queue's stream in Redis, delivered
@@ -316,7 +321,8 @@ impl Queue {
         if deliveries >= self.limits.max_deliveries {
             return Err(self.message(block, None, Some(entry), deliveries));
         }
-        let due = self.admit(block, None, Some(entry), deliveries);
+        let m = self.message(block, None, Some(entry), deliveries);
+        let due = self.admit(m);
         self.dispatch(out);
         Ok(due)
     }
@@ -326,19 +332,16 @@ impl Queue {
     /// dispatches what can be. Returns its delivery time if that is still
     /// to come.
     pub fn put_back(&mut self, m: QueuedMessage, out: &mut Vec<Dispatch>) -> Option<i64> {
-        let due = self.admit(m.block, m.journal_id, m.entry, m.deliveries);
+        let mut again = self.message(m.block, m.journal_id, m.entry, m.deliveries);
+        again.restored = m.restored;
+        let due = self.admit(again);
         self.dispatch(out);
         due
     }
 
-    fn admit(
-        &mut self,
-        block: Bytes,
-        journal_id: Option<u64>,
-        entry: Option<EntryId>,
-        deliveries: u32,
-    ) -> Option<i64> {
-        let m = self.message(block, journal_id, entry, deliveries);
+    /// Takes in message `m`, numbered by [`Queue::message`]: ready, or
+    /// scheduled for its delivery time (returned if still to come).
+    fn admit(&mut self, m: QueuedMessage) -> Option<i64> {
         let due = delivery_time(&m.block);
         if due != 0 && due > now_ms() {
             self.scheduled.insert((due, m.seq), m);
@@ -369,6 +372,7 @@ impl Queue {
             priority,
             expiration,
             entry,
+            restored: false,
         }
     }
 
@@ -585,7 +589,7 @@ impl Queue {
                 to: c.sub,
                 seq: m.seq,
                 block: m.block.clone(),
-                delivery_count: m.deliveries,
+                delivery_count: m.deliveries + u32::from(m.restored),
                 order: c.dispatched,
             });
             self.in_flight.insert(m.seq, (c.sub, m));
@@ -708,6 +712,25 @@ mod tests {
         }
         assert!(out.is_empty());
         assert_eq!((q.depth(), q.in_flight()), (0, 0));
+    }
+
+    #[test]
+    fn a_message_kept_from_before_a_restart_is_marked_redelivered() {
+        let mut q = queue();
+        let mut out = Vec::new();
+        q.restore(block(0), Some(7));
+        q.enqueue(block(1), None, &mut out).unwrap();
+        q.add_consumer(sub(1), None, 1, &mut out);
+        // It may have been delivered before: the first delivery says so.
+        // Its nacks count as ever, against max_deliveries (3).
+        for round in 1..=3 {
+            let d = out.pop().unwrap();
+            assert_eq!(d.delivery_count, round + 1);
+            let dead = q.nack(&sub(1), d.seq, &mut out).unwrap();
+            assert_eq!(dead.len(), usize::from(round == 3));
+        }
+        // A message that came after the restart is not marked.
+        assert_eq!(out.pop().unwrap().delivery_count, 1);
     }
 
     #[test]

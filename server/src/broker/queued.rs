@@ -23,6 +23,11 @@ pub struct QueuedMessage {
     /// Its entry in the queue's Redis stream, for a queue shared by the
     /// nodes of a cluster.
     pub entry: Option<EntryId>,
+    /// Kept from before a restart: it may have been delivered then (the
+    /// journal does not record deliveries), so each delivery reports one
+    /// more than the server has counted and the first is marked
+    /// redelivered; `max_deliveries` counts only the server's own.
+    pub restored: bool,
 }
 
 /// The id of a Redis stream entry (`<ms>-<seq>`).

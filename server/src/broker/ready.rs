@@ -140,6 +140,7 @@ mod tests {
             priority,
             expiration: 0,
             entry: None,
+            restored: false,
         }
     }
 

@@ -183,6 +183,7 @@ impl Broker {
                 priority: message.priority,
                 expiration: message.expiration,
                 entry: None,
+                restored: false,
             };
             self.refile_one(name, &expired, Refile::Expired, out);
             return Ok(Routed::default());
