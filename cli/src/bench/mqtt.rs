@@ -517,14 +517,26 @@ fn latency(server: &Process, size: usize, rate: u64, count: u64) -> Result<Laten
     })
 }
 
+/// Connections kept open.
+type Idle = Vec<(BufWriter<TcpStream>, Packets)>;
+
 /// The resident memory a server adds per idle MQTT connection, over
-/// `count` of them (CONNECT sent, CONNACK read, then nothing).
-fn idle_bytes(server: &Process, count: usize) -> Result<f64> {
+/// `count` of them (CONNECT sent, CONNACK read, then nothing; with
+/// `published`, one QoS 0 message each before the nothing), and the
+/// connections: kept open, later ones cannot reuse what they hold.
+fn idle_bytes(server: &Process, count: usize, published: bool) -> Result<(f64, Idle)> {
     let before = server.rss()?;
     let mut streams = Vec::with_capacity(count);
     let mut progress = Progress::new("idle MQTT connections", count as u64);
+    let once = Template::new("idle/once", 128, QoS::AtMostOnce);
     for i in 0..count {
-        let (writer, reader) = connect(server.addr, &format!("idle-{i}"))?;
+        let (mut writer, reader) = connect(server.addr, &format!("idle-{published}-{i}"))?;
+        if published {
+            writer
+                .write_all(&once.bytes)
+                .and_then(|()| writer.flush())
+                .map_err(io("publish"))?;
+        }
         streams.push((writer, reader));
         if i % 256 == 0 {
             progress.update(i as u64);
@@ -534,8 +546,7 @@ fn idle_bytes(server: &Process, count: usize) -> Result<f64> {
     // Let the server's allocator settle after the burst.
     std::thread::sleep(Duration::from_millis(500));
     let after = server.rss()?;
-    drop(streams);
-    Ok(after.saturating_sub(before) as f64 / count as f64)
+    Ok((after.saturating_sub(before) as f64 / count as f64, streams))
 }
 
 /// What `--compare-mosquitto` runs.
@@ -566,13 +577,20 @@ pub fn compare(plan: &Plan<'_>) -> Result<()> {
     // (scenario, herald, mosquitto, higher is better)
     let mut rows: Vec<(String, f64, f64, bool)> = Vec::new();
     // Memory first, while both servers are fresh: later, what the
-    // throughput runs freed would hold the new connections.
-    let idle: Vec<f64> = servers
-        .iter()
-        .map(|s| idle_bytes(s, plan.connections))
-        .collect::<Result<_>>()?;
-    let name = format!("bytes per idle connection ({})", plan.connections);
-    rows.push((name, idle[0], idle[1], false));
+    // throughput runs freed would hold the new connections. Then
+    // connections that published once: what a quiet device costs.
+    let mut open = Vec::new();
+    for (published, what) in [(false, ""), (true, " that published once")] {
+        let mut idle = [0.0; 2];
+        for (i, server) in servers.iter().enumerate() {
+            let (bytes, streams) = idle_bytes(server, plan.connections, published)?;
+            idle[i] = bytes;
+            open.push(streams);
+        }
+        let name = format!("bytes per idle connection{what} ({})", plan.connections);
+        rows.push((name, idle[0], idle[1], false));
+    }
+    drop(open);
     for (subscribers, qos) in [
         (1, QoS::AtMostOnce),
         (plan.fanout, QoS::AtMostOnce),

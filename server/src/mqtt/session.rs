@@ -136,6 +136,12 @@ impl MqttSession {
         self.ex.get_or_insert_with(Box::default)
     }
 
+    /// Lets go of the chunk its messages and packets are cut from: one
+    /// that went quiet holds none (a chunk is 8 KiB).
+    pub fn release_chunk(&mut self) {
+        self.chunks.release();
+    }
+
     /// Its subscriptions and exchanges, if it has any.
     pub(super) fn exchanges(&self) -> Option<&Exchanges> {
         self.ex.as_deref()

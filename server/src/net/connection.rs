@@ -396,6 +396,17 @@ impl Connection {
         }
     }
 
+    /// Gives back what a connection that went quiet needs no more: an
+    /// MQTT session's chunk, once it has read nothing for `quiet` and has
+    /// nothing to write.
+    pub fn release_idle(&mut self, now: Stamp, quiet: Duration) {
+        if let Front::Mqtt(mqtt) = &mut self.front {
+            if self.out.is_empty() && now.since(self.last_read) >= quiet {
+                mqtt.release_chunk();
+            }
+        }
+    }
+
     /// Lowers the backlog signal of a connection that has been behind for
     /// `grace`: from then on it is a slow consumer like any other, and its
     /// publishers go on.

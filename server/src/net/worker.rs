@@ -929,8 +929,10 @@ impl Worker {
                 .run(&self.shared.broker, &mut self.deliveries);
         }
         let grace = self.grace();
+        let stamp = Stamp::at(now);
         for (_, conn) in self.conns.iter_mut() {
             conn.check_grace(now, grace);
+            conn.release_idle(stamp, self.tick);
         }
         let owed: Vec<usize> = self
             .conns
@@ -941,7 +943,6 @@ impl Worker {
             self.mark_dirty(slot);
         }
         // A blocked connection is not read, so its silence proves nothing.
-        let stamp = Stamp::at(now);
         let silent: Vec<usize> = self
             .conns
             .iter()
