@@ -758,6 +758,55 @@ fn a_qos_2_delivery_cut_off_after_pubrec_gets_its_pubrel_again_and_no_second_cop
 }
 
 #[test]
+fn persistent_retained_messages_survive_a_restart_and_so_does_a_deletion() {
+    let config = test_config();
+    let dir = config.data_dir.clone();
+    let server = start_with(config);
+    let mut p = MqttClient::connected(&server, Version::V5, "retainer");
+    let retain = |p: &mut MqttClient, topic: &str, body: &str, qos: QoS| {
+        let mut publish = p.publish_packet(topic, body.as_bytes(), qos);
+        publish.retain = true;
+        assert_eq!(p.publish(publish), 0, "{topic}");
+    };
+    // QoS 1: persistent, receipted after the journal.
+    retain(&mut p, "home/temp", "21", QoS::AtLeastOnce);
+    retain(&mut p, "home/temp", "22", QoS::AtLeastOnce);
+    retain(&mut p, "home/door", "open", QoS::ExactlyOnce);
+    retain(&mut p, "home/light", "on", QoS::AtLeastOnce);
+    // An empty one deletes the topic's, for good.
+    retain(&mut p, "home/light", "", QoS::AtLeastOnce);
+    // QoS 0 is not persistent: kept while the server runs only.
+    retain(&mut p, "home/fan", "off", QoS::AtMostOnce);
+    p.disconnect();
+
+    server.stop_keeping_data();
+    let mut config = test_config();
+    config.data_dir = dir;
+    let server = start_with(config);
+    let mut c = MqttClient::connected(&server, Version::V5, "reader");
+    c.subscribe("home/#", QoS::AtLeastOnce);
+    let mut got = Vec::new();
+    while let Some(packet) = c.read_within(Duration::from_millis(500)) {
+        let Packet::Publish(m) = packet else {
+            panic!("{packet:?}")
+        };
+        assert!(m.retain, "from the store: flagged");
+        c.acknowledge(&m);
+        got.push((
+            m.topic.clone(),
+            String::from_utf8(m.payload.to_vec()).unwrap(),
+        ));
+    }
+    got.sort();
+    let want = [("home/door", "open"), ("home/temp", "22")];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(t, b)| (t.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
 fn a_persistent_sessions_qos_1_messages_survive_a_restart_each_counted() {
     // The ten the client had and did not acknowledge come again marked
     // DUP. The journal does not record deliveries, so a restarted server

@@ -293,7 +293,7 @@ impl Broker {
     /// Rebuilds durable subscriptions and queues from what the store kept,
     /// before any client connects.
     pub fn restore(&self, recovered: Recovered) {
-        let (mut messages, mut durables) = (0, 0);
+        let (mut messages, mut durables, mut retained) = (0, 0, 0);
         for record in recovered.records {
             match record {
                 Record::Durable {
@@ -321,12 +321,23 @@ impl Broker {
                         self.journal(Record::End { id }, None);
                     }
                 },
+                Record::Enqueue {
+                    id,
+                    holder: Holder::Retained(topic),
+                    block,
+                } => {
+                    if let Some(old) = self.retained.restore(&topic, block, id) {
+                        self.journal(Record::End { id: old }, None);
+                    }
+                    retained += 1;
+                }
                 Record::Enqueue { id, holder, block } => {
                     let queue = match &holder {
                         Holder::Queue(name) => Some(self.queue(name)),
                         Holder::Durable(client, name) => lock(&self.durables)
                             .get(&(client.clone(), name.clone()))
                             .map(|d| d.queue.clone()),
+                        Holder::Retained(_) => None,
                     };
                     match queue {
                         Some(q) => {
@@ -345,9 +356,9 @@ impl Broker {
                 Record::End { .. } | Record::Batch(_) => {}
             }
         }
-        if messages + durables > 0 {
+        if messages + durables + retained > 0 {
             log::info!(
-                "restored {messages} persistent messages and {durables} durable subscriptions"
+                "restored {messages} persistent messages, {durables} durable subscriptions and {retained} retained messages"
             );
         }
     }

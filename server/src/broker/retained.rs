@@ -31,8 +31,26 @@ fn is_empty(block: &[u8]) -> bool {
 pub(super) struct Retained {
     /// Topic patterns whose topics keep their last messages, and how many.
     rules: Vec<(Pattern, usize)>,
+    kept: Mutex<Kept>,
+}
+
+/// What is kept, under one lock.
+#[derive(Default)]
+struct Kept {
     /// The kept messages, by topic name, oldest first.
-    kept: Mutex<HashMap<String, VecDeque<Bytes>>>,
+    messages: HashMap<String, VecDeque<Bytes>>,
+    /// The journal record of a topic's retained message, if it is
+    /// persistent: it comes back after a restart.
+    records: HashMap<String, u64>,
+}
+
+/// What keeping a message changed in the journal.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Change {
+    /// The id of the record to write for it.
+    pub(super) new: Option<u64>,
+    /// The record of the message it replaced or deleted, to end.
+    pub(super) ended: Option<u64>,
 }
 
 impl Retained {
@@ -44,22 +62,34 @@ impl Retained {
                 .iter()
                 .filter_map(|r| Pattern::parse(&r.pattern).ok().map(|p| (p, r.last)))
                 .collect(),
-            kept: Mutex::new(HashMap::new()),
+            kept: Mutex::default(),
         }
     }
 
     /// Keeps a message published on `topic` if it asks to be retained
     /// (it becomes the topic's one kept message; one with an empty body
-    /// deletes it) or a rule covers the topic.
-    pub(super) fn keep(&self, topic: &str, block: &Bytes) {
+    /// deletes it) or a rule covers the topic. A retained message gets a
+    /// journal record if `record` gives it an id (it is persistent).
+    pub(super) fn keep(
+        &self,
+        topic: &str,
+        block: &Bytes,
+        record: impl FnOnce() -> Option<u64>,
+    ) -> Change {
         if herald_protocol::message::asks_retain(block) {
-            let mut retained = lock(&self.kept);
+            let mut kept = lock(&self.kept);
+            let ended = kept.records.remove(topic);
             if is_empty(block) {
-                retained.remove(topic);
-            } else {
-                retained.insert(topic.to_owned(), VecDeque::from([block.clone()]));
+                kept.messages.remove(topic);
+                return Change { new: None, ended };
             }
-            return;
+            kept.messages
+                .insert(topic.to_owned(), VecDeque::from([block.clone()]));
+            let new = record();
+            if let Some(id) = new {
+                kept.records.insert(topic.to_owned(), id);
+            }
+            return Change { new, ended };
         }
         let Some(last) = self
             .rules
@@ -68,14 +98,28 @@ impl Retained {
             .map(|(_, n)| *n)
             .max()
         else {
-            return;
+            return Change::default();
         };
-        let mut retained = lock(&self.kept);
-        let kept = retained.entry(topic.to_owned()).or_default();
-        kept.push_back(block.clone());
-        while kept.len() > last {
-            kept.pop_front();
+        let mut kept = lock(&self.kept);
+        // The rule's messages take over the topic: a retained one that was
+        // journaled is not brought back by a restart either.
+        let ended = kept.records.remove(topic);
+        let messages = kept.messages.entry(topic.to_owned()).or_default();
+        messages.push_back(block.clone());
+        while messages.len() > last {
+            messages.pop_front();
         }
+        Change { new: None, ended }
+    }
+
+    /// Takes back a retained message kept in journal record `id` before a
+    /// restart; returns the record of one it replaces (a crash between
+    /// writing a new one and ending the old leaves both), to end.
+    pub(super) fn restore(&self, topic: &str, block: Bytes, id: u64) -> Option<u64> {
+        let mut kept = lock(&self.kept);
+        kept.messages
+            .insert(topic.to_owned(), VecDeque::from([block]));
+        kept.records.insert(topic.to_owned(), id)
     }
 
     /// The kept messages of every topic `pattern` matches that `selector`
@@ -83,7 +127,8 @@ impl Retained {
     /// unexpired.
     pub(super) fn kept_for(&self, pattern: &Pattern, selector: Option<&Selector>) -> Vec<Bytes> {
         let now = queue::now_ms();
-        let retained = lock(&self.kept);
+        let kept = lock(&self.kept);
+        let retained = &kept.messages;
         let mut topics: Vec<&String> = retained.keys().filter(|t| pattern.matches(t)).collect();
         topics.sort();
         topics
@@ -134,9 +179,9 @@ mod tests {
     fn covered_topics_keep_their_last_messages_and_a_pattern_gets_them_in_topic_order() {
         let retained = Retained::new(&[rule("a.*", 2), rule("a.b", 1)]);
         for (topic, body) in [("a.z", "z1"), ("a.b", "b1"), ("a.b", "b2"), ("a.b", "b3")] {
-            retained.keep(topic, &block(topic, body, false));
+            retained.keep(topic, &block(topic, body, false), || None);
         }
-        retained.keep("other", &block("other", "not kept", false));
+        retained.keep("other", &block("other", "not kept", false), || None);
         let all = Pattern::parse("#").unwrap();
         // The larger of the covering rules' counts applies to a.b.
         assert_eq!(bodies(retained.kept_for(&all, None)), ["b2", "b3", "z1"]);
@@ -149,12 +194,66 @@ mod tests {
     fn a_message_that_asks_is_its_topics_one_retained_message_and_an_empty_one_deletes_it() {
         let retained = Retained::new(&[]);
         let all = Pattern::parse("#").unwrap();
-        retained.keep("t", &block("t", "one", true));
-        retained.keep("t", &block("t", "live only", false));
-        retained.keep("t", &block("t", "two", true));
-        retained.keep("u", &block("u", "three", true));
+        retained.keep("t", &block("t", "one", true), || None);
+        retained.keep("t", &block("t", "live only", false), || None);
+        retained.keep("t", &block("t", "two", true), || None);
+        retained.keep("u", &block("u", "three", true), || None);
         assert_eq!(bodies(retained.kept_for(&all, None)), ["two", "three"]);
-        retained.keep("t", &block("t", "", true));
+        retained.keep("t", &block("t", "", true), || None);
         assert_eq!(bodies(retained.kept_for(&all, None)), ["three"]);
+    }
+
+    #[test]
+    fn a_persistent_retained_message_has_one_live_record_per_topic() {
+        let retained = Retained::new(&[]);
+        let mut ids = 0..;
+        let mut next = || ids.next();
+        let one = retained.keep("t", &block("t", "one", true), &mut next);
+        assert_eq!(
+            one,
+            Change {
+                new: Some(0),
+                ended: None
+            }
+        );
+        let two = retained.keep("t", &block("t", "two", true), &mut next);
+        assert_eq!(
+            two,
+            Change {
+                new: Some(1),
+                ended: Some(0)
+            }
+        );
+        // A live message asks for nothing; a non-persistent one has no record.
+        assert_eq!(
+            retained.keep("t", &block("t", "live", false), &mut next),
+            Change::default()
+        );
+        let plain = retained.keep("t", &block("t", "plain", true), || None);
+        assert_eq!(
+            plain,
+            Change {
+                new: None,
+                ended: Some(1)
+            }
+        );
+        let gone = retained.keep("u", &block("u", "", true), &mut next);
+        assert_eq!(gone, Change::default());
+
+        // After a restart: both of a topic's records, if a crash left
+        // both; the later one stays.
+        let again = Retained::new(&[]);
+        assert_eq!(again.restore("t", block("t", "old", true), 4), None);
+        assert_eq!(again.restore("t", block("t", "new", true), 5), Some(4));
+        let all = Pattern::parse("#").unwrap();
+        assert_eq!(bodies(again.kept_for(&all, None)), ["new"]);
+        let deleted = again.keep("t", &block("t", "", true), || None);
+        assert_eq!(
+            deleted,
+            Change {
+                new: None,
+                ended: Some(5)
+            }
+        );
     }
 }

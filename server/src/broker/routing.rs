@@ -13,6 +13,7 @@ use super::request::{Room, RouteError, Routed, Written};
 use super::timers::Timed;
 use super::topic_tree::{Target, TopicEntry};
 use super::{queue, takes, Broker};
+use crate::store::{Completion, Holder, Record};
 use crate::sync::lock;
 use bytes::Bytes;
 use herald_protocol::destination::temporary_owner;
@@ -258,13 +259,55 @@ impl Broker {
             Some(entries) => entries.iter().for_each(&mut visit),
             None => tree.for_each_match(name, visit),
         }
-        self.retained.keep(name, block);
+        self.keep_retained(name, block, mode, &mut routed, out);
         drop(tree);
         if let Some((peers, epoch)) = recheck {
             peers.recheck(name, block, (epoch, appended), from);
             routed.journaled = true;
         }
         Ok(routed)
+    }
+
+    /// Keeps `block` if it is retained (see `Retained::keep`); a persistent
+    /// one is journaled, and the publish's receipt waits for it, so that
+    /// it comes back after a restart.
+    fn keep_retained(
+        &self,
+        topic: &str,
+        block: &Bytes,
+        mode: DeliveryMode,
+        routed: &mut Routed,
+        out: &mut Deliveries,
+    ) {
+        let persistent = mode == DeliveryMode::Persistent;
+        let change = self
+            .retained
+            .keep(topic, block, || persistent.then(|| self.store.next_id()));
+        // The new record before the end of the old: a crash between them
+        // leaves both, and the restart keeps the later.
+        if let Some(id) = change.new {
+            let record = Record::Enqueue {
+                id,
+                holder: Holder::Retained(topic.to_owned()),
+                block: block.clone(),
+            };
+            match out.commit.as_mut() {
+                Some(pending) => pending.records.push(record),
+                None => {
+                    let slot = routed.written.slot();
+                    let done: Completion = Box::new(move |result| {
+                        if let Err(why) = result {
+                            lock(&slot).get_or_insert(why);
+                        }
+                    });
+                    self.store.append(record, Some(done));
+                }
+            }
+            routed.journaled = true;
+        }
+        if let Some(id) = change.ended {
+            self.journal(Record::End { id }, out.commit.as_mut());
+        }
     }
 
     /// The cluster streams (of durable and shared subscriptions) that a

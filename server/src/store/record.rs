@@ -33,6 +33,8 @@ pub enum Holder {
     Queue(String),
     /// A durable subscription: (client id, subscription name).
     Durable(String, String),
+    /// The retained message of a topic (one per topic, as MQTT's).
+    Retained(String),
 }
 
 /// One change to what must be kept.
@@ -114,6 +116,11 @@ impl Record {
                         put_str16(d, client, "client id")?;
                         put_str16(d, name, "name")?;
                     }
+                    Holder::Retained(topic) => {
+                        d.put_u8(2);
+                        put_str16(d, topic, "topic")?;
+                        put_str16(d, "", "name")?;
+                    }
                 }
                 d.put_slice(block);
             }
@@ -169,6 +176,7 @@ impl Record {
                 let holder = match kind {
                     0 => Holder::Queue(a),
                     1 => Holder::Durable(a, b),
+                    2 => Holder::Retained(a),
                     k => {
                         return Err(herald_protocol::Error::invalid(
                             "holder kind",
@@ -289,6 +297,11 @@ mod tests {
                 id: 7,
                 holder: Holder::Queue("orders".into()),
                 block: Bytes::from_static(b"\x01\x02block"),
+            },
+            Record::Enqueue {
+                id: 8,
+                holder: Holder::Retained("home.kitchen.temp".into()),
+                block: Bytes::from_static(b"\x01\x02kept"),
             },
             Record::Enqueue {
                 id: 8,
