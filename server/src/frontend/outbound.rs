@@ -112,12 +112,18 @@ impl Outbound {
         self.frames.is_empty()
     }
 
-    /// Gives back the room of queues that are empty, so that the next
-    /// connection's first frames reuse it: an idle connection holds none.
+    /// Gives back the room of the frame queue once it is empty, so that
+    /// the next connection's first frames reuse it.
     pub fn release(&mut self) {
         if self.frames.is_empty() && self.frames.capacity() > 0 {
             self.frames = VecDeque::new();
         }
+    }
+
+    /// Gives back the queue of answers if none is owed. Kept while the
+    /// connection is busy (a receipted publisher owes one per message),
+    /// given back when it goes quiet: an idle connection holds none.
+    pub fn release_answers(&mut self) {
         if !self.owes_answers() {
             self.answers = None;
         }

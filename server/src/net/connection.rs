@@ -49,7 +49,7 @@ pub enum ReadState {
     /// A CONNECT whose login is being checked.
     LoggingIn(Box<Welcome>),
     /// As a publisher, not read until this subscriber backlog is drained;
-    /// since when. Boxed too.
+    /// since when. Boxed, as `Parked`.
     Paused(Box<(Arc<Backlog>, Instant)>),
     /// No more reading: close once what is queued (owed answers included)
     /// is written. What it waited for is dropped: a held send was never
@@ -396,24 +396,26 @@ impl Connection {
         }
     }
 
-    /// Gives back what a connection that went quiet needs no more: an
-    /// MQTT session's chunk, once it has read nothing for `quiet` and has
-    /// nothing to write.
+    /// Gives back what a connection that went quiet needs no more, once
+    /// it has read nothing for `quiet` and has nothing to write: its queue
+    /// of answers, and an MQTT session's chunk.
     pub fn release_idle(&mut self, now: Stamp, quiet: Duration) {
+        if !self.out.is_empty() || now.since(self.last_read) < quiet {
+            return;
+        }
+        self.out.release_answers();
         if let Front::Mqtt(mqtt) = &mut self.front {
-            if self.out.is_empty() && now.since(self.last_read) >= quiet {
-                mqtt.release_chunk();
-            }
+            mqtt.release_chunk();
         }
     }
 
     /// Lowers the backlog signal of a connection that has been behind for
     /// `grace`: from then on it is a slow consumer like any other, and its
     /// publishers go on.
-    pub fn check_grace(&mut self, now: Instant, grace: Duration) {
+    pub fn check_grace(&mut self, now: Stamp, grace: Duration) {
         if self
             .backlogged_since
-            .is_some_and(|since| Stamp::at(now).since(since) >= grace)
+            .is_some_and(|since| now.since(since) >= grace)
         {
             self.backlogged_since = None;
             self.left_behind = true;

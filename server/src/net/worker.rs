@@ -30,9 +30,6 @@ use crate::auth::{LoginError, Principal};
 use crate::broker::delivery::{Deliveries, Delivery, Seen};
 use crate::broker::{Backlog, ConnectionRef, PeerError, Subscriber};
 use crate::config::SlowConsumerPolicy;
-
-/// The most connection slots a worker reserves address space for.
-const RESERVED_SLOTS: usize = 1 << 18;
 use crate::frontend::{admit, publish, release_client_id, Context, Flow, Published};
 use crate::handlers;
 use crate::mqtt::{self, MqttSession};
@@ -48,6 +45,8 @@ const READ_BUDGET: usize = 256 * 1024;
 const SCRATCH_LEN: usize = 64 * 1024;
 /// How often a paused publisher looks at its subscriber's backlog.
 const PAUSE_CHECK: Duration = Duration::from_millis(1);
+/// The most connection slots a worker reserves address space for.
+const RESERVED_SLOTS: usize = 1 << 18;
 /// A publisher whose messages went only to another worker's connections
 /// this many reads in a row, a few at a time, moves to that worker...
 const MOVE_AFTER: u16 = 64;
@@ -931,7 +930,7 @@ impl Worker {
         let grace = self.grace();
         let stamp = Stamp::at(now);
         for (_, conn) in self.conns.iter_mut() {
-            conn.check_grace(now, grace);
+            conn.check_grace(stamp, grace);
             conn.release_idle(stamp, self.tick);
         }
         let owed: Vec<usize> = self
