@@ -2,6 +2,8 @@
 //! bad and the unauthorized requests, the metrics after known traffic,
 //! and config reload.
 
+use std::time::Duration;
+
 use herald_client::{AckMode, Destination, Message};
 use herald_server::auth::hash_password;
 use herald_server::Config;
@@ -54,6 +56,18 @@ fn server_health_and_readiness() {
     assert_eq!(get(&server, "/api/ready").json()["ready"], true);
 }
 
+/// The row of `/api/queues` for queue `name`.
+fn queue_row(server: &TestServer, name: &str) -> serde_json::Value {
+    let queues = get(server, "/api/queues").json();
+    let row = queues
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == name);
+    row.unwrap_or_else(|| panic!("no {name} in {queues}"))
+        .clone()
+}
+
 #[test]
 fn queues_are_listed_purged_and_replayed() {
     let mut config = test_config();
@@ -65,14 +79,7 @@ fn queues_are_listed_purged_and_replayed() {
         p.send_with_receipt(Message::text(format!("job {i}")))
             .unwrap();
     }
-    let queues = get(&server, "/api/queues").json();
-    let work = queues
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|q| q["name"] == "work")
-        .unwrap()
-        .clone();
+    let work = queue_row(&server, "work");
     assert_eq!(
         (work["depth"].as_u64(), work["enqueued"].as_u64()),
         (Some(3), Some(3))
@@ -107,6 +114,40 @@ fn queues_are_listed_purged_and_replayed() {
     assert_eq!(m.body_text(), Some("fragile"));
     assert_eq!(m.property("n").and_then(|v| v.as_i64()), Some(7));
     assert!(m.property("HeraldDeadLetterReason").is_none());
+}
+
+#[test]
+fn depth_leaves_out_expired_messages_and_only_dead_letter_queues_replay() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("timed")).unwrap();
+    p.send_with_receipt(Message::text("stale").with_ttl(Duration::from_millis(1)))
+        .unwrap();
+    p.send_with_receipt(Message::text("later").with_delivery_delay(Duration::from_secs(60)))
+        .unwrap();
+    p.send_with_receipt(Message::text("now")).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let timed = queue_row(&server, "timed");
+    assert_eq!(
+        (timed["depth"].as_u64(), timed["scheduled"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let a = call(&server, "POST", "/api/queues/timed/replay", None, None);
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert!(a.error().contains("not a dead-letter queue"), "{}", a.body);
+    // A consumer's dispatch sets the expired one aside: the expiry queue
+    // says when it expired, as a time a person reads.
+    let consumer = s.create_consumer(&Destination::queue("timed")).unwrap();
+    assert_eq!(next(&consumer).body_text(), Some("now"));
+    let expired = s
+        .create_consumer(&Destination::queue("ExpiryQueue"))
+        .unwrap();
+    let reason = dead_letter_reason(&next(&expired));
+    let time = reason.strip_prefix("expired at ").unwrap_or_default();
+    assert!(
+        time.len() == 24 && time.ends_with('Z') && time.as_bytes()[10] == b'T',
+        "{reason}"
+    );
 }
 
 #[test]
@@ -146,6 +187,21 @@ fn publishing_over_http_and_bad_requests_that_change_nothing() {
         assert_eq!(a.json()["status"], 400);
         assert!(!a.error().is_empty());
     }
+    // The protocols' frame limit holds here too, and says so.
+    let big = "x".repeat(test_config().max_frame_size as usize + 1);
+    let a = call(
+        &server,
+        "POST",
+        "/api/publish",
+        Some(json!({"destination": "queue://q", "body": big})),
+        None,
+    );
+    assert_eq!(a.status, 413, "{}", a.error());
+    assert!(
+        a.error().contains("exceeds max_frame_size"),
+        "{}",
+        a.error()
+    );
     let url = format!("http://{}/api/publish", server.admin_addr().unwrap());
     let garbage = ureq::post(&url)
         .set("Content-Type", "application/json")
@@ -308,10 +364,29 @@ fn metrics_count_known_traffic() {
     for _ in 0..2 {
         p.send(Message::text("y").persistent()).unwrap();
     }
+    // Published through the API: counted like the rest.
+    let body = json!({"destination": "topic://m.one", "body": "z"});
+    assert_eq!(
+        call(&server, "POST", "/api/publish", Some(body), None).status,
+        200
+    );
+    // Temporary destinations are summed under one label.
+    for _ in 0..3 {
+        let temp = s.create_temporary_queue();
+        let _reader = s.create_consumer(&temp).unwrap();
+        s.create_producer(&temp)
+            .unwrap()
+            .send_with_receipt(Message::text("t"))
+            .unwrap();
+    }
+    wait_until("every message counted", || server.stats().messages_in == 11);
     let text = get(&server, "/metrics").body;
+    assert!(!text.contains("destination=\"temp."), "{text}");
     for line in [
-        "herald_destination_messages_in_total{kind=\"topic\",destination=\"m.one\"} 5",
-        "herald_destination_deliveries_total{kind=\"topic\",destination=\"m.one\"} 5",
+        "herald_messages_in_total 11",
+        "herald_destination_messages_in_total{kind=\"queue\",destination=\"(temporary)\"} 3",
+        "herald_destination_messages_in_total{kind=\"topic\",destination=\"m.one\"} 6",
+        "herald_destination_deliveries_total{kind=\"topic\",destination=\"m.one\"} 6",
         "herald_queue_depth{queue=\"mq\"} 2",
         "herald_queue_enqueued_total{queue=\"mq\"} 2",
         "herald_connections 1",

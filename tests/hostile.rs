@@ -389,12 +389,15 @@ fn before_connect_only_a_small_frame_is_taken() {
     header[8..12].copy_from_slice(&(1u32 << 20).to_be_bytes());
     raw.write(&header);
     let e = raw.expect_fatal(ErrorCode::FrameTooLarge);
-    assert!(e.message.contains("8192"), "{e:?}");
+    assert!(
+        e.message.contains("exceeds max_connect_frame_size (8192)"),
+        "{e:?}"
+    );
     // Over STOMP, a CONNECT frame past the limit too.
     let mut stomp = StompClient::open(&server);
     let padding = "x".repeat(10_000);
     stomp.write(format!("CONNECT\naccept-version:1.2\npad:{padding}\n\n\0").as_bytes());
-    stomp.expect_error();
+    stomp.expect_error_saying("exceeds max_connect_frame_size (8192)");
     // After CONNECT, frames up to max_frame_size are fine.
     let (_c, s) = connect(&server);
     let consumer = subscribe(&s, "big");
@@ -572,19 +575,28 @@ fn password_guessing_is_throttled_and_costs_no_threads() {
         0,
         "no password check ran on tokio's blocking pool"
     );
-    // This address failed too often: even the right password is refused
-    // unchecked, over the native protocol too, until the window passes.
-    let e = login_as(&server, "victim", "v").unwrap_err();
+    // This user failed too often from this address: even the right
+    // password is refused unchecked, over the native protocol too, until
+    // the window passes, and the refusal says for how long.
+    let e = login_as(&server, "ops", "o").unwrap_err();
     assert_eq!(
         e.server_code(),
         Some(ErrorCode::AuthenticationFailed),
         "{e}"
     );
+    let said = e.to_string();
     assert!(
-        e.to_string()
-            .contains("too many failed logins from 127.0.0.1"),
-        "{e}"
+        said.contains("too many failed logins as 'ops' from 127.0.0.1: locked out for")
+            && said.contains("auth.max_failed_logins"),
+        "{said}"
     );
+    // Another user from the same address is not locked out; nor is a
+    // connection that gives no name a guess that would lock anyone out.
+    login_as(&server, "victim", "v").unwrap();
+    for _ in 0..6 {
+        let _ = factory(&server).create_connection();
+    }
+    login_as(&server, "victim", "v2").unwrap();
 }
 
 fn health(server: &TestServer) -> serde_json::Value {

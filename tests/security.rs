@@ -258,16 +258,48 @@ fn a_forbidden_send_rolls_its_transaction_back() {
     );
 }
 
+/// A STOMP 1.2 CONNECT with these credentials.
+fn stomp_connect(login: &str, passcode: &str) -> herald_protocol::stomp::StompFrame {
+    herald_protocol::stomp::StompFrame::new("CONNECT")
+        .header("accept-version", "1.2")
+        .header("login", login)
+        .header("passcode", passcode)
+}
+
+#[test]
+fn credentials_given_to_a_server_without_users_are_said_to_be_unchecked() {
+    let server = start();
+    let c = factory(&server)
+        .with_credentials("alice", "anything")
+        .create_connection()
+        .unwrap();
+    let notice = c.server_notice().expect("a notice");
+    assert!(
+        notice.contains("authentication is off") && notice.contains("'alice'"),
+        "{notice}"
+    );
+    let (anonymous, _) = connect(&server);
+    assert_eq!(
+        anonymous.server_notice(),
+        None,
+        "nothing to say without credentials"
+    );
+    let mut stomp = StompClient::open(&server);
+    stomp.send(&stomp_connect("alice", "x"));
+    let connected = stomp.expect("CONNECTED");
+    assert!(
+        connected
+            .get("notice")
+            .is_some_and(|n| n.contains("authentication is off")),
+        "{connected:?}"
+    );
+}
+
 #[test]
 fn stomp_logins_use_the_same_users() {
     let server = start_with(secured(true, 10));
     let mut bad = StompClient::open(&server);
-    bad.send(
-        &herald_protocol::stomp::StompFrame::new("CONNECT")
-            .header("accept-version", "1.2")
-            .header("login", "alice")
-            .header("passcode", "nope"),
-    );
+    bad.send(&stomp_connect("alice", "nope"));
     let e = bad.expect_error();
     assert!(
         e.get("message")

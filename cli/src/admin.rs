@@ -22,7 +22,13 @@ pub struct StatsArgs {
 
 /// Calls the management API and returns the JSON it answers.
 pub(crate) fn call(target: &Target, method: &str, path: &str) -> Result<Value> {
-    let url = format!("{}{path}", target.admin.trim_end_matches('/'));
+    let base = target.admin.trim_end_matches('/');
+    if !base.contains("://") {
+        return Err(Error::InvalidArgument(format!(
+            "--admin {base}: a URL needs its scheme, as in http://{base}"
+        )));
+    }
+    let url = format!("{base}{path}");
     // X-Herald: the server takes changes only with it (or as JSON).
     let mut request = ureq::request(method, &url)
         .timeout(Duration::from_secs(10))
@@ -33,7 +39,7 @@ pub(crate) fn call(target: &Target, method: &str, path: &str) -> Result<Value> {
         let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
         request = request.set("Authorization", &format!("Basic {token}"));
     }
-    let fail = |why: String| Error::InvalidArgument(format!("management API {url}: {why}"));
+    let fail = |why: String| Error::InvalidArgument(format!("management API {base}: {why}"));
     let response = match request.call() {
         Ok(r) => r,
         Err(ureq::Error::Status(code, r)) => {
@@ -41,9 +47,67 @@ pub(crate) fn call(target: &Target, method: &str, path: &str) -> Result<Value> {
             let why = body["error"].as_str().unwrap_or("no reason given");
             return Err(fail(format!("{code}: {why}")));
         }
-        Err(e) => return Err(fail(e.to_string())),
+        Err(ureq::Error::Transport(t)) => {
+            let why = match sniff(base) {
+                Some(other) => format!(
+                    "that port speaks {other}, not HTTP: the management API listens on \
+                     127.0.0.1:8161 unless [admin] listen says otherwise"
+                ),
+                None => transport_failure(&t),
+            };
+            return Err(fail(why));
+        }
     };
     response.into_json().map_err(|e| fail(e.to_string()))
+}
+
+/// What protocol the address of `base` (`http://HOST:PORT`) speaks, when
+/// it answers an HTTP request as another of Herald's listeners would.
+fn sniff(base: &str) -> Option<&'static str> {
+    use std::io::{Read, Write};
+    let authority = base.split_once("://")?.1.split('/').next()?;
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(authority)
+        .ok()?
+        .next()?;
+    let mut socket = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    socket.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    socket.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
+    let mut answer = [0u8; 16];
+    let n = socket.read(&mut answer).ok()?;
+    match &answer[..n] {
+        [b'H', b'R', ..] => Some("Herald's native protocol"),
+        a if a.starts_with(b"ERROR\n") => Some("STOMP"),
+        [0x15 | 0x16, 0x03, ..] => Some("TLS"),
+        _ => None,
+    }
+}
+
+/// Why the management API could not be asked, in one line that says what
+/// to do.
+fn transport_failure(t: &ureq::Transport) -> String {
+    use ureq::ErrorKind;
+    match t.kind() {
+        ErrorKind::ConnectionFailed => {
+            "nothing answers there (connection refused): is the server running with its \
+             [admin] listener on? --admin URL names another address"
+                .into()
+        }
+        ErrorKind::Dns => "the host name does not resolve".into(),
+        ErrorKind::BadStatus | ErrorKind::BadHeader => {
+            "that port does not answer HTTP: is it the native protocol's or STOMP's? \
+             The management API listens on 127.0.0.1:8161 unless [admin] listen says otherwise"
+                .into()
+        }
+        ErrorKind::InvalidUrl | ErrorKind::UnknownScheme => {
+            "not a URL the CLI can use: it reaches the management API at http://HOST:PORT \
+             (not over HTTPS)"
+                .into()
+        }
+        _ => match t.message() {
+            Some(m) => format!("{}: {m}", t.kind()),
+            None => t.kind().to_string(),
+        },
+    }
 }
 
 /// Prints rows under a header, columns aligned.
@@ -176,7 +240,8 @@ pub fn connections(target: &Target) -> Result<()> {
 
 /// `herald purge QUEUE`.
 pub fn purge(target: &Target, queue: &str) -> Result<()> {
-    let path = format!("/api/queues/{}/purge", urlencode(queue));
+    let queue = crate::destination::queue(queue)?.name;
+    let path = format!("/api/queues/{}/purge", urlencode(&queue));
     let a = call(target, "POST", &path)?;
     println!("purged {} message(s) from {queue}", text(&a["purged"]));
     Ok(())
@@ -191,6 +256,26 @@ fn urlencode(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// `herald reload`: the server re-reads its config file.
+pub fn reload(target: &Target) -> Result<()> {
+    let a = call(target, "POST", "/api/reload")?;
+    println!("reloaded {}", text(&a["reloaded"]));
+    Ok(())
+}
+
+/// Scheduled (delayed) messages in a queue, which browsing does not show
+/// before they are due.
+pub fn scheduled(target: &Target, queue: &str) -> Result<u64> {
+    let list = call(target, "GET", "/api/queues")?;
+    Ok(list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|q| q["name"] == queue)
+        .and_then(|q| q["scheduled"].as_u64())
+        .unwrap_or(0))
 }
 
 /// `herald stats`: one line per interval, rates from the server's samples.

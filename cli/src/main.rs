@@ -1,22 +1,35 @@
-//! `herald`: publish, subscribe and benchmark from the command line.
+//! `herald`: publish, subscribe, operate and benchmark from the command
+//! line.
 
 mod admin;
 mod bench;
+mod destination;
+mod duration;
 mod passwd;
 mod publish;
 mod request;
+mod show;
 mod subscribe;
 mod target;
+mod tls_dev_cert;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use target::Target;
 
-/// Herald's command line.
+/// Herald's command line: publish, subscribe, request and reply; look at
+/// and operate a server; measure it.
 #[derive(Debug, Parser)]
-#[command(name = "herald", version, about)]
+#[command(
+    name = "herald",
+    version,
+    about,
+    subcommand_help_heading = "Verbs",
+    after_help = "Connection options may come before or after the verb. \
+                  `herald VERB --help` describes one verb."
+)]
 struct Cli {
     #[command(flatten)]
     target: Target,
@@ -37,16 +50,6 @@ enum Command {
     Request(request::RequestArgs),
     /// Answer every request that arrives with the same reply.
     Reply(request::ReplyArgs),
-    /// Measure throughput and latency.
-    Bench(bench::Args),
-    /// Count every numbered message through a cluster while
-    /// scripts/cluster-drill.sh kills nodes and the Redis primary: what
-    /// was receipted, delivered, lost and duplicated, and how long each
-    /// failover took.
-    Drill(bench::drill::Args),
-    /// Read a password and print its Argon2 hash, for `[[auth.users]]` in
-    /// the server's config.
-    Passwd,
     /// List topics with traffic and subscription patterns (management API).
     Topics,
     /// List queues with depth, in flight, consumers and rates.
@@ -55,36 +58,125 @@ enum Command {
     Connections,
     /// Drop the waiting messages of a queue.
     Purge {
-        /// The queue.
+        /// The queue: NAME or queue://NAME.
         queue: String,
     },
     /// Print message rates, connections and queued messages, live.
     Stats(admin::StatsArgs),
+    /// Have the server re-read its config file: users, permissions and
+    /// limits (a server started without --config has none to re-read).
+    Reload,
+    /// Read a password and print its Argon2 hash, for `[[auth.users]]` in
+    /// the server's config.
+    Passwd,
+    /// Make a test CA and a server certificate it signed, for trying TLS
+    /// (not for production).
+    TlsDevCert(tls_dev_cert::Args),
+    /// Measure throughput and latency.
+    Bench(bench::Args),
+    /// Count every numbered message through a cluster while
+    /// scripts/cluster-drill.sh kills nodes and the Redis primary: what
+    /// was receipted, delivered, lost and duplicated, and how long each
+    /// failover took.
+    Drill(bench::drill::Args),
+}
+
+/// The command line's definition: the connection options are listed by
+/// `herald --help` once, and each verb's help leaves them out (they are
+/// still taken after the verb).
+fn command() -> clap::Command {
+    let mut cli = Cli::command();
+    // A verb that has an argument of a global's id keeps it rather than
+    // take the global's copy: a hidden copy, so that its help leaves the
+    // option out while it still takes it.
+    let globals: Vec<clap::Arg> = cli
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .map(|a| a.clone().hide(true))
+        .collect();
+    let verbs: Vec<String> = cli
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    for verb in verbs {
+        cli = cli.mut_subcommand(verb, |sub| {
+            sub.args(globals.iter().cloned())
+                .after_help("Connection options (--server, --user, ...): see `herald --help`.")
+        });
+    }
+    cli
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let cli = Cli::parse();
+    // The client library's warnings are what the verbs report themselves
+    // (a failover, a refusal): shown once, by the verb.
+    env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or("warn,herald_client=error"),
+    )
+    .init();
+    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    let target = &cli.target;
     let result = match cli.command {
-        Command::Pub(args) => publish::run(&cli.target, args),
-        Command::Sub(args) => subscribe::run(&cli.target, args),
-        Command::Browse(args) => subscribe::browse(&cli.target, args),
-        Command::Request(args) => request::request(&cli.target, args),
-        Command::Reply(args) => request::reply(&cli.target, args),
-        Command::Bench(args) => bench::run(&cli.target, args),
-        Command::Drill(args) => bench::drill::run(&cli.target, args),
+        Command::Pub(args) => publish::run(target, args),
+        Command::Sub(args) => subscribe::run(target, args),
+        Command::Browse(args) => subscribe::browse(target, args),
+        Command::Request(args) => request::request(target, args),
+        Command::Reply(args) => request::reply(target, args),
+        Command::Topics => admin::topics(target),
+        Command::Queues => admin::queues(target),
+        Command::Connections => admin::connections(target),
+        Command::Purge { queue } => admin::purge(target, &queue),
+        Command::Stats(args) => admin::stats(target, args),
+        Command::Reload => admin::reload(target),
         Command::Passwd => passwd::run(),
-        Command::Topics => admin::topics(&cli.target),
-        Command::Queues => admin::queues(&cli.target),
-        Command::Connections => admin::connections(&cli.target),
-        Command::Purge { queue } => admin::purge(&cli.target, &queue),
-        Command::Stats(args) => admin::stats(&cli.target, args),
+        Command::TlsDevCert(args) => tls_dev_cert::run(args),
+        Command::Bench(args) => bench::run(target, args),
+        Command::Drill(args) => bench::drill::run(target, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("herald: {e}");
+            match e.server_code() {
+                Some(code) if target.verbose => {
+                    eprintln!("herald: {e} (server error code {})", code as u32)
+                }
+                _ => eprintln!("herald: {e}"),
+            }
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        command().debug_assert();
+    }
+
+    #[test]
+    fn connection_options_are_listed_once_and_taken_after_the_verb() {
+        let top = command().render_long_help().to_string();
+        assert!(top.contains("--server"), "{top}");
+        for verb in [
+            "pub", "sub", "browse", "request", "reply", "queues", "reload", "bench",
+        ] {
+            assert!(top.contains(verb), "{verb} missing from\n{top}");
+        }
+        let mut cli = command();
+        let sub = cli.find_subcommand_mut("sub").unwrap();
+        let help = sub.render_long_help().to_string();
+        assert!(!help.contains("--server <SERVER>"), "{help}");
+        assert!(help.contains("--selector"), "{help}");
+        let m = command()
+            .try_get_matches_from(["herald", "sub", "x", "--server", "herald://h:1"])
+            .unwrap();
+        let cli = Cli::from_arg_matches(&m).unwrap();
+        assert_eq!(cli.target.server, "herald://h:1");
     }
 }

@@ -1,24 +1,45 @@
-//! `herald pub TOPIC [BODY] [-P key=value]... [--count N]`, or
-//! `herald pub --queue NAME [BODY] ...`.
+//! `herald pub DEST [BODY | -] [--file PATH] [--lines] [-P key=value]...`,
+//! or `herald pub --queue NAME [BODY] ...`.
 
-use herald_client::{AckMode, Destination, Error, Message, Result, Value};
+use std::io::{BufRead, Read};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use herald_client::{AckMode, Body, DestinationKind, Error, Message, Producer, Result, Value};
+
+use crate::destination;
+use crate::duration;
 
 /// Arguments of `herald pub`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Topic to publish to, e.g. sales.europe.smartphone. With --queue, the
-    /// only positional argument is the body.
-    #[arg(required_unless_present = "queue")]
-    topic: Option<String>,
-    /// Text body; none gives an empty body.
+    /// Where to publish: a topic name (sales.europe.smartphone),
+    /// topic://NAME or queue://NAME. With --queue, the only positional
+    /// argument is the body.
+    #[arg(required_unless_present = "queue", value_name = "DEST")]
+    destination: Option<String>,
+    /// Text body; `-` reads it from standard input; none gives an empty
+    /// body (or, with --lines, reads standard input).
     body: Option<String>,
-    /// Send to this queue instead of a topic.
+    /// Send to this queue (NAME or queue://NAME) instead.
     #[arg(long)]
     queue: Option<String>,
+    /// Read the body from this file (sent as text if it is UTF-8, as
+    /// bytes if not).
+    #[arg(long, value_name = "PATH", conflicts_with = "body")]
+    file: Option<String>,
+    /// One message per line of the input (standard input, `-` or --file),
+    /// each sent as it is read, as `mosquitto_pub -l` does.
+    #[arg(long, conflicts_with = "count")]
+    lines: bool,
     /// A property, key=value; the value's type is inferred (true/false,
     /// integer, decimal, else string). Repeatable.
     #[arg(short = 'P', long = "property", value_name = "KEY=VALUE")]
     properties: Vec<String>,
+    /// The body's content type (application/json, ...), handed on to
+    /// STOMP, MQTT 5 and native subscribers alike.
+    #[arg(long, value_name = "TYPE")]
+    content_type: Option<String>,
     /// How many copies to send.
     #[arg(long, default_value_t = 1)]
     count: u64,
@@ -29,23 +50,21 @@ pub struct Args {
     /// JMS priority, 0 (lowest) to 9.
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=9))]
     priority: Option<u8>,
-    /// Time to live in milliseconds: not delivered after that.
-    #[arg(long, value_name = "MS")]
-    ttl: Option<u64>,
-    /// Delivery delay in milliseconds: not delivered before that.
-    #[arg(long, value_name = "MS")]
-    delay: Option<u64>,
-    /// Where replies should go: topic://NAME, queue://NAME, or a topic name.
+    /// Time to live: not delivered after that (60s, 500ms; a bare
+    /// number is milliseconds).
+    #[arg(long, value_name = "DURATION", value_parser = duration::millis)]
+    ttl: Option<Duration>,
+    /// Delivery delay: not delivered before that (5s; a bare number is
+    /// milliseconds).
+    #[arg(long, value_name = "DURATION", value_parser = duration::millis)]
+    delay: Option<Duration>,
+    /// Where replies should go: a topic name, topic://NAME or
+    /// queue://NAME.
     #[arg(long, value_name = "DEST")]
     reply_to: Option<String>,
     /// The correlation id.
     #[arg(long, value_name = "ID")]
     correlation_id: Option<String>,
-}
-
-/// `queue://a.b`, `topic://a.b` or a bare topic name.
-pub fn parse_destination(text: &str) -> Destination {
-    Destination::from_uri(text)
 }
 
 /// Parses `key=value`.
@@ -58,86 +77,186 @@ pub fn parse_property(text: &str) -> Result<(String, Value)> {
     }
 }
 
+/// Where the body comes from.
+enum Source {
+    /// The text given on the command line (or none).
+    Given(Option<String>),
+    /// Standard input.
+    Stdin,
+    /// A file.
+    File(String),
+}
+
+/// What is sent: one body (`--count` times), or a message per line.
+enum Input {
+    Whole(Body),
+    Lines(Box<dyn BufRead>),
+}
+
+impl Source {
+    /// All of it, as one body.
+    fn read_all(self) -> Result<Body> {
+        let bytes = match self {
+            Source::Given(None) => return Ok(Body::Empty),
+            Source::Given(Some(text)) => return Ok(Body::Text(text)),
+            Source::Stdin => {
+                let mut v = Vec::new();
+                std::io::stdin()
+                    .read_to_end(&mut v)
+                    .map_err(|e| Error::io("cannot read standard input", e))?;
+                v
+            }
+            Source::File(path) => std::fs::read(&path)
+                .map_err(|e| Error::io(format!("--file {path}: cannot read it"), e))?,
+        };
+        Ok(match String::from_utf8(bytes) {
+            Ok(text) => Body::Text(text),
+            Err(e) => Body::Bytes(e.into_bytes().into()),
+        })
+    }
+
+    /// A reader of its lines.
+    fn lines(self) -> Result<Box<dyn BufRead>> {
+        Ok(match self {
+            Source::Given(Some(text)) => Box::new(std::io::Cursor::new(text.into_bytes())),
+            Source::Given(None) | Source::Stdin => Box::new(std::io::stdin().lock()),
+            Source::File(path) => Box::new(std::io::BufReader::new(
+                std::fs::File::open(&path)
+                    .map_err(|e| Error::io(format!("--file {path}: cannot open it"), e))?,
+            )),
+        })
+    }
+}
+
 pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
-    let (destination, body) = match args.queue {
+    let (destination, body) = match &args.queue {
         Some(queue) => {
             if args.body.is_some() {
                 return Err(Error::InvalidArgument(
                     "with --queue, give only the body".into(),
                 ));
             }
-            (Destination::queue(queue), args.topic)
+            (destination::queue(queue)?, args.destination.clone())
         }
-        None => (
-            Destination::topic(args.topic.unwrap_or_default()),
-            args.body,
-        ),
+        None => {
+            let text = args.destination.as_deref().unwrap_or_default();
+            (
+                destination::parse(text, DestinationKind::Topic)?,
+                args.body.clone(),
+            )
+        }
     };
-    let mut message = match body {
-        Some(text) => Message::text(text),
-        None => Message::new(herald_client::Body::Empty),
+    let source = match (&args.file, body) {
+        (Some(path), _) => Source::File(path.clone()),
+        (None, Some(dash)) if dash == "-" => Source::Stdin,
+        (None, given) => Source::Given(given),
     };
+    let mut template = Message::new(Body::Empty);
     for p in &args.properties {
         let (k, v) = parse_property(p)?;
-        message.set_property(k, v);
+        template.set_property(k, v);
+    }
+    if let Some(ct) = &args.content_type {
+        template = template.with_content_type(ct.clone());
     }
     if args.persistent {
-        message = message.persistent();
+        template = template.persistent();
     }
     if let Some(priority) = args.priority {
-        message.priority = priority;
+        template.priority = priority;
     }
-    message.reply_to = args.reply_to.as_deref().map(parse_destination);
-    message.correlation_id = args.correlation_id;
-    let connection = target.factory()?.create_connection()?;
+    template.reply_to = match &args.reply_to {
+        Some(r) => Some(destination::parse(r, DestinationKind::Topic)?),
+        None => None,
+    };
+    template.correlation_id = args.correlation_id.clone();
+    // A whole body is read before connecting: a file that cannot be read
+    // costs the server nothing. Lines are sent as they are read.
+    let input = match args.lines {
+        true => Input::Lines(source.lines()?),
+        false => Input::Whole(source.read_all()?),
+    };
+    let connection = target.connect()?;
     let session = connection.create_session(AckMode::Auto)?;
     let mut producer = session.create_producer(&destination)?;
-    if let Some(ms) = args.delay {
-        producer.set_delivery_delay(std::time::Duration::from_millis(ms));
+    if let Some(delay) = args.delay {
+        producer.set_delivery_delay(delay);
     }
-    let (answers, answered) = std::sync::mpsc::channel();
-    for _ in 0..args.count {
-        let mut m = message.clone();
-        if let Some(ttl) = args.ttl {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64);
-            m.expiration = now.saturating_add(ttl.min(i64::MAX as u64) as i64);
+    let mut sender = Sender::new(producer, args.ttl);
+    let sending = match input {
+        Input::Whole(body) => {
+            template.body = body;
+            (0..args.count).try_for_each(|_| sender.send(template.clone()))
         }
-        // Every send asks for a receipt, so a refusal (a forbidden or
-        // full destination) is reported, not lost.
-        let answers = answers.clone();
-        producer.send_async(m, move |result| drop(answers.send(result)))?;
-    }
-    // Every send is answered, if only by the end of the connection.
-    let mut first_error = None;
-    for _ in 0..args.count {
-        match answered.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                first_error.get_or_insert(e);
-            }
-            Err(_) => break,
-        }
-    }
+        Input::Lines(lines) => lines.lines().try_for_each(|line| {
+            let line = line.map_err(|e| Error::io("cannot read a line of input", e))?;
+            let mut m = template.clone();
+            m.body = Body::Text(line);
+            sender.send(m)
+        }),
+    };
+    let sent = sender.sent;
+    let answered = sender.finish();
     connection.close()?;
-    if let Some(e) = first_error {
-        return Err(e);
-    }
-    eprintln!("published {} message(s) to {destination}", args.count);
+    sending.and(answered)?;
+    eprintln!("published {sent} message(s) to {destination}");
     Ok(())
+}
+
+/// Sends with a receipt each, so that a refusal (a forbidden or full
+/// destination) is reported, not lost; collects the answers.
+struct Sender {
+    producer: Producer,
+    ttl: Option<Duration>,
+    answers: mpsc::Sender<Result<()>>,
+    answered: mpsc::Receiver<Result<()>>,
+    sent: u64,
+}
+
+impl Sender {
+    fn new(producer: Producer, ttl: Option<Duration>) -> Sender {
+        let (answers, answered) = mpsc::channel();
+        Sender {
+            producer,
+            ttl,
+            answers,
+            answered,
+            sent: 0,
+        }
+    }
+
+    fn send(&mut self, mut m: Message) -> Result<()> {
+        if let Some(ttl) = self.ttl {
+            m = m.with_ttl(ttl);
+        }
+        let answers = self.answers.clone();
+        self.producer
+            .send_async(m, move |result| drop(answers.send(result)))?;
+        self.sent += 1;
+        Ok(())
+    }
+
+    /// Waits for every answer; the first refusal, if any. Every send is
+    /// answered, if only by the end of the connection.
+    fn finish(self) -> Result<()> {
+        drop(self.answers);
+        let mut first_error = None;
+        for _ in 0..self.sent {
+            match self.answered.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(_) => break,
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn destinations_parse_with_their_kind() {
-        assert_eq!(parse_destination("queue://a.b"), Destination::queue("a.b"));
-        assert_eq!(parse_destination("topic://a"), Destination::topic("a"));
-        assert_eq!(parse_destination("a.b"), Destination::topic("a.b"));
-    }
 
     #[test]
     fn properties_parse_with_inferred_types() {

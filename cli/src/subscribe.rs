@@ -1,11 +1,13 @@
 //! `herald sub PATTERN` (or `--queue NAME`): one line per message; and
 //! `herald browse QUEUE`.
 
-use std::fmt::Write;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use herald_client::{AckMode, Body, ConsumerOptions, Destination, Error, Message, Result};
+use herald_client::{AckMode, ConsumerOptions, DestinationKind, Error, Result};
+
+use crate::show::{self, Format};
+use crate::{destination, duration};
 
 /// How `herald sub` acknowledges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -19,14 +21,14 @@ pub enum Ack {
     /// Lazily, in batches.
     DupsOk,
 }
-
 /// Arguments of `herald sub`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Topic pattern: * matches one word, # zero or more.
+    /// Topic pattern (* matches one word, # zero or more), topic://PATTERN
+    /// or queue://NAME.
     #[arg(required_unless_present = "queue", conflicts_with = "queue")]
     pattern: Option<String>,
-    /// Consume from this queue instead of subscribing to a topic.
+    /// Consume from this queue (NAME or queue://NAME) instead.
     #[arg(long)]
     queue: Option<String>,
     /// Only messages this JMS selector selects.
@@ -44,39 +46,17 @@ pub struct Args {
     /// Exit after this many messages.
     #[arg(long)]
     count: Option<u64>,
-    /// Exit when nothing arrived for this many seconds.
+    /// Exit when nothing arrived for this long (5s, 500ms; a bare number
+    /// is seconds).
+    #[arg(long, value_name = "DURATION", value_parser = duration::seconds)]
+    timeout: Option<Duration>,
+    /// How each message prints.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Exit when the connection is lost, instead of reconnecting (and
+    /// subscribing again) until the server is back.
     #[arg(long)]
-    timeout: Option<f64>,
-}
-
-/// One line: the topic, the properties, the body.
-pub fn format_message(m: &Message) -> String {
-    let mut line = String::new();
-    if let Some(d) = &m.destination {
-        line.push_str(&d.name);
-    }
-    line.push_str(" [");
-    for (i, (k, v)) in m.properties().iter().enumerate() {
-        let sep = if i == 0 { "" } else { " " };
-        let _ = write!(line, "{sep}{k}={v}");
-    }
-    line.push_str("] ");
-    match &m.body {
-        Body::Empty => {}
-        Body::Text(t) => line.push_str(t),
-        Body::Bytes(b) => {
-            let _ = write!(line, "<{} bytes>", b.len());
-        }
-        Body::Map(entries) => {
-            line.push('{');
-            for (i, (k, v)) in entries.iter().enumerate() {
-                let sep = if i == 0 { "" } else { ", " };
-                let _ = write!(line, "{sep}{k}: {v}");
-            }
-            line.push('}');
-        }
-    }
-    line
+    no_reconnect: bool,
 }
 
 pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
@@ -87,19 +67,19 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
         Ack::DupsOk => AckMode::DupsOk,
     };
     let destination = match (&args.queue, &args.pattern) {
-        (Some(q), _) => Destination::queue(q.clone()),
-        (None, p) => Destination::topic(p.clone().unwrap_or_default()),
+        (Some(q), _) => destination::queue(q)?,
+        (None, p) => destination::parse(p.as_deref().unwrap_or_default(), DestinationKind::Topic)?,
     };
-    let idle = match args.timeout {
-        Some(s) if !(s.is_finite() && s > 0.0) => {
-            return Err(Error::InvalidArgument(format!(
-                "--timeout {s} is not a positive number of seconds"
-            )))
-        }
-        Some(s) => Some(Duration::from_secs_f64(s)),
-        None => None,
-    };
-    let connection = target.factory()?.create_connection()?;
+    let mut factory = target.factory()?;
+    if args.durable.is_some() && factory.config().client_id.is_empty() {
+        return Err(Error::InvalidArgument(
+            "--durable needs a client id to keep the subscription under: add --client-id ID".into(),
+        ));
+    }
+    if !args.no_reconnect {
+        factory = factory.with_reconnect(u32::MAX, Duration::from_millis(100));
+    }
+    let connection = crate::target::open(factory)?;
     let session = connection.create_session(mode)?;
     let options = ConsumerOptions {
         selector: args.selector,
@@ -116,12 +96,16 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
     let mut seen = 0;
     let mut last = Instant::now();
     while args.count.is_none_or(|n| seen < n) {
-        if let Ok(e) = lost_rx.try_recv() {
-            return Err(e);
+        while let Ok(e) = lost_rx.try_recv() {
+            match e {
+                // News of a failover, not its end.
+                Error::Interrupted(_) | Error::Resumed(_) => eprintln!("herald: {e}"),
+                e => return Err(e),
+            }
         }
         match consumer.receive(Duration::from_millis(100))? {
             Some(m) => {
-                println!("{}", format_message(&m));
+                show::print(&m, args.format);
                 match mode {
                     AckMode::Client => session.acknowledge()?,
                     AckMode::Individual => session.acknowledge_message(&m)?,
@@ -130,7 +114,7 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
                 seen += 1;
                 last = Instant::now();
             }
-            None if idle.is_some_and(|d| last.elapsed() >= d) => break,
+            None if args.timeout.is_some_and(|d| last.elapsed() >= d) => break,
             None => {}
         }
     }
@@ -141,40 +125,40 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
 /// `herald browse QUEUE [--selector EXPR]`.
 #[derive(Debug, clap::Args)]
 pub struct BrowseArgs {
-    /// The queue.
+    /// The queue: NAME or queue://NAME.
     queue: String,
     /// Only messages this JMS selector selects.
     #[arg(long, default_value = "")]
     selector: String,
+    /// How each message prints.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
 }
 
 /// Prints the messages waiting in a queue without consuming them.
 pub fn browse(target: &crate::target::Target, args: BrowseArgs) -> Result<()> {
-    let connection = target.factory()?.create_connection()?;
+    let queue = destination::queue(&args.queue)?;
+    let connection = target.connect()?;
     let session = connection.create_session(AckMode::Auto)?;
-    let messages = session
-        .create_browser(&Destination::queue(args.queue.clone()), &args.selector)?
-        .messages()?;
+    let messages = session.create_browser(&queue, &args.selector)?.messages()?;
+    connection.close()?;
     for m in &messages {
-        println!("{}", format_message(m));
+        show::print(m, args.format);
     }
-    eprintln!("{} message(s) waiting in {}", messages.len(), args.queue);
-    connection.close()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lines_show_topic_properties_and_body() {
-        let mut m = Message::text("sold 3")
-            .with_property("region", "EU")
-            .with_property("units", 3);
-        m.destination = Some(Destination::topic("sales.europe.smartphone"));
-        assert_eq!(
-            format_message(&m),
-            "sales.europe.smartphone [region=EU units=3] sold 3"
-        );
+    let shown = messages.len();
+    let mut summary = match args.selector.as_str() {
+        "" => format!("{shown} message(s) waiting in {}", queue.name),
+        s => format!("{shown} message(s) in {} match {s:?}", queue.name),
+    };
+    // Scheduled (delayed) messages are not browsed before they are due:
+    // the management API says how many there are, where it can be reached.
+    if let Ok(scheduled) = crate::admin::scheduled(target, &queue.name) {
+        if scheduled > 0 {
+            summary.push_str(&format!(
+                "; {scheduled} more scheduled for later delivery, not shown"
+            ));
+        }
     }
+    eprintln!("{summary}");
+    Ok(())
 }

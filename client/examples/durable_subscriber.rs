@@ -2,7 +2,7 @@
 //! are kept (persistent ones on disk) until it comes back. It needs a
 //! client id, which names it together with the subscription's name.
 //!
-//! `cargo run -p herald-client --example durable_subscriber` with a server
+//! `cargo run --release -p herald-client --example durable_subscriber` with a server
 //! on `herald://127.0.0.1:7777` (or set `HERALD_URL`).
 
 use std::time::Duration;

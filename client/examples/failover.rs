@@ -3,7 +3,7 @@
 //! subscribes its consumers again and lets sends go on; the exception
 //! listener hears of each step.
 //!
-//! `HERALD_URL=herald://127.0.0.1:7777,127.0.0.1:7778 cargo run -p herald-client --example failover`
+//! `HERALD_URL=herald://127.0.0.1:7777,127.0.0.1:7778 cargo run --release -p herald-client --example failover`
 //! with a server on either address. Stop the one it is on while it runs to
 //! see it move.
 

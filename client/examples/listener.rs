@@ -1,7 +1,7 @@
 //! A listener with a selector: only messages whose properties match reach
 //! the callback, which runs on the connection's reader thread.
 //!
-//! `cargo run -p herald-client --example listener` with a server on
+//! `cargo run --release -p herald-client --example listener` with a server on
 //! `herald://127.0.0.1:7777` (or set `HERALD_URL`). It publishes its own
 //! sales so that it has something to hear, and ends after the big ones.
 

@@ -1,7 +1,7 @@
 //! Publishes property-tagged messages to a topic, and one persistent
 //! message to a queue (which returns once the server has it on disk).
 //!
-//! `cargo run -p herald-client --example publisher` with a server on
+//! `cargo run --release -p herald-client --example publisher` with a server on
 //! `herald://127.0.0.1:7777` (or set `HERALD_URL`).
 
 use herald_client::{AckMode, ConnectionFactory, Destination, Message};

@@ -2,7 +2,7 @@
 //! waits for the answer with the matching correlation id; the service
 //! answers with `reply`.
 //!
-//! `cargo run -p herald-client --example request_reply` with a server on
+//! `cargo run --release -p herald-client --example request_reply` with a server on
 //! `herald://127.0.0.1:7777` (or set `HERALD_URL`).
 
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! TLS with credentials: `herald+tls://user:password@host:port`, trusting
 //! the CA that signed the server's certificate.
 //!
-//! `HERALD_TLS_URL=herald+tls://alice:secret@localhost:7443 HERALD_TLS_CA=ca.pem cargo run -p herald-client --example tls`
+//! `HERALD_TLS_URL=herald+tls://alice:secret@localhost:7443 HERALD_TLS_CA=ca.pem cargo run --release -p herald-client --example tls`
 //! with a server whose `[tls]` section is set and which knows the user
 //! (`herald passwd` makes the password hash for `[[auth.users]]`). The
 //! password can stay out of the URL: `ConnectionFactory::with_credentials`.

@@ -1,7 +1,7 @@
 //! A transacted session: sends and acknowledgements take effect together
 //! at `commit`, or not at all at `rollback`.
 //!
-//! `cargo run -p herald-client --example transaction` with a server on
+//! `cargo run --release -p herald-client --example transaction` with a server on
 //! `herald://127.0.0.1:7777` (or set `HERALD_URL`).
 
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! with its delivery count raised; after `queues.max_deliveries` it would
 //! go to the dead-letter queue `DLQ.<queue>`.
 //!
-//! `cargo run -p herald-client --example worker` with a server on
+//! `cargo run --release -p herald-client --example worker` with a server on
 //! `herald://127.0.0.1:7777` (or set `HERALD_URL`).
 
 use std::time::Duration;

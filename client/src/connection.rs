@@ -439,6 +439,13 @@ impl Connection {
         self.inner.connected().server_version.clone()
     }
 
+    /// What the server said its user should know of this session, such
+    /// as credentials it did not check because it has no users; `None`
+    /// when it said nothing.
+    pub fn server_notice(&self) -> Option<String> {
+        Some(self.inner.connected().notice.clone()).filter(|n| !n.is_empty())
+    }
+
     /// The server's id for this connection (a new one after a failover).
     pub fn connection_id(&self) -> String {
         self.inner.connected().connection_id.clone()

@@ -86,7 +86,14 @@ impl Dialer {
             .set_nodelay(true)
             .and_then(|()| stream.set_read_timeout(Some(connect_timeout)))
             .map_err(|e| Error::io(ctx("cannot configure socket to"), e))?;
-        let transport = Transport::new(stream, self.tls.clone().map(|config| (config, host)))?;
+        let transport = Transport::new(stream, self.tls.clone().map(|config| (config, host)))
+            .map_err(|e| match e {
+                Error::Tls { reason, .. } => Error::Tls {
+                    address: address.clone(),
+                    reason,
+                },
+                e => e,
+            })?;
         let io_error = |e| Error::io(ctx("cannot use the socket to"), e);
         let mut reader = transport.reader().map_err(io_error)?;
         let mut writer = transport.writer().map_err(io_error)?;
@@ -170,6 +177,9 @@ fn not_herald(address: &str, answer: &[u8]) -> Error {
         "it answers HTTP: is that the management interface's port?".to_owned()
     } else if answer.starts_with(b"ERROR\n") || answer.starts_with(b"CONNECTED\n") {
         "it answers STOMP: is that the STOMP port?".to_owned()
+    } else if matches!(answer, [0x15 | 0x16, 0x03, ..]) {
+        // A TLS record (an alert or a handshake) in answer to CONNECT.
+        "that port expects TLS: use herald+tls:// for it".to_owned()
     } else {
         let shown = String::from_utf8_lossy(&answer[..answer.len().min(16)]).into_owned();
         format!("it answered {shown:?}")

@@ -41,7 +41,7 @@ pub enum Error {
     #[error("protocol error: {0}")]
     Protocol(#[from] herald_protocol::Error),
     /// The server refused a request with an ERROR frame.
-    #[error("server error {code}{}: {message}", if *.fatal { " (connection closed)" } else { "" })]
+    #[error("{}{}: {message}", code_name(*code), if *.fatal { " (connection closed)" } else { "" })]
     Server {
         /// The raw code; see [`Error::server_code`].
         code: u32,
@@ -54,7 +54,7 @@ pub enum Error {
     /// [`Producer::send`](crate::Producer::send)) was refused: told to the
     /// exception listener, naming the message, its destination and the
     /// producer that sent it ([`Producer::number`](crate::Producer::number)).
-    #[error("server error {code}: {message} (message {message_id} to {destination}{})",
+    #[error("{}: {message} (message {message_id} to {destination}{})", code_name(*code),
         producer.map(|p| format!(", producer {p}")).unwrap_or_default())]
     SendRefused {
         /// The raw code; see [`Error::server_code`].
@@ -91,6 +91,15 @@ pub enum Error {
         address: String,
         /// What it seems to be instead.
         seems: String,
+    },
+    /// A TLS connection could not be made: the port does not speak TLS,
+    /// or the server's certificate is not trusted.
+    #[error("TLS with {address}: {reason}")]
+    Tls {
+        /// The server dialled.
+        address: String,
+        /// What went wrong, and what to do.
+        reason: String,
     },
     /// A frame (a message, with its headers) larger than the server takes:
     /// not sent. The server announces its `max_frame_size` when the
@@ -176,7 +185,7 @@ impl Error {
             .map(drop)
             .map_err(|e| Error::InvalidSelector {
                 selector: selector.to_owned(),
-                reason: e.to_string(),
+                reason: format!("at position {}: {}", e.position, e.message),
             })
     }
 
@@ -187,11 +196,22 @@ impl Error {
         }
     }
 
-    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Error {
+    /// An [`Error::Io`]: `source` while doing `context`.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Error {
         Error::Io {
             context: context.into(),
             source,
         }
+    }
+}
+
+/// A server's error code in words ("permission denied"), or its number
+/// for a code this client does not know; the number stays available from
+/// [`Error::server_code`].
+fn code_name(code: u32) -> std::borrow::Cow<'static, str> {
+    match ErrorCode::from_u32(code) {
+        Some(known) => known.name().into(),
+        None => format!("server error {code}").into(),
     }
 }
 
@@ -208,7 +228,7 @@ impl Ending {
     /// The server closed the connection with this fatal ERROR.
     pub(crate) fn server(code: u32, message: &str) -> Ending {
         Ending {
-            why: format!("server error {code}: {message}"),
+            why: format!("{}: {message}", code_name(code)),
             server: Some((code, message.to_owned())),
         }
     }

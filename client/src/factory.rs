@@ -25,7 +25,8 @@ pub struct FactoryConfig {
     /// `host:port` separated by commas are tried in order.
     pub url: String,
     /// For `herald+tls://`: a PEM file with the certificate authorities
-    /// whose server certificates are trusted.
+    /// whose server certificates are trusted; empty = the system's trust
+    /// store.
     #[serde(default)]
     pub tls_ca: String,
     /// Client id sent in CONNECT.
@@ -283,15 +284,11 @@ impl ConnectionFactory {
     /// Opens a connection: TCP (and TLS), CONNECT, CONNECTED. With several
     /// servers, the first that answers.
     pub fn create_connection(&self) -> Result<Connection> {
+        // Without a CA file, the system's trust store.
         let tls = match (self.tls, self.config.tls_ca.as_str()) {
             (false, _) => None,
-            (true, "") => {
-                return Err(Error::InvalidArgument(format!(
-                    "{}: herald+tls:// needs the CA that signed the server's certificate (tls_ca)",
-                    self.config.url
-                )))
-            }
-            (true, ca) => Some(crate::transport::client_config(Path::new(ca))?),
+            (true, "") => Some(crate::transport::client_config(None)?),
+            (true, ca) => Some(crate::transport::client_config(Some(Path::new(ca)))?),
         };
         Connection::open(Dialer {
             servers: self.servers.clone(),

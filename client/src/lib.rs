@@ -19,6 +19,45 @@
 //! subscriber, failover, TLS) are in `client/examples/`; CI runs each of
 //! them against a server.
 //!
+//! # A program of your own
+//!
+//! The crate is not on crates.io: depend on it by path (a checkout of
+//! Herald beside your project) or by git (Herald's repository URL):
+//!
+//! ```toml
+//! [dependencies]
+//! herald-client = { path = "../herald/client" }
+//! # or: herald-client = { git = "<Herald's repository URL>" }
+//! ```
+//!
+//! Then, in a new project (`cargo new orders && cd orders`, the line
+//! above in its `Cargo.toml`), `src/main.rs`:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use herald_client::{AckMode, ConnectionFactory, Destination, Message};
+//!
+//! fn main() -> herald_client::Result<()> {
+//!     let connection = ConnectionFactory::new("herald://127.0.0.1:7777")?.create_connection()?;
+//!     let session = connection.create_session(AckMode::Auto)?;
+//!     let orders = Destination::queue("orders");
+//!     let consumer = session.create_consumer(&orders)?;
+//!     session
+//!         .create_producer(&orders)?
+//!         .send(Message::text("order 1").with_property("region", "EU"))?;
+//!     if let Some(m) = consumer.receive(Duration::from_secs(1))? {
+//!         println!("{} {:?}", m.message_id, m.body_text());
+//!     }
+//!     connection.close()
+//! }
+//! ```
+//!
+//! `cargo run` with a server running prints the order. For `herald+tls://`
+//! the client trusts the system's certificate authorities, or the ones in
+//! a PEM file ([`ConnectionFactory::with_tls_ca`]); `herald tls-dev-cert`
+//! makes a test CA and a server certificate to try it with.
+//!
 //! # What an application must know
 //!
 //! **Threads.** Each [`Connection`] has a reader thread, which decodes what
@@ -114,7 +153,9 @@ pub use error::{Error, Result};
 pub use factory::{ConnectionFactory, FactoryConfig};
 /// What the wire codec reports, inside [`Error::Protocol`].
 pub use herald_protocol::Error as ProtocolError;
-pub use herald_protocol::{Body, DeliveryMode, Destination, ErrorCode, Message, Value};
+pub use herald_protocol::{
+    Body, DeliveryMode, Destination, DestinationKind, ErrorCode, Message, Value,
+};
 pub use producer::Producer;
 pub use requestor::{reply, Requestor};
 pub use session::{AckMode, ConsumerOptions, QueueBrowser, Session};

@@ -22,8 +22,23 @@ use rustls::{ClientConfig, ClientConnection, RootCertStore};
 use crate::error::{Error, Result};
 use crate::sync::lock;
 
-/// TLS settings that trust the certificate authorities in a PEM file.
-pub(crate) fn client_config(ca: &Path) -> Result<Arc<ClientConfig>> {
+/// TLS settings that trust the certificate authorities in a PEM file, or
+/// the system's (`None`).
+pub(crate) fn client_config(ca: Option<&Path>) -> Result<Arc<ClientConfig>> {
+    let roots = match ca {
+        Some(ca) => roots_from_file(ca)?,
+        None => system_roots()?,
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::InvalidArgument(format!("TLS: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+fn roots_from_file(ca: &Path) -> Result<RootCertStore> {
     let bad = |reason: String| Error::Config {
         path: ca.display().to_string(),
         reason,
@@ -37,13 +52,58 @@ pub(crate) fn client_config(ca: &Path) -> Result<Arc<ClientConfig>> {
     if roots.is_empty() {
         return Err(bad("no CA certificate in it".into()));
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
+    Ok(roots)
+}
+
+/// The system's trust store (on Linux, what OpenSSL reads: /etc/ssl/certs
+/// and SSL_CERT_FILE / SSL_CERT_DIR). Certificates it cannot parse are
+/// skipped, as other TLS clients skip them.
+fn system_roots() -> Result<RootCertStore> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = found
+            .errors
+            .first()
+            .map_or("it is empty".to_owned(), ToString::to_string);
+        return Err(Error::InvalidArgument(format!(
+            "TLS: no CA given and the system trust store has none ({why}): \
+             name the CA that signed the server's certificate (--tls-ca FILE, \
+             tls_ca in a client config, with_tls_ca in code)"
+        )));
+    }
+    Ok(roots)
+}
+
+/// Says in words why a TLS handshake with `address` failed, and what to do.
+fn handshake_failure(address: &str, e: io::Error) -> Error {
+    let tls = |reason: String| Error::Tls {
+        address: address.to_owned(),
+        reason,
+    };
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidMessage(_)) => tls(
+            "that port does not speak TLS (it answered in plain text): use herald:// for it, \
+             or the TLS listener's port"
+                .into(),
+        ),
+        // A CA of the same name as a trusted one fails on its signature.
+        Some(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::UnknownIssuer | rustls::CertificateError::BadSignature,
+        )) => tls(
+            "its certificate is signed by a CA this client does not trust: name that CA \
+             (--tls-ca FILE, tls_ca in a client config, with_tls_ca in code)"
+                .into(),
+        ),
+        Some(rustls::Error::InvalidCertificate(why)) => {
+            tls(format!("its certificate is not accepted: {why}"))
+        }
+        _ => Error::io(format!("TLS handshake with {address}"), e),
+    }
 }
 
 pub(crate) struct Tls {
@@ -87,7 +147,7 @@ impl Transport {
         while session.is_handshaking() {
             session
                 .complete_io(&mut socket)
-                .map_err(|e| Error::io(format!("TLS handshake with {host}"), e))?;
+                .map_err(|e| handshake_failure(host, e))?;
         }
         Ok(Transport::Tls(Arc::new(Tls {
             session: Mutex::new(session),

@@ -94,13 +94,34 @@ impl Destination {
     }
 
     /// `queue://name` or `topic://name`, as a destination prints; a bare
-    /// name is a topic.
-    pub fn from_uri(text: &str) -> Destination {
-        match (text.strip_prefix("queue://"), text.strip_prefix("topic://")) {
-            (Some(q), _) => Destination::queue(q),
-            (None, Some(t)) => Destination::topic(t),
-            (None, None) => Destination::topic(text),
+    /// name is a topic. Any other scheme is refused, naming the two.
+    pub fn from_uri(text: &str) -> Result<Destination, Error> {
+        Destination::from_uri_or(text, DestinationKind::Topic)
+    }
+
+    /// `queue://name` or `topic://name`; a bare name is of kind `bare`.
+    /// Everything that takes a destination from a person (the CLI's
+    /// verbs, the management API) reads it here, so that the two
+    /// schemes mean the same everywhere.
+    pub fn from_uri_or(text: &str, bare: DestinationKind) -> Result<Destination, Error> {
+        if let Some(name) = text.strip_prefix("queue://") {
+            return Ok(Destination::queue(name));
         }
+        if let Some(name) = text.strip_prefix("topic://") {
+            return Ok(Destination::topic(name));
+        }
+        if let Some((scheme, _)) = text.split_once("://") {
+            return Err(Error::invalid(
+                "destination",
+                format!(
+                    "'{text}' has the unknown scheme '{scheme}://': use queue://NAME or topic://NAME"
+                ),
+            ));
+        }
+        Ok(Destination {
+            kind: bare,
+            name: text.to_owned(),
+        })
     }
 }
 
@@ -329,6 +350,32 @@ fn close(pattern: &[PatternWord], at: &mut [bool]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uris_name_their_kind_and_unknown_schemes_are_refused() {
+        assert_eq!(
+            Destination::from_uri("queue://a.b"),
+            Ok(Destination::queue("a.b"))
+        );
+        assert_eq!(
+            Destination::from_uri("topic://a"),
+            Ok(Destination::topic("a"))
+        );
+        assert_eq!(Destination::from_uri("a.b"), Ok(Destination::topic("a.b")));
+        assert_eq!(
+            Destination::from_uri_or("a.b", DestinationKind::Queue),
+            Ok(Destination::queue("a.b"))
+        );
+        assert_eq!(
+            Destination::from_uri_or("topic://a", DestinationKind::Queue),
+            Ok(Destination::topic("a"))
+        );
+        let e = Destination::from_uri("quee://a").unwrap_err().to_string();
+        assert!(
+            e.contains("'quee://'") && e.contains("queue://NAME or topic://NAME"),
+            "{e}"
+        );
+    }
 
     fn m(p: &str, n: &str) -> bool {
         Pattern::parse(p).unwrap().matches(n)

@@ -21,7 +21,7 @@ pub enum Error {
     #[error("unknown frame kind {0}")]
     UnknownKind(u8),
     /// The header announces a body larger than the configured limit.
-    #[error("frame body of {len} bytes exceeds the limit of {max} bytes")]
+    #[error("frame body of {len} bytes exceeds the limit of {max}")]
     FrameTooLarge {
         /// Announced body length.
         len: u32,
@@ -164,5 +164,39 @@ impl ErrorCode {
     /// The code for a number, if it is one.
     pub fn from_u32(n: u32) -> Option<ErrorCode> {
         ErrorCode::ALL.into_iter().find(|c| *c as u32 == n)
+    }
+
+    /// The code in a few words, for people: what a client prints in place
+    /// of the number.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorCode::BadMagic => "not the Herald protocol",
+            ErrorCode::UnsupportedVersion => "unsupported protocol version",
+            ErrorCode::UnknownKind => "unknown frame kind",
+            ErrorCode::FrameTooLarge => "frame too large",
+            ErrorCode::Malformed => "malformed frame",
+            ErrorCode::NotConnected => "not connected",
+            ErrorCode::AlreadyConnected => "already connected",
+            ErrorCode::UnexpectedFrame => "unexpected frame",
+            ErrorCode::InvalidDestination => "invalid destination",
+            ErrorCode::UndeclaredTopic => "undeclared topic",
+            ErrorCode::UnknownSubscription => "unknown subscription",
+            ErrorCode::DuplicateSubscription => "duplicate subscription",
+            ErrorCode::HeartbeatTimeout => "heart-beat timeout",
+            ErrorCode::ServerShutdown => "server shutting down",
+            ErrorCode::SlowConsumer => "slow consumer",
+            ErrorCode::LimitExceeded => "limit exceeded",
+            ErrorCode::Internal => "internal server error",
+            ErrorCode::UnknownDelivery => "unknown delivery",
+            ErrorCode::QueueFull => "queue full",
+            ErrorCode::SubscriptionInUse => "subscription in use",
+            ErrorCode::InvalidSelector => "invalid selector",
+            ErrorCode::ClientIdRequired => "client id required",
+            ErrorCode::TransactionRolledBack => "transaction rolled back",
+            ErrorCode::AuthenticationFailed => "authentication failed",
+            ErrorCode::NotAuthorized => "permission denied",
+            ErrorCode::ClosedByAdmin => "closed by an administrator",
+            ErrorCode::InvalidClientId => "client id in use",
+        }
     }
 }

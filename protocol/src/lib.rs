@@ -15,6 +15,7 @@
 //! - [`stomp`]: STOMP 1.0–1.2 frames, for the second listener.
 //! - [`mqtt`]: MQTT 3.1.1 and 5.0 packets, for the MQTT listener.
 //! - [`error`]: decode errors and the numeric error codes that cross the wire.
+//! - [`utc`]: message times as people read them.
 //!
 //! `protocol/PROTOCOL.md` specifies every byte.
 #![forbid(unsafe_code)]
@@ -30,6 +31,7 @@ pub mod message;
 pub mod mqtt;
 pub mod selector;
 pub mod stomp;
+pub mod utc;
 pub mod value;
 
 pub use codec::{Decoder, RawFrame};

@@ -244,6 +244,18 @@ impl Message {
         &self.properties
     }
 
+    /// The content type the publisher gave (STOMP's `content-type`,
+    /// MQTT 5.0's content type), kept in [`CONTENT_TYPE_PROPERTY`].
+    pub fn content_type(&self) -> Option<&str> {
+        self.property(CONTENT_TYPE_PROPERTY)?.as_str()
+    }
+
+    /// Builder: the content type, a MIME type with its parameters
+    /// (`application/json; charset=utf-8`), which every protocol hands on.
+    pub fn with_content_type(self, content_type: impl Into<String>) -> Message {
+        self.with_property(CONTENT_TYPE_PROPERTY, content_type.into())
+    }
+
     /// The body as text, if it is a text body.
     pub fn body_text(&self) -> Option<&str> {
         match &self.body {

@@ -27,11 +27,26 @@ function cell(text, numeric) {
   return td;
 }
 
-function button(label, action) {
+// A destination, client id or other name: cut to the column's width with
+// an ellipsis, the whole of it on hover, so that a long one does not push
+// the numbers and buttons off the screen.
+function nameCell(text) {
+  const td = document.createElement("td");
+  const span = document.createElement("span");
+  span.className = "name";
+  span.textContent = text === null || text === undefined ? "" : String(text);
+  span.title = span.textContent;
+  td.appendChild(span);
+  return td;
+}
+
+// A button that calls `action`; with `question`, only once it is confirmed.
+function button(label, action, question) {
   const td = document.createElement("td");
   const b = document.createElement("button");
   b.textContent = label;
   b.addEventListener("click", async () => {
+    if (question && !window.confirm(question)) return;
     try {
       await action();
       $("error").textContent = "";
@@ -87,28 +102,32 @@ async function refresh() {
     `${server.messages_in} in · ${server.messages_out} out`;
   fill("queues", queues, (tr, q) => {
     tr.dataset.queue = q.name;
-    tr.append(cell(q.name), cell(q.depth, true), cell(q.in_flight, true), cell(q.consumers, true),
+    tr.append(nameCell(q.name), cell(q.depth, true), cell(q.in_flight, true), cell(q.consumers, true),
       cell(rate(q.enqueue_rate), true), cell(rate(q.dequeue_rate), true),
-      button("Purge", () => api("POST", `/api/queues/${encodeURIComponent(q.name)}/purge`)));
+      button("Purge", () => api("POST", `/api/queues/${encodeURIComponent(q.name)}/purge`),
+        `Purge queue ${q.name}? Its ${q.depth} waiting message(s) are dropped.`));
     tr.children[1].classList.add("depth");
   });
   fill("topics", topics.topics, (tr, t) => {
     tr.dataset.topic = t.name;
-    tr.append(cell(t.name), cell(t.messages_in, true), cell(t.deliveries, true), cell(rate(t.rate), true));
+    tr.append(nameCell(t.name), cell(t.messages_in, true), cell(t.deliveries, true), cell(rate(t.rate), true));
   });
-  fill("patterns", topics.patterns, (tr, p) => tr.append(cell(p.pattern), cell(p.subscribers, true)));
+  fill("patterns", topics.patterns, (tr, p) => tr.append(nameCell(p.pattern), cell(p.subscribers, true)));
   fill("subscriptions", subscriptions, (tr, s) => {
-    tr.append(cell(s.kind), cell(s.pattern), cell(s.selector), cell(s.name), cell(s.client_id),
-      cell(s.connection), cell(s.backlog, true));
+    tr.append(cell(s.kind), nameCell(s.pattern), nameCell(s.selector), nameCell(s.name),
+      nameCell(s.client_id), cell(s.connection), cell(s.backlog, true));
     tr.append(s.durable && s.connection === null
       ? button("Delete", () => api("DELETE",
-          `/api/subscriptions/${encodeURIComponent(s.client_id)}/${encodeURIComponent(s.name)}`))
+          `/api/subscriptions/${encodeURIComponent(s.client_id)}/${encodeURIComponent(s.name)}`),
+        `Delete durable subscription ${s.name} of ${s.client_id}? Its ${s.backlog} waiting message(s) go with it.`)
       : cell(""));
   });
   fill("connections", connections, (tr, c) => {
-    tr.append(cell(c.id, true), cell(c.client_id), cell(c.user), cell(c.peer), cell(c.protocol),
+    tr.dataset.connection = c.id;
+    tr.append(cell(c.id, true), nameCell(c.client_id), nameCell(c.user), cell(c.peer), cell(c.protocol),
       cell(c.subscriptions, true), cell(c.bytes_in, true), cell(c.bytes_out, true),
-      button("Close", () => api("DELETE", `/api/connections/${c.id}`)));
+      button("Close", () => api("DELETE", `/api/connections/${c.id}`),
+        `Close connection ${c.id} (${c.client_id || c.peer})? Its client is disconnected.`));
   });
   drawChart(history);
 }

@@ -9,11 +9,15 @@
 //! management interface's logins take the same thread, so one password
 //! is checked at a time, whatever comes in.
 //!
-//! Guessing is made slow and cheap to refuse: logins from addresses with
-//! no recent failure are checked first, and an address with
-//! `max_failed_logins` failures in `failed_login_window_ms` is refused
-//! without a check until they age out (see [`Throttle`]). Failed logins
-//! are logged with the peer's address.
+//! Guessing is made slow and cheap to refuse: logins of a user from an
+//! address with no recent failure are checked first, and a user who failed
+//! `max_failed_logins` times from one address within
+//! `failed_login_window_ms` is refused from there without a check until
+//! the failures age out, told for how long (see [`Throttle`]). The lockout
+//! is per user and address, so that a client that keeps failing locks out
+//! neither other users nor the same user elsewhere; a connection that gives
+//! no name is not a failed guess. Failed logins are logged with the peer's
+//! address.
 //!
 //! With no users configured, credentials are ignored and every connection
 //! may do everything (an open broker). With users, a connection that gives
@@ -549,9 +553,21 @@ pub enum LoginError {
     /// No such user, or the wrong password (not told apart).
     #[error("invalid user name or password for '{0}'")]
     Refused(String),
-    /// Too many failures from the address lately: not even checked.
-    #[error("too many failed logins from {0}: try again later")]
-    Throttled(String),
+    /// Too many failures of the user from the address lately: not even
+    /// checked.
+    #[error(
+        "too many failed logins as '{user}' from {from}: locked out for {}s more \
+         (auth.max_failed_logins within auth.failed_login_window_ms)",
+        .retry_after.as_secs().max(1)
+    )]
+    Throttled {
+        /// The user name tried.
+        user: String,
+        /// The address it came from.
+        from: String,
+        /// How long until the failures age out.
+        retry_after: Duration,
+    },
     /// The server is stopping: nothing is checked any more.
     #[error("the server is stopping")]
     Stopping,
@@ -568,14 +584,18 @@ struct Job {
     done: LoginDone,
 }
 
-/// Failed logins by address, for a window of time.
+/// Who tried to log in: the user name, from an address.
+type Attempt = (String, IpAddr);
+
+/// Failed logins by user and address, for a window of time.
 pub struct Throttle {
-    failures: HashMap<IpAddr, (u32, Instant)>,
+    failures: HashMap<Attempt, (u32, Instant)>,
     window: Duration,
     max_failures: u32,
 }
 
-/// Addresses the throttle remembers at most; past it, the oldest go.
+/// User and address pairs the throttle remembers at most; past it, the
+/// oldest go.
 const MAX_TRACKED: usize = 100_000;
 
 impl Throttle {
@@ -588,26 +608,32 @@ impl Throttle {
         }
     }
 
-    /// Failures of `peer` within the window before `now`.
-    fn recent(&self, peer: Option<IpAddr>, now: Instant) -> u32 {
-        peer.and_then(|ip| self.failures.get(&ip))
+    /// Failures of `user` from `peer` within the window before `now`, and
+    /// when the last was.
+    fn recent(&self, user: &str, peer: Option<IpAddr>, now: Instant) -> Option<(u32, Instant)> {
+        let key = (user.to_owned(), peer?);
+        self.failures
+            .get(&key)
             .filter(|(_, last)| now.duration_since(*last) < self.window)
-            .map_or(0, |(n, _)| *n)
+            .copied()
     }
 
-    /// Whether logins from `peer` failed lately: they wait behind others.
-    pub fn suspect(&self, peer: Option<IpAddr>, now: Instant) -> bool {
-        self.recent(peer, now) > 0
+    /// Whether logins of `user` from `peer` failed lately: they wait
+    /// behind others.
+    pub fn suspect(&self, user: &str, peer: Option<IpAddr>, now: Instant) -> bool {
+        self.recent(user, peer, now).is_some()
     }
 
-    /// Whether `peer` failed too often lately to be checked at all.
-    pub fn blocked(&self, peer: Option<IpAddr>, now: Instant) -> bool {
-        self.recent(peer, now) >= self.max_failures
+    /// How long `user` stays locked out from `peer`, if it failed too
+    /// often lately to be checked at all.
+    pub fn blocked(&self, user: &str, peer: Option<IpAddr>, now: Instant) -> Option<Duration> {
+        let (n, last) = self.recent(user, peer, now)?;
+        (n >= self.max_failures).then(|| self.window.saturating_sub(now.duration_since(last)))
     }
 
-    /// Counts a failure of `peer`; a failure after a quiet window starts
-    /// the count again.
-    pub fn failed(&mut self, peer: Option<IpAddr>, now: Instant) {
+    /// Counts a failure of `user` from `peer`; a failure after a quiet
+    /// window starts the count again.
+    pub fn failed(&mut self, user: &str, peer: Option<IpAddr>, now: Instant) {
         let Some(ip) = peer else {
             return;
         };
@@ -619,7 +645,10 @@ impl Throttle {
         if self.failures.len() >= MAX_TRACKED {
             return;
         }
-        let entry = self.failures.entry(ip).or_insert((0, now));
+        let entry = self
+            .failures
+            .entry((user.to_owned(), ip))
+            .or_insert((0, now));
         if now.duration_since(entry.1) >= window {
             entry.0 = 0;
         }
@@ -697,6 +726,23 @@ impl Authenticator {
     /// Whether any user is configured (else everyone may do everything).
     pub fn has_users(&self) -> bool {
         !self.current().users.is_empty()
+    }
+
+    /// What a client that logs in as `user` is told, and the log warned
+    /// of, when no users are configured: its credentials are not checked.
+    /// `None` when they are (or none were given).
+    pub fn unchecked(&self, user: &str, serial: u64) -> Option<String> {
+        if user.is_empty() || self.has_users() {
+            return None;
+        }
+        log::warn!(
+            "connection {serial} logs in as '{user}', but no users are configured \
+             ([[auth.users]]): its credentials are not checked"
+        );
+        Some(format!(
+            "authentication is off: no users are configured, so the credentials \
+             for '{user}' were not checked"
+        ))
     }
 
     fn current(&self) -> Arc<Users> {
@@ -781,7 +827,7 @@ fn run(jobs: Receiver<Job>, users: Arc<RwLock<Arc<Users>>>) {
             }
         }
         for job in incoming {
-            match throttle.suspect(job.peer, now) {
+            match throttle.suspect(&job.user, job.peer, now) {
                 true => suspect.push_back(job),
                 false => fresh.push_back(job),
             }
@@ -796,20 +842,27 @@ fn run(jobs: Receiver<Job>, users: Arc<RwLock<Arc<Users>>>) {
         let from = job
             .peer
             .map_or_else(|| "an unknown address".to_owned(), |ip| ip.to_string());
-        if throttle.blocked(job.peer, now) {
+        if let Some(retry_after) = throttle.blocked(&job.user, job.peer, now) {
             log::warn!(
                 "login as '{}' from {from} refused unchecked: too many failures",
                 job.user
             );
-            let why = LoginError::Throttled(from);
+            let why = LoginError::Throttled {
+                user: job.user,
+                from,
+                retry_after,
+            };
             failed.push_back((now + users.delay, job.done, why));
             continue;
         }
         match users.verify(&job.user, &job.password) {
             Ok(principal) => (job.done)(Ok(principal)),
             Err(why) => {
-                log::warn!("failed login as '{}' from {from}", job.user);
-                throttle.failed(job.peer, Instant::now());
+                log::warn!("failed login as '{}' from {from}: {why}", job.user);
+                // No name is no guess: it locks nobody out.
+                if why != LoginError::NameRequired {
+                    throttle.failed(&job.user, job.peer, Instant::now());
+                }
                 failed.push_back((Instant::now() + users.delay, job.done, why));
             }
         }
@@ -846,24 +899,36 @@ mod tests {
     }
 
     #[test]
-    fn the_throttle_counts_failures_per_address_within_its_window() {
+    fn the_throttle_counts_failures_per_user_and_address_within_its_window() {
         let mut t = Throttle::new(Duration::from_secs(60), 3);
         let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
         let now = Instant::now();
-        assert!(!t.suspect(Some(a), now));
-        t.failed(Some(a), now);
-        assert!(t.suspect(Some(a), now) && !t.blocked(Some(a), now));
-        t.failed(Some(a), now);
-        t.failed(Some(a), now);
-        assert!(t.blocked(Some(a), now));
-        assert!(!t.suspect(Some(b), now), "another address is not touched");
-        let later = now + Duration::from_secs(61);
-        assert!(!t.suspect(Some(a), later), "failures age out");
-        t.failed(Some(a), later);
-        assert!(!t.blocked(Some(a), later), "and the count starts again");
-        t.failed(None, now);
+        assert!(!t.suspect("alice", Some(a), now));
+        t.failed("alice", Some(a), now);
+        assert!(t.suspect("alice", Some(a), now) && t.blocked("alice", Some(a), now).is_none());
+        t.failed("alice", Some(a), now);
+        let then = now + Duration::from_secs(10);
+        t.failed("alice", Some(a), then);
+        assert_eq!(
+            t.blocked("alice", Some(a), then + Duration::from_secs(5)),
+            Some(Duration::from_secs(55)),
+            "locked out until the last failure ages out"
+        );
         assert!(
-            !t.suspect(None, now),
+            !t.suspect("alice", Some(b), now),
+            "another address is not touched"
+        );
+        assert!(!t.suspect("bob", Some(a), now), "nor another user");
+        let later = then + Duration::from_secs(61);
+        assert!(!t.suspect("alice", Some(a), later), "failures age out");
+        t.failed("alice", Some(a), later);
+        assert!(
+            t.blocked("alice", Some(a), later).is_none(),
+            "and the count starts again"
+        );
+        t.failed("alice", None, now);
+        assert!(
+            !t.suspect("alice", None, now),
             "an unknown address is never held back"
         );
     }

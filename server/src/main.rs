@@ -53,6 +53,12 @@ struct Args {
     /// overriding the config.
     #[arg(long)]
     tls_listen: Option<SocketAddr>,
+    /// PEM certificate chain for the TLS listeners, overriding tls.cert.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert, overriding tls.key.
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
     /// Address of the management interface, overriding the config.
     #[arg(long)]
     admin_listen: Option<SocketAddr>,
@@ -64,6 +70,10 @@ struct Args {
     /// This node's id in the cluster, overriding the config.
     #[arg(long)]
     node_id: Option<String>,
+    /// Write the server's process id to this file once it listens (for
+    /// `kill -HUP $(cat FILE)`); removed when it stops.
+    #[arg(long, value_name = "FILE")]
+    pid_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -118,6 +128,12 @@ fn main() -> ExitCode {
         config.tls.listen = addr;
         config.tls.enabled = true;
     }
+    if let Some(cert) = args.tls_cert {
+        config.tls.cert = cert;
+    }
+    if let Some(key) = args.tls_key {
+        config.tls.key = key;
+    }
     if let Some(url) = args.cluster_redis {
         config.cluster.redis = url;
     }
@@ -171,6 +187,13 @@ fn main() -> ExitCode {
     if let Some(url) = server.admin_url() {
         announce.push_str(&format!("herald-server admin listening on {url}\n"));
     }
+    if let Some(path) = &args.pid_file {
+        if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
+            eprintln!("herald-server: --pid-file {}: {e}", path.display());
+            server.shutdown();
+            return ExitCode::FAILURE;
+        }
+    }
     let mut stdout = std::io::stdout();
     let _ = stdout
         .write_all(announce.as_bytes())
@@ -189,5 +212,8 @@ fn main() -> ExitCode {
         }
     }
     server.shutdown();
+    if let Some(path) = &args.pid_file {
+        let _ = std::fs::remove_file(path);
+    }
     ExitCode::SUCCESS
 }

@@ -195,27 +195,24 @@ impl Server {
         threads.push(spawn("herald-acceptor".into(), move || {
             acceptor::run(acceptor_poll, listeners, acceptor_shared, acceptor_workers)
         })?);
+        // The binary announces every listener on stdout; an embedding
+        // program sees them here with RUST_LOG=debug.
         log::info!(
-            "herald {} listening on {local_addr} with {n} workers",
+            "herald {} started with {n} workers",
             env!("CARGO_PKG_VERSION")
         );
         log::info!("{}", shared.auth.describe_anonymous(&shared.config.auth));
-        if let Some(addr) = stomp_addr {
-            log::info!("STOMP listening on {addr}");
-        }
-        if let Some(addr) = stomp_ws_addr {
-            log::info!("STOMP over WebSocket listening on {addr}");
-        }
-        if let Some(addr) = tls_addr {
-            log::info!("TLS listening on {addr}");
-        }
+        log::debug!("listening on {local_addr}");
         for (what, addr) in [
+            ("STOMP", stomp_addr),
+            ("STOMP over WebSocket", stomp_ws_addr),
+            ("TLS", tls_addr),
             ("MQTT", mqtt.tcp),
             ("MQTT over TLS", mqtt.tls),
             ("MQTT over WebSocket", mqtt.websocket),
         ] {
             if let Some(addr) = addr {
-                log::info!("{what} listening on {addr}");
+                log::debug!("{what} listening on {addr}");
             }
         }
         let admin = match shared.config.admin.enabled {
@@ -245,7 +242,7 @@ impl Server {
                     addr: listen,
                     source,
                 })?;
-                log::info!("management interface on {scheme}://{}/", admin.addr());
+                log::debug!("management interface on {scheme}://{}/", admin.addr());
                 Some(admin)
             }
             false => None,

@@ -477,36 +477,17 @@ impl StompClient {
 /// returns (CA, certificate, key) paths. Another call makes another,
 /// unrelated CA.
 pub fn tls_files(dir: &std::path::Path, names: &[&str]) -> (PathBuf, PathBuf, PathBuf) {
-    use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair};
-    // Distinct subjects: OpenSSL (mosquitto's clients) takes a certificate
-    // whose subject is its issuer's for a self-signed one.
-    let named = |cn: &str| {
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, cn);
-        dn
-    };
-    std::fs::create_dir_all(dir).expect("tls dir");
-    let ca_key = KeyPair::generate().expect("CA key");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.distinguished_name = named("Herald test CA");
-    let ca = ca_params.self_signed(&ca_key).expect("CA certificate");
-    let key = KeyPair::generate().expect("server key");
-    let subject = names.first().copied().unwrap_or("server");
     let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    let mut params = CertificateParams::new(names).expect("server params");
-    params.distinguished_name = named(subject);
-    let cert = params
-        .signed_by(&key, &ca, &ca_key)
-        .expect("server certificate");
+    let made = herald_server::net::tls::dev_certificates(&names).expect("test certificates");
+    std::fs::create_dir_all(dir).expect("tls dir");
     let paths = (
         dir.join("ca.pem"),
         dir.join("cert.pem"),
         dir.join("key.pem"),
     );
-    std::fs::write(&paths.0, ca.pem()).expect("write CA");
-    std::fs::write(&paths.1, cert.pem()).expect("write certificate");
-    std::fs::write(&paths.2, key.serialize_pem()).expect("write key");
+    std::fs::write(&paths.0, made.ca).expect("write CA");
+    std::fs::write(&paths.1, made.cert).expect("write certificate");
+    std::fs::write(&paths.2, made.key).expect("write key");
     paths
 }
 

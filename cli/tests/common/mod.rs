@@ -24,10 +24,14 @@ pub fn fails(command: &mut Command) -> String {
 
 /// Runs `herald` with `args`, which must succeed; returns its stdout.
 pub fn run_ok(args: &[&str]) -> String {
-    let out = herald().args(args).output().unwrap();
+    succeeded(herald().args(args).output().unwrap(), &args)
+}
+
+/// The stdout of a run of `what` that must have succeeded.
+pub fn succeeded(out: std::process::Output, what: &dyn std::fmt::Debug) -> String {
     assert!(
         out.status.success(),
-        "{args:?}: {}",
+        "{what:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()

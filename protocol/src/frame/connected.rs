@@ -1,7 +1,7 @@
 //! CONNECTED: server → client, the answer to CONNECT.
 //!
 //! `str16 server version | str16 connection id | u32 heart-beat ms |
-//! u32 max frame size`
+//! u32 max frame size [| str16 notice]`
 
 use bytes::{BufMut, BytesMut};
 
@@ -20,6 +20,10 @@ pub struct Connected {
     pub heartbeat_ms: u32,
     /// The largest frame body the server accepts.
     pub max_frame_size: u32,
+    /// Something the client's user should know of this session, such as
+    /// credentials that were not checked; empty (and absent on the wire)
+    /// when there is nothing to say.
+    pub notice: String,
 }
 
 impl Connected {
@@ -30,6 +34,10 @@ impl Connected {
             connection_id: c.str16("connection id")?.to_owned(),
             heartbeat_ms: c.u32("heart-beat")?,
             max_frame_size: c.u32("max frame size")?,
+            notice: match c.remaining() {
+                0 => String::new(),
+                _ => c.str16("notice")?.to_owned(),
+            },
         };
         c.finish()?;
         Ok(f)
@@ -40,6 +48,9 @@ impl Connected {
         put_str16(d, &self.connection_id, "connection id")?;
         d.put_u32(self.heartbeat_ms);
         d.put_u32(self.max_frame_size);
+        if !self.notice.is_empty() {
+            put_str16(d, &self.notice, "notice")?;
+        }
         Ok(())
     }
 }

@@ -197,6 +197,14 @@ mod tests {
                 connection_id: "7".into(),
                 heartbeat_ms: 5000,
                 max_frame_size: 1 << 20,
+                notice: String::new(),
+            }),
+            Frame::Connected(Connected {
+                server_version: "0.1.0".into(),
+                connection_id: "8".into(),
+                heartbeat_ms: 5000,
+                max_frame_size: 1 << 20,
+                notice: "authentication is off".into(),
             }),
             Frame::Error(ErrorFrame {
                 code: 5,
@@ -318,10 +326,11 @@ mod tests {
                 _ => raw.body.len(),
             };
             // Where an optional tail may start: UNSUBSCRIBE's list of what
-            // was read, ERROR's refused send.
+            // was read, ERROR's refused send, CONNECTED's notice.
             let optional = match &f {
                 Frame::Unsubscribe(_) => Some(4),
                 Frame::Error(e) => Some(7 + e.message.len()),
+                Frame::Connected(c) => Some(12 + c.server_version.len() + c.connection_id.len()),
                 _ => None,
             };
             for n in 0..fixed {

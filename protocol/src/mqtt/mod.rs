@@ -79,7 +79,7 @@ pub enum MqttError {
     #[error("unsupported protocol level {0} (3.1.1 and 5.0 are)")]
     UnsupportedVersion(u8),
     /// A packet over the size limit (0x95).
-    #[error("a packet of {size} bytes is over the {max} allowed")]
+    #[error("packet of {size} bytes exceeds the limit of {max}")]
     TooLarge {
         /// Its size, fixed header included.
         size: usize,

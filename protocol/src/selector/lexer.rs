@@ -16,6 +16,30 @@ pub enum Tok {
     End,
 }
 
+impl std::fmt::Display for Tok {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Tok::Ident(name) => write!(f, "the identifier {name}"),
+            Tok::Str(s) => write!(f, "the string '{}'", s.replace('\'', "''")),
+            Tok::Long(n) => write!(f, "the number {n}"),
+            Tok::Double(n) => write!(f, "the number {n}"),
+            Tok::Kw(k) => write!(f, "the keyword {k}"),
+            Tok::Op(op) => write!(f, "'{op}'"),
+            Tok::End => write!(f, "the end"),
+        }
+    }
+}
+
+/// What people write for an operator in other languages, and what a
+/// selector says instead.
+const FOREIGN_OPS: [(&str, &str); 5] = [
+    ("==", "use = for equality"),
+    ("!=", "use <> for inequality"),
+    ("&&", "use AND"),
+    ("||", "use OR"),
+    ("!", "use NOT"),
+];
+
 const KEYWORDS: [&str; 11] = [
     "AND", "OR", "NOT", "BETWEEN", "LIKE", "IN", "IS", "NULL", "ESCAPE", "TRUE", "FALSE",
 ];
@@ -78,6 +102,12 @@ pub fn tokenize(src: &str) -> Result<Vec<(Tok, usize)>, SelectorError> {
             };
             out.push((tok, start));
             i += len;
+        } else if let Some((op, hint)) = FOREIGN_OPS.iter().find(|(op, _)| src[i..].starts_with(op))
+        {
+            return Err(SelectorError::new(
+                start,
+                format!("'{op}' is not a selector operator: {hint}"),
+            ));
         } else if let Some(op) = OPS.iter().find(|op| src[i..].starts_with(**op)) {
             out.push((Tok::Op(op), start));
             i += op.len();

@@ -191,11 +191,10 @@ impl<'l> Parser<'l> {
     }
 
     fn error(&self, message: impl Into<String>) -> SelectorError {
-        let found = match self.peek() {
-            Tok::End => "the end".to_owned(),
-            t => format!("{t:?}"),
-        };
-        SelectorError::new(self.pos(), format!("{}, found {found}", message.into()))
+        SelectorError::new(
+            self.pos(),
+            format!("{}, found {}", message.into(), self.peek()),
+        )
     }
 
     pub fn parse(mut self) -> Result<Parsed, SelectorError> {

@@ -206,6 +206,42 @@ fn errors_name_the_position() {
     assert!(Selector::parse("").is_err());
 }
 
+#[test]
+fn errors_say_what_was_expected_in_words() {
+    for (src, position, words) in [
+        (
+            "region == 'EU'",
+            7,
+            "'==' is not a selector operator: use = for equality",
+        ),
+        ("region != 'EU'", 7, "use <> for inequality"),
+        ("a = 1 && b = 2", 6, "use AND"),
+        ("a = 1 || b = 2", 6, "use OR"),
+        (
+            "region = ",
+            9,
+            "expected a value, an identifier or (, found the end",
+        ),
+        (
+            "a = 1 b",
+            6,
+            "expected an operator or the end, found the identifier b",
+        ),
+        ("a = 1 'x'", 6, "found the string 'x'"),
+        ("(a = 1", 6, "found the end"),
+        ("a = = 1", 4, "found '='"),
+        ("a = AND", 4, "found the keyword AND"),
+    ] {
+        let e = Selector::parse(src).unwrap_err();
+        assert_eq!(e.position, position, "{src}: {e}");
+        assert!(e.message.contains(words), "{src}: {e}");
+        assert!(
+            !e.message.contains("Op(") && !e.message.contains("Kw("),
+            "{src}: {e}"
+        );
+    }
+}
+
 /// Room for the long selectors that test flat chains and many names.
 const LARGE: SelectorLimits = SelectorLimits {
     max_length: 1 << 20,

@@ -7,8 +7,12 @@ use thiserror::Error;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum StompError {
     /// The frame is larger than allowed.
-    #[error("frame exceeds {max} bytes")]
+    #[error("frame of {}{size} bytes exceeds the limit of {max}", if *.partial { "at least " } else { "" })]
     TooLarge {
+        /// Its size, or what has arrived of it when `partial`.
+        size: usize,
+        /// Only part of it has arrived: it is at least `size` bytes.
+        partial: bool,
         /// The limit.
         max: usize,
     },
@@ -221,11 +225,11 @@ impl StompDecoder {
     pub fn decode(&self, buf: &mut BytesMut) -> Result<Option<StompFrame>, StompError> {
         StompDecoder::skip_heartbeats(buf);
         let max = self.limits.max_frame_size;
-        let too_large = || StompError::TooLarge { max };
+        let too_large = |size, partial| StompError::TooLarge { size, partial, max };
         // The command line.
         let Some((lf, end)) = line_end(buf, 0) else {
             return if buf.len() > max {
-                Err(too_large())
+                Err(too_large(buf.len(), true))
             } else {
                 Ok(None)
             };
@@ -245,7 +249,7 @@ impl StompDecoder {
         loop {
             let Some((lf, end)) = line_end(buf, at) else {
                 return if buf.len() > max {
-                    Err(too_large())
+                    Err(too_large(buf.len(), true))
                 } else {
                     Ok(None)
                 };
@@ -273,7 +277,7 @@ impl StompDecoder {
             at = lf + 1;
         }
         if at > max {
-            return Err(too_large());
+            return Err(too_large(at, true));
         }
         // The body: content-length bytes then NUL, or up to the first NUL.
         let content_length = headers
@@ -286,7 +290,7 @@ impl StompDecoder {
                     .parse()
                     .map_err(|_| StompError::BadContentLength(text.to_owned()))?;
                 if at.saturating_add(n) >= max {
-                    return Err(too_large());
+                    return Err(too_large(at.saturating_add(n).saturating_add(1), false));
                 }
                 if buf.len() < at + n + 1 {
                     return Ok(None);
@@ -298,7 +302,7 @@ impl StompDecoder {
             }
             None => match buf[at..].iter().position(|&b| b == 0) {
                 Some(i) => (at + i, at + i + 1),
-                None if buf.len() > max => return Err(too_large()),
+                None if buf.len() > max => return Err(too_large(buf.len(), true)),
                 None => return Ok(None),
             },
         };

@@ -422,6 +422,7 @@ async fn queues(State(state): State<AppState>) -> ApiResult {
             let mut row = json!({
                 "name": q.name,
                 "depth": q.depth,
+                "scheduled": q.scheduled,
                 "in_flight": q.in_flight,
                 "consumers": q.consumers,
                 "enqueued": q.enqueued,
@@ -469,6 +470,14 @@ async fn purge(State(state): State<AppState>, Path(name): Path<String>) -> ApiRe
 }
 
 async fn replay(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult {
+    if !state.shared.broker.is_dead_letter_queue(&name) {
+        let queues = &state.shared.config.queues;
+        return Err(ApiError::bad_request(format!(
+            "'{name}' is not a dead-letter queue (those are named {}NAME, and the expiry queue {}): \
+             only their messages say where they came from",
+            queues.dead_letter_prefix, queues.expiry_queue
+        )));
+    }
     let mut out = deliveries(&state);
     let mut moved = state.shared.broker.replay(&name, &mut out);
     state.route(out);
@@ -645,7 +654,8 @@ async fn publish(
     body: Result<Json<PublishBody>, axum::extract::rejection::JsonRejection>,
 ) -> ApiResult {
     let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let destination = Destination::from_uri(&body.destination);
+    let destination = Destination::from_uri(&body.destination)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     herald_protocol::destination::validate_name(&destination.name)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let mut message = Message::text(body.body);
@@ -675,6 +685,17 @@ async fn publish(
     message
         .encode(&mut block)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    // The same limit as every protocol's frames.
+    let max = state.shared.config.max_frame_size;
+    if block.len() > max as usize {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "a message of {} bytes exceeds max_frame_size ({max})",
+                block.len()
+            ),
+        ));
+    }
     let view =
         MessageView::parse(block.freeze()).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let mut out = deliveries(&state);
@@ -687,6 +708,14 @@ async fn publish(
         RouteError::Undeclared(why) => ApiError::conflict(why.to_string()),
         full @ RouteError::QueueFull { .. } => ApiError::conflict(full.to_string()),
     })?;
+    // Counted like a message from a client, with the first worker's (the
+    // totals, the per-destination metrics and the topics table add up the
+    // workers' counts).
+    let counts = &state.shared.stats[0];
+    counts.messages_in.fetch_add(1, Ordering::Relaxed);
+    let mut tally = crate::frontend::DestinationCounts::default();
+    tally.add(view.block().len() as u64, routed.delivered as u64);
+    counts.add((destination.kind, destination.name.clone()), tally);
     if routed.journaled {
         // Answered once the journal has it, as a native persistent send.
         let (tx, rx) = tokio::sync::oneshot::channel();

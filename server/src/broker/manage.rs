@@ -29,6 +29,7 @@ impl Broker {
                 QueueStats {
                     name: q.name().to_owned(),
                     depth: q.depth(),
+                    scheduled: q.scheduled(),
                     in_flight: q.in_flight(),
                     consumers: q.consumer_count(),
                     enqueued,
@@ -118,6 +119,14 @@ impl Broker {
         Some(purged.len())
     }
 
+    /// Whether `name` is a queue that dead or expired messages are moved
+    /// to: a dead-letter queue (`queues.dead_letter_prefix`) or the expiry
+    /// queue. Only their messages say where they came from.
+    pub fn is_dead_letter_queue(&self, name: &str) -> bool {
+        name.starts_with(&self.dead_letter_prefix)
+            || (!self.expiry_queue.is_empty() && name == self.expiry_queue)
+    }
+
     /// Moves the messages of a dead-letter or expiry queue back to the
     /// destination each came from (its `HeraldOriginalDestination`),
     /// without the dead-letter properties; returns how many moved, or
@@ -159,7 +168,7 @@ impl Broker {
             .ok_or(RepublishError::NoOrigin)?;
         message.remove_property("HeraldDeadLetterReason");
         let original = original.as_str().ok_or(RepublishError::NoOrigin)?;
-        message.destination = Some(herald_protocol::Destination::from_uri(original));
+        message.destination = Some(herald_protocol::Destination::from_uri(original)?);
         let mut encoded = BytesMut::new();
         message.encode(&mut encoded)?;
         let view = MessageView::parse(encoded.freeze())?;

@@ -162,9 +162,15 @@ impl Queue {
         self.holder.as_ref()
     }
 
-    /// Messages waiting for a consumer.
+    /// Messages waiting for a consumer, not counting those that have
+    /// expired and wait to be set aside.
     pub fn depth(&self) -> usize {
-        self.ready.len()
+        self.ready.live(now_ms())
+    }
+
+    /// Messages waiting for their delivery time.
+    pub fn scheduled(&self) -> usize {
+        self.scheduled.len()
     }
 
     /// Messages delivered and not yet acknowledged.

@@ -31,6 +31,9 @@ pub struct Ready {
     len: usize,
     /// The messages' blocks' bytes, for the server's memory limit.
     bytes: usize,
+    /// How many of them have an expiration: while none has, the depth is
+    /// `len` without looking at each.
+    expiring: usize,
 }
 
 /// The priority a message is filed under (one read from a damaged block
@@ -53,6 +56,7 @@ impl Ready {
     /// Files a message in its place.
     pub fn insert(&mut self, m: QueuedMessage) {
         self.bytes += m.block.len();
+        self.expiring += usize::from(m.expiration != 0);
         let queue = &mut self.by_priority[priority(&m) as usize];
         match queue.back() {
             Some(last) if last.seq > m.seq => {
@@ -100,6 +104,7 @@ impl Ready {
         };
         self.len -= usize::from(taken.is_some());
         self.bytes -= taken.as_ref().map_or(0, |m| m.block.len());
+        self.expiring -= usize::from(taken.as_ref().is_some_and(|m| m.expiration != 0));
         taken
     }
 
@@ -115,6 +120,16 @@ impl Ready {
         }
         self.len = self.by_priority.iter().map(VecDeque::len).sum();
         self.bytes = self.iter().map(|m| m.block.len()).sum();
+        self.expiring = self.iter().filter(|m| m.expiration != 0).count();
+    }
+
+    /// Waiting messages that have not expired at `now_ms` (expired ones
+    /// wait here until a dispatch sets them aside).
+    pub fn live(&self, now_ms: i64) -> usize {
+        match self.expiring {
+            0 => self.len,
+            _ => self.iter().filter(|m| !m.expired(now_ms)).count(),
+        }
     }
 
     /// Takes every waiting message, in delivery order.
@@ -122,6 +137,7 @@ impl Ready {
         let all = std::mem::take(&mut self.by_priority);
         self.len = 0;
         self.bytes = 0;
+        self.expiring = 0;
         all.into_iter().rev().flatten().collect()
     }
 }

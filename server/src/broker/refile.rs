@@ -113,7 +113,10 @@ impl Broker {
                 message.expiration = 0;
                 (
                     self.expiry_queue.clone(),
-                    format!("expired at {}", m.expiration),
+                    format!(
+                        "expired at {}",
+                        herald_protocol::utc::format_ms(m.expiration)
+                    ),
                 )
             }
         };

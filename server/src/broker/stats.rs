@@ -89,8 +89,10 @@ pub struct SubscriptionView {
 pub struct QueueStats {
     /// Its name.
     pub name: String,
-    /// Messages waiting (ready or scheduled).
+    /// Messages waiting for a consumer (not those that expired).
     pub depth: usize,
+    /// Messages waiting for their delivery time.
+    pub scheduled: usize,
     /// Delivered and not yet acknowledged.
     pub in_flight: usize,
     /// Consumers attached.

@@ -15,6 +15,8 @@
 //! It knows nothing of sockets: `net` owns those and implements
 //! [`Mailbox`] for its workers' inboxes.
 
+use crate::session::Phase;
+
 mod away;
 mod context;
 mod login;
@@ -34,6 +36,18 @@ pub use shared::{
     DestinationCounts, Limits, Mailbox, Notice, Places, Protocol, Shared, WorkerSink, WorkerStats,
     MOVING, OTHER_DESTINATIONS,
 };
+/// What every front-end says of a frame over the size limit: its size,
+/// the limit and the config key that sets it (before CONNECT the smaller
+/// `max_connect_frame_size` holds).
+pub fn frame_too_large(size: usize, at_least: bool, max: usize, phase: Phase) -> String {
+    let key = match phase {
+        Phase::AwaitingConnect => "max_connect_frame_size",
+        Phase::Connected => "max_frame_size",
+    };
+    let at_least = if at_least { "at least " } else { "" };
+    format!("frame of {at_least}{size} bytes exceeds {key} ({max})")
+}
+
 pub use subscription::{
     authorize as authorize_subscription, check_owner, end_subscription, hold_selector,
     refusal as subscribe_refusal, selector, subscribe,

@@ -353,6 +353,9 @@ pub struct DestinationCounts {
 const MAX_COUNTED_DESTINATIONS: usize = 10_000;
 /// Where destinations past the limit are counted.
 pub const OTHER_DESTINATIONS: &str = "(other)";
+/// Where temporary destinations are counted: each lives as long as one
+/// connection, and a series apiece would grow without bound.
+pub const TEMPORARY_DESTINATIONS: &str = "(temporary)";
 
 impl DestinationCounts {
     /// One published message of `bytes` that made `deliveries`.
@@ -374,6 +377,10 @@ impl DestinationCounts {
 impl WorkerStats {
     /// Adds a burst's counts for one destination.
     pub fn add(&self, key: (DestinationKind, String), counts: DestinationCounts) {
+        let key = match herald_protocol::destination::is_temporary(&key.1) {
+            true => (key.0, TEMPORARY_DESTINATIONS.to_owned()),
+            false => key,
+        };
         let mut map = lock(&self.destinations);
         let key = if map.len() < MAX_COUNTED_DESTINATIONS || map.contains_key(&key) {
             key

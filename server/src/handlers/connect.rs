@@ -38,6 +38,11 @@ pub(super) fn handle(
         connection_id: ctx.shared.broker.connection_id(ctx.me.serial),
         heartbeat_ms,
         max_frame_size: config.max_frame_size,
+        notice: ctx
+            .shared
+            .auth
+            .unchecked(&f.user, ctx.me.serial)
+            .unwrap_or_default(),
     };
     let done = crate::frontend::login_result(ctx.shared, ctx.me);
     let peer = session.peer().map(|a| a.ip());

@@ -91,7 +91,14 @@ fn decode_all(
             Err(e) => {
                 // Before CONNECT the version may be known from the bytes.
                 mqtt.version = mqtt.decoder.version().unwrap_or(mqtt.version);
-                return mqtt.refuse(out, session.phase, Fatal::from(e), ctx.me.serial);
+                let fatal = match e {
+                    MqttError::TooLarge { size, max } => Fatal(
+                        e.reason(),
+                        crate::frontend::frame_too_large(size, false, max, session.phase),
+                    ),
+                    e => Fatal::from(e),
+                };
+                return mqtt.refuse(out, session.phase, fatal, ctx.me.serial);
             }
         };
         let flow = match packet {
@@ -235,6 +242,9 @@ fn connect_packet(
             Err(_) => return Err(Fatal(0x86, "bad user name or password".into())),
         },
     };
+    // Said in the log only: a CONNACK has no room for it that 3.1.1
+    // clients would show.
+    let _ = ctx.shared.auth.unchecked(&user, ctx.me.serial);
     let done = crate::frontend::login_result(ctx.shared, ctx.me);
     let peer = session.peer().map(|a| a.ip());
     match ctx.shared.auth.login(&user, &password, peer, done) {

@@ -34,6 +34,45 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, Strin
         .map_err(|e| format!("tls: {e}"))
 }
 
+/// PEM files for trying TLS without a real certificate authority: a new
+/// CA, and a certificate for `names` (host names or IP addresses) that it
+/// signed, with the certificate's key.
+pub struct DevCertificates {
+    /// The CA's certificate: what a client trusts (`--tls-ca`).
+    pub ca: String,
+    /// The server's certificate (`tls.cert`).
+    pub cert: String,
+    /// The server certificate's private key (`tls.key`).
+    pub key: String,
+}
+
+/// Makes a test CA and a server certificate it signed for `names`; each
+/// call makes another, unrelated CA.
+pub fn dev_certificates(names: &[String]) -> Result<DevCertificates, rcgen::Error> {
+    use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair};
+    // Distinct subjects: OpenSSL (mosquitto's clients) takes a certificate
+    // whose subject is its issuer's for a self-signed one.
+    let named = |cn: &str| {
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, cn);
+        dn
+    };
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name = named("Herald test CA");
+    let ca = ca_params.self_signed(&ca_key)?;
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(names.to_vec())?;
+    params.distinguished_name = named(names.first().map_or("server", String::as_str));
+    let cert = params.signed_by(&key, &ca, &ca_key)?;
+    Ok(DevCertificates {
+        ca: ca.pem(),
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    })
+}
+
 /// Reads what the socket has, decrypted: Ok(0) at the end of the stream
 /// (a close_notify or a closed socket), `WouldBlock` when nothing more is
 /// there now.

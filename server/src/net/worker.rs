@@ -413,6 +413,12 @@ impl Worker {
             }
             Err(Some(e)) => {
                 log::debug!("connection {}: read failed: {e}", conn.serial);
+                // A TLS session that failed has an alert to say why (a
+                // plain-text client learns that the port expects TLS):
+                // one try to send it, without waiting.
+                if e.kind() == std::io::ErrorKind::InvalidData {
+                    let _ = conn.flush();
+                }
                 self.close(slot);
                 return;
             }
@@ -1160,13 +1166,14 @@ fn decode_all(decoders: &Decoders, conn: &mut Connection, ctx: &mut Context<'_>)
             },
             Ok(None) => return Flow::Continue,
             Err(DecodeError { request_id, error }) => {
-                handlers::reply_error(
-                    &mut conn.out,
-                    request_id,
-                    error.code(),
-                    true,
-                    error.to_string(),
-                );
+                let why = match error {
+                    herald_protocol::Error::FrameTooLarge { len, max } => {
+                        let (len, max) = (len as usize, max as usize);
+                        crate::frontend::frame_too_large(len, false, max, conn.session.phase)
+                    }
+                    ref other => other.to_string(),
+                };
+                handlers::reply_error(&mut conn.out, request_id, error.code(), true, why);
                 return Flow::Close;
             }
         }

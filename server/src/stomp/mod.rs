@@ -28,7 +28,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use herald_protocol::stomp::ClientCommand;
-use herald_protocol::stomp::{StompDecoder, StompFrame, StompLimits};
+use herald_protocol::stomp::{StompDecoder, StompError, StompFrame, StompLimits};
 use herald_protocol::{Destination, ErrorCode};
 
 use crate::broker::{SubscribeRequest, Written};
@@ -291,6 +291,11 @@ fn decode_all(
         let frame = match stomp.decoder.decode(buf) {
             Ok(Some(frame)) => frame,
             Ok(None) => return Flow::Continue,
+            Err(StompError::TooLarge { size, partial, max }) => {
+                let why = crate::frontend::frame_too_large(size, partial, max, session.phase);
+                stomp.error(out, 0, ErrorCode::FrameTooLarge, &why);
+                return Flow::Close;
+            }
             Err(e) => {
                 stomp.error(
                     out,
@@ -517,14 +522,17 @@ fn connect(
         .set_max_frame_size(ctx.shared.config.max_frame_size as usize);
     session.phase = Phase::Connected;
     session.set_client_id(frame.get("client-id").unwrap_or_default());
-    let connected = StompFrame::new("CONNECTED")
+    let user = frame.get("login").unwrap_or_default();
+    let mut connected = StompFrame::new("CONNECTED")
         .header("version", version)
         .header("server", format!("herald/{}", env!("CARGO_PKG_VERSION")))
         .header("session", ctx.me.serial.to_string())
         .header("heart-beat", format!("{outgoing},{incoming}"));
+    if let Some(notice) = ctx.shared.auth.unchecked(user, ctx.me.serial) {
+        connected = connected.header("notice", notice);
+    }
     // The same users as the native protocol: login and passcode.
     let done = crate::frontend::login_result(ctx.shared, ctx.me);
-    let user = frame.get("login").unwrap_or_default();
     let password = frame.get("passcode").unwrap_or_default();
     let peer = session.peer().map(|a| a.ip());
     match ctx.shared.auth.login(user, password, peer, done) {
