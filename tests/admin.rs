@@ -545,3 +545,310 @@ fn reload_takes_new_users_and_refuses_a_bad_file() {
     assert_eq!(call(&plain, "POST", "/api/reload", None, None).status, 400);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The ids of a queue's messages, as the API lists them.
+fn message_ids(server: &TestServer, queue: &str) -> Vec<String> {
+    let page = get(server, &format!("/api/queues/{queue}/messages?limit=1000")).json();
+    page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A consumer that holds one message at a time.
+fn one_at_a_time(session: &herald_client::Session, queue: &str) -> herald_client::Consumer {
+    let one = herald_client::ConsumerOptions {
+        prefetch: 1,
+        ..herald_client::ConsumerOptions::default()
+    };
+    session
+        .create_consumer_with(&Destination::queue(queue), one)
+        .unwrap()
+}
+
+/// Has a CLIENT-mode session take one message and give it back: with
+/// `max_deliveries = 1` it is dead-lettered. (One at a time: recover
+/// gives back all the session holds.)
+fn kill_one(session: &herald_client::Session, queue: &str) {
+    let consumer = one_at_a_time(session, queue);
+    next(&consumer);
+    session.recover().unwrap();
+    consumer.close().unwrap();
+}
+
+#[test]
+fn messages_are_browsed_deleted_moved_copied_and_replayed_one_by_one() {
+    let mut config = test_config();
+    config.queues.max_deliveries = 1;
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("orders")).unwrap();
+    for i in 0..6 {
+        let m = Message::text(format!("order {i}")).with_property("n", i);
+        p.send_with_receipt(m.persistent()).unwrap();
+    }
+    // Paged and filtered, without consuming.
+    let page = get(&server, "/api/queues/orders/messages?offset=1&limit=2").json();
+    assert_eq!(
+        (page["total"].as_u64(), page["limit"].as_u64()),
+        (Some(6), Some(2))
+    );
+    let bodies: Vec<&str> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["body"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(bodies, ["order 1", "order 2"]);
+    let first = &page["messages"][0];
+    assert_eq!(
+        (
+            &first["state"],
+            &first["persistent"],
+            &first["properties"]["n"]
+        ),
+        (&json!("ready"), &json!(true), &json!(1))
+    );
+    let selected = get(&server, "/api/queues/orders/messages?selector=n%20%3E%203").json();
+    assert_eq!(selected["total"], 2);
+    for (path, status, words) in [
+        (
+            "/api/queues/orders/messages?selector=n%20%3D%3D%201",
+            400,
+            "use = for equality",
+        ),
+        ("/api/queues/orders/messages?limit=0", 400, "limit 0"),
+        ("/api/queues/orders/messages?surprise=1", 400, "surprise"),
+        ("/api/queues/nothing/messages", 404, "no queue 'nothing'"),
+    ] {
+        let a = get(&server, path);
+        assert_eq!(a.status, status, "{path}: {}", a.body);
+        assert!(a.error().contains(words), "{path}: {}", a.body);
+    }
+    assert_eq!(
+        queue_row(&server, "orders")["depth"],
+        6,
+        "browsing took nothing"
+    );
+
+    let ids = message_ids(&server, "orders");
+    let path = |id: &str, what: &str| format!("/api/queues/orders/messages/{id}{what}");
+    // Delete one, then it is gone.
+    assert_eq!(
+        call(&server, "DELETE", &path(&ids[0], ""), None, None).status,
+        200
+    );
+    let a = call(&server, "DELETE", &path(&ids[0], ""), None, None);
+    assert_eq!(a.status, 404, "{}", a.body);
+    // Move one: it leaves; copy one: it stays, and its copy has an id of
+    // its own.
+    let to = |d: &str| Some(json!({ "to": d }));
+    let a = call(
+        &server,
+        "POST",
+        &path(&ids[1], "/move"),
+        to("queue://elsewhere"),
+        None,
+    );
+    assert_eq!(
+        (a.status, &a.json()["to"]),
+        (200, &json!("queue://elsewhere")),
+        "{}",
+        a.body
+    );
+    let a = call(
+        &server,
+        "POST",
+        &path(&ids[2], "/copy"),
+        to("elsewhere"),
+        None,
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    let copy = a.json()["copy"].as_str().unwrap().to_owned();
+    assert_ne!(copy, ids[2]);
+    assert_eq!(message_ids(&server, "elsewhere"), [ids[1].clone(), copy]);
+    assert_eq!(message_ids(&server, "orders"), ids[2..]);
+    let moved = get(&server, "/api/queues/elsewhere/messages").json();
+    assert_eq!(
+        moved["messages"][0]["properties"]["n"], 1,
+        "a move keeps the properties"
+    );
+    for (body, words) in [
+        (to("queue://bad..name"), "empty word"),
+        (to("smtp://x"), "queue://NAME or topic://NAME"),
+        (Some(json!({})), "to"),
+    ] {
+        let a = call(&server, "POST", &path(&ids[3], "/move"), body, None);
+        assert_eq!(a.status, 400, "{}", a.body);
+        assert!(a.error().contains(words), "{}", a.body);
+    }
+    assert_eq!(
+        message_ids(&server, "orders"),
+        ids[2..],
+        "nothing half-done"
+    );
+
+    // Dead letters say where they came from and why; replayed by id.
+    let cs = factory(&server).create_connection().unwrap();
+    let client = cs.create_session(AckMode::Client).unwrap();
+    kill_one(&client, "orders");
+    kill_one(&client, "orders");
+    wait_until("two dead letters", || {
+        message_ids(&server, "DLQ.orders").len() == 2
+    });
+    let dead = get(&server, "/api/queues/DLQ.orders/messages").json();
+    let letter = &dead["messages"][0];
+    assert_eq!(letter["dead_letter"]["from"], "queue://orders");
+    assert!(
+        letter["dead_letter"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("1 deliveries"),
+        "{letter}"
+    );
+    let dead_ids = message_ids(&server, "DLQ.orders");
+    // One is taken by a consumer meanwhile: it is not replayed, and says
+    // why; the other goes back.
+    let taker = one_at_a_time(&client, "DLQ.orders");
+    next(&taker);
+    let taken = message_ids(&server, "DLQ.orders")
+        .into_iter()
+        .find(|id| {
+            let page = get(&server, "/api/queues/DLQ.orders/messages").json();
+            page["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["id"] == id.as_str() && m["state"] == "in flight")
+        })
+        .expect("one in flight");
+    let body = json!({"ids": [dead_ids[0].clone(), dead_ids[1].clone(), "ID:none"]});
+    let a = call(
+        &server,
+        "POST",
+        "/api/queues/DLQ.orders/replay",
+        Some(body),
+        None,
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    let report = a.json();
+    assert_eq!(report["moved"], 1, "{report}");
+    let failed = report["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 2, "{report}");
+    assert!(failed
+        .iter()
+        .any(|f| f["id"] == taken.as_str() && f["error"].as_str().unwrap().contains("in flight")));
+    let back = dead_ids.iter().find(|id| **id != taken).unwrap();
+    assert!(
+        message_ids(&server, "orders").contains(back),
+        "replayed home"
+    );
+}
+
+#[test]
+fn queues_are_created_and_deleted_through_the_api() {
+    let server = start();
+    let create = |body| call(&server, "POST", "/api/queues", Some(body), None);
+    let a = create(json!({"name": "made"}));
+    assert_eq!(
+        (a.status, &a.json()["created"]),
+        (200, &json!(true)),
+        "{}",
+        a.body
+    );
+    assert_eq!(
+        create(json!({"name": "queue://made"})).json()["created"],
+        false
+    );
+    assert_eq!(queue_row(&server, "made")["depth"], 0);
+    for bad in [
+        json!({"name": "topic://t"}),
+        json!({"name": "a..b"}),
+        json!({}),
+    ] {
+        assert_eq!(create(bad.clone()).status, 400, "{bad}");
+    }
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("made")).unwrap();
+    for _ in 0..3 {
+        p.send_with_receipt(Message::text("x")).unwrap();
+    }
+    let consumer = s.create_consumer(&Destination::queue("busy")).unwrap();
+    let a = call(&server, "DELETE", "/api/queues/busy", None, None);
+    assert_eq!(a.status, 409, "{}", a.body);
+    assert!(a.error().contains("1 consumer(s)"), "{}", a.body);
+    consumer.close().unwrap();
+    let a = call(&server, "DELETE", "/api/queues/made", None, None);
+    assert_eq!(
+        (a.status, &a.json()["messages"]),
+        (200, &json!(3)),
+        "{}",
+        a.body
+    );
+    let a = call(&server, "DELETE", "/api/queues/made", None, None);
+    assert_eq!(a.status, 404, "{}", a.body);
+    assert!(!get(&server, "/api/queues").body.contains("\"made\""));
+}
+
+#[test]
+fn a_move_needs_the_right_to_publish_where_it_goes() {
+    let dir = temp_dir("admin-move");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("herald.toml");
+    let mut text = secured_config(false);
+    let mover = hash_password("m").unwrap();
+    text.push_str(&format!(
+        "[[auth.users]]\nname = \"mover\"\npassword = \"{mover}\"\nroles = [\"mover\"]\n\
+         [auth.roles.mover]\nadmin = true\npublish = [\"queue:allowed.#\"]\n"
+    ));
+    std::fs::write(&file, text).unwrap();
+    let server = secured_server(&file);
+    let mover = Some(("mover", "m"));
+    let body = json!({"destination": "queue://held", "body": "x"});
+    let a = call(&server, "POST", "/api/publish", Some(body), mover);
+    assert_eq!(a.status, 200, "{}", a.body);
+    let page = call(&server, "GET", "/api/queues/held/messages", None, mover).json();
+    let id = page["messages"][0]["id"].as_str().unwrap().to_owned();
+    let path = format!("/api/queues/held/messages/{id}/move");
+    let a = call(
+        &server,
+        "POST",
+        &path,
+        Some(json!({"to": "forbidden"})),
+        mover,
+    );
+    assert_eq!(a.status, 403, "{}", a.body);
+    assert!(a.error().contains("publish"), "{}", a.body);
+    let a = call(
+        &server,
+        "POST",
+        &path,
+        Some(json!({"to": "allowed.q"})),
+        mover,
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    // A monitor reads, and changes nothing.
+    let watcher = Some(("watcher", "look"));
+    assert_eq!(
+        call(
+            &server,
+            "GET",
+            "/api/queues/allowed.q/messages",
+            None,
+            watcher
+        )
+        .status,
+        200
+    );
+    let a = call(
+        &server,
+        "DELETE",
+        &format!("/api/queues/allowed.q/messages/{id}"),
+        None,
+        watcher,
+    );
+    assert_eq!(a.status, 403, "{}", a.body);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -22,6 +22,17 @@ pub struct StatsArgs {
 
 /// Calls the management API and returns the JSON it answers.
 pub(crate) fn call(target: &Target, method: &str, path: &str) -> Result<Value> {
+    call_with(target, method, path, None)
+}
+
+/// Calls the management API with a JSON body, if any, and returns the
+/// JSON it answers.
+pub(crate) fn call_with(
+    target: &Target,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Result<Value> {
     let base = target.admin.trim_end_matches('/');
     if !base.contains("://") {
         return Err(Error::InvalidArgument(format!(
@@ -40,7 +51,11 @@ pub(crate) fn call(target: &Target, method: &str, path: &str) -> Result<Value> {
         request = request.set("Authorization", &format!("Basic {token}"));
     }
     let fail = |why: String| Error::InvalidArgument(format!("management API {base}: {why}"));
-    let response = match request.call() {
+    let sent = match body {
+        Some(body) => request.send_json(body),
+        None => request.call(),
+    };
+    let response = match sent {
         Ok(r) => r,
         Err(ureq::Error::Status(code, r)) => {
             let body: Value = r.into_json().unwrap_or_default();
@@ -111,7 +126,7 @@ fn transport_failure(t: &ureq::Transport) -> String {
 }
 
 /// Prints rows under a header, columns aligned.
-fn table(header: &[&str], rows: Vec<Vec<String>>) {
+pub(crate) fn table(header: &[&str], rows: Vec<Vec<String>>) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -132,7 +147,7 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) {
     }
 }
 
-fn text(v: &Value) -> String {
+pub(crate) fn text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
@@ -249,7 +264,7 @@ pub fn purge(target: &Target, queue: &str) -> Result<()> {
 
 /// Queue names are destination names: letters, digits and `._-` need no
 /// escaping, anything else is percent-encoded.
-fn urlencode(s: &str) -> String {
+pub(crate) fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),

@@ -7,6 +7,7 @@ mod destination;
 mod duration;
 mod passwd;
 mod publish;
+mod queues;
 mod request;
 mod show;
 mod subscribe;
@@ -56,6 +57,14 @@ enum Command {
     Queues,
     /// List open connections.
     Connections,
+    /// Look inside a queue, create or delete one.
+    #[command(subcommand)]
+    Queue(queues::QueueVerb),
+    /// Delete, move or copy one waiting message of a queue.
+    Msg(queues::MsgArgs),
+    /// Send dead letters back where they came from.
+    #[command(subcommand)]
+    Dlq(queues::DlqVerb),
     /// Drop the waiting messages of a queue.
     Purge {
         /// The queue: NAME or queue://NAME.
@@ -128,6 +137,9 @@ fn main() -> ExitCode {
         Command::Topics => admin::topics(target),
         Command::Queues => admin::queues(target),
         Command::Connections => admin::connections(target),
+        Command::Queue(verb) => queues::queue(target, verb),
+        Command::Msg(args) => queues::msg(target, args),
+        Command::Dlq(verb) => queues::dlq(target, verb),
         Command::Purge { queue } => admin::purge(target, &queue),
         Command::Stats(args) => admin::stats(target, args),
         Command::Reload => admin::reload(target),

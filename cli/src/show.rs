@@ -111,16 +111,7 @@ fn raw_body(m: &Message) -> Vec<u8> {
 }
 
 fn json_value(v: &Value) -> serde_json::Value {
-    match v {
-        Value::Bool(b) => json!(b),
-        Value::I8(n) => json!(n),
-        Value::I16(n) => json!(n),
-        Value::I32(n) => json!(n),
-        Value::I64(n) => json!(n),
-        Value::F32(n) => json!(n),
-        Value::F64(n) => json!(n),
-        Value::String(s) => json!(s),
-    }
+    serde_json::to_value(v).unwrap_or_default()
 }
 
 /// `m` as one JSON object.

@@ -810,3 +810,90 @@ fn mistakes_get_one_clear_line_naming_the_flag() {
         assert_eq!(e.trim_end().lines().count(), 1, "{args:?}: {e}");
     }
 }
+
+#[test]
+fn queues_and_their_messages_are_operated_from_the_command_line() {
+    let mut config = test_config();
+    config.queues.max_deliveries = 1;
+    let server = start_with(config);
+    let url = format!("herald://{}", server.local_addr());
+    let admin = format!("http://{}", server.admin_addr().unwrap());
+    let herald_at = |args: &[&str]| {
+        let mut all = vec!["--server", &url, "--admin", &admin];
+        all.extend_from_slice(args);
+        run_ok(&all)
+    };
+    assert_eq!(
+        herald_at(&["queue", "create", "jobs"]),
+        "created queue jobs\n"
+    );
+    for n in 1..=3 {
+        let p = format!("n={n}");
+        herald_at(&["pub", "queue://jobs", &format!("job {n}"), "-P", &p]);
+    }
+    let shown = herald_at(&["queue", "show", "jobs"]);
+    let lines: Vec<&str> = shown.lines().collect();
+    assert!(
+        lines[0].starts_with("jobs: 3 waiting, 0 scheduled"),
+        "{shown}"
+    );
+    assert!(lines[1].starts_with("ID"), "{shown}");
+    let ids: Vec<&str> = lines[2..]
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3, "{shown}");
+    assert!(
+        lines[2].contains("n=1") && lines[2].ends_with("job 1"),
+        "{shown}"
+    );
+    let json = herald_at(&["queue", "show", "jobs", "--selector", "n > 1", "--json"]);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&json).unwrap()["total"],
+        2
+    );
+
+    let moved = herald_at(&[
+        "msg", "move", "--queue", "jobs", "--id", ids[0], "--to", "later",
+    ]);
+    assert_eq!(
+        moved,
+        format!("moved {} from jobs to queue://later\n", ids[0])
+    );
+    let copied = herald_at(&[
+        "msg", "copy", "--queue", "jobs", "--id", ids[1], "--to", "later",
+    ]);
+    assert!(copied.contains(" as ID:admin-copy-"), "{copied}");
+    herald_at(&["msg", "delete", "--queue", "queue://jobs", "--id", ids[2]]);
+    let e = fails(herald().args([
+        "--admin", &admin, "msg", "delete", "--queue", "jobs", "--id", ids[2],
+    ]));
+    assert!(e.contains("404") && e.contains(ids[2]), "{e}");
+    let e = fails(herald().args([
+        "--admin", &admin, "msg", "move", "--queue", "jobs", "--id", ids[1],
+    ]));
+    assert!(e.contains("--to"), "{e}");
+
+    // A dead letter, replayed home by id.
+    let c = factory(&server).create_connection().unwrap();
+    let client = c.create_session(herald_client::AckMode::Client).unwrap();
+    let consumer = client
+        .create_consumer(&herald_client::Destination::queue("jobs"))
+        .unwrap();
+    next(&consumer);
+    client.recover().unwrap();
+    consumer.close().unwrap();
+    let dead = herald_at(&["queue", "show", "DLQ.jobs", "--json"]);
+    let dead: serde_json::Value = serde_json::from_str(&dead).unwrap();
+    let id = dead["messages"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(dead["messages"][0]["dead_letter"]["from"], "queue://jobs");
+    let replayed = herald_at(&["dlq", "replay", "DLQ.jobs", "--id", &id]);
+    assert_eq!(replayed, "replayed 1 message(s) from DLQ.jobs\n");
+    let e = fails(herald().args(["--admin", &admin, "dlq", "replay", "jobs"]));
+    assert!(e.contains("not a dead-letter queue"), "{e}");
+
+    let deleted = herald_at(&["queue", "delete", "later"]);
+    assert_eq!(deleted, "deleted queue later and 2 message(s)\n");
+    let e = fails(herald().args(["--admin", &admin, "queue", "delete", "later"]));
+    assert!(e.contains("no queue 'later'"), "{e}");
+}

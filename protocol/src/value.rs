@@ -211,6 +211,23 @@ impl Value {
     }
 }
 
+/// A value as what it is (`true`, `3`, `2.5`, `"EU"`), its JMS type left
+/// behind: what JSON can say of it.
+impl serde::Serialize for Value {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::Bool(v) => s.serialize_bool(*v),
+            Value::I8(v) => s.serialize_i8(*v),
+            Value::I16(v) => s.serialize_i16(*v),
+            Value::I32(v) => s.serialize_i32(*v),
+            Value::I64(v) => s.serialize_i64(*v),
+            Value::F32(v) => s.serialize_f32(*v),
+            Value::F64(v) => s.serialize_f64(*v),
+            Value::String(v) => s.serialize_str(v),
+        }
+    }
+}
+
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -13,6 +13,7 @@ use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, Messa
 use serde::Deserialize;
 use serde_json::{json, Value as Json_};
 
+use super::messages;
 use super::state::{process_footprint, reload as reload_config, ApiError, AppState, Route, Sample};
 use crate::broker::delivery::Deliveries;
 use crate::broker::{Room, RouteError};
@@ -53,8 +54,14 @@ pub(crate) fn routes() -> Vec<Route> {
         r(Method::GET, "/api/subscriptions", "Every subscription, live and durable", get(subscriptions)),
         r(Method::DELETE, "/api/subscriptions/{client_id}/{name}", "Delete a durable subscription without a consumer", delete(delete_subscription)),
         r(Method::GET, "/api/queues", "Queues with depth, in flight, consumers, rates", get(queues)),
+        with_body(r(Method::POST, "/api/queues", "Create a queue: {\"name\": ...}", post(messages::create_queue))),
+        r(Method::DELETE, "/api/queues/{name}", "Delete a queue without consumers, and the messages it holds", delete(messages::delete_queue)),
         r(Method::POST, "/api/queues/{name}/purge", "Drop the waiting messages of a queue", post(purge)),
-        r(Method::POST, "/api/queues/{name}/replay", "Move a dead-letter queue's messages back where they came from", post(replay)),
+        with_body(r(Method::POST, "/api/queues/{name}/replay", "Move a dead-letter queue's messages back where they came from: all, or {\"ids\": [...]}", post(replay))),
+        r(Method::GET, "/api/queues/{name}/messages", "Browse a queue without consuming: ?offset=&limit=&selector=", get(messages::browse)),
+        r(Method::DELETE, "/api/queues/{name}/messages/{id}", "Delete one waiting message", delete(messages::delete_message)),
+        with_body(r(Method::POST, "/api/queues/{name}/messages/{id}/move", "Move one waiting message: {\"to\": \"queue://NAME\" or \"topic://NAME\"}", post(messages::move_message))),
+        with_body(r(Method::POST, "/api/queues/{name}/messages/{id}/copy", "Copy one waiting message, as a new message: {\"to\": ...}", post(messages::copy_message))),
         r(Method::GET, "/api/connections", "Open connections", get(connections)),
         r(Method::DELETE, "/api/connections/{id}", "Close a connection", delete(close_connection)),
         with_body(r(Method::POST, "/api/publish", "Publish a message: {\"destination\", \"body\", \"properties\", \"persistent\", \"priority\", \"ttl_ms\"}", post(publish))),
@@ -442,7 +449,23 @@ async fn queues(State(state): State<AppState>) -> ApiResult {
     Ok(Json(json!(list)))
 }
 
-fn deliveries(state: &AppState) -> Deliveries {
+/// Waits until what was routed so far is as safe as a client's receipt
+/// says (in the journal; in a cluster, accepted by Redis), and so in its
+/// queue: an answer that says a message moved is true when it comes.
+pub(super) async fn settled(state: &AppState) -> Result<(), ApiError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    state.shared.broker.barrier(
+        None,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    rx.await
+        .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the journal stopped"))?
+        .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, why.to_string()))
+}
+
+pub(super) fn deliveries(state: &AppState) -> Deliveries {
     Deliveries::new(state.shared.workers.len())
 }
 
@@ -469,7 +492,18 @@ async fn purge(State(state): State<AppState>, Path(name): Path<String>) -> ApiRe
     }
 }
 
-async fn replay(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult {
+/// Which messages of a dead-letter queue to replay; without it, all.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplayBody {
+    ids: Vec<String>,
+}
+
+async fn replay(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Result<Option<Json<ReplayBody>>, axum::extract::rejection::JsonRejection>,
+) -> ApiResult {
     if !state.shared.broker.is_dead_letter_queue(&name) {
         let queues = &state.shared.config.queues;
         return Err(ApiError::bad_request(format!(
@@ -477,6 +511,21 @@ async fn replay(State(state): State<AppState>, Path(name): Path<String>) -> ApiR
              only their messages say where they came from",
             queues.dead_letter_prefix, queues.expiry_queue
         )));
+    }
+    let body = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    if let Some(Json(ReplayBody { ids })) = body {
+        let mut out = deliveries(&state);
+        let replayed = state.shared.broker.replay_messages(&name, &ids, &mut out);
+        state.route(out);
+        let (moved, failed) = replayed.map_err(messages::refused)?;
+        settled(&state).await?;
+        let failed: Vec<Json_> = failed
+            .into_iter()
+            .map(|(id, why)| json!({"id": id, "error": why}))
+            .collect();
+        return Ok(Json(
+            json!({"queue": name, "moved": moved, "failed": failed}),
+        ));
     }
     let mut out = deliveries(&state);
     let mut moved = state.shared.broker.replay(&name, &mut out);
@@ -507,6 +556,7 @@ async fn replay(State(state): State<AppState>, Path(name): Path<String>) -> ApiR
         }
         cluster.give_back(&name, stay);
     }
+    settled(&state).await?;
     match moved {
         Some(n) => Ok(Json(json!({"queue": name, "moved": n}))),
         None => Err(ApiError::not_found(format!("no queue '{name}'"))),
@@ -676,10 +726,7 @@ async fn publish(
     if let Some(ttl) = body.ttl_ms {
         message.expiration = now.saturating_add(ttl.min(i64::MAX as u64) as i64);
     }
-    message.message_id = format!(
-        "ID:admin-{now}-{}",
-        state.shared.next_serial.load(Ordering::Relaxed)
-    );
+    message.message_id = state.admin_message_id("publish");
     message.destination = Some(destination.clone());
     let mut block = BytesMut::new();
     message

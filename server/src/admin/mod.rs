@@ -20,6 +20,7 @@
 
 mod api;
 mod console;
+mod messages;
 mod metrics;
 mod openapi;
 mod shared;
@@ -79,6 +80,7 @@ impl Admin {
             hasher: RandomState::new(),
             journal,
             openapi: Arc::new(openapi::describe(&api::routes())),
+            message_ids: Arc::default(),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -265,5 +267,8 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
     if let Some(why) = refusal {
         return ApiError::new(StatusCode::FORBIDDEN, why).into_response();
     }
+    // For the routes that check what the user may do to a destination.
+    let mut request = request;
+    request.extensions_mut().insert(principal);
     next.run(request).await
 }

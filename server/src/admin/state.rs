@@ -66,6 +66,8 @@ pub(crate) struct AppState {
     pub(super) journal: Option<crate::store::JournalMetrics>,
     /// `/openapi.json`, made from the route table at start.
     pub(super) openapi: Arc<serde_json::Value>,
+    /// Numbers the messages this interface makes (publishes, copies).
+    pub(super) message_ids: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// One route: its path, method, what it does, and its handler.
@@ -154,6 +156,18 @@ pub(crate) struct Sample {
 }
 
 impl AppState {
+    /// A new message id for a message this interface makes: `what` says
+    /// how (`publish`, `copy`).
+    pub(super) fn admin_message_id(&self, what: &str) -> String {
+        let n = self
+            .message_ids
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        format!("ID:admin-{what}-{now}-{n}")
+    }
+
     /// Per-destination counters summed across workers.
     pub(crate) fn destination_counts(
         &self,

@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 use herald_protocol::{DestinationKind, Message, MessageView};
 
 use super::delivery::Deliveries;
-use super::request::{RepublishError, TopicError};
+use super::request::{QueueError, RepublishError, TopicError};
 use super::stats::{BrokerCounters, QueueStats, SubscriptionView};
 use super::{Broker, Room, SharedQueue};
 use crate::sync::{lock, read, write};
@@ -117,6 +117,41 @@ impl Broker {
         }
         super::wake_blocked(&mut q, out);
         Some(purged.len())
+    }
+
+    /// Makes queue `name` exist, empty, as a first send to it would;
+    /// false if it was there already. It lives until it is deleted or the
+    /// server stops (the journal keeps messages, not empty queues).
+    pub fn create_queue(&self, name: &str) -> Result<bool, QueueError> {
+        herald_protocol::destination::validate_name(name)?;
+        if herald_protocol::destination::is_temporary(name) {
+            return Err(QueueError::Temporary(name.to_owned()));
+        }
+        let existed = self.find_queue(name).is_some();
+        self.queue(name);
+        Ok(!existed)
+    }
+
+    /// Deletes queue `name` and the messages it holds, unless a consumer
+    /// is attached; returns how many messages went with it.
+    pub fn delete_named_queue(&self, name: &str) -> Result<usize, QueueError> {
+        let queue = self
+            .find_queue(name)
+            .ok_or_else(|| QueueError::NoQueue(name.to_owned()))?;
+        let q = lock(&queue);
+        if q.owner().is_some() {
+            return Err(QueueError::Temporary(name.to_owned()));
+        }
+        if q.consumer_count() > 0 {
+            return Err(QueueError::InUse {
+                name: name.to_owned(),
+                consumers: q.consumer_count(),
+            });
+        }
+        let held = q.held().count();
+        drop(q);
+        self.delete_queue(name);
+        Ok(held)
     }
 
     /// Whether `name` is a queue that dead or expired messages are moved

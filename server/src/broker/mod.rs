@@ -24,6 +24,7 @@ pub mod delivery;
 mod durables;
 mod manage;
 pub mod memory;
+pub mod messages;
 mod peers;
 mod pending;
 pub mod queue;
@@ -45,11 +46,11 @@ pub use backlog::Backlog;
 pub use declared_topics::{DeclaredTopics, Undeclared};
 pub use peers::{BrowseDone, PeerError, Peers};
 pub use pending::{Atomic, SharedChanges};
-pub use queue::{AckRef, Queue, QueueLimits, SharedQueue};
+pub use queue::{AckRef, Held, Queue, QueueLimits, SharedQueue};
 pub use registry::{cluster_durable_stream, is_durable_stream, DurableRecord};
 pub use request::{
-    RepublishError, Room, RouteError, Routed, SubscribeError, SubscribeRequest, SubscriptionHandle,
-    TopicError, Written,
+    QueueError, RepublishError, Room, RouteError, Routed, SubscribeError, SubscribeRequest,
+    SubscriptionHandle, TopicError, Written,
 };
 pub use stats::{BrokerCounters, LiveSubscription, QueueStats, SubscriptionView};
 pub use topic_tree::{MatchCache, Target, TopicEntry, TopicTree};

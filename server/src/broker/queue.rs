@@ -80,6 +80,28 @@ pub struct QueueFull {
     pub max_messages: usize,
 }
 
+/// Where a message is in its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// Waiting for a consumer.
+    Ready,
+    /// Waiting for its delivery time.
+    Scheduled,
+    /// Delivered and not yet acknowledged.
+    InFlight,
+}
+
+impl Held {
+    /// As the management interface says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Held::Ready => "ready",
+            Held::Scheduled => "scheduled",
+            Held::InFlight => "in flight",
+        }
+    }
+}
+
 /// One queue's state; it lives behind a mutex in the broker.
 pub struct Queue {
     name: String,
@@ -345,6 +367,15 @@ impl Queue {
         due
     }
 
+    /// Puts back a message taken out of this queue, in its old place
+    /// (its sequence number), and dispatches what can be. Returns its
+    /// delivery time if that is still to come.
+    pub fn reinsert(&mut self, m: QueuedMessage, out: &mut Vec<Dispatch>) -> Option<i64> {
+        let due = self.admit(m);
+        self.dispatch(out);
+        due
+    }
+
     /// Takes in message `m`, numbered by [`Queue::message`]: ready, or
     /// scheduled for its delivery time (returned if still to come).
     fn admit(&mut self, m: QueuedMessage) -> Option<i64> {
@@ -498,6 +529,44 @@ impl Queue {
             .filter(|m| !m.expired(now) && selects(selector, &m.block))
             .cloned()
             .collect()
+    }
+
+    /// Every message it holds, in the order a person reads a queue: those
+    /// waiting in delivery order, then those scheduled by their time, then
+    /// those in flight to a consumer.
+    pub fn held(&self) -> impl Iterator<Item = (&QueuedMessage, Held)> {
+        let ready = self.ready.iter().map(|m| (m, Held::Ready));
+        let scheduled = self.scheduled.values().map(|m| (m, Held::Scheduled));
+        let mut in_flight: Vec<&QueuedMessage> = self.in_flight.values().map(|(_, m)| m).collect();
+        in_flight.sort_by_key(|m| m.seq);
+        ready
+            .chain(scheduled)
+            .chain(in_flight.into_iter().map(|m| (m, Held::InFlight)))
+    }
+
+    /// Takes out the first waiting or scheduled message that `wanted`
+    /// picks (not one in flight: its consumer has it).
+    pub fn take_waiting(
+        &mut self,
+        wanted: impl Fn(&QueuedMessage) -> bool,
+    ) -> Option<QueuedMessage> {
+        if self.ready.iter().any(&wanted) {
+            let mut taken = None;
+            self.ready.retain(|m| {
+                let take = taken.is_none() && wanted(m);
+                if take {
+                    taken = Some(m.clone());
+                }
+                !take
+            });
+            return taken;
+        }
+        let key = self
+            .scheduled
+            .iter()
+            .find(|(_, m)| wanted(m))
+            .map(|(k, _)| *k)?;
+        self.scheduled.remove(&key)
     }
 
     /// Takes the waiting messages (not those in flight).

@@ -182,6 +182,28 @@ pub enum TopicError {
     Name(#[from] herald_protocol::Error),
 }
 
+/// Why a queue cannot be created or deleted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    /// Not a valid queue name.
+    #[error(transparent)]
+    Name(#[from] herald_protocol::Error),
+    /// There is no such queue.
+    #[error("no queue '{0}'")]
+    NoQueue(String),
+    /// A temporary queue belongs to its connection.
+    #[error("'{0}' is a temporary queue: it goes when its connection ends")]
+    Temporary(String),
+    /// Consumers are attached.
+    #[error("queue '{name}' has {consumers} consumer(s): close them first")]
+    InUse {
+        /// The queue.
+        name: String,
+        /// How many.
+        consumers: usize,
+    },
+}
+
 /// Why a dead-lettered or expired message cannot go back where it came
 /// from; it stays where it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

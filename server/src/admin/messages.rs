@@ -1,0 +1,305 @@
+//! The JSON API's routes for queues and their messages: browse a queue
+//! without consuming, delete, move or copy one message, create and delete
+//! queues. The broker does the work (`broker::messages`); this turns it
+//! into HTTP: paging, a body preview, status codes with reasons.
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use herald_protocol::{Body, DeliveryMode, Destination, DestinationKind, Message, Value};
+use serde::Deserialize;
+use serde_json::{json, Value as Json_};
+
+use super::api::{deliveries, settled};
+use super::state::{ApiError, AppState};
+use crate::auth::{Permission, Principal};
+use crate::broker::messages::{HeldMessage, MessageError};
+use crate::broker::QueueError;
+
+type ApiResult = Result<Json<Json_>, ApiError>;
+
+/// Messages a page holds unless `limit` says otherwise, and at most.
+const DEFAULT_PAGE: usize = 50;
+const MAX_PAGE: usize = 1000;
+/// How much of a body a preview shows: characters of text, bytes of
+/// anything else (as hexadecimal).
+const PREVIEW_CHARS: usize = 2048;
+const PREVIEW_BYTES: usize = 256;
+
+/// `?offset=&limit=&selector=` of a browse.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BrowseParams {
+    #[serde(default)]
+    offset: usize,
+    limit: Option<usize>,
+    #[serde(default)]
+    selector: String,
+}
+
+/// `GET /api/queues/{name}/messages`: a page of the messages a queue
+/// holds (waiting, scheduled, in flight), those the selector selects,
+/// without consuming them.
+pub(super) async fn browse(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    params: Result<Query<BrowseParams>, QueryRejection>,
+) -> ApiResult {
+    let Query(params) = params.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let limit = params.limit.unwrap_or(DEFAULT_PAGE);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::bad_request(format!(
+            "limit {limit} is not 1 to {MAX_PAGE}"
+        )));
+    }
+    let broker = &state.shared.broker;
+    let selector = broker
+        .parse_selector(&params.selector)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let held = broker
+        .queue_messages(&name)
+        .ok_or_else(|| ApiError::not_found(format!("no queue '{name}'")))?;
+    let selected: Vec<&HeldMessage> = held
+        .iter()
+        .filter(|m| crate::broker::queue::selects(selector.as_deref(), &m.message.block))
+        .collect();
+    let page: Vec<Json_> = selected
+        .iter()
+        .skip(params.offset)
+        .take(limit)
+        .map(|m| view(m))
+        .collect();
+    Ok(Json(json!({
+        "queue": name,
+        "total": selected.len(),
+        "offset": params.offset,
+        "limit": limit,
+        "messages": page,
+    })))
+}
+
+/// One message as the API shows it: headers, properties, a preview of its
+/// body, and where a dead letter came from and why.
+fn view(held: &HeldMessage) -> Json_ {
+    let m = &held.message;
+    let Ok(message) = Message::decode(&m.block, m.deliveries) else {
+        return json!({"state": held.held.as_str(), "size": m.block.len(), "error": "does not decode"});
+    };
+    let properties: serde_json::Map<String, Json_> = message
+        .properties()
+        .iter()
+        .map(|(k, v)| (k.clone(), value(v)))
+        .collect();
+    let text = |name: &str| message.property(name).and_then(Value::as_str);
+    let dead_letter = match (
+        text("HeraldOriginalDestination"),
+        text("HeraldDeadLetterReason"),
+    ) {
+        (Some(from), reason) => json!({"from": from, "reason": reason}),
+        _ => Json_::Null,
+    };
+    let time = |ms: i64| (ms != 0).then(|| herald_protocol::utc::format_ms(ms));
+    json!({
+        "id": message.message_id,
+        "state": held.held.as_str(),
+        "size": m.block.len(),
+        "destination": message.destination.as_ref().map(ToString::to_string),
+        "persistent": message.delivery_mode == DeliveryMode::Persistent,
+        "priority": message.priority,
+        "timestamp": time(message.timestamp),
+        "expiration": time(message.expiration),
+        "delivery_time": time(message.delivery_time),
+        "deliveries": m.deliveries,
+        "correlation_id": message.correlation_id,
+        "reply_to": message.reply_to.as_ref().map(ToString::to_string),
+        "type": message.message_type,
+        "content_type": message.content_type(),
+        "properties": properties,
+        "dead_letter": dead_letter,
+        "body": preview(&message.body),
+    })
+}
+
+fn value(v: &Value) -> Json_ {
+    serde_json::to_value(v).unwrap_or(Json_::Null)
+}
+
+/// A body's kind, length and beginning: text as text (bytes that are
+/// UTF-8 too), anything else as hexadecimal.
+fn preview(body: &Body) -> Json_ {
+    let text = |kind: &str, t: &str| {
+        let shown: String = t.chars().take(PREVIEW_CHARS).collect();
+        json!({"kind": kind, "length": t.len(), "text": shown, "truncated": shown.len() < t.len()})
+    };
+    match body {
+        Body::Empty => json!({"kind": "empty", "length": 0}),
+        Body::Text(t) => text("text", t),
+        Body::Bytes(b) => match std::str::from_utf8(b) {
+            Ok(t) => text("bytes", t),
+            Err(_) => {
+                let hex: String = b
+                    .iter()
+                    .take(PREVIEW_BYTES)
+                    .map(|x| format!("{x:02x}"))
+                    .collect();
+                json!({"kind": "bytes", "length": b.len(), "hex": hex, "truncated": b.len() > PREVIEW_BYTES})
+            }
+        },
+        Body::Map(entries) => {
+            let map: serde_json::Map<String, Json_> =
+                entries.iter().map(|(k, v)| (k.clone(), value(v))).collect();
+            json!({"kind": "map", "length": entries.len(), "map": map})
+        }
+    }
+}
+
+/// The status a message operation's refusal gets.
+pub(super) fn refused(e: MessageError) -> ApiError {
+    let status = match &e {
+        MessageError::NoQueue(_)
+        | MessageError::NoMessage {
+            in_flight: false, ..
+        } => StatusCode::NOT_FOUND,
+        MessageError::Message(_) => StatusCode::BAD_REQUEST,
+        MessageError::NoMessage { .. }
+        | MessageError::Shared(_)
+        | MessageError::Route(_)
+        | MessageError::Republish(_) => StatusCode::CONFLICT,
+    };
+    ApiError::new(status, e.to_string())
+}
+
+/// `DELETE /api/queues/{name}/messages/{id}`.
+pub(super) async fn delete_message(
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+) -> ApiResult {
+    state
+        .shared
+        .broker
+        .delete_message(&name, &id)
+        .map_err(refused)?;
+    Ok(Json(json!({"queue": name, "deleted": id})))
+}
+
+/// The body of a move or a copy.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct MoveBody {
+    to: String,
+}
+
+/// `POST /api/queues/{name}/messages/{id}/move`.
+pub(super) async fn move_message(
+    state: State<AppState>,
+    path: Path<(String, String)>,
+    principal: Option<Extension<Principal>>,
+    body: Result<Json<MoveBody>, JsonRejection>,
+) -> ApiResult {
+    relocate(state, path, principal, body, false).await
+}
+
+/// `POST /api/queues/{name}/messages/{id}/copy`.
+pub(super) async fn copy_message(
+    state: State<AppState>,
+    path: Path<(String, String)>,
+    principal: Option<Extension<Principal>>,
+    body: Result<Json<MoveBody>, JsonRejection>,
+) -> ApiResult {
+    relocate(state, path, principal, body, true).await
+}
+
+/// A move or a copy of one message to the destination the body names,
+/// which the user (where there are users) must be allowed to publish to.
+async fn relocate(
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+    principal: Option<Extension<Principal>>,
+    body: Result<Json<MoveBody>, JsonRejection>,
+    copy: bool,
+) -> ApiResult {
+    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let to = Destination::from_uri_or(&body.to, DestinationKind::Queue)
+        .and_then(|to| herald_protocol::destination::validate_name(&to.name).map(|()| to))
+        .map_err(|e| ApiError::bad_request(format!("to: {e}")))?;
+    if let Some(Extension(principal)) = principal {
+        principal
+            .check(Permission::Publish, to.kind, &to.name)
+            .map_err(|denied| ApiError::new(StatusCode::FORBIDDEN, denied.to_string()))?;
+    }
+    let copy_id = copy.then(|| state.admin_message_id("copy"));
+    let mut out = deliveries(&state);
+    let moved = state
+        .shared
+        .broker
+        .move_message((&name, &id), &to, copy_id.clone(), &mut out);
+    state.route(out);
+    moved.map_err(refused)?;
+    settled(&state).await?;
+    Ok(Json(json!({
+        "queue": name,
+        "id": id,
+        "to": to.to_string(),
+        "copy": copy_id,
+    })))
+}
+
+/// The body of `POST /api/queues`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NewQueue {
+    name: String,
+}
+
+/// `POST /api/queues`: a queue that exists before anything is sent to it.
+pub(super) async fn create_queue(
+    State(state): State<AppState>,
+    body: Result<Json<NewQueue>, JsonRejection>,
+) -> ApiResult {
+    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let name = Destination::from_uri_or(&body.name, DestinationKind::Queue)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if name.kind != DestinationKind::Queue {
+        return Err(ApiError::bad_request(format!(
+            "'{}' names a topic: topics need no creating",
+            body.name
+        )));
+    }
+    let created = state
+        .shared
+        .broker
+        .create_queue(&name.name)
+        .map_err(queue_refused)?;
+    Ok(Json(json!({"queue": name.name, "created": created})))
+}
+
+/// `DELETE /api/queues/{name}`: the queue and every message it holds.
+pub(super) async fn delete_queue(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult {
+    if state.cluster.is_some() {
+        return Err(ApiError::conflict(format!(
+            "in cluster mode queue '{name}' lives in Redis, shared by every node: \
+             purge it instead (deleting shared queues is not supported yet)"
+        )));
+    }
+    let dropped = state
+        .shared
+        .broker
+        .delete_named_queue(&name)
+        .map_err(queue_refused)?;
+    Ok(Json(
+        json!({"queue": name, "deleted": true, "messages": dropped}),
+    ))
+}
+
+fn queue_refused(e: QueueError) -> ApiError {
+    let status = match &e {
+        QueueError::Name(_) | QueueError::Temporary(_) => StatusCode::BAD_REQUEST,
+        QueueError::NoQueue(_) => StatusCode::NOT_FOUND,
+        QueueError::InUse { .. } => StatusCode::CONFLICT,
+    };
+    ApiError::new(status, e.to_string())
+}
