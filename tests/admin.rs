@@ -852,3 +852,34 @@ fn a_move_needs_the_right_to_publish_where_it_goes() {
     assert_eq!(a.status, 403, "{}", a.body);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_monitoring_files_name_only_metrics_the_server_exports() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let _consumer = s.create_consumer(&Destination::queue("DLQ.q")).unwrap();
+    publish(&s, "t", "x");
+    let exported = get(&server, "/metrics").body;
+    // Cluster mode's metrics exist only on a node of a cluster.
+    let cluster_metrics = include_str!("../server/src/admin/metrics.rs");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dashboard =
+        std::fs::read_to_string(root.join("docs/monitoring/grafana-dashboard.json")).unwrap();
+    serde_json::from_str::<serde_json::Value>(&dashboard).expect("the dashboard is JSON");
+    let alerts = std::fs::read_to_string(root.join("docs/monitoring/herald-alerts.yml")).unwrap();
+    let mut named = 0;
+    for text in [dashboard, alerts] {
+        for (at, _) in text.match_indices("herald_") {
+            let name: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            named += 1;
+            let known = exported.contains(&format!("\n{name}"))
+                || (name.starts_with("herald_cluster_")
+                    && cluster_metrics.contains(&format!("\"{name}\"")));
+            assert!(known, "{name} is not a metric the server exports");
+        }
+    }
+    assert!(named > 20, "{named} names checked");
+}

@@ -833,6 +833,42 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// docs/operations.md links every key of the embedded config to the
+    /// line that documents it: none is missing, and no link points at a
+    /// line that has moved.
+    #[test]
+    fn the_operations_guide_links_every_key_to_its_line() {
+        let guide = include_str!("../../docs/operations.md");
+        let lines: Vec<&str> = DEFAULT_TOML.lines().collect();
+        let mut linked = 0;
+        for (at, _) in guide.match_indices("](../config/herald.toml#L") {
+            let key = guide[..at]
+                .rsplit("[`")
+                .next()
+                .unwrap()
+                .trim_end_matches('`');
+            let rest = &guide[at + "](../config/herald.toml#L".len()..];
+            let line: usize = rest[..rest.find(')').unwrap()].parse().unwrap();
+            assert!(
+                lines[line - 1].starts_with(&format!("{key} =")),
+                "docs/operations.md links {key} to line {line}, which is {:?}",
+                lines[line - 1]
+            );
+            linked += 1;
+        }
+        let keys = lines
+            .iter()
+            .filter(|l| {
+                l.split_once(" =")
+                    .is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            })
+            .count();
+        assert_eq!(
+            linked, keys,
+            "every key of config/herald.toml is in docs/operations.md"
+        );
+    }
     use proptest::prelude::*;
 
     /// A key of the config, at the top or in a section.
