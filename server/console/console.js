@@ -89,6 +89,10 @@ function drawChart(history) {
 }
 
 async function refresh() {
+  if (page.queue !== null) {
+    showFigures(await api("GET", "/api/queues"));
+    return;
+  }
   const [server, queues, topics, subscriptions, connections, history] = await Promise.all([
     api("GET", "/api/server"),
     api("GET", "/api/queues"),
@@ -102,10 +106,16 @@ async function refresh() {
     `${server.messages_in} in · ${server.messages_out} out`;
   fill("queues", queues, (tr, q) => {
     tr.dataset.queue = q.name;
-    tr.append(nameCell(q.name), cell(q.depth, true), cell(q.in_flight, true), cell(q.consumers, true),
+    const name = nameCell(q.name);
+    const link = document.createElement("a");
+    link.href = `#/queue/${encodeURIComponent(q.name)}`;
+    link.replaceChildren(...name.childNodes);
+    name.appendChild(link);
+    tr.append(name, cell(q.depth, true), cell(q.in_flight, true), cell(q.consumers, true),
       cell(rate(q.enqueue_rate), true), cell(rate(q.dequeue_rate), true),
-      button("Purge", () => api("POST", `/api/queues/${encodeURIComponent(q.name)}/purge`),
-        `Purge queue ${q.name}? Its ${q.depth} waiting message(s) are dropped.`));
+      button("Purge", () => api("POST", queuePath(q.name, "/purge")),
+        `Purge queue ${q.name}? Its ${q.depth} waiting message(s) are dropped.`),
+      button("Delete", () => api("DELETE", queuePath(q.name, "")), deleteQuestion(q)));
     tr.children[1].classList.add("depth");
   });
   fill("topics", topics.topics, (tr, t) => {
@@ -147,6 +157,217 @@ $("publish").addEventListener("submit", async (event) => {
   }
 });
 
+// ---- Queues: create, delete, and one queue's page ----
+
+const queuePath = (name, rest) => `/api/queues/${encodeURIComponent(name)}${rest}`;
+const deleteQuestion = (q) =>
+  `Delete queue ${q.name}? Its ${q.depth + q.in_flight + (q.scheduled || 0)} message(s) go with it.`;
+
+$("create-queue").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const said = $("create-queue-result");
+  try {
+    const r = await api("POST", "/api/queues", { name: $("create-queue-name").value });
+    said.className = "";
+    said.textContent = r.created ? `created ${r.queue}` : `${r.queue} exists already`;
+    await refresh();
+  } catch (e) {
+    said.className = "error";
+    said.textContent = e.message;
+  }
+});
+
+// The queue page's state: which queue, its page of messages, and what
+// is selected. Its messages are fetched when it opens and after an
+// action or a Refresh, not every second: a table that changes under the
+// pointer loses what was selected.
+const page = { queue: null, offset: 0, limit: 50, total: 0, messages: [], selected: new Set() };
+
+function route() {
+  const m = location.hash.match(/^#\/queue\/(.+)$/);
+  page.queue = m ? decodeURIComponent(m[1]) : null;
+  $("overview").hidden = page.queue !== null;
+  $("queue-page").hidden = page.queue === null;
+  if (page.queue !== null) {
+    page.offset = 0;
+    page.selected.clear();
+    $("q-name").textContent = page.queue;
+    $("q-result").textContent = "";
+    $("q-selector").value = "";
+    $("q-to").value = "";
+    loadMessages();
+    refresh().catch(() => {});
+  }
+}
+
+async function loadMessages() {
+  const selector = encodeURIComponent($("q-selector").value);
+  const r = await api("GET",
+    queuePath(page.queue, `/messages?offset=${page.offset}&limit=${page.limit}&selector=${selector}`));
+  page.total = r.total;
+  page.messages = r.messages;
+  const ids = new Set(r.messages.map((m) => m.id));
+  for (const id of [...page.selected]) if (!ids.has(id)) page.selected.delete(id);
+  renderMessages();
+}
+
+function bodyText(b) {
+  if (b.text !== undefined) return b.text + (b.truncated ? "…" : "");
+  if (b.hex !== undefined) return `${b.length} bytes: ${b.hex}${b.truncated ? "…" : ""}`;
+  if (b.map !== undefined) return JSON.stringify(b.map);
+  return "";
+}
+
+function renderMessages() {
+  fill("q-messages", page.messages, (tr, m) => {
+    tr.dataset.id = m.id;
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.checked = page.selected.has(m.id);
+    box.disabled = m.state === "in flight";
+    box.addEventListener("change", () => {
+      box.checked ? page.selected.add(m.id) : page.selected.delete(m.id);
+      $("q-selected").textContent = page.selected.size;
+    });
+    const pick = document.createElement("td");
+    pick.appendChild(box);
+    const props = Object.entries(m.properties || {})
+      .filter(([k]) => !k.startsWith("HeraldDeadLetter") && k !== "HeraldOriginalDestination")
+      .map(([k, v]) => `${k}=${v}`).join(" ");
+    const dead = m.dead_letter || {};
+    const body = nameCell(bodyText(m.body || {}));
+    body.className = "body";
+    const time = cell(m.timestamp);
+    time.className = "time";
+    const [from, why] = [nameCell(dead.from), nameCell(dead.reason)];
+    from.className = why.className = "dl";
+    tr.append(pick, nameCell(m.id), cell(m.state), cell(m.priority, true), cell(m.deliveries, true),
+      time, from, why, nameCell(props), body);
+  });
+  const last = Math.min(page.offset + page.messages.length, page.total);
+  $("q-page").textContent = page.total
+    ? `${page.offset + 1}–${last} of ${page.total}` : "no messages";
+  $("q-selected").textContent = page.selected.size;
+  $("q-all").checked = false;
+}
+
+function showFigures(queues) {
+  const q = queues.find((x) => x.name === page.queue);
+  $("q-figures").textContent = q
+    ? `${q.depth} waiting · ${q.scheduled || 0} scheduled · ${q.in_flight} in flight · ` +
+      `${q.consumers} consumer(s) · ${q.enqueued} enqueued · ${q.acknowledged} acknowledged`
+    : "no such queue";
+  page.figures = q;
+  // Only a dead-letter queue's messages know where to go back to.
+  const dead = Boolean(q && q.dead_letter);
+  $("q-replay").hidden = !dead;
+  $("q-replay-all").hidden = !dead;
+  $("q-messages").classList.toggle("plain", !dead);
+}
+
+// Runs an action on the selected messages, one request each; says how
+// many were done and why any was not, then shows the queue as it is.
+async function onSelected(what, request) {
+  const ids = [...page.selected];
+  if (!ids.length) {
+    $("q-result").textContent = "select messages first";
+    return;
+  }
+  if (!window.confirm(`${what} ${ids.length} message(s) of ${page.queue}?`)) return;
+  const failed = [];
+  for (const id of ids) {
+    try {
+      await request(id);
+    } catch (e) {
+      failed.push(`${id}: ${e.message}`);
+    }
+  }
+  page.selected.clear();
+  report(`${what}: ${ids.length - failed.length} done`, failed);
+  await loadMessages();
+}
+
+function report(done, failed) {
+  $("q-result").className = failed.length ? "error" : "";
+  $("q-result").textContent = failed.length ? `${done}; not done: ${failed.join("; ")}` : done;
+}
+
+const messagePath = (id, rest) => queuePath(page.queue, `/messages/${encodeURIComponent(id)}${rest}`);
+const relocate = (kind) => async () => {
+  const to = $("q-to").value.trim();
+  if (!to) {
+    report("", [`${kind}: name where to, queue://NAME or topic://NAME`]);
+    return;
+  }
+  const verb = kind === "move" ? "Move" : "Copy";
+  await onSelected(`${verb} to ${to}:`, (id) => api("POST", messagePath(id, `/${kind}`), { to }));
+};
+
+const guarded = (action) => async () => {
+  try {
+    await action();
+  } catch (e) {
+    report("", [e.message]);
+  }
+};
+
+$("q-delete-messages").addEventListener("click", guarded(() =>
+  onSelected("Delete", (id) => api("DELETE", messagePath(id, "")))));
+$("q-move").addEventListener("click", guarded(relocate("move")));
+$("q-copy").addEventListener("click", guarded(relocate("copy")));
+$("q-replay").addEventListener("click", guarded(async () => {
+  const ids = [...page.selected];
+  if (!ids.length) return report("", ["select messages first"]);
+  if (!window.confirm(`Replay ${ids.length} message(s) of ${page.queue} to where each came from?`)) return;
+  const r = await api("POST", queuePath(page.queue, "/replay"), { ids });
+  page.selected.clear();
+  report(`replayed ${r.moved}`, r.failed.map((f) => `${f.id}: ${f.error}`));
+  await loadMessages();
+}));
+$("q-replay-all").addEventListener("click", guarded(async () => {
+  const n = page.figures ? page.figures.depth : page.total;
+  if (!window.confirm(`Replay all ${n} message(s) of ${page.queue} to where each came from?`)) return;
+  const r = await api("POST", queuePath(page.queue, "/replay"));
+  report(`replayed ${r.moved}`, []);
+  await loadMessages();
+}));
+$("q-purge").addEventListener("click", guarded(async () => {
+  const n = page.figures ? page.figures.depth : 0;
+  if (!window.confirm(`Purge queue ${page.queue}? Its ${n} waiting message(s) are dropped.`)) return;
+  const r = await api("POST", queuePath(page.queue, "/purge"));
+  report(`purged ${r.purged}`, []);
+  await loadMessages();
+}));
+$("q-delete").addEventListener("click", guarded(async () => {
+  const q = page.figures || { name: page.queue, depth: 0, in_flight: 0 };
+  if (!window.confirm(deleteQuestion(q))) return;
+  await api("DELETE", queuePath(page.queue, ""));
+  location.hash = "";
+}));
+$("q-filter").addEventListener("submit", (event) => {
+  event.preventDefault();
+  page.offset = 0;
+  guarded(loadMessages)();
+});
+$("q-refresh").addEventListener("click", guarded(loadMessages));
+$("q-prev").addEventListener("click", guarded(async () => {
+  page.offset = Math.max(0, page.offset - page.limit);
+  await loadMessages();
+}));
+$("q-next").addEventListener("click", guarded(async () => {
+  if (page.offset + page.limit < page.total) page.offset += page.limit;
+  await loadMessages();
+}));
+$("q-all").addEventListener("change", () => {
+  for (const m of page.messages) {
+    if (m.state === "in flight") continue;
+    $("q-all").checked ? page.selected.add(m.id) : page.selected.delete(m.id);
+  }
+  renderMessages();
+  $("q-all").checked = page.selected.size > 0;
+});
+window.addEventListener("hashchange", guarded(route));
+
 async function loop() {
   try {
     await refresh();
@@ -156,4 +377,5 @@ async function loop() {
   }
   setTimeout(loop, 1000);
 }
+guarded(route)();
 loop();

@@ -75,3 +75,99 @@ test("the console shows a queue, publishes to it and purges it", async () => {
     await browser.close();
   }
 });
+
+// Screenshots of the pages, for docs/console.md; kept under target/.
+const shots = new URL("../../target/console-screenshots/", import.meta.url).pathname;
+const rows = (tab) => tab.$$eval("#q-messages tbody tr", (trs) => trs.map((tr) => tr.dataset.id));
+const said = (tab) => tab.textContent("#q-result");
+// Waits for the queue page to list `n` messages.
+const listed = (tab, n) => tab.waitForFunction(
+  (n) => document.querySelectorAll("#q-messages tbody tr").length === n, n, { timeout: 10000 });
+
+test("a queue's page browses, filters, moves, deletes, replays and deletes the queue", async () => {
+  const { mkdirSync } = await import("node:fs");
+  mkdirSync(shots, { recursive: true });
+  const cli = (...args) => execFileSync(herald, ["--server", native, "--admin", admin, ...args], { encoding: "utf8" });
+  for (const n of [1, 2, 3]) cli("pub", "queue://page.q", `order ${n}`, "-P", `n=${n}`, "-P", "region=EU");
+  // Two that expire, set aside in the expiry queue when a consumer comes.
+  cli("pub", "queue://page.dlq", "too late", "--ttl", "1", "--count", "2");
+  await new Promise((r) => setTimeout(r, 50));
+  cli("sub", "queue://page.dlq", "--timeout", "300ms");
+  const browser = await launch();
+  try {
+    const tab = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    await tab.goto(`${admin}/`);
+    await tab.waitForSelector('#queues tr[data-queue="page.q"] a', { timeout: 10000 });
+    await tab.screenshot({ path: `${shots}/overview.png`, fullPage: true });
+    await tab.click('#queues tr[data-queue="page.q"] a');
+    await listed(tab, 3);
+    assert.match(await tab.textContent("#q-figures"), /^3 waiting/);
+    assert.match(await tab.textContent("#q-messages tbody tr:first-child td.body"), /order 1/);
+    await tab.screenshot({ path: `${shots}/queue.png`, fullPage: true });
+
+    // A selector filters; one that does not parse says why.
+    await tab.fill("#q-selector", "n > 1");
+    await tab.click("#q-filter button[type=submit]");
+    await listed(tab, 2);
+    await tab.fill("#q-selector", "n == 1");
+    await tab.click("#q-filter button[type=submit]");
+    await tab.waitForFunction(() => document.querySelector("#q-result").textContent.includes("use = for equality"),
+      null, { timeout: 10000 });
+    await tab.fill("#q-selector", "");
+    await tab.click("#q-filter button[type=submit]");
+    await listed(tab, 3);
+
+    // Move the first to another queue, after a confirmation.
+    const [first, second] = await rows(tab);
+    await tab.check(`#q-messages tr[data-id="${first}"] input`);
+    await tab.fill("#q-to", "queue://page.other");
+    tab.once("dialog", (d) => d.accept());
+    await tab.click("#q-move");
+    await listed(tab, 2);
+    assert.match(await said(tab), /1 done/);
+    // A bad destination is refused, and nothing moves.
+    await tab.check(`#q-messages tr[data-id="${second}"] input`);
+    await tab.fill("#q-to", "queue://bad..name");
+    tab.once("dialog", (d) => d.accept());
+    await tab.click("#q-move");
+    await tab.waitForFunction(() => document.querySelector("#q-result").textContent.includes("empty word"),
+      null, { timeout: 10000 });
+    await listed(tab, 2);
+    // Delete one.
+    await tab.check(`#q-messages tr[data-id="${second}"] input`);
+    tab.once("dialog", (d) => d.accept());
+    await tab.click("#q-delete-messages");
+    await listed(tab, 1);
+
+    // The expiry queue: where each came from and why; replay one.
+    await tab.goto(`${admin}/#/queue/ExpiryQueue`);
+    await listed(tab, 2);
+    const row = "#q-messages tbody tr:first-child";
+    assert.equal(await tab.textContent(`${row} td:nth-child(7)`), "queue://page.dlq");
+    assert.match(await tab.textContent(`${row} td:nth-child(8)`), /^expired at \d{4}-\d\d-\d\dT/);
+    await tab.waitForSelector("#q-replay:not([hidden])", { timeout: 10000 });
+    await tab.screenshot({ path: `${shots}/dead-letters.png`, fullPage: true });
+    await tab.check(`${row} input`);
+    let question = "";
+    tab.once("dialog", (d) => { question = d.message(); d.accept(); });
+    await tab.click("#q-replay");
+    await listed(tab, 1);
+    assert.match(question, /Replay 1 message\(s\) of ExpiryQueue/);
+    assert.match(await said(tab), /replayed 1/);
+    assert.match(cli("queue", "show", "page.dlq"), /too late/);
+
+    // Delete a queue: the question says how many messages go with it.
+    await tab.goto(`${admin}/#/queue/page.other`);
+    await listed(tab, 1);
+    await tab.waitForFunction(() => document.querySelector("#q-figures").textContent.startsWith("1 waiting"),
+      null, { timeout: 10000 });
+    tab.once("dialog", (d) => { question = d.message(); d.accept(); });
+    await tab.click("#q-delete");
+    await tab.waitForSelector("#overview:not([hidden])", { timeout: 10000 });
+    assert.match(question, /Delete queue page\.other\? Its 1 message\(s\) go with it/);
+    await tab.waitForFunction(() => !document.querySelector('#queues tr[data-queue="page.other"]'),
+      null, { timeout: 10000 });
+  } finally {
+    await browser.close();
+  }
+});

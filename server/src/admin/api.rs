@@ -430,6 +430,7 @@ async fn queues(State(state): State<AppState>) -> ApiResult {
                 "name": q.name,
                 "depth": q.depth,
                 "scheduled": q.scheduled,
+                "dead_letter": state.shared.broker.is_dead_letter_queue(&q.name),
                 "in_flight": q.in_flight,
                 "consumers": q.consumers,
                 "enqueued": q.enqueued,
