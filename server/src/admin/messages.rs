@@ -7,6 +7,7 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
+use herald_protocol::message::CONTENT_TYPE_PROPERTY;
 use herald_protocol::{Body, DeliveryMode, Destination, DestinationKind, Message, Value};
 use serde::Deserialize;
 use serde_json::{json, Value as Json_};
@@ -86,9 +87,11 @@ fn view(held: &HeldMessage) -> Json_ {
     let Ok(message) = Message::decode(&m.block, m.deliveries) else {
         return json!({"state": held.held.as_str(), "size": m.block.len(), "error": "does not decode"});
     };
+    // The content type is a header here, not a property.
     let properties: serde_json::Map<String, Json_> = message
         .properties()
         .iter()
+        .filter(|(k, _)| k != CONTENT_TYPE_PROPERTY)
         .map(|(k, v)| (k.clone(), value(v)))
         .collect();
     let text = |name: &str| message.property(name).and_then(Value::as_str);
