@@ -70,6 +70,16 @@ function fill(tableId, rows, render) {
 
 const rate = (x) => (x || 0).toFixed(1);
 
+// A counter's rate since the last look at it, per second.
+const counters = new Map();
+function perSecond(key, value) {
+  const now = Date.now();
+  const last = counters.get(key);
+  counters.set(key, { value, at: now });
+  if (!last || now <= last.at) return "";
+  return ((value - last.value) * 1000 / (now - last.at)).toFixed(0);
+}
+
 function drawChart(history) {
   const canvas = $("chart");
   const ctx = canvas.getContext("2d");
@@ -89,10 +99,15 @@ function drawChart(history) {
 }
 
 async function refresh() {
-  if (page.queue !== null) {
+  if (current === "queue") {
     showFigures(await api("GET", "/api/queues"));
     return;
   }
+  if (current === "server") {
+    showServer(await api("GET", "/api/server"));
+    return;
+  }
+  if (current === "users") return;
   const [server, queues, topics, subscriptions, connections, history] = await Promise.all([
     api("GET", "/api/server"),
     api("GET", "/api/queues"),
@@ -132,10 +147,18 @@ async function refresh() {
         `Delete durable subscription ${s.name} of ${s.client_id}? Its ${s.backlog} waiting message(s) go with it.`)
       : cell(""));
   });
+  const subscribed = new Map();
+  for (const s of subscriptions) {
+    if (s.connection === null) continue;
+    subscribed.set(s.connection, [...(subscribed.get(s.connection) || []), s.pattern]);
+  }
   fill("connections", connections, (tr, c) => {
     tr.dataset.connection = c.id;
+    const subs = cell(c.subscriptions, true);
+    subs.title = (subscribed.get(c.id) || []).join("\n");
     tr.append(cell(c.id, true), nameCell(c.client_id), nameCell(c.user), cell(c.peer), cell(c.protocol),
-      cell(c.subscriptions, true), cell(c.bytes_in, true), cell(c.bytes_out, true),
+      cell(c.tls ? "yes" : "no"), cell(c.since), subs,
+      cell(perSecond(`in ${c.id}`, c.bytes_in), true), cell(perSecond(`out ${c.id}`, c.bytes_out), true),
       button("Close", () => api("DELETE", `/api/connections/${c.id}`),
         `Close connection ${c.id} (${c.client_id || c.peer})? Its client is disconnected.`));
   });
@@ -156,6 +179,60 @@ $("publish").addEventListener("submit", async (event) => {
     $("publish-result").textContent = `refused: ${e.message}`;
   }
 });
+
+// ---- The server page and the users page ----
+
+function facts(id, pairs) {
+  $(id).replaceChildren(...pairs.flatMap(([k, v]) => {
+    const dt = document.createElement("dt");
+    dt.textContent = k;
+    const dd = document.createElement("dd");
+    dd.textContent = v === null || v === undefined ? "—" : String(v);
+    return [dt, dd];
+  }));
+}
+
+const bytes = (n) => n === undefined || n === null ? "—"
+  : n >= 1 << 30 ? `${(n / (1 << 30)).toFixed(1)} GiB`
+  : n >= 1 << 20 ? `${(n / (1 << 20)).toFixed(1)} MiB`
+  : n >= 1 << 10 ? `${(n / (1 << 10)).toFixed(1)} KiB` : `${n} B`;
+
+function showServer(s) {
+  facts("s-server", [
+    ["version", s.version], ["started", s.started], ["up", `${s.uptime_s} s`],
+    ["config file", s.config_file || "embedded defaults"], ["workers", s.workers],
+    ["connections", s.connections], ["subscriptions", s.subscriptions],
+    ["messages in / out", `${s.messages_in} / ${s.messages_out}`],
+    ["resident memory", bytes(s.process && s.process.rss_bytes)],
+  ]);
+  const j = s.journal || {};
+  const disk = j.disk || {};
+  facts("s-journal", [
+    ["directory", j.dir], ["segments", j.segments], ["size", bytes(j.size_bytes)], ["fsync", j.fsync],
+    ["disk free", bytes(disk.free_bytes)], ["free-space floor", bytes(disk.min_free_bytes)],
+    ["below the floor", disk.low ? "yes: persistent messages are held or refused" : "no"],
+  ]);
+  facts("s-listeners", Object.entries(s.listeners).filter(([, a]) => a));
+  const c = s.cluster;
+  facts("s-cluster", c ? [
+    ["node id", c.node_id], ["link to Redis", c.connected ? "up" : "down"],
+    ["Redis primary", c.primary ? `${c.primary.addr} (${c.primary.changes} failovers followed)` : "as configured"],
+    ["published / received", `${c.published} / ${c.received}`],
+  ] : [["mode", "single node (no [cluster] redis)"]]);
+  const text = JSON.stringify(s.settings, null, 2);
+  if ($("s-config").textContent !== text) $("s-config").textContent = text;
+}
+
+async function loadUsers() {
+  const u = await api("GET", "/api/users");
+  $("u-note").textContent = u.users.length
+    ? "Change them in the config file and reload (herald reload); in a cluster, PUT /api/users/NAME applies on every node."
+    : "No users are configured: every connection may do everything.";
+  fill("u-users", u.users, (tr, x) => tr.append(nameCell(x.name), nameCell(x.roles.join(", ")), cell(x.source)));
+  const list = (v) => nameCell((v || []).join(", "));
+  fill("u-roles", Object.entries(u.roles), (tr, [name, r]) => tr.append(nameCell(name), list(r.publish),
+    list(r.consume), list(r.browse), list(r.durable), cell(r.admin ? "yes" : ""), cell(r.monitor ? "yes" : "")));
+}
 
 // ---- Queues: create, delete, and one queue's page ----
 
@@ -183,11 +260,21 @@ $("create-queue").addEventListener("submit", async (event) => {
 // pointer loses what was selected.
 const page = { queue: null, offset: 0, limit: 50, total: 0, messages: [], selected: new Set() };
 
+// Which page the address names: the overview, a queue, the server, the
+// users and roles.
+let current = "overview";
+
 function route() {
   const m = location.hash.match(/^#\/queue\/(.+)$/);
   page.queue = m ? decodeURIComponent(m[1]) : null;
-  $("overview").hidden = page.queue !== null;
-  $("queue-page").hidden = page.queue === null;
+  current = page.queue !== null ? "queue"
+    : location.hash === "#/server" ? "server"
+    : location.hash === "#/users" ? "users" : "overview";
+  $("overview").hidden = current !== "overview";
+  $("queue-page").hidden = current !== "queue";
+  $("server-page").hidden = current !== "server";
+  $("users-page").hidden = current !== "users";
+  if (current === "users") loadUsers().catch((e) => { $("error").textContent = e.message; });
   if (page.queue !== null) {
     page.offset = 0;
     page.selected.clear();
@@ -195,9 +282,9 @@ function route() {
     $("q-result").textContent = "";
     $("q-selector").value = "";
     $("q-to").value = "";
-    loadMessages();
-    refresh().catch(() => {});
+    loadMessages().catch((e) => report("", [e.message]));
   }
+  refresh().catch(() => {});
 }
 
 async function loadMessages() {

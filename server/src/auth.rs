@@ -42,7 +42,7 @@ use thiserror::Error;
 use crate::sync::{lock, read, write};
 
 /// `[auth]`: who may connect and what they may do.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthSection {
     /// Every connection must log in as a user.

@@ -12,7 +12,7 @@ pub use crate::auth::{AuthSection, RoleEntry, UserEntry};
 use crate::store::FsyncPolicy;
 use herald_protocol::selector::SelectorLimits;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// The embedded default configuration file.
@@ -51,7 +51,7 @@ pub enum ConfigError {
 }
 
 /// The server's settings. Field docs are in `config/herald.toml`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Address of the native-protocol listener.
@@ -124,7 +124,7 @@ pub struct Config {
 
 /// `[selectors]`: bounds on message selectors, which clients write and the
 /// server parses and evaluates (see `SelectorLimits`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SelectorsSection {
     /// Longest selector text, in bytes.
@@ -169,7 +169,7 @@ impl SelectorsSection {
 }
 
 /// `[admin]`: the management HTTP interface (JSON API, metrics, console).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminSection {
     /// Whether it runs.
@@ -199,7 +199,7 @@ impl Default for AdminSection {
 }
 
 /// `[cluster]`: nodes that share topics and queues through Redis.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterSection {
     /// `redis://host:port[/db]`, or with Redis Sentinel
@@ -243,7 +243,7 @@ impl ClusterSection {
 }
 
 /// `[tls]`: a listener for the native protocol over TLS.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsSection {
     /// Whether the TLS listener runs.
@@ -370,7 +370,7 @@ impl RedisUrl {
 }
 
 /// `[stomp]`: the second listener, for standard STOMP clients.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StompSection {
     /// Whether the STOMP listener runs.
@@ -406,7 +406,7 @@ impl Default for StompSection {
 }
 
 /// `[mqtt]`: the listeners for MQTT 3.1.1 and 5.0 clients.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MqttSection {
     /// Whether the MQTT listener runs.
@@ -444,7 +444,7 @@ impl Default for MqttSection {
 }
 
 /// What happens to a connection that reads too slowly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SlowConsumerPolicy {
     /// An ERROR (SlowConsumer) and the connection is closed.
@@ -455,7 +455,7 @@ pub enum SlowConsumerPolicy {
 }
 
 /// `[journal]`: how persistent state is written.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct JournalSection {
     /// When writes are made durable.
@@ -485,7 +485,7 @@ impl Default for JournalSection {
 }
 
 /// `[queues]`: limits and dead letters.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QueuesConfig {
     /// Deliveries after which a message goes to the dead-letter queue.
@@ -508,7 +508,7 @@ pub struct QueuesConfig {
 }
 
 /// What a send to a full queue does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FullPolicy {
     /// The producer waits: the server stops reading its connection until
@@ -534,7 +534,7 @@ impl Default for QueuesConfig {
 }
 
 /// `[topics]`: strict mode and the declared topic tree.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TopicsConfig {
     /// Publishing only to declared topics.
@@ -547,7 +547,7 @@ pub struct TopicsConfig {
 
 /// `[[topics.retain]]`: topics matching `pattern` keep their last `last`
 /// messages (DDS's transient-local durability, MQTT's retained messages).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetainRule {
     /// A topic pattern.

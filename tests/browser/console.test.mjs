@@ -171,3 +171,86 @@ test("a queue's page browses, filters, moves, deletes, replays and deletes the q
     await browser.close();
   }
 });
+
+// A server of the test's own, with users: the console asks for a login.
+async function securedServer() {
+  const { mkdtempSync, writeFileSync } = await import("node:fs");
+  const { spawn } = await import("node:child_process");
+  const { tmpdir } = await import("node:os");
+  const dir = mkdtempSync(`${tmpdir()}/herald-console-`);
+  const hash = execFileSync(herald, ["passwd"], { input: "secret\n", encoding: "utf8" }).trim();
+  writeFileSync(`${dir}/herald.toml`, [
+    'listen = "127.0.0.1:0"', `data_dir = "${dir}/data"`,
+    "[stomp]", "enabled = false", "websocket_enabled = false",
+    "[mqtt]", "enabled = false", "websocket_enabled = false",
+    "[admin]", 'listen = "127.0.0.1:0"',
+    "[auth]", "failed_login_delay_ms = 10",
+    "[[auth.users]]", 'name = "ops"', `password = "${hash}"`, 'roles = ["ops"]',
+    "[[auth.users]]", 'name = "watcher"', `password = "${hash}"`, 'roles = ["watch"]',
+    "[auth.roles.ops]", "admin = true", "monitor = true", 'publish = ["#"]', 'consume = ["#"]',
+    "[auth.roles.watch]", "monitor = true",
+  ].join("\n"));
+  const proc = spawn(`${process.env.HERALD_BIN_DIR}/herald-server`, ["--config", `${dir}/herald.toml`],
+    { stdio: ["ignore", "pipe", "ignore"] });
+  const lines = [];
+  await new Promise((resolve, reject) => {
+    proc.stdout.on("data", (chunk) => {
+      lines.push(...chunk.toString().split("\n"));
+      if (lines.some((l) => l.startsWith("herald-server admin listening on "))) resolve();
+    });
+    proc.on("exit", () => reject(new Error("herald-server stopped")));
+  });
+  const value = (prefix) => lines.find((l) => l.startsWith(prefix)).slice(prefix.length).trim();
+  return {
+    proc,
+    admin: value("herald-server admin listening on ").replace(/\/$/, ""),
+    native: `herald://${value("herald-server listening on ")}`,
+  };
+}
+
+test("with users the console asks for a login; a monitor sees every page and changes nothing", async () => {
+  const secured = await securedServer();
+  const browser = await launch();
+  try {
+    const asOps = ["--server", secured.native, "--admin", secured.admin, "--user", "ops", "--password", "secret"];
+    execFileSync(herald, [...asOps, "pub", "queue://kept", "x", "--persistent"]);
+    const sub = execFileSync(herald, [...asOps, "sub", "news.#", "--timeout", "50ms"]);
+    assert.equal(sub.length, 0);
+
+    // No login, no console: a 401 that asks for one.
+    const anonymous = await browser.newPage();
+    const refused = await anonymous.request.get(`${secured.admin}/`);
+    assert.equal(refused.status(), 401);
+    assert.match(refused.headers()["www-authenticate"] || "", /Basic/);
+
+    const watcher = await browser.newContext({ httpCredentials: { username: "watcher", password: "secret" } });
+    const tab = await watcher.newPage({ viewport: { width: 1280, height: 900 } });
+    await tab.goto(`${secured.admin}/`);
+    await tab.waitForSelector('#queues tr[data-queue="kept"]', { timeout: 10000 });
+    // A monitor's change is refused, and the page says why.
+    await tab.fill("#create-queue-name", "made.by.watcher");
+    await tab.click("#create-queue-button");
+    await tab.waitForFunction(() => document.querySelector("#create-queue-result").textContent.includes("'admin'"),
+      null, { timeout: 10000 });
+
+    // The server page: version, journal, configuration with its secrets hidden.
+    await tab.goto(`${secured.admin}/#/server`);
+    await tab.waitForFunction(() => document.querySelector("#s-journal").textContent.includes("batch"),
+      null, { timeout: 10000 });
+    const config = await tab.textContent("#s-config");
+    assert.match(config, /"password": "\(hidden\)"/);
+    assert.doesNotMatch(config, /argon2/);
+    await tab.screenshot({ path: `${shots}/server.png`, fullPage: true });
+
+    // Users and roles.
+    await tab.goto(`${secured.admin}/#/users`);
+    await tab.waitForSelector("#u-users tbody tr", { timeout: 10000 });
+    const users = await tab.$$eval("#u-users tbody tr td:first-child", (tds) => tds.map((t) => t.textContent));
+    assert.deepEqual(users, ["ops", "watcher"]);
+    assert.match(await tab.textContent("#u-roles"), /watch/);
+    await tab.screenshot({ path: `${shots}/users.png`, fullPage: true });
+  } finally {
+    await browser.close();
+    secured.proc.kill();
+  }
+});

@@ -192,8 +192,71 @@ async fn server(State(state): State<AppState>) -> ApiResult {
             "max_pending_bytes": s.limits.get(&s.limits.max_pending_bytes),
             "max_messages_per_queue": s.config.queues.max_messages,
         },
+        "started": herald_protocol::utc::format_ms(
+            (now_s() * 1000.0) as i64 - s.started.elapsed().as_millis() as i64
+        ),
+        "config_file": s.config.source.as_ref().map(|p| p.display().to_string()),
+        "settings": settings(&s.config),
+        "journal": journal(&state),
         "health": "ok",
     })))
+}
+
+/// The configuration in effect, as JSON, its secrets hidden: users'
+/// password hashes and a password in the Redis URL.
+fn settings(config: &crate::Config) -> Json_ {
+    let mut all = serde_json::to_value(config).unwrap_or_default();
+    if let Some(users) = all["auth"]["users"].as_array_mut() {
+        for user in users {
+            user["password"] = json!("(hidden)");
+        }
+    }
+    if let Some(url) = all["cluster"]["redis"].as_str() {
+        all["cluster"]["redis"] = json!(hide_password(url));
+    }
+    all
+}
+
+/// `scheme://user:password@rest` with the password replaced.
+fn hide_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((credentials, host)) => {
+            let user = credentials.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:(hidden)@{host}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// The journal's directory, its segments and their size, and the disk.
+fn journal(state: &AppState) -> Json_ {
+    let dir = &state.shared.config.data_dir;
+    let (segments, bytes) = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "hlog"))
+                .filter_map(|e| e.metadata().ok())
+                .fold((0u64, 0u64), |(n, b), m| (n + 1, b + m.len()))
+        })
+        .unwrap_or_default();
+    let space = state.journal.as_ref().map(|j| {
+        json!({
+            "free_bytes": j.space.free.load(Ordering::Relaxed),
+            "min_free_bytes": j.space.floor,
+            "low": j.space.low.load(Ordering::Relaxed),
+        })
+    });
+    json!({
+        "dir": dir.display().to_string(),
+        "segments": segments,
+        "size_bytes": bytes,
+        "fsync": format!("{:?}", state.shared.config.journal.fsync).to_lowercase(),
+        "disk": space,
+    })
 }
 
 /// With Sentinel, the primary a node uses and since when (ms since the
@@ -638,6 +701,10 @@ async fn connections(State(state): State<AppState>) -> ApiResult {
                 "user": c.user,
                 "peer": peer_name(c.peer),
                 "protocol": protocol_name(c.protocol),
+                "tls": matches!(c.protocol, Protocol::NativeTls | Protocol::MqttTls),
+                "since": herald_protocol::utc::format_ms(
+                    (now_s() * 1000.0) as i64 - c.age.as_millis() as i64
+                ),
                 "subscriptions": c.subscriptions,
                 "bytes_in": c.bytes_in,
                 "bytes_out": c.bytes_out,
@@ -789,4 +856,23 @@ async fn reload(State(state): State<AppState>) -> ApiResult {
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     lock(&state.logins).clear();
     Ok(Json(json!({"reloaded": file})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hide_password;
+
+    #[test]
+    fn a_password_in_a_url_is_hidden() {
+        assert_eq!(
+            hide_password("redis+sentinel://:s3cret@a:26379,b:26379/herald"),
+            "redis+sentinel://:(hidden)@a:26379,b:26379/herald"
+        );
+        assert_eq!(
+            hide_password("redis://u:p@host:6379"),
+            "redis://u:(hidden)@host:6379"
+        );
+        assert_eq!(hide_password("redis://host:6379"), "redis://host:6379");
+        assert_eq!(hide_password(""), "");
+    }
 }

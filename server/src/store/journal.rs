@@ -104,7 +104,7 @@ const MAX_PAYLOAD: u32 = 256 << 20;
 const MAX_BATCH: usize = 4 << 20;
 
 /// When the journal makes writes durable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FsyncPolicy {
     /// Each record is synced on its own before its completion runs.
