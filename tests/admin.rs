@@ -895,3 +895,57 @@ fn the_monitoring_files_name_only_metrics_the_server_exports() {
     }
     assert!(named > 20, "{named} names checked");
 }
+
+#[test]
+fn a_topic_shows_its_subscriptions_and_retained_messages() {
+    let server = start();
+    let (_c, s) = as_client(&server, "app");
+    let durable = herald_client::ConsumerOptions {
+        durable_name: Some("daily".into()),
+        selector: Some("edition > 0".into()),
+        ..herald_client::ConsumerOptions::default()
+    };
+    let d = s
+        .create_consumer_with(&Destination::topic("news.#"), durable)
+        .unwrap();
+    d.close().unwrap();
+    let _plain = subscribe(&s, "news.today");
+    let _elsewhere = subscribe(&s, "sport.#");
+    let mut kept = Message::text("kept").with_property("edition", 2);
+    kept.retain = true;
+    s.create_producer(&Destination::topic("news.today"))
+        .unwrap()
+        .send_with_receipt(kept)
+        .unwrap();
+    let t = get(&server, "/api/topics/news.today").json();
+    assert_eq!(t["messages_in"], 1, "{t}");
+    let subs = t["subscriptions"].as_array().unwrap();
+    assert_eq!(subs.len(), 2, "sport.# does not take it: {t}");
+    let daily = subs.iter().find(|s| s["durable"] == true).unwrap();
+    assert_eq!(
+        (
+            &daily["name"],
+            &daily["selector"],
+            &daily["backlog"],
+            &daily["connection"]
+        ),
+        (
+            &json!("daily"),
+            &json!("edition > 0"),
+            &json!(1),
+            &json!(null)
+        )
+    );
+    assert_eq!(t["retained"][0]["body"]["text"], "kept");
+    assert_eq!(t["retained"][0]["properties"]["edition"], 2);
+    let a = get(&server, "/api/topics/a..b");
+    assert_eq!(a.status, 400, "{}", a.body);
+    let quiet = get(&server, "/api/topics/nothing.here").json();
+    assert_eq!(
+        (
+            quiet["messages_in"].as_u64(),
+            quiet["subscriptions"].as_array().map(Vec::len)
+        ),
+        (Some(0), Some(0))
+    );
+}

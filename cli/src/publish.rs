@@ -40,6 +40,10 @@ pub struct Args {
     /// STOMP, MQTT 5 and native subscribers alike.
     #[arg(long, value_name = "TYPE")]
     content_type: Option<String>,
+    /// Keep it as its topic's retained message, for subscribers to come
+    /// (MQTT's retain); an empty body deletes the topic's.
+    #[arg(long)]
+    retain: bool,
     /// How many copies to send.
     #[arg(long, default_value_t = 1)]
     count: u64,
@@ -162,6 +166,7 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
     if args.persistent {
         template = template.persistent();
     }
+    template.retain = args.retain;
     if let Some(priority) = args.priority {
         template.priority = priority;
     }

@@ -40,6 +40,16 @@ function nameCell(text) {
   return td;
 }
 
+// A name that links to its page.
+function linkCell(text, href) {
+  const td = nameCell(text);
+  const link = document.createElement("a");
+  link.href = href;
+  link.replaceChildren(...td.childNodes);
+  td.appendChild(link);
+  return td;
+}
+
 // A button that calls `action`; with `question`, only once it is confirmed.
 function button(label, action, question) {
   const td = document.createElement("td");
@@ -108,6 +118,10 @@ async function refresh() {
     return;
   }
   if (current === "users") return;
+  if (current === "topic") {
+    showTopic(await api("GET", `/api/topics/${encodeURIComponent(topicName)}`));
+    return;
+  }
   const [server, queues, topics, subscriptions, connections, history] = await Promise.all([
     api("GET", "/api/server"),
     api("GET", "/api/queues"),
@@ -121,12 +135,7 @@ async function refresh() {
     `${server.messages_in} in · ${server.messages_out} out`;
   fill("queues", queues, (tr, q) => {
     tr.dataset.queue = q.name;
-    const name = nameCell(q.name);
-    const link = document.createElement("a");
-    link.href = `#/queue/${encodeURIComponent(q.name)}`;
-    link.replaceChildren(...name.childNodes);
-    name.appendChild(link);
-    tr.append(name, cell(q.depth, true), cell(q.in_flight, true), cell(q.consumers, true),
+    tr.append(linkCell(q.name, `#/queue/${encodeURIComponent(q.name)}`), cell(q.depth, true), cell(q.in_flight, true), cell(q.consumers, true),
       cell(rate(q.enqueue_rate), true), cell(rate(q.dequeue_rate), true),
       button("Purge", () => api("POST", queuePath(q.name, "/purge")),
         `Purge queue ${q.name}? Its ${q.depth} waiting message(s) are dropped.`),
@@ -135,7 +144,7 @@ async function refresh() {
   });
   fill("topics", topics.topics, (tr, t) => {
     tr.dataset.topic = t.name;
-    tr.append(nameCell(t.name), cell(t.messages_in, true), cell(t.deliveries, true), cell(rate(t.rate), true));
+    tr.append(linkCell(t.name, `#/topic/${encodeURIComponent(t.name)}`), cell(t.messages_in, true), cell(t.deliveries, true), cell(rate(t.rate), true));
   });
   fill("patterns", topics.patterns, (tr, p) => tr.append(nameCell(p.pattern), cell(p.subscribers, true)));
   fill("subscriptions", subscriptions, (tr, s) => {
@@ -179,6 +188,32 @@ $("publish").addEventListener("submit", async (event) => {
     $("publish-result").textContent = `refused: ${e.message}`;
   }
 });
+
+// ---- A topic's page ----
+
+function showTopic(t) {
+  $("t-figures").textContent = `${t.messages_in} published (${bytes(t.bytes_in)}) · ` +
+    `${t.deliveries} deliveries (${bytes(t.bytes_out)}) · ${t.subscriptions.length} subscription(s)` +
+    ` · ${t.retained.length} retained`;
+  const kind = (s) => s.durable ? "durable" : s.shared ? "shared" : "plain";
+  fill("t-subscriptions", t.subscriptions, (tr, s) => {
+    tr.append(cell(kind(s)), nameCell(s.pattern), nameCell(s.selector), nameCell(s.name), nameCell(s.client_id),
+      cell(s.connection === null ? "none" : `connection ${s.connection}`), cell(s.backlog, true));
+    tr.append(s.durable && s.connection === null
+      ? button("Delete", async () => {
+          await api("DELETE",
+            `/api/subscriptions/${encodeURIComponent(s.client_id)}/${encodeURIComponent(s.name)}`);
+          $("t-result").textContent = `deleted ${s.client_id}/${s.name}`;
+        }, `Delete durable subscription ${s.name} of ${s.client_id}? Its ${s.backlog} waiting message(s) go with it.`)
+      : cell(""));
+  });
+  fill("t-retained", t.retained, (tr, m) => {
+    const props = Object.entries(m.properties || {}).map(([k, v]) => `${k}=${v}`).join(" ");
+    const body = nameCell(bodyText(m.body || {}));
+    body.className = "body";
+    tr.append(nameCell(m.id), cell(m.timestamp), nameCell(props), body);
+  });
+}
 
 // ---- The server page and the users page ----
 
@@ -263,17 +298,26 @@ const page = { queue: null, offset: 0, limit: 50, total: 0, messages: [], select
 // Which page the address names: the overview, a queue, the server, the
 // users and roles.
 let current = "overview";
+let topicName = null;
 
 function route() {
   const m = location.hash.match(/^#\/queue\/(.+)$/);
   page.queue = m ? decodeURIComponent(m[1]) : null;
+  const t = location.hash.match(/^#\/topic\/(.+)$/);
+  topicName = t ? decodeURIComponent(t[1]) : null;
   current = page.queue !== null ? "queue"
+    : topicName !== null ? "topic"
     : location.hash === "#/server" ? "server"
     : location.hash === "#/users" ? "users" : "overview";
   $("overview").hidden = current !== "overview";
   $("queue-page").hidden = current !== "queue";
   $("server-page").hidden = current !== "server";
   $("users-page").hidden = current !== "users";
+  $("topic-page").hidden = current !== "topic";
+  if (current === "topic") {
+    $("t-name").textContent = topicName;
+    $("t-result").textContent = "";
+  }
   if (current === "users") loadUsers().catch((e) => { $("error").textContent = e.message; });
   if (page.queue !== null) {
     page.offset = 0;

@@ -156,6 +156,22 @@ test("a queue's page browses, filters, moves, deletes, replays and deletes the q
     assert.match(await said(tab), /replayed 1/);
     assert.match(cli("queue", "show", "page.dlq"), /too late/);
 
+    // A topic's page: its subscriptions (a durable one without a consumer
+    // can be deleted) and its retained message.
+    cli("--client-id", "console-app", "sub", "page.news.#", "--durable", "daily", "--timeout", "50ms");
+    cli("pub", "page.news.today", "kept for later", "--retain", "-P", "edition=1");
+    await tab.goto(`${admin}/#/topic/page.news.today`);
+    await tab.waitForSelector("#t-retained tbody tr", { timeout: 10000 });
+    assert.match(await tab.textContent("#t-retained tbody tr td.body"), /kept for later/);
+    const sub = "#t-subscriptions tbody tr";
+    assert.equal(await tab.textContent(`${sub} td:first-child`), "durable");
+    assert.equal(await tab.textContent(`${sub} td:nth-child(7)`), "1");
+    await tab.screenshot({ path: `${shots}/topic.png`, fullPage: true });
+    tab.once("dialog", (d) => { question = d.message(); d.accept(); });
+    await tab.click(`${sub} button`);
+    await tab.waitForFunction(() => !document.querySelector("#t-subscriptions tbody tr"), null, { timeout: 10000 });
+    assert.match(question, /Delete durable subscription daily of console-app\? Its 1 waiting/);
+
     // Delete a queue: the question says how many messages go with it.
     await tab.goto(`${admin}/#/queue/page.other`);
     await listed(tab, 1);

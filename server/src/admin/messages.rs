@@ -80,12 +80,18 @@ pub(super) async fn browse(
     })))
 }
 
-/// One message as the API shows it: headers, properties, a preview of its
-/// body, and where a dead letter came from and why.
+/// One message of a queue as the API shows it (see [`message_view`]).
 fn view(held: &HeldMessage) -> Json_ {
     let m = &held.message;
-    let Ok(message) = Message::decode(&m.block, m.deliveries) else {
-        return json!({"state": held.held.as_str(), "size": m.block.len(), "error": "does not decode"});
+    message_view(&m.block, m.deliveries, Some(held.held.as_str()))
+}
+
+/// One message as the API shows it: headers, properties, a preview of its
+/// body, and where a dead letter came from and why; `state` says where it
+/// is in its queue.
+pub(super) fn message_view(block: &bytes::Bytes, deliveries: u32, state: Option<&str>) -> Json_ {
+    let Ok(message) = Message::decode(block, deliveries) else {
+        return json!({"state": state, "size": block.len(), "error": "does not decode"});
     };
     // The content type is a header here, not a property.
     let properties: serde_json::Map<String, Json_> = message
@@ -105,15 +111,15 @@ fn view(held: &HeldMessage) -> Json_ {
     let time = |ms: i64| (ms != 0).then(|| herald_protocol::utc::format_ms(ms));
     json!({
         "id": message.message_id,
-        "state": held.held.as_str(),
-        "size": m.block.len(),
+        "state": state,
+        "size": block.len(),
         "destination": message.destination.as_ref().map(ToString::to_string),
         "persistent": message.delivery_mode == DeliveryMode::Persistent,
         "priority": message.priority,
         "timestamp": time(message.timestamp),
         "expiration": time(message.expiration),
         "delivery_time": time(message.delivery_time),
-        "deliveries": m.deliveries,
+        "deliveries": deliveries,
         "correlation_id": message.correlation_id,
         "reply_to": message.reply_to.as_ref().map(ToString::to_string),
         "type": message.message_type,

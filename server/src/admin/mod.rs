@@ -26,6 +26,7 @@ mod openapi;
 mod shared;
 mod state;
 mod tls;
+mod topic;
 
 pub use state::{process_footprint, reload, Addresses, MqttListeners, ReloadError};
 use state::{ApiError, AppState, PeerAddr};

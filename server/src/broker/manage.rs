@@ -78,6 +78,12 @@ impl Broker {
         v
     }
 
+    /// The retained messages of the topics `pattern` matches, topics in
+    /// name order, oldest first within a topic, unexpired.
+    pub fn retained_messages(&self, pattern: &herald_protocol::Pattern) -> Vec<Bytes> {
+        self.retained.kept_for(pattern, None)
+    }
+
     /// Strict mode's declared topics, or `None` when publishing is open.
     pub fn declared_topics(&self) -> Option<Vec<String>> {
         self.declared.as_ref().map(|d| read(d).names())
