@@ -46,6 +46,42 @@ fn every_documented_route_answers_and_unknown_ones_do_not() {
 }
 
 #[test]
+fn history_over_five_minutes_or_an_hour_and_per_destination() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("hq")).unwrap();
+    p.send_with_receipt(Message::text("x")).unwrap();
+    publish(&s, "ht", "y");
+    wait_until("a sample with the queue", || {
+        let h = get(&server, "/api/history?queue=hq&topic=ht").json();
+        h.as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["queue"]["depth"] == 1)
+    });
+    let h = get(&server, "/api/history?queue=hq&topic=ht").json();
+    let last = h.as_array().unwrap().last().unwrap().clone();
+    assert!(
+        last["in_rate"].is_number() && last["topic"]["rate"].is_number(),
+        "{last}"
+    );
+    let plain = get(&server, "/api/history").json();
+    assert!(plain
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s.get("queue").is_none()));
+    let hour = get(&server, "/api/history?window=1h").json();
+    assert!(
+        !hour.as_array().unwrap().is_empty(),
+        "a sample at the first tick"
+    );
+    let a = get(&server, "/api/history?window=2d");
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert!(a.error().contains("5m or 1h"), "{}", a.body);
+}
+
+#[test]
 fn server_health_and_readiness() {
     let server = start();
     let s = get(&server, "/api/server").json();

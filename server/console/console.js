@@ -90,27 +90,100 @@ function perSecond(key, value) {
   return ((value - last.value) * 1000 / (now - last.at)).toFixed(0);
 }
 
-function drawChart(history) {
-  const canvas = $("chart");
+// The smallest of 1, 2, 5 × 10^k at or above `v`: an axis that moves in
+// steps a person reads, and does not jump with every sample.
+function niceCeiling(v) {
+  if (v <= 0) return 1;
+  const p = 10 ** Math.floor(Math.log10(v));
+  return [1, 2, 5, 10].map((m) => m * p).find((c) => c >= v);
+}
+
+// Draws `series` ({label, color, points: [[seconds since epoch, value]]})
+// over the last `windowS` seconds: time on the x axis (minutes ago), the
+// values on the y axis in `unit`, with gridlines and a legend.
+function drawChart(canvas, series, windowS, unit) {
+  // Drawn at the size it is shown, so that text is not stretched.
+  if (canvas.clientWidth && canvas.width !== canvas.clientWidth) canvas.width = canvas.clientWidth;
+  if (canvas.clientHeight && canvas.height !== canvas.clientHeight) canvas.height = canvas.clientHeight;
   const ctx = canvas.getContext("2d");
-  ctx.clearRect(0, 0, canvas.width, canvas.height);
-  if (history.length < 2) return;
-  const max = Math.max(1, ...history.map((s) => Math.max(s.in_rate, s.out_rate)));
-  const x = (i) => (i / (history.length - 1)) * (canvas.width - 50);
-  const y = (v) => canvas.height - 5 - (v / max) * (canvas.height - 20);
-  for (const [key, color] of [["in_rate", "#1f77b4"], ["out_rate", "#ff7f0e"]]) {
+  const [w, h] = [canvas.width, canvas.height];
+  ctx.clearRect(0, 0, w, h);
+  ctx.font = "11px system-ui, sans-serif";
+  const now = Date.now() / 1000;
+  // Four gridlines a step apart; a count never steps by less than one.
+  const highest = Math.max(0, ...series.flatMap((s) => s.points.map((p) => p[1])));
+  const step = Math.max(niceCeiling(highest / 4), unit === "msgs" ? 1 : 0.25);
+  const max = step * 4;
+  const label = (v) => `${Number.isInteger(v) ? v : v.toFixed(2)} ${unit}`;
+  const left = 8 + Math.max(...[0, 1, 2, 3, 4].map((k) => ctx.measureText(label(step * k)).width));
+  const [right, top, bottom] = [10, 10, 22];
+  const x = (t) => left + (1 - (now - t) / windowS) * (w - left - right);
+  const y = (v) => h - bottom - (v / max) * (h - top - bottom);
+  ctx.strokeStyle = "#e3e6ea";
+  ctx.fillStyle = "#555";
+  ctx.textAlign = "right";
+  ctx.textBaseline = "middle";
+  for (let k = 0; k <= 4; k++) {
+    const v = step * k;
     ctx.beginPath();
-    ctx.strokeStyle = color;
-    history.forEach((s, i) => (i ? ctx.lineTo(x(i), y(s[key])) : ctx.moveTo(x(i), y(s[key]))));
+    ctx.moveTo(left, y(v));
+    ctx.lineTo(w - right, y(v));
+    ctx.stroke();
+    ctx.fillText(label(v), left - 4, y(v));
+  }
+  ctx.textAlign = "center";
+  ctx.textBaseline = "top";
+  const tick = windowS <= 300 ? 60 : 600;
+  for (let ago = 0; ago <= windowS; ago += tick) {
+    ctx.fillText(ago ? `${ago / 60} min ago` : "now", x(now - ago), h - bottom + 6);
+  }
+  ctx.save();
+  ctx.beginPath();
+  ctx.rect(left, 0, w - left - right, h);
+  ctx.clip();
+  for (const s of series) {
+    ctx.beginPath();
+    ctx.strokeStyle = s.color;
+    ctx.lineWidth = 1.5;
+    s.points.forEach(([t, v], i) => (i ? ctx.lineTo(x(t), y(v)) : ctx.moveTo(x(t), y(v))));
     ctx.stroke();
   }
-  ctx.fillStyle = "#555";
-  ctx.fillText(max.toFixed(0) + "/s", canvas.width - 45, 12);
+  ctx.restore();
+  ctx.textAlign = "left";
+  ctx.textBaseline = "top";
+  series.forEach((s, i) => {
+    ctx.fillStyle = s.color;
+    ctx.fillText(s.label, left + 8 + i * 150, top);
+  });
+}
+
+const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"];
+const WINDOWS = { "5m": 300, "1h": 3600 };
+
+// The overview's chart: messages a second in and out, over the chosen
+// window.
+async function drawRates(history) {
+  const window = $("chart-window").value;
+  const samples = window === "5m" ? history : await api("GET", "/api/history?window=1h");
+  drawChart($("chart"), [
+    { label: "in", color: COLORS[0], points: samples.map((s) => [s.at, s.in_rate]) },
+    { label: "out", color: COLORS[1], points: samples.map((s) => [s.at, s.out_rate]) },
+  ], WINDOWS[window], "msgs/s");
 }
 
 async function refresh() {
   if (current === "queue") {
-    showFigures(await api("GET", "/api/queues"));
+    const [queues, history] = await Promise.all([api("GET", "/api/queues"),
+      api("GET", `/api/history?queue=${encodeURIComponent(page.queue)}`)]);
+    showFigures(queues);
+    const q = history.filter((s) => s.queue);
+    drawChart($("q-depth-chart"), [
+      { label: "waiting", color: COLORS[0], points: q.map((s) => [s.at, s.queue.depth]) },
+    ], 300, "msgs");
+    drawChart($("q-rate-chart"), [
+      { label: "enqueued", color: COLORS[2], points: q.map((s) => [s.at, s.queue.enqueue_rate]) },
+      { label: "acknowledged", color: COLORS[1], points: q.map((s) => [s.at, s.queue.dequeue_rate]) },
+    ], 300, "msgs/s");
     return;
   }
   if (current === "server") {
@@ -119,7 +192,12 @@ async function refresh() {
   }
   if (current === "users") return;
   if (current === "topic") {
-    showTopic(await api("GET", `/api/topics/${encodeURIComponent(topicName)}`));
+    const name = encodeURIComponent(topicName);
+    const [topic, history] = await Promise.all([api("GET", `/api/topics/${name}`),
+      api("GET", `/api/history?topic=${name}`)]);
+    showTopic(topic);
+    drawChart($("t-chart"), [{ label: "published", color: COLORS[0],
+      points: history.filter((s) => s.topic).map((s) => [s.at, s.topic.rate]) }], 300, "msgs/s");
     return;
   }
   const [server, queues, topics, subscriptions, connections, history] = await Promise.all([
@@ -171,7 +249,7 @@ async function refresh() {
       button("Close", () => api("DELETE", `/api/connections/${c.id}`),
         `Close connection ${c.id} (${c.client_id || c.peer})? Its client is disconnected.`));
   });
-  drawChart(history);
+  await drawRates(history);
 }
 
 $("publish").addEventListener("submit", async (event) => {
@@ -498,6 +576,7 @@ $("q-all").addEventListener("change", () => {
   $("q-all").checked = page.selected.size > 0;
 });
 window.addEventListener("hashchange", guarded(route));
+$("chart-window").addEventListener("change", () => refresh().catch(() => {}));
 
 async function loop() {
   try {

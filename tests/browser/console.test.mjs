@@ -98,11 +98,18 @@ test("a queue's page browses, filters, moves, deletes, replays and deletes the q
     const tab = await browser.newPage({ viewport: { width: 1280, height: 900 } });
     await tab.goto(`${admin}/`);
     await tab.waitForSelector('#queues tr[data-queue="page.q"] a', { timeout: 10000 });
+    // The rates over the last hour, then back to five minutes: no error.
+    await tab.selectOption("#chart-window", "1h");
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.equal(await tab.textContent("#error"), "");
+    await tab.selectOption("#chart-window", "5m");
     await tab.screenshot({ path: `${shots}/overview.png`, fullPage: true });
     await tab.click('#queues tr[data-queue="page.q"] a');
     await listed(tab, 3);
     assert.match(await tab.textContent("#q-figures"), /^3 waiting/);
     assert.match(await tab.textContent("#q-messages tbody tr:first-child td.body"), /order 1/);
+    await new Promise((r) => setTimeout(r, 2500));
+    assert.equal(await tab.textContent("#error"), "");
     await tab.screenshot({ path: `${shots}/queue.png`, fullPage: true });
 
     // A selector filters; one that does not parse says why.

@@ -14,7 +14,9 @@ use serde::Deserialize;
 use serde_json::{json, Value as Json_};
 
 use super::messages;
-use super::state::{process_footprint, reload as reload_config, ApiError, AppState, Route, Sample};
+use super::state::{
+    process_footprint, reload as reload_config, ApiError, AppState, Route, Sample, Totals,
+};
 use crate::broker::delivery::Deliveries;
 use crate::broker::{Room, RouteError};
 use crate::cluster::settings::Change;
@@ -25,6 +27,9 @@ type ApiResult = Result<Json<Json_>, ApiError>;
 
 /// Samples kept for the console's chart: five minutes, one a second.
 const HISTORY: usize = 300;
+/// And for its hour-long chart: one every ten seconds.
+const HOUR_STEP: u64 = 10;
+const HOUR_SAMPLES: usize = 360;
 
 /// Every route of the interface, the OpenAPI document's source.
 pub(crate) fn routes() -> Vec<Route> {
@@ -47,7 +52,7 @@ pub(crate) fn routes() -> Vec<Route> {
         r(Method::GET, "/api/server", "Version, uptime, listeners, totals", get(server)),
         r(Method::GET, "/api/health", "Liveness", get(health)),
         r(Method::GET, "/api/ready", "Readiness: accepting connections", get(ready)),
-        r(Method::GET, "/api/history", "Rates and queue depths, one sample a second, the last five minutes", get(history)),
+        r(Method::GET, "/api/history", "Messages a second in and out: a sample a second for five minutes (?window=5m), or every ten seconds for an hour (?window=1h); ?queue=NAME adds a queue's depth and rates, ?topic=NAME a topic's rate (five minutes)", get(history)),
         r(Method::GET, "/api/topics", "Topics with traffic, subscription patterns, declared topics", get(topics)),
         with_body(r(Method::POST, "/api/topics", "Declare a topic (strict mode): {\"name\": ...}", post(declare_topic))),
         r(Method::GET, "/api/topics/{name}", "A topic: its traffic, the subscriptions that take it, its retained messages", get(super::topic::topic)),
@@ -95,13 +100,19 @@ fn totals(state: &AppState) -> (u64, u64, u64) {
 /// Takes a sample a second, for rates and the console's chart.
 pub(crate) async fn sample(state: AppState) {
     let mut every = tokio::time::interval(Duration::from_secs(1));
+    let mut ticks: u64 = 0;
     loop {
         every.tick().await;
         let (messages_in, messages_out, _) = totals(&state);
         let at = now_s();
         let mut history = lock(&state.history);
         let last = history.back().cloned();
-        let dt = last.as_ref().map_or(1.0, |l| (at - l.at).max(0.001));
+        let totals = Totals::since(
+            at,
+            (messages_in, messages_out),
+            last.as_ref().map(|l| &l.totals),
+        );
+        let dt = last.as_ref().map_or(1.0, |l| (at - l.totals.at).max(0.001));
         let rate =
             |now: u64, then: Option<u64>| then.map_or(0.0, |t| now.saturating_sub(t) as f64 / dt);
         let queues = state
@@ -126,19 +137,24 @@ pub(crate) async fn sample(state: AppState) {
                 (name, (c.messages_in, r))
             })
             .collect();
-        let sample = Sample {
-            topics,
-            at,
-            messages_in,
-            messages_out,
-            in_rate: rate(messages_in, last.as_ref().map(|l| l.messages_in)),
-            out_rate: rate(messages_out, last.as_ref().map(|l| l.messages_out)),
+        history.push_back(Sample {
+            totals,
             queues,
-        };
-        history.push_back(sample);
+            topics,
+        });
         while history.len() > HISTORY {
             history.pop_front();
         }
+        drop(history);
+        if ticks.is_multiple_of(HOUR_STEP) {
+            let mut hour = lock(&state.hour);
+            let long = Totals::since(at, (messages_in, messages_out), hour.back());
+            hour.push_back(long);
+            while hour.len() > HOUR_SAMPLES {
+                hour.pop_front();
+            }
+        }
+        ticks += 1;
     }
 }
 
@@ -336,14 +352,51 @@ async fn ready(State(state): State<AppState>) -> ApiResult {
     Ok(Json(json!({"ready": true})))
 }
 
-async fn history(State(state): State<AppState>) -> ApiResult {
-    let samples: Vec<Json_> = lock(&state.history)
-        .iter()
-        .map(|s| {
-            let queues: BTreeMap<&String, usize> = s.queues.iter().map(|(n, q)| (n, q.0)).collect();
-            json!({"at": s.at, "in_rate": s.in_rate, "out_rate": s.out_rate, "queues": queues})
-        })
-        .collect();
+/// `?window=` of `/api/history`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Window {
+    #[serde(default)]
+    window: Option<String>,
+    /// One queue's depth and rates too.
+    #[serde(default)]
+    queue: Option<String>,
+    /// One topic's publish rate too.
+    #[serde(default)]
+    topic: Option<String>,
+}
+
+async fn history(
+    State(state): State<AppState>,
+    window: Result<axum::extract::Query<Window>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult {
+    let axum::extract::Query(window) = window.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let samples: Vec<Json_> = match window.window.as_deref() {
+        None | Some("5m") => lock(&state.history)
+            .iter()
+            .map(|s| {
+                let t = &s.totals;
+                let mut sample = json!({"at": t.at, "in_rate": t.in_rate, "out_rate": t.out_rate});
+                if let Some(q) = window.queue.as_ref().and_then(|n| s.queues.get(n)) {
+                    sample["queue"] =
+                        json!({"depth": q.0, "enqueue_rate": q.3, "dequeue_rate": q.4});
+                }
+                if let Some(t) = window.topic.as_ref().and_then(|n| s.topics.get(n)) {
+                    sample["topic"] = json!({"rate": t.1});
+                }
+                sample
+            })
+            .collect(),
+        Some("1h") => lock(&state.hour)
+            .iter()
+            .map(|t| json!({"at": t.at, "in_rate": t.in_rate, "out_rate": t.out_rate}))
+            .collect(),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "window '{other}' is not 5m or 1h"
+            )))
+        }
+    };
     Ok(Json(json!(samples)))
 }
 

@@ -77,6 +77,7 @@ impl Admin {
             cluster,
             addresses,
             history: Arc::default(),
+            hour: Arc::default(),
             logins: Arc::default(),
             hasher: RandomState::new(),
             journal,
