@@ -52,12 +52,10 @@ fn history_over_five_minutes_or_an_hour_and_per_destination() {
     let p = s.create_producer(&Destination::queue("hq")).unwrap();
     p.send_with_receipt(Message::text("x")).unwrap();
     publish(&s, "ht", "y");
-    wait_until("a sample with the queue", || {
+    wait_until("a sample with the queue and the topic", || {
         let h = get(&server, "/api/history?queue=hq&topic=ht").json();
-        h.as_array()
-            .unwrap()
-            .iter()
-            .any(|s| s["queue"]["depth"] == 1)
+        let last = h.as_array().unwrap().last().cloned().unwrap_or_default();
+        last["queue"]["depth"] == 1 && last["topic"]["rate"].is_number()
     });
     let h = get(&server, "/api/history?queue=hq&topic=ht").json();
     let last = h.as_array().unwrap().last().unwrap().clone();

@@ -23,6 +23,14 @@ pub enum DestinationKind {
 }
 
 impl DestinationKind {
+    /// `"topic"` or `"queue"`, as URIs and people name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DestinationKind::Topic => "topic",
+            DestinationKind::Queue => "queue",
+        }
+    }
+
     /// The kind for its wire byte.
     pub fn from_u8(b: u8) -> Result<DestinationKind, Error> {
         match b {
@@ -127,10 +135,7 @@ impl Destination {
 
 impl fmt::Display for Destination {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.kind {
-            DestinationKind::Topic => write!(f, "topic://{}", self.name),
-            DestinationKind::Queue => write!(f, "queue://{}", self.name),
-        }
+        write!(f, "{}://{}", self.kind.as_str(), self.name)
     }
 }
 

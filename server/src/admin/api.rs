@@ -17,7 +17,6 @@ use super::messages;
 use super::state::{
     process_footprint, reload as reload_config, ApiError, AppState, Route, Sample, Totals,
 };
-use crate::broker::delivery::Deliveries;
 use crate::broker::{Room, RouteError};
 use crate::cluster::settings::Change;
 use crate::frontend::{peer_name, Closing, ConnView, Notice, Protocol};
@@ -221,7 +220,7 @@ async fn server(State(state): State<AppState>) -> ApiResult {
 
 /// The configuration in effect, as JSON, its secrets hidden: users'
 /// password hashes and a password in the Redis URL.
-fn settings(config: &crate::Config) -> Json_ {
+fn settings(config: &crate::config::Config) -> Json_ {
     let mut all = serde_json::to_value(config).unwrap_or_default();
     if let Some(users) = all["auth"]["users"].as_array_mut() {
         for user in users {
@@ -471,33 +470,13 @@ async fn undeclare_topic(State(state): State<AppState>, Path(name): Path<String>
     }
 }
 
-fn kind_name(kind: DestinationKind) -> &'static str {
-    match kind {
-        DestinationKind::Topic => "topic",
-        DestinationKind::Queue => "queue",
-    }
-}
-
 async fn subscriptions(State(state): State<AppState>) -> ApiResult {
     let list: Vec<Json_> = state
         .shared
         .broker
         .subscriptions()
-        .into_iter()
-        .map(|s| {
-            json!({
-                "kind": kind_name(s.kind),
-                "pattern": s.pattern,
-                "selector": s.selector,
-                "name": s.name,
-                "client_id": s.client_id,
-                "durable": s.durable,
-                "shared": !s.durable && !s.name.is_empty(),
-                "connection": s.connection,
-                "subscription_id": s.subscription_id,
-                "backlog": s.backlog,
-            })
-        })
+        .iter()
+        .map(super::topic::subscription)
         .collect();
     Ok(Json(json!(list)))
 }
@@ -568,28 +547,8 @@ async fn queues(State(state): State<AppState>) -> ApiResult {
     Ok(Json(json!(list)))
 }
 
-/// Waits until what was routed so far is as safe as a client's receipt
-/// says (in the journal; in a cluster, accepted by Redis), and so in its
-/// queue: an answer that says a message moved is true when it comes.
-pub(super) async fn settled(state: &AppState) -> Result<(), ApiError> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    state.shared.broker.barrier(
-        None,
-        Box::new(move |r| {
-            let _ = tx.send(r);
-        }),
-    );
-    rx.await
-        .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the journal stopped"))?
-        .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, why.to_string()))
-}
-
-pub(super) fn deliveries(state: &AppState) -> Deliveries {
-    Deliveries::new(state.shared.workers.len())
-}
-
 async fn purge(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult {
-    let mut out = deliveries(&state);
+    let mut out = state.deliveries();
     let mut purged = state.shared.broker.purge(&name, &mut out);
     state.route(out);
     // A shared queue's waiting messages are in its stream too.
@@ -633,11 +592,11 @@ async fn replay(
     }
     let body = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     if let Some(Json(ReplayBody { ids })) = body {
-        let mut out = deliveries(&state);
+        let mut out = state.deliveries();
         let replayed = state.shared.broker.replay_messages(&name, &ids, &mut out);
         state.route(out);
         let (moved, failed) = replayed.map_err(messages::refused)?;
-        settled(&state).await?;
+        state.settled().await?;
         let failed: Vec<Json_> = failed
             .into_iter()
             .map(|(id, why)| json!({"id": id, "error": why}))
@@ -646,7 +605,7 @@ async fn replay(
             json!({"queue": name, "moved": moved, "failed": failed}),
         ));
     }
-    let mut out = deliveries(&state);
+    let mut out = state.deliveries();
     let mut moved = state.shared.broker.replay(&name, &mut out);
     state.route(out);
     if let Some(cluster) = shared_queue(&state, &name) {
@@ -658,7 +617,7 @@ async fn replay(
             if taken.is_empty() {
                 break;
             }
-            let mut out = deliveries(&state);
+            let mut out = state.deliveries();
             for m in taken {
                 match state.shared.broker.republish(&m.block, &mut out) {
                     Ok(()) => {
@@ -675,7 +634,7 @@ async fn replay(
         }
         cluster.give_back(&name, stay);
     }
-    settled(&state).await?;
+    state.settled().await?;
     match moved {
         Some(n) => Ok(Json(json!({"queue": name, "moved": n}))),
         None => Err(ApiError::not_found(format!("no queue '{name}'"))),
@@ -868,7 +827,7 @@ async fn publish(
     }
     let view =
         MessageView::parse(block.freeze()).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let mut out = deliveries(&state);
+    let mut out = state.deliveries();
     let routed = state
         .shared
         .broker

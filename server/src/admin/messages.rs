@@ -12,7 +12,6 @@ use herald_protocol::{Body, DeliveryMode, Destination, DestinationKind, Message,
 use serde::Deserialize;
 use serde_json::{json, Value as Json_};
 
-use super::api::{deliveries, settled};
 use super::state::{ApiError, AppState};
 use crate::auth::{Permission, Principal};
 use crate::broker::messages::{HeldMessage, MessageError};
@@ -238,14 +237,14 @@ async fn relocate(
             .map_err(|denied| ApiError::new(StatusCode::FORBIDDEN, denied.to_string()))?;
     }
     let copy_id = copy.then(|| state.admin_message_id("copy"));
-    let mut out = deliveries(&state);
+    let mut out = state.deliveries();
     let moved = state
         .shared
         .broker
         .move_message((&name, &id), &to, copy_id.clone(), &mut out);
     state.route(out);
     moved.map_err(refused)?;
-    settled(&state).await?;
+    state.settled().await?;
     Ok(Json(json!({
         "queue": name,
         "id": id,

@@ -246,6 +246,28 @@ impl AppState {
     pub(super) fn route(&self, mut deliveries: Deliveries) {
         crate::frontend::hand_out(&self.shared, &mut deliveries);
     }
+
+    /// An empty set of deliveries, one slot per worker, to route into.
+    pub(super) fn deliveries(&self) -> Deliveries {
+        Deliveries::new(self.shared.workers.len())
+    }
+
+    /// Waits until what was routed so far is as safe as a client's receipt
+    /// says (in the journal; in a cluster, accepted by Redis), and so in
+    /// its queue: an answer that says a message moved is true when it
+    /// comes.
+    pub(super) async fn settled(&self) -> Result<(), ApiError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.shared.broker.barrier(
+            None,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.await
+            .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the journal stopped"))?
+            .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, why.to_string()))
+    }
 }
 
 /// Why a reload was refused; the old config stays.

@@ -24,21 +24,10 @@ pub(super) async fn topic(
         .unwrap_or_default();
     let subscriptions: Vec<Json_> = broker
         .subscriptions()
-        .into_iter()
+        .iter()
         .filter(|s| s.kind == DestinationKind::Topic)
         .filter(|s| Pattern::parse(&s.pattern).is_ok_and(|p| p.matches(&name)))
-        .map(|s| {
-            json!({
-                "pattern": s.pattern,
-                "selector": s.selector,
-                "name": s.name,
-                "client_id": s.client_id,
-                "durable": s.durable,
-                "shared": !s.durable && !s.name.is_empty(),
-                "connection": s.connection,
-                "backlog": s.backlog,
-            })
-        })
+        .map(subscription)
         .collect();
     let exact = Pattern::parse(&name).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let retained: Vec<Json_> = broker
@@ -55,4 +44,21 @@ pub(super) async fn topic(
         "subscriptions": subscriptions,
         "retained": retained,
     })))
+}
+
+/// A subscription as the API shows it (a named one that is not durable is
+/// shared).
+pub(super) fn subscription(s: &crate::broker::SubscriptionView) -> Json_ {
+    json!({
+        "kind": s.kind.as_str(),
+        "pattern": s.pattern,
+        "selector": s.selector,
+        "name": s.name,
+        "client_id": s.client_id,
+        "durable": s.durable,
+        "shared": !s.durable && !s.name.is_empty(),
+        "connection": s.connection,
+        "subscription_id": s.subscription_id,
+        "backlog": s.backlog,
+    })
 }

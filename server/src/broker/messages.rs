@@ -93,10 +93,11 @@ impl Broker {
         Ok(())
     }
 
-    /// Moves (`keep` false) or copies the waiting message `id` of queue
-    /// `name` to `to`. A copy is a new message, named `copy_id`; a moved
-    /// one keeps its id and its properties. The new message is routed
-    /// before the old one's record ends, so a crash between keeps both.
+    /// Moves (`copy_id` `None`) or copies the waiting message `id` of
+    /// queue `name` to `to`. A copy is a new message, named `copy_id`; a
+    /// moved one keeps its id and its properties. The new message is
+    /// routed before the old one's record ends, so a crash between keeps
+    /// both; one that cannot be routed stays where it was.
     pub fn move_message(
         &self,
         (name, id): (&str, &str),
@@ -104,29 +105,30 @@ impl Broker {
         copy_id: Option<String>,
         out: &mut Deliveries,
     ) -> Result<(), MessageError> {
-        let m = match copy_id {
-            Some(_) => self.find_message(name, id)?,
-            None => self.take_message(name, id)?,
-        };
-        let mut message = Message::decode(&m.block, 0)?;
-        message.destination = Some(to.clone());
         let moving = copy_id.is_none();
-        if let Some(new_id) = copy_id {
-            message.message_id = new_id;
-        }
-        match self.route_again(&message, out) {
-            Ok(()) if moving => {
-                self.ended(name, &m, None);
-                Ok(())
-            }
-            Ok(()) => Ok(()),
-            Err(e) => {
-                if moving {
-                    self.give_back(name, m, out);
+        let m = match moving {
+            true => self.take_message(name, id)?,
+            false => self.find_message(name, id)?,
+        };
+        let routed = Message::decode(&m.block, 0)
+            .map_err(MessageError::from)
+            .and_then(|mut message| {
+                message.destination = Some(to.clone());
+                if let Some(new_id) = copy_id {
+                    message.message_id = new_id;
                 }
-                Err(e)
+                self.route_again(&message, out)
+            });
+        match (routed, moving) {
+            (Ok(()), true) => self.ended(name, &m, None),
+            (Ok(()), false) => {}
+            (Err(e), true) => {
+                self.give_back(name, m, out);
+                return Err(e);
             }
+            (Err(e), false) => return Err(e),
         }
+        Ok(())
     }
 
     /// Replays the dead letters `ids` of queue `name` to where each came
