@@ -770,6 +770,16 @@ fn messages_are_browsed_deleted_moved_copied_and_replayed_one_by_one() {
                 .any(|m| m["id"] == id.as_str() && m["state"] == "in flight")
         })
         .expect("one in flight");
+    let too_many = json!({ "ids": vec!["ID:x"; 1001] });
+    let a = call(
+        &server,
+        "POST",
+        "/api/queues/DLQ.orders/replay",
+        Some(too_many),
+        None,
+    );
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert!(a.error().contains("at most 1000"), "{}", a.body);
     let body = json!({"ids": [dead_ids[0].clone(), dead_ids[1].clone(), "ID:none"]});
     let a = call(
         &server,
@@ -787,10 +797,8 @@ fn messages_are_browsed_deleted_moved_copied_and_replayed_one_by_one() {
         .iter()
         .any(|f| f["id"] == taken.as_str() && f["error"].as_str().unwrap().contains("in flight")));
     let back = dead_ids.iter().find(|id| **id != taken).unwrap();
-    assert!(
-        message_ids(&server, "orders").contains(back),
-        "replayed home"
-    );
+    let home = message_ids(&server, "orders");
+    assert!(home.contains(back), "replayed home: {back} not in {home:?}");
 }
 
 #[test]

@@ -24,6 +24,9 @@ use crate::sync::lock;
 
 type ApiResult = Result<Json<Json_>, ApiError>;
 
+/// Messages a replay by id may name in one request.
+const MAX_REPLAY_IDS: usize = 1000;
+
 /// Samples kept for the console's chart: five minutes, one a second.
 const HISTORY: usize = 300;
 /// And for its hour-long chart: one every ten seconds.
@@ -592,6 +595,13 @@ async fn replay(
     }
     let body = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     if let Some(Json(ReplayBody { ids })) = body {
+        // Each id is looked for through the queue: a bound on the work.
+        if ids.len() > MAX_REPLAY_IDS {
+            return Err(ApiError::bad_request(format!(
+                "{} ids: at most {MAX_REPLAY_IDS} a request (without ids, all are replayed)",
+                ids.len()
+            )));
+        }
         let mut out = state.deliveries();
         let replayed = state.shared.broker.replay_messages(&name, &ids, &mut out);
         state.route(out);

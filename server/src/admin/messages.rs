@@ -57,22 +57,16 @@ pub(super) async fn browse(
     let selector = broker
         .parse_selector(&params.selector)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let held = broker
-        .queue_messages(&name)
+    let selects = |m: &crate::broker::queue::QueuedMessage| {
+        crate::broker::queue::selects(selector.as_deref(), &m.block)
+    };
+    let (total, held) = broker
+        .queue_messages(&name, selects, (params.offset, limit))
         .ok_or_else(|| ApiError::not_found(format!("no queue '{name}'")))?;
-    let selected: Vec<&HeldMessage> = held
-        .iter()
-        .filter(|m| crate::broker::queue::selects(selector.as_deref(), &m.message.block))
-        .collect();
-    let page: Vec<Json_> = selected
-        .iter()
-        .skip(params.offset)
-        .take(limit)
-        .map(|m| view(m))
-        .collect();
+    let page: Vec<Json_> = held.iter().map(view).collect();
     Ok(Json(json!({
         "queue": name,
-        "total": selected.len(),
+        "total": total,
         "offset": params.offset,
         "limit": limit,
         "messages": page,

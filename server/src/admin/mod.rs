@@ -92,6 +92,9 @@ impl Admin {
         let thread = std::thread::Builder::new()
             .name("herald-admin".into())
             .spawn(move || {
+                // What this thread routes is inserted by worker 0, in the
+                // order it asked (see AppState::settled).
+                crate::broker::set_worker_thread(0);
                 runtime.block_on(async move {
                     let listener = match tokio::net::TcpListener::from_std(listener) {
                         Ok(l) => l,

@@ -266,7 +266,14 @@ impl AppState {
         );
         rx.await
             .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the journal stopped"))?
-            .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, why.to_string()))
+            .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, why.to_string()))?;
+        // Durable, and then put in its queue by the worker: wait for that.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.shared.broker.after_inserts(Box::new(move || {
+            let _ = tx.send(());
+        }));
+        rx.await
+            .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the server is stopping"))
     }
 }
 

@@ -71,19 +71,30 @@ pub fn message_id(block: &[u8]) -> &str {
 }
 
 impl Broker {
-    /// Every message queue `name` holds, in the order a person reads it
-    /// (see [`super::Queue::held`]); `None` if there is no such queue.
-    pub fn queue_messages(&self, name: &str) -> Option<Vec<HeldMessage>> {
+    /// A page of the messages queue `name` holds that `wanted` picks, in
+    /// the order a person reads them (see [`super::Queue::held`]), and how
+    /// many it picks in all; `None` if there is no such queue. Only the
+    /// page is copied, however deep the queue.
+    pub fn queue_messages(
+        &self,
+        name: &str,
+        wanted: impl Fn(&QueuedMessage) -> bool,
+        (offset, limit): (usize, usize),
+    ) -> Option<(usize, Vec<HeldMessage>)> {
         let queue = self.find_queue(name)?;
         let q = lock(&queue);
-        Some(
-            q.held()
-                .map(|(m, held)| HeldMessage {
+        let mut total = 0;
+        let mut page = Vec::new();
+        for (m, held) in q.held().filter(|(m, _)| wanted(m)) {
+            if total >= offset && page.len() < limit {
+                page.push(HeldMessage {
                     message: m.clone(),
                     held,
-                })
-                .collect(),
-        )
+                });
+            }
+            total += 1;
+        }
+        Some((total, page))
     }
 
     /// Deletes the waiting message `id` of queue `name` for good.

@@ -164,7 +164,9 @@ thread_local! {
 /// Marks this thread as worker `index`: work it hands to the [`Sink`] (a
 /// persistent message to insert once on disk) goes back to it, ahead of
 /// the RECEIPT it is then sent, so that a client that has its receipt
-/// finds the message in its queue.
+/// finds the message in its queue. A thread that is no worker (the
+/// management interface's) may name one, to have its work done in the
+/// order it asked (see [`Broker::after_inserts`]).
 pub fn set_worker_thread(index: usize) {
     WORKER.set(Some(index));
 }
@@ -424,6 +426,17 @@ impl Broker {
         match commit {
             Some(pending) => pending.shared.settled.push((queue.to_owned(), entry)),
             None => peers.settle(queue, entry),
+        }
+    }
+
+    /// Runs `done` after the inserts this thread's work asked of its worker
+    /// so far (persistent messages that reached the journal): once it runs,
+    /// they are in their queues. `done` runs at once off a worker, or
+    /// where there is no sink.
+    pub fn after_inserts(&self, done: Box<dyn FnOnce() + Send>) {
+        match (self.sink.get(), WORKER.get()) {
+            (Some(sink), Some(here)) => sink.run(Some(here), Box::new(move |_, _| done())),
+            _ => done(),
         }
     }
 
