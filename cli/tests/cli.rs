@@ -897,3 +897,17 @@ fn queues_and_their_messages_are_operated_from_the_command_line() {
     let e = fails(herald().args(["--admin", &admin, "queue", "delete", "later"]));
     assert!(e.contains("no queue 'later'"), "{e}");
 }
+
+#[test]
+fn a_refusal_is_named_in_words_and_its_code_shown_with_verbose() {
+    let mut config = test_config();
+    config.topics.strict = true;
+    config.topics.declared = vec!["sales".into()];
+    let server = start_with(config);
+    let url = format!("herald://{}", server.local_addr());
+    let e = fails(herald().args(["--server", &url, "pub", "news.x", "y"]));
+    assert!(e.starts_with("herald: undeclared topic: "), "{e}");
+    assert!(!e.contains("server error"), "{e}");
+    let e = fails(herald().args(["--server", &url, "-v", "pub", "news.x", "y"]));
+    assert!(e.trim_end().ends_with("(server error code 10)"), "{e}");
+}
