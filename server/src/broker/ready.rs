@@ -165,6 +165,25 @@ mod tests {
     }
 
     #[test]
+    fn live_leaves_out_the_expired_and_is_kept_through_every_change() {
+        let expiring = |seq, at| QueuedMessage {
+            expiration: at,
+            ..message(seq, 4)
+        };
+        let mut r = Ready::default();
+        r.insert(message(1, 4));
+        r.insert(expiring(2, 100));
+        r.insert(expiring(3, 300));
+        assert_eq!((r.live(50), r.live(200), r.live(400)), (3, 2, 1));
+        let key = r.next_after(None).map(|(k, _)| k).unwrap();
+        r.remove(key);
+        r.retain(|m| m.seq != 3);
+        assert_eq!((r.len(), r.live(200), r.expiring), (1, 0, 1));
+        r.take_all();
+        assert_eq!((r.live(0), r.expiring), (0, 0));
+    }
+
+    #[test]
     fn higher_priority_first_then_by_sequence_also_for_messages_given_back() {
         let mut r = Ready::default();
         for (seq, p) in [(1, 4), (2, 4), (3, 9), (4, 0), (5, 4), (7, 4)] {
