@@ -488,6 +488,23 @@ fn with_users_reading_needs_monitor_and_changing_needs_admin() {
     let a = call(&server, "GET", "/api/queues", None, Some(("ops", "wrong")));
     assert_eq!(a.status, 401);
     assert!(a.error().contains("invalid user name or password"));
+    // The console's page and script load without a login: they hold no
+    // data, and the page asks for one itself. A 401 asks a browser for
+    // basic auth, but not when the console asks (X-Herald): it shows its
+    // own form rather than the browser's prompt.
+    for path in ["/", "/console.js"] {
+        assert_eq!(call(&server, "GET", path, None, None).status, 200, "{path}");
+    }
+    let url = format!("http://{}/api/queues", server.admin_addr().unwrap());
+    let challenge = |request: ureq::Request| match request.call() {
+        Err(ureq::Error::Status(401, r)) => r.header("www-authenticate").map(str::to_owned),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        challenge(ureq::get(&url)).as_deref(),
+        Some("Basic realm=\"herald\"")
+    );
+    assert_eq!(challenge(ureq::get(&url).set("X-Herald", "console")), None);
     // A plain user may see that the server is up, and nothing else:
     // connections, users and subscriptions are what an attacker wants.
     let viewer = Some(("viewer", "look"));

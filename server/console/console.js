@@ -4,20 +4,48 @@
 
 const $ = (id) => document.getElementById(id);
 
+// The login, where the server has users: "user:password" in base64, kept
+// for this tab only. The server asks the console for it with a 401 that
+// does not make the browser prompt (the X-Herald header says who asks).
+let login = sessionStorage.getItem("herald-login");
+
 async function api(method, path, body) {
-  const response = await fetch(path, {
-    method,
-    // X-Herald: a change a plain cross-site form could not make.
-    headers: body
-      ? { "Content-Type": "application/json", "X-Herald": "console" }
-      : { "X-Herald": "console" },
-    body: body ? JSON.stringify(body) : undefined,
-  });
+  // X-Herald: a change a plain cross-site form could not make.
+  const headers = { "X-Herald": "console" };
+  if (body) headers["Content-Type"] = "application/json";
+  const used = login;
+  if (used) headers.Authorization = `Basic ${used}`;
+  const response = await fetch(path, { method, headers, body: body ? JSON.stringify(body) : undefined });
   const data = await response.json();
+  if (response.status === 401) {
+    // Forget a login that stopped working (polling with it would count
+    // as guesses), and say why; an answer to an older login changes
+    // nothing.
+    if (used && used === login) logOut(data.error);
+    else if (!login) showLogin(true);
+    throw new Error("log in first");
+  }
   if (!response.ok) {
     throw new Error(data.error || response.statusText);
   }
   return data;
+}
+
+function logOut(why) {
+  login = null;
+  sessionStorage.removeItem("herald-login");
+  $("login-error").textContent = why || "";
+  showLogin(true);
+}
+
+function showLogin(shown) {
+  $("login-page").hidden = !shown;
+  if (shown) $("server").textContent = "";
+  $("logout").hidden = shown || !login;
+  for (const id of ["overview", "queue-page", "topic-page", "server-page", "users-page"]) {
+    if (shown) $(id).hidden = true;
+  }
+  if (!shown) route();
 }
 
 function cell(text, numeric) {
@@ -379,6 +407,7 @@ let current = "overview";
 let topicName = null;
 
 function route() {
+  if (!$("login-page").hidden) return;
   const m = location.hash.match(/^#\/queue\/(.+)$/);
   page.queue = m ? decodeURIComponent(m[1]) : null;
   const t = location.hash.match(/^#\/topic\/(.+)$/);
@@ -576,16 +605,43 @@ $("q-all").addEventListener("change", () => {
   $("q-all").checked = page.selected.size > 0;
 });
 window.addEventListener("hashchange", guarded(route));
+$("login").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const text = `${$("login-user").value}:${$("login-password").value}`;
+  // Base64 of the UTF-8 bytes (btoa takes Latin-1 only).
+  const candidate = btoa(String.fromCharCode(...new TextEncoder().encode(text)));
+  // One request checks it: a wrong password costs one failed login, not
+  // one for each of the page's requests.
+  const answer = await fetch("/api/health",
+    { headers: { "X-Herald": "console", Authorization: `Basic ${candidate}` } });
+  if (answer.status === 401) {
+    $("login-error").textContent = (await answer.json()).error;
+    return;
+  }
+  login = candidate;
+  sessionStorage.setItem("herald-login", login);
+  $("login-password").value = "";
+  $("login-error").textContent = "";
+  showLogin(false);
+  refresh().catch(() => {});
+});
+$("logout").addEventListener("click", (event) => {
+  event.preventDefault();
+  logOut("");
+});
 $("chart-window").addEventListener("change", () => refresh().catch(() => {}));
 
 async function loop() {
   try {
-    await refresh();
+    // Nothing to ask while the login form waits.
+    if ($("login-page").hidden) await refresh();
     $("error").textContent = "";
   } catch (e) {
-    $("error").textContent = e.message;
+    // The login form says what is wrong there.
+    $("error").textContent = $("login-page").hidden ? e.message : "";
   }
   setTimeout(loop, 1000);
 }
+$("logout").hidden = !login;
 guarded(route)();
 loop();

@@ -231,7 +231,7 @@ async function securedServer() {
   };
 }
 
-test("with users the console asks for a login; a monitor sees every page and changes nothing", async () => {
+test("with users the console asks for a login with its own form; a monitor sees every page and changes nothing", async () => {
   const secured = await securedServer();
   const browser = await launch();
   try {
@@ -240,16 +240,29 @@ test("with users the console asks for a login; a monitor sees every page and cha
     const sub = execFileSync(herald, [...asOps, "sub", "news.#", "--timeout", "50ms"]);
     assert.equal(sub.length, 0);
 
-    // No login, no console: a 401 that asks for one.
+    // No login, no data: the API answers 401 (asking a browser for basic
+    // auth), while the console's page loads and shows its own form.
     const anonymous = await browser.newPage();
-    const refused = await anonymous.request.get(`${secured.admin}/`);
+    const refused = await anonymous.request.get(`${secured.admin}/api/queues`);
     assert.equal(refused.status(), 401);
     assert.match(refused.headers()["www-authenticate"] || "", /Basic/);
 
-    const watcher = await browser.newContext({ httpCredentials: { username: "watcher", password: "secret" } });
-    const tab = await watcher.newPage({ viewport: { width: 1280, height: 900 } });
-    await tab.goto(`${secured.admin}/`);
+    const tab = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    const page = await tab.goto(`${secured.admin}/`);
+    assert.equal(page.status(), 200);
+    await tab.waitForSelector("#login-page:not([hidden])", { timeout: 10000 });
+    assert.equal(await tab.isHidden("#overview"), true);
+    await tab.screenshot({ path: `${shots}/login.png` });
+    // A wrong password says so, and the form stays.
+    await tab.fill("#login-user", "watcher");
+    await tab.fill("#login-password", "wrong");
+    await tab.click("#login-button");
+    await tab.waitForFunction(() => document.querySelector("#login-error").textContent.includes("invalid user name or password"),
+      null, { timeout: 10000 });
+    await tab.fill("#login-password", "secret");
+    await tab.click("#login-button");
     await tab.waitForSelector('#queues tr[data-queue="kept"]', { timeout: 10000 });
+    assert.equal(await tab.isHidden("#login-page"), true);
     // A monitor's change is refused, and the page says why.
     await tab.fill("#create-queue-name", "made.by.watcher");
     await tab.click("#create-queue-button");
@@ -272,6 +285,10 @@ test("with users the console asks for a login; a monitor sees every page and cha
     assert.deepEqual(users, ["ops", "watcher"]);
     assert.match(await tab.textContent("#u-roles"), /watch/);
     await tab.screenshot({ path: `${shots}/users.png`, fullPage: true });
+
+    // Log out: the form again, and the API is asked nothing more.
+    await tab.click("#logout");
+    await tab.waitForSelector("#login-page:not([hidden])", { timeout: 10000 });
   } finally {
     await browser.close();
     secured.proc.kill();

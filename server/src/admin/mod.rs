@@ -174,14 +174,23 @@ fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The console's page and script: they hold no data, so anyone may load
+/// them, and the page asks for a login itself.
+const CONSOLE_FILES: [&str; 2] = ["/", "/console.js"];
+
 /// Pages any user may read: they say nothing about other clients.
-const OPEN_TO_USERS: [&str; 5] = [
-    "/",
-    "/console.js",
-    "/openapi.json",
-    "/api/health",
-    "/api/ready",
-];
+const OPEN_TO_USERS: [&str; 3] = ["/openapi.json", "/api/health", "/api/ready"];
+
+/// A 401 that asks the browser for basic auth, unless the request comes
+/// from the console (an `X-Herald` header), which asks with a form of its
+/// own rather than have the browser prompt.
+fn unauthorized(request: &Request, why: String) -> Response {
+    let mut response = ApiError::new(StatusCode::UNAUTHORIZED, why).into_response();
+    if request.headers().contains_key("x-herald") {
+        response.headers_mut().remove(header::WWW_AUTHENTICATE);
+    }
+    response
+}
 
 /// Turns away what a web page on another site, or one reached through DNS
 /// rebinding, could send (see `crate::origins`): a Host that is not this
@@ -227,7 +236,9 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
     if let Some(why) = cross_site(&state.shared.config.admin, &request) {
         return ApiError::new(StatusCode::FORBIDDEN, why).into_response();
     }
-    if !state.shared.auth.has_users() {
+    let reading = matches!(*request.method(), Method::GET | Method::HEAD);
+    if !state.shared.auth.has_users() || (reading && CONSOLE_FILES.contains(&request.uri().path()))
+    {
         return next.run(request).await;
     }
     let credentials = request
@@ -242,11 +253,7 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         .and_then(|c| c.split_once(':'))
         .map(|(u, p)| (u.to_owned(), p.to_owned()))
     else {
-        return ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "HTTP basic auth with a user is required",
-        )
-        .into_response();
+        return unauthorized(&request, "HTTP basic auth with a user is required".into());
     };
     let peer = request
         .extensions()
@@ -254,11 +261,8 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         .map(|c| c.0 .0.ip());
     let principal = match state.login(&user, &password, peer).await {
         Ok(p) => p,
-        Err(why) => {
-            return ApiError::new(StatusCode::UNAUTHORIZED, why.to_string()).into_response()
-        }
+        Err(why) => return unauthorized(&request, why.to_string()),
     };
-    let reading = matches!(*request.method(), Method::GET | Method::HEAD);
     let open = reading && OPEN_TO_USERS.contains(&request.uri().path());
     let refusal = match (reading, open) {
         (false, _) if !principal.permissions.is_admin() => Some(format!(
