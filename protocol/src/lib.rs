@@ -14,6 +14,8 @@
 //! - [`selector`]: the JMS message selector language, parsed and evaluated.
 //! - [`stomp`]: STOMP 1.0–1.2 frames, for the second listener.
 //! - [`mqtt`]: MQTT 3.1.1 and 5.0 packets, for the MQTT listener.
+//! - [`amqp`]: AMQP 1.0's type system and framing, for the AMQP
+//!   front-end to come.
 //! - [`error`]: decode errors and the numeric error codes that cross the wire.
 //! - [`utc`]: message times as people read them.
 //!
@@ -21,6 +23,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod amqp;
 pub mod codec;
 pub mod cursor;
 pub mod destination;

@@ -1,0 +1,38 @@
+//! AMQP 1.0 (OASIS, ISO/IEC 19464): the wire of the AMQP front-end to come
+//! (issue 28), written here like the STOMP and MQTT codecs: pure, bounded,
+//! never panicking on what a peer sends.
+//!
+//! - [`types`]: the type system, values and their encodings.
+//! - [`frame`]: the protocol headers and the frame layout.
+//!
+//! The performatives (open, begin, attach, flow, transfer, disposition,
+//! detach, end, close), SASL and the message sections are described lists
+//! of these values, and come next.
+
+pub mod frame;
+pub mod types;
+
+pub use frame::{FrameHeader, FrameKind, ProtocolHeader};
+pub use types::Value;
+
+use thiserror::Error;
+
+/// Why AMQP bytes could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum AmqpError {
+    /// The bytes end before a field that must be there.
+    #[error("truncated: the {0} is missing")]
+    Truncated(&'static str),
+    /// A field holds what it may not.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// A frame larger than the negotiated `max-frame-size`.
+    #[error("frame of {size} bytes exceeds the max-frame-size of {max}")]
+    FrameTooLarge {
+        /// The size the frame header says.
+        size: u32,
+        /// The limit in force.
+        max: u32,
+    },
+}

@@ -1,0 +1,802 @@
+//! The AMQP 1.0 type system (OASIS AMQP 1.0, part 1): values and their
+//! encodings.
+//!
+//! Every value starts with a constructor: a format code, or `0x00`, a
+//! descriptor value and a format code (a described type, what performatives
+//! and message sections are). Fixed-width codes are followed by their
+//! bytes; variable-width ones by a size (1 or 4 bytes) and the bytes;
+//! compound ones (list, map) by a size, a count and the elements; an array
+//! by a size, a count, one element constructor and the elements' bodies.
+//!
+//! Decoding never trusts a size or a count: each is checked against the
+//! bytes that are there, and nesting is bounded ([`MAX_DEPTH`]). Every
+//! value takes at least one byte but the elements of an array of a
+//! zero-width type (null, true, false, a zero uint or ulong, an empty
+//! list), which could claim four billion elements in a few bytes: such an
+//! array holds at most [`MAX_EMPTY_ELEMENTS`]. So no input of n bytes makes
+//! more than O(n) values. Encoding picks the smallest form of each value.
+
+use bytes::{BufMut, Bytes};
+
+use super::AmqpError;
+
+/// How deeply lists, maps, arrays and described values may nest.
+pub const MAX_DEPTH: usize = 32;
+
+/// Elements an array of a zero-width type may hold.
+pub const MAX_EMPTY_ELEMENTS: usize = 65_536;
+
+/// An AMQP value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// `null`.
+    Null,
+    /// `boolean`.
+    Bool(bool),
+    /// `ubyte`.
+    Ubyte(u8),
+    /// `ushort`.
+    Ushort(u16),
+    /// `uint`.
+    Uint(u32),
+    /// `ulong`.
+    Ulong(u64),
+    /// `byte`.
+    Byte(i8),
+    /// `short`.
+    Short(i16),
+    /// `int`.
+    Int(i32),
+    /// `long`.
+    Long(i64),
+    /// `float`.
+    Float(f32),
+    /// `double`.
+    Double(f64),
+    /// `decimal32` (IEEE 754 decimal, kept as its bytes).
+    Decimal32([u8; 4]),
+    /// `decimal64`.
+    Decimal64([u8; 8]),
+    /// `decimal128`.
+    Decimal128([u8; 16]),
+    /// `char`: a UTF-32 code point.
+    Char(char),
+    /// `timestamp`: milliseconds since the Unix epoch.
+    Timestamp(i64),
+    /// `uuid`.
+    Uuid([u8; 16]),
+    /// `binary`.
+    Binary(Bytes),
+    /// `string`: UTF-8.
+    String(String),
+    /// `symbol`: ASCII.
+    Symbol(String),
+    /// A described value: descriptor (a symbol or a ulong) and the value.
+    Described(Box<Value>, Box<Value>),
+    /// `list`.
+    List(Vec<Value>),
+    /// `map`: key/value pairs in order.
+    Map(Vec<(Value, Value)>),
+    /// `array`: values of one type.
+    Array(Vec<Value>),
+}
+
+/// Format codes.
+mod code {
+    pub const DESCRIBED: u8 = 0x00;
+    pub const NULL: u8 = 0x40;
+    pub const TRUE: u8 = 0x41;
+    pub const FALSE: u8 = 0x42;
+    pub const UINT0: u8 = 0x43;
+    pub const ULONG0: u8 = 0x44;
+    pub const LIST0: u8 = 0x45;
+    pub const UBYTE: u8 = 0x50;
+    pub const BYTE: u8 = 0x51;
+    pub const SMALLUINT: u8 = 0x52;
+    pub const SMALLULONG: u8 = 0x53;
+    pub const SMALLINT: u8 = 0x54;
+    pub const SMALLLONG: u8 = 0x55;
+    pub const BOOLEAN: u8 = 0x56;
+    pub const USHORT: u8 = 0x60;
+    pub const SHORT: u8 = 0x61;
+    pub const UINT: u8 = 0x70;
+    pub const INT: u8 = 0x71;
+    pub const FLOAT: u8 = 0x72;
+    pub const CHAR: u8 = 0x73;
+    pub const DECIMAL32: u8 = 0x74;
+    pub const ULONG: u8 = 0x80;
+    pub const LONG: u8 = 0x81;
+    pub const DOUBLE: u8 = 0x82;
+    pub const TIMESTAMP: u8 = 0x83;
+    pub const DECIMAL64: u8 = 0x84;
+    pub const DECIMAL128: u8 = 0x94;
+    pub const UUID: u8 = 0x98;
+    pub const VBIN8: u8 = 0xa0;
+    pub const STR8: u8 = 0xa1;
+    pub const SYM8: u8 = 0xa3;
+    pub const VBIN32: u8 = 0xb0;
+    pub const STR32: u8 = 0xb1;
+    pub const SYM32: u8 = 0xb3;
+    pub const LIST8: u8 = 0xc0;
+    pub const MAP8: u8 = 0xc1;
+    pub const LIST32: u8 = 0xd0;
+    pub const MAP32: u8 = 0xd1;
+    pub const ARRAY8: u8 = 0xe0;
+    pub const ARRAY32: u8 = 0xf0;
+}
+
+/// A constructor: a format code, possibly with a descriptor.
+#[derive(Debug, Clone)]
+enum Constructor {
+    Code(u8),
+    /// A descriptor, and the constructor it describes (itself possibly
+    /// described: `constructor = format-code / %x00 descriptor constructor`).
+    Described(Box<Value>, Box<Constructor>),
+}
+
+/// Reads values off a buffer.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], AmqpError> {
+        if self.buf.len() - self.pos < n {
+            return Err(AmqpError::Truncated(what));
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], AmqpError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N, what)?);
+        Ok(a)
+    }
+
+    fn u8(&mut self, what: &'static str) -> Result<u8, AmqpError> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    /// A size or count: one byte for the 8-bit forms, four for the others.
+    fn width(&mut self, wide: bool, what: &'static str) -> Result<usize, AmqpError> {
+        Ok(match wide {
+            false => self.u8(what)? as usize,
+            true => u32::from_be_bytes(self.array(what)?) as usize,
+        })
+    }
+
+    fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    fn constructor(&mut self, depth: usize) -> Result<Constructor, AmqpError> {
+        if depth > MAX_DEPTH {
+            return Err(AmqpError::Invalid(format!(
+                "values nested more than {MAX_DEPTH} deep"
+            )));
+        }
+        match self.u8("constructor")? {
+            code::DESCRIBED => {
+                let descriptor = self.value(depth + 1)?;
+                let described = self.constructor(depth + 1)?;
+                Ok(Constructor::Described(
+                    Box::new(descriptor),
+                    Box::new(described),
+                ))
+            }
+            c => Ok(Constructor::Code(c)),
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Value, AmqpError> {
+        if depth > MAX_DEPTH {
+            return Err(AmqpError::Invalid(format!(
+                "values nested more than {MAX_DEPTH} deep"
+            )));
+        }
+        let constructor = self.constructor(depth)?;
+        self.body(&constructor, depth)
+    }
+
+    fn body(&mut self, constructor: &Constructor, depth: usize) -> Result<Value, AmqpError> {
+        match constructor {
+            Constructor::Code(c) => self.primitive(*c, depth),
+            Constructor::Described(descriptor, inner) => Ok(Value::Described(
+                descriptor.clone(),
+                Box::new(self.body(inner, depth + 1)?),
+            )),
+        }
+    }
+
+    fn primitive(&mut self, c: u8, depth: usize) -> Result<Value, AmqpError> {
+        use code::*;
+        Ok(match c {
+            NULL => Value::Null,
+            TRUE => Value::Bool(true),
+            FALSE => Value::Bool(false),
+            BOOLEAN => match self.u8("boolean")? {
+                0 => Value::Bool(false),
+                1 => Value::Bool(true),
+                b => return Err(AmqpError::Invalid(format!("boolean byte 0x{b:02x}"))),
+            },
+            UBYTE => Value::Ubyte(self.u8("ubyte")?),
+            BYTE => Value::Byte(self.u8("byte")? as i8),
+            USHORT => Value::Ushort(u16::from_be_bytes(self.array("ushort")?)),
+            SHORT => Value::Short(i16::from_be_bytes(self.array("short")?)),
+            UINT0 => Value::Uint(0),
+            SMALLUINT => Value::Uint(self.u8("uint")?.into()),
+            UINT => Value::Uint(u32::from_be_bytes(self.array("uint")?)),
+            ULONG0 => Value::Ulong(0),
+            SMALLULONG => Value::Ulong(self.u8("ulong")?.into()),
+            ULONG => Value::Ulong(u64::from_be_bytes(self.array("ulong")?)),
+            SMALLINT => Value::Int((self.u8("int")? as i8).into()),
+            INT => Value::Int(i32::from_be_bytes(self.array("int")?)),
+            SMALLLONG => Value::Long((self.u8("long")? as i8).into()),
+            LONG => Value::Long(i64::from_be_bytes(self.array("long")?)),
+            FLOAT => Value::Float(f32::from_be_bytes(self.array("float")?)),
+            DOUBLE => Value::Double(f64::from_be_bytes(self.array("double")?)),
+            DECIMAL32 => Value::Decimal32(self.array("decimal32")?),
+            DECIMAL64 => Value::Decimal64(self.array("decimal64")?),
+            DECIMAL128 => Value::Decimal128(self.array("decimal128")?),
+            CHAR => {
+                let point = u32::from_be_bytes(self.array("char")?);
+                Value::Char(char::from_u32(point).ok_or_else(|| {
+                    AmqpError::Invalid(format!("char 0x{point:x} is not a code point"))
+                })?)
+            }
+            TIMESTAMP => Value::Timestamp(i64::from_be_bytes(self.array("timestamp")?)),
+            UUID => Value::Uuid(self.array("uuid")?),
+            VBIN8 | VBIN32 => {
+                let n = self.width(c == VBIN32, "binary size")?;
+                Value::Binary(Bytes::copy_from_slice(self.take(n, "binary")?))
+            }
+            STR8 | STR32 => {
+                let n = self.width(c == STR32, "string size")?;
+                let text = std::str::from_utf8(self.take(n, "string")?)
+                    .map_err(|_| AmqpError::Invalid("a string that is not UTF-8".into()))?;
+                Value::String(text.to_owned())
+            }
+            SYM8 | SYM32 => {
+                let n = self.width(c == SYM32, "symbol size")?;
+                let bytes = self.take(n, "symbol")?;
+                if !bytes.is_ascii() {
+                    return Err(AmqpError::Invalid("a symbol that is not ASCII".into()));
+                }
+                Value::Symbol(String::from_utf8_lossy(bytes).into_owned())
+            }
+            LIST0 => Value::List(Vec::new()),
+            LIST8 | LIST32 | MAP8 | MAP32 => {
+                let wide = matches!(c, LIST32 | MAP32);
+                let (count, mut inner) = self.compound(wide, "list or map")?;
+                // Each element takes a byte at least: a count past the
+                // bytes is a lie, found at the first missing element.
+                let mut items = Vec::with_capacity(count.min(inner.remaining()));
+                for _ in 0..count {
+                    items.push(inner.value(depth + 1)?);
+                }
+                self.end_compound(&inner)?;
+                if matches!(c, LIST8 | LIST32) {
+                    Value::List(items)
+                } else {
+                    if count % 2 != 0 {
+                        return Err(AmqpError::Invalid(format!(
+                            "a map of an odd number of elements ({count})"
+                        )));
+                    }
+                    let mut pairs = Vec::with_capacity(count / 2);
+                    let mut it = items.into_iter();
+                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                        pairs.push((k, v));
+                    }
+                    Value::Map(pairs)
+                }
+            }
+            ARRAY8 | ARRAY32 => {
+                let (count, mut inner) = self.compound(c == ARRAY32, "array")?;
+                let mut items = Vec::new();
+                if count > 0 {
+                    let element = inner.constructor(depth + 1)?;
+                    if zero_width(&element) && count > MAX_EMPTY_ELEMENTS {
+                        return Err(AmqpError::Invalid(format!(
+                            "an array of {count} empty elements (at most {MAX_EMPTY_ELEMENTS})"
+                        )));
+                    }
+                    items.reserve(count.min(inner.remaining().max(MAX_EMPTY_ELEMENTS)));
+                    for _ in 0..count {
+                        items.push(inner.body(&element, depth + 1)?);
+                    }
+                }
+                self.end_compound(&inner)?;
+                Value::Array(items)
+            }
+            other => {
+                return Err(AmqpError::Invalid(format!(
+                    "unknown format code 0x{other:02x}"
+                )))
+            }
+        })
+    }
+
+    /// A list's, map's or array's size and count; a reader of its bytes
+    /// after the count.
+    fn compound(
+        &mut self,
+        wide: bool,
+        what: &'static str,
+    ) -> Result<(usize, Reader<'a>), AmqpError> {
+        let size = self.width(wide, what)?;
+        let counted = if wide { 4 } else { 1 };
+        if size < counted {
+            return Err(AmqpError::Invalid(format!(
+                "a {what} of {size} bytes has no room for its count"
+            )));
+        }
+        let bytes = self.take(size, what)?;
+        let mut inner = Reader { buf: bytes, pos: 0 };
+        let count = inner.width(wide, what)?;
+        Ok((count, inner))
+    }
+
+    /// Checks that a compound's elements filled its size exactly.
+    fn end_compound(&self, inner: &Reader<'a>) -> Result<(), AmqpError> {
+        match inner.remaining() {
+            0 => Ok(()),
+            n => Err(AmqpError::Invalid(format!(
+                "{n} bytes after the last element"
+            ))),
+        }
+    }
+}
+
+/// Whether a constructor's values take no bytes after it.
+fn zero_width(constructor: &Constructor) -> bool {
+    match constructor {
+        Constructor::Code(c) => matches!(
+            *c,
+            code::NULL | code::TRUE | code::FALSE | code::UINT0 | code::ULONG0 | code::LIST0
+        ),
+        Constructor::Described(_, inner) => zero_width(inner),
+    }
+}
+
+impl Value {
+    /// Decodes one value from the start of `buf`; returns it and the bytes
+    /// it took.
+    pub fn decode(buf: &[u8]) -> Result<(Value, usize), AmqpError> {
+        let mut reader = Reader { buf, pos: 0 };
+        let value = reader.value(0)?;
+        Ok((value, reader.pos))
+    }
+
+    /// Appends the smallest encoding of this value.
+    pub fn encode(&self, out: &mut impl BufMut) {
+        use code::*;
+        match self {
+            Value::Null => out.put_u8(NULL),
+            Value::Bool(true) => out.put_u8(TRUE),
+            Value::Bool(false) => out.put_u8(FALSE),
+            Value::Ubyte(v) => {
+                out.put_u8(UBYTE);
+                out.put_u8(*v);
+            }
+            Value::Ushort(v) => {
+                out.put_u8(USHORT);
+                out.put_u16(*v);
+            }
+            Value::Uint(0) => out.put_u8(UINT0),
+            Value::Uint(v) if *v < 256 => {
+                out.put_u8(SMALLUINT);
+                out.put_u8(*v as u8);
+            }
+            Value::Ulong(0) => out.put_u8(ULONG0),
+            Value::Ulong(v) if *v < 256 => {
+                out.put_u8(SMALLULONG);
+                out.put_u8(*v as u8);
+            }
+            Value::Int(v) if i8::try_from(*v).is_ok() => {
+                out.put_u8(SMALLINT);
+                out.put_i8(*v as i8);
+            }
+            Value::Long(v) if i8::try_from(*v).is_ok() => {
+                out.put_u8(SMALLLONG);
+                out.put_i8(*v as i8);
+            }
+            Value::Binary(b) if b.len() < 256 => small(out, VBIN8, b),
+            Value::String(t) if t.len() < 256 => small(out, STR8, t.as_bytes()),
+            Value::Symbol(t) if t.len() < 256 => small(out, SYM8, t.as_bytes()),
+            Value::List(items) if items.is_empty() => out.put_u8(LIST0),
+            Value::Described(descriptor, value) => {
+                out.put_u8(DESCRIBED);
+                descriptor.encode(out);
+                value.encode(out);
+            }
+            Value::List(items) => compound(out, (LIST8, LIST32), items.len(), |b| {
+                items.iter().for_each(|v| v.encode(b))
+            }),
+            Value::Map(pairs) => compound(out, (MAP8, MAP32), pairs.len() * 2, |b| {
+                for (k, v) in pairs {
+                    k.encode(b);
+                    v.encode(b);
+                }
+            }),
+            Value::Array(items) => encode_array(out, items),
+            other => {
+                out.put_u8(other.wide_code());
+                other.encode_body(out);
+            }
+        }
+    }
+
+    /// The format code of this value in an array (and of any value whose
+    /// smallest form is its only one): the full-width form of its type,
+    /// so that every element of an array fits it.
+    fn wide_code(&self) -> u8 {
+        use code::*;
+        match self {
+            Value::Null => NULL,
+            Value::Bool(_) => BOOLEAN,
+            Value::Ubyte(_) => UBYTE,
+            Value::Ushort(_) => USHORT,
+            Value::Uint(_) => UINT,
+            Value::Ulong(_) => ULONG,
+            Value::Byte(_) => BYTE,
+            Value::Short(_) => SHORT,
+            Value::Int(_) => INT,
+            Value::Long(_) => LONG,
+            Value::Float(_) => FLOAT,
+            Value::Double(_) => DOUBLE,
+            Value::Decimal32(_) => DECIMAL32,
+            Value::Decimal64(_) => DECIMAL64,
+            Value::Decimal128(_) => DECIMAL128,
+            Value::Char(_) => CHAR,
+            Value::Timestamp(_) => TIMESTAMP,
+            Value::Uuid(_) => UUID,
+            Value::Binary(_) => VBIN32,
+            Value::String(_) => STR32,
+            Value::Symbol(_) => SYM32,
+            Value::List(_) => LIST32,
+            Value::Map(_) => MAP32,
+            Value::Array(_) => ARRAY32,
+            // An array of described values has a described constructor.
+            Value::Described(_, v) => v.wide_code(),
+        }
+    }
+
+    /// The bytes after [`Value::wide_code`].
+    fn encode_body(&self, out: &mut impl BufMut) {
+        match self {
+            Value::Null => {}
+            Value::Bool(v) => out.put_u8(u8::from(*v)),
+            Value::Ubyte(v) => out.put_u8(*v),
+            Value::Ushort(v) => out.put_u16(*v),
+            Value::Uint(v) => out.put_u32(*v),
+            Value::Ulong(v) => out.put_u64(*v),
+            Value::Byte(v) => out.put_i8(*v),
+            Value::Short(v) => out.put_i16(*v),
+            Value::Int(v) => out.put_i32(*v),
+            Value::Long(v) => out.put_i64(*v),
+            Value::Float(v) => out.put_f32(*v),
+            Value::Double(v) => out.put_f64(*v),
+            Value::Decimal32(b) => out.put_slice(b),
+            Value::Decimal64(b) => out.put_slice(b),
+            Value::Decimal128(b) => out.put_slice(b),
+            Value::Char(c) => out.put_u32(*c as u32),
+            Value::Timestamp(v) => out.put_i64(*v),
+            Value::Uuid(b) => out.put_slice(b),
+            Value::Binary(b) => variable(out, b),
+            Value::String(s) | Value::Symbol(s) => variable(out, s.as_bytes()),
+            Value::List(items) => {
+                wide_compound(out, items.len(), |b| items.iter().for_each(|v| v.encode(b)))
+            }
+            Value::Map(pairs) => wide_compound(out, pairs.len() * 2, |b| {
+                for (k, v) in pairs {
+                    k.encode(b);
+                    v.encode(b);
+                }
+            }),
+            Value::Array(items) => {
+                let mut body = Vec::new();
+                array_body(&mut body, items);
+                out.put_u32((body.len() + 4) as u32);
+                out.put_u32(items.len() as u32);
+                out.put_slice(&body);
+            }
+            Value::Described(_, v) => v.encode_body(out),
+        }
+    }
+}
+
+/// A code, an 8-bit size and the bytes.
+fn small(out: &mut impl BufMut, code: u8, bytes: &[u8]) {
+    out.put_u8(code);
+    out.put_u8(bytes.len() as u8);
+    out.put_slice(bytes);
+}
+
+/// A 32-bit size and the bytes (the wide form: what arrays use).
+fn variable(out: &mut impl BufMut, bytes: &[u8]) {
+    out.put_u32(bytes.len() as u32);
+    out.put_slice(bytes);
+}
+
+/// A list or map: the 8-bit form where size and count fit a byte.
+fn compound(
+    out: &mut impl BufMut,
+    (small, wide): (u8, u8),
+    count: usize,
+    elements: impl Fn(&mut Vec<u8>),
+) {
+    let mut body = Vec::new();
+    elements(&mut body);
+    if body.len() < 255 && count < 256 {
+        out.put_u8(small);
+        out.put_u8((body.len() + 1) as u8);
+        out.put_u8(count as u8);
+    } else {
+        out.put_u8(wide);
+        out.put_u32((body.len() + 4) as u32);
+        out.put_u32(count as u32);
+    }
+    out.put_slice(&body);
+}
+
+/// A list's or map's 32-bit form, after its code.
+fn wide_compound(out: &mut impl BufMut, count: usize, elements: impl Fn(&mut Vec<u8>)) {
+    let mut body = Vec::new();
+    elements(&mut body);
+    out.put_u32((body.len() + 4) as u32);
+    out.put_u32(count as u32);
+    out.put_slice(&body);
+}
+
+/// An array: its constructor (the first element's type, in its wide
+/// form) and every element's body. Elements of another type than the
+/// first are a caller's mistake; they are written as the first's type
+/// would be read only if they share it.
+fn encode_array(out: &mut impl BufMut, items: &[Value]) {
+    let mut body = Vec::new();
+    array_body(&mut body, items);
+    if body.len() < 255 && items.len() < 256 {
+        out.put_u8(code::ARRAY8);
+        out.put_u8((body.len() + 1) as u8);
+        out.put_u8(items.len() as u8);
+    } else {
+        out.put_u8(code::ARRAY32);
+        out.put_u32((body.len() + 4) as u32);
+        out.put_u32(items.len() as u32);
+    }
+    out.put_slice(&body);
+}
+
+/// The element constructor and bodies of an array.
+fn array_body(body: &mut Vec<u8>, items: &[Value]) {
+    let Some(first) = items.first() else {
+        return;
+    };
+    if let Value::Described(descriptor, _) = first {
+        body.put_u8(code::DESCRIBED);
+        descriptor.encode(body);
+    }
+    body.put_u8(first.wide_code());
+    for item in items {
+        item.encode_body(body);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(v: Value) -> Vec<u8> {
+        let mut wire = Vec::new();
+        v.encode(&mut wire);
+        let (back, used) = Value::decode(&wire).unwrap_or_else(|e| panic!("{v:?}: {e}"));
+        assert_eq!(back, v, "{wire:02x?}");
+        assert_eq!(used, wire.len());
+        wire
+    }
+
+    #[test]
+    fn every_type_round_trips_in_its_smallest_form() {
+        assert_eq!(round_trip(Value::Null), [0x40]);
+        assert_eq!(round_trip(Value::Bool(true)), [0x41]);
+        assert_eq!(round_trip(Value::Uint(0)), [0x43]);
+        assert_eq!(round_trip(Value::Uint(7)), [0x52, 7]);
+        assert_eq!(round_trip(Value::Uint(70_000)), [0x70, 0, 1, 0x11, 0x70]);
+        assert_eq!(round_trip(Value::Ulong(0x10)), [0x53, 0x10]);
+        assert_eq!(round_trip(Value::Int(-1)), [0x54, 0xff]);
+        assert_eq!(round_trip(Value::Long(-200))[0], 0x81);
+        assert_eq!(
+            round_trip(Value::Symbol("amqp:accepted:list".into()))[..2],
+            [0xa3, 18]
+        );
+        assert_eq!(round_trip(Value::List(vec![])), [0x45]);
+        for v in [
+            Value::Ubyte(200),
+            Value::Ushort(60_000),
+            Value::Byte(-5),
+            Value::Short(-300),
+            Value::Int(1 << 20),
+            Value::Ulong(u64::MAX),
+            Value::Float(1.5),
+            Value::Double(-2.25),
+            Value::Decimal32([1, 2, 3, 4]),
+            Value::Decimal64([8; 8]),
+            Value::Decimal128([9; 16]),
+            Value::Char('€'),
+            Value::Timestamp(1_796_305_512_345),
+            Value::Uuid([7; 16]),
+            Value::Binary(Bytes::from_static(b"\x00\xff")),
+            Value::String("sold 3 €".into()),
+            Value::Map(vec![(Value::Symbol("k".into()), Value::Int(1))]),
+            Value::Array(vec![Value::Uint(1), Value::Uint(300)]),
+            Value::Array(vec![
+                Value::Symbol("queue".into()),
+                Value::Symbol("topic".into()),
+            ]),
+            Value::Array(vec![]),
+            Value::Described(
+                Box::new(Value::Ulong(0x10)),
+                Box::new(Value::List(vec![
+                    Value::String("container".into()),
+                    Value::Null,
+                ])),
+            ),
+            Value::Described(
+                Box::new(Value::Symbol("outer".into())),
+                Box::new(Value::Described(
+                    Box::new(Value::Ulong(1)),
+                    Box::new(Value::Uint(9)),
+                )),
+            ),
+            Value::Array(vec![
+                Value::Described(Box::new(Value::Ulong(0x24)), Box::new(Value::List(vec![]))),
+                Value::Described(
+                    Box::new(Value::Ulong(0x24)),
+                    Box::new(Value::List(vec![Value::Null])),
+                ),
+            ]),
+        ] {
+            round_trip(v);
+        }
+        // Large enough for the 32-bit forms.
+        let long = "x".repeat(300);
+        assert_eq!(round_trip(Value::String(long.clone()))[0], 0xb1);
+        let many: Vec<Value> = (0..300).map(Value::Uint).collect();
+        assert_eq!(round_trip(Value::List(many.clone()))[0], 0xd0);
+        assert_eq!(round_trip(Value::Array(many))[0], 0xf0);
+    }
+
+    fn any_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<u32>().prop_map(Value::Uint),
+            any::<u64>().prop_map(Value::Ulong),
+            any::<i32>().prop_map(Value::Int),
+            any::<i64>().prop_map(Value::Long),
+            any::<i16>().prop_map(Value::Short),
+            any::<f64>()
+                .prop_filter("NaN is not equal to itself", |f| !f.is_nan())
+                .prop_map(Value::Double),
+            any::<char>().prop_map(Value::Char),
+            any::<[u8; 16]>().prop_map(Value::Uuid),
+            ".{0,300}".prop_map(Value::String),
+            "[a-z:]{0,20}".prop_map(Value::Symbol),
+            proptest::collection::vec(any::<u8>(), 0..300).prop_map(|b| Value::Binary(b.into())),
+        ];
+        leaf.prop_recursive(4, 64, 8, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..8).prop_map(Value::List),
+                proptest::collection::vec((inner.clone(), inner.clone()), 0..4)
+                    .prop_map(Value::Map),
+                (any::<u64>(), inner.clone())
+                    .prop_map(|(d, v)| Value::Described(Box::new(Value::Ulong(d)), Box::new(v))),
+                proptest::collection::vec(any::<i64>(), 0..40)
+                    .prop_map(|v| Value::Array(v.into_iter().map(Value::Long).collect())),
+                proptest::collection::vec("[a-z]{0,9}", 0..20)
+                    .prop_map(|v| Value::Array(v.into_iter().map(Value::Symbol).collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_value_round_trips(v in any_value()) {
+            round_trip(v);
+        }
+
+        #[test]
+        fn any_bytes_decode_or_fail_and_what_decodes_encodes_again(wire in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            if let Ok((v, used)) = Value::decode(&wire) {
+                proptest::prop_assert!(used <= wire.len());
+                let mut again = Vec::new();
+                v.encode(&mut again);
+                let (back, _) = Value::decode(&again).expect("its own encoding decodes");
+                let mut twice = Vec::new();
+                back.encode(&mut twice);
+                proptest::prop_assert_eq!(again, twice);
+            }
+        }
+    }
+
+    #[test]
+    fn the_forms_other_peers_send_are_read() {
+        // An open frame's performative as Qpid Proton writes it:
+        // described ulong 0x10, a list8 of a str8 container id.
+        let open = [
+            0x00, 0x53, 0x10, 0xc0, 0x06, 0x01, 0xa1, 0x03, b'c', b'i', b'd',
+        ];
+        let (v, used) = Value::decode(&open).unwrap();
+        assert_eq!(used, open.len());
+        assert_eq!(
+            v,
+            Value::Described(
+                Box::new(Value::Ulong(0x10)),
+                Box::new(Value::List(vec![Value::String("cid".into())]))
+            )
+        );
+        // sym8, list32, map8, vbin8, smalllong, boolean.
+        for (wire, value) in [
+            (&[0xa3, 0x01, b'x'][..], Value::Symbol("x".into())),
+            (
+                &[0xd0, 0, 0, 0, 5, 0, 0, 0, 1, 0x40][..],
+                Value::List(vec![Value::Null]),
+            ),
+            (
+                &[0xc1, 0x03, 0x02, 0x41, 0x42][..],
+                Value::Map(vec![(Value::Bool(true), Value::Bool(false))]),
+            ),
+            (
+                &[0xa0, 0x01, 0x09][..],
+                Value::Binary(Bytes::from_static(&[9])),
+            ),
+            (&[0x55, 0xfe][..], Value::Long(-2)),
+            (&[0x56, 0x01][..], Value::Bool(true)),
+        ] {
+            assert_eq!(Value::decode(wire).unwrap(), (value, wire.len()));
+        }
+    }
+
+    #[test]
+    fn bad_input_is_an_error_that_says_what() {
+        for (wire, words) in [
+            (&[][..], "constructor"),
+            (&[0x70, 0, 0][..], "uint"),
+            (&[0xa1, 0x05, b'a'][..], "string"),
+            (&[0xa1, 0x01, 0xff][..], "UTF-8"),
+            (&[0xa3, 0x01, 0xff][..], "ASCII"),
+            (&[0x56, 0x02][..], "boolean"),
+            (&[0x73, 0, 0x11, 0, 0][..], "code point"),
+            (&[0xc1, 0x02, 0x01, 0x40][..], "odd"),
+            (&[0xc0, 0x00][..], "no room for its count"),
+            (
+                &[0xc0, 0x03, 0x01, 0x40, 0x40][..],
+                "after the last element",
+            ),
+            (&[0x99][..], "unknown format code 0x99"),
+            // Four billion nulls claimed in nine bytes, or uints in five.
+            (
+                &[0xf0, 0, 0, 0, 5, 0xff, 0xff, 0xff, 0xff, 0x40][..],
+                "at most 65536",
+            ),
+            (&[0xe0, 0x02, 0xff, 0x70][..], "uint"),
+        ] {
+            let e = Value::decode(wire).unwrap_err().to_string();
+            assert!(e.contains(words), "{wire:02x?}: {e}");
+        }
+        // Nesting past the limit.
+        let mut deep = vec![0x40];
+        for _ in 0..MAX_DEPTH + 2 {
+            let mut wrapped = vec![0xc0, (deep.len() + 1) as u8, 0x01];
+            wrapped.extend(deep);
+            deep = wrapped;
+        }
+        let e = Value::decode(&deep).unwrap_err().to_string();
+        assert!(e.contains("nested"), "{e}");
+    }
+}
