@@ -4,15 +4,22 @@
 //!
 //! - [`types`]: the type system, values and their encodings.
 //! - [`frame`]: the protocol headers and the frame layout.
+//! - [`fields`]: composites, the described lists that the rest are.
+//! - [`sasl`]: the SASL frames (PLAIN and ANONYMOUS).
+//! - [`performative`]: open, begin, end and close, and their error.
 //!
-//! The performatives (open, begin, attach, flow, transfer, disposition,
-//! detach, end, close), SASL and the message sections are described lists
-//! of these values, and come next.
+//! The link performatives (attach, flow, transfer, disposition, detach)
+//! and the message sections come next.
 
+pub mod fields;
 pub mod frame;
+pub mod performative;
+pub mod sasl;
 pub mod types;
 
 pub use frame::{FrameHeader, FrameKind, ProtocolHeader};
+pub use performative::Performative;
+pub use sasl::Sasl;
 pub use types::Value;
 
 use thiserror::Error;

@@ -1,0 +1,173 @@
+//! Reading and writing the described lists that AMQP 1.0's composite types
+//! are: performatives, SASL frames, errors. A composite is a descriptor (a
+//! ulong code, or its symbolic name) and a list of fields by position;
+//! fields at the end may be left out, and a `null` field takes its
+//! default.
+
+use super::types::Value;
+use super::AmqpError;
+
+/// The fields of a composite, read by position.
+pub struct Fields {
+    /// What the composite is, for errors.
+    name: &'static str,
+    items: Vec<Value>,
+}
+
+impl Fields {
+    /// The fields of `value` if it is the composite `code` (or `symbol`).
+    pub fn of(
+        value: Value,
+        (code, symbol): (u64, &str),
+        name: &'static str,
+    ) -> Result<Fields, AmqpError> {
+        let Value::Described(descriptor, list) = value else {
+            return Err(AmqpError::Invalid(format!("{name}: not a described value")));
+        };
+        let matches = match *descriptor {
+            Value::Ulong(c) => c == code,
+            Value::Symbol(ref s) => s == symbol,
+            _ => false,
+        };
+        if !matches {
+            return Err(AmqpError::Invalid(format!(
+                "expected {name}, found the descriptor {descriptor:?}"
+            )));
+        }
+        match *list {
+            Value::List(items) => Ok(Fields { name, items }),
+            other => Err(AmqpError::Invalid(format!(
+                "{name}: its fields are not a list but {other:?}"
+            ))),
+        }
+    }
+
+    /// Field `i`, `None` when absent or null.
+    fn get(&self, i: usize) -> Option<&Value> {
+        self.items.get(i).filter(|v| **v != Value::Null)
+    }
+
+    fn wrong(&self, field: &str, v: &Value, wanted: &str) -> AmqpError {
+        AmqpError::Invalid(format!("{}.{field}: {v:?} is not a {wanted}", self.name))
+    }
+
+    /// A mandatory field.
+    fn required<'a>(&'a self, i: usize, field: &str) -> Result<&'a Value, AmqpError> {
+        self.get(i)
+            .ok_or_else(|| AmqpError::Invalid(format!("{}.{field} is mandatory", self.name)))
+    }
+
+    /// A string field (`string`).
+    pub fn string(&self, i: usize, field: &str) -> Result<Option<String>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(v) => Err(self.wrong(field, v, "string")),
+        }
+    }
+
+    /// A mandatory string field.
+    pub fn required_string(&self, i: usize, field: &str) -> Result<String, AmqpError> {
+        match self.required(i, field)? {
+            Value::String(s) => Ok(s.clone()),
+            v => Err(self.wrong(field, v, "string")),
+        }
+    }
+
+    /// A symbol field.
+    pub fn symbol(&self, i: usize, field: &str) -> Result<Option<String>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Value::Symbol(s)) => Ok(Some(s.clone())),
+            Some(v) => Err(self.wrong(field, v, "symbol")),
+        }
+    }
+
+    /// A field of symbols: one, or an array of them (`multiple="true"`).
+    pub fn symbols(&self, i: usize, field: &str) -> Result<Vec<String>, AmqpError> {
+        match self.get(i) {
+            None => Ok(Vec::new()),
+            Some(Value::Symbol(s)) => Ok(vec![s.clone()]),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| match v {
+                    Value::Symbol(s) => Ok(s.clone()),
+                    v => Err(self.wrong(field, v, "symbol")),
+                })
+                .collect(),
+            Some(v) => Err(self.wrong(field, v, "symbol or array of symbols")),
+        }
+    }
+
+    /// A `uint` field (a `ushort` or `ubyte` is taken too).
+    pub fn uint(&self, i: usize, field: &str) -> Result<Option<u32>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Value::Uint(n)) => Ok(Some(*n)),
+            Some(Value::Ushort(n)) => Ok(Some((*n).into())),
+            Some(Value::Ubyte(n)) => Ok(Some((*n).into())),
+            Some(v) => Err(self.wrong(field, v, "uint")),
+        }
+    }
+
+    /// A mandatory `uint` field.
+    pub fn required_uint(&self, i: usize, field: &str) -> Result<u32, AmqpError> {
+        self.required(i, field)?;
+        Ok(self.uint(i, field)?.unwrap_or_default())
+    }
+
+    /// A `ushort` field.
+    pub fn ushort(&self, i: usize, field: &str) -> Result<Option<u16>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Value::Ushort(n)) => Ok(Some(*n)),
+            Some(Value::Ubyte(n)) => Ok(Some((*n).into())),
+            Some(v) => Err(self.wrong(field, v, "ushort")),
+        }
+    }
+
+    /// A `ubyte` field.
+    pub fn ubyte(&self, i: usize, field: &str) -> Result<Option<u8>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Value::Ubyte(n)) => Ok(Some(*n)),
+            Some(v) => Err(self.wrong(field, v, "ubyte")),
+        }
+    }
+
+    /// A `binary` field.
+    pub fn binary(&self, i: usize, field: &str) -> Result<Option<bytes::Bytes>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Value::Binary(b)) => Ok(Some(b.clone())),
+            Some(v) => Err(self.wrong(field, v, "binary")),
+        }
+    }
+
+    /// A field of any value (null when absent).
+    pub fn value(&self, i: usize) -> Value {
+        self.get(i).cloned().unwrap_or(Value::Null)
+    }
+}
+
+/// A composite `code` with these fields, trailing nulls left out.
+pub fn composite(code: u64, mut fields: Vec<Value>) -> Value {
+    while fields.last() == Some(&Value::Null) {
+        fields.pop();
+    }
+    Value::Described(Box::new(Value::Ulong(code)), Box::new(Value::List(fields)))
+}
+
+/// An optional value, or null.
+pub fn opt<T>(v: Option<T>, make: impl FnOnce(T) -> Value) -> Value {
+    v.map_or(Value::Null, make)
+}
+
+/// Symbols as a field: null if none, one symbol, or an array.
+pub fn symbols(list: &[String]) -> Value {
+    match list {
+        [] => Value::Null,
+        [one] => Value::Symbol(one.clone()),
+        many => Value::Array(many.iter().cloned().map(Value::Symbol).collect()),
+    }
+}
