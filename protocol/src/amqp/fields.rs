@@ -116,6 +116,30 @@ impl Fields {
         Ok(self.uint(i, field)?.unwrap_or_default())
     }
 
+    /// A `ulong` field (smaller unsigned kinds are taken too).
+    pub fn ulong(&self, i: usize, field: &str) -> Result<Option<u64>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Value::Ulong(n)) => Ok(Some(*n)),
+            Some(_) => Ok(self.uint(i, field)?.map(u64::from)),
+        }
+    }
+
+    /// A `boolean` field.
+    pub fn bool(&self, i: usize, field: &str) -> Result<Option<bool>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.wrong(field, v, "boolean")),
+        }
+    }
+
+    /// A mandatory `boolean` field.
+    pub fn required_bool(&self, i: usize, field: &str) -> Result<bool, AmqpError> {
+        self.required(i, field)?;
+        Ok(self.bool(i, field)?.unwrap_or_default())
+    }
+
     /// A `ushort` field.
     pub fn ushort(&self, i: usize, field: &str) -> Result<Option<u16>, AmqpError> {
         match self.get(i) {

@@ -6,10 +6,9 @@
 //! - [`frame`]: the protocol headers and the frame layout.
 //! - [`fields`]: composites, the described lists that the rest are.
 //! - [`sasl`]: the SASL frames (PLAIN and ANONYMOUS).
-//! - [`performative`]: open, begin, end and close, and their error.
+//! - [`performative`]: the nine performatives and their error.
 //!
-//! The link performatives (attach, flow, transfer, disposition, detach)
-//! and the message sections come next.
+//! The termini, delivery states and message sections come next.
 
 pub mod fields;
 pub mod frame;

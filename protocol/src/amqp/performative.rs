@@ -1,6 +1,9 @@
-//! The connection and session performatives of AMQP 1.0 (part 2.7): open,
-//! begin, end and close, and the error they may carry. Fields that a peer
-//! leaves out take the defaults the specification gives.
+//! The performatives of AMQP 1.0 (part 2.7): open, begin, attach, flow,
+//! transfer, disposition, detach, end and close, and the error they may
+//! carry. Fields that a peer leaves out take the defaults the
+//! specification gives. A link's source and target, and a delivery's
+//! state, are kept as values here: the front-end reads what it uses of
+//! them.
 
 use super::fields::{composite, opt, symbols, Fields};
 use super::types::Value;
@@ -49,13 +52,123 @@ pub struct Begin {
     pub handle_max: u32,
 }
 
-/// A frame's performative (of those this module knows).
+/// `attach`: a link's terms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attach {
+    /// The link's name (with the container ids, what identifies it).
+    pub name: String,
+    /// The sender's handle for it.
+    pub handle: u32,
+    /// `false`: the sender of this frame sends on the link; `true`: it
+    /// receives.
+    pub role_receiver: bool,
+    /// 0 unsettled, 1 settled, 2 mixed (default 2).
+    pub snd_settle_mode: u8,
+    /// 0 first, 1 second (default 0).
+    pub rcv_settle_mode: u8,
+    /// The source terminus (a described `source`), or null.
+    pub source: Value,
+    /// The target terminus (a described `target`, or a coordinator), or
+    /// null (the anonymous relay).
+    pub target: Value,
+    /// The first delivery id, from a sender.
+    pub initial_delivery_count: Option<u32>,
+    /// The largest message the sender takes (0 = no limit).
+    pub max_message_size: u64,
+    /// Capabilities offered.
+    pub offered_capabilities: Vec<String>,
+    /// Capabilities desired.
+    pub desired_capabilities: Vec<String>,
+}
+
+/// `flow`: windows and credit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Flow {
+    /// The next transfer id the receiver expects.
+    pub next_incoming_id: Option<u32>,
+    /// Transfers the sender of this frame can take.
+    pub incoming_window: u32,
+    /// The next transfer id the sender of this frame will use.
+    pub next_outgoing_id: u32,
+    /// Transfers it may send.
+    pub outgoing_window: u32,
+    /// The link, if the flow is about one.
+    pub handle: Option<u32>,
+    /// The link's delivery count.
+    pub delivery_count: Option<u32>,
+    /// Credit granted.
+    pub link_credit: Option<u32>,
+    /// Messages the sender has that credit would let flow.
+    pub available: Option<u32>,
+    /// Use up the credit now.
+    pub drain: bool,
+    /// Ask for a flow back.
+    pub echo: bool,
+}
+
+/// `transfer`: a message, or a part of one; its payload follows the
+/// performative in the frame.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transfer {
+    /// The link.
+    pub handle: u32,
+    /// Its delivery id (on the first frame of a delivery).
+    pub delivery_id: Option<u32>,
+    /// Its tag (on the first frame).
+    pub delivery_tag: Option<bytes::Bytes>,
+    /// Settled already (at most once).
+    pub settled: bool,
+    /// More frames of this delivery follow.
+    pub more: bool,
+    /// Its state, a described delivery state, or null.
+    pub state: Value,
+    /// The sender gives the delivery up.
+    pub aborted: bool,
+}
+
+/// `disposition`: deliveries settled or their state changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Disposition {
+    /// `true`: about deliveries the sender of this frame received.
+    pub role_receiver: bool,
+    /// The first delivery id.
+    pub first: u32,
+    /// The last (default: `first`).
+    pub last: Option<u32>,
+    /// Settled now.
+    pub settled: bool,
+    /// The outcome: accepted, rejected, released, modified (described).
+    pub state: Value,
+}
+
+/// `detach`: a link ends (or is closed for good).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detach {
+    /// The link.
+    pub handle: u32,
+    /// For good (a durable subscription then goes).
+    pub closed: bool,
+    /// Why, if on an error.
+    pub error: Option<AmqpCondition>,
+}
+
+/// A frame's performative.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Performative {
     /// `open`.
     Open(Open),
     /// `begin`.
     Begin(Begin),
+    /// `attach`.
+    Attach(Box<Attach>),
+    /// `flow`.
+    Flow(Flow),
+    /// `transfer`.
+    Transfer(Transfer),
+    /// `disposition`.
+    Disposition(Disposition),
+    /// `detach`.
+    Detach(Detach),
     /// `end`, with an error if the session ends on one.
     End(Option<AmqpCondition>),
     /// `close`, with an error if the connection ends on one.
@@ -64,6 +177,11 @@ pub enum Performative {
 
 const OPEN: (u64, &str) = (0x10, "amqp:open:list");
 const BEGIN: (u64, &str) = (0x11, "amqp:begin:list");
+const ATTACH: (u64, &str) = (0x12, "amqp:attach:list");
+const FLOW: (u64, &str) = (0x13, "amqp:flow:list");
+const TRANSFER: (u64, &str) = (0x14, "amqp:transfer:list");
+const DISPOSITION: (u64, &str) = (0x15, "amqp:disposition:list");
+const DETACH: (u64, &str) = (0x16, "amqp:detach:list");
 const END: (u64, &str) = (0x17, "amqp:end:list");
 const CLOSE: (u64, &str) = (0x18, "amqp:close:list");
 const ERROR: (u64, &str) = (0x1d, "amqp:error:list");
@@ -75,10 +193,21 @@ fn code_of(value: &Value) -> Option<u64> {
     };
     match **d {
         Value::Ulong(c) => Some(c),
-        Value::Symbol(ref s) => [OPEN, BEGIN, END, CLOSE, ERROR]
-            .into_iter()
-            .find(|(_, name)| name == s)
-            .map(|(c, _)| c),
+        Value::Symbol(ref s) => [
+            OPEN,
+            BEGIN,
+            ATTACH,
+            FLOW,
+            TRANSFER,
+            DISPOSITION,
+            DETACH,
+            END,
+            CLOSE,
+            ERROR,
+        ]
+        .into_iter()
+        .find(|(_, name)| name == s)
+        .map(|(c, _)| c),
         _ => None,
     }
 }
@@ -137,6 +266,67 @@ impl Performative {
                     handle_max: f.uint(4, "handle-max")?.unwrap_or(u32::MAX),
                 })
             }
+            Some(0x12) => {
+                let f = Fields::of(value, ATTACH, "attach")?;
+                Performative::Attach(Box::new(Attach {
+                    name: f.required_string(0, "name")?,
+                    handle: f.required_uint(1, "handle")?,
+                    role_receiver: f.required_bool(2, "role")?,
+                    snd_settle_mode: f.ubyte(3, "snd-settle-mode")?.unwrap_or(2),
+                    rcv_settle_mode: f.ubyte(4, "rcv-settle-mode")?.unwrap_or(0),
+                    source: f.value(5),
+                    target: f.value(6),
+                    initial_delivery_count: f.uint(9, "initial-delivery-count")?,
+                    max_message_size: f.ulong(10, "max-message-size")?.unwrap_or(0),
+                    offered_capabilities: f.symbols(11, "offered-capabilities")?,
+                    desired_capabilities: f.symbols(12, "desired-capabilities")?,
+                }))
+            }
+            Some(0x13) => {
+                let f = Fields::of(value, FLOW, "flow")?;
+                Performative::Flow(Flow {
+                    next_incoming_id: f.uint(0, "next-incoming-id")?,
+                    incoming_window: f.required_uint(1, "incoming-window")?,
+                    next_outgoing_id: f.required_uint(2, "next-outgoing-id")?,
+                    outgoing_window: f.required_uint(3, "outgoing-window")?,
+                    handle: f.uint(4, "handle")?,
+                    delivery_count: f.uint(5, "delivery-count")?,
+                    link_credit: f.uint(6, "link-credit")?,
+                    available: f.uint(7, "available")?,
+                    drain: f.bool(8, "drain")?.unwrap_or(false),
+                    echo: f.bool(9, "echo")?.unwrap_or(false),
+                })
+            }
+            Some(0x14) => {
+                let f = Fields::of(value, TRANSFER, "transfer")?;
+                Performative::Transfer(Transfer {
+                    handle: f.required_uint(0, "handle")?,
+                    delivery_id: f.uint(1, "delivery-id")?,
+                    delivery_tag: f.binary(2, "delivery-tag")?,
+                    settled: f.bool(4, "settled")?.unwrap_or(false),
+                    more: f.bool(5, "more")?.unwrap_or(false),
+                    state: f.value(7),
+                    aborted: f.bool(9, "aborted")?.unwrap_or(false),
+                })
+            }
+            Some(0x15) => {
+                let f = Fields::of(value, DISPOSITION, "disposition")?;
+                Performative::Disposition(Disposition {
+                    role_receiver: f.required_bool(0, "role")?,
+                    first: f.required_uint(1, "first")?,
+                    last: f.uint(2, "last")?,
+                    settled: f.bool(3, "settled")?.unwrap_or(false),
+                    state: f.value(4),
+                })
+            }
+            Some(0x16) => {
+                let f = Fields::of(value, DETACH, "detach")?;
+                Performative::Detach(Detach {
+                    handle: f.required_uint(0, "handle")?,
+                    closed: f.bool(1, "closed")?.unwrap_or(false),
+                    error: AmqpCondition::from_field(f.value(2))?,
+                })
+            }
             Some(0x17) => {
                 let f = Fields::of(value, END, "end")?;
                 Performative::End(AmqpCondition::from_field(f.value(0))?)
@@ -180,6 +370,72 @@ impl Performative {
                     Value::Uint(b.handle_max),
                 ],
             ),
+            Performative::Attach(a) => composite(
+                ATTACH.0,
+                vec![
+                    Value::String(a.name.clone()),
+                    Value::Uint(a.handle),
+                    Value::Bool(a.role_receiver),
+                    Value::Ubyte(a.snd_settle_mode),
+                    Value::Ubyte(a.rcv_settle_mode),
+                    a.source.clone(),
+                    a.target.clone(),
+                    Value::Null,
+                    Value::Null,
+                    opt(a.initial_delivery_count, Value::Uint),
+                    opt(Some(a.max_message_size).filter(|m| *m != 0), Value::Ulong),
+                    symbols(&a.offered_capabilities),
+                    symbols(&a.desired_capabilities),
+                ],
+            ),
+            Performative::Flow(f) => composite(
+                FLOW.0,
+                vec![
+                    opt(f.next_incoming_id, Value::Uint),
+                    Value::Uint(f.incoming_window),
+                    Value::Uint(f.next_outgoing_id),
+                    Value::Uint(f.outgoing_window),
+                    opt(f.handle, Value::Uint),
+                    opt(f.delivery_count, Value::Uint),
+                    opt(f.link_credit, Value::Uint),
+                    opt(f.available, Value::Uint),
+                    Value::Bool(f.drain),
+                    Value::Bool(f.echo),
+                ],
+            ),
+            Performative::Transfer(t) => composite(
+                TRANSFER.0,
+                vec![
+                    Value::Uint(t.handle),
+                    opt(t.delivery_id, Value::Uint),
+                    opt(t.delivery_tag.clone(), Value::Binary),
+                    Value::Null,
+                    Value::Bool(t.settled),
+                    Value::Bool(t.more),
+                    Value::Null,
+                    t.state.clone(),
+                    Value::Null,
+                    Value::Bool(t.aborted),
+                ],
+            ),
+            Performative::Disposition(d) => composite(
+                DISPOSITION.0,
+                vec![
+                    Value::Bool(d.role_receiver),
+                    Value::Uint(d.first),
+                    opt(d.last, Value::Uint),
+                    Value::Bool(d.settled),
+                    d.state.clone(),
+                ],
+            ),
+            Performative::Detach(d) => composite(
+                DETACH.0,
+                vec![
+                    Value::Uint(d.handle),
+                    Value::Bool(d.closed),
+                    AmqpCondition::to_field(&d.error),
+                ],
+            ),
             Performative::End(e) => composite(END.0, vec![AmqpCondition::to_field(e)]),
             Performative::Close(e) => composite(CLOSE.0, vec![AmqpCondition::to_field(e)]),
         }
@@ -215,6 +471,52 @@ mod tests {
             incoming_window: 2048,
             outgoing_window: 2048,
             handle_max: 63,
+        }));
+        round_trip(Performative::Attach(Box::new(Attach {
+            name: "orders-receiver".into(),
+            handle: 0,
+            role_receiver: true,
+            snd_settle_mode: 2,
+            rcv_settle_mode: 0,
+            source: composite(0x28, vec![Value::String("queue://orders".into())]),
+            target: Value::Null,
+            initial_delivery_count: None,
+            max_message_size: 0,
+            offered_capabilities: vec![],
+            desired_capabilities: vec!["queue".into()],
+        })));
+        round_trip(Performative::Flow(Flow {
+            next_incoming_id: Some(0),
+            incoming_window: 2048,
+            next_outgoing_id: 1,
+            outgoing_window: 2048,
+            handle: Some(0),
+            delivery_count: Some(0),
+            link_credit: Some(100),
+            available: None,
+            drain: false,
+            echo: true,
+        }));
+        round_trip(Performative::Transfer(Transfer {
+            handle: 0,
+            delivery_id: Some(7),
+            delivery_tag: Some(bytes::Bytes::from_static(b"t7")),
+            settled: false,
+            more: true,
+            state: Value::Null,
+            aborted: false,
+        }));
+        round_trip(Performative::Disposition(Disposition {
+            role_receiver: true,
+            first: 3,
+            last: Some(9),
+            settled: true,
+            state: composite(0x24, vec![]),
+        }));
+        round_trip(Performative::Detach(Detach {
+            handle: 0,
+            closed: true,
+            error: None,
         }));
         round_trip(Performative::End(None));
         round_trip(Performative::Close(Some(AmqpCondition {
@@ -269,6 +571,26 @@ mod tests {
                 composite(0x18, vec![Value::Uint(1)]),
                 "not a described value",
             ),
+            (
+                composite(0x12, vec![Value::String("l".into()), Value::Uint(0)]),
+                "attach.role is mandatory",
+            ),
+            (
+                composite(
+                    0x13,
+                    vec![
+                        Value::Null,
+                        Value::Uint(1),
+                        Value::Uint(1),
+                        Value::Uint(1),
+                        Value::Null,
+                        Value::Null,
+                        Value::Int(5),
+                    ],
+                ),
+                "flow.link-credit",
+            ),
+            (composite(0x14, vec![]), "transfer.handle is mandatory"),
             (composite(0x30, vec![]), "not a performative"),
         ] {
             let e = Performative::from_value(v).unwrap_err().to_string();
