@@ -174,6 +174,20 @@ impl Fields {
     }
 }
 
+/// The code of the composite `value` is, given by number or by one of the
+/// symbolic names in `known`; `None` if it is not a described value or
+/// names none of them.
+pub fn descriptor_code(value: &Value, known: &[(u64, &str)]) -> Option<u64> {
+    let Value::Described(d, _) = value else {
+        return None;
+    };
+    match **d {
+        Value::Ulong(c) => Some(c),
+        Value::Symbol(ref s) => known.iter().find(|(_, name)| name == s).map(|(c, _)| *c),
+        _ => None,
+    }
+}
+
 /// A composite `code` with these fields, trailing nulls left out.
 pub fn composite(code: u64, mut fields: Vec<Value>) -> Value {
     while fields.last() == Some(&Value::Null) {

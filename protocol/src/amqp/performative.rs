@@ -5,7 +5,7 @@
 //! state, are kept as values here: the front-end reads what it uses of
 //! them.
 
-use super::fields::{composite, opt, symbols, Fields};
+use super::fields::{composite, descriptor_code, opt, symbols, Fields};
 use super::types::Value;
 use super::AmqpError;
 
@@ -188,28 +188,19 @@ const ERROR: (u64, &str) = (0x1d, "amqp:error:list");
 
 /// The composite code of a described value, by number or by name.
 fn code_of(value: &Value) -> Option<u64> {
-    let Value::Described(d, _) = value else {
-        return None;
-    };
-    match **d {
-        Value::Ulong(c) => Some(c),
-        Value::Symbol(ref s) => [
-            OPEN,
-            BEGIN,
-            ATTACH,
-            FLOW,
-            TRANSFER,
-            DISPOSITION,
-            DETACH,
-            END,
-            CLOSE,
-            ERROR,
-        ]
-        .into_iter()
-        .find(|(_, name)| name == s)
-        .map(|(c, _)| c),
-        _ => None,
-    }
+    let known = [
+        OPEN,
+        BEGIN,
+        ATTACH,
+        FLOW,
+        TRANSFER,
+        DISPOSITION,
+        DETACH,
+        END,
+        CLOSE,
+        ERROR,
+    ];
+    descriptor_code(value, &known)
 }
 
 impl AmqpCondition {

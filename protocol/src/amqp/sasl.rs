@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 
-use super::fields::{composite, opt, symbols, Fields};
+use super::fields::{composite, descriptor_code, opt, Fields};
 use super::types::Value;
 use super::AmqpError;
 
@@ -56,17 +56,8 @@ const OUTCOME: (u64, &str) = (0x44, "amqp:sasl-outcome:list");
 impl Sasl {
     /// The SASL frame `value` is.
     pub fn from_value(value: Value) -> Result<Sasl, AmqpError> {
-        let code = match &value {
-            Value::Described(d, _) => match **d {
-                Value::Ulong(c) => c,
-                Value::Symbol(ref s) => [MECHANISMS, INIT, CHALLENGE, RESPONSE, OUTCOME]
-                    .into_iter()
-                    .find(|(_, name)| name == s)
-                    .map_or(0, |(c, _)| c),
-                _ => 0,
-            },
-            _ => 0,
-        };
+        let known = [MECHANISMS, INIT, CHALLENGE, RESPONSE, OUTCOME];
+        let code = descriptor_code(&value, &known).unwrap_or(0);
         Ok(match code {
             0x40 => {
                 let f = Fields::of(value, MECHANISMS, "sasl-mechanisms")?;
@@ -159,11 +150,6 @@ pub fn plain_credentials(response: &[u8]) -> Result<(String, String), AmqpError>
     Ok((text(user)?, text(password)?))
 }
 
-/// The symbols a server offers, as the field carries them.
-pub fn offered(names: &[String]) -> Value {
-    symbols(names)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,6 +224,5 @@ mod tests {
         for bad in [&b"alice"[..], b"\0alice", b"\0a\0b\0c", b"\0\xff\0x"] {
             assert!(plain_credentials(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(offered(&["PLAIN".into()]), Value::Symbol("PLAIN".into()));
     }
 }
