@@ -74,6 +74,17 @@ fn history_over_five_minutes_or_an_hour_and_per_destination() {
         !hour.as_array().unwrap().is_empty(),
         "a sample at the first tick"
     );
+    // The hour's per-destination series, a point every ten seconds.
+    let deadline = std::time::Instant::now() + 3 * PATIENCE;
+    loop {
+        let h = get(&server, "/api/history?window=1h&queue=hq&topic=ht").json();
+        let last = h.as_array().unwrap().last().cloned().unwrap_or_default();
+        if last["queue"]["depth"] == 1 && last["topic"]["rate"].is_number() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{h}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let a = get(&server, "/api/history?window=2d");
     assert_eq!(a.status, 400, "{}", a.body);
     assert!(a.error().contains("5m or 1h"), "{}", a.body);
@@ -331,9 +342,16 @@ fn subscriptions_and_connections_are_listed_and_can_be_ended() {
     let d = s
         .create_durable_subscriber(&Destination::topic("audit.#"), "trail")
         .unwrap();
-    let _plain = s
+    let plain = s
         .create_consumer_with_selector(&Destination::topic("x.*"), "n > 1")
         .unwrap();
+    // Three published, one of them delivered: the connection's counts.
+    let p = s.create_producer(&Destination::topic("x.y")).unwrap();
+    for n in [1, 2, 0] {
+        p.send_with_receipt(Message::text("m").with_property("n", n))
+            .unwrap();
+    }
+    assert!(plain.receive(Duration::from_secs(5)).unwrap().is_some());
     let subs = get(&server, "/api/subscriptions").json();
     let list = subs.as_array().unwrap();
     assert!(
@@ -363,6 +381,8 @@ fn subscriptions_and_connections_are_listed_and_can_be_ended() {
     assert_eq!(me["protocol"], "herald");
     assert_eq!(me["subscriptions"].as_u64(), Some(1));
     assert!(me["bytes_in"].as_u64().unwrap() > 0);
+    assert_eq!(me["messages_in"].as_u64(), Some(3), "{me}");
+    assert_eq!(me["messages_out"].as_u64(), Some(1), "{me}");
     let id = me["id"].as_u64().unwrap();
     assert_eq!(
         call(

@@ -201,17 +201,18 @@ async function drawRates(history) {
 
 async function refresh() {
   if (current === "queue") {
+    const window = $("q-window").value;
     const [queues, history] = await Promise.all([api("GET", "/api/queues"),
-      api("GET", `/api/history?queue=${encodeURIComponent(page.queue)}`)]);
+      api("GET", `/api/history?window=${window}&queue=${encodeURIComponent(page.queue)}`)]);
     showFigures(queues);
     const q = history.filter((s) => s.queue);
     drawChart($("q-depth-chart"), [
       { label: "waiting", color: COLORS[0], points: q.map((s) => [s.at, s.queue.depth]) },
-    ], 300, "msgs");
+    ], WINDOWS[window], "msgs");
     drawChart($("q-rate-chart"), [
       { label: "enqueued", color: COLORS[2], points: q.map((s) => [s.at, s.queue.enqueue_rate]) },
       { label: "acknowledged", color: COLORS[1], points: q.map((s) => [s.at, s.queue.dequeue_rate]) },
-    ], 300, "msgs/s");
+    ], WINDOWS[window], "msgs/s");
     return;
   }
   if (current === "server") {
@@ -221,11 +222,12 @@ async function refresh() {
   if (current === "users") return;
   if (current === "topic") {
     const name = encodeURIComponent(topicName);
+    const window = $("t-window").value;
     const [topic, history] = await Promise.all([api("GET", `/api/topics/${name}`),
-      api("GET", `/api/history?topic=${name}`)]);
+      api("GET", `/api/history?window=${window}&topic=${name}`)]);
     showTopic(topic);
     drawChart($("t-chart"), [{ label: "published", color: COLORS[0],
-      points: history.filter((s) => s.topic).map((s) => [s.at, s.topic.rate]) }], 300, "msgs/s");
+      points: history.filter((s) => s.topic).map((s) => [s.at, s.topic.rate]) }], WINDOWS[window], "msgs/s");
     return;
   }
   const [server, queues, topics, subscriptions, connections, history] = await Promise.all([
@@ -273,6 +275,7 @@ async function refresh() {
     subs.title = (subscribed.get(c.id) || []).join("\n");
     tr.append(cell(c.id, true), nameCell(c.client_id), nameCell(c.user), cell(c.peer), cell(c.protocol),
       cell(c.tls ? "yes" : "no"), cell(c.since), subs,
+      cell(perSecond(`msgs in ${c.id}`, c.messages_in), true), cell(perSecond(`msgs out ${c.id}`, c.messages_out), true),
       cell(perSecond(`in ${c.id}`, c.bytes_in), true), cell(perSecond(`out ${c.id}`, c.bytes_out), true),
       button("Close", () => api("DELETE", `/api/connections/${c.id}`),
         `Close connection ${c.id} (${c.client_id || c.peer})? Its client is disconnected.`));
@@ -629,7 +632,9 @@ $("logout").addEventListener("click", (event) => {
   event.preventDefault();
   logOut("");
 });
-$("chart-window").addEventListener("change", () => refresh().catch(() => {}));
+for (const id of ["chart-window", "q-window", "t-window"]) {
+  $(id).addEventListener("change", () => refresh().catch(() => {}));
+}
 
 async function loop() {
   try {

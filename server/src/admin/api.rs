@@ -2,7 +2,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
@@ -14,9 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value as Json_};
 
 use super::messages;
-use super::state::{
-    process_footprint, reload as reload_config, ApiError, AppState, Route, Sample, Totals,
-};
+use super::state::{now_s, process_footprint, reload as reload_config, ApiError, AppState, Route};
 use crate::broker::{Room, RouteError};
 use crate::cluster::settings::Change;
 use crate::frontend::{peer_name, Closing, ConnView, Notice, Protocol};
@@ -26,12 +23,6 @@ type ApiResult = Result<Json<Json_>, ApiError>;
 
 /// Messages a replay by id may name in one request.
 const MAX_REPLAY_IDS: usize = 1000;
-
-/// Samples kept for the console's chart: five minutes, one a second.
-const HISTORY: usize = 300;
-/// And for its hour-long chart: one every ten seconds.
-const HOUR_STEP: u64 = 10;
-const HOUR_SAMPLES: usize = 360;
 
 /// Every route of the interface, the OpenAPI document's source.
 pub(crate) fn routes() -> Vec<Route> {
@@ -54,7 +45,7 @@ pub(crate) fn routes() -> Vec<Route> {
         r(Method::GET, "/api/server", "Version, uptime, listeners, totals", get(server)),
         r(Method::GET, "/api/health", "Liveness", get(health)),
         r(Method::GET, "/api/ready", "Readiness: accepting connections", get(ready)),
-        r(Method::GET, "/api/history", "Messages a second in and out: a sample a second for five minutes (?window=5m), or every ten seconds for an hour (?window=1h); ?queue=NAME adds a queue's depth and rates, ?topic=NAME a topic's rate (five minutes)", get(history)),
+        r(Method::GET, "/api/history", "Messages a second in and out: a sample a second for five minutes (?window=5m), or every ten seconds for an hour (?window=1h); ?queue=NAME adds a queue's depth and rates, ?topic=NAME a topic's rate (in either window; an hour for the first 1,000 queues and topics)", get(super::history::history)),
         r(Method::GET, "/api/topics", "Topics with traffic, subscription patterns, declared topics", get(topics)),
         with_body(r(Method::POST, "/api/topics", "Declare a topic (strict mode): {\"name\": ...}", post(declare_topic))),
         r(Method::GET, "/api/topics/{name}", "A topic: its traffic, the subscriptions that take it, its retained messages", get(super::topic::topic)),
@@ -82,87 +73,9 @@ pub(crate) fn routes() -> Vec<Route> {
     ]
 }
 
-fn now_s() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// Totals across workers.
-fn totals(state: &AppState) -> (u64, u64, u64) {
-    state.shared.stats.iter().fold((0, 0, 0), |(i, o, d), s| {
-        (
-            i + s.messages_in.load(Ordering::Relaxed),
-            o + s.messages_out.load(Ordering::Relaxed),
-            d + s.dropped.load(Ordering::Relaxed),
-        )
-    })
-}
-
-/// Takes a sample a second, for rates and the console's chart.
-pub(crate) async fn sample(state: AppState) {
-    let mut every = tokio::time::interval(Duration::from_secs(1));
-    let mut ticks: u64 = 0;
-    loop {
-        every.tick().await;
-        let (messages_in, messages_out, _) = totals(&state);
-        let at = now_s();
-        let mut history = lock(&state.history);
-        let last = history.back().cloned();
-        let totals = Totals::since(
-            at,
-            (messages_in, messages_out),
-            last.as_ref().map(|l| &l.totals),
-        );
-        let dt = last.as_ref().map_or(1.0, |l| (at - l.totals.at).max(0.001));
-        let rate =
-            |now: u64, then: Option<u64>| then.map_or(0.0, |t| now.saturating_sub(t) as f64 / dt);
-        let queues = state
-            .shared
-            .broker
-            .queue_stats()
-            .into_iter()
-            .map(|q| {
-                let before = last.as_ref().and_then(|l| l.queues.get(&q.name));
-                let enq = rate(q.enqueued, before.map(|b| b.1));
-                let deq = rate(q.acknowledged, before.map(|b| b.2));
-                (q.name, (q.depth, q.enqueued, q.acknowledged, enq, deq))
-            })
-            .collect();
-        let topics = state
-            .destination_counts()
-            .into_iter()
-            .filter(|((kind, _), _)| *kind == DestinationKind::Topic)
-            .map(|((_, name), c)| {
-                let before = last.as_ref().and_then(|l| l.topics.get(&name)).map(|t| t.0);
-                let r = rate(c.messages_in, before);
-                (name, (c.messages_in, r))
-            })
-            .collect();
-        history.push_back(Sample {
-            totals,
-            queues,
-            topics,
-        });
-        while history.len() > HISTORY {
-            history.pop_front();
-        }
-        drop(history);
-        if ticks.is_multiple_of(HOUR_STEP) {
-            let mut hour = lock(&state.hour);
-            let long = Totals::since(at, (messages_in, messages_out), hour.back());
-            hour.push_back(long);
-            while hour.len() > HOUR_SAMPLES {
-                hour.pop_front();
-            }
-        }
-        ticks += 1;
-    }
-}
-
 async fn server(State(state): State<AppState>) -> ApiResult {
     let s = &state.shared;
-    let (messages_in, messages_out, dropped) = totals(&state);
+    let (messages_in, messages_out, dropped) = state.totals();
     let a = &state.addresses;
     let addr = |a: Option<std::net::SocketAddr>| a.map(|a| a.to_string());
     Ok(Json(json!({
@@ -352,54 +265,6 @@ async fn ready(State(state): State<AppState>) -> ApiResult {
         ));
     }
     Ok(Json(json!({"ready": true})))
-}
-
-/// `?window=` of `/api/history`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Window {
-    #[serde(default)]
-    window: Option<String>,
-    /// One queue's depth and rates too.
-    #[serde(default)]
-    queue: Option<String>,
-    /// One topic's publish rate too.
-    #[serde(default)]
-    topic: Option<String>,
-}
-
-async fn history(
-    State(state): State<AppState>,
-    window: Result<axum::extract::Query<Window>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult {
-    let axum::extract::Query(window) = window.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let samples: Vec<Json_> = match window.window.as_deref() {
-        None | Some("5m") => lock(&state.history)
-            .iter()
-            .map(|s| {
-                let t = &s.totals;
-                let mut sample = json!({"at": t.at, "in_rate": t.in_rate, "out_rate": t.out_rate});
-                if let Some(q) = window.queue.as_ref().and_then(|n| s.queues.get(n)) {
-                    sample["queue"] =
-                        json!({"depth": q.0, "enqueue_rate": q.3, "dequeue_rate": q.4});
-                }
-                if let Some(t) = window.topic.as_ref().and_then(|n| s.topics.get(n)) {
-                    sample["topic"] = json!({"rate": t.1});
-                }
-                sample
-            })
-            .collect(),
-        Some("1h") => lock(&state.hour)
-            .iter()
-            .map(|t| json!({"at": t.at, "in_rate": t.in_rate, "out_rate": t.out_rate}))
-            .collect(),
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "window '{other}' is not 5m or 1h"
-            )))
-        }
-    };
-    Ok(Json(json!(samples)))
 }
 
 async fn topics(State(state): State<AppState>) -> ApiResult {
@@ -732,6 +597,8 @@ async fn connections(State(state): State<AppState>) -> ApiResult {
                 "subscriptions": c.subscriptions,
                 "bytes_in": c.bytes_in,
                 "bytes_out": c.bytes_out,
+                "messages_in": c.messages_in,
+                "messages_out": c.messages_out,
                 "connected_s": c.age.as_secs(),
             })
         })

@@ -20,9 +20,11 @@
 
 mod api;
 mod console;
+mod history;
 mod messages;
 mod metrics;
 mod openapi;
+mod samples;
 mod shared;
 mod state;
 mod tls;
@@ -103,7 +105,7 @@ impl Admin {
                             return;
                         }
                     };
-                    tokio::spawn(api::sample(state.clone()));
+                    tokio::spawn(history::sample(state.clone()));
                     let app = router(state);
                     let stop = async move {
                         let _ = stopped.await;

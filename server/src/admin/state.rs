@@ -14,6 +14,7 @@ use axum::Json;
 use herald_protocol::DestinationKind;
 use thiserror::Error;
 
+use super::samples::{Hour, Sample};
 use crate::auth::{AuthConfigError, LoginError, Principal};
 use crate::broker::delivery::Deliveries;
 use crate::cluster::Cluster;
@@ -56,12 +57,10 @@ pub(crate) struct AppState {
     /// The link to the other nodes, in cluster mode.
     pub(super) cluster: Option<Arc<Cluster>>,
     pub(super) addresses: Addresses,
+    /// The last five minutes, a sample a second.
     pub(super) history: Arc<Mutex<VecDeque<Sample>>>,
-    /// The last hour, one sample of totals every ten seconds: what the
-    /// console's hour-long chart shows (per-destination series stay in
-    /// `history` only, so that a server with many destinations does not
-    /// keep an hour of each).
-    pub(super) hour: Arc<Mutex<VecDeque<Totals>>>,
+    /// The last hour, a sample every ten seconds.
+    pub(super) hour: Arc<Mutex<Hour>>,
     /// Verified (user, password hash, auth generation) → principal:
     /// Argon2 costs tens of milliseconds, too much for every request; a
     /// reload makes earlier entries miss.
@@ -146,47 +145,26 @@ impl
     }
 }
 
-/// Message totals at one moment, and the rates since the sample before.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Totals {
-    pub(crate) at: f64,
-    pub(crate) messages_in: u64,
-    pub(crate) messages_out: u64,
-    pub(crate) in_rate: f64,
-    pub(crate) out_rate: f64,
-}
-
-impl Totals {
-    /// Totals now, their rates since `last`.
-    pub(crate) fn since(
-        at: f64,
-        (messages_in, messages_out): (u64, u64),
-        last: Option<&Totals>,
-    ) -> Totals {
-        let dt = last.map_or(1.0, |l| (at - l.at).max(0.001));
-        let rate =
-            |now: u64, then: Option<u64>| then.map_or(0.0, |t| now.saturating_sub(t) as f64 / dt);
-        Totals {
-            at,
-            messages_in,
-            messages_out,
-            in_rate: rate(messages_in, last.map(|l| l.messages_in)),
-            out_rate: rate(messages_out, last.map(|l| l.messages_out)),
-        }
-    }
-}
-
-/// One second of history.
-#[derive(Debug, Clone)]
-pub(crate) struct Sample {
-    pub(crate) totals: Totals,
-    /// Queue name → (depth, enqueued, acknowledged, enqueue rate, dequeue rate).
-    pub(crate) queues: BTreeMap<String, (usize, u64, u64, f64, f64)>,
-    /// Topic name → (messages published, publish rate).
-    pub(crate) topics: BTreeMap<String, (u64, f64)>,
+/// Seconds since the epoch.
+pub(super) fn now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl AppState {
+    /// Messages in, out and dropped, summed across workers.
+    pub(super) fn totals(&self) -> (u64, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.shared.stats.iter().fold((0, 0, 0), |(i, o, d), s| {
+            (
+                i + s.messages_in.load(Relaxed),
+                o + s.messages_out.load(Relaxed),
+                d + s.dropped.load(Relaxed),
+            )
+        })
+    }
+
     /// A new message id for a message this interface makes: `what` says
     /// how (`publish`, `copy`).
     pub(super) fn admin_message_id(&self, what: &str) -> String {

@@ -194,6 +194,10 @@ pub struct ConnView {
     pub bytes_in: u64,
     /// Bytes written to it.
     pub bytes_out: u64,
+    /// Messages it published.
+    pub messages_in: u64,
+    /// Messages delivered to it.
+    pub messages_out: u64,
     /// How long it has been open.
     pub age: std::time::Duration,
 }

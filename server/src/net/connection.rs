@@ -126,6 +126,10 @@ pub struct Connection {
     pub bytes_in: u64,
     /// Bytes written to it.
     pub bytes_out: u64,
+    /// Messages it published.
+    pub messages_in: u64,
+    /// Messages delivered to it.
+    pub messages_out: u64,
     /// When it raised its backlog signal (`session.backlog`), if it has.
     pub backlogged_since: Option<Stamp>,
     /// It stayed behind past the grace period: it no longer makes
@@ -163,6 +167,8 @@ impl Connection {
             accepted: now,
             bytes_in: 0,
             bytes_out: 0,
+            messages_in: 0,
+            messages_out: 0,
             backlogged_since: None,
             left_behind: false,
             pull: Pull::default(),
@@ -215,6 +221,8 @@ impl Connection {
             subscriptions: self.session.subscription_count(),
             bytes_in: self.bytes_in,
             bytes_out: self.bytes_out,
+            messages_in: self.messages_in,
+            messages_out: self.messages_out,
             age: self.accepted.elapsed(),
         }
     }
@@ -541,7 +549,8 @@ mod tests {
     /// What every connection holds while idle (an MQTT one adds its boxed
     /// `MqttSession`): kept to what `herald bench --compare-mosquitto`
     /// measured as less per idle connection than Mosquitto's. Grow them
-    /// only knowingly.
+    /// only knowingly: `Connection` grew from 320 to 336 bytes for its
+    /// message counts, which the console's connections page shows.
     #[test]
     fn an_idle_connection_stays_small() {
         let sizes = (
@@ -551,7 +560,7 @@ mod tests {
         );
         // Boxed, an MqttSession of 104 bytes is in malloc's 112-byte class.
         assert!(
-            sizes.0 <= 320 && sizes.1 <= 112 && sizes.2 <= 104,
+            sizes.0 <= 336 && sizes.1 <= 112 && sizes.2 <= 104,
             "{sizes:?}"
         );
     }

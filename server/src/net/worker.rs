@@ -390,6 +390,7 @@ impl Worker {
         let backlog = ctx.backlog.take();
         drop(ctx);
         if published > 0 {
+            conn.messages_in += published;
             self.shared.stats[self.index]
                 .messages_in
                 .fetch_add(published, Ordering::Relaxed);
@@ -774,6 +775,7 @@ impl Worker {
                 }
             }
             delivered += 1;
+            conn.messages_out += 1;
             if conn.out.pending() > max_pending && !conn.blocked {
                 // A big batch can pile up faster than one loop turn writes:
                 // write now, and call the reader slow only if the socket
