@@ -630,6 +630,94 @@ fn reload_takes_new_users_and_refuses_a_bad_file() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+#[test]
+fn users_and_roles_are_changed_in_the_config_file_and_take_effect_at_once() {
+    let dir = temp_dir("admin-users");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("herald.toml");
+    std::fs::write(&file, secured_config(false)).unwrap();
+    let server = secured_server(&file);
+    let ops = Some(("ops", "root"));
+    let put = |path: &str, body: serde_json::Value| call(&server, "PUT", path, Some(body), ops);
+    assert_eq!(newcomer(&server), 401);
+    // A role and a user with it: hashed here, written, in force.
+    let a = put("/api/roles/auditors", json!({"monitor": true}));
+    assert_eq!(a.status, 200, "{}", a.body);
+    let a = put(
+        "/api/users/newcomer",
+        json!({"password": "fresh", "roles": ["auditors"]}),
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(newcomer(&server), 200);
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("name = \"newcomer\""), "{text}");
+    assert!(!text.contains("fresh"), "only the hash is kept: {text}");
+    assert!(text.contains("[auth.roles.auditors]"), "{text}");
+    let listed = call(&server, "GET", "/api/users", None, ops).json();
+    assert_eq!(listed["editable"], true);
+    assert!(listed["roles"]["auditors"]["monitor"] == true, "{listed}");
+    // A monitor may look and not change.
+    let creds = Some(("newcomer", "fresh"));
+    let a = call(&server, "PUT", "/api/roles/x", Some(json!({})), creds);
+    assert_eq!(a.status, 403, "{}", a.body);
+    // Roles changed without the password; then a role no one defined,
+    // an empty password, garbage and a role in use are refused, and the
+    // file stays as it was.
+    let a = put("/api/users/newcomer", json!({"roles": []}));
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(newcomer(&server), 403, "no role: no monitor");
+    let before = std::fs::read_to_string(&file).unwrap();
+    for (path, body, why) in [
+        (
+            "/api/users/newcomer",
+            json!({"roles": ["nobody"]}),
+            "nobody",
+        ),
+        ("/api/users/ghost", json!({"roles": []}), "give a password"),
+        ("/api/users/ghost", json!({"password": ""}), "empty"),
+        ("/api/users/ghost", json!({"password": 3}), "password"),
+        (
+            "/api/roles/bad",
+            json!({"publish": ["queue:a*b"]}),
+            "auth.roles",
+        ),
+    ] {
+        let a = put(path, body);
+        assert_eq!(a.status, 400, "{path}: {}", a.body);
+        assert!(a.error().contains(why), "{path}: {}", a.body);
+    }
+    let a = put("/api/users/newcomer", json!({"roles": ["auditors"]}));
+    assert_eq!(a.status, 200, "{}", a.body);
+    let in_use = call(&server, "DELETE", "/api/roles/auditors", None, ops);
+    assert_eq!(in_use.status, 400, "{}", in_use.body);
+    assert!(in_use.error().contains("auditors"), "{}", in_use.body);
+    // Removed: no more logins; removing again is a 404.
+    let gone = call(&server, "DELETE", "/api/users/newcomer", None, ops);
+    assert_eq!(gone.status, 200, "{}", gone.body);
+    assert_eq!(newcomer(&server), 401);
+    let again = call(&server, "DELETE", "/api/users/newcomer", None, ops);
+    assert_eq!(again.status, 404, "{}", again.body);
+    assert_eq!(
+        call(&server, "DELETE", "/api/roles/auditors", None, ops).status,
+        200
+    );
+    assert!(std::fs::read_to_string(&file).unwrap().len() < before.len());
+    // What is left is a config the server starts from.
+    Config::load(&file).unwrap();
+    // On embedded defaults there is no file to keep users in.
+    let plain = start();
+    let a = call(
+        &plain,
+        "PUT",
+        "/api/users/ann",
+        Some(json!({"password": "x"})),
+        None,
+    );
+    assert_eq!(a.status, 409, "{}", a.body);
+    assert!(a.error().contains("--config"), "{}", a.body);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// The ids of a queue's messages, as the API lists them.
 fn message_ids(server: &TestServer, queue: &str) -> Vec<String> {
     let page = get(server, &format!("/api/queues/{queue}/messages?limit=1000")).json();

@@ -369,14 +369,79 @@ function showServer(s) {
 
 async function loadUsers() {
   const u = await api("GET", "/api/users");
-  $("u-note").textContent = u.users.length
-    ? "Change them in the config file and reload (herald reload); in a cluster, PUT /api/users/NAME applies on every node."
-    : "No users are configured: every connection may do everything.";
-  fill("u-users", u.users, (tr, x) => tr.append(nameCell(x.name), nameCell(x.roles.join(", ")), cell(x.source)));
+  $("u-note").textContent = !u.editable
+    ? "This server runs on its embedded defaults: start it with --config FILE to add users here."
+    : u.users.length
+    ? "Changes are written to the config file (in a cluster, shared with every node) and in force at once."
+    : "No users are configured: every connection may do everything. Add one (with an admin role) to require logins.";
+  for (const id of ["u-form", "r-form"]) $(id).hidden = !u.editable;
+  const editable = (render) => (u.editable ? render() : cell(""));
+  fill("u-users", u.users, (tr, x) => tr.append(nameCell(x.name), nameCell(x.roles.join(", ")), cell(x.source),
+    editable(() => button("Edit", () => editUser(x))),
+    editable(() => button("Delete", () => changeUsers("DELETE", `/api/users/${encodeURIComponent(x.name)}`),
+      `Delete user ${x.name}? Its connections lose their permissions at once.`))));
   const list = (v) => nameCell((v || []).join(", "));
   fill("u-roles", Object.entries(u.roles), (tr, [name, r]) => tr.append(nameCell(name), list(r.publish),
-    list(r.consume), list(r.browse), list(r.durable), cell(r.admin ? "yes" : ""), cell(r.monitor ? "yes" : "")));
+    list(r.consume), list(r.browse), list(r.durable), cell(r.admin ? "yes" : ""), cell(r.monitor ? "yes" : ""),
+    editable(() => button("Edit", () => editRole(name, r))),
+    editable(() => button("Delete", () => changeUsers("DELETE", `/api/roles/${encodeURIComponent(name)}`),
+      `Delete role ${name}?`))));
 }
+
+// A change to the users or roles, then the page again.
+async function changeUsers(method, path, body) {
+  const r = await api(method, path, body);
+  await loadUsers();
+  return r;
+}
+
+const patterns = (id) => $(id).value.split(",").map((p) => p.trim()).filter((p) => p);
+
+function editUser(x) {
+  $("u-name").value = x.name;
+  $("u-password").value = "";
+  $("u-user-roles").value = x.roles.join(", ");
+  $("u-password").focus();
+}
+
+function editRole(name, r) {
+  $("r-name").value = name;
+  for (const key of ["publish", "consume", "browse", "durable"]) $(`r-${key}`).value = (r[key] || []).join(", ");
+  $("r-monitor").checked = !!r.monitor;
+  $("r-admin").checked = !!r.admin;
+}
+
+// A form's submission: its result, or its error, beside it.
+function submitter(form, result, send) {
+  $(form).addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const said = $(result);
+    try {
+      said.textContent = await send();
+      said.className = "";
+    } catch (e) {
+      said.className = "error";
+      said.textContent = e.message;
+    }
+  });
+}
+
+submitter("u-form", "u-result", async () => {
+  const name = $("u-name").value.trim();
+  const body = { roles: patterns("u-user-roles") };
+  if ($("u-password").value) body.password = $("u-password").value;
+  await changeUsers("PUT", `/api/users/${encodeURIComponent(name)}`, body);
+  $("u-password").value = "";
+  return `saved ${name}`;
+});
+
+submitter("r-form", "r-result", async () => {
+  const name = $("r-name").value.trim();
+  const body = { monitor: $("r-monitor").checked, admin: $("r-admin").checked };
+  for (const key of ["publish", "consume", "browse", "durable"]) body[key] = patterns(`r-${key}`);
+  await changeUsers("PUT", `/api/roles/${encodeURIComponent(name)}`, body);
+  return `saved ${name}`;
+});
 
 // ---- Queues: create, delete, and one queue's page ----
 
@@ -384,18 +449,10 @@ const queuePath = (name, rest) => `/api/queues/${encodeURIComponent(name)}${rest
 const deleteQuestion = (q) =>
   `Delete queue ${q.name}? Its ${q.depth + q.in_flight + (q.scheduled || 0)} message(s) go with it.`;
 
-$("create-queue").addEventListener("submit", async (event) => {
-  event.preventDefault();
-  const said = $("create-queue-result");
-  try {
-    const r = await api("POST", "/api/queues", { name: $("create-queue-name").value });
-    said.className = "";
-    said.textContent = r.created ? `created ${r.queue}` : `${r.queue} exists already`;
-    await refresh();
-  } catch (e) {
-    said.className = "error";
-    said.textContent = e.message;
-  }
+submitter("create-queue", "create-queue-result", async () => {
+  const r = await api("POST", "/api/queues", { name: $("create-queue-name").value });
+  await refresh();
+  return r.created ? `created ${r.queue}` : `${r.queue} exists already`;
 });
 
 // The queue page's state: which queue, its page of messages, and what

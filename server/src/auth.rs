@@ -367,6 +367,8 @@ pub struct Users {
     /// What an anonymous connection may do: everything on an open broker
     /// (no users), else `anonymous_role`'s permissions, or nothing.
     anonymous: Arc<Permissions>,
+    /// The `[auth]` it was made from, for the management interface.
+    section: AuthSection,
 }
 
 impl Users {
@@ -443,6 +445,7 @@ impl Users {
             max_failures: config.max_failed_logins,
             users,
             anonymous: Arc::new(anonymous),
+            section: config.clone(),
         })
     }
 
@@ -530,6 +533,15 @@ pub fn hash_password(password: &str) -> Result<String, HashError> {
         .hash_password(password.as_bytes(), &salt)
         .map(|h| h.to_string())
         .map_err(argon2)
+}
+
+/// A password for the config: `given` itself if it is an Argon2 hash in
+/// PHC form (as `herald passwd` prints), else the hash of `given`.
+pub fn password_hash(given: &str) -> Result<String, HashError> {
+    match PasswordHash::new(given) {
+        Ok(h) if h.algorithm.as_str().starts_with("argon2") => Ok(given.to_owned()),
+        _ => hash_password(given),
+    }
 }
 
 /// Why a password could not be hashed.
@@ -716,6 +728,12 @@ impl Authenticator {
     /// What the server tells its operator of anonymous connections.
     pub fn describe_anonymous(&self, config: &AuthSection) -> String {
         self.current().describe_anonymous(config)
+    }
+
+    /// The `[auth]` in force: the config file's as last loaded, under a
+    /// cluster's shared users and roles.
+    pub fn section(&self) -> AuthSection {
+        self.current().section.clone()
     }
 
     /// How many reloads there have been.

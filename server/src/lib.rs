@@ -28,6 +28,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod auth_file;
 pub mod broker;
 pub mod cluster;
 pub mod collections;
@@ -42,6 +43,8 @@ pub mod session;
 pub mod stomp;
 pub mod store;
 pub mod sync;
+#[cfg(test)]
+mod test_util;
 pub mod websocket;
 
 pub use collections::FastMap;

@@ -284,11 +284,46 @@ test("with users the console asks for a login with its own form; a monitor sees 
     const users = await tab.$$eval("#u-users tbody tr td:first-child", (tds) => tds.map((t) => t.textContent));
     assert.deepEqual(users, ["ops", "watcher"]);
     assert.match(await tab.textContent("#u-roles"), /watch/);
-    await tab.screenshot({ path: `${shots}/users.png`, fullPage: true });
+    // A monitor may not add a role.
+    await tab.fill("#r-name", "made.by.watcher");
+    await tab.click("#r-form button[type=submit]");
+    await tab.waitForFunction(() => document.querySelector("#r-result").textContent.includes("'admin'"),
+      null, { timeout: 10000 });
 
     // Log out: the form again, and the API is asked nothing more.
     await tab.click("#logout");
     await tab.waitForSelector("#login-page:not([hidden])", { timeout: 10000 });
+
+    // An admin adds a role and a user with it, who then logs in; then
+    // deletes the user.
+    await tab.fill("#login-user", "ops");
+    await tab.fill("#login-password", "secret");
+    await tab.click("#login-button");
+    await tab.waitForSelector("#users-page:not([hidden]) #u-users tbody tr", { timeout: 10000 });
+    await tab.fill("#r-name", "audit");
+    await tab.fill("#r-browse", "queue:kept");
+    await tab.check("#r-monitor");
+    await tab.click("#r-form button[type=submit]");
+    await tab.waitForFunction(() => document.querySelector("#u-roles").textContent.includes("audit"),
+      null, { timeout: 10000 });
+    await tab.fill("#u-name", "newbie");
+    await tab.fill("#u-password", "fresh");
+    await tab.fill("#u-user-roles", "audit");
+    await tab.click("#u-form button[type=submit]");
+    await tab.waitForFunction(() => document.querySelector("#u-users").textContent.includes("newbie"),
+      null, { timeout: 10000 });
+    await tab.screenshot({ path: `${shots}/users.png`, fullPage: true });
+    const asNewbie = (path) => tab.request.get(`${secured.admin}${path}`,
+      { headers: { Authorization: `Basic ${Buffer.from("newbie:fresh").toString("base64")}` } });
+    assert.equal((await asNewbie("/api/queues")).status(), 200);
+    const row = tab.locator("#u-users tbody tr", { hasText: "newbie" });
+    let question = "";
+    tab.once("dialog", (d) => { question = d.message(); d.accept(); });
+    await row.getByRole("button", { name: "Delete" }).click();
+    await tab.waitForFunction(() => !document.querySelector("#u-users").textContent.includes("newbie"),
+      null, { timeout: 10000 });
+    assert.match(question, /Delete user newbie\?/);
+    assert.equal((await asNewbie("/api/queues")).status(), 401);
   } finally {
     await browser.close();
     secured.proc.kill();

@@ -14,6 +14,7 @@ use serde_json::{json, Value as Json_};
 
 use super::messages;
 use super::state::{now_s, process_footprint, reload as reload_config, ApiError, AppState, Route};
+use super::users;
 use crate::broker::{Room, RouteError};
 use crate::cluster::settings::Change;
 use crate::frontend::{peer_name, Closing, ConnView, Notice, Protocol};
@@ -65,11 +66,11 @@ pub(crate) fn routes() -> Vec<Route> {
         r(Method::DELETE, "/api/connections/{id}", "Close a connection", delete(close_connection)),
         with_body(r(Method::POST, "/api/publish", "Publish a message: {\"destination\", \"body\", \"properties\", \"persistent\", \"priority\", \"ttl_ms\"}", post(publish))),
         r(Method::POST, "/api/reload", "Re-read users, permissions and limits from the config file", post(reload)),
-        r(Method::GET, "/api/users", "Users (no password hashes) and roles, from the config file and the cluster", get(super::shared::users)),
-        with_body(r(Method::PUT, "/api/users/{name}", "Cluster: add or replace a user on every node: {\"password\": PHC hash, \"roles\": [...]}", put(super::shared::put_user))),
-        r(Method::DELETE, "/api/users/{name}", "Cluster: remove a user added through this interface", delete(super::shared::delete_user)),
-        with_body(r(Method::PUT, "/api/roles/{name}", "Cluster: add or replace a role on every node: {\"publish\", \"consume\", \"browse\", \"durable\": [patterns], \"admin\": bool}", put(super::shared::put_role))),
-        r(Method::DELETE, "/api/roles/{name}", "Cluster: remove a role added through this interface", delete(super::shared::delete_role)),
+        r(Method::GET, "/api/users", "Users (no password hashes) and roles in force, and whether this interface may change them", get(users::users)),
+        with_body(r(Method::PUT, "/api/users/{name}", "Add or replace a user: {\"password\": the password (hashed with Argon2 here) or an Argon2 PHC hash, none to keep it; \"roles\": [...]}; written to the config file and reloaded, or in a cluster made on every node", put(users::put_user))),
+        r(Method::DELETE, "/api/users/{name}", "Remove a user: from the config file, or in a cluster one added through this interface", delete(users::delete_user)),
+        with_body(r(Method::PUT, "/api/roles/{name}", "Add or replace a role: {\"publish\", \"consume\", \"browse\", \"durable\": [patterns], \"monitor\", \"admin\": bool}; as a user is", put(users::put_role))),
+        r(Method::DELETE, "/api/roles/{name}", "Remove a role no user has: from the config file, or in a cluster one added through this interface", delete(users::delete_role)),
     ]
 }
 

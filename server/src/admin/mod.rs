@@ -29,6 +29,7 @@ mod shared;
 mod state;
 mod tls;
 mod topic;
+mod users;
 
 pub use state::{process_footprint, reload, Addresses, MqttListeners, ReloadError};
 use state::{ApiError, AppState, PeerAddr};

@@ -1054,27 +1054,9 @@ fn read_record(data: &Bytes, at: usize) -> Option<(Record, u32)> {
 mod tests {
     use super::*;
     use crate::store::Holder;
+    use crate::test_util::TempDir;
     use std::io::Write;
     use std::sync::mpsc::channel;
-
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(name: &str) -> TempDir {
-            static N: AtomicU64 = AtomicU64::new(0);
-            let n = N.fetch_add(1, Ordering::Relaxed);
-            let p = std::env::temp_dir()
-                .join(format!("herald-journal-{name}-{}-{n}", std::process::id()));
-            let _ = fs::remove_dir_all(&p);
-            TempDir(p)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
 
     fn config(dir: &TempDir) -> JournalConfig {
         JournalConfig::new(dir.0.clone(), FsyncPolicy::Batch, 64 << 20, 4)
