@@ -972,6 +972,61 @@ fn queues_are_created_and_deleted_through_the_api() {
 }
 
 #[test]
+fn a_created_queue_outlives_a_restart_until_it_is_deleted() {
+    let config = test_config();
+    let server = start_with(config.clone());
+    let create = |server: &TestServer, name: &str| {
+        let a = call(
+            server,
+            "POST",
+            "/api/queues",
+            Some(json!({"name": name})),
+            None,
+        );
+        assert_eq!(a.status, 200, "{}", a.body);
+    };
+    create(&server, "kept.empty");
+    create(&server, "kept.then.deleted");
+    // A queue made by a first send is not kept once empty.
+    let (c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("by.send")).unwrap();
+    p.send_with_receipt(Message::text("x")).unwrap();
+    let consumer = s.create_consumer(&Destination::queue("by.send")).unwrap();
+    next(&consumer);
+    drop(c);
+    let a = call(
+        &server,
+        "DELETE",
+        "/api/queues/kept.then.deleted",
+        None,
+        None,
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    server.stop_keeping_data();
+
+    let server = start_with(config.clone());
+    let names: Vec<String> = get(&server, "/api/queues")
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(names.contains(&"kept.empty".to_owned()), "{names:?}");
+    assert!(
+        !names.contains(&"kept.then.deleted".to_owned()),
+        "{names:?}"
+    );
+    assert!(!names.contains(&"by.send".to_owned()), "{names:?}");
+    // Deleted now: gone at the next start too.
+    let a = call(&server, "DELETE", "/api/queues/kept.empty", None, None);
+    assert_eq!(a.status, 200, "{}", a.body);
+    server.stop_keeping_data();
+    let server = start_with(config);
+    assert!(!get(&server, "/api/queues").body.contains("kept.empty"));
+}
+
+#[test]
 fn a_move_needs_the_right_to_publish_where_it_goes() {
     let dir = temp_dir("admin-move");
     std::fs::create_dir_all(&dir).unwrap();

@@ -10,6 +10,7 @@ use super::delivery::Deliveries;
 use super::request::{QueueError, RepublishError, TopicError};
 use super::stats::{BrokerCounters, QueueStats, SubscriptionView};
 use super::{Broker, Room, SharedQueue};
+use crate::store::Record;
 use crate::sync::{lock, read, write};
 
 impl Broker {
@@ -125,9 +126,9 @@ impl Broker {
         Some(purged.len())
     }
 
-    /// Makes queue `name` exist, empty, as a first send to it would;
-    /// false if it was there already. It lives until it is deleted or the
-    /// server stops (the journal keeps messages, not empty queues).
+    /// Makes queue `name` exist, as a first send to it would, and keeps
+    /// it (empty or not) across restarts until it is deleted: the journal
+    /// records it. False if it was there already.
     pub fn create_queue(&self, name: &str) -> Result<bool, QueueError> {
         herald_protocol::destination::validate_name(name)?;
         if herald_protocol::destination::is_temporary(name) {
@@ -135,6 +136,18 @@ impl Broker {
         }
         let existed = self.find_queue(name).is_some();
         self.queue(name);
+        let mut created = lock(&self.created);
+        if !created.contains_key(name) {
+            let id = self.store.next_id();
+            self.journal(
+                Record::Queue {
+                    id,
+                    name: name.to_owned(),
+                },
+                None,
+            );
+            created.insert(name.to_owned(), id);
+        }
         Ok(!existed)
     }
 
@@ -157,6 +170,9 @@ impl Broker {
         let held = q.held().count();
         drop(q);
         self.delete_queue(name);
+        if let Some(id) = lock(&self.created).remove(name) {
+            self.journal(Record::End { id }, None);
+        }
         Ok(held)
     }
 

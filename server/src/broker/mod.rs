@@ -117,6 +117,9 @@ pub struct Broker {
     queues: RwLock<FastMap<String, SharedQueue>>,
     /// Durable subscriptions by (client id, name).
     durables: Mutex<HashMap<(String, String), Durable>>,
+    /// Queues created through the management interface, with the record
+    /// that keeps each across restarts (empty or not) until it is deleted.
+    created: Mutex<HashMap<String, u64>>,
     next_key: AtomicU64,
     limits: QueueLimits,
     dead_letter_prefix: String,
@@ -221,6 +224,7 @@ impl Broker {
             counters: BrokerCounters::default(),
             queues: RwLock::default(),
             durables: Mutex::new(HashMap::new()),
+            created: Mutex::new(HashMap::new()),
             next_key: AtomicU64::new(1),
             limits: QueueLimits {
                 max_deliveries: config.queues.max_deliveries,
@@ -296,9 +300,14 @@ impl Broker {
     /// Rebuilds durable subscriptions and queues from what the store kept,
     /// before any client connects.
     pub fn restore(&self, recovered: Recovered) {
-        let (mut messages, mut durables, mut retained) = (0, 0, 0);
+        let (mut messages, mut durables, mut retained, mut queues) = (0, 0, 0, 0);
         for record in recovered.records {
             match record {
+                Record::Queue { id, name } => {
+                    self.queue(&name);
+                    lock(&self.created).insert(name, id);
+                    queues += 1;
+                }
                 Record::Durable {
                     id,
                     client_id,
@@ -359,9 +368,9 @@ impl Broker {
                 Record::End { .. } | Record::Batch(_) => {}
             }
         }
-        if messages + durables + retained > 0 {
+        if messages + durables + retained + queues > 0 {
             log::info!(
-                "restored {messages} persistent messages, {durables} durable subscriptions and {retained} retained messages"
+                "restored {messages} persistent messages, {durables} durable subscriptions, {retained} retained messages and {queues} created queues"
             );
         }
     }

@@ -71,6 +71,14 @@ pub enum Record {
         /// The id of the record it ends.
         id: u64,
     },
+    /// A queue was created through the management interface: it lives,
+    /// empty or not, until it is deleted.
+    Queue {
+        /// This record's id.
+        id: u64,
+        /// The queue's name.
+        name: String,
+    },
     /// Records that take effect together or not at all (a committed
     /// transaction): one journal entry under one checksum. Never nested.
     Batch(Vec<Record>),
@@ -80,12 +88,16 @@ const ENQUEUE: u8 = 1;
 const END: u8 = 2;
 const DURABLE: u8 = 3;
 const BATCH: u8 = 4;
+const QUEUE: u8 = 5;
 
 impl Record {
     /// The id this record starts or ends; a batch has none of its own (0).
     pub fn id(&self) -> u64 {
         match self {
-            Record::Enqueue { id, .. } | Record::Durable { id, .. } | Record::End { id } => *id,
+            Record::Enqueue { id, .. }
+            | Record::Durable { id, .. }
+            | Record::Queue { id, .. }
+            | Record::End { id } => *id,
             Record::Batch(_) => 0,
         }
     }
@@ -143,6 +155,11 @@ impl Record {
                 put_str16(d, pattern, "pattern")?;
                 put_str16(d, selector, "selector")?;
                 put_str16(d, owner, "owner")?;
+            }
+            Record::Queue { id, name } => {
+                d.put_u8(QUEUE);
+                d.put_u64(*id);
+                put_str16(d, name, "queue")?;
             }
             Record::Batch(parts) => {
                 d.put_u8(BATCH);
@@ -203,6 +220,10 @@ impl Record {
                     0 => String::new(),
                     _ => c.str16("owner")?.to_owned(),
                 },
+            },
+            QUEUE => Record::Queue {
+                id: c.u64("id")?,
+                name: c.str16("queue")?.to_owned(),
             },
             BATCH => {
                 let n = c.u32("batch count")? as usize;
@@ -316,6 +337,10 @@ mod tests {
                 pattern: "sales.#".into(),
                 selector: "units > 3".into(),
                 owner: "alice".into(),
+            },
+            Record::Queue {
+                id: 10,
+                name: "orders.eu".into(),
             },
         ];
         for r in records {
