@@ -90,6 +90,43 @@ fn topics_reach_subscribers_on_every_node_once_with_wildcards_and_selectors() {
     std::thread::sleep(Duration::from_millis(300));
     let after = b.cluster().unwrap().stats.received.load(Ordering::Relaxed);
     assert_eq!(after, before, "b still hears topics nobody there wants");
+
+    // Each node lists every node, itself marked, with where it listens;
+    // one that stops leaves the list.
+    let nodes = |on: &TestServer| {
+        call(on, "GET", "/api/server", None, None).json()["cluster"]["nodes"].clone()
+    };
+    wait_until("a lists a, b and c with their admin addresses", || {
+        let list = nodes(&a);
+        let ids: Vec<_> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["id"].clone())
+            .collect();
+        ids == [json!("a"), json!("b"), json!("c")]
+            && list
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|n| n["admin"].is_string())
+    });
+    let list = nodes(&a);
+    let b_row = &list[1];
+    assert_eq!(b_row["this"], false, "{list}");
+    assert_eq!(list[0]["this"], true, "{list}");
+    assert_eq!(b_row["native"], json!(b.local_addr().to_string()), "{list}");
+    assert_eq!(
+        b_row["admin"],
+        json!(format!("http://{}/", b.admin_addr().unwrap())),
+        "{list}"
+    );
+    assert!(b_row["last_seen_s"].as_u64().unwrap() < 30, "{list}");
+    assert!(b_row["started"].as_str().unwrap().ends_with('Z'), "{list}");
+    c.shutdown();
+    wait_until("a no longer lists c", || {
+        nodes(&a).as_array().unwrap().len() == 2
+    });
 }
 
 #[test]

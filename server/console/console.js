@@ -363,6 +363,10 @@ function showServer(s) {
     ["Redis primary", c.primary ? `${c.primary.addr} (${c.primary.changes} failovers followed)` : "as configured"],
     ["published / received", `${c.published} / ${c.received}`],
   ] : [["mode", "single node (no [cluster] redis)"]]);
+  $("s-nodes-section").hidden = !c;
+  fill("s-nodes", c ? c.nodes : [], (tr, n) => tr.append(nameCell(n.this ? `${n.id} (this node)` : n.id),
+    cell(n.version), cell(n.started), cell(n.last_seen_s === null ? "" : `${n.last_seen_s} s ago`, true),
+    cell(n.native), n.admin ? linkCell(n.admin, n.admin) : cell("")));
   const text = JSON.stringify(s.settings, null, 2);
   if ($("s-config").textContent !== text) $("s-config").textContent = text;
 }

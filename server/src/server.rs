@@ -215,6 +215,18 @@ impl Server {
                 log::debug!("{what} listening on {addr}");
             }
         }
+        if let Some(c) = &cluster {
+            let listeners = [
+                ("native", Some(local_addr)),
+                ("stomp", stomp_addr),
+                ("mqtt", mqtt.tcp),
+            ];
+            c.cluster().advertise(
+                listeners
+                    .into_iter()
+                    .filter_map(|(what, addr)| Some((what.to_owned(), addr?.to_string()))),
+            );
+        }
         let admin = match shared.config.admin.enabled {
             true => {
                 let addresses = Addresses {
@@ -243,6 +255,10 @@ impl Server {
                     source,
                 })?;
                 log::debug!("management interface on {scheme}://{}/", admin.addr());
+                if let Some(c) = &cluster {
+                    c.cluster()
+                        .advertise([("admin".into(), format!("{scheme}://{}/", admin.addr()))]);
+                }
                 Some(admin)
             }
             false => None,

@@ -95,6 +95,7 @@ async fn server(State(state): State<AppState>) -> ApiResult {
                 "node_id": c.node_id,
                 "connected": st.connected(),
                 "primary": primary(c),
+                "nodes": nodes(c),
                 "published": load(&st.published),
                 "received": load(&st.received),
                 "dropped": load(&st.dropped),
@@ -203,6 +204,32 @@ fn primary(c: &crate::cluster::Cluster) -> serde_json::Value {
         }),
         None => serde_json::Value::Null,
     }
+}
+
+/// Every node of the cluster as last read: what it announces of itself,
+/// when it started, and how long ago it last renewed its entry (every 20
+/// seconds while its link to Redis is up; gone a minute after it stops).
+fn nodes(c: &crate::cluster::Cluster) -> serde_json::Value {
+    let now = (now_s() * 1000.0) as u64;
+    let list: Vec<Json_> = c
+        .nodes()
+        .into_iter()
+        .map(|n| {
+            let mut view = json!({
+                "id": n.id,
+                "this": n.id == c.node_id,
+                "started": n.ms("started").map(|ms| herald_protocol::utc::format_ms(ms as i64)),
+                "last_seen_s": n.ms("seen").map(|ms| now.saturating_sub(ms) / 1000),
+            });
+            for (fact, value) in &n.facts {
+                if !matches!(fact.as_str(), "started" | "seen") {
+                    view[fact] = json!(value);
+                }
+            }
+            view
+        })
+        .collect();
+    json!(list)
 }
 
 /// Liveness, and what an operator must know: publishers held back by the

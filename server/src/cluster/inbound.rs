@@ -7,7 +7,7 @@ use super::common::{back_off, link_down, link_up};
 use super::interest::{CHANNEL, INTEREST_CHANNEL};
 use super::outbound::BUNDLE;
 use super::resp::{Item, Subscriber};
-use super::{durables, link, settings, Cluster, PRIMARY_LOOK};
+use super::{durables, link, nodes, settings, Cluster, PRIMARY_LOOK};
 use crate::broker::delivery::Deliveries;
 use crate::frontend::{hand_out, Shared};
 use bytes::Bytes;
@@ -65,6 +65,7 @@ pub(super) fn run_inbound(
                 sub.send(&[b"SUBSCRIBE", INTEREST_CHANNEL.as_bytes()])?;
                 sub.send(&[b"SUBSCRIBE", durables::CHANNEL.as_bytes()])?;
                 sub.send(&[b"SUBSCRIBE", settings::CHANNEL.as_bytes()])?;
+                sub.send(&[b"SUBSCRIBE", nodes::CHANNEL.as_bytes()])?;
                 // What changed while this node was away.
                 cluster.others_changed.store(true, Ordering::Relaxed);
                 attempt = 0;
@@ -180,6 +181,7 @@ pub(super) fn serve(
                 let changed = match &channel[..] {
                     c if c == durables::CHANNEL.as_bytes() => &cluster.durables_changed,
                     c if c == settings::CHANNEL.as_bytes() => &cluster.settings_changed,
+                    c if c == nodes::CHANNEL.as_bytes() => &cluster.nodes_changed,
                     _ => &cluster.others_changed,
                 };
                 changed.store(true, Ordering::Release);

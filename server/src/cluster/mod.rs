@@ -38,6 +38,7 @@ mod durables;
 mod inbound;
 mod interest;
 pub mod link;
+pub mod nodes;
 mod outbound;
 mod peers;
 pub mod queues;
@@ -152,6 +153,14 @@ pub struct Cluster {
     base_auth: Mutex<AuthSection>,
     /// What the other nodes subscribe to.
     others: RwLock<Others>,
+    /// Announce this node again (then read the list).
+    announce: AtomicBool,
+    /// Another node announced itself: read the list of nodes again.
+    nodes_changed: AtomicBool,
+    /// What this node announces of itself (see [`nodes`]).
+    facts: Mutex<Vec<(String, String)>>,
+    /// Every node, this one among them, as last read.
+    nodes: Mutex<Vec<nodes::NodeView>>,
     changes: Mutex<mpsc::Sender<(String, bool)>>,
     /// Counters.
     pub stats: ClusterStats,
@@ -258,6 +267,24 @@ impl Cluster {
             self.others_changed.store(true, Ordering::Relaxed);
             self.durables_changed.store(true, Ordering::Relaxed);
             self.settings_changed.store(true, Ordering::Relaxed);
+            self.announce.store(true, Ordering::Relaxed);
+        }
+        if self.announce.swap(false, Ordering::AcqRel) {
+            let facts = lock(&self.facts).clone();
+            if let Err(e) = nodes::announce(con, &self.node_id, &facts) {
+                self.announce.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+            self.nodes_changed.store(true, Ordering::Relaxed);
+        }
+        if self.nodes_changed.swap(false, Ordering::AcqRel) {
+            match nodes::load(con) {
+                Ok(all) => *lock(&self.nodes) = all,
+                Err(e) => {
+                    self.nodes_changed.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
         }
         if self.own_changed.swap(false, Ordering::AcqRel) {
             if let Err(e) = self.write_interest(con) {
@@ -318,6 +345,23 @@ impl Cluster {
                 }
             },
         )
+    }
+
+    /// Every node, this one among them, as last read (every
+    /// `INTEREST_REFRESH`, and when the link comes up).
+    pub fn nodes(&self) -> Vec<nodes::NodeView> {
+        lock(&self.nodes).clone()
+    }
+
+    /// Adds to what this node announces of itself (its listeners, once
+    /// they are bound), and announces it.
+    pub fn advertise(&self, facts: impl IntoIterator<Item = (String, String)>) {
+        let mut own = lock(&self.facts);
+        for (key, value) in facts {
+            own.retain(|(k, _)| *k != key);
+            own.push((key, value));
+        }
+        self.announce.store(true, Ordering::Relaxed);
     }
 
     /// What the cluster shares of its configuration, as last read (or

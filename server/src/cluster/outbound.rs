@@ -120,6 +120,10 @@ pub(super) fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &W
         attempt = 0;
         link_up(&cluster.stats.connected_out, "publisher");
         if writer.serve(&mut con) == Served::Stopped {
+            // The node leaves the list at once rather than in a minute.
+            if let Err(e) = super::nodes::withdraw(&mut con, &cluster.node_id) {
+                log::debug!("cluster: this node's entry stays until it expires: {e}");
+            }
             return;
         }
     }
@@ -180,6 +184,7 @@ impl Writer<'_> {
         cluster.others_changed.store(true, Ordering::Relaxed);
         cluster.durables_changed.store(true, Ordering::Relaxed);
         cluster.settings_changed.store(true, Ordering::Relaxed);
+        cluster.announce.store(true, Ordering::Relaxed);
         let mut due = Instant::now() + INTEREST_REFRESH;
         let (primary, mut looked) = (cluster.primary_now(), Instant::now());
         loop {

@@ -82,6 +82,13 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         settings: Mutex::default(),
         base_auth: Mutex::new(shared.config.auth.clone()),
         others: RwLock::default(),
+        announce: AtomicBool::new(true),
+        nodes_changed: AtomicBool::new(true),
+        facts: Mutex::new(vec![
+            ("version".into(), env!("CARGO_PKG_VERSION").into()),
+            ("started".into(), (started / 1_000_000).to_string()),
+        ]),
+        nodes: Mutex::default(),
         changes: Mutex::new(changes),
         stats: ClusterStats::default(),
         stop: AtomicBool::new(false),
