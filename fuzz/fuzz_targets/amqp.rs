@@ -1,11 +1,14 @@
 //! Feeds arbitrary bytes to the AMQP 1.0 decoders (protocol header, frame
-//! header, values, performatives, SASL frames): any input must give a
-//! value or an error, never a panic or an allocation beyond its size; a
-//! decoded value must encode to bytes that decode to a value that encodes
-//! the same, and a performative or SASL frame must survive being written
-//! and read again.
+//! header, values, performatives, SASL frames, termini, delivery states,
+//! transaction controls, messages): any input must give a value or an
+//! error, never a panic or an allocation beyond its size; a decoded value
+//! must encode to bytes that decode to a value that encodes the same, and
+//! anything else decoded must survive being written and read again.
 #![no_main]
 
+use herald_protocol::amqp::delivery::{DeliveryState, TxnControl};
+use herald_protocol::amqp::message::Message;
+use herald_protocol::amqp::terminus::{LinkTarget, Source};
 use herald_protocol::amqp::{FrameHeader, Performative, ProtocolHeader, Sasl, Value};
 use libfuzzer_sys::fuzz_target;
 
@@ -24,8 +27,25 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(p) = Performative::from_value(value.clone()) {
             assert_eq!(Performative::from_value(p.to_value()).ok(), Some(p));
         }
-        if let Ok(s) = Sasl::from_value(value) {
+        if let Ok(s) = Sasl::from_value(value.clone()) {
             assert_eq!(Sasl::from_value(s.to_value()).ok(), Some(s));
         }
+        if let Ok(Some(s)) = Source::from_value(value.clone()) {
+            assert_eq!(Source::from_value(s.to_value()).ok(), Some(Some(s)));
+        }
+        if let Ok(Some(t)) = LinkTarget::from_value(value.clone()) {
+            assert_eq!(LinkTarget::from_value(t.to_value()).ok(), Some(Some(t)));
+        }
+        if let Ok(Some(d)) = DeliveryState::from_value(value.clone()) {
+            assert_eq!(DeliveryState::from_value(d.to_value()).ok(), Some(Some(d)));
+        }
+        if let Ok(c) = TxnControl::from_value(value) {
+            assert_eq!(TxnControl::from_value(c.to_value()).ok(), Some(c));
+        }
+    }
+    if let Ok(m) = Message::decode(data) {
+        let mut again = Vec::new();
+        m.encode(&mut again);
+        assert_eq!(Message::decode(&again).ok(), Some(m));
     }
 });

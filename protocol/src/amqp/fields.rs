@@ -34,7 +34,13 @@ impl Fields {
                 "expected {name}, found the descriptor {descriptor:?}"
             )));
         }
-        match *list {
+        Fields::list(*list, name)
+    }
+
+    /// The fields of a composite whose descriptor was read already: the
+    /// list it describes.
+    pub fn list(list: Value, name: &'static str) -> Result<Fields, AmqpError> {
+        match list {
             Value::List(items) => Ok(Fields { name, items }),
             other => Err(AmqpError::Invalid(format!(
                 "{name}: its fields are not a list but {other:?}"
@@ -208,4 +214,12 @@ pub fn symbols(list: &[String]) -> Value {
         [one] => Value::Symbol(one.clone()),
         many => Value::Array(many.iter().cloned().map(Value::Symbol).collect()),
     }
+}
+
+/// `v` encoded and decoded again, for tests of what is built on values.
+#[cfg(test)]
+pub(crate) fn through_wire(v: &Value) -> Value {
+    let mut b = Vec::new();
+    v.encode(&mut b);
+    Value::decode(&b).unwrap().0
 }

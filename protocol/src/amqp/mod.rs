@@ -7,13 +7,18 @@
 //! - [`fields`]: composites, the described lists that the rest are.
 //! - [`sasl`]: the SASL frames (PLAIN and ANONYMOUS).
 //! - [`performative`]: the nine performatives and their error.
-//!
-//! The termini, delivery states and message sections come next.
+//! - [`terminus`]: a link's source and target, and the coordinator.
+//! - [`delivery`]: delivery states and outcomes, and the transaction
+//!   controls.
+//! - [`message`]: a message's sections.
 
+pub mod delivery;
 pub mod fields;
 pub mod frame;
+pub mod message;
 pub mod performative;
 pub mod sasl;
+pub mod terminus;
 pub mod types;
 
 pub use frame::{FrameHeader, FrameKind, ProtocolHeader};

@@ -204,7 +204,8 @@ fn code_of(value: &Value) -> Option<u64> {
 }
 
 impl AmqpCondition {
-    fn from_field(value: Value) -> Result<Option<AmqpCondition>, AmqpError> {
+    /// The error in an `error` field; `None` if null.
+    pub(super) fn from_field(value: Value) -> Result<Option<AmqpCondition>, AmqpError> {
         if value == Value::Null {
             return Ok(None);
         }
@@ -218,7 +219,8 @@ impl AmqpCondition {
         }))
     }
 
-    fn to_field(error: &Option<AmqpCondition>) -> Value {
+    /// As an `error` field.
+    pub(super) fn to_field(error: &Option<AmqpCondition>) -> Value {
         opt(error.as_ref(), |e| {
             composite(
                 ERROR.0,

@@ -27,9 +27,10 @@ pub const MAX_DEPTH: usize = 32;
 pub const MAX_EMPTY_ELEMENTS: usize = 65_536;
 
 /// An AMQP value.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub enum Value {
     /// `null`.
+    #[default]
     Null,
     /// `boolean`.
     Bool(bool),
