@@ -128,6 +128,8 @@ websocket_enabled = false
 [mqtt]
 enabled = false
 websocket_enabled = false
+[amqp]
+enabled = false
 [admin]
 enabled = false
 [cluster]

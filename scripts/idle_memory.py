@@ -50,7 +50,7 @@ def measure(name, cmd, port, frame):
 
 data = tempfile.mkdtemp()
 bin_dir = os.environ.get("HERALD_BIN", "target/release")
-h = measure("herald", [f"{bin_dir}/herald-server", "--listen", "127.0.0.1:17777", "--stomp-listen", "127.0.0.1:0", "--mqtt-listen", "127.0.0.1:0", "--mqtt-ws-listen", "127.0.0.1:0",
+h = measure("herald", [f"{bin_dir}/herald-server", "--listen", "127.0.0.1:17777", "--stomp-listen", "127.0.0.1:0", "--mqtt-listen", "127.0.0.1:0", "--mqtt-ws-listen", "127.0.0.1:0", "--amqp-listen", "127.0.0.1:0",
             "--stomp-ws-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir", data], 17777, herald_frame)
 m = measure("mosquitto", ["mosquitto", "-p", "18830"], 18830, mqtt_frame)
 print(f"herald / mosquitto per connection: {h/m:.2f}")

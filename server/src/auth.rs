@@ -736,6 +736,12 @@ impl Authenticator {
         self.current().section.clone()
     }
 
+    /// An anonymous connection's principal, if anonymous connections may
+    /// connect (no users, or logins not required).
+    pub fn anonymous(&self) -> Option<Principal> {
+        self.current().at_once("")
+    }
+
     /// How many reloads there have been.
     pub fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::Acquire)

@@ -103,6 +103,8 @@ pub struct Config {
     pub stomp: StompSection,
     /// The MQTT listeners.
     pub mqtt: MqttSection,
+    /// The AMQP 1.0 listener.
+    pub amqp: AmqpSection,
     /// What one message selector may cost.
     pub selectors: SelectorsSection,
     /// Requests of one connection waiting for the journal (persistent
@@ -443,6 +445,41 @@ impl Default for MqttSection {
     }
 }
 
+/// `[amqp]`: the listener for AMQP 1.0 clients (Qpid JMS, Qpid Proton,
+/// rhea, AMQP.Net Lite...).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AmqpSection {
+    /// Whether the AMQP listener runs.
+    pub enabled: bool,
+    /// Its address.
+    pub listen: SocketAddr,
+    /// Sessions a connection may begin at once (`channel-max` + 1).
+    pub max_sessions: u16,
+    /// Links a session may attach at once (`handle-max` + 1).
+    pub max_links: u32,
+    /// Messages a client may send on a link before the server grants
+    /// more (the link credit it is given, renewed as messages arrive).
+    pub link_credit: u32,
+    /// Milliseconds without a frame from the client after which the
+    /// server closes the connection (`idle-time-out`, which the server
+    /// asks the client to keep to); 0 = no limit.
+    pub idle_timeout_ms: u32,
+}
+
+impl Default for AmqpSection {
+    fn default() -> AmqpSection {
+        AmqpSection {
+            enabled: true,
+            listen: SocketAddr::from(([127, 0, 0, 1], 5672)),
+            max_sessions: 256,
+            max_links: 1024,
+            link_credit: 1000,
+            idle_timeout_ms: 60_000,
+        }
+    }
+}
+
 /// What happens to a connection that reads too slowly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -581,6 +618,7 @@ impl Default for Config {
             queues: QueuesConfig::default(),
             stomp: StompSection::default(),
             mqtt: MqttSection::default(),
+            amqp: AmqpSection::default(),
             selectors: SelectorsSection::default(),
             max_pending_receipts: 65_536,
             auth: AuthSection::default(),
@@ -789,6 +827,14 @@ impl Config {
                 "0: a client could never be sent a QoS 1 or 2 message (1 to 65535)".into(),
             );
         }
+        if self.amqp.max_sessions == 0 || self.amqp.max_links == 0 || self.amqp.link_credit == 0 {
+            let key = match (self.amqp.max_sessions, self.amqp.max_links) {
+                (0, _) => "amqp.max_sessions",
+                (_, 0) => "amqp.max_links",
+                _ => "amqp.link_credit",
+            };
+            return invalid(key, "0: a client could do nothing (1 or more)".into());
+        }
         let needs_cert =
             self.tls.enabled || self.mqtt.tls_enabled || (self.admin.enabled && self.admin.tls);
         if needs_cert && self.tls.cert.as_os_str().is_empty() {
@@ -967,6 +1013,11 @@ mod tests {
             ("[auth]\nmax_failed_logins = -1", "max_failed_logins"),
             ("[stomp]\nidle_timeout_ms = \"soon\"", "idle_timeout_ms"),
             ("[mqtt]\nreceive_maximum = 0", "mqtt.receive_maximum"),
+            ("[amqp]\nmax_sessions = 0", "amqp.max_sessions"),
+            ("[amqp]\nmax_links = 0", "amqp.max_links"),
+            ("[amqp]\nlink_credit = 0", "amqp.link_credit"),
+            ("[amqp]\nmax_sessions = 70000", "max_sessions"),
+            ("[amqp]\nchannel_max = 3", "channel_max"),
             ("[mqtt]\nreceive_maximum = 70000", "receive_maximum"),
             ("[mqtt]\ntopic_alias_maximum = -1", "topic_alias_maximum"),
             ("[mqtt]\nlisten = \"nowhere\"", "listen"),

@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod amqp;
 pub mod auth;
 pub mod auth_file;
 pub mod broker;

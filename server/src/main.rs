@@ -49,6 +49,9 @@ struct Args {
     /// Address of the MQTT-over-WebSocket listener, overriding the config.
     #[arg(long)]
     mqtt_ws_listen: Option<SocketAddr>,
+    /// Address of the AMQP 1.0 listener, overriding the config.
+    #[arg(long)]
+    amqp_listen: Option<SocketAddr>,
     /// Address of the TLS listener (it needs tls.cert and tls.key),
     /// overriding the config.
     #[arg(long)]
@@ -120,6 +123,10 @@ fn main() -> ExitCode {
         config.mqtt.websocket_listen = addr;
         config.mqtt.websocket_enabled = true;
     }
+    if let Some(addr) = args.amqp_listen {
+        config.amqp.listen = addr;
+        config.amqp.enabled = true;
+    }
     if let Some(addr) = args.admin_listen {
         config.admin.listen = addr;
         config.admin.enabled = true;
@@ -183,6 +190,9 @@ fn main() -> ExitCode {
         if let Some(addr) = addr {
             announce.push_str(&format!("herald-server {what} listening on {addr}\n"));
         }
+    }
+    if let Some(addr) = server.amqp_addr() {
+        announce.push_str(&format!("herald-server AMQP listening on {addr}\n"));
     }
     if let Some(url) = server.admin_url() {
         announce.push_str(&format!("herald-server admin listening on {url}\n"));

@@ -101,6 +101,7 @@ impl Server {
                 Protocol::MqttWebSocket,
             )?,
         };
+        let amqp_addr = bind(config.amqp.enabled, config.amqp.listen, Protocol::Amqp)?;
         let tls = match config.tls.enabled
             || config.mqtt.tls_enabled
             || (config.admin.enabled && config.admin.tls)
@@ -210,6 +211,7 @@ impl Server {
             ("MQTT", mqtt.tcp),
             ("MQTT over TLS", mqtt.tls),
             ("MQTT over WebSocket", mqtt.websocket),
+            ("AMQP", amqp_addr),
         ] {
             if let Some(addr) = addr {
                 log::debug!("{what} listening on {addr}");
@@ -235,6 +237,7 @@ impl Server {
                     stomp_ws: stomp_ws_addr,
                     tls: tls_addr,
                     mqtt,
+                    amqp: amqp_addr,
                     admin: None,
                 };
                 let listen = shared.config.admin.listen;
@@ -267,6 +270,7 @@ impl Server {
             admin,
             local_addr,
             tls_addr,
+            amqp_addr,
             stomp_addr,
             stomp_ws_addr,
             mqtt,
@@ -320,6 +324,7 @@ pub struct Stats {
 pub struct ServerHandle {
     local_addr: SocketAddr,
     stomp_addr: Option<SocketAddr>,
+    amqp_addr: Option<SocketAddr>,
     stomp_ws_addr: Option<SocketAddr>,
     tls_addr: Option<SocketAddr>,
     mqtt: MqttListeners,
@@ -353,6 +358,11 @@ impl ServerHandle {
     /// The STOMP-over-WebSocket listener's address, if it runs.
     pub fn stomp_ws_addr(&self) -> Option<SocketAddr> {
         self.stomp_ws_addr
+    }
+
+    /// The AMQP listener's address, if it runs.
+    pub fn amqp_addr(&self) -> Option<SocketAddr> {
+        self.amqp_addr
     }
 
     /// The TLS listener's address, if it runs.

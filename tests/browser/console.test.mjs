@@ -206,6 +206,7 @@ async function securedServer() {
     'listen = "127.0.0.1:0"', `data_dir = "${dir}/data"`,
     "[stomp]", "enabled = false", "websocket_enabled = false",
     "[mqtt]", "enabled = false", "websocket_enabled = false",
+    "[amqp]", "enabled = false",
     "[admin]", 'listen = "127.0.0.1:0"',
     "[auth]", "failed_login_delay_ms = 10",
     "[[auth.users]]", 'name = "ops"', `password = "${hash}"`, 'roles = ["ops"]',

@@ -33,6 +33,7 @@ class Server:
                 "--stomp-ws-listen", "127.0.0.1:0",
                 "--mqtt-listen", "127.0.0.1:0",
                 "--mqtt-ws-listen", "127.0.0.1:0",
+                "--amqp-listen", "127.0.0.1:0",
                 "--admin-listen", "127.0.0.1:0",
                 "--data-dir", self.data,
             ],
@@ -53,6 +54,7 @@ class Server:
         self.stomp_ws = (host, int(port))
         self.mqtt = self.address("herald-server MQTT listening on ")
         self.mqtt_ws = self.address("herald-server MQTT over WebSocket listening on ")
+        self.amqp = self.address("herald-server AMQP listening on ")
         admin_line = self.proc.stdout.readline().strip()
         assert admin_line.startswith("herald-server admin listening on "), admin_line
         self.admin = admin_line.rsplit(" ", 1)[1].rstrip("/")

@@ -467,6 +467,10 @@ fn embedded_server(
             websocket_enabled: false,
             ..Default::default()
         },
+        amqp: herald_server::config::AmqpSection {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..Default::default()
+        },
         admin: herald_server::config::AdminSection {
             enabled: false,
             ..Default::default()

@@ -95,6 +95,8 @@ fn start_herald() -> Result<Process> {
             any,
             "--mqtt-ws-listen",
             any,
+            "--amqp-listen",
+            any,
             "--admin-listen",
             any,
         ])

@@ -116,6 +116,7 @@ async fn server(State(state): State<AppState>) -> ApiResult {
             "mqtt": addr(a.mqtt.tcp),
             "mqtt_tls": addr(a.mqtt.tls),
             "mqtt_ws": addr(a.mqtt.websocket),
+            "amqp": addr(a.amqp),
             "admin": addr(a.admin),
         },
         "config": {
@@ -592,6 +593,7 @@ fn protocol_name(p: Protocol) -> &'static str {
         Protocol::Mqtt => "mqtt",
         Protocol::MqttTls => "mqtt+tls",
         Protocol::MqttWebSocket => "mqtt+ws",
+        Protocol::Amqp => "amqp",
     }
 }
 

@@ -35,6 +35,8 @@ pub struct Addresses {
     pub tls: Option<SocketAddr>,
     /// MQTT's.
     pub mqtt: MqttListeners,
+    /// AMQP 1.0.
+    pub amqp: Option<SocketAddr>,
     /// This interface.
     pub admin: Option<SocketAddr>,
 }

@@ -31,6 +31,8 @@ pub enum Protocol {
     MqttTls,
     /// MQTT carried in WebSocket messages (subprotocol `mqtt`).
     MqttWebSocket,
+    /// AMQP 1.0.
+    Amqp,
 }
 
 impl Protocol {

@@ -97,6 +97,11 @@ fn refuse(mut stream: TcpStream, protocol: Protocol, max: usize) {
         // No TLS session yet, or (MQTT) no version known to answer in:
         // nothing can be said.
         Protocol::NativeTls | Protocol::Mqtt | Protocol::MqttTls => return,
+        // The server's protocol header, the one way to refuse before a
+        // frame: the client sees a mismatch and closes.
+        Protocol::Amqp => {
+            buf.extend_from_slice(&herald_protocol::amqp::ProtocolHeader::Sasl.bytes())
+        }
         Protocol::Native => {
             let error = ErrorFrame::new(ErrorCode::LimitExceeded, true, why);
             if Frame::Error(error).encode(0, &mut buf).is_err() {

@@ -98,6 +98,8 @@ pub enum Front {
     Stomp(Box<StompSession>),
     /// MQTT.
     Mqtt(Box<MqttSession>),
+    /// AMQP 1.0.
+    Amqp(Box<crate::amqp::AmqpSession>),
 }
 
 pub struct Connection {
@@ -251,6 +253,7 @@ impl Connection {
                 }
                 answer
             }
+            (Front::Amqp(amqp), result) => amqp.answer_bytes(request_id, result),
         };
         self.out.pay_answer(request_id, answer);
     }
@@ -265,6 +268,7 @@ impl Connection {
                     self.read = ReadState::Closing;
                 }
             }
+            Front::Amqp(amqp) => amqp.settle_request(&mut self.out, request_id, Ok(())),
         }
     }
 
@@ -280,6 +284,10 @@ impl Connection {
             }
             Front::Mqtt(mqtt) => {
                 mqtt.error(&mut self.out, self.session.phase, code, &message);
+                self.read = ReadState::Closing;
+            }
+            Front::Amqp(amqp) => {
+                amqp.error(&mut self.out, code, &message, self.serial);
                 self.read = ReadState::Closing;
             }
         }
@@ -316,6 +324,10 @@ impl Connection {
                 return self.reply_error(request_id, code, fatal, message);
             }
             Front::Mqtt(mqtt) => mqtt.settle_request(&mut self.out, request_id, Err(refusal)),
+            Front::Amqp(amqp) => {
+                amqp.settle_request(&mut self.out, request_id, Err(refusal));
+                Flow::Continue
+            }
         };
         if matches!(flow, Flow::Close) {
             self.read = ReadState::Closing;
@@ -468,6 +480,8 @@ impl Connection {
                 &message,
                 self.serial,
             ),
+            // It subscribes to nothing yet: nothing is routed to it.
+            Front::Amqp(_) => false,
         }
     }
 
@@ -497,8 +511,10 @@ impl Connection {
 
     /// Writes what is queued; remembers whether the socket blocked.
     pub fn flush(&mut self) -> io::Result<WriteStatus> {
-        if let (Front::Stomp(stomp), false) = (&mut self.front, self.out.is_empty()) {
-            stomp.wrote(Instant::now());
+        match (&mut self.front, self.out.is_empty()) {
+            (Front::Stomp(stomp), false) => stomp.wrote(Instant::now()),
+            (Front::Amqp(amqp), false) => amqp.wrote(Instant::now()),
+            _ => {}
         }
         let before = self.out.pending();
         let status = self.flush_out();
@@ -535,10 +551,11 @@ impl Connection {
     /// Queues a heart-beat if the protocol owes one and nothing else went
     /// out for its interval; true if it did.
     pub fn heartbeat_due(&mut self, now: Instant) -> bool {
-        let Front::Stomp(stomp) = &mut self.front else {
-            return false;
-        };
-        stomp.heartbeat_due(&mut self.out, now)
+        match &mut self.front {
+            Front::Stomp(stomp) => stomp.heartbeat_due(&mut self.out, now),
+            Front::Amqp(amqp) => amqp.heartbeat_due(&mut self.out, now),
+            _ => false,
+        }
     }
 }
 

@@ -321,6 +321,7 @@ impl Worker {
             Protocol::StompWebSocket => Front::Stomp(Box::new(StompSession::new(limits, true))),
             Protocol::Mqtt | Protocol::MqttTls => mqtt(false),
             Protocol::MqttWebSocket => mqtt(true),
+            Protocol::Amqp => Front::Amqp(Box::default()),
         };
         let home = ConnectionRef {
             worker: self.index,
@@ -636,6 +637,11 @@ impl Worker {
             Front::Mqtt(m) => {
                 let mut ctx = Context::new(&self.shared, target, &mut self.deliveries);
                 mqtt::admitted(principal, m, &mut conn.session, &mut conn.out, &mut ctx)
+            }
+            // Admitted at `open`, which comes next.
+            Front::Amqp(a) => {
+                crate::amqp::logged_in(principal, a, &mut conn.out);
+                Ok(Flow::Continue)
             }
             _ => admit(&mut conn.session, principal, &self.shared, conn.serial)
                 .map(|()| {
@@ -1152,6 +1158,15 @@ fn decode_all(decoders: &Decoders, conn: &mut Connection, ctx: &mut Context<'_>)
         }
         Front::Mqtt(m) => {
             return mqtt::receive(m, &mut conn.read_buf, &mut conn.session, &mut conn.out, ctx)
+        }
+        Front::Amqp(a) => {
+            return crate::amqp::receive(
+                a,
+                &mut conn.read_buf,
+                &mut conn.session,
+                &mut conn.out,
+                ctx,
+            )
         }
     }
     loop {

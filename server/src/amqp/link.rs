@@ -1,0 +1,444 @@
+//! An AMQP session's links: `attach`, `flow`, `transfer`, `disposition`
+//! and `detach`. So far the links on which a client sends: each grants it
+//! `amqp.link_credit` messages, renewed as they arrive; a message is
+//! routed as the native protocol's SEND is, and settled by this side once
+//! routed, or once the journal has it.
+
+use bytes::BytesMut;
+use herald_protocol::amqp::delivery::DeliveryState;
+use herald_protocol::amqp::message::Message as AmqpMessage;
+use herald_protocol::amqp::performative::{Attach, Detach, Flow as AmqpFlow, Transfer};
+use herald_protocol::amqp::terminus::LinkTarget;
+use herald_protocol::amqp::Performative;
+use herald_protocol::Destination;
+
+use super::mapping::{self, MappingError};
+use super::state::{
+    condition, error, outcome, settled_as, AmqpSession, Fatal, Incoming, Link, Partial, WINDOW,
+};
+use crate::auth::Permission;
+use crate::frontend::outbound::Outbound;
+use crate::frontend::{publish, Context, Flow, Published};
+use crate::session::Session;
+
+/// Handles a link's performative on `channel` (which has a session).
+pub(super) fn performative(
+    amqp: &mut AmqpSession,
+    channel: u16,
+    p: Performative,
+    payload: bytes::Bytes,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Fatal> {
+    match p {
+        Performative::Attach(a) => attach(amqp, channel, *a, session, out, ctx),
+        Performative::Transfer(t) => transfer(amqp, channel, t, payload, session, out, ctx),
+        Performative::Detach(d) => {
+            let Some(ch) = amqp.channels.get_mut(&channel) else {
+                return Err(unattached(d.handle));
+            };
+            // The answer to this side's detach.
+            if ch.detaching.remove(&d.handle) {
+                return Ok(Flow::Continue);
+            }
+            let Some(link) = ch.links.remove(&d.handle) else {
+                return Err(unattached(d.handle));
+            };
+            link.detached(session, ctx);
+            amqp.perform(
+                out,
+                channel,
+                Performative::Detach(Detach {
+                    handle: d.handle,
+                    closed: d.closed,
+                    error: None,
+                }),
+            );
+            Ok(Flow::Continue)
+        }
+        // Credit for links on which this side sends (none yet), and the
+        // session's window, which this side keeps open.
+        Performative::Flow(f) => {
+            if let Some(handle) = f.handle {
+                let ch = amqp.channels.get(&channel);
+                if ch.is_some_and(|ch| ch.detaching.contains(&handle)) {
+                    return Ok(Flow::Continue);
+                }
+                if !ch.is_some_and(|ch| ch.links.contains_key(&handle)) {
+                    return Err(unattached(handle));
+                }
+                if f.echo {
+                    grant(amqp, channel, handle, out);
+                }
+            }
+            Ok(Flow::Continue)
+        }
+        // Settles deliveries this side sent: none yet.
+        Performative::Disposition(_) => Ok(Flow::Continue),
+        other => Err(Fatal(
+            condition::FRAMING,
+            format!("{other:?} is not a link's performative"),
+        )),
+    }
+}
+
+fn unattached(handle: u32) -> Fatal {
+    Fatal(
+        condition::UNATTACHED,
+        format!("handle {handle} is not attached"),
+    )
+}
+
+/// Refuses an attach: an attach back without the terminus, then a detach
+/// with why.
+fn refuse_attach(
+    amqp: &mut AmqpSession,
+    channel: u16,
+    mut a: Attach,
+    (condition, why): (&str, String),
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) {
+    a.role_receiver = !a.role_receiver;
+    if a.role_receiver {
+        a.target = herald_protocol::amqp::Value::Null;
+    } else {
+        a.source = herald_protocol::amqp::Value::Null;
+    }
+    a.initial_delivery_count = (!a.role_receiver).then_some(0);
+    let handle = a.handle;
+    amqp.perform(out, channel, Performative::Attach(Box::new(a)));
+    detach_with(amqp, channel, handle, (condition, why), session, out, ctx);
+}
+
+fn attach(
+    amqp: &mut AmqpSession,
+    channel: u16,
+    a: Attach,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Fatal> {
+    let max = ctx.shared.config.amqp.max_links;
+    if a.handle >= max {
+        return Err(Fatal(
+            condition::FRAMING,
+            format!(
+                "handle {} is beyond the handle-max of {}",
+                a.handle,
+                max - 1
+            ),
+        ));
+    }
+    if amqp
+        .channels
+        .get(&channel)
+        .is_some_and(|ch| ch.links.contains_key(&a.handle))
+    {
+        return Err(Fatal(
+            condition::HANDLE_IN_USE,
+            format!("handle {} is attached already", a.handle),
+        ));
+    }
+    if a.role_receiver {
+        let why =
+            "receiving over AMQP is not built yet (issue 28): this server takes messages only";
+        refuse_attach(
+            amqp,
+            channel,
+            a,
+            (condition::NOT_IMPLEMENTED, why.into()),
+            session,
+            out,
+            ctx,
+        );
+        return Ok(Flow::Continue);
+    }
+    let destination = match sender_target(&a, session) {
+        Ok(d) => d,
+        Err(fault) => {
+            refuse_attach(amqp, channel, a, fault, session, out, ctx);
+            return Ok(Flow::Continue);
+        }
+    };
+    // Accepted: the attach back, then credit.
+    let credit = ctx.shared.config.amqp.link_credit;
+    let handle = a.handle;
+    let delivery_count = a.initial_delivery_count.unwrap_or(0);
+    let reply = Attach {
+        role_receiver: true,
+        initial_delivery_count: None,
+        max_message_size: u64::from(ctx.shared.config.max_frame_size),
+        offered_capabilities: Vec::new(),
+        desired_capabilities: Vec::new(),
+        // Settled on arrival, as a receiver does in mode first.
+        rcv_settle_mode: 0,
+        ..a
+    };
+    amqp.perform(out, channel, Performative::Attach(Box::new(reply)));
+    if let Some(ch) = amqp.channels.get_mut(&channel) {
+        ch.links.insert(
+            handle,
+            Link::Incoming(Incoming {
+                destination,
+                credit,
+                delivery_count,
+                partial: None,
+            }),
+        );
+    }
+    grant(amqp, channel, handle, out);
+    Ok(Flow::Continue)
+}
+
+/// Where a link on which the client sends delivers: its target's node,
+/// or `None` for the anonymous relay; or why it may not attach.
+fn sender_target(
+    a: &Attach,
+    session: &Session,
+) -> Result<Option<Destination>, (&'static str, String)> {
+    let target = LinkTarget::from_value(a.target.clone())
+        .map_err(|e| (condition::INVALID_FIELD, e.to_string()))?;
+    let destination = match target {
+        None => None,
+        Some(LinkTarget::Coordinator(_)) => {
+            let why = "transactions over AMQP are not built yet (issue 28)";
+            return Err((condition::NOT_IMPLEMENTED, why.into()));
+        }
+        Some(LinkTarget::Target(t)) if t.dynamic => {
+            let why = "a dynamic target: this side makes temporary queues for receivers only";
+            return Err((condition::NOT_ALLOWED, why.into()));
+        }
+        Some(LinkTarget::Target(t)) => t
+            .address
+            .as_deref()
+            .map(|address| mapping::destination(address, &t.capabilities))
+            .transpose()
+            .map_err(|e| (condition::INVALID_FIELD, e.to_string()))?,
+    };
+    if let Some(d) = destination.as_ref().filter(|d| !d.is_temporary()) {
+        session
+            .principal
+            .check(Permission::Publish, d.kind, &d.name)
+            .map_err(|denied| (condition::UNAUTHORIZED, denied.to_string()))?;
+    }
+    Ok(destination)
+}
+
+/// Sends a link's state and its full credit.
+fn grant(amqp: &mut AmqpSession, channel: u16, handle: u32, out: &mut Outbound) {
+    let full = amqp.link_credit;
+    let Some(ch) = amqp.channels.get_mut(&channel) else {
+        return;
+    };
+    let next_incoming_id = ch.next_incoming_id;
+    let Some(Link::Incoming(link)) = ch.links.get_mut(&handle) else {
+        return;
+    };
+    link.credit = full;
+    let flow = AmqpFlow {
+        next_incoming_id: Some(next_incoming_id),
+        incoming_window: WINDOW,
+        next_outgoing_id: 1,
+        outgoing_window: WINDOW,
+        handle: Some(handle),
+        delivery_count: Some(link.delivery_count),
+        link_credit: Some(full),
+        available: None,
+        drain: false,
+        echo: false,
+    };
+    amqp.perform(out, channel, Performative::Flow(flow));
+}
+
+/// Ends a link on an error of its own: the connection goes on.
+fn detach_with(
+    amqp: &mut AmqpSession,
+    channel: u16,
+    handle: u32,
+    (condition, why): (&str, String),
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) {
+    log::info!(
+        "AMQP connection {}: link {handle} detached: {condition}: {why}",
+        ctx.me.serial
+    );
+    if let Some(ch) = amqp.channels.get_mut(&channel) {
+        if let Some(link) = ch.links.remove(&handle) {
+            link.detached(session, ctx);
+        }
+        ch.detaching.insert(handle);
+    }
+    amqp.detach(out, channel, handle, (condition, why));
+}
+
+fn transfer(
+    amqp: &mut AmqpSession,
+    channel: u16,
+    t: Transfer,
+    payload: bytes::Bytes,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Fatal> {
+    let max_message = ctx.shared.config.max_frame_size as usize;
+    let full = amqp.link_credit;
+    let Some(ch) = amqp.channels.get_mut(&channel) else {
+        return Err(unattached(t.handle));
+    };
+    ch.next_incoming_id = ch.next_incoming_id.wrapping_add(1);
+    if ch.detaching.contains(&t.handle) {
+        return Ok(Flow::Continue);
+    }
+    let Some(Link::Incoming(link)) = ch.links.get_mut(&t.handle) else {
+        return Err(unattached(t.handle));
+    };
+    // The first frame of a delivery uses credit.
+    let partial = match link.partial.take() {
+        Some(p) => p,
+        None => {
+            let Some(delivery_id) = t.delivery_id else {
+                return Err(Fatal(
+                    condition::INVALID_FIELD,
+                    "a transfer that starts a delivery without a delivery-id".into(),
+                ));
+            };
+            if link.credit == 0 {
+                let why = "a transfer without credit".to_owned();
+                detach_with(
+                    amqp,
+                    channel,
+                    t.handle,
+                    (condition::TRANSFER_LIMIT, why),
+                    session,
+                    out,
+                    ctx,
+                );
+                return Ok(Flow::Continue);
+            }
+            link.credit -= 1;
+            link.delivery_count = link.delivery_count.wrapping_add(1);
+            Partial {
+                delivery_id,
+                settled: t.settled,
+                bytes: BytesMut::new(),
+            }
+        }
+    };
+    let mut partial = partial;
+    partial.settled |= t.settled;
+    if t.aborted {
+        return Ok(Flow::Continue);
+    }
+    if partial.bytes.len() + payload.len() > max_message {
+        let why = format!("a message of more than {max_message} bytes (max_frame_size)");
+        detach_with(
+            amqp,
+            channel,
+            t.handle,
+            (condition::MESSAGE_SIZE, why),
+            session,
+            out,
+            ctx,
+        );
+        return Ok(Flow::Continue);
+    }
+    partial.bytes.extend_from_slice(&payload);
+    let low = link.credit <= full / 2;
+    if t.more {
+        link.partial = Some(partial);
+        return Ok(Flow::Continue);
+    }
+    let destination = link.destination.clone();
+    if low {
+        grant(amqp, channel, t.handle, out);
+    }
+    deliver(
+        amqp,
+        channel,
+        t.handle,
+        partial,
+        destination,
+        session,
+        out,
+        ctx,
+    )
+}
+
+/// Routes a whole message that arrived on a link.
+#[allow(clippy::too_many_arguments)]
+fn deliver(
+    amqp: &mut AmqpSession,
+    channel: u16,
+    handle: u32,
+    partial: Partial,
+    destination: Option<Destination>,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Fatal> {
+    let Partial {
+        delivery_id,
+        settled,
+        bytes,
+    } = partial;
+    let made = AmqpMessage::decode(&bytes)
+        .map_err(|e| (condition::DECODE, e.to_string()))
+        .and_then(|m| {
+            let prefix = format!("ID:amqp-{}-", ctx.me.serial);
+            let n = amqp.next_message;
+            amqp.next_message += 1;
+            mapping::message_from(&m, destination.as_ref(), (&prefix, n), mapping::now_ms())
+                .map_err(|e| {
+                    let condition = match e {
+                        MappingError::NoAddress => condition::NOT_FOUND,
+                        MappingError::Message(_) => condition::INVALID_FIELD,
+                    };
+                    (condition, e.to_string())
+                })
+        });
+    let view = match made {
+        Ok(view) => view,
+        Err(fault) if settled => {
+            detach_with(amqp, channel, handle, fault, session, out, ctx);
+            return Ok(Flow::Continue);
+        }
+        Err((condition, why)) => {
+            let rejected = DeliveryState::Rejected(error(condition, why));
+            amqp.perform(out, channel, settled_as(delivery_id, rejected));
+            return Ok(Flow::Continue);
+        }
+    };
+    let request_id = if settled {
+        0
+    } else {
+        amqp.owe(channel, delivery_id)
+    };
+    match publish(view, request_id, None, session, out, ctx) {
+        Ok(Published::Now) => {
+            amqp.settle_request(out, request_id, Ok(()));
+            Ok(Flow::Continue)
+        }
+        Ok(Published::Later) => Ok(Flow::Continue),
+        Ok(Published::Held(parked)) => Ok(Flow::Park(parked)),
+        Err(refusal) if request_id == 0 => {
+            let why = refusal.message().to_owned();
+            let condition = match outcome(Err(refusal)) {
+                DeliveryState::Rejected(Some(c)) if c.condition == condition::UNAUTHORIZED => {
+                    condition::UNAUTHORIZED
+                }
+                _ => condition::NOT_ALLOWED,
+            };
+            detach_with(amqp, channel, handle, (condition, why), session, out, ctx);
+            Ok(Flow::Continue)
+        }
+        Err(refusal) => {
+            amqp.settle_request(out, request_id, Err(refusal));
+            Ok(Flow::Continue)
+        }
+    }
+}

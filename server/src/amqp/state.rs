@@ -1,0 +1,373 @@
+//! An AMQP connection's state: its stage, sessions, links and the
+//! deliveries whose outcome it owes, and how it writes frames.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use herald_protocol::amqp::delivery::DeliveryState;
+use herald_protocol::amqp::performative::{AmqpCondition, Detach, Disposition, Open};
+use herald_protocol::amqp::sasl::outcome;
+use herald_protocol::amqp::{FrameHeader, FrameKind, Performative, ProtocolHeader, Sasl, Value};
+use herald_protocol::{Destination, ErrorCode};
+
+use crate::auth::Principal;
+use crate::frontend::outbound::Outbound;
+use crate::frontend::{Context, Flow, Refusal};
+use crate::session::Session;
+
+/// Error conditions (part 2.8.15 and after).
+pub(super) mod condition {
+    pub const INTERNAL: &str = "amqp:internal-error";
+    pub const NOT_FOUND: &str = "amqp:not-found";
+    pub const UNAUTHORIZED: &str = "amqp:unauthorized-access";
+    pub const DECODE: &str = "amqp:decode-error";
+    pub const LIMIT: &str = "amqp:resource-limit-exceeded";
+    pub const NOT_ALLOWED: &str = "amqp:not-allowed";
+    pub const INVALID_FIELD: &str = "amqp:invalid-field";
+    pub const NOT_IMPLEMENTED: &str = "amqp:not-implemented";
+    pub const FORCED: &str = "amqp:connection:forced";
+    pub const FRAMING: &str = "amqp:connection:framing-error";
+    pub const UNATTACHED: &str = "amqp:session:unattached-handle";
+    pub const HANDLE_IN_USE: &str = "amqp:session:handle-in-use";
+    pub const MESSAGE_SIZE: &str = "amqp:link:message-size-exceeded";
+    pub const TRANSFER_LIMIT: &str = "amqp:link:transfer-limit-exceeded";
+}
+
+/// The largest frame taken before `open` (SASL, headers, the open itself).
+pub(super) const HANDSHAKE_FRAME: u32 = 64 * 1024;
+/// A session's transfer window: renewed with every flow this side sends.
+pub(super) const WINDOW: u32 = 1 << 20;
+
+/// Where the connection is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stage {
+    /// Waiting for the client's first protocol header.
+    Header,
+    /// SASL: waiting for `sasl-init`.
+    SaslInit,
+    /// SASL: the credentials are being checked.
+    LoggingIn,
+    /// SASL done: waiting for the AMQP protocol header.
+    AmqpHeader,
+    /// Waiting for `open`.
+    Open,
+    /// Open: sessions and links.
+    Opened,
+    /// `close` sent or received: nothing more is read.
+    Closed,
+}
+
+/// An AMQP session: one `begin` on one channel.
+pub(super) struct Channel {
+    /// The next transfer id expected from the client.
+    pub(super) next_incoming_id: u32,
+    /// Its links, by the client's handle.
+    pub(super) links: HashMap<u32, Link>,
+    /// Handles this side detached whose detach from the client has not
+    /// come yet: frames for them are dropped, their detach ends them.
+    pub(super) detaching: HashSet<u32>,
+}
+
+/// A delivery whose outcome waits for the broker (the journal).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Owed {
+    pub(super) channel: u16,
+    pub(super) delivery_id: u32,
+}
+
+/// What an AMQP connection needs besides the protocol-neutral session.
+pub struct AmqpSession {
+    pub(super) stage: Stage,
+    /// Who logged in through SASL, until `open` admits the connection.
+    pub(super) principal: Option<Box<Principal>>,
+    /// The largest frame the client takes.
+    pub(super) peer_max_frame: u32,
+    /// Its sessions, by the client's channel (this side answers on the
+    /// same number).
+    pub(super) channels: HashMap<u16, Channel>,
+    /// Deliveries whose disposition waits, by request id.
+    pub(super) owed: HashMap<u32, Owed>,
+    pub(super) next_request: u32,
+    /// Numbers the messages that come without an id.
+    pub(super) next_message: u64,
+    /// The credit each link on which the client sends is given.
+    pub(super) link_credit: u32,
+    /// How often this side must send a frame, if the client asked.
+    pub(super) heartbeat: Option<Duration>,
+    pub(super) last_write: Instant,
+}
+
+impl Default for AmqpSession {
+    fn default() -> AmqpSession {
+        AmqpSession::new()
+    }
+}
+
+/// A fault that ends the connection: the condition and why.
+pub(super) struct Fatal(pub(super) &'static str, pub(super) String);
+
+impl AmqpSession {
+    /// A connection that has sent nothing yet.
+    pub fn new() -> AmqpSession {
+        AmqpSession {
+            stage: Stage::Header,
+            principal: None,
+            peer_max_frame: HANDSHAKE_FRAME,
+            channels: HashMap::new(),
+            owed: HashMap::new(),
+            next_request: 1,
+            next_message: 1,
+            link_credit: 1,
+            heartbeat: None,
+            last_write: Instant::now(),
+        }
+    }
+
+    /// Notes that bytes were handed to the socket.
+    pub fn wrote(&mut self, now: Instant) {
+        self.last_write = now;
+    }
+
+    /// Queues an empty frame if the client asked for frames at least every
+    /// so often and nothing else went out for that long; true if it did.
+    pub fn heartbeat_due(&mut self, out: &mut Outbound, now: Instant) -> bool {
+        let Some(every) = self.heartbeat else {
+            return false;
+        };
+        if !out.is_empty() || now.duration_since(self.last_write) < every {
+            return false;
+        }
+        let mut b = BytesMut::with_capacity(8);
+        FrameHeader::write(FrameKind::Amqp, 0, 0, &mut b);
+        out.push_raw(b.freeze());
+        true
+    }
+
+    /// Queues a frame: `body` after its header.
+    pub(super) fn send(
+        &self,
+        out: &mut Outbound,
+        kind: FrameKind,
+        channel: u16,
+        body: &Value,
+        payload: &[u8],
+    ) {
+        let mut encoded = BytesMut::new();
+        body.encode(&mut encoded);
+        let mut frame = BytesMut::with_capacity(8 + encoded.len() + payload.len());
+        FrameHeader::write(kind, channel, encoded.len() + payload.len(), &mut frame);
+        frame.extend_from_slice(&encoded);
+        frame.extend_from_slice(payload);
+        out.push_raw(frame.freeze());
+    }
+
+    /// Queues a performative.
+    pub(super) fn perform(&self, out: &mut Outbound, channel: u16, p: Performative) {
+        self.send(out, FrameKind::Amqp, channel, &p.to_value(), &[]);
+    }
+
+    /// The bytes of a performative, for an answer owed in its place.
+    pub(super) fn performance_bytes(channel: u16, p: &Performative) -> Bytes {
+        let mut encoded = BytesMut::new();
+        p.to_value().encode(&mut encoded);
+        let mut frame = BytesMut::with_capacity(8 + encoded.len());
+        FrameHeader::write(FrameKind::Amqp, channel, encoded.len(), &mut frame);
+        frame.extend_from_slice(&encoded);
+        frame.freeze()
+    }
+
+    pub(super) fn sasl(&self, out: &mut Outbound, frame: Sasl) {
+        self.send(out, FrameKind::Sasl, 0, &frame.to_value(), &[]);
+    }
+
+    /// Closes the connection with `error`: in the protocol it has reached.
+    pub(super) fn fail(
+        &mut self,
+        out: &mut Outbound,
+        Fatal(condition, why): Fatal,
+        serial: u64,
+    ) -> Flow {
+        log::info!("AMQP connection {serial}: {condition}: {why}");
+        match self.stage {
+            Stage::Header | Stage::AmqpHeader => {
+                out.push_raw(Bytes::copy_from_slice(&ProtocolHeader::Amqp.bytes()));
+            }
+            Stage::SaslInit | Stage::LoggingIn => self.sasl(
+                out,
+                Sasl::Outcome {
+                    code: match condition {
+                        condition::UNAUTHORIZED => outcome::AUTH,
+                        _ => outcome::SYS,
+                    },
+                    additional_data: None,
+                },
+            ),
+            Stage::Open => {
+                // A close must follow an open of this side's.
+                self.perform(out, 0, Performative::Open(server_open_minimal()));
+                self.close_with(out, condition, why);
+            }
+            Stage::Opened => self.close_with(out, condition, why),
+            Stage::Closed => {}
+        }
+        self.stage = Stage::Closed;
+        Flow::Close
+    }
+
+    pub(super) fn close_with(&self, out: &mut Outbound, condition: &'static str, why: String) {
+        self.perform(out, 0, Performative::Close(error(condition, why)));
+    }
+
+    /// Queues a detach of `handle` for good, with why.
+    pub(super) fn detach(
+        &self,
+        out: &mut Outbound,
+        channel: u16,
+        handle: u32,
+        (condition, why): (&str, String),
+    ) {
+        let detach = Detach {
+            handle,
+            closed: true,
+            error: error(condition, why),
+        };
+        self.perform(out, channel, Performative::Detach(detach));
+    }
+
+    /// Reports an error the server raises (a timeout, a shutdown, an
+    /// administrator's close, a refused login): the connection closes.
+    pub fn error(&mut self, out: &mut Outbound, code: ErrorCode, message: &str, serial: u64) {
+        let condition = match code {
+            ErrorCode::AuthenticationFailed | ErrorCode::NotAuthorized => condition::UNAUTHORIZED,
+            ErrorCode::LimitExceeded => condition::LIMIT,
+            ErrorCode::Internal => condition::INTERNAL,
+            _ => condition::FORCED,
+        };
+        let _ = self.fail(out, Fatal(condition, message.to_owned()), serial);
+    }
+
+    /// Settles request `request_id` (a delivery waiting for its outcome):
+    /// `accepted`, or `rejected` with why.
+    pub fn settle_request(
+        &mut self,
+        out: &mut Outbound,
+        request_id: u32,
+        result: Result<(), Refusal>,
+    ) {
+        if let Some(bytes) = self.answer_bytes(request_id, result) {
+            out.push_answer(bytes);
+        }
+    }
+
+    /// [`settle_request`](Self::settle_request)'s disposition as bytes, for
+    /// one owed in its place.
+    pub fn answer_bytes(&mut self, request_id: u32, result: Result<(), Refusal>) -> Option<Bytes> {
+        let owed = self.owed.remove(&request_id)?;
+        let settled = settled_as(owed.delivery_id, outcome(result));
+        Some(Self::performance_bytes(owed.channel, &settled))
+    }
+
+    /// Owes the outcome of delivery `delivery_id` on `channel`: the request
+    /// id the broker answers.
+    pub(super) fn owe(&mut self, channel: u16, delivery_id: u32) -> u32 {
+        let id = self.next_request;
+        self.next_request = self.next_request.wrapping_add(1).max(1);
+        self.owed.insert(
+            id,
+            Owed {
+                channel,
+                delivery_id,
+            },
+        );
+        id
+    }
+}
+
+/// An error field: a condition and why.
+pub(super) fn error(condition: &str, why: String) -> Option<AmqpCondition> {
+    Some(AmqpCondition {
+        condition: condition.into(),
+        description: Some(why),
+    })
+}
+
+/// The disposition that settles delivery `delivery_id` (one the client
+/// sent) with `state`.
+pub(super) fn settled_as(delivery_id: u32, state: DeliveryState) -> Performative {
+    Performative::Disposition(Disposition {
+        role_receiver: true,
+        first: delivery_id,
+        last: None,
+        settled: true,
+        state: state.to_value(),
+    })
+}
+
+/// An `open` this side sends before a close, when the client's open
+/// could not be taken.
+fn server_open_minimal() -> Open {
+    Open {
+        container_id: "herald".into(),
+        hostname: None,
+        max_frame_size: HANDSHAKE_FRAME,
+        channel_max: 0,
+        idle_time_out: 0,
+        offered_capabilities: Vec::new(),
+        desired_capabilities: Vec::new(),
+    }
+}
+
+/// A link of a session.
+pub(super) enum Link {
+    /// The client sends on it.
+    Incoming(Incoming),
+}
+
+/// A link on which the client sends.
+pub(super) struct Incoming {
+    /// Where its messages go; `None`: the anonymous relay (each message's
+    /// `to`).
+    pub(super) destination: Option<Destination>,
+    /// Messages the client may still send.
+    pub(super) credit: u32,
+    /// Deliveries so far (the link's delivery count).
+    pub(super) delivery_count: u32,
+    /// A delivery whose frames are still coming.
+    pub(super) partial: Option<Partial>,
+}
+
+/// A message arriving in several transfer frames.
+pub(super) struct Partial {
+    pub(super) delivery_id: u32,
+    pub(super) settled: bool,
+    pub(super) bytes: BytesMut,
+}
+
+impl Link {
+    /// The link is gone (detached, or its session ended).
+    pub(super) fn detached(self, _session: &mut Session, _ctx: &mut Context<'_>) {
+        match self {
+            Link::Incoming(_) => {}
+        }
+    }
+}
+
+/// The outcome a delivery gets from what the broker made of it.
+pub(super) fn outcome(result: Result<(), Refusal>) -> DeliveryState {
+    match result {
+        Ok(()) => DeliveryState::Accepted,
+        Err(refusal) => {
+            let condition = match refusal.code() {
+                ErrorCode::NotAuthorized | ErrorCode::AuthenticationFailed => {
+                    condition::UNAUTHORIZED
+                }
+                ErrorCode::LimitExceeded | ErrorCode::QueueFull => condition::LIMIT,
+                ErrorCode::InvalidDestination | ErrorCode::UndeclaredTopic => condition::NOT_FOUND,
+                ErrorCode::Internal => condition::INTERNAL,
+                _ => condition::NOT_ALLOWED,
+            };
+            DeliveryState::Rejected(error(condition, refusal.message().to_owned()))
+        }
+    }
+}

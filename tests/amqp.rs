@@ -1,0 +1,439 @@
+//! The AMQP 1.0 listener at the frame level: the header exchange, SASL
+//! against Herald's users, and what a client that breaks the rules gets
+//! (a close or detach naming the problem, and nobody else disturbed).
+//! Real clients are in tests/interop/test_amqp.py.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use bytes::{Bytes, BytesMut};
+use herald_protocol::amqp::message::{Body, Header, Message as AmqpMessage};
+use herald_protocol::amqp::performative::{Attach, Begin, Open, Transfer};
+use herald_protocol::amqp::terminus::{LinkTarget, Target};
+use herald_protocol::amqp::{FrameHeader, FrameKind, Performative, ProtocolHeader, Sasl, Value};
+use herald_server::auth::hash_password;
+use herald_server::config::{RoleEntry, UserEntry};
+use herald_server::Config;
+use herald_tests::*;
+
+/// A client that speaks raw AMQP frames.
+struct Raw {
+    stream: TcpStream,
+    buf: BytesMut,
+}
+
+/// What the server sent.
+#[derive(Debug)]
+enum Got {
+    Header(ProtocolHeader),
+    Sasl(Sasl),
+    Amqp(u16, Performative),
+    /// The connection closed.
+    Closed,
+}
+
+impl Raw {
+    fn connect(server: &TestServer) -> Raw {
+        let stream = TcpStream::connect(server.amqp_addr().expect("AMQP runs")).unwrap();
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        Raw {
+            stream,
+            buf: BytesMut::new(),
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    fn frame(&mut self, kind: FrameKind, channel: u16, body: &Value, payload: &[u8]) {
+        let mut encoded = Vec::new();
+        body.encode(&mut encoded);
+        let mut b = Vec::new();
+        FrameHeader::write(kind, channel, encoded.len() + payload.len(), &mut b);
+        b.extend_from_slice(&encoded);
+        b.extend_from_slice(payload);
+        self.write(&b);
+    }
+
+    fn perform(&mut self, channel: u16, p: Performative) {
+        self.frame(FrameKind::Amqp, channel, &p.to_value(), &[]);
+    }
+
+    fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 4096];
+        match self.stream.read(&mut chunk) {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+        }
+    }
+
+    /// The next header or frame (heart-beats skipped).
+    fn next(&mut self, header: bool) -> Got {
+        loop {
+            if header {
+                if let Ok(Some(h)) = ProtocolHeader::read(&self.buf) {
+                    let _ = self.buf.split_to(8);
+                    return Got::Header(h);
+                }
+            } else if let Ok(Some(h)) = FrameHeader::read(&self.buf, u32::MAX) {
+                if self.buf.len() >= h.size as usize {
+                    let frame = self.buf.split_to(h.size as usize);
+                    let body = &frame[h.body_offset..];
+                    if body.is_empty() {
+                        continue;
+                    }
+                    let (v, _) = Value::decode(body).unwrap();
+                    return match h.kind {
+                        FrameKind::Sasl => Got::Sasl(Sasl::from_value(v).unwrap()),
+                        FrameKind::Amqp => {
+                            Got::Amqp(h.channel, Performative::from_value(v).unwrap())
+                        }
+                    };
+                }
+            }
+            if !self.fill() {
+                return Got::Closed;
+            }
+        }
+    }
+
+    /// SASL with `mechanism` and `response`; the outcome's code.
+    fn sasl(&mut self, mechanism: &str, response: &[u8]) -> u8 {
+        self.write(&ProtocolHeader::Sasl.bytes());
+        assert!(matches!(self.next(true), Got::Header(ProtocolHeader::Sasl)));
+        assert!(matches!(self.next(false), Got::Sasl(Sasl::Mechanisms(_))));
+        let init = Sasl::Init {
+            mechanism: mechanism.into(),
+            initial_response: Some(Bytes::copy_from_slice(response)),
+            hostname: None,
+        };
+        self.frame(FrameKind::Sasl, 0, &init.to_value(), &[]);
+        match self.next(false) {
+            Got::Sasl(Sasl::Outcome { code, .. }) => code,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Through SASL ANONYMOUS, the AMQP header and open, and a session on
+    /// channel 0.
+    fn opened(server: &TestServer, container: &str) -> Raw {
+        let mut c = Raw::connect(server);
+        assert_eq!(c.sasl("ANONYMOUS", b""), 0);
+        c.write(&ProtocolHeader::Amqp.bytes());
+        assert!(matches!(c.next(true), Got::Header(ProtocolHeader::Amqp)));
+        c.perform(0, Performative::Open(open(container)));
+        assert!(matches!(c.next(false), Got::Amqp(0, Performative::Open(_))));
+        c.perform(
+            0,
+            Performative::Begin(Begin {
+                remote_channel: None,
+                next_outgoing_id: 0,
+                incoming_window: 1000,
+                outgoing_window: 1000,
+                handle_max: 10,
+            }),
+        );
+        assert!(matches!(
+            c.next(false),
+            Got::Amqp(0, Performative::Begin(_))
+        ));
+        c
+    }
+
+    /// The close or detach the server ends with: its condition and
+    /// description.
+    fn error(&mut self) -> (String, String) {
+        loop {
+            match self.next(false) {
+                Got::Amqp(_, Performative::Close(Some(e)))
+                | Got::Amqp(
+                    _,
+                    Performative::Detach(herald_protocol::amqp::performative::Detach {
+                        error: Some(e),
+                        ..
+                    }),
+                ) => return (e.condition, e.description.unwrap_or_default()),
+                Got::Closed => panic!("closed without an error"),
+                _ => {}
+            }
+        }
+    }
+
+    fn attach_sender(&mut self, handle: u32, address: &str) {
+        let target = LinkTarget::Target(Target {
+            address: Some(address.into()),
+            ..Target::default()
+        });
+        self.perform(
+            0,
+            Performative::Attach(Box::new(Attach {
+                name: format!("link-{handle}"),
+                handle,
+                role_receiver: false,
+                snd_settle_mode: 2,
+                rcv_settle_mode: 0,
+                source: Value::Null,
+                target: target.to_value(),
+                initial_delivery_count: Some(0),
+                max_message_size: 0,
+                offered_capabilities: vec![],
+                desired_capabilities: vec![],
+            })),
+        );
+    }
+
+    fn transfer(&mut self, handle: u32, delivery_id: u32, settled: bool, message: &AmqpMessage) {
+        let mut payload = Vec::new();
+        message.encode(&mut payload);
+        let t = Transfer {
+            handle,
+            delivery_id: Some(delivery_id),
+            delivery_tag: Some(Bytes::from(delivery_id.to_be_bytes().to_vec())),
+            settled,
+            more: false,
+            state: Value::Null,
+            aborted: false,
+        };
+        self.frame(
+            FrameKind::Amqp,
+            0,
+            &Performative::Transfer(t).to_value(),
+            &payload,
+        );
+    }
+}
+
+fn open(container: &str) -> Open {
+    Open {
+        container_id: container.into(),
+        hostname: None,
+        max_frame_size: 65536,
+        channel_max: 8,
+        idle_time_out: 0,
+        offered_capabilities: vec![],
+        desired_capabilities: vec![],
+    }
+}
+
+fn text(body: &str, durable: bool) -> AmqpMessage {
+    AmqpMessage {
+        header: Some(Header {
+            durable,
+            ..Header::default()
+        }),
+        body: Body::Value(Value::String(body.into())),
+        ..AmqpMessage::default()
+    }
+}
+
+#[test]
+fn a_durable_message_is_accepted_once_the_journal_has_it_and_read_natively() {
+    let server = start();
+    let mut c = Raw::opened(&server, "raw-1");
+    c.attach_sender(0, "queue://raw");
+    assert!(matches!(
+        c.next(false),
+        Got::Amqp(0, Performative::Attach(_))
+    ));
+    match c.next(false) {
+        Got::Amqp(0, Performative::Flow(f)) => assert_eq!(f.link_credit, Some(1000)),
+        other => panic!("{other:?}"),
+    }
+    c.transfer(0, 0, false, &text("kept", true));
+    match c.next(false) {
+        Got::Amqp(0, Performative::Disposition(d)) => {
+            assert_eq!((d.first, d.settled), (0, true));
+            assert!(
+                format!("{:?}", d.state).contains("36"),
+                "accepted: {:?}",
+                d.state
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The native client reads it, persistent.
+    let (_conn, s) = connect(&server);
+    let consumer = s
+        .create_consumer(&herald_client::Destination::queue("raw"))
+        .unwrap();
+    let m = next(&consumer);
+    assert_eq!(m.body_text(), Some("kept"));
+    assert_eq!(m.delivery_mode, herald_client::DeliveryMode::Persistent);
+}
+
+#[test]
+fn broken_rules_get_a_close_or_detach_that_names_them() {
+    let mut config = test_config();
+    config.amqp.link_credit = 2;
+    let server = start_with(config);
+
+    // Not AMQP at all: the server's header, then nothing.
+    let mut c = Raw::connect(&server);
+    c.write(b"GET / HTTP/1.1\r\n\r\n");
+    assert!(matches!(c.next(true), Got::Header(_)));
+    assert!(matches!(c.next(false), Got::Closed));
+
+    // A mechanism that is not offered.
+    let mut c = Raw::connect(&server);
+    assert_eq!(c.sasl("SCRAM-SHA-1", b""), 1);
+
+    // A frame over max_frame_size; one on a channel without a session;
+    // a handle attached twice.
+    let mut c = Raw::opened(&server, "raw-2");
+    c.write(&[0x7f, 0, 0, 0, 2, 0, 0, 0]);
+    let (condition, why) = c.error();
+    assert_eq!(condition, "amqp:connection:framing-error");
+    assert!(why.contains("max_frame_size"), "{why}");
+
+    let mut c = Raw::opened(&server, "raw-3");
+    c.perform(5, Performative::End(None));
+    let (condition, why) = c.error();
+    assert_eq!(condition, "amqp:connection:framing-error");
+    assert!(why.contains("channel 5"), "{why}");
+
+    let mut c = Raw::opened(&server, "raw-4");
+    c.attach_sender(1, "queue://x");
+    c.attach_sender(1, "queue://x");
+    let (condition, _) = c.error();
+    assert_eq!(condition, "amqp:session:handle-in-use");
+
+    // Credit is renewed as messages arrive: five go through a link given
+    // two at a time, each half spent renewed by a flow.
+    let mut c = Raw::opened(&server, "raw-5");
+    c.attach_sender(0, "queue://credit");
+    assert!(matches!(
+        c.next(false),
+        Got::Amqp(0, Performative::Attach(_))
+    ));
+    for id in 0..5 {
+        match c.next(false) {
+            Got::Amqp(0, Performative::Flow(f)) => assert_eq!(f.link_credit, Some(2)),
+            other => panic!("{other:?}"),
+        }
+        c.transfer(0, id, true, &text("m", false));
+    }
+    let (_conn, s) = connect(&server);
+    let consumer = s
+        .create_consumer(&herald_client::Destination::queue("credit"))
+        .unwrap();
+    for _ in 0..5 {
+        next(&consumer);
+    }
+
+    // Garbage for a message: rejected (unsettled) with a decode error.
+    let mut c = Raw::opened(&server, "raw-6");
+    c.attach_sender(0, "queue://garbage");
+    let t = Transfer {
+        handle: 0,
+        delivery_id: Some(0),
+        delivery_tag: Some(Bytes::from_static(b"t")),
+        settled: false,
+        more: false,
+        state: Value::Null,
+        aborted: false,
+    };
+    c.frame(
+        FrameKind::Amqp,
+        0,
+        &Performative::Transfer(t).to_value(),
+        &[0xa1, 0x05, b'x'],
+    );
+    loop {
+        match c.next(false) {
+            Got::Amqp(_, Performative::Disposition(d)) => {
+                assert!(
+                    format!("{:?}", d.state).contains("decode-error"),
+                    "{:?}",
+                    d.state
+                );
+                break;
+            }
+            Got::Closed => panic!("closed"),
+            _ => {}
+        }
+    }
+
+    // A second connection with a container id in use is refused.
+    let _holder = Raw::opened(&server, "taken");
+    let mut c = Raw::connect(&server);
+    assert_eq!(c.sasl("ANONYMOUS", b""), 0);
+    c.write(&ProtocolHeader::Amqp.bytes());
+    assert!(matches!(c.next(true), Got::Header(_)));
+    c.perform(0, Performative::Open(open("taken")));
+    let (condition, _) = c.error();
+    assert_eq!(condition, "amqp:invalid-field");
+
+    // Cut mid-frame: nobody else is disturbed.
+    let mut c = Raw::opened(&server, "raw-7");
+    c.write(&[0, 0, 1, 0, 2, 0]);
+    drop(c);
+    let mut c = Raw::opened(&server, "raw-8");
+    c.attach_sender(0, "queue://after");
+    assert!(matches!(
+        c.next(false),
+        Got::Amqp(0, Performative::Attach(_))
+    ));
+}
+
+#[test]
+fn sasl_plain_checks_herald_users_and_anonymous_is_not_offered_when_logins_are_required() {
+    let mut config: Config = test_config();
+    config.auth.required = true;
+    config.auth.failed_login_delay_ms = 10;
+    config.auth.users.push(UserEntry {
+        name: "ann".into(),
+        password: hash_password("secret").unwrap(),
+        roles: vec!["writer".into()],
+    });
+    config.auth.roles.insert(
+        "writer".into(),
+        RoleEntry {
+            publish: vec!["queue:mine".into()],
+            ..RoleEntry::default()
+        },
+    );
+    let server = start_with(config);
+    let mut c = Raw::connect(&server);
+    c.write(&ProtocolHeader::Sasl.bytes());
+    assert!(matches!(c.next(true), Got::Header(ProtocolHeader::Sasl)));
+    match c.next(false) {
+        Got::Sasl(Sasl::Mechanisms(m)) => assert_eq!(m, ["PLAIN"]),
+        other => panic!("{other:?}"),
+    }
+    let mut c = Raw::connect(&server);
+    assert_eq!(c.sasl("PLAIN", b"\0ann\0wrong"), 1);
+    let mut c = Raw::connect(&server);
+    assert_eq!(c.sasl("PLAIN", b"\0ann\0secret"), 0);
+    c.write(&ProtocolHeader::Amqp.bytes());
+    assert!(matches!(c.next(true), Got::Header(_)));
+    c.perform(0, Performative::Open(open("ann-app")));
+    assert!(matches!(c.next(false), Got::Amqp(0, Performative::Open(_))));
+    c.perform(
+        0,
+        Performative::Begin(Begin {
+            remote_channel: None,
+            next_outgoing_id: 0,
+            incoming_window: 10,
+            outgoing_window: 10,
+            handle_max: 4,
+        }),
+    );
+    assert!(matches!(
+        c.next(false),
+        Got::Amqp(0, Performative::Begin(_))
+    ));
+    // Her role may send to queue 'mine' only: another is refused at attach.
+    c.attach_sender(0, "queue://theirs");
+    let (condition, why) = c.error();
+    assert_eq!(condition, "amqp:unauthorized-access");
+    assert!(why.contains("theirs"), "{why}");
+    c.attach_sender(1, "queue://mine");
+    assert!(matches!(
+        c.next(false),
+        Got::Amqp(0, Performative::Attach(_))
+    ));
+}
