@@ -42,6 +42,8 @@ pub fn command(data: &Path, args: &[&str]) -> Command {
             "127.0.0.1:0",
             "--mqtt-ws-listen",
             "127.0.0.1:0",
+            "--amqp-listen",
+            "127.0.0.1:0",
             "--admin-listen",
             "127.0.0.1:0",
         ])
