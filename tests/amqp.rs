@@ -7,9 +7,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 
 use bytes::{Bytes, BytesMut};
+use herald_protocol::amqp::delivery::DeliveryState;
 use herald_protocol::amqp::message::{Body, Header, Message as AmqpMessage};
-use herald_protocol::amqp::performative::{Attach, Begin, Open, Transfer};
-use herald_protocol::amqp::terminus::{LinkTarget, Target};
+use herald_protocol::amqp::performative::{Attach, Begin, Disposition, Flow, Open, Transfer};
+use herald_protocol::amqp::terminus::{LinkTarget, Source, Target};
 use herald_protocol::amqp::{FrameHeader, FrameKind, Performative, ProtocolHeader, Sasl, Value};
 use herald_server::auth::hash_password;
 use herald_server::config::{RoleEntry, UserEntry};
@@ -186,6 +187,83 @@ impl Raw {
         );
     }
 
+    fn attach_receiver(&mut self, handle: u32, address: &str) {
+        let source = Source {
+            node: Target {
+                address: Some(address.into()),
+                ..Target::default()
+            },
+            ..Source::default()
+        };
+        self.perform(
+            0,
+            Performative::Attach(Box::new(Attach {
+                name: format!("in-{handle}"),
+                handle,
+                role_receiver: true,
+                snd_settle_mode: 0,
+                rcv_settle_mode: 0,
+                source: source.to_value(),
+                target: Value::Null,
+                initial_delivery_count: None,
+                max_message_size: 0,
+                offered_capabilities: vec![],
+                desired_capabilities: vec![],
+            })),
+        );
+    }
+
+    /// Grants `credit` on `handle`, having received `received` so far.
+    fn credit(&mut self, handle: u32, received: u32, credit: u32) {
+        self.perform(
+            0,
+            Performative::Flow(Flow {
+                next_incoming_id: Some(0),
+                incoming_window: 1000,
+                next_outgoing_id: 0,
+                outgoing_window: 1000,
+                handle: Some(handle),
+                delivery_count: Some(received),
+                link_credit: Some(credit),
+                available: None,
+                drain: false,
+                echo: false,
+            }),
+        );
+    }
+
+    /// The next whole message sent to this client: its delivery id and
+    /// message, and how many frames it came in.
+    fn delivery(&mut self, max_frame: usize) -> (u32, AmqpMessage, usize) {
+        let (mut id, mut bytes, mut frames) = (None, Vec::new(), 0);
+        loop {
+            // Frames are read whole to check their size.
+            while FrameHeader::read(&self.buf, u32::MAX)
+                .unwrap()
+                .is_none_or(|h| self.buf.len() < h.size as usize)
+            {
+                assert!(self.fill(), "closed");
+            }
+            let h = FrameHeader::read(&self.buf, u32::MAX).unwrap().unwrap();
+            assert!(h.size as usize <= max_frame, "a frame of {} bytes", h.size);
+            let frame = self.buf.split_to(h.size as usize);
+            let body = &frame[h.body_offset..];
+            if body.is_empty() {
+                continue;
+            }
+            let (v, used) = Value::decode(body).unwrap();
+            let Performative::Transfer(t) = Performative::from_value(v).unwrap() else {
+                continue;
+            };
+            frames += 1;
+            id = id.or(t.delivery_id);
+            bytes.extend_from_slice(&body[used..]);
+            if !t.more {
+                return (id.unwrap(), AmqpMessage::decode(&bytes).unwrap(), frames);
+            }
+        }
+    }
+
     fn transfer(&mut self, handle: u32, delivery_id: u32, settled: bool, message: &AmqpMessage) {
         let mut payload = Vec::new();
         message.encode(&mut payload);
@@ -211,7 +289,7 @@ fn open(container: &str) -> Open {
     Open {
         container_id: container.into(),
         hostname: None,
-        max_frame_size: 65536,
+        max_frame_size: 512,
         channel_max: 8,
         idle_time_out: 0,
         offered_capabilities: vec![],
@@ -436,4 +514,64 @@ fn sasl_plain_checks_herald_users_and_anonymous_is_not_offered_when_logins_are_r
         c.next(false),
         Got::Amqp(0, Performative::Attach(_))
     ));
+}
+
+#[test]
+fn a_receiver_gets_no_more_than_its_credit_in_frames_its_max_frame_size_takes() {
+    let server = start();
+    let (_conn, s) = connect(&server);
+    let p = s
+        .create_producer(&herald_client::Destination::queue("big"))
+        .unwrap();
+    for i in 0..3 {
+        p.send_with_receipt(herald_client::Message::text(format!(
+            "{i}:{}",
+            "x".repeat(2000)
+        )))
+        .unwrap();
+    }
+    let mut c = Raw::opened(&server, "receiver");
+    c.attach_receiver(0, "queue://big");
+    match c.next(false) {
+        Got::Amqp(0, Performative::Attach(a)) => assert!(!a.role_receiver),
+        other => panic!("{other:?}"),
+    }
+    c.credit(0, 0, 2);
+    let mut ids = Vec::new();
+    for i in 0..2 {
+        let (id, m, frames) = c.delivery(512);
+        assert!(frames >= 4, "2 KB in frames of 512 bytes: {frames}");
+        match m.body {
+            Body::Value(Value::String(text)) => assert!(text.starts_with(&format!("{i}:"))),
+            other => panic!("{other:?}"),
+        }
+        ids.push(id);
+    }
+    // No credit, no third: nothing comes until more is granted.
+    c.stream
+        .set_read_timeout(Some(std::time::Duration::from_millis(300)))
+        .unwrap();
+    assert!(!c.fill(), "a delivery beyond the credit");
+    c.stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    c.credit(0, 2, 1);
+    let (id, _, _) = c.delivery(512);
+    ids.push(id);
+    // Accepted: the queue is empty.
+    c.perform(
+        0,
+        Performative::Disposition(Disposition {
+            role_receiver: true,
+            first: ids[0],
+            last: Some(ids[2]),
+            settled: true,
+            state: DeliveryState::Accepted.to_value(),
+        }),
+    );
+    wait_until("the queue is empty", || {
+        server
+            .stats()
+            .queues
+            .iter()
+            .any(|(name, depth, in_flight)| name == "big" && *depth == 0 && *in_flight == 0)
+    });
 }

@@ -231,8 +231,13 @@ fn no_client_id() -> Arc<str> {
 pub enum Outcome {
     /// ACK.
     Processed,
-    /// NACK.
+    /// NACK: back to be delivered again, counted as delivered.
     Redeliver,
+    /// Back untried: delivered again without counting (AMQP's `released`).
+    Release,
+    /// Refused as unprocessable: to the dead-letter queue (AMQP's
+    /// `rejected`).
+    Reject,
 }
 
 /// What a held message is charged beyond its bytes.

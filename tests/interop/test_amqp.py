@@ -1,14 +1,17 @@
 """The AMQP 1.0 listener with a client this project did not write:
 python-qpid-proton (its blocking API). What is built so far: sending to
 queues and topics, pre-settled and not, persistent messages, the
-anonymous relay, and messages read by stomp.py and the herald CLI with
-their properties; bad input refused by name."""
+anonymous relay; receiving from queues and topics with selectors, under
+the client's credit, and every outcome (accepted, released, modified,
+rejected); messages crossing between AMQP, stomp.py and the herald CLI
+with their properties; bad input refused by name."""
 
 import json
 import os
 
 import pytest
-from proton import Data, Message, symbol
+from proton import Data, Delivery, Message, symbol
+from proton.reactor import Selector
 from proton.utils import BlockingConnection, LinkDetached, SendException
 
 from conftest import PATIENCE, connect
@@ -102,18 +105,99 @@ def test_bad_addresses_and_unbuilt_links_are_refused_by_name(server):
     with pytest.raises(LinkDetached, match="invalid"):
         c.create_sender("queue://bad..name")
     with pytest.raises(LinkDetached, match="not built yet"):
-        c.create_receiver("queue://orders")
+        c.create_receiver("queue://orders", dynamic=True)
+    with pytest.raises(LinkDetached, match="selector"):
+        c.create_receiver("queue://orders", options=Selector("units >"))
     # The connection goes on.
     c.create_sender("queue://fine").send(Message(body="ok"))
     c.close()
     assert [m["body"] for m in received(server, "queue://fine", 1)] == ["ok"]
 
 
-def test_the_python_example_in_the_docs_runs_as_written(server):
+def test_the_python_examples_in_the_docs_run_as_written(server):
     docs = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "amqp.md")
     with open(docs) as f:
-        code = f.read().split("```python\n", 1)[1].split("```", 1)[0]
+        blocks = [b.split("```", 1)[0] for b in f.read().split("```python\n")[1:]]
     host, port = server.amqp
-    exec(compile(code.replace("127.0.0.1:5672", f"{host}:{port}"), "docs/amqp.md", "exec"), {})
+    send, receive = (compile(b.replace("127.0.0.1:5672", f"{host}:{port}"), "docs/amqp.md", "exec") for b in blocks)
+    exec(send, {})
     out = server.herald("sub", "queue://orders", "--count", "1", "--timeout", "5s")
     assert "orders [region=EU] 2 laptops" in out, out
+    names = {}
+    exec(send, names)
+    exec(receive, names)
+    assert names["message"].body == "2 laptops"
+
+
+def test_a_queue_is_received_under_credit_and_every_outcome_does_what_it_says(server):
+    c = amqp(server)
+    sender = c.create_sender("queue://work")
+    for i in range(6):
+        sender.send(Message(body=f"job {i}", properties={"n": i}))
+    receiver = c.create_receiver("queue://work", credit=2)
+    for i in range(6):
+        m = receiver.receive(timeout=PATIENCE)
+        assert (m.body, m.properties["n"], m.delivery_count) == (f"job {i}", i, 0)
+        receiver.accept()
+    # One message through every outcome.
+    sender.send(Message(body="once more"))
+    receiver.receive(timeout=PATIENCE)
+    # Released, and modified without delivery-failed: back untried, not
+    # counted; modified with delivery-failed: back, counted.
+    receiver.release(delivered=False)
+    assert receiver.receive(timeout=PATIENCE).delivery_count == 0
+    receiver.release(delivered=True)
+    assert receiver.receive(timeout=PATIENCE).delivery_count == 0
+    failed = receiver.fetcher.unsettled.popleft()
+    failed.local.failed = True
+    failed.update(Delivery.MODIFIED)
+    failed.settle()
+    assert receiver.receive(timeout=PATIENCE).delivery_count == 1
+    # Rejected: to the dead-letter queue, with why.
+    receiver.reject()
+    c.close()
+    dead = received(server, "queue://DLQ.work", 1)
+    assert [m["body"] for m in dead] == ["once more"]
+    assert "rejected" in dead[0]["properties"]["HeraldDeadLetterReason"], dead[0]
+
+
+def test_topic_subscribers_get_what_their_selector_takes_from_every_protocol(server):
+    c = amqp(server)
+    cheap = c.create_receiver("topic://sales.eu", name="cheap", options=Selector("units > 2"))
+    everything = c.create_receiver("topic://sales.eu", name="everything")
+    # Subscribed once a probe from another protocol comes back.
+    conn, inbox = connect(server)
+    probe = c.create_receiver("topic://probe")
+    conn.send("/topic/probe", "x")
+    assert probe.receive(timeout=PATIENCE).body == "x"
+    conn.send("/topic/sales.eu", "one", headers={"units": "1"})
+    conn.send("/topic/sales.eu", "five", headers={"units": "5"}, receipt="sent")
+    inbox.receipt()
+    server.herald("pub", "topic://sales.eu", "ten", "--property", "units=10")
+    got = [everything.receive(timeout=PATIENCE) for _ in range(3)]
+    assert [m.body for m in got] == ["one", "five", "ten"]
+    assert got[2].properties["units"] == 10
+    assert got[0].address == "topic://sales.eu"
+    # A STOMP header is a string: only the typed 10 is > 2.
+    assert cheap.receive(timeout=PATIENCE).body == "ten"
+    for r in (cheap, everything):
+        r.accept()
+    c.close()
+    conn.disconnect()
+
+
+def test_amqp_receivers_get_text_bytes_and_map_bodies_with_jms_headers(server):
+    c = amqp(server)
+    receiver = c.create_receiver("queue://bodies")
+    server.herald("pub", "queue://bodies", "plain text", "--persistent")
+    sender = c.create_sender("queue://bodies")
+    sender.send(Message(body=b"\x00\xff", reply_to="topic://answers", correlation_id="c-1"))
+    sender.send(Message(body={"k": 1, "name": "x"}, priority=9, ttl=60))
+    first, second, third = (receiver.receive(timeout=PATIENCE) for _ in range(3))
+    receiver.accept()
+    assert first.body == "plain text" and first.durable
+    assert second.body == b"\x00\xff"
+    assert second.reply_to == "topic://answers" and second.correlation_id == "c-1"
+    assert third.body == {"k": 1, "name": "x"} and third.priority == 9
+    assert 0 < third.ttl <= 60
+    c.close()

@@ -1,8 +1,9 @@
 //! An AMQP session's links: `attach`, `flow`, `transfer`, `disposition`
-//! and `detach`. So far the links on which a client sends: each grants it
+//! and `detach`, and the links on which a client sends: each grants it
 //! `amqp.link_credit` messages, renewed as they arrive; a message is
 //! routed as the native protocol's SEND is, and settled by this side once
-//! routed, or once the journal has it.
+//! routed, or once the journal has it. Links on which this side sends are
+//! `super::sender`'s.
 
 use bytes::BytesMut;
 use herald_protocol::amqp::delivery::DeliveryState;
@@ -13,6 +14,7 @@ use herald_protocol::amqp::Performative;
 use herald_protocol::Destination;
 
 use super::mapping::{self, MappingError};
+use super::sender;
 use super::state::{
     condition, error, outcome, settled_as, AmqpSession, Fatal, Incoming, Link, Partial, WINDOW,
 };
@@ -42,10 +44,10 @@ pub(super) fn performative(
             if ch.detaching.remove(&d.handle) {
                 return Ok(Flow::Continue);
             }
-            let Some(link) = ch.links.remove(&d.handle) else {
+            if !ch.links.contains_key(&d.handle) {
                 return Err(unattached(d.handle));
-            };
-            link.detached(session, ctx);
+            }
+            end_link(amqp, channel, d.handle, session, ctx);
             amqp.perform(
                 out,
                 channel,
@@ -57,30 +59,68 @@ pub(super) fn performative(
             );
             Ok(Flow::Continue)
         }
-        // Credit for links on which this side sends (none yet), and the
-        // session's window, which this side keeps open.
+        // Credit for links on which this side sends, and the session's
+        // window, which this side keeps open.
         Performative::Flow(f) => {
             if let Some(handle) = f.handle {
                 let ch = amqp.channels.get(&channel);
                 if ch.is_some_and(|ch| ch.detaching.contains(&handle)) {
                     return Ok(Flow::Continue);
                 }
-                if !ch.is_some_and(|ch| ch.links.contains_key(&handle)) {
-                    return Err(unattached(handle));
-                }
-                if f.echo {
-                    grant(amqp, channel, handle, out);
+                match ch.and_then(|ch| ch.links.get(&handle)) {
+                    None => return Err(unattached(handle)),
+                    Some(Link::Outgoing(_)) => sender::flow(amqp, channel, &f, session, out, ctx),
+                    Some(Link::Incoming(_)) if f.echo => grant(amqp, channel, handle, out),
+                    Some(Link::Incoming(_)) => {}
                 }
             }
             Ok(Flow::Continue)
         }
-        // Settles deliveries this side sent: none yet.
-        Performative::Disposition(_) => Ok(Flow::Continue),
+        Performative::Disposition(d) => {
+            sender::disposition(amqp, channel, &d, session, out, ctx)
+                .map_err(|why| Fatal(condition::INVALID_FIELD, why))?;
+            Ok(Flow::Continue)
+        }
         other => Err(Fatal(
             condition::FRAMING,
             format!("{other:?} is not a link's performative"),
         )),
     }
+}
+
+/// Ends a link this side kept (detached, or its session ended).
+fn end_link(
+    amqp: &mut AmqpSession,
+    channel: u16,
+    handle: u32,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) {
+    let link = amqp
+        .channels
+        .get_mut(&channel)
+        .and_then(|ch| ch.links.remove(&handle));
+    if let Some(Link::Outgoing(link)) = link {
+        sender::ended(amqp, channel, handle, link, session, ctx);
+    }
+}
+
+/// Ends every link of the session on `channel`, and the session.
+pub(super) fn end_session(
+    amqp: &mut AmqpSession,
+    channel: u16,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) {
+    let handles: Vec<u32> = amqp
+        .channels
+        .get(&channel)
+        .map(|ch| ch.links.keys().copied().collect())
+        .unwrap_or_default();
+    for handle in handles {
+        end_link(amqp, channel, handle, session, ctx);
+    }
+    amqp.channels.remove(&channel);
 }
 
 fn unattached(handle: u32) -> Fatal {
@@ -143,17 +183,22 @@ fn attach(
         ));
     }
     if a.role_receiver {
-        let why =
-            "receiving over AMQP is not built yet (issue 28): this server takes messages only";
-        refuse_attach(
-            amqp,
-            channel,
-            a,
-            (condition::NOT_IMPLEMENTED, why.into()),
-            session,
-            out,
-            ctx,
-        );
+        if let Err(fault) = sender::attach(amqp, channel, &a, session, ctx) {
+            refuse_attach(amqp, channel, a, fault, session, out, ctx);
+            return Ok(Flow::Continue);
+        }
+        let reply = Attach {
+            role_receiver: false,
+            initial_delivery_count: Some(0),
+            max_message_size: 0,
+            // Unsettled unless the client asked for settled.
+            snd_settle_mode: if a.snd_settle_mode == 1 { 1 } else { 0 },
+            rcv_settle_mode: 0,
+            offered_capabilities: Vec::new(),
+            desired_capabilities: Vec::new(),
+            ..a
+        };
+        amqp.perform(out, channel, Performative::Attach(Box::new(reply)));
         return Ok(Flow::Continue);
     }
     let destination = match sender_target(&a, session) {
@@ -267,10 +312,8 @@ fn detach_with(
         "AMQP connection {}: link {handle} detached: {condition}: {why}",
         ctx.me.serial
     );
+    end_link(amqp, channel, handle, session, ctx);
     if let Some(ch) = amqp.channels.get_mut(&channel) {
-        if let Some(link) = ch.links.remove(&handle) {
-            link.detached(session, ctx);
-        }
         ch.detaching.insert(handle);
     }
     amqp.detach(out, channel, handle, (condition, why));

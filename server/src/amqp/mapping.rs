@@ -259,3 +259,129 @@ pub fn message_from(
     h.encode_stamped(&stamp, &mut block)?;
     Ok(MessageView::parse(block.freeze())?)
 }
+
+/// Qpid JMS's annotation of a body's JMS type (`x-opt-jms-msg-type`):
+/// 0 Message, 2 MapMessage, 3 BytesMessage, 5 TextMessage.
+pub const JMS_MSG_TYPE: &str = "x-opt-jms-msg-type";
+
+fn symbol(name: &str) -> AmqpValue {
+    AmqpValue::Symbol(name.to_owned())
+}
+
+/// A destination as an AMQP address: Herald's URI, so that a client
+/// without the JMS annotations can send back to it.
+fn address(kind: DestinationKind, name: &str) -> String {
+    format!("{}://{name}", kind.as_str())
+}
+
+/// The JMS annotation of a destination's kind.
+fn kind_annotation(kind: DestinationKind, name: &str) -> AmqpValue {
+    let temporary = herald_protocol::destination::is_temporary(name);
+    AmqpValue::Byte(match (kind, temporary) {
+        (DestinationKind::Queue, false) => 0,
+        (DestinationKind::Topic, false) => 1,
+        (DestinationKind::Queue, true) => 2,
+        (DestinationKind::Topic, true) => 3,
+    })
+}
+
+fn value_of(v: herald_protocol::value::ValueRef<'_>) -> AmqpValue {
+    use herald_protocol::value::ValueRef;
+    match v {
+        ValueRef::Bool(b) => AmqpValue::Bool(b),
+        ValueRef::I8(n) => AmqpValue::Byte(n),
+        ValueRef::I16(n) => AmqpValue::Short(n),
+        ValueRef::I32(n) => AmqpValue::Int(n),
+        ValueRef::I64(n) => AmqpValue::Long(n),
+        ValueRef::F32(f) => AmqpValue::Float(f),
+        ValueRef::F64(f) => AmqpValue::Double(f),
+        ValueRef::String(s) => AmqpValue::String(s.to_owned()),
+    }
+}
+
+/// What a Herald message is to an AMQP receiver, delivered for the
+/// `count`th time (1 the first), at `now`.
+pub fn message_to(
+    m: &herald_protocol::message::MessageRef<'_>,
+    block: &bytes::Bytes,
+    count: u32,
+    now: i64,
+) -> AmqpMessage {
+    use herald_protocol::amqp::message::{Header, Properties};
+    use herald_protocol::message::BodyRef;
+    let mut props = Properties {
+        message_id: Some(AmqpValue::String(m.message_id.to_owned())),
+        to: Some(address(m.destination_kind, m.destination)),
+        correlation_id: m.correlation_id.map(|c| AmqpValue::String(c.to_owned())),
+        reply_to: m.reply_to.map(|(kind, name)| address(kind, name)),
+        subject: m.message_type.map(str::to_owned),
+        creation_time: Some(m.timestamp).filter(|t| *t > 0),
+        absolute_expiry_time: Some(m.expiration).filter(|t| *t != 0),
+        ..Properties::default()
+    };
+    let mut annotations = vec![(
+        symbol(JMS_DEST),
+        kind_annotation(m.destination_kind, m.destination),
+    )];
+    if let Some((kind, name)) = m.reply_to {
+        annotations.push((symbol(JMS_REPLY_TYPE), kind_annotation(kind, name)));
+    }
+    if m.delivery_time > 0 {
+        annotations.push((symbol(DELIVERY_TIME), AmqpValue::Timestamp(m.delivery_time)));
+    }
+    let mut application = Vec::new();
+    let mut kept_body = false;
+    for (name, value) in m.properties.clone() {
+        use herald_protocol::value::ValueRef;
+        match (name, value) {
+            (CONTENT_TYPE_PROPERTY, ValueRef::String(ct)) => {
+                props.content_type = Some(ct.to_owned())
+            }
+            ("JMSXGroupID", ValueRef::String(g)) => props.group_id = Some(g.to_owned()),
+            ("JMSXGroupSeq", ValueRef::I64(n)) => props.group_sequence = u32::try_from(n).ok(),
+            (AMQP_BODY_PROPERTY, ValueRef::Bool(b)) => kept_body = b,
+            (name, value) => application.push((name.to_owned(), value_of(value))),
+        }
+    }
+    let (body, jms_type) = match &m.body {
+        BodyRef::Empty => (AmqpBody::Value(AmqpValue::Null), 0),
+        BodyRef::Text(t) => (AmqpBody::Value(AmqpValue::String((*t).to_owned())), 5),
+        BodyRef::Bytes(range) => {
+            let bytes = block.slice(range.clone());
+            match kept_body
+                .then(|| AmqpMessage::decode(&bytes).ok())
+                .flatten()
+            {
+                Some(kept) => (kept.body, 0),
+                None => (AmqpBody::Data(vec![bytes]), 3),
+            }
+        }
+        BodyRef::Map(entries) => {
+            let pairs = entries
+                .clone()
+                .map(|(k, v)| (AmqpValue::String(k.to_owned()), value_of(v)))
+                .collect();
+            (AmqpBody::Value(AmqpValue::Map(pairs)), 2)
+        }
+    };
+    if !kept_body {
+        annotations.push((symbol(JMS_MSG_TYPE), AmqpValue::Byte(jms_type)));
+    }
+    let ttl =
+        (m.expiration != 0).then(|| u32::try_from((m.expiration - now).max(1)).unwrap_or(u32::MAX));
+    AmqpMessage {
+        header: Some(Header {
+            durable: m.delivery_mode() == DeliveryMode::Persistent,
+            priority: m.priority,
+            ttl,
+            first_acquirer: count <= 1,
+            delivery_count: count.saturating_sub(1),
+        }),
+        delivery_annotations: Vec::new(),
+        message_annotations: annotations,
+        properties: Some(props),
+        application_properties: application,
+        body,
+        footer: Vec::new(),
+    }
+}

@@ -8,21 +8,23 @@
 //! `open` (whose container id is the client id), sessions (`begin`) and
 //! links (`attach`).
 //!
-//! Done so far: the connection, its sessions, and links on which a client
+//! Done so far: the connection, its sessions, links on which a client
 //! sends (to a queue, a topic, or through the anonymous relay to each
 //! message's `to`), pre-settled or not: an unsettled message is
 //! `accepted` once routed, a persistent one (`header.durable`) once the
-//! journal has it, as a RECEIPT is. Links on which a client receives, and
-//! transactions, are refused by name until they are built (issue 28).
+//! journal has it, as a RECEIPT is (`link`); and links on which it
+//! receives, subscriptions under its credit settled by its outcomes
+//! (`sender`). Dynamic nodes, durable and shared subscriptions, browsing
+//! and transactions are refused by name until they are built (issue 28).
 //!
 //! Errors: a fault in a link detaches it with an error condition; one in
 //! the connection closes it with one. Either names the problem.
 
 mod link;
 mod mapping;
+mod sender;
 mod state;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -264,15 +266,13 @@ fn performative(
         }
         Performative::Begin(begin) => begin_session(amqp, channel, &begin, out, ctx),
         Performative::End(_) => {
-            let Some(ended) = amqp.channels.remove(&channel) else {
+            if !amqp.channels.contains_key(&channel) {
                 return Err(Fatal(
                     condition::FRAMING,
                     format!("end on channel {channel}, which has no session"),
                 ));
-            };
-            for (_, link) in ended.links {
-                link.detached(session, ctx);
             }
+            link::end_session(amqp, channel, session, ctx);
             amqp.perform(out, channel, Performative::End(None));
             Ok(Flow::Continue)
         }
@@ -359,14 +359,8 @@ fn begin_session(
             format!("channel {channel} has a session already"),
         ));
     }
-    amqp.channels.insert(
-        channel,
-        Channel {
-            next_incoming_id: begin.next_outgoing_id,
-            links: HashMap::new(),
-            detaching: Default::default(),
-        },
-    );
+    amqp.channels
+        .insert(channel, Channel::new(begin.next_outgoing_id));
     amqp.perform(
         out,
         channel,

@@ -6,15 +6,14 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use herald_protocol::amqp::delivery::DeliveryState;
-use herald_protocol::amqp::performative::{AmqpCondition, Detach, Disposition, Open};
+use herald_protocol::amqp::performative::{AmqpCondition, Detach, Disposition, Open, Transfer};
 use herald_protocol::amqp::sasl::outcome;
 use herald_protocol::amqp::{FrameHeader, FrameKind, Performative, ProtocolHeader, Sasl, Value};
 use herald_protocol::{Destination, ErrorCode};
 
 use crate::auth::Principal;
 use crate::frontend::outbound::Outbound;
-use crate::frontend::{Context, Flow, Refusal};
-use crate::session::Session;
+use crate::frontend::{Flow, Refusal};
 
 /// Error conditions (part 2.8.15 and after).
 pub(super) mod condition {
@@ -67,6 +66,27 @@ pub(super) struct Channel {
     /// Handles this side detached whose detach from the client has not
     /// come yet: frames for them are dropped, their detach ends them.
     pub(super) detaching: HashSet<u32>,
+    /// The next transfer id this side sends.
+    pub(super) next_outgoing_id: u32,
+    /// The next delivery id this side gives.
+    pub(super) next_delivery_id: u32,
+    /// Deliveries this side sent that the client has not settled:
+    /// delivery id → (the link's handle, Herald's delivery id).
+    pub(super) unsettled: HashMap<u32, (u32, u64)>,
+}
+
+impl Channel {
+    /// A session the client began, its first transfer id `next_incoming_id`.
+    pub(super) fn new(next_incoming_id: u32) -> Channel {
+        Channel {
+            next_incoming_id,
+            links: HashMap::new(),
+            detaching: HashSet::new(),
+            next_outgoing_id: 0,
+            next_delivery_id: 0,
+            unsettled: HashMap::new(),
+        }
+    }
 }
 
 /// A delivery whose outcome waits for the broker (the journal).
@@ -93,6 +113,10 @@ pub struct AmqpSession {
     pub(super) next_message: u64,
     /// The credit each link on which the client sends is given.
     pub(super) link_credit: u32,
+    /// Links on which this side sends, by their subscription's id:
+    /// (channel, handle).
+    pub(super) subscriptions: HashMap<u32, (u16, u32)>,
+    pub(super) next_subscription: u32,
     /// How often this side must send a frame, if the client asked.
     pub(super) heartbeat: Option<Duration>,
     pub(super) last_write: Instant,
@@ -119,6 +143,8 @@ impl AmqpSession {
             next_request: 1,
             next_message: 1,
             link_credit: 1,
+            subscriptions: HashMap::new(),
+            next_subscription: 1,
             heartbeat: None,
             last_write: Instant::now(),
         }
@@ -268,6 +294,113 @@ impl AmqpSession {
         Some(Self::performance_bytes(owed.channel, &settled))
     }
 
+    /// The outgoing link `handle` on `channel`, if there is one.
+    pub(super) fn outgoing(&mut self, channel: u16, handle: u32) -> Option<&mut Outgoing> {
+        match self.channels.get_mut(&channel)?.links.get_mut(&handle)? {
+            Link::Outgoing(link) => Some(link),
+            Link::Incoming(_) => None,
+        }
+    }
+
+    /// Queues one delivery of subscription `subscription_id` for its link:
+    /// sent now if the client gave credit, else kept until it does.
+    /// Whether the server must acknowledge it itself: one sent settled.
+    pub fn message(
+        &mut self,
+        out: &mut Outbound,
+        subscription_id: u32,
+        delivery_id: u64,
+        count: u32,
+        block: &Bytes,
+    ) -> bool {
+        let Some(&(channel, handle)) = self.subscriptions.get(&subscription_id) else {
+            return true;
+        };
+        let Some(link) = self.outgoing(channel, handle) else {
+            return true;
+        };
+        if link.credit == 0 {
+            link.waiting.push_back((delivery_id, count, block.clone()));
+            return false;
+        }
+        self.transfer_out(out, channel, handle, (delivery_id, count, block))
+    }
+
+    /// Sends one delivery on an outgoing link that has credit, in as many
+    /// frames as the client's max-frame-size needs. Whether it went
+    /// settled.
+    pub(super) fn transfer_out(
+        &mut self,
+        out: &mut Outbound,
+        channel: u16,
+        handle: u32,
+        (herald_id, count, block): (u64, u32, &Bytes),
+    ) -> bool {
+        let max_frame = self.peer_max_frame as usize;
+        let Some(ch) = self.channels.get_mut(&channel) else {
+            return true;
+        };
+        let Some(Link::Outgoing(link)) = ch.links.get_mut(&handle) else {
+            return true;
+        };
+        let message = match herald_protocol::message::MessageRef::read(block) {
+            Ok(m) => super::mapping::message_to(&m, block, count, super::mapping::now_ms()),
+            Err(e) => {
+                log::error!("a message for AMQP cannot be read: {e}");
+                return true;
+            }
+        };
+        let mut payload = BytesMut::new();
+        message.encode(&mut payload);
+        link.credit -= 1;
+        link.delivery_count = link.delivery_count.wrapping_add(1);
+        let settled = link.presettled;
+        let delivery_id = ch.next_delivery_id;
+        ch.next_delivery_id = ch.next_delivery_id.wrapping_add(1);
+        if !settled {
+            ch.unsettled.insert(delivery_id, (handle, herald_id));
+        }
+        let mut first = true;
+        let mut rest = &payload[..];
+        loop {
+            let transfer = Transfer {
+                handle,
+                delivery_id: first.then_some(delivery_id),
+                delivery_tag: first.then(|| Bytes::copy_from_slice(&delivery_id.to_be_bytes())),
+                settled: first && settled,
+                more: false,
+                state: Value::Null,
+                aborted: false,
+            };
+            let mut head = BytesMut::new();
+            Performative::Transfer(transfer.clone())
+                .to_value()
+                .encode(&mut head);
+            // `more` costs no byte more than its false (0x41 for 0x42).
+            let room = max_frame.saturating_sub(8 + head.len()).max(1);
+            let (part, left) = rest.split_at(rest.len().min(room));
+            let transfer = Transfer {
+                more: !left.is_empty(),
+                ..transfer
+            };
+            self.send(
+                out,
+                FrameKind::Amqp,
+                channel,
+                &Performative::Transfer(transfer).to_value(),
+                part,
+            );
+            rest = left;
+            first = false;
+            if let Some(ch) = self.channels.get_mut(&channel) {
+                ch.next_outgoing_id = ch.next_outgoing_id.wrapping_add(1);
+            }
+            if rest.is_empty() {
+                return settled;
+            }
+        }
+    }
+
     /// Owes the outcome of delivery `delivery_id` on `channel`: the request
     /// id the broker answers.
     pub(super) fn owe(&mut self, channel: u16, delivery_id: u32) -> u32 {
@@ -322,6 +455,24 @@ fn server_open_minimal() -> Open {
 pub(super) enum Link {
     /// The client sends on it.
     Incoming(Incoming),
+    /// This side sends on it.
+    Outgoing(Outgoing),
+}
+
+/// A link on which this side sends: a subscription.
+pub(super) struct Outgoing {
+    /// Its subscription's id on this connection.
+    pub(super) subscription_id: u32,
+    /// Messages the client lets this side send now.
+    pub(super) credit: u32,
+    /// Deliveries so far (the link's delivery count).
+    pub(super) delivery_count: u32,
+    /// Its deliveries go settled (at most once).
+    pub(super) presettled: bool,
+    /// What the broker routed to it beyond its credit: (Herald's delivery
+    /// id, times delivered, the message block). A queue's are bounded by
+    /// the consumer's prefetch.
+    pub(super) waiting: std::collections::VecDeque<(u64, u32, Bytes)>,
 }
 
 /// A link on which the client sends.
@@ -342,15 +493,6 @@ pub(super) struct Partial {
     pub(super) delivery_id: u32,
     pub(super) settled: bool,
     pub(super) bytes: BytesMut,
-}
-
-impl Link {
-    /// The link is gone (detached, or its session ended).
-    pub(super) fn detached(self, _session: &mut Session, _ctx: &mut Context<'_>) {
-        match self {
-            Link::Incoming(_) => {}
-        }
-    }
 }
 
 /// The outcome a delivery gets from what the broker made of it.

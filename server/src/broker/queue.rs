@@ -590,6 +590,19 @@ impl Queue {
         all
     }
 
+    /// Takes a delivery its consumer refused as unprocessable: it is not
+    /// given back (it goes to the dead-letter queue).
+    pub fn reject(
+        &mut self,
+        sub: &Subscriber,
+        seq: u64,
+        out: &mut Vec<Dispatch>,
+    ) -> Option<QueuedMessage> {
+        let m = self.take_in_flight(sub, seq)?;
+        self.dispatch(out);
+        Some(m)
+    }
+
     fn take_in_flight(&mut self, sub: &Subscriber, seq: u64) -> Option<QueuedMessage> {
         match self.in_flight.get(&seq) {
             Some((owner, _)) if owner == sub => {}

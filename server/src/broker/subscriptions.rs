@@ -237,6 +237,21 @@ impl Broker {
         }
     }
 
+    /// Dead-letters one delivery its consumer refused (AMQP's `rejected`)
+    /// rather than redelivering it. False if `sub` does not hold it.
+    pub fn reject(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) -> bool {
+        let mut dispatches = Vec::new();
+        let taken = lock(&ack.queue).reject(sub, ack.seq, &mut dispatches);
+        self.settled(&ack.queue, dispatches, out);
+        match taken {
+            Some(m) => {
+                self.dead_letter(&ack.queue, vec![m], "rejected by its consumer", out);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Returns deliveries that never reached the application of `sub`,
     /// which is about to be unsubscribed (and dispatches its queue then).
     pub fn release_unread(&self, acks: &[AckRef], sub: &Subscriber) {

@@ -39,8 +39,18 @@ pub fn settle(
             conn: ctx.me,
             subscription_id: u.subscription_id,
         };
-        if outcome == Outcome::Redeliver {
-            if !ctx.shared.broker.nack(&u.ack, &sub, ctx.deliveries) {
+        let broker = &ctx.shared.broker;
+        let held = match outcome {
+            Outcome::Processed => None,
+            Outcome::Redeliver => Some(broker.nack(&u.ack, &sub, ctx.deliveries)),
+            Outcome::Reject => Some(broker.reject(&u.ack, &sub, ctx.deliveries)),
+            Outcome::Release => {
+                broker.release(&u.ack, &sub, ctx.deliveries);
+                Some(true)
+            }
+        };
+        if let Some(held) = held {
+            if !held {
                 unknown.push(id);
             }
             continue;

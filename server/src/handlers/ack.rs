@@ -29,7 +29,7 @@ pub fn handle(
             Outcome::Processed => {
                 crate::frontend::await_journal(request_id, written, session, out, ctx)
             }
-            Outcome::Redeliver => receipt(out, request_id),
+            Outcome::Redeliver | Outcome::Release | Outcome::Reject => receipt(out, request_id),
         }
         return Ok(Flow::Continue);
     }

@@ -480,8 +480,13 @@ impl Connection {
                 &message,
                 self.serial,
             ),
-            // It subscribes to nothing yet: nothing is routed to it.
-            Front::Amqp(_) => false,
+            Front::Amqp(amqp) => amqp.message(
+                &mut self.out,
+                subscription_id,
+                delivery_id,
+                delivery_count,
+                &message,
+            ),
         }
     }
 
