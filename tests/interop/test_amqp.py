@@ -8,10 +8,11 @@ with their properties; bad input refused by name."""
 
 import json
 import os
+import urllib.request
 
 import pytest
-from proton import Data, Delivery, Message, symbol
-from proton.reactor import Selector
+from proton import Data, Delivery, Described, Message, symbol
+from proton.reactor import DurableSubscription, Filter, Selector
 from proton.utils import BlockingConnection, LinkDetached, SendException
 
 from conftest import PATIENCE, connect
@@ -68,6 +69,13 @@ def test_a_bare_address_is_a_queue_unless_the_target_says_topic(server):
     conn.disconnect()
 
 
+class NoLocal(Filter):
+    """The no-local filter, as Qpid JMS sends it."""
+
+    def __init__(self):
+        super().__init__({symbol("no-local"): Described(symbol("apache.org:no-local-filter:list"), [])})
+
+
 class TopicTarget:
     """A link option: the target is a topic (Qpid JMS's capability)."""
 
@@ -105,7 +113,7 @@ def test_bad_addresses_and_unbuilt_links_are_refused_by_name(server):
     with pytest.raises(LinkDetached, match="invalid"):
         c.create_sender("queue://bad..name")
     with pytest.raises(LinkDetached, match="not built yet"):
-        c.create_receiver("queue://orders", dynamic=True)
+        c.create_receiver("queue://orders", options=NoLocal())
     with pytest.raises(LinkDetached, match="selector"):
         c.create_receiver("queue://orders", options=Selector("units >"))
     # The connection goes on.
@@ -201,3 +209,81 @@ def test_amqp_receivers_get_text_bytes_and_map_bodies_with_jms_headers(server):
     assert third.body == {"k": 1, "name": "x"} and third.priority == 9
     assert 0 < third.ttl <= 60
     c.close()
+
+
+class SourceCapabilities:
+    """A receiver option: capabilities of the source (Qpid JMS's
+    `shared`, `global`)."""
+
+    def __init__(self, *capabilities):
+        self.capabilities = capabilities
+
+    def apply(self, link):
+        caps = link.source.capabilities
+        caps.put_array(False, Data.SYMBOL)
+        caps.enter()
+        for c in self.capabilities:
+            caps.put_symbol(symbol(c))
+        caps.exit()
+
+    def test(self, link):
+        return link.is_receiver
+
+
+def test_request_reply_through_a_dynamic_receivers_temporary_queue(server):
+    client = amqp(server)
+    replies = client.create_receiver(None, dynamic=True)
+    address = replies.link.remote_source.address
+    assert address.startswith("queue://temp."), address
+    client.create_sender("queue://requests").send(Message(body="ping", reply_to=address))
+    service = amqp(server)
+    request = service.create_receiver("queue://requests").receive(timeout=PATIENCE)
+    assert request.reply_to == address
+    service.create_sender(None).send(Message(address=request.reply_to, body="pong"))
+    assert replies.receive(timeout=PATIENCE).body == "pong"
+    # Only the connection that made it may consume from it.
+    with pytest.raises(LinkDetached):
+        service.create_receiver(address)
+    client.close()
+    service.close()
+
+
+def test_a_durable_subscription_keeps_messages_while_its_client_is_away(server):
+    def subscriber():
+        c = amqp(server, container_id="reports")
+        return c, c.create_receiver("topic://news", name="daily", options=DurableSubscription())
+
+    c, daily = subscriber()
+    # Detached without closing: the subscription stays, and keeps.
+    daily.link.detach()
+    c.close()
+    server.herald("pub", "topic://news", "while away", "--persistent")
+    c, daily = subscriber()
+    assert daily.receive(timeout=PATIENCE).body == "while away"
+    daily.accept()
+    # Closed for good: the subscription ends.
+    daily.close()
+    subs = json.loads(urllib.request.urlopen(f"{server.admin}/api/subscriptions").read())
+    assert not [s for s in subs if s.get("name") == "daily"], subs
+    c.close()
+
+
+def test_a_shared_subscription_splits_a_topic_between_its_consumers(server):
+    one, two = amqp(server), amqp(server)
+    shared = SourceCapabilities("topic", "shared", "global")
+    first = one.create_receiver("topic://jobs", name="workers", options=shared)
+    second = two.create_receiver("topic://jobs", name="workers|2", options=shared)
+    sender = one.create_sender("topic://jobs", options=TopicTarget())
+    for i in range(10):
+        sender.send(Message(body=f"{i}"))
+    got = []
+    for r in (first, second):
+        try:
+            while True:
+                got.append(r.receive(timeout=1).body)
+                r.accept()
+        except Exception:
+            pass
+    assert sorted(got, key=int) == [str(i) for i in range(10)], got
+    one.close()
+    two.close()

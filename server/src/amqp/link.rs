@@ -47,7 +47,7 @@ pub(super) fn performative(
             if !ch.links.contains_key(&d.handle) {
                 return Err(unattached(d.handle));
             }
-            end_link(amqp, channel, d.handle, session, ctx);
+            end_link(amqp, (channel, d.handle), d.closed, session, ctx);
             amqp.perform(
                 out,
                 channel,
@@ -71,7 +71,7 @@ pub(super) fn performative(
                     None => return Err(unattached(handle)),
                     Some(Link::Outgoing(_)) => sender::flow(amqp, channel, &f, session, out, ctx),
                     Some(Link::Incoming(_)) if f.echo => grant(amqp, channel, handle, out),
-                    Some(Link::Incoming(_)) => {}
+                    Some(Link::Incoming(_) | Link::Dormant(_)) => {}
                 }
             }
             Ok(Flow::Continue)
@@ -88,11 +88,12 @@ pub(super) fn performative(
     }
 }
 
-/// Ends a link this side kept (detached, or its session ended).
+/// Ends a link this side kept (detached, `closed` for good or not, or its
+/// session ended).
 fn end_link(
     amqp: &mut AmqpSession,
-    channel: u16,
-    handle: u32,
+    (channel, handle): (u16, u32),
+    closed: bool,
     session: &mut Session,
     ctx: &mut Context<'_>,
 ) {
@@ -100,8 +101,12 @@ fn end_link(
         .channels
         .get_mut(&channel)
         .and_then(|ch| ch.links.remove(&handle));
-    if let Some(Link::Outgoing(link)) = link {
-        sender::ended(amqp, channel, handle, link, session, ctx);
+    match link {
+        Some(Link::Outgoing(link)) => {
+            sender::ended(amqp, (channel, handle), link, closed, session, ctx)
+        }
+        Some(Link::Dormant(durable)) if closed => sender::end_durable(&durable, ctx),
+        _ => {}
     }
 }
 
@@ -118,7 +123,7 @@ pub(super) fn end_session(
         .map(|ch| ch.links.keys().copied().collect())
         .unwrap_or_default();
     for handle in handles {
-        end_link(amqp, channel, handle, session, ctx);
+        end_link(amqp, (channel, handle), false, session, ctx);
     }
     amqp.channels.remove(&channel);
 }
@@ -183,11 +188,15 @@ fn attach(
         ));
     }
     if a.role_receiver {
-        if let Err(fault) = sender::attach(amqp, channel, &a, session, ctx) {
-            refuse_attach(amqp, channel, a, fault, session, out, ctx);
-            return Ok(Flow::Continue);
-        }
+        let source = match sender::attach(amqp, channel, &a, session, ctx) {
+            Ok(source) => source,
+            Err(fault) => {
+                refuse_attach(amqp, channel, a, fault, session, out, ctx);
+                return Ok(Flow::Continue);
+            }
+        };
         let reply = Attach {
+            source,
             role_receiver: false,
             initial_delivery_count: Some(0),
             max_message_size: 0,
@@ -312,7 +321,7 @@ fn detach_with(
         "AMQP connection {}: link {handle} detached: {condition}: {why}",
         ctx.me.serial
     );
-    end_link(amqp, channel, handle, session, ctx);
+    end_link(amqp, (channel, handle), false, session, ctx);
     if let Some(ch) = amqp.channels.get_mut(&channel) {
         ch.detaching.insert(handle);
     }

@@ -10,9 +10,9 @@ use std::collections::{HashMap, VecDeque};
 
 use herald_protocol::amqp::delivery::DeliveryState;
 use herald_protocol::amqp::performative::{Attach, Disposition, Flow as AmqpFlow};
-use herald_protocol::amqp::terminus::{Durability, Source};
-use herald_protocol::amqp::Performative;
-use herald_protocol::{DestinationKind, ErrorCode};
+use herald_protocol::amqp::terminus::{Durability, Source, Terminus};
+use herald_protocol::amqp::{Performative, Value};
+use herald_protocol::{Destination, DestinationKind, ErrorCode};
 
 use super::mapping;
 use super::state::{condition, AmqpSession, Link, Outgoing, WINDOW};
@@ -43,30 +43,26 @@ fn not_built(what: &str) -> Refused {
 }
 
 /// Subscribes for a link on which the client receives, and keeps the
-/// link on `channel`; or why it may not.
+/// link on `channel`; returns the source to answer with (a dynamic node's
+/// address filled in), or why it may not attach.
+///
+/// Durable and shared subscriptions are made as Qpid JMS asks for them:
+/// a topic source with a durability (durable) or the `shared` capability
+/// (shared), named by the link (a shared one's consumers' links are
+/// `name`, `name|2`...), of the connection's container id unless the
+/// `global` capability says it belongs to no client.
 pub(super) fn attach(
     amqp: &mut AmqpSession,
     channel: u16,
     a: &Attach,
     session: &mut Session,
     ctx: &mut Context<'_>,
-) -> Result<(), Refused> {
-    let source = Source::from_value(a.source.clone())
+) -> Result<Value, Refused> {
+    let Some(mut source) = Source::from_value(a.source.clone())
         .map_err(|e| (condition::INVALID_FIELD, e.to_string()))?
-        .ok_or_else(|| {
-            (
-                condition::INVALID_FIELD,
-                "a receiver needs a source".to_owned(),
-            )
-        })?;
-    if source.node.dynamic {
-        return Err(not_built("a dynamic node (a temporary queue for replies)"));
-    }
-    if source.node.durable != Durability::None
-        || source.node.capabilities.iter().any(|c| c == "shared")
-    {
-        return Err(not_built("a durable or shared subscription"));
-    }
+    else {
+        return lookup(amqp, channel, a, session, ctx);
+    };
     if source.no_local() {
         return Err(not_built("the no-local filter"));
     }
@@ -78,40 +74,60 @@ pub(super) fn attach(
             ),
         ));
     }
-    let address = source.node.address.as_deref().ok_or_else(|| {
-        (
-            condition::INVALID_FIELD,
-            "the source has no address".to_owned(),
-        )
-    })?;
-    let destination = mapping::destination(address, &source.node.capabilities)
-        .map_err(|e| (condition::INVALID_FIELD, e.to_string()))?;
-    if destination.kind == DestinationKind::Queue
-        && source.distribution_mode.as_deref() == Some("copy")
-    {
+    let caps = &source.node.capabilities;
+    let has = |cap: &str| caps.iter().any(|c| c == cap);
+    let (shared, global) = (has("shared"), has("global"));
+    let durable = source.node.durable != Durability::None;
+    let destination = match source.node.dynamic {
+        true => dynamic(amqp, has("temporary-topic"), session, ctx)?,
+        false => {
+            let address = source.node.address.as_deref().ok_or_else(|| {
+                (
+                    condition::INVALID_FIELD,
+                    "the source has no address".to_owned(),
+                )
+            })?;
+            mapping::destination(address, caps)
+                .map_err(|e| (condition::INVALID_FIELD, e.to_string()))?
+        }
+    };
+    let queue = destination.kind == DestinationKind::Queue;
+    if queue && source.distribution_mode.as_deref() == Some("copy") {
         return Err(not_built("browsing a queue"));
+    }
+    if queue && (durable || shared) {
+        let why = "a durable or shared subscription is to a topic, not a queue";
+        return Err((condition::NOT_ALLOWED, why.into()));
     }
     let text = source
         .selector()
         .map_err(|e| (condition::INVALID_FIELD, e.to_string()))?
         .unwrap_or_default();
     let selector = selector(text, session, ctx).map_err(refused)?;
+    let named = durable || shared;
+    let name = match shared {
+        true => a.name.split('|').next().unwrap_or_default(),
+        false => a.name.as_str(),
+    };
     let subscription_id = amqp.next_subscription;
     amqp.next_subscription = amqp.next_subscription.wrapping_add(1).max(1);
-    let client_id = session.client_id.clone();
+    let client_id = match global {
+        true => std::sync::Arc::from(""),
+        false => session.client_id.clone(),
+    };
     let user = session.principal.user.clone();
     let request = SubscribeRequest {
         kind: destination.kind,
         destination: &destination.name,
         selector,
-        acknowledged: destination.kind == DestinationKind::Queue,
+        acknowledged: queue || named,
         prefetch: 0,
-        durable_name: "",
+        durable_name: if named { name } else { "" },
         client_id: &client_id,
         user: &user,
-        temporary: false,
-        shared: false,
-        durable: false,
+        temporary: source.node.dynamic && queue,
+        shared,
+        durable: durable && shared,
         backlog: None,
         kept: false,
     };
@@ -123,6 +139,7 @@ pub(super) fn attach(
         delivery_count: 0,
         presettled: a.snd_settle_mode == 1,
         waiting: VecDeque::new(),
+        durable: (named && durable).then(|| (client_id.to_string(), name.to_owned())),
     };
     if let Some(ch) = amqp.channels.get_mut(&channel) {
         ch.links.insert(a.handle, Link::Outgoing(link));
@@ -136,7 +153,77 @@ pub(super) fn attach(
         }
         return Err(refused(refusal));
     }
-    Ok(())
+    if source.node.dynamic {
+        source.node.address = Some(format!(
+            "{}://{}",
+            destination.kind.as_str(),
+            destination.name
+        ));
+        return Ok(source.to_value());
+    }
+    Ok(a.source.clone())
+}
+
+/// A dynamic node: a temporary queue (or topic) of this connection, which
+/// others reach through the address the attach answers with.
+fn dynamic(
+    amqp: &mut AmqpSession,
+    topic: bool,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) -> Result<Destination, Refused> {
+    let name = format!(
+        "{}amqp-{}",
+        ctx.shared.broker.temporary_prefix(ctx.me.serial),
+        amqp.next_subscription
+    );
+    if topic {
+        return Ok(Destination::topic(name));
+    }
+    ctx.shared
+        .broker
+        .temporary_queue(&name, ctx.me.serial)
+        .map_err(|e| refused(crate::frontend::subscribe_refusal(e)))?;
+    session.traffic().temporary_queues.push(name.clone());
+    Ok(Destination::queue(name))
+}
+
+/// A receiver without a source: Qpid JMS asks so for the durable
+/// subscription the link names, to end it (a detach that closes the
+/// link). Answered with the subscription's source, the link kept idle.
+fn lookup(
+    amqp: &mut AmqpSession,
+    channel: u16,
+    a: &Attach,
+    session: &Session,
+    ctx: &mut Context<'_>,
+) -> Result<Value, Refused> {
+    let client_id = session.client_id.to_string();
+    let Some((pattern, _)) = ctx.shared.broker.durable_owner(&client_id, &a.name) else {
+        return Err((
+            condition::NOT_FOUND,
+            format!(
+                "no durable subscription '{}' of client id '{client_id}'",
+                a.name
+            ),
+        ));
+    };
+    crate::frontend::check_owner(session, &a.name, ctx).map_err(refused)?;
+    if let Some(ch) = amqp.channels.get_mut(&channel) {
+        ch.links
+            .insert(a.handle, Link::Dormant((client_id, a.name.clone())));
+    }
+    let source = Source {
+        node: Terminus {
+            address: Some(format!("topic://{pattern}")),
+            durable: Durability::UnsettledState,
+            expiry_policy: Some("never".into()),
+            capabilities: vec!["topic".into()],
+            ..Terminus::default()
+        },
+        ..Source::default()
+    };
+    Ok(source.to_value())
 }
 
 /// A flow for an outgoing link: its credit as the client counts it; what
@@ -289,12 +376,13 @@ fn settle_as(ids: Vec<u64>, outcome: Outcome, session: &mut Session, ctx: &mut C
 
 /// An outgoing link has ended: its subscription ends. What it sent and
 /// the client did not settle counts as delivered; what waited for credit
-/// returns uncounted.
+/// returns uncounted. A link `closed` for good ends its durable
+/// subscription too.
 pub(super) fn ended(
     amqp: &mut AmqpSession,
-    channel: u16,
-    handle: u32,
+    (channel, handle): (u16, u32),
     link: Outgoing,
+    closed: bool,
     session: &mut Session,
     ctx: &mut Context<'_>,
 ) {
@@ -311,4 +399,18 @@ pub(super) fn ended(
         });
     }
     end_subscription(link.subscription_id, Some(&seen), session, ctx);
+    if let (true, Some(durable)) = (closed, &link.durable) {
+        end_durable(durable, ctx);
+    }
+}
+
+/// Ends durable subscription (client id, name), a link to it closed for
+/// good; one still in use by other consumers (shared) stays.
+pub(super) fn end_durable((client_id, name): &(String, String), ctx: &mut Context<'_>) {
+    if let Err(e) = ctx.shared.broker.unsubscribe_durable(client_id, name) {
+        log::debug!(
+            "AMQP connection {}: durable subscription '{name}' stays: {e}",
+            ctx.me.serial
+        );
+    }
 }

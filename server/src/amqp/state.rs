@@ -298,7 +298,7 @@ impl AmqpSession {
     pub(super) fn outgoing(&mut self, channel: u16, handle: u32) -> Option<&mut Outgoing> {
         match self.channels.get_mut(&channel)?.links.get_mut(&handle)? {
             Link::Outgoing(link) => Some(link),
-            Link::Incoming(_) => None,
+            Link::Incoming(_) | Link::Dormant(_) => None,
         }
     }
 
@@ -457,6 +457,9 @@ pub(super) enum Link {
     Incoming(Incoming),
     /// This side sends on it.
     Outgoing(Outgoing),
+    /// Names a durable subscription, (client id, name), without consuming
+    /// it: a detach that closes it ends the subscription.
+    Dormant((String, String)),
 }
 
 /// A link on which this side sends: a subscription.
@@ -473,6 +476,9 @@ pub(super) struct Outgoing {
     /// id, times delivered, the message block). A queue's are bounded by
     /// the consumer's prefetch.
     pub(super) waiting: std::collections::VecDeque<(u64, u32, Bytes)>,
+    /// The durable subscription it consumes, (client id, name): a detach
+    /// that closes the link ends it.
+    pub(super) durable: Option<(String, String)>,
 }
 
 /// A link on which the client sends.
