@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 from proton import Data, Delivery, Described, Message, symbol
-from proton.reactor import DurableSubscription, Filter, Selector
+from proton.reactor import Copy, DurableSubscription, Filter, Selector
 from proton.utils import BlockingConnection, LinkDetached, SendException
 
 from conftest import PATIENCE, connect
@@ -287,3 +287,17 @@ def test_a_shared_subscription_splits_a_topic_between_its_consumers(server):
     assert sorted(got, key=int) == [str(i) for i in range(10)], got
     one.close()
     two.close()
+
+
+def test_a_browser_sees_what_a_queue_holds_and_leaves_it_there(server):
+    c = amqp(server)
+    sender = c.create_sender("queue://stock")
+    for i in range(3):
+        sender.send(Message(body=f"item {i}", properties={"n": i}))
+    browser = c.create_receiver("queue://stock", name="look", options=[Copy(), Selector("n > 0")])
+    assert [browser.receive(timeout=PATIENCE).body for _ in range(2)] == ["item 1", "item 2"]
+    browser.close()
+    consumer = c.create_receiver("queue://stock")
+    assert [consumer.receive(timeout=PATIENCE).body for _ in range(3)] == ["item 0", "item 1", "item 2"]
+    consumer.accept()
+    c.close()

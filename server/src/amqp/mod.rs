@@ -14,9 +14,9 @@
 //! `accepted` once routed, a persistent one (`header.durable`) once the
 //! journal has it, as a RECEIPT is (`link`); and links on which it
 //! receives, subscriptions under its credit settled by its outcomes,
-//! dynamic (temporary) nodes, durable and shared subscriptions
-//! (`sender`). Browsing, no-local and transactions are refused by name
-//! until they are built (issue 28).
+//! dynamic (temporary) nodes, durable and shared subscriptions, browsing
+//! (`sender`). No-local and transactions are refused by name until they
+//! are built (issue 28).
 //!
 //! Errors: a fault in a link detaches it with an error condition; one in
 //! the connection closes it with one. Either names the problem.

@@ -16,6 +16,7 @@ use herald_protocol::{Destination, DestinationKind, ErrorCode};
 
 use super::mapping;
 use super::state::{condition, AmqpSession, Link, Outgoing, WINDOW};
+use crate::auth::Permission;
 use crate::broker::{SubscribeRequest, Written};
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{end_subscription, selector, settle, Context, Refusal};
@@ -93,7 +94,7 @@ pub(super) fn attach(
     };
     let queue = destination.kind == DestinationKind::Queue;
     if queue && source.distribution_mode.as_deref() == Some("copy") {
-        return Err(not_built("browsing a queue"));
+        return browse(amqp, (channel, a), &destination.name, &source, session, ctx);
     }
     if queue && (durable || shared) {
         let why = "a durable or shared subscription is to a topic, not a queue";
@@ -140,6 +141,7 @@ pub(super) fn attach(
         presettled: a.snd_settle_mode == 1,
         waiting: VecDeque::new(),
         durable: (named && durable).then(|| (client_id.to_string(), name.to_owned())),
+        browsing: false,
     };
     if let Some(ch) = amqp.channels.get_mut(&channel) {
         ch.links.insert(a.handle, Link::Outgoing(link));
@@ -160,6 +162,46 @@ pub(super) fn attach(
             destination.name
         ));
         return Ok(source.to_value());
+    }
+    Ok(a.source.clone())
+}
+
+/// A link that browses a queue (`distribution-mode: copy`): what the queue
+/// holds now, its selector applied, sent settled as credit allows; the
+/// queue keeps it. A drain after the last one tells the client so.
+fn browse(
+    amqp: &mut AmqpSession,
+    (channel, a): (u16, &Attach),
+    queue: &str,
+    source: &Source,
+    session: &Session,
+    ctx: &mut Context<'_>,
+) -> Result<Value, Refused> {
+    crate::frontend::authorize(session, Permission::Browse, DestinationKind::Queue, queue)
+        .map_err(refused)?;
+    let text = source
+        .selector()
+        .map_err(|e| (condition::INVALID_FIELD, e.to_string()))?
+        .unwrap_or_default();
+    let held = ctx
+        .shared
+        .broker
+        .browse(queue, text)
+        .map_err(|e| refused(crate::frontend::subscribe_refusal(e)))?;
+    let link = Outgoing {
+        subscription_id: 0,
+        credit: 0,
+        delivery_count: 0,
+        presettled: true,
+        waiting: held
+            .into_iter()
+            .map(|m| (0, m.deliveries + 1, m.block))
+            .collect(),
+        durable: None,
+        browsing: true,
+    };
+    if let Some(ch) = amqp.channels.get_mut(&channel) {
+        ch.links.insert(a.handle, Link::Outgoing(link));
     }
     Ok(a.source.clone())
 }
@@ -252,7 +294,10 @@ pub(super) fn flow(
     let mut sent_settled = Vec::new();
     while let Some(next) = link_waiting(amqp, channel, handle) {
         let (herald_id, count, block) = next;
-        if amqp.transfer_out(out, channel, handle, (herald_id, count, &block)) {
+        // A browser's messages (id 0: delivery ids start at 1) stay in
+        // their queue: nothing to settle.
+        let sent_settled_now = amqp.transfer_out(out, channel, handle, (herald_id, count, &block));
+        if sent_settled_now && herald_id != 0 {
             sent_settled.push(herald_id);
         }
     }
@@ -386,6 +431,9 @@ pub(super) fn ended(
     session: &mut Session,
     ctx: &mut Context<'_>,
 ) {
+    if link.browsing {
+        return;
+    }
     amqp.subscriptions.remove(&link.subscription_id);
     let mut seen = Vec::new();
     if let Some(ch) = amqp.channels.get_mut(&channel) {

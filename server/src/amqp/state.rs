@@ -479,6 +479,9 @@ pub(super) struct Outgoing {
     /// The durable subscription it consumes, (client id, name): a detach
     /// that closes the link ends it.
     pub(super) durable: Option<(String, String)>,
+    /// It browses a queue: `waiting` holds what the queue held when it
+    /// attached, sent settled, consuming nothing; no subscription.
+    pub(super) browsing: bool,
 }
 
 /// A link on which the client sends.
