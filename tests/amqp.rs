@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 
 use bytes::{Bytes, BytesMut};
-use herald_protocol::amqp::delivery::DeliveryState;
+use herald_protocol::amqp::delivery::{DeliveryState, TxnControl};
 use herald_protocol::amqp::message::{Body, Header, Message as AmqpMessage};
 use herald_protocol::amqp::performative::{Attach, Begin, Disposition, Flow, Open, Transfer};
 use herald_protocol::amqp::terminus::{LinkTarget, Source, Target};
@@ -661,4 +661,168 @@ fn a_ten_mebibyte_message_goes_through_in_pieces_and_one_cut_off_goes_nowhere() 
         .set_read_timeout(Some(std::time::Duration::from_millis(300)))
         .unwrap();
     assert!(!c.fill(), "a second message");
+}
+
+/// Sends `control` to the coordinator on `handle` as delivery `id`; the
+/// state it is settled with.
+fn coordinate(c: &mut Raw, handle: u32, id: u32, control: TxnControl) -> DeliveryState {
+    let message = AmqpMessage {
+        body: Body::Value(control.to_value()),
+        ..AmqpMessage::default()
+    };
+    c.transfer(handle, id, false, &message);
+    loop {
+        match c.next(false) {
+            Got::Amqp(_, Performative::Disposition(d)) if d.first == id => {
+                return DeliveryState::from_value(d.state).unwrap().unwrap();
+            }
+            Got::Closed => panic!("closed"),
+            _ => {}
+        }
+    }
+}
+
+fn queue_depth(server: &TestServer, queue: &str) -> usize {
+    server
+        .stats()
+        .queues
+        .iter()
+        .find(|(name, ..)| name == queue)
+        .map_or(0, |(_, depth, _)| *depth)
+}
+
+#[test]
+fn local_transactions_hold_sends_until_a_commit_and_drop_them_on_a_rollback() {
+    let server = start();
+    let mut c = Raw::opened(&server, "tx");
+    // The coordinator, then a sender.
+    let coordinator = LinkTarget::Coordinator(vec!["amqp:local-transactions".into()]);
+    c.perform(
+        0,
+        Performative::Attach(Box::new(Attach {
+            name: "txn-ctrl".into(),
+            handle: 9,
+            role_receiver: false,
+            snd_settle_mode: 0,
+            rcv_settle_mode: 0,
+            source: Source::default().to_value(),
+            target: coordinator.to_value(),
+            initial_delivery_count: Some(0),
+            max_message_size: 0,
+            offered_capabilities: vec![],
+            desired_capabilities: vec![],
+        })),
+    );
+    assert!(matches!(
+        c.next(false),
+        Got::Amqp(0, Performative::Attach(_))
+    ));
+    c.attach_sender(0, "queue://tx");
+    let DeliveryState::Declared(txn) = coordinate(&mut c, 9, 0, TxnControl::Declare) else {
+        panic!("not declared");
+    };
+    let in_txn = |c: &mut Raw, id: u32, body: &str| {
+        let mut payload = Vec::new();
+        text(body, true).encode(&mut payload);
+        let t = Transfer {
+            handle: 0,
+            delivery_id: Some(id),
+            delivery_tag: Some(Bytes::from(id.to_be_bytes().to_vec())),
+            settled: false,
+            more: false,
+            state: DeliveryState::Transactional {
+                txn_id: txn.clone(),
+                outcome: None,
+            }
+            .to_value(),
+            aborted: false,
+        };
+        c.frame(
+            FrameKind::Amqp,
+            0,
+            &Performative::Transfer(t).to_value(),
+            &payload,
+        );
+    };
+    in_txn(&mut c, 0, "one");
+    in_txn(&mut c, 1, "two");
+    // Each is answered with the outcome it will have; none is routed yet.
+    let mut answered = 0;
+    while answered < 2 {
+        if let Got::Amqp(_, Performative::Disposition(d)) = c.next(false) {
+            let state = DeliveryState::from_value(d.state).unwrap().unwrap();
+            assert!(
+                matches!(state, DeliveryState::Transactional { .. }),
+                "{state:?}"
+            );
+            answered += 1;
+        }
+    }
+    assert_eq!(queue_depth(&server, "tx"), 0);
+    let commit = TxnControl::Discharge {
+        txn_id: txn.clone(),
+        fail: false,
+    };
+    assert_eq!(coordinate(&mut c, 9, 1, commit), DeliveryState::Accepted);
+    assert_eq!(queue_depth(&server, "tx"), 2);
+    // Rolled back: nothing of it is routed; a discharge of a transaction
+    // that is not open is rejected.
+    let DeliveryState::Declared(second) = coordinate(&mut c, 9, 2, TxnControl::Declare) else {
+        panic!("not declared");
+    };
+    assert_ne!(second, txn);
+    let rollback = TxnControl::Discharge {
+        txn_id: second.clone(),
+        fail: true,
+    };
+    assert_eq!(
+        coordinate(&mut c, 9, 3, rollback.clone()),
+        DeliveryState::Accepted
+    );
+    match coordinate(&mut c, 9, 4, rollback) {
+        DeliveryState::Rejected(Some(e)) => assert_eq!(e.condition, "amqp:transaction:rollback"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(queue_depth(&server, "tx"), 2);
+    // Acknowledgements in a transaction: held until it commits.
+    c.attach_receiver(1, "queue://tx");
+    assert!(matches!(
+        c.next(false),
+        Got::Amqp(0, Performative::Attach(_))
+    ));
+    c.credit(1, 0, 2);
+    let (first, _, _) = c.delivery(512);
+    let (last, _, _) = c.delivery(512);
+    let DeliveryState::Declared(third) = coordinate(&mut c, 9, 5, TxnControl::Declare) else {
+        panic!("not declared");
+    };
+    c.perform(
+        0,
+        Performative::Disposition(Disposition {
+            role_receiver: true,
+            first,
+            last: Some(last),
+            settled: true,
+            state: DeliveryState::Transactional {
+                txn_id: third.clone(),
+                outcome: Some(Box::new(DeliveryState::Accepted)),
+            }
+            .to_value(),
+        }),
+    );
+    let in_flight = |server: &TestServer| {
+        server
+            .stats()
+            .queues
+            .iter()
+            .find(|(name, ..)| name == "tx")
+            .map_or(0, |(_, _, in_flight)| *in_flight)
+    };
+    let commit = TxnControl::Discharge {
+        txn_id: third,
+        fail: false,
+    };
+    assert_eq!(in_flight(&server), 2, "held until the commit");
+    assert_eq!(coordinate(&mut c, 9, 6, commit), DeliveryState::Accepted);
+    assert_eq!(in_flight(&server), 0);
 }

@@ -12,7 +12,8 @@ import urllib.request
 
 import pytest
 from proton import Data, Delivery, Described, Message, symbol
-from proton.reactor import Copy, DurableSubscription, Filter, Selector
+from proton.handlers import MessagingHandler, TransactionHandler
+from proton.reactor import Container, Copy, DurableSubscription, Filter, Selector
 from proton.utils import BlockingConnection, LinkDetached, SendException
 
 from conftest import PATIENCE, connect
@@ -301,3 +302,45 @@ def test_a_browser_sees_what_a_queue_holds_and_leaves_it_there(server):
     assert [consumer.receive(timeout=PATIENCE).body for _ in range(3)] == ["item 0", "item 1", "item 2"]
     consumer.accept()
     c.close()
+
+
+class TransactedSend(MessagingHandler, TransactionHandler):
+    """Proton's transactions: three messages sent in one, then committed
+    or aborted."""
+
+    def __init__(self, url, commit):
+        super().__init__()
+        self.url, self.commit, self.result = url, commit, None
+
+    def on_start(self, event):
+        self.conn = event.container.connect(self.url)
+        self.sender = event.container.create_sender(self.conn, "queue://txq")
+        event.container.declare_transaction(self.conn, handler=self)
+
+    def on_transaction_declared(self, event):
+        for i in range(3):
+            event.transaction.send(self.sender, Message(body=f"{self.commit} {i}", durable=True))
+        if self.commit:
+            event.transaction.commit()
+        else:
+            event.transaction.abort()
+
+    def on_transaction_committed(self, event):
+        self.result = "committed"
+        self.conn.close()
+
+    def on_transaction_aborted(self, event):
+        self.result = "aborted"
+        self.conn.close()
+
+
+def test_a_transaction_routes_its_messages_when_committed_and_none_when_aborted(server):
+    host, port = server.amqp
+    for commit in (False, True):
+        handler = TransactedSend(f"amqp://{host}:{port}", commit)
+        Container(handler).run()
+        assert handler.result == ("committed" if commit else "aborted")
+    got = received(server, "queue://txq", 3)
+    assert [m["body"] for m in got] == ["True 0", "True 1", "True 2"]
+    # And nothing of the aborted one.
+    assert server.herald("sub", "queue://txq", "--count", "1", "--timeout", "300ms") == ""

@@ -6,7 +6,7 @@
 //! `super::sender`'s.
 
 use bytes::BytesMut;
-use herald_protocol::amqp::delivery::DeliveryState;
+use herald_protocol::amqp::delivery::{DeliveryState, TxnControl};
 use herald_protocol::amqp::message::Message as AmqpMessage;
 use herald_protocol::amqp::performative::{Attach, Detach, Flow as AmqpFlow, Transfer};
 use herald_protocol::amqp::terminus::LinkTarget;
@@ -210,7 +210,7 @@ fn attach(
         amqp.perform(out, channel, Performative::Attach(Box::new(reply)));
         return Ok(Flow::Continue);
     }
-    let destination = match sender_target(&a, session) {
+    let (destination, coordinator) = match sender_target(&a, session) {
         Ok(d) => d,
         Err(fault) => {
             refuse_attach(amqp, channel, a, fault, session, out, ctx);
@@ -240,6 +240,7 @@ fn attach(
                 credit,
                 delivery_count,
                 partial: None,
+                coordinator,
             }),
         );
     }
@@ -248,18 +249,22 @@ fn attach(
 }
 
 /// Where a link on which the client sends delivers: its target's node,
-/// or `None` for the anonymous relay; or why it may not attach.
+/// or `None` for the anonymous relay, and whether it is the transaction
+/// coordinator; or why it may not attach.
 fn sender_target(
     a: &Attach,
     session: &Session,
-) -> Result<Option<Destination>, (&'static str, String)> {
+) -> Result<(Option<Destination>, bool), (&'static str, String)> {
     let target = LinkTarget::from_value(a.target.clone())
         .map_err(|e| (condition::INVALID_FIELD, e.to_string()))?;
     let destination = match target {
         None => None,
-        Some(LinkTarget::Coordinator(_)) => {
-            let why = "transactions over AMQP are not built yet (issue 28)";
-            return Err((condition::NOT_IMPLEMENTED, why.into()));
+        Some(LinkTarget::Coordinator(caps)) => {
+            if let Some(other) = caps.iter().find(|c| *c != "amqp:local-transactions") {
+                let why = format!("{other}: this server has local transactions only");
+                return Err((condition::NOT_IMPLEMENTED, why));
+            }
+            return Ok((None, true));
         }
         Some(LinkTarget::Target(t)) if t.dynamic => {
             let why = "a dynamic target: this side makes temporary queues for receivers only";
@@ -278,7 +283,7 @@ fn sender_target(
             .check(Permission::Publish, d.kind, &d.name)
             .map_err(|denied| (condition::UNAUTHORIZED, denied.to_string()))?;
     }
-    Ok(destination)
+    Ok((destination, false))
 }
 
 /// Sends a link's state and its full credit.
@@ -378,11 +383,17 @@ fn transfer(
                 delivery_id,
                 settled: t.settled,
                 bytes: BytesMut::new(),
+                txn: None,
             }
         }
     };
     let mut partial = partial;
     partial.settled |= t.settled;
+    if let Ok(Some(DeliveryState::Transactional { txn_id, .. })) =
+        DeliveryState::from_value(t.state.clone())
+    {
+        partial.txn = Some(txn_id);
+    }
     if t.aborted {
         return Ok(Flow::Continue);
     }
@@ -406,8 +417,12 @@ fn transfer(
         return Ok(Flow::Continue);
     }
     let destination = link.destination.clone();
+    let coordinator = link.coordinator;
     if low {
         grant(amqp, channel, t.handle, out);
+    }
+    if coordinator {
+        return coordinate(amqp, (channel, t.handle), partial, session, out, ctx);
     }
     deliver(
         amqp,
@@ -419,6 +434,50 @@ fn transfer(
         out,
         ctx,
     )
+}
+
+/// A whole message that arrived on the coordinator's link: a declare or
+/// a discharge.
+fn coordinate(
+    amqp: &mut AmqpSession,
+    (channel, handle): (u16, u32),
+    partial: Partial,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Fatal> {
+    let control = AmqpMessage::decode(&partial.bytes)
+        .map_err(|e| e.to_string())
+        .and_then(|m| match m.body {
+            herald_protocol::amqp::message::Body::Value(v) => {
+                TxnControl::from_value(v).map_err(|e| e.to_string())
+            }
+            other => Err(format!(
+                "the coordinator takes an amqp-value, not {other:?}"
+            )),
+        });
+    match control {
+        Ok(control) => super::txn::control(
+            amqp,
+            (channel, partial.delivery_id),
+            control,
+            session,
+            out,
+            ctx,
+        ),
+        Err(why) => {
+            detach_with(
+                amqp,
+                channel,
+                handle,
+                (condition::DECODE, why),
+                session,
+                out,
+                ctx,
+            );
+            Ok(Flow::Continue)
+        }
+    }
 }
 
 /// Routes a whole message that arrived on a link.
@@ -437,6 +496,7 @@ fn deliver(
         delivery_id,
         settled,
         bytes,
+        txn,
     } = partial;
     let made = AmqpMessage::decode(&bytes)
         .map_err(|e| (condition::DECODE, e.to_string()))
@@ -465,6 +525,18 @@ fn deliver(
             return Ok(Flow::Continue);
         }
     };
+    if let Some(txn) = txn {
+        super::txn::send(
+            amqp,
+            (channel, delivery_id, settled),
+            txn,
+            view,
+            session,
+            out,
+            ctx,
+        );
+        return Ok(Flow::Continue);
+    }
     let request_id = if settled {
         0
     } else {

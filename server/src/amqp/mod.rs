@@ -15,8 +15,8 @@
 //! journal has it, as a RECEIPT is (`link`); and links on which it
 //! receives, subscriptions under its credit settled by its outcomes,
 //! dynamic (temporary) nodes, durable and shared subscriptions, browsing
-//! (`sender`). No-local and transactions are refused by name until they
-//! are built (issue 28).
+//! (`sender`); and local transactions (`txn`). The no-local filter is
+//! refused by name until it is built (issue 28).
 //!
 //! Errors: a fault in a link detaches it with an error condition; one in
 //! the connection closes it with one. Either names the problem.
@@ -25,6 +25,7 @@ mod link;
 mod mapping;
 mod sender;
 mod state;
+mod txn;
 
 use std::time::Duration;
 

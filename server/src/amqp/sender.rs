@@ -390,6 +390,13 @@ pub(super) fn disposition(
         }
         id = id.wrapping_add(1);
     }
+    // In a transaction: held until it commits.
+    let (txn, state) = match state {
+        Some(DeliveryState::Transactional { txn_id, outcome }) => {
+            (Some(txn_id), outcome.map(|o| *o))
+        }
+        state => (None, state),
+    };
     let outcome = match state {
         // Settled without an outcome: as accepted (the default outcome).
         None | Some(DeliveryState::Accepted) => Outcome::Processed,
@@ -401,7 +408,11 @@ pub(super) fn disposition(
         Some(DeliveryState::Rejected(_)) => Outcome::Reject,
         Some(other) => return Err(format!("{other:?} is not an outcome a receiver gives")),
     };
-    settle_as(ids, outcome, session, ctx);
+    match txn {
+        Some(txn) if !ids.is_empty() => super::txn::settle(&txn, ids, outcome, session, ctx)?,
+        Some(_) => {}
+        None => settle_as(ids, outcome, session, ctx),
+    }
     if !d.settled {
         // This side settles what the client left unsettled.
         let mut back = d.clone();

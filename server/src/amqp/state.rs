@@ -31,6 +31,7 @@ pub(super) mod condition {
     pub const HANDLE_IN_USE: &str = "amqp:session:handle-in-use";
     pub const MESSAGE_SIZE: &str = "amqp:link:message-size-exceeded";
     pub const TRANSFER_LIMIT: &str = "amqp:link:transfer-limit-exceeded";
+    pub const TXN_ROLLBACK: &str = "amqp:transaction:rollback";
 }
 
 /// The largest frame taken before `open` (SASL, headers, the open itself).
@@ -117,6 +118,8 @@ pub struct AmqpSession {
     /// (channel, handle).
     pub(super) subscriptions: HashMap<u32, (u16, u32)>,
     pub(super) next_subscription: u32,
+    /// Numbers the transactions the coordinator declares.
+    pub(super) next_txn: u32,
     /// How often this side must send a frame, if the client asked.
     pub(super) heartbeat: Option<Duration>,
     pub(super) last_write: Instant,
@@ -145,6 +148,7 @@ impl AmqpSession {
             link_credit: 1,
             subscriptions: HashMap::new(),
             next_subscription: 1,
+            next_txn: 1,
             heartbeat: None,
             last_write: Instant::now(),
         }
@@ -495,6 +499,9 @@ pub(super) struct Incoming {
     pub(super) delivery_count: u32,
     /// A delivery whose frames are still coming.
     pub(super) partial: Option<Partial>,
+    /// It is attached to the transaction coordinator: what comes on it
+    /// declares and discharges transactions.
+    pub(super) coordinator: bool,
 }
 
 /// A message arriving in several transfer frames.
@@ -502,6 +509,8 @@ pub(super) struct Partial {
     pub(super) delivery_id: u32,
     pub(super) settled: bool,
     pub(super) bytes: BytesMut,
+    /// The transaction it is sent in, if it is.
+    pub(super) txn: Option<Bytes>,
 }
 
 /// The outcome a delivery gets from what the broker made of it.
@@ -516,6 +525,7 @@ pub(super) fn outcome(result: Result<(), Refusal>) -> DeliveryState {
                 ErrorCode::LimitExceeded | ErrorCode::QueueFull => condition::LIMIT,
                 ErrorCode::InvalidDestination | ErrorCode::UndeclaredTopic => condition::NOT_FOUND,
                 ErrorCode::Internal => condition::INTERNAL,
+                ErrorCode::TransactionRolledBack => condition::TXN_ROLLBACK,
                 _ => condition::NOT_ALLOWED,
             };
             DeliveryState::Rejected(error(condition, refusal.message().to_owned()))
