@@ -826,3 +826,47 @@ fn local_transactions_hold_sends_until_a_commit_and_drop_them_on_a_rollback() {
     assert_eq!(coordinate(&mut c, 9, 6, commit), DeliveryState::Accepted);
     assert_eq!(in_flight(&server), 0);
 }
+
+#[test]
+fn amqp_runs_over_tls_on_a_listener_of_its_own() {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut config = test_config();
+    let (ca, cert, key) = tls_files(&config.data_dir.join("tls"), &["localhost"]);
+    config.amqp.tls_enabled = true;
+    config.tls.cert = cert;
+    config.tls.key = key;
+    let server = start_with(config);
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(&ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from("localhost").unwrap();
+    let session = rustls::ClientConnection::new(std::sync::Arc::new(client), name).unwrap();
+    let socket = TcpStream::connect(server.amqp_tls_addr().expect("AMQP over TLS runs")).unwrap();
+    socket.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut tls = rustls::StreamOwned::new(session, socket);
+    tls.write_all(&ProtocolHeader::Sasl.bytes()).unwrap();
+    let mut header = [0u8; 8];
+    tls.read_exact(&mut header).unwrap();
+    assert_eq!(
+        ProtocolHeader::read(&header),
+        Ok(Some(ProtocolHeader::Sasl))
+    );
+    // The mechanisms follow, in a SASL frame.
+    let mut head = [0u8; 8];
+    tls.read_exact(&mut head).unwrap();
+    let h = FrameHeader::read(&head, u32::MAX).unwrap().unwrap();
+    let mut body = vec![0u8; h.size as usize - 8];
+    tls.read_exact(&mut body).unwrap();
+    let (v, _) = Value::decode(&body).unwrap();
+    assert!(
+        matches!(Sasl::from_value(v), Ok(Sasl::Mechanisms(m)) if m.contains(&"PLAIN".to_owned()))
+    );
+}

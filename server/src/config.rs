@@ -454,6 +454,10 @@ pub struct AmqpSection {
     pub enabled: bool,
     /// Its address.
     pub listen: SocketAddr,
+    /// Whether AMQP over TLS (`amqps`) runs (with the `[tls]` certificate).
+    pub tls_enabled: bool,
+    /// Its address.
+    pub tls_listen: SocketAddr,
     /// Sessions a connection may begin at once (`channel-max` + 1).
     pub max_sessions: u16,
     /// Links a session may attach at once (`handle-max` + 1).
@@ -472,6 +476,8 @@ impl Default for AmqpSection {
         AmqpSection {
             enabled: true,
             listen: SocketAddr::from(([127, 0, 0, 1], 5672)),
+            tls_enabled: false,
+            tls_listen: SocketAddr::from(([127, 0, 0, 1], 5671)),
             max_sessions: 256,
             max_links: 1024,
             link_credit: 1000,
@@ -835,8 +841,10 @@ impl Config {
             };
             return invalid(key, "0: a client could do nothing (1 or more)".into());
         }
-        let needs_cert =
-            self.tls.enabled || self.mqtt.tls_enabled || (self.admin.enabled && self.admin.tls);
+        let needs_cert = self.tls.enabled
+            || self.mqtt.tls_enabled
+            || self.amqp.tls_enabled
+            || (self.admin.enabled && self.admin.tls);
         if needs_cert && self.tls.cert.as_os_str().is_empty() {
             return invalid(
                 "tls.cert",

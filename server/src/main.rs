@@ -52,6 +52,10 @@ struct Args {
     /// Address of the AMQP 1.0 listener, overriding the config.
     #[arg(long)]
     amqp_listen: Option<SocketAddr>,
+    /// Address of the AMQP-over-TLS listener (it needs tls.cert and
+    /// tls.key), overriding the config.
+    #[arg(long)]
+    amqp_tls_listen: Option<SocketAddr>,
     /// Address of the TLS listener (it needs tls.cert and tls.key),
     /// overriding the config.
     #[arg(long)]
@@ -127,6 +131,10 @@ fn main() -> ExitCode {
         config.amqp.listen = addr;
         config.amqp.enabled = true;
     }
+    if let Some(addr) = args.amqp_tls_listen {
+        config.amqp.tls_listen = addr;
+        config.amqp.tls_enabled = true;
+    }
     if let Some(addr) = args.admin_listen {
         config.admin.listen = addr;
         config.admin.enabled = true;
@@ -193,6 +201,11 @@ fn main() -> ExitCode {
     }
     if let Some(addr) = server.amqp_addr() {
         announce.push_str(&format!("herald-server AMQP listening on {addr}\n"));
+    }
+    if let Some(addr) = server.amqp_tls_addr() {
+        announce.push_str(&format!(
+            "herald-server AMQP over TLS listening on {addr}\n"
+        ));
     }
     if let Some(url) = server.admin_url() {
         announce.push_str(&format!("herald-server admin listening on {url}\n"));

@@ -102,8 +102,14 @@ impl Server {
             )?,
         };
         let amqp_addr = bind(config.amqp.enabled, config.amqp.listen, Protocol::Amqp)?;
+        let amqp_tls_addr = bind(
+            config.amqp.tls_enabled,
+            config.amqp.tls_listen,
+            Protocol::AmqpTls,
+        )?;
         let tls = match config.tls.enabled
             || config.mqtt.tls_enabled
+            || config.amqp.tls_enabled
             || (config.admin.enabled && config.admin.tls)
         {
             true => Some(
@@ -212,6 +218,7 @@ impl Server {
             ("MQTT over TLS", mqtt.tls),
             ("MQTT over WebSocket", mqtt.websocket),
             ("AMQP", amqp_addr),
+            ("AMQP over TLS", amqp_tls_addr),
         ] {
             if let Some(addr) = addr {
                 log::debug!("{what} listening on {addr}");
@@ -238,6 +245,7 @@ impl Server {
                     tls: tls_addr,
                     mqtt,
                     amqp: amqp_addr,
+                    amqp_tls: amqp_tls_addr,
                     admin: None,
                 };
                 let listen = shared.config.admin.listen;
@@ -271,6 +279,7 @@ impl Server {
             local_addr,
             tls_addr,
             amqp_addr,
+            amqp_tls_addr,
             stomp_addr,
             stomp_ws_addr,
             mqtt,
@@ -325,6 +334,7 @@ pub struct ServerHandle {
     local_addr: SocketAddr,
     stomp_addr: Option<SocketAddr>,
     amqp_addr: Option<SocketAddr>,
+    amqp_tls_addr: Option<SocketAddr>,
     stomp_ws_addr: Option<SocketAddr>,
     tls_addr: Option<SocketAddr>,
     mqtt: MqttListeners,
@@ -363,6 +373,11 @@ impl ServerHandle {
     /// The AMQP listener's address, if it runs.
     pub fn amqp_addr(&self) -> Option<SocketAddr> {
         self.amqp_addr
+    }
+
+    /// The AMQP-over-TLS listener's address, if it runs.
+    pub fn amqp_tls_addr(&self) -> Option<SocketAddr> {
+        self.amqp_tls_addr
     }
 
     /// The TLS listener's address, if it runs.

@@ -117,6 +117,7 @@ async fn server(State(state): State<AppState>) -> ApiResult {
             "mqtt_tls": addr(a.mqtt.tls),
             "mqtt_ws": addr(a.mqtt.websocket),
             "amqp": addr(a.amqp),
+            "amqp_tls": addr(a.amqp_tls),
             "admin": addr(a.admin),
         },
         "config": {
@@ -594,6 +595,7 @@ fn protocol_name(p: Protocol) -> &'static str {
         Protocol::MqttTls => "mqtt+tls",
         Protocol::MqttWebSocket => "mqtt+ws",
         Protocol::Amqp => "amqp",
+        Protocol::AmqpTls => "amqp+tls",
     }
 }
 
@@ -620,7 +622,7 @@ async fn connections(State(state): State<AppState>) -> ApiResult {
                 "user": c.user,
                 "peer": peer_name(c.peer),
                 "protocol": protocol_name(c.protocol),
-                "tls": matches!(c.protocol, Protocol::NativeTls | Protocol::MqttTls),
+                "tls": c.protocol.tls(),
                 "since": herald_protocol::utc::format_ms(
                     (now_s() * 1000.0) as i64 - c.age.as_millis() as i64
                 ),

@@ -37,6 +37,8 @@ pub struct Addresses {
     pub mqtt: MqttListeners,
     /// AMQP 1.0.
     pub amqp: Option<SocketAddr>,
+    /// AMQP 1.0 over TLS.
+    pub amqp_tls: Option<SocketAddr>,
     /// This interface.
     pub admin: Option<SocketAddr>,
 }

@@ -33,12 +33,17 @@ pub enum Protocol {
     MqttWebSocket,
     /// AMQP 1.0.
     Amqp,
+    /// AMQP 1.0 over TLS (`amqps`).
+    AmqpTls,
 }
 
 impl Protocol {
     /// Whether its connections start with a TLS handshake.
     pub fn tls(self) -> bool {
-        matches!(self, Protocol::NativeTls | Protocol::MqttTls)
+        matches!(
+            self,
+            Protocol::NativeTls | Protocol::MqttTls | Protocol::AmqpTls
+        )
     }
 }
 

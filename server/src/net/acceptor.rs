@@ -96,7 +96,7 @@ fn refuse(mut stream: TcpStream, protocol: Protocol, max: usize) {
     match protocol {
         // No TLS session yet, or (MQTT) no version known to answer in:
         // nothing can be said.
-        Protocol::NativeTls | Protocol::Mqtt | Protocol::MqttTls => return,
+        Protocol::NativeTls | Protocol::Mqtt | Protocol::MqttTls | Protocol::AmqpTls => return,
         // The server's protocol header, the one way to refuse before a
         // frame: the client sees a mismatch and closes.
         Protocol::Amqp => {

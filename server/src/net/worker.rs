@@ -321,7 +321,7 @@ impl Worker {
             Protocol::StompWebSocket => Front::Stomp(Box::new(StompSession::new(limits, true))),
             Protocol::Mqtt | Protocol::MqttTls => mqtt(false),
             Protocol::MqttWebSocket => mqtt(true),
-            Protocol::Amqp => Front::Amqp(Box::default()),
+            Protocol::Amqp | Protocol::AmqpTls => Front::Amqp(Box::default()),
         };
         let home = ConnectionRef {
             worker: self.index,
