@@ -45,3 +45,11 @@ def test_the_management_console_in_a_browser(server):
         HERALD_ADMIN=server.admin,
         HERALD_NATIVE=f"herald://{server.native}",
     )
+
+
+def test_rhea_talks_amqp_with_native_clients(server):
+    run_node(
+        "amqp.test.mjs",
+        HERALD_AMQP=f"{server.amqp[0]}:{server.amqp[1]}",
+        HERALD_NATIVE=f"herald://{server.native}",
+    )

@@ -116,6 +116,8 @@ pub struct Transfer {
     pub delivery_id: Option<u32>,
     /// Its tag (on the first frame).
     pub delivery_tag: Option<bytes::Bytes>,
+    /// Its message format (on the first frame; 0 is AMQP's own).
+    pub message_format: Option<u32>,
     /// Settled already (at most once).
     pub settled: bool,
     /// More frames of this delivery follow.
@@ -296,6 +298,7 @@ impl Performative {
                     handle: f.required_uint(0, "handle")?,
                     delivery_id: f.uint(1, "delivery-id")?,
                     delivery_tag: f.binary(2, "delivery-tag")?,
+                    message_format: f.uint(3, "message-format")?,
                     settled: f.bool(4, "settled")?.unwrap_or(false),
                     more: f.bool(5, "more")?.unwrap_or(false),
                     state: f.value(7),
@@ -402,7 +405,7 @@ impl Performative {
                     Value::Uint(t.handle),
                     opt(t.delivery_id, Value::Uint),
                     opt(t.delivery_tag.clone(), Value::Binary),
-                    Value::Null,
+                    opt(t.message_format, Value::Uint),
                     Value::Bool(t.settled),
                     Value::Bool(t.more),
                     Value::Null,
@@ -494,6 +497,7 @@ mod tests {
             handle: 0,
             delivery_id: Some(7),
             delivery_tag: Some(bytes::Bytes::from_static(b"t7")),
+            message_format: Some(0),
             settled: false,
             more: true,
             state: Value::Null,

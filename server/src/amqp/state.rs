@@ -371,6 +371,7 @@ impl AmqpSession {
                 handle,
                 delivery_id: first.then_some(delivery_id),
                 delivery_tag: first.then(|| Bytes::copy_from_slice(&delivery_id.to_be_bytes())),
+                message_format: first.then_some(0),
                 settled: first && settled,
                 more: false,
                 state: Value::Null,
