@@ -6,313 +6,21 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use herald_protocol::amqp::delivery::{DeliveryState, TxnControl};
 use herald_protocol::amqp::message::{Body, Header, Message as AmqpMessage};
-use herald_protocol::amqp::performative::{Attach, Begin, Disposition, Flow, Open, Transfer};
-use herald_protocol::amqp::terminus::{LinkTarget, Source, Target};
+use herald_protocol::amqp::performative::{Attach, Begin, Disposition, Transfer};
+use herald_protocol::amqp::terminus::{LinkTarget, Source};
 use herald_protocol::amqp::{FrameHeader, FrameKind, Performative, ProtocolHeader, Sasl, Value};
 use herald_server::auth::hash_password;
 use herald_server::config::{RoleEntry, UserEntry};
 use herald_server::Config;
 use herald_tests::*;
 
-/// A client that speaks raw AMQP frames.
-struct Raw {
-    stream: TcpStream,
-    buf: BytesMut,
-}
-
-/// What the server sent.
-#[derive(Debug)]
-enum Got {
-    Header(ProtocolHeader),
-    Sasl(Sasl),
-    Amqp(u16, Performative),
-    /// The connection closed.
-    Closed,
-}
-
-impl Raw {
-    fn connect(server: &TestServer) -> Raw {
-        let stream = TcpStream::connect(server.amqp_addr().expect("AMQP runs")).unwrap();
-        stream.set_read_timeout(Some(PATIENCE)).unwrap();
-        Raw {
-            stream,
-            buf: BytesMut::new(),
-        }
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).unwrap();
-    }
-
-    fn frame(&mut self, kind: FrameKind, channel: u16, body: &Value, payload: &[u8]) {
-        let mut encoded = Vec::new();
-        body.encode(&mut encoded);
-        let mut b = Vec::new();
-        FrameHeader::write(kind, channel, encoded.len() + payload.len(), &mut b);
-        b.extend_from_slice(&encoded);
-        b.extend_from_slice(payload);
-        self.write(&b);
-    }
-
-    fn perform(&mut self, channel: u16, p: Performative) {
-        self.frame(FrameKind::Amqp, channel, &p.to_value(), &[]);
-    }
-
-    fn fill(&mut self) -> bool {
-        let mut chunk = [0u8; 4096];
-        match self.stream.read(&mut chunk) {
-            Ok(0) | Err(_) => false,
-            Ok(n) => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                true
-            }
-        }
-    }
-
-    /// The next header or frame (heart-beats skipped).
-    fn next(&mut self, header: bool) -> Got {
-        loop {
-            if header {
-                if let Ok(Some(h)) = ProtocolHeader::read(&self.buf) {
-                    let _ = self.buf.split_to(8);
-                    return Got::Header(h);
-                }
-            } else if let Ok(Some(h)) = FrameHeader::read(&self.buf, u32::MAX) {
-                if self.buf.len() >= h.size as usize {
-                    let frame = self.buf.split_to(h.size as usize);
-                    let body = &frame[h.body_offset..];
-                    if body.is_empty() {
-                        continue;
-                    }
-                    let (v, _) = Value::decode(body).unwrap();
-                    return match h.kind {
-                        FrameKind::Sasl => Got::Sasl(Sasl::from_value(v).unwrap()),
-                        FrameKind::Amqp => {
-                            Got::Amqp(h.channel, Performative::from_value(v).unwrap())
-                        }
-                    };
-                }
-            }
-            if !self.fill() {
-                return Got::Closed;
-            }
-        }
-    }
-
-    /// SASL with `mechanism` and `response`; the outcome's code.
-    fn sasl(&mut self, mechanism: &str, response: &[u8]) -> u8 {
-        self.write(&ProtocolHeader::Sasl.bytes());
-        assert!(matches!(self.next(true), Got::Header(ProtocolHeader::Sasl)));
-        assert!(matches!(self.next(false), Got::Sasl(Sasl::Mechanisms(_))));
-        let init = Sasl::Init {
-            mechanism: mechanism.into(),
-            initial_response: Some(Bytes::copy_from_slice(response)),
-            hostname: None,
-        };
-        self.frame(FrameKind::Sasl, 0, &init.to_value(), &[]);
-        match self.next(false) {
-            Got::Sasl(Sasl::Outcome { code, .. }) => code,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    /// Through SASL ANONYMOUS, the AMQP header and open, and a session on
-    /// channel 0.
-    fn opened(server: &TestServer, container: &str) -> Raw {
-        let mut c = Raw::connect(server);
-        assert_eq!(c.sasl("ANONYMOUS", b""), 0);
-        c.write(&ProtocolHeader::Amqp.bytes());
-        assert!(matches!(c.next(true), Got::Header(ProtocolHeader::Amqp)));
-        c.perform(0, Performative::Open(open(container)));
-        assert!(matches!(c.next(false), Got::Amqp(0, Performative::Open(_))));
-        c.perform(
-            0,
-            Performative::Begin(Begin {
-                remote_channel: None,
-                next_outgoing_id: 0,
-                incoming_window: 1000,
-                outgoing_window: 1000,
-                handle_max: 10,
-            }),
-        );
-        assert!(matches!(
-            c.next(false),
-            Got::Amqp(0, Performative::Begin(_))
-        ));
-        c
-    }
-
-    /// The close or detach the server ends with: its condition and
-    /// description.
-    fn error(&mut self) -> (String, String) {
-        loop {
-            match self.next(false) {
-                Got::Amqp(_, Performative::Close(Some(e)))
-                | Got::Amqp(
-                    _,
-                    Performative::Detach(herald_protocol::amqp::performative::Detach {
-                        error: Some(e),
-                        ..
-                    }),
-                ) => return (e.condition, e.description.unwrap_or_default()),
-                Got::Closed => panic!("closed without an error"),
-                _ => {}
-            }
-        }
-    }
-
-    fn attach_sender(&mut self, handle: u32, address: &str) {
-        let target = LinkTarget::Target(Target {
-            address: Some(address.into()),
-            ..Target::default()
-        });
-        self.perform(
-            0,
-            Performative::Attach(Box::new(Attach {
-                name: format!("link-{handle}"),
-                handle,
-                role_receiver: false,
-                snd_settle_mode: 2,
-                rcv_settle_mode: 0,
-                source: Value::Null,
-                target: target.to_value(),
-                initial_delivery_count: Some(0),
-                max_message_size: 0,
-                offered_capabilities: vec![],
-                desired_capabilities: vec![],
-            })),
-        );
-    }
-
-    fn attach_receiver(&mut self, handle: u32, address: &str) {
-        let source = Source {
-            node: Target {
-                address: Some(address.into()),
-                ..Target::default()
-            },
-            ..Source::default()
-        };
-        self.perform(
-            0,
-            Performative::Attach(Box::new(Attach {
-                name: format!("in-{handle}"),
-                handle,
-                role_receiver: true,
-                snd_settle_mode: 0,
-                rcv_settle_mode: 0,
-                source: source.to_value(),
-                target: Value::Null,
-                initial_delivery_count: None,
-                max_message_size: 0,
-                offered_capabilities: vec![],
-                desired_capabilities: vec![],
-            })),
-        );
-    }
-
-    /// Grants `credit` on `handle`, having received `received` so far.
-    fn credit(&mut self, handle: u32, received: u32, credit: u32) {
-        self.perform(
-            0,
-            Performative::Flow(Flow {
-                next_incoming_id: Some(0),
-                incoming_window: 1000,
-                next_outgoing_id: 0,
-                outgoing_window: 1000,
-                handle: Some(handle),
-                delivery_count: Some(received),
-                link_credit: Some(credit),
-                available: None,
-                drain: false,
-                echo: false,
-            }),
-        );
-    }
-
-    /// The next whole message sent to this client: its delivery id and
-    /// message, and how many frames it came in.
-    fn delivery(&mut self, max_frame: usize) -> (u32, AmqpMessage, usize) {
-        let (mut id, mut bytes, mut frames) = (None, Vec::new(), 0);
-        loop {
-            // Frames are read whole to check their size.
-            while FrameHeader::read(&self.buf, u32::MAX)
-                .unwrap()
-                .is_none_or(|h| self.buf.len() < h.size as usize)
-            {
-                assert!(self.fill(), "closed");
-            }
-            let h = FrameHeader::read(&self.buf, u32::MAX).unwrap().unwrap();
-            assert!(h.size as usize <= max_frame, "a frame of {} bytes", h.size);
-            let frame = self.buf.split_to(h.size as usize);
-            let body = &frame[h.body_offset..];
-            if body.is_empty() {
-                continue;
-            }
-            let (v, used) = Value::decode(body).unwrap();
-            let Performative::Transfer(t) = Performative::from_value(v).unwrap() else {
-                continue;
-            };
-            frames += 1;
-            id = id.or(t.delivery_id);
-            bytes.extend_from_slice(&body[used..]);
-            if !t.more {
-                return (id.unwrap(), AmqpMessage::decode(&bytes).unwrap(), frames);
-            }
-        }
-    }
-
-    fn transfer(&mut self, handle: u32, delivery_id: u32, settled: bool, message: &AmqpMessage) {
-        let mut payload = Vec::new();
-        message.encode(&mut payload);
-        let t = Transfer {
-            handle,
-            delivery_id: Some(delivery_id),
-            delivery_tag: Some(Bytes::from(delivery_id.to_be_bytes().to_vec())),
-            message_format: Some(0),
-            settled,
-            more: false,
-            state: Value::Null,
-            aborted: false,
-        };
-        self.frame(
-            FrameKind::Amqp,
-            0,
-            &Performative::Transfer(t).to_value(),
-            &payload,
-        );
-    }
-}
-
-fn open(container: &str) -> Open {
-    Open {
-        container_id: container.into(),
-        hostname: None,
-        max_frame_size: 512,
-        channel_max: 8,
-        idle_time_out: 0,
-        offered_capabilities: vec![],
-        desired_capabilities: vec![],
-    }
-}
-
-fn text(body: &str, durable: bool) -> AmqpMessage {
-    AmqpMessage {
-        header: Some(Header {
-            durable,
-            ..Header::default()
-        }),
-        body: Body::Value(Value::String(body.into())),
-        ..AmqpMessage::default()
-    }
-}
-
 #[test]
 fn a_durable_message_is_accepted_once_the_journal_has_it_and_read_natively() {
     let server = start();
-    let mut c = Raw::opened(&server, "raw-1");
+    let mut c = AmqpClient::opened(&server, "raw-1");
     c.attach_sender(0, "queue://raw");
     assert!(matches!(
         c.next(false),
@@ -322,7 +30,7 @@ fn a_durable_message_is_accepted_once_the_journal_has_it_and_read_natively() {
         Got::Amqp(0, Performative::Flow(f)) => assert_eq!(f.link_credit, Some(1000)),
         other => panic!("{other:?}"),
     }
-    c.transfer(0, 0, false, &text("kept", true));
+    c.transfer(0, 0, false, &amqp_text("kept", true));
     match c.next(false) {
         Got::Amqp(0, Performative::Disposition(d)) => {
             assert_eq!((d.first, d.settled), (0, true));
@@ -351,30 +59,30 @@ fn broken_rules_get_a_close_or_detach_that_names_them() {
     let server = start_with(config);
 
     // Not AMQP at all: the server's header, then nothing.
-    let mut c = Raw::connect(&server);
+    let mut c = AmqpClient::connect(&server);
     c.write(b"GET / HTTP/1.1\r\n\r\n");
     assert!(matches!(c.next(true), Got::Header(_)));
     assert!(matches!(c.next(false), Got::Closed));
 
     // A mechanism that is not offered.
-    let mut c = Raw::connect(&server);
+    let mut c = AmqpClient::connect(&server);
     assert_eq!(c.sasl("SCRAM-SHA-1", b""), 1);
 
     // A frame over max_frame_size; one on a channel without a session;
     // a handle attached twice.
-    let mut c = Raw::opened(&server, "raw-2");
+    let mut c = AmqpClient::opened(&server, "raw-2");
     c.write(&[0x7f, 0, 0, 0, 2, 0, 0, 0]);
     let (condition, why) = c.error();
     assert_eq!(condition, "amqp:connection:framing-error");
     assert!(why.contains("max_frame_size"), "{why}");
 
-    let mut c = Raw::opened(&server, "raw-3");
+    let mut c = AmqpClient::opened(&server, "raw-3");
     c.perform(5, Performative::End(None));
     let (condition, why) = c.error();
     assert_eq!(condition, "amqp:connection:framing-error");
     assert!(why.contains("channel 5"), "{why}");
 
-    let mut c = Raw::opened(&server, "raw-4");
+    let mut c = AmqpClient::opened(&server, "raw-4");
     c.attach_sender(1, "queue://x");
     c.attach_sender(1, "queue://x");
     let (condition, _) = c.error();
@@ -382,7 +90,7 @@ fn broken_rules_get_a_close_or_detach_that_names_them() {
 
     // Credit is renewed as messages arrive: five go through a link given
     // two at a time, each half spent renewed by a flow.
-    let mut c = Raw::opened(&server, "raw-5");
+    let mut c = AmqpClient::opened(&server, "raw-5");
     c.attach_sender(0, "queue://credit");
     assert!(matches!(
         c.next(false),
@@ -393,7 +101,7 @@ fn broken_rules_get_a_close_or_detach_that_names_them() {
             Got::Amqp(0, Performative::Flow(f)) => assert_eq!(f.link_credit, Some(2)),
             other => panic!("{other:?}"),
         }
-        c.transfer(0, id, true, &text("m", false));
+        c.transfer(0, id, true, &amqp_text("m", false));
     }
     let (_conn, s) = connect(&server);
     let consumer = s
@@ -404,7 +112,7 @@ fn broken_rules_get_a_close_or_detach_that_names_them() {
     }
 
     // Garbage for a message: rejected (unsettled) with a decode error.
-    let mut c = Raw::opened(&server, "raw-6");
+    let mut c = AmqpClient::opened(&server, "raw-6");
     c.attach_sender(0, "queue://garbage");
     let t = Transfer {
         handle: 0,
@@ -438,20 +146,20 @@ fn broken_rules_get_a_close_or_detach_that_names_them() {
     }
 
     // A second connection with a container id in use is refused.
-    let _holder = Raw::opened(&server, "taken");
-    let mut c = Raw::connect(&server);
+    let _holder = AmqpClient::opened(&server, "taken");
+    let mut c = AmqpClient::connect(&server);
     assert_eq!(c.sasl("ANONYMOUS", b""), 0);
     c.write(&ProtocolHeader::Amqp.bytes());
     assert!(matches!(c.next(true), Got::Header(_)));
-    c.perform(0, Performative::Open(open("taken")));
+    c.perform(0, Performative::Open(amqp_open("taken")));
     let (condition, _) = c.error();
     assert_eq!(condition, "amqp:invalid-field");
 
     // Cut mid-frame: nobody else is disturbed.
-    let mut c = Raw::opened(&server, "raw-7");
+    let mut c = AmqpClient::opened(&server, "raw-7");
     c.write(&[0, 0, 1, 0, 2, 0]);
     drop(c);
-    let mut c = Raw::opened(&server, "raw-8");
+    let mut c = AmqpClient::opened(&server, "raw-8");
     c.attach_sender(0, "queue://after");
     assert!(matches!(
         c.next(false),
@@ -477,20 +185,20 @@ fn sasl_plain_checks_herald_users_and_anonymous_is_not_offered_when_logins_are_r
         },
     );
     let server = start_with(config);
-    let mut c = Raw::connect(&server);
+    let mut c = AmqpClient::connect(&server);
     c.write(&ProtocolHeader::Sasl.bytes());
     assert!(matches!(c.next(true), Got::Header(ProtocolHeader::Sasl)));
     match c.next(false) {
         Got::Sasl(Sasl::Mechanisms(m)) => assert_eq!(m, ["PLAIN"]),
         other => panic!("{other:?}"),
     }
-    let mut c = Raw::connect(&server);
+    let mut c = AmqpClient::connect(&server);
     assert_eq!(c.sasl("PLAIN", b"\0ann\0wrong"), 1);
-    let mut c = Raw::connect(&server);
+    let mut c = AmqpClient::connect(&server);
     assert_eq!(c.sasl("PLAIN", b"\0ann\0secret"), 0);
     c.write(&ProtocolHeader::Amqp.bytes());
     assert!(matches!(c.next(true), Got::Header(_)));
-    c.perform(0, Performative::Open(open("ann-app")));
+    c.perform(0, Performative::Open(amqp_open("ann-app")));
     assert!(matches!(c.next(false), Got::Amqp(0, Performative::Open(_))));
     c.perform(
         0,
@@ -532,7 +240,7 @@ fn a_receiver_gets_no_more_than_its_credit_in_frames_its_max_frame_size_takes() 
         )))
         .unwrap();
     }
-    let mut c = Raw::opened(&server, "receiver");
+    let mut c = AmqpClient::opened(&server, "receiver");
     c.attach_receiver(0, "queue://big");
     match c.next(false) {
         Got::Amqp(0, Performative::Attach(a)) => assert!(!a.role_receiver),
@@ -580,7 +288,7 @@ fn a_receiver_gets_no_more_than_its_credit_in_frames_its_max_frame_size_takes() 
 
 /// A message of `size` bytes in transfers of at most `frame` bytes of
 /// payload each, the last one `more` if `finish` is false.
-fn send_in_pieces(c: &mut Raw, delivery_id: u32, body: &[u8], frame: usize, finish: bool) {
+fn send_in_pieces(c: &mut AmqpClient, delivery_id: u32, body: &[u8], frame: usize, finish: bool) {
     let message = AmqpMessage {
         header: Some(Header {
             durable: true,
@@ -622,7 +330,7 @@ fn a_ten_mebibyte_message_goes_through_in_pieces_and_one_cut_off_goes_nowhere() 
     config.max_frame_size = 16 << 20;
     let server = start_with(config);
     // Cut off mid-message: nothing is routed, nothing else disturbed.
-    let mut c = Raw::opened(&server, "cut");
+    let mut c = AmqpClient::opened(&server, "cut");
     c.attach_sender(0, "queue://big");
     assert!(matches!(
         c.next(false),
@@ -631,7 +339,7 @@ fn a_ten_mebibyte_message_goes_through_in_pieces_and_one_cut_off_goes_nowhere() 
     send_in_pieces(&mut c, 0, &vec![7u8; 1 << 20], 60_000, false);
     drop(c);
     let body: Vec<u8> = (0..10 << 20).map(|i| (i % 251) as u8).collect();
-    let mut c = Raw::opened(&server, "whole");
+    let mut c = AmqpClient::opened(&server, "whole");
     c.attach_sender(0, "queue://big");
     assert!(matches!(
         c.next(false),
@@ -668,7 +376,7 @@ fn a_ten_mebibyte_message_goes_through_in_pieces_and_one_cut_off_goes_nowhere() 
 
 /// Sends `control` to the coordinator on `handle` as delivery `id`; the
 /// state it is settled with.
-fn coordinate(c: &mut Raw, handle: u32, id: u32, control: TxnControl) -> DeliveryState {
+fn coordinate(c: &mut AmqpClient, handle: u32, id: u32, control: TxnControl) -> DeliveryState {
     let message = AmqpMessage {
         body: Body::Value(control.to_value()),
         ..AmqpMessage::default()
@@ -697,7 +405,7 @@ fn queue_depth(server: &TestServer, queue: &str) -> usize {
 #[test]
 fn local_transactions_hold_sends_until_a_commit_and_drop_them_on_a_rollback() {
     let server = start();
-    let mut c = Raw::opened(&server, "tx");
+    let mut c = AmqpClient::opened(&server, "tx");
     // The coordinator, then a sender.
     let coordinator = LinkTarget::Coordinator(vec!["amqp:local-transactions".into()]);
     c.perform(
@@ -724,9 +432,9 @@ fn local_transactions_hold_sends_until_a_commit_and_drop_them_on_a_rollback() {
     let DeliveryState::Declared(txn) = coordinate(&mut c, 9, 0, TxnControl::Declare) else {
         panic!("not declared");
     };
-    let in_txn = |c: &mut Raw, id: u32, body: &str| {
+    let in_txn = |c: &mut AmqpClient, id: u32, body: &str| {
         let mut payload = Vec::new();
-        text(body, true).encode(&mut payload);
+        amqp_text(body, true).encode(&mut payload);
         let t = Transfer {
             handle: 0,
             delivery_id: Some(id),

@@ -1,14 +1,18 @@
-//! One message model across protocols: native, STOMP and MQTT 5.0
-//! publishers × native, STOMP and MQTT subscribers, and every field each
-//! protocol has survives every path: text and binary bodies (NUL and
-//! non-UTF-8 bytes included), properties (typed where both ends are
-//! native, as text where STOMP or MQTT carries them), the content type,
-//! correlation id and reply-to, priority and expiry. MQTT has no priority,
-//! and states expiry in whole seconds from now.
+//! One message model across protocols: native, STOMP, MQTT 5.0 and AMQP
+//! 1.0 publishers × native, STOMP, MQTT and AMQP subscribers, and every
+//! field each protocol has survives every path: text and binary bodies
+//! (NUL and non-UTF-8 bytes included), properties (typed where both ends
+//! are native or AMQP, as text where STOMP or MQTT carries them), the
+//! content type, correlation id and reply-to, priority and expiry. MQTT
+//! has no priority, and states expiry in whole seconds from now.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use herald_client::{Body, Destination, Message, Value};
+use herald_protocol::amqp::message::{
+    Body as AmqpBody, Header, Message as AmqpMessage, Properties as AmqpProperties,
+};
+use herald_protocol::amqp::{Performative, Value as AmqpValue};
 use herald_protocol::mqtt::{Properties, Property, Publish, QoS, Version};
 use herald_protocol::stomp::StompFrame;
 use herald_tests::*;
@@ -221,6 +225,66 @@ fn seen_mqtt(p: &Publish) -> Seen {
     seen
 }
 
+fn amqp_message(body: &Body, expiration: i64) -> AmqpMessage {
+    AmqpMessage {
+        header: Some(Header {
+            priority: 7,
+            ..Header::default()
+        }),
+        properties: Some(AmqpProperties {
+            correlation_id: Some(AmqpValue::String("c-1".into())),
+            reply_to: Some("topic://replies".into()),
+            content_type: Some(CONTENT_TYPE.into()),
+            absolute_expiry_time: Some(expiration),
+            ..AmqpProperties::default()
+        }),
+        application_properties: vec![
+            ("region".into(), AmqpValue::String("EU".into())),
+            ("units".into(), AmqpValue::Int(3)),
+            ("flag".into(), AmqpValue::Bool(true)),
+        ],
+        body: match body {
+            Body::Text(t) => AmqpBody::Value(AmqpValue::String(t.clone())),
+            other => AmqpBody::Data(vec![body_bytes(other).into()]),
+        },
+        ..AmqpMessage::default()
+    }
+}
+
+/// An AMQP application property's value as text.
+fn amqp_text_of(v: &AmqpValue) -> String {
+    match v {
+        AmqpValue::String(s) => s.clone(),
+        AmqpValue::Bool(b) => b.to_string(),
+        AmqpValue::Int(n) => n.to_string(),
+        AmqpValue::Long(n) => n.to_string(),
+        other => panic!("unexpected property value {other:?}"),
+    }
+}
+
+fn seen_amqp(m: &AmqpMessage) -> Seen {
+    let mut properties: Vec<(String, String)> = m
+        .application_properties
+        .iter()
+        .map(|(name, value)| (name.clone(), amqp_text_of(value)))
+        .collect();
+    properties.sort();
+    let props = m.properties.clone().unwrap_or_default();
+    Seen {
+        body: match &m.body {
+            AmqpBody::Value(AmqpValue::String(t)) => t.as_bytes().to_vec(),
+            AmqpBody::Data(parts) => parts.concat(),
+            other => panic!("unexpected body {other:?}"),
+        },
+        properties,
+        content_type: props.content_type,
+        correlation_id: props.correlation_id.map(|c| amqp_text_of(&c)),
+        reply_to: props.reply_to,
+        priority: m.header.as_ref().map_or(4, |h| h.priority),
+        expiration: props.absolute_expiry_time.unwrap_or(0),
+    }
+}
+
 /// Checks what a path delivered against what was sent: exactly, or where
 /// MQTT is at either end, without priority and to within two seconds of
 /// expiry.
@@ -239,7 +303,7 @@ fn check(mut got: Seen, mut want: Seen, mqtt: bool, path: &str) {
 }
 
 #[test]
-fn every_field_survives_every_path_between_native_stomp_and_mqtt() {
+fn every_field_survives_every_path_between_native_stomp_mqtt_and_amqp() {
     let server = start();
     let (_c, session) = connect(&server);
     let native = session.create_consumer(&Destination::topic(TOPIC)).unwrap();
@@ -256,10 +320,24 @@ fn every_field_survives_every_path_between_native_stomp_and_mqtt() {
     let mut mqtt_sub = MqttClient::connected(&server, Version::V5, "model-sub");
     mqtt_sub.subscribe(&TOPIC.replace('.', "/"), QoS::AtLeastOnce);
     let mut mqtt_pub = MqttClient::connected(&server, Version::V5, "model-pub");
+    let mut amqp_sub = AmqpClient::opened(&server, "model-amqp-sub");
+    amqp_sub.attach_receiver(0, &format!("topic://{TOPIC}"));
+    assert!(matches!(
+        amqp_sub.next(false),
+        Got::Amqp(0, Performative::Attach(_))
+    ));
+    amqp_sub.credit(0, 0, 100);
+    let mut amqp_pub = AmqpClient::opened(&server, "model-amqp-pub");
+    amqp_pub.attach_sender(0, &format!("topic://{TOPIC}"));
+    assert!(matches!(
+        amqp_pub.next(false),
+        Got::Amqp(0, Performative::Attach(_))
+    ));
+    let mut amqp_sent = 0;
     for (label, body) in bodies() {
         let expiration = expiration();
         let want = expected(&body, expiration);
-        for publisher in ["native", "stomp", "mqtt"] {
+        for publisher in ["native", "stomp", "mqtt", "amqp"] {
             match publisher {
                 "native" => producer
                     .send_with_receipt(native_message(&body, expiration))
@@ -268,9 +346,23 @@ fn every_field_survives_every_path_between_native_stomp_and_mqtt() {
                     stomp_pub.send(&stomp_send(&body, expiration));
                     stomp_pub.expect("RECEIPT");
                 }
-                _ => {
+                "mqtt" => {
                     let reason = mqtt_pub.publish(mqtt_publish(&body, expiration));
                     assert_eq!(reason, 0);
+                }
+                _ => {
+                    // Unsettled: the disposition says it was routed.
+                    amqp_pub.transfer(0, amqp_sent, false, &amqp_message(&body, expiration));
+                    loop {
+                        match amqp_pub.next(false) {
+                            Got::Amqp(_, Performative::Disposition(d)) if d.first == amqp_sent => {
+                                break
+                            }
+                            Got::Closed => panic!("closed"),
+                            _ => {}
+                        }
+                    }
+                    amqp_sent += 1;
                 }
             }
             let from_mqtt = publisher == "mqtt";
@@ -287,15 +379,31 @@ fn every_field_survives_every_path_between_native_stomp_and_mqtt() {
                 from_mqtt,
                 &path("native"),
             );
-            if publisher == "native" {
+            if publisher == "native" || publisher == "amqp" {
                 // Typed both ends: the types come through too.
                 assert_eq!(got.property("units"), Some(&Value::I32(3)));
                 assert_eq!(got.property("flag"), Some(&Value::Bool(true)));
             }
             let frame = stomp_sub.expect("MESSAGE");
-            check(seen_stomp(&frame), want_here, from_mqtt, &path("stomp"));
+            check(
+                seen_stomp(&frame),
+                want_here.clone(),
+                from_mqtt,
+                &path("stomp"),
+            );
             let got = mqtt_sub.receive();
             check(seen_mqtt(&got), want.clone(), true, &path("mqtt"));
+            let (_, got, _) = amqp_sub.delivery(512);
+            check(seen_amqp(&got), want_here, from_mqtt, &path("amqp"));
+            if publisher == "native" || publisher == "amqp" {
+                // Typed both ends: the types come through too.
+                assert!(got
+                    .application_properties
+                    .contains(&("units".into(), AmqpValue::Int(3))));
+                assert!(got
+                    .application_properties
+                    .contains(&("flag".into(), AmqpValue::Bool(true))));
+            }
         }
     }
 }

@@ -1,9 +1,11 @@
 //! Shared helpers for the end-to-end tests: start a server on an ephemeral
 //! port, connect real clients, and speak raw frames for protocol tests.
 
+mod amqp;
 mod mqtt;
 mod redis;
 
+pub use amqp::{open as amqp_open, text as amqp_text, AmqpClient, Got};
 pub use mqtt::MqttClient;
 pub use redis::{Redis, Sentinel, Stopped};
 
