@@ -491,6 +491,7 @@ fn secured_config(extra_user: bool) -> String {
 fn secured_server(file: &std::path::Path) -> TestServer {
     let mut config = Config::load(file).unwrap();
     config.listen = "127.0.0.1:0".parse().unwrap();
+    config.amqp.enabled = false;
     config.data_dir = temp_dir("admin-auth");
     start_with(config)
 }

@@ -458,6 +458,10 @@ pub struct AmqpSection {
     pub tls_enabled: bool,
     /// Its address.
     pub tls_listen: SocketAddr,
+    /// Whether AMQP over WebSocket (subprotocol `amqp`) runs.
+    pub websocket_enabled: bool,
+    /// Its address.
+    pub websocket_listen: SocketAddr,
     /// Sessions a connection may begin at once (`channel-max` + 1).
     pub max_sessions: u16,
     /// Links a session may attach at once (`handle-max` + 1).
@@ -478,6 +482,8 @@ impl Default for AmqpSection {
             listen: SocketAddr::from(([127, 0, 0, 1], 5672)),
             tls_enabled: false,
             tls_listen: SocketAddr::from(([127, 0, 0, 1], 5671)),
+            websocket_enabled: false,
+            websocket_listen: SocketAddr::from(([127, 0, 0, 1], 5673)),
             max_sessions: 256,
             max_links: 1024,
             link_credit: 1000,

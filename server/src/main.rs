@@ -56,6 +56,9 @@ struct Args {
     /// tls.key), overriding the config.
     #[arg(long)]
     amqp_tls_listen: Option<SocketAddr>,
+    /// Address of the AMQP-over-WebSocket listener, overriding the config.
+    #[arg(long)]
+    amqp_ws_listen: Option<SocketAddr>,
     /// Address of the TLS listener (it needs tls.cert and tls.key),
     /// overriding the config.
     #[arg(long)]
@@ -135,6 +138,10 @@ fn main() -> ExitCode {
         config.amqp.tls_listen = addr;
         config.amqp.tls_enabled = true;
     }
+    if let Some(addr) = args.amqp_ws_listen {
+        config.amqp.websocket_listen = addr;
+        config.amqp.websocket_enabled = true;
+    }
     if let Some(addr) = args.admin_listen {
         config.admin.listen = addr;
         config.admin.enabled = true;
@@ -205,6 +212,11 @@ fn main() -> ExitCode {
     if let Some(addr) = server.amqp_tls_addr() {
         announce.push_str(&format!(
             "herald-server AMQP over TLS listening on {addr}\n"
+        ));
+    }
+    if let Some(addr) = server.amqp_ws_addr() {
+        announce.push_str(&format!(
+            "herald-server AMQP over WebSocket listening on {addr}\n"
         ));
     }
     if let Some(url) = server.admin_url() {

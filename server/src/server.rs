@@ -107,6 +107,11 @@ impl Server {
             config.amqp.tls_listen,
             Protocol::AmqpTls,
         )?;
+        let amqp_ws_addr = bind(
+            config.amqp.websocket_enabled,
+            config.amqp.websocket_listen,
+            Protocol::AmqpWebSocket,
+        )?;
         let tls = match config.tls.enabled
             || config.mqtt.tls_enabled
             || config.amqp.tls_enabled
@@ -219,6 +224,7 @@ impl Server {
             ("MQTT over WebSocket", mqtt.websocket),
             ("AMQP", amqp_addr),
             ("AMQP over TLS", amqp_tls_addr),
+            ("AMQP over WebSocket", amqp_ws_addr),
         ] {
             if let Some(addr) = addr {
                 log::debug!("{what} listening on {addr}");
@@ -246,6 +252,7 @@ impl Server {
                     mqtt,
                     amqp: amqp_addr,
                     amqp_tls: amqp_tls_addr,
+                    amqp_ws: amqp_ws_addr,
                     admin: None,
                 };
                 let listen = shared.config.admin.listen;
@@ -280,6 +287,7 @@ impl Server {
             tls_addr,
             amqp_addr,
             amqp_tls_addr,
+            amqp_ws_addr,
             stomp_addr,
             stomp_ws_addr,
             mqtt,
@@ -335,6 +343,7 @@ pub struct ServerHandle {
     stomp_addr: Option<SocketAddr>,
     amqp_addr: Option<SocketAddr>,
     amqp_tls_addr: Option<SocketAddr>,
+    amqp_ws_addr: Option<SocketAddr>,
     stomp_ws_addr: Option<SocketAddr>,
     tls_addr: Option<SocketAddr>,
     mqtt: MqttListeners,
@@ -378,6 +387,11 @@ impl ServerHandle {
     /// The AMQP-over-TLS listener's address, if it runs.
     pub fn amqp_tls_addr(&self) -> Option<SocketAddr> {
         self.amqp_tls_addr
+    }
+
+    /// The AMQP-over-WebSocket listener's address, if it runs.
+    pub fn amqp_ws_addr(&self) -> Option<SocketAddr> {
+        self.amqp_ws_addr
     }
 
     /// The TLS listener's address, if it runs.

@@ -11,7 +11,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::config::Config;
 use crate::frontend::outbound::Outbound;
-use crate::session::Phase;
+use crate::frontend::{Context, Flow};
+use crate::session::{Phase, Session};
 
 const GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 /// Largest HTTP upgrade request accepted.
@@ -310,6 +311,54 @@ pub fn receive(
         Ok(Control::Close) => Received::Close,
         Err(why) => Received::Bad(why),
     }
+}
+
+/// A protocol's per-connection state, which may ride in WebSocket
+/// messages (STOMP, MQTT and AMQP each have a listener for that).
+pub trait Carried {
+    /// Its WebSocket, if it rides in one.
+    fn websocket(&mut self) -> Option<&mut WebSocket>;
+    /// Says, in the protocol, that a frame broke WebSocket's rules, and
+    /// closes.
+    fn bad_frame(&mut self, out: &mut Outbound, phase: Phase, why: String, serial: u64) -> Flow;
+}
+
+/// The protocol's decoder: it takes the bytes of its frames.
+pub type Decode<S> =
+    fn(&mut S, &mut BytesMut, &mut Session, &mut Outbound, &mut Context<'_>) -> Flow;
+
+/// Handles what arrived in `buf` for protocol state `s`: on a WebSocket
+/// connection the upgrade and framing first, then `decode` on the
+/// payload; on any other, `decode` on `buf`.
+pub fn receive_carried<S: Carried>(
+    s: &mut S,
+    buf: &mut BytesMut,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+    decode: Decode<S>,
+) -> Flow {
+    let Some(ws) = s.websocket() else {
+        return decode(s, buf, session, out, ctx);
+    };
+    let max = frame_limit(&ctx.shared.config, session.phase);
+    let origins = &ctx.shared.config.stomp.websocket_allowed_origins;
+    match receive(ws, buf, origins, max, out, ctx.me.serial) {
+        Received::Payload => {}
+        Received::Close => return Flow::Close,
+        Received::Bad(why) => {
+            let why = format!("bad WebSocket frame: {why}");
+            return s.bad_frame(out, session.phase, why, ctx.me.serial);
+        }
+    }
+    // The payload buffer belongs to the state the decoder works on: take
+    // it out for the call.
+    let mut payload = std::mem::take(&mut ws.payload);
+    let flow = decode(s, &mut payload, session, out, ctx);
+    if let Some(ws) = s.websocket() {
+        ws.payload = payload;
+    }
+    flow
 }
 
 /// A frame's bytes as one WebSocket message: text if it is UTF-8, binary

@@ -1,12 +1,14 @@
 // rhea, Node.js's AMQP 1.0 client, against a running server: messages
 // with their properties through a queue; request/reply through a dynamic
 // receiver and the anonymous relay; a topic fed by the herald CLI; a
-// message rejected to the dead-letter queue.
-// HERALD_AMQP (host:port), HERALD_NATIVE and HERALD_BIN_DIR say where.
+// message rejected to the dead-letter queue; AMQP over WebSocket.
+// HERALD_AMQP (host:port), HERALD_AMQP_WS (a ws:// URL), HERALD_NATIVE and
+// HERALD_BIN_DIR say where.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import rhea from "rhea";
+import WebSocket from "ws";
 
 const [host, port] = process.env.HERALD_AMQP.split(":");
 const native = process.env.HERALD_NATIVE;
@@ -113,4 +115,30 @@ test("the Node.js example in docs/amqp.md runs as written", async () => {
   } finally {
     rmSync(file);
   }
+});
+
+test("rhea sends and receives over WebSocket", async () => {
+  const ws = rhea.websocket_connect(WebSocket);
+  const container = rhea.create_container({ id: "rhea-ws" });
+  const connection = container.connect({ connection_details: ws(process.env.HERALD_AMQP_WS, ["amqp"]), reconnect: false });
+  await new Promise((resolve, reject) => {
+    connection.once("connection_open", resolve);
+    connection.once("connection_error", (context) => reject(context.connection.error));
+  });
+  const receiver = await opened(connection.open_receiver("queue://rhea.ws"));
+  const sender = await opened(connection.open_sender("queue://rhea.ws"));
+  const got = messages(receiver, 1);
+  sender.send({ body: "through a WebSocket", application_properties: { n: 1 } });
+  const [m] = await got;
+  assert.equal(m.body, "through a WebSocket");
+  assert.equal(m.application_properties.n, 1);
+  // The native client reads what came in over WebSocket too.
+  const toCli = await opened(connection.open_sender("queue://rhea.ws.cli"));
+  // Accepted (journaled) before the CLI, which blocks this event loop, runs.
+  const accepted = new Promise((resolve) => toCli.once("accepted", resolve));
+  toCli.send({ body: "to the CLI", durable: true });
+  await accepted;
+  const out = execFileSync(herald, ["--server", native, "sub", "queue://rhea.ws.cli", "--count", "1", "--timeout", "5s"], { encoding: "utf8" });
+  connection.close();
+  assert.match(out, /to the CLI/);
 });

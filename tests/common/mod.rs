@@ -54,6 +54,7 @@ pub fn test_config() -> Config {
     config.admin.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.amqp.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.amqp.tls_listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.amqp.websocket_listen = SocketAddr::from(([127, 0, 0, 1], 0));
     // A small reserve file: each test server writes one.
     config.journal.min_free_bytes = 1 << 20;
     config

@@ -34,6 +34,7 @@ class Server:
                 "--mqtt-listen", "127.0.0.1:0",
                 "--mqtt-ws-listen", "127.0.0.1:0",
                 "--amqp-listen", "127.0.0.1:0",
+                "--amqp-ws-listen", "127.0.0.1:0",
                 "--admin-listen", "127.0.0.1:0",
                 "--data-dir", self.data,
             ],
@@ -55,6 +56,7 @@ class Server:
         self.mqtt = self.address("herald-server MQTT listening on ")
         self.mqtt_ws = self.address("herald-server MQTT over WebSocket listening on ")
         self.amqp = self.address("herald-server AMQP listening on ")
+        self.amqp_ws = self.address("herald-server AMQP over WebSocket listening on ")
         admin_line = self.proc.stdout.readline().strip()
         assert admin_line.startswith("herald-server admin listening on "), admin_line
         self.admin = admin_line.rsplit(" ", 1)[1].rstrip("/")

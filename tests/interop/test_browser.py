@@ -51,5 +51,6 @@ def test_rhea_talks_amqp_with_native_clients(server):
     run_node(
         "amqp.test.mjs",
         HERALD_AMQP=f"{server.amqp[0]}:{server.amqp[1]}",
+        HERALD_AMQP_WS=f"ws://{server.amqp_ws[0]}:{server.amqp_ws[1]}/",
         HERALD_NATIVE=f"herald://{server.native}",
     )

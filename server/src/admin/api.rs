@@ -118,6 +118,7 @@ async fn server(State(state): State<AppState>) -> ApiResult {
             "mqtt_ws": addr(a.mqtt.websocket),
             "amqp": addr(a.amqp),
             "amqp_tls": addr(a.amqp_tls),
+            "amqp_ws": addr(a.amqp_ws),
             "admin": addr(a.admin),
         },
         "config": {
@@ -596,6 +597,7 @@ fn protocol_name(p: Protocol) -> &'static str {
         Protocol::MqttWebSocket => "mqtt+ws",
         Protocol::Amqp => "amqp",
         Protocol::AmqpTls => "amqp+tls",
+        Protocol::AmqpWebSocket => "amqp+ws",
     }
 }
 

@@ -39,6 +39,8 @@ pub struct Addresses {
     pub amqp: Option<SocketAddr>,
     /// AMQP 1.0 over TLS.
     pub amqp_tls: Option<SocketAddr>,
+    /// AMQP 1.0 over WebSocket.
+    pub amqp_ws: Option<SocketAddr>,
     /// This interface.
     pub admin: Option<SocketAddr>,
 }

@@ -38,12 +38,34 @@ use crate::auth::Principal;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{admit, check_id_length, Context, Flow, Welcome};
 use crate::session::{Phase, Session};
+use crate::websocket;
 pub use state::AmqpSession;
 use state::{condition, Channel, Fatal, Stage, HANDSHAKE_FRAME, WINDOW};
 
-/// Handles what arrived in `buf`: protocol headers, then every whole
-/// frame.
+/// Handles what arrived in `buf`: the WebSocket upgrade and framing if the
+/// connection is one, then protocol headers and every whole frame.
 pub fn receive(
+    amqp: &mut AmqpSession,
+    buf: &mut BytesMut,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Flow {
+    websocket::receive_carried(amqp, buf, session, out, ctx, receive_frames)
+}
+
+impl websocket::Carried for AmqpSession {
+    fn websocket(&mut self) -> Option<&mut websocket::WebSocket> {
+        self.websocket.as_deref_mut()
+    }
+
+    fn bad_frame(&mut self, out: &mut Outbound, _: Phase, why: String, serial: u64) -> Flow {
+        self.fail(out, Fatal(condition::FRAMING, why), serial)
+    }
+}
+
+/// Handles protocol headers and every whole frame in `buf`.
+fn receive_frames(
     amqp: &mut AmqpSession,
     buf: &mut BytesMut,
     session: &mut Session,
@@ -84,7 +106,7 @@ fn header(
     buf.advance(8);
     match (amqp.stage, header) {
         (Stage::Header, ProtocolHeader::Sasl) => {
-            out.push_raw(Bytes::copy_from_slice(&ProtocolHeader::Sasl.bytes()));
+            amqp.header(out, ProtocolHeader::Sasl);
             let mut mechanisms = vec!["PLAIN".to_owned()];
             if ctx.shared.auth.anonymous().is_some() {
                 mechanisms.push("ANONYMOUS".into());
@@ -96,17 +118,17 @@ fn header(
         (Stage::Header, ProtocolHeader::Amqp) => {
             if ctx.shared.auth.anonymous().is_none() {
                 let why = "this server needs a login: use SASL (PLAIN)";
-                out.push_raw(Bytes::copy_from_slice(&ProtocolHeader::Sasl.bytes()));
+                amqp.header(out, ProtocolHeader::Sasl);
                 amqp.stage = Stage::Closed;
                 log::info!("AMQP connection {}: {why}", ctx.me.serial);
                 return Ok(Some(Flow::Close));
             }
             amqp.principal = ctx.shared.auth.anonymous().map(Box::new);
-            out.push_raw(Bytes::copy_from_slice(&ProtocolHeader::Amqp.bytes()));
+            amqp.header(out, ProtocolHeader::Amqp);
             amqp.stage = Stage::Open;
         }
         (Stage::AmqpHeader, ProtocolHeader::Amqp) => {
-            out.push_raw(Bytes::copy_from_slice(&ProtocolHeader::Amqp.bytes()));
+            amqp.header(out, ProtocolHeader::Amqp);
             amqp.stage = Stage::Open;
         }
         (_, other) => {

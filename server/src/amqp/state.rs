@@ -13,6 +13,10 @@ use herald_protocol::{Destination, ErrorCode};
 
 use crate::auth::Principal;
 use crate::frontend::outbound::Outbound;
+use crate::websocket::{self, WebSocket};
+
+/// The WebSocket subprotocol AMQP rides in.
+const SUBPROTOCOLS: &[&str] = &["amqp"];
 use crate::frontend::{Flow, Refusal};
 
 /// Error conditions (part 2.8.15 and after).
@@ -123,20 +127,17 @@ pub struct AmqpSession {
     /// How often this side must send a frame, if the client asked.
     pub(super) heartbeat: Option<Duration>,
     pub(super) last_write: Instant,
-}
-
-impl Default for AmqpSession {
-    fn default() -> AmqpSession {
-        AmqpSession::new()
-    }
+    /// The WebSocket it rides in, on the AMQP-over-WebSocket listener.
+    pub(super) websocket: Option<Box<WebSocket>>,
 }
 
 /// A fault that ends the connection: the condition and why.
 pub(super) struct Fatal(pub(super) &'static str, pub(super) String);
 
 impl AmqpSession {
-    /// A connection that has sent nothing yet.
-    pub fn new() -> AmqpSession {
+    /// A connection that has sent nothing yet, in WebSocket messages if
+    /// `websocket`.
+    pub fn new(websocket: bool) -> AmqpSession {
         AmqpSession {
             stage: Stage::Header,
             principal: None,
@@ -151,7 +152,22 @@ impl AmqpSession {
             next_txn: 1,
             heartbeat: None,
             last_write: Instant::now(),
+            websocket: websocket.then(|| Box::new(WebSocket::new(SUBPROTOCOLS))),
         }
+    }
+
+    /// Bytes as they go on the wire: in a WebSocket message if the
+    /// connection is one.
+    fn wire(&self, bytes: Bytes) -> Bytes {
+        match &self.websocket {
+            Some(_) => websocket::wrap(0x2, &bytes),
+            None => bytes,
+        }
+    }
+
+    /// Queues a protocol header.
+    pub(super) fn header(&self, out: &mut Outbound, header: ProtocolHeader) {
+        out.push_raw(self.wire(Bytes::copy_from_slice(&header.bytes())));
     }
 
     /// Notes that bytes were handed to the socket.
@@ -170,11 +186,23 @@ impl AmqpSession {
         }
         let mut b = BytesMut::with_capacity(8);
         FrameHeader::write(FrameKind::Amqp, 0, 0, &mut b);
-        out.push_raw(b.freeze());
+        out.push_raw(self.wire(b.freeze()));
         true
     }
 
-    /// Queues a frame: `body` after its header.
+    /// A frame's bytes as they go on the wire: `body` after its header,
+    /// then `payload`.
+    fn frame(&self, kind: FrameKind, channel: u16, body: &Value, payload: &[u8]) -> Bytes {
+        let mut encoded = BytesMut::new();
+        body.encode(&mut encoded);
+        let mut frame = BytesMut::with_capacity(8 + encoded.len() + payload.len());
+        FrameHeader::write(kind, channel, encoded.len() + payload.len(), &mut frame);
+        frame.extend_from_slice(&encoded);
+        frame.extend_from_slice(payload);
+        self.wire(frame.freeze())
+    }
+
+    /// Queues a frame: `body` after its header, then `payload`.
     pub(super) fn send(
         &self,
         out: &mut Outbound,
@@ -183,13 +211,7 @@ impl AmqpSession {
         body: &Value,
         payload: &[u8],
     ) {
-        let mut encoded = BytesMut::new();
-        body.encode(&mut encoded);
-        let mut frame = BytesMut::with_capacity(8 + encoded.len() + payload.len());
-        FrameHeader::write(kind, channel, encoded.len() + payload.len(), &mut frame);
-        frame.extend_from_slice(&encoded);
-        frame.extend_from_slice(payload);
-        out.push_raw(frame.freeze());
+        out.push_raw(self.frame(kind, channel, body, payload));
     }
 
     /// Queues a performative.
@@ -198,13 +220,8 @@ impl AmqpSession {
     }
 
     /// The bytes of a performative, for an answer owed in its place.
-    pub(super) fn performance_bytes(channel: u16, p: &Performative) -> Bytes {
-        let mut encoded = BytesMut::new();
-        p.to_value().encode(&mut encoded);
-        let mut frame = BytesMut::with_capacity(8 + encoded.len());
-        FrameHeader::write(FrameKind::Amqp, channel, encoded.len(), &mut frame);
-        frame.extend_from_slice(&encoded);
-        frame.freeze()
+    fn performance_bytes(&self, channel: u16, p: &Performative) -> Bytes {
+        self.frame(FrameKind::Amqp, channel, &p.to_value(), &[])
     }
 
     pub(super) fn sasl(&self, out: &mut Outbound, frame: Sasl) {
@@ -221,7 +238,7 @@ impl AmqpSession {
         log::info!("AMQP connection {serial}: {condition}: {why}");
         match self.stage {
             Stage::Header | Stage::AmqpHeader => {
-                out.push_raw(Bytes::copy_from_slice(&ProtocolHeader::Amqp.bytes()));
+                self.header(out, ProtocolHeader::Amqp);
             }
             Stage::SaslInit | Stage::LoggingIn => self.sasl(
                 out,
@@ -295,7 +312,7 @@ impl AmqpSession {
     pub fn answer_bytes(&mut self, request_id: u32, result: Result<(), Refusal>) -> Option<Bytes> {
         let owed = self.owed.remove(&request_id)?;
         let settled = settled_as(owed.delivery_id, outcome(result));
-        Some(Self::performance_bytes(owed.channel, &settled))
+        Some(self.performance_bytes(owed.channel, &settled))
     }
 
     /// The outgoing link `handle` on `channel`, if there is one.

@@ -35,6 +35,8 @@ pub enum Protocol {
     Amqp,
     /// AMQP 1.0 over TLS (`amqps`).
     AmqpTls,
+    /// AMQP 1.0 carried in WebSocket messages (subprotocol `amqp`).
+    AmqpWebSocket,
 }
 
 impl Protocol {

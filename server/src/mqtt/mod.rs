@@ -39,7 +39,7 @@ use crate::frontend::{
     Welcome,
 };
 use crate::session::{Phase, Session};
-use crate::websocket::{self, Received};
+use crate::websocket;
 pub use common::SUBPROTOCOLS;
 use common::{reason_for, Chunks, Fatal, IdPrefix, DURABLE_PREFIX};
 use session::{Owed, Sub};
@@ -53,27 +53,17 @@ pub fn receive(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Flow {
-    let Some(ws) = mqtt.websocket.as_mut() else {
-        return decode_all(mqtt, buf, session, out, ctx);
-    };
-    let max = websocket::frame_limit(&ctx.shared.config, session.phase);
-    let origins = &ctx.shared.config.stomp.websocket_allowed_origins;
-    match websocket::receive(ws, buf, origins, max, out, ctx.me.serial) {
-        Received::Payload => {}
-        Received::Close => return Flow::Close,
-        Received::Bad(why) => {
-            let why = format!("bad WebSocket frame: {why}");
-            return mqtt.refuse(out, session.phase, Fatal(0x81, why), ctx.me.serial);
-        }
+    websocket::receive_carried(mqtt, buf, session, out, ctx, decode_all)
+}
+
+impl websocket::Carried for MqttSession {
+    fn websocket(&mut self) -> Option<&mut websocket::WebSocket> {
+        self.websocket.as_deref_mut()
     }
-    // The payload buffer belongs to the session the decoder works on:
-    // take it out for the call.
-    let mut payload = std::mem::take(&mut ws.payload);
-    let flow = decode_all(mqtt, &mut payload, session, out, ctx);
-    if let Some(ws) = mqtt.websocket.as_mut() {
-        ws.payload = payload;
+
+    fn bad_frame(&mut self, out: &mut Outbound, phase: Phase, why: String, serial: u64) -> Flow {
+        self.refuse(out, phase, Fatal(0x81, why), serial)
     }
-    flow
 }
 
 /// Decodes and handles every whole MQTT packet in `buf`.

@@ -112,13 +112,14 @@ fn refuse(mut stream: TcpStream, protocol: Protocol, max: usize) {
             .header("message", why)
             .encode(false, &mut buf),
         // Before the WebSocket upgrade only HTTP can be said.
-        Protocol::StompWebSocket | Protocol::MqttWebSocket => buf.extend_from_slice(
-            format!(
-                "HTTP/1.1 503 Service Unavailable\r\nContent-Length: {}\r\n\r\n{why}",
-                why.len()
-            )
-            .as_bytes(),
-        ),
+        Protocol::StompWebSocket | Protocol::MqttWebSocket | Protocol::AmqpWebSocket => buf
+            .extend_from_slice(
+                format!(
+                    "HTTP/1.1 503 Service Unavailable\r\nContent-Length: {}\r\n\r\n{why}",
+                    why.len()
+                )
+                .as_bytes(),
+            ),
     }
     let _ = stream.write(&buf);
 }

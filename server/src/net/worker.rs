@@ -321,7 +321,10 @@ impl Worker {
             Protocol::StompWebSocket => Front::Stomp(Box::new(StompSession::new(limits, true))),
             Protocol::Mqtt | Protocol::MqttTls => mqtt(false),
             Protocol::MqttWebSocket => mqtt(true),
-            Protocol::Amqp | Protocol::AmqpTls => Front::Amqp(Box::default()),
+            Protocol::Amqp | Protocol::AmqpTls => {
+                Front::Amqp(Box::new(crate::amqp::AmqpSession::new(false)))
+            }
+            Protocol::AmqpWebSocket => Front::Amqp(Box::new(crate::amqp::AmqpSession::new(true))),
         };
         let home = ConnectionRef {
             worker: self.index,

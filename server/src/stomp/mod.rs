@@ -18,7 +18,7 @@
 mod mapping;
 
 use crate::collections::FastMap;
-use crate::websocket::{self, Received, WebSocket};
+use crate::websocket::{self, WebSocket};
 
 /// STOMP's WebSocket subprotocols, most preferred first.
 const SUBPROTOCOLS: &[&str] = &["v12.stomp", "v11.stomp", "v10.stomp"];
@@ -255,28 +255,18 @@ pub fn receive(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Flow {
-    let Some(ws) = stomp.websocket.as_mut() else {
-        return decode_all(stomp, buf, session, out, ctx);
-    };
-    let max = websocket::frame_limit(&ctx.shared.config, session.phase);
-    let origins = &ctx.shared.config.stomp.websocket_allowed_origins;
-    match websocket::receive(ws, buf, origins, max, out, ctx.me.serial) {
-        Received::Payload => {}
-        Received::Close => return Flow::Close,
-        Received::Bad(why) => {
-            let why = format!("bad WebSocket frame: {why}");
-            stomp.error(out, 0, ErrorCode::Malformed, &why);
-            return Flow::Close;
-        }
+    websocket::receive_carried(stomp, buf, session, out, ctx, decode_all)
+}
+
+impl websocket::Carried for StompSession {
+    fn websocket(&mut self) -> Option<&mut websocket::WebSocket> {
+        self.websocket.as_mut()
     }
-    // The payload buffer belongs to the session the STOMP decoder works
-    // on: take it out for the call.
-    let mut payload = std::mem::take(&mut ws.payload);
-    let flow = decode_all(stomp, &mut payload, session, out, ctx);
-    if let Some(ws) = stomp.websocket.as_mut() {
-        ws.payload = payload;
+
+    fn bad_frame(&mut self, out: &mut Outbound, _: Phase, why: String, _: u64) -> Flow {
+        self.error(out, 0, ErrorCode::Malformed, &why);
+        Flow::Close
     }
-    flow
 }
 
 /// Decodes and handles every whole frame in `buf`.
