@@ -5,6 +5,7 @@
 //! subscriber's listener has it. Lost messages are counted, not hidden.
 //! Each scenario ends with one JSON line for scripts.
 
+mod amqp;
 mod cluster;
 mod connections;
 pub mod drill;
@@ -13,6 +14,7 @@ mod ledger;
 mod machine;
 mod mqtt;
 mod nats;
+mod process;
 mod progress;
 mod queue;
 mod soak;
@@ -128,6 +130,16 @@ pub struct Args {
     /// and print the ratios.
     #[arg(long)]
     compare_mosquitto: bool,
+    /// Run the AMQP 1.0 topic scenarios (1 -> 1, 1 -> --fanout, latency
+    /// at --rate) against a herald-server and a RabbitMQ (with its
+    /// rabbitmq_amqp1_0 plugin) that the bench starts, side by side, and
+    /// Herald's native protocol, and print the ratios. Run as root: the
+    /// broker runs as the rabbitmq user.
+    #[arg(long)]
+    compare_rabbitmq: bool,
+    /// The rabbitmq-server script for --compare-rabbitmq.
+    #[arg(long, default_value = "rabbitmq-server")]
+    rabbitmq: PathBuf,
     /// The mosquitto binary for --compare-mosquitto.
     #[arg(long, default_value = "mosquitto")]
     mosquitto: PathBuf,
@@ -161,6 +173,30 @@ pub struct Args {
     /// (90s, 10m, 1h).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     duration: Duration,
+}
+
+/// The load of a side-by-side comparison with another server.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    pub size: usize,
+    pub count: u64,
+    pub fanout: usize,
+    pub rate: u64,
+    pub latency_count: u64,
+    pub rounds: u32,
+}
+
+impl Load {
+    fn of(args: &Args) -> Load {
+        Load {
+            size: args.size,
+            count: args.count,
+            fanout: args.fanout,
+            rate: args.rate,
+            latency_count: args.latency_count,
+            rounds: args.rounds,
+        }
+    }
 }
 
 /// "90", "90s", "10m" or "1h".
@@ -228,13 +264,15 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
         println!("{}", machine::describe());
         return mqtt::compare(&mqtt::Plan {
             mosquitto: &args.mosquitto,
-            size: args.size,
-            count: args.count,
-            fanout: args.fanout,
-            rate: args.rate,
-            latency_count: args.latency_count,
-            rounds: args.rounds,
+            load: Load::of(&args),
             connections: args.mqtt_connections,
+        });
+    }
+    if args.compare_rabbitmq {
+        println!("{}", machine::describe());
+        return amqp::compare(&amqp::Plan {
+            rabbitmq: &args.rabbitmq,
+            load: Load::of(&args),
         });
     }
     let embedded = match args.embedded {

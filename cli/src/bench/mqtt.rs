@@ -8,10 +8,10 @@
 //! adds for idle connections. Bodies carry the sequence number and due
 //! time in their first 16 bytes, as in the other scenarios.
 
-use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +23,7 @@ use herald_protocol::mqtt::{
 };
 
 use super::latency::{LatencyReport, Timing};
+use super::process::{io, scratch, start_herald, wait_listening, Process};
 use super::progress::Progress;
 use super::throughput::{one_to_many, Arrivals, Sender, ThroughputReport};
 use super::{bench_topic, median};
@@ -31,109 +32,6 @@ use super::{bench_topic, median};
 /// window towards subscribers (Herald's receive maximum, Mosquitto's
 /// max_inflight_messages): the same for both.
 const WINDOW: u64 = 1000;
-
-fn io(context: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |e| Error::InvalidArgument(format!("MQTT {context}: {e}"))
-}
-
-/// A server process the bench started, killed when dropped.
-struct Process {
-    name: &'static str,
-    child: Child,
-    addr: SocketAddr,
-    dir: PathBuf,
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-impl Process {
-    /// Its resident memory, in bytes.
-    fn rss(&self) -> Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .map_err(io("reading the server's /proc status"))?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map(|kb| kb * 1024)
-            .ok_or_else(|| Error::InvalidArgument("no VmRSS in /proc status".into()))
-    }
-}
-
-/// A private directory for one server of this run.
-fn scratch(name: &str) -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("herald-bench-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(io("a scratch directory"))?;
-    Ok(dir)
-}
-
-/// `herald-server` from beside this binary, its MQTT listener on an
-/// ephemeral port, every other listener too.
-fn start_herald() -> Result<Process> {
-    let exe = std::env::current_exe().map_err(io("finding herald-server"))?;
-    let bin = exe.with_file_name("herald-server");
-    let dir = scratch("herald-mqtt")?;
-    let any = "127.0.0.1:0";
-    let mut child = Command::new(&bin)
-        .args([
-            "--listen",
-            any,
-            "--stomp-listen",
-            any,
-            "--stomp-ws-listen",
-            any,
-        ])
-        .args([
-            "--mqtt-listen",
-            any,
-            "--mqtt-ws-listen",
-            any,
-            "--amqp-listen",
-            any,
-            "--admin-listen",
-            any,
-        ])
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| {
-            Error::InvalidArgument(format!("{}: {e} (cargo build --bins)", bin.display()))
-        })?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| Error::InvalidArgument("no stdout".into()))?;
-    let prefix = "herald-server MQTT listening on ";
-    let addr = BufReader::new(stdout)
-        .lines()
-        .map_while(std::result::Result::ok)
-        .find_map(|l| l.strip_prefix(prefix).and_then(|a| a.trim().parse().ok()));
-    match addr {
-        Some(addr) => Ok(Process {
-            name: "herald",
-            child,
-            addr,
-            dir,
-        }),
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            let _ = std::fs::remove_dir_all(&dir);
-            Err(Error::InvalidArgument(
-                "herald-server did not announce its MQTT listener".into(),
-            ))
-        }
-    }
-}
 
 /// Debian's `mosquitto` on an ephemeral port, without persistence, with
 /// the same window as Herald, no limit on what it queues for a client
@@ -170,13 +68,7 @@ fn start_mosquitto(bin: &Path) -> Result<Process> {
         addr,
         dir,
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(addr).is_err() {
-        if Instant::now() > deadline {
-            return Err(Error::InvalidArgument("mosquitto never listened".into()));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_listening(&process, Duration::from_secs(10))?;
     Ok(process)
 }
 
@@ -554,26 +446,21 @@ fn idle_bytes(server: &Process, count: usize, published: bool) -> Result<(f64, I
 /// What `--compare-mosquitto` runs.
 pub struct Plan<'a> {
     pub mosquitto: &'a Path,
-    pub size: usize,
-    pub count: u64,
-    pub fanout: usize,
-    pub rate: u64,
-    pub latency_count: u64,
-    pub rounds: u32,
+    pub load: super::Load,
     pub connections: usize,
 }
 
 /// Every scenario against Herald and Mosquitto in turn, `rounds` times,
 /// and the medians side by side.
 pub fn compare(plan: &Plan<'_>) -> Result<()> {
-    let herald = start_herald()?;
+    let (herald, _) = start_herald("herald-mqtt", &["herald-server MQTT listening on "])?;
     let mosquitto = start_mosquitto(plan.mosquitto)?;
     println!(
         "comparing MQTT: herald-server at {} and {} at {}, {} rounds, medians",
         herald.addr,
         plan.mosquitto.display(),
         mosquitto.addr,
-        plan.rounds
+        plan.load.rounds
     );
     let servers = [&herald, &mosquitto];
     // (scenario, herald, mosquitto, higher is better)
@@ -595,14 +482,14 @@ pub fn compare(plan: &Plan<'_>) -> Result<()> {
     drop(open);
     for (subscribers, qos) in [
         (1, QoS::AtMostOnce),
-        (plan.fanout, QoS::AtMostOnce),
+        (plan.load.fanout, QoS::AtMostOnce),
         (1, QoS::AtLeastOnce),
     ] {
         let mut rates = [vec![], vec![]];
         let mut lost = [0, 0];
-        for _ in 0..plan.rounds {
+        for _ in 0..plan.load.rounds {
             for (i, server) in servers.iter().enumerate() {
-                let r = throughput(server, subscribers, plan.size, plan.count, qos)?;
+                let r = throughput(server, subscribers, plan.load.size, plan.load.count, qos)?;
                 r.print();
                 rates[i].push(r.deliveries_per_sec());
                 lost[i] += r.lost();
@@ -617,9 +504,14 @@ pub fn compare(plan: &Plan<'_>) -> Result<()> {
     }
     let quantiles = [(0.5, "p50"), (0.99, "p99")];
     let mut us = [[vec![], vec![]], [vec![], vec![]]];
-    for _ in 0..plan.rounds {
+    for _ in 0..plan.load.rounds {
         for (i, server) in servers.iter().enumerate() {
-            let r = latency(server, plan.size, plan.rate, plan.latency_count)?;
+            let r = latency(
+                server,
+                plan.load.size,
+                plan.load.rate,
+                plan.load.latency_count,
+            )?;
             r.print();
             for (q, (quantile, _)) in quantiles.iter().enumerate() {
                 us[q][i].push(r.us(*quantile));
@@ -627,7 +519,7 @@ pub fn compare(plan: &Plan<'_>) -> Result<()> {
         }
     }
     for ((_, label), [h, m]) in quantiles.iter().zip(us) {
-        let name = format!("QoS 0 latency {label} us at {}/s", plan.rate);
+        let name = format!("QoS 0 latency {label} us at {}/s", plan.load.rate);
         rows.push((name, median(h), median(m), false));
     }
     println!(
