@@ -36,6 +36,8 @@ const CREDIT: u32 = 5000;
 struct Server {
     /// What the reports call it.
     name: &'static str,
+    /// RabbitMQ's node, stopped first when this is dropped.
+    _node: Option<Node>,
     /// The server process, stopped when this is dropped.
     _process: Process,
     /// Its AMQP listener.
@@ -45,6 +47,21 @@ struct Server {
     topic: fn(&str) -> String,
 }
 
+/// A RabbitMQ node, stopped with `rabbitmqctl` when dropped: its script
+/// runs the broker as the `rabbitmq` user, so killing the script leaves
+/// the broker running.
+struct Node(String);
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = Command::new("rabbitmqctl")
+            .args(["-n", &self.0, "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
 fn fail(what: String) -> Error {
     Error::InvalidArgument(what)
 }
@@ -52,7 +69,7 @@ fn fail(what: String) -> Error {
 /// Debian's RabbitMQ on ephemeral ports, its own node, files and AMQP 1.0
 /// plugin. Its script runs the broker as the `rabbitmq` user, whose the
 /// scratch directory is made.
-fn start_rabbitmq(bin: &Path) -> Result<Process> {
+fn start_rabbitmq(bin: &Path) -> Result<(Node, Process)> {
     let free = || {
         std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -96,6 +113,7 @@ fn start_rabbitmq(bin: &Path) -> Result<Process> {
                 bin.display()
             ))
         })?;
+    let node = Node(node);
     let process = Process {
         name: "rabbitmq",
         child,
@@ -103,7 +121,7 @@ fn start_rabbitmq(bin: &Path) -> Result<Process> {
         dir,
     };
     wait_listening(&process, Duration::from_secs(60))?;
-    Ok(process)
+    Ok((node, process))
 }
 
 /// Reads whole frames off a socket into one buffer and hands each to a
@@ -593,15 +611,17 @@ pub fn compare(plan: &Plan<'_>) -> Result<()> {
     )?;
     let herald = Server {
         name: "herald amqp",
+        _node: None,
         _process: process,
         addr: addrs[0],
         topic: |name| format!("topic://{name}"),
     };
     let native = ConnectionFactory::new(&format!("herald://{}", addrs[1]))?;
-    let rabbit = start_rabbitmq(plan.rabbitmq)?;
+    let (node, rabbit) = start_rabbitmq(plan.rabbitmq)?;
     let rabbit = Server {
         name: "rabbitmq amqp",
         addr: rabbit.addr,
+        _node: Some(node),
         _process: rabbit,
         topic: |name| format!("/topic/{name}"),
     };
