@@ -10,7 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use std::io::Read;
+
 use herald_client::{AckMode, ConnectionFactory, ConsumerOptions, Destination, Message};
+use herald_protocol::amqp::performative::{Attach, Begin, Open, Transfer};
+use herald_protocol::amqp::terminus::{LinkTarget, Target};
+use herald_protocol::amqp::{FrameHeader, FrameKind, Performative, ProtocolHeader, Sasl, Value};
 
 mod common;
 
@@ -282,4 +287,227 @@ fn transactions_killed_mid_stream_are_all_or_nothing() {
     );
     server.kill().unwrap();
     server.wait().unwrap();
+}
+
+/// Writes one AMQP frame.
+fn amqp_frame(w: &mut impl std::io::Write, kind: FrameKind, body: &Value, payload: &[u8]) {
+    let mut encoded = Vec::new();
+    body.encode(&mut encoded);
+    let mut b = Vec::new();
+    FrameHeader::write(kind, 0, encoded.len() + payload.len(), &mut b);
+    b.extend_from_slice(&encoded);
+    b.extend_from_slice(payload);
+    w.write_all(&b).unwrap();
+}
+
+/// Reads AMQP frames and hands each performative to `each` until it says
+/// stop or the connection ends.
+fn amqp_frames(r: &mut impl std::io::Read, mut each: impl FnMut(Performative) -> bool) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        while let Ok(Some(h)) = FrameHeader::read(&buf, u32::MAX) {
+            let size = h.size as usize;
+            if buf.len() < size {
+                break;
+            }
+            let frame: Vec<u8> = buf.drain(..size).collect();
+            let body = &frame[h.body_offset..];
+            if body.is_empty() || h.kind != FrameKind::Amqp {
+                continue;
+            }
+            if let Ok(p) = Performative::from_value(Value::decode(body).unwrap().0) {
+                if !each(p) {
+                    return;
+                }
+            }
+        }
+        match r.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+#[test]
+fn amqp_messages_accepted_before_a_sigkill_are_all_there_after_it_once() {
+    use std::io::Write;
+    let data = TempDir::new("amqp-kill");
+    let amqp_line = ["herald-server AMQP listening on "];
+    let (mut server, addrs) = common::spawn_announcing(&data.0, &[], &amqp_line);
+    let stream = std::net::TcpStream::connect(&addrs[1]).unwrap();
+    let mut w = std::io::BufWriter::new(stream.try_clone().unwrap());
+    // SASL ANONYMOUS, open, begin, a sender to queue://amqp-crash: sent
+    // at once, the answers read by the reader thread.
+    w.write_all(&ProtocolHeader::Sasl.bytes()).unwrap();
+    let init = Sasl::Init {
+        mechanism: "ANONYMOUS".into(),
+        initial_response: None,
+        hostname: None,
+    };
+    amqp_frame(&mut w, FrameKind::Sasl, &init.to_value(), &[]);
+    w.write_all(&ProtocolHeader::Amqp.bytes()).unwrap();
+    let open = Open {
+        container_id: "crash".into(),
+        hostname: None,
+        max_frame_size: 65536,
+        channel_max: 0,
+        idle_time_out: 0,
+        offered_capabilities: vec![],
+        desired_capabilities: vec![],
+    };
+    let begin = Begin {
+        remote_channel: None,
+        next_outgoing_id: 0,
+        incoming_window: 1 << 20,
+        outgoing_window: 1 << 20,
+        handle_max: 0,
+    };
+    let target = LinkTarget::Target(Target {
+        address: Some("queue://amqp-crash".into()),
+        ..Target::default()
+    });
+    let attach = Attach {
+        name: "out".into(),
+        handle: 0,
+        role_receiver: false,
+        snd_settle_mode: 0,
+        rcv_settle_mode: 0,
+        source: Value::Null,
+        target: target.to_value(),
+        initial_delivery_count: Some(0),
+        max_message_size: 0,
+        offered_capabilities: vec![],
+        desired_capabilities: vec![],
+    };
+    for p in [
+        Performative::Open(open),
+        Performative::Begin(begin),
+        Performative::Attach(Box::new(attach)),
+    ] {
+        amqp_frame(&mut w, FrameKind::Amqp, &p.to_value(), &[]);
+    }
+    w.flush().unwrap();
+    // The reader: skips the two headers and the SASL frames, then counts
+    // credit and every delivery settled as accepted.
+    let accepted = Arc::new(Mutex::new(BTreeSet::new()));
+    let credit = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let reader = {
+        let (accepted, credit) = (accepted.clone(), credit.clone());
+        let mut r = stream.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut headers = [0u8; 8];
+            r.read_exact(&mut headers).unwrap();
+            let mut sasl = [0u8; 4096];
+            // The mechanisms and the outcome, then the AMQP header.
+            let mut seen = Vec::new();
+            while !seen.windows(8).any(|w| w == ProtocolHeader::Amqp.bytes()) {
+                let n = r.read(&mut sasl).unwrap();
+                assert!(n > 0, "closed during the handshake");
+                seen.extend_from_slice(&sasl[..n]);
+            }
+            let at = seen
+                .windows(8)
+                .position(|w| w == ProtocolHeader::Amqp.bytes())
+                .unwrap();
+            let mut rest = std::io::Cursor::new(seen[at + 8..].to_vec()).chain(r);
+            amqp_frames(&mut rest, |p| {
+                match p {
+                    Performative::Flow(f) => {
+                        let allowed = f.delivery_count.unwrap_or(0) + f.link_credit.unwrap_or(0);
+                        credit.store(allowed, Ordering::Release);
+                    }
+                    Performative::Disposition(d) if d.settled => {
+                        assert!(format!("{:?}", d.state).contains("36"), "{:?}", d.state);
+                        let mut got = accepted.lock().unwrap();
+                        for id in d.first..=d.last.unwrap_or(d.first) {
+                            assert!(got.insert(id), "delivery {id} settled twice");
+                        }
+                    }
+                    _ => {}
+                }
+                true
+            });
+        })
+    };
+    // Durable, unsettled, numbered messages, under the credit, until the
+    // server is killed.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (stop, credit) = (stop.clone(), credit.clone());
+        std::thread::spawn(move || {
+            let mut sent = 0u32;
+            while !stop.load(Ordering::Acquire) {
+                if sent >= credit.load(Ordering::Acquire) {
+                    let _ = w.flush();
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                let message = herald_protocol::amqp::message::Message {
+                    header: Some(herald_protocol::amqp::message::Header {
+                        durable: true,
+                        ..Default::default()
+                    }),
+                    application_properties: vec![("n".into(), Value::Long(i64::from(sent)))],
+                    body: herald_protocol::amqp::message::Body::Value(Value::String(format!(
+                        "message {sent}"
+                    ))),
+                    ..Default::default()
+                };
+                let mut payload = Vec::new();
+                message.encode(&mut payload);
+                let t = Transfer {
+                    handle: 0,
+                    delivery_id: Some(sent),
+                    delivery_tag: Some(bytes::Bytes::copy_from_slice(&sent.to_be_bytes())),
+                    message_format: Some(0),
+                    settled: false,
+                    more: false,
+                    state: Value::Null,
+                    aborted: false,
+                };
+                amqp_frame(
+                    &mut w,
+                    FrameKind::Amqp,
+                    &Performative::Transfer(t).to_value(),
+                    &payload,
+                );
+                if w.flush().is_err() {
+                    break;
+                }
+                sent += 1;
+            }
+            sent
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while accepted.lock().unwrap().len() < 300 {
+        assert!(Instant::now() < deadline, "too few accepted");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    server.kill().unwrap();
+    let _ = server.wait();
+    stop.store(true, Ordering::Release);
+    let sent = writer.join().unwrap();
+    let _ = reader.join();
+    let accepted = accepted.lock().unwrap().clone();
+
+    let (_server, factory) = start(&data.0);
+    let got = drain(&factory, "amqp-crash");
+    let unique: BTreeSet<i64> = got.iter().copied().collect();
+    let lost: Vec<i64> = accepted
+        .iter()
+        .map(|id| i64::from(*id))
+        .filter(|n| !unique.contains(n))
+        .collect();
+    eprintln!(
+        "AMQP kill: sent {sent}, accepted {}, after the restart {} ({} distinct), lost {}",
+        accepted.len(),
+        got.len(),
+        unique.len(),
+        lost.len()
+    );
+    assert!(lost.is_empty(), "accepted and lost: {lost:?}");
+    assert_eq!(got.len(), unique.len(), "a message came twice");
+    assert!(unique.iter().all(|n| *n >= 0 && *n < i64::from(sent)));
 }

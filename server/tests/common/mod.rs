@@ -81,6 +81,13 @@ impl Drop for Running {
 /// Starts the binary and returns it with the address it reports. Its log
 /// is discarded, so a long run cannot fill an unread pipe.
 pub fn spawn(data: &Path, args: &[&str]) -> (Running, String) {
+    let (child, mut addrs) = spawn_announcing(data, args, &[]);
+    (child, addrs.remove(0))
+}
+
+/// [`spawn`], with the addresses of the listeners announced on the lines
+/// that start with `others` after the native one's, in that order.
+pub fn spawn_announcing(data: &Path, args: &[&str], others: &[&str]) -> (Running, Vec<String>) {
     let mut child = command(data, args)
         .stderr(Stdio::null())
         .spawn()
@@ -88,11 +95,26 @@ pub fn spawn(data: &Path, args: &[&str]) -> (Running, String) {
     let mut line = String::new();
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
     stdout.read_line(&mut line).expect("a first line");
-    // Whatever else it prints is drained, not left to a closed pipe.
-    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-    let addr = line
+    let native = line
         .trim()
         .strip_prefix("herald-server listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-    (Running(child), addr.to_owned())
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    let mut addrs = vec![native];
+    for prefix in others {
+        loop {
+            line.clear();
+            assert!(
+                stdout.read_line(&mut line).expect("a line") > 0,
+                "no {prefix:?}"
+            );
+            if let Some(addr) = line.trim().strip_prefix(prefix) {
+                addrs.push(addr.to_owned());
+                break;
+            }
+        }
+    }
+    // Whatever else it prints is drained, not left to a closed pipe.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    (Running(child), addrs)
 }
