@@ -501,17 +501,16 @@ fn deliver(
     let made = AmqpMessage::decode(&bytes)
         .map_err(|e| (condition::DECODE, e.to_string()))
         .and_then(|m| {
-            let prefix = format!("ID:amqp-{}-", ctx.me.serial);
             let n = amqp.next_message;
             amqp.next_message += 1;
-            mapping::message_from(&m, destination.as_ref(), (&prefix, n), mapping::now_ms())
-                .map_err(|e| {
-                    let condition = match e {
-                        MappingError::NoAddress => condition::NOT_FOUND,
-                        MappingError::Message(_) => condition::INVALID_FIELD,
-                    };
-                    (condition, e.to_string())
-                })
+            let id = (amqp.id_prefix.as_str(), n);
+            mapping::message_from(&m, destination.as_ref(), id, mapping::now_ms()).map_err(|e| {
+                let condition = match e {
+                    MappingError::NoAddress => condition::NOT_FOUND,
+                    MappingError::Message(_) => condition::INVALID_FIELD,
+                };
+                (condition, e.to_string())
+            })
         });
     let view = match made {
         Ok(view) => view,

@@ -320,6 +320,7 @@ fn open_connection(
         .map_err(|r| Fatal(condition::INVALID_FIELD, r.into_parts().2))?;
     amqp.peer_max_frame = open.max_frame_size.max(512);
     amqp.link_credit = config.amqp.link_credit;
+    amqp.id_prefix = format!("ID:amqp-{}-", ctx.me.serial);
     if open.idle_time_out > 0 {
         // Half the client's limit, as the specification advises.
         amqp.heartbeat = Some(Duration::from_millis(

@@ -114,8 +114,10 @@ pub struct AmqpSession {
     /// Deliveries whose disposition waits, by request id.
     pub(super) owed: HashMap<u32, Owed>,
     pub(super) next_request: u32,
-    /// Numbers the messages that come without an id.
+    /// Numbers the messages that come without an id, after this prefix
+    /// (`ID:amqp-<connection>-`, made at `open`, not per message).
     pub(super) next_message: u64,
+    pub(super) id_prefix: String,
     /// The credit each link on which the client sends is given.
     pub(super) link_credit: u32,
     /// Links on which this side sends, by their subscription's id:
@@ -146,6 +148,7 @@ impl AmqpSession {
             owed: HashMap::new(),
             next_request: 1,
             next_message: 1,
+            id_prefix: String::new(),
             link_credit: 1,
             subscriptions: HashMap::new(),
             next_subscription: 1,
