@@ -198,9 +198,14 @@ impl AmqpSession {
     fn frame(&self, kind: FrameKind, channel: u16, body: &Value, payload: &[u8]) -> Bytes {
         let mut encoded = BytesMut::new();
         body.encode(&mut encoded);
-        let mut frame = BytesMut::with_capacity(8 + encoded.len() + payload.len());
-        FrameHeader::write(kind, channel, encoded.len() + payload.len(), &mut frame);
-        frame.extend_from_slice(&encoded);
+        self.encoded_frame(kind, channel, &encoded, payload)
+    }
+
+    /// [`frame`](Self::frame), its body encoded already.
+    fn encoded_frame(&self, kind: FrameKind, channel: u16, body: &[u8], payload: &[u8]) -> Bytes {
+        let mut frame = BytesMut::with_capacity(8 + body.len() + payload.len());
+        FrameHeader::write(kind, channel, body.len() + payload.len(), &mut frame);
+        frame.extend_from_slice(body);
         frame.extend_from_slice(payload);
         self.wire(frame.freeze())
     }
@@ -397,24 +402,24 @@ impl AmqpSession {
                 state: Value::Null,
                 aborted: false,
             };
+            // Encoded once; again with `more` only when the message goes
+            // on in another frame (`more` costs no byte more than its
+            // false, 0x41 for 0x42).
             let mut head = BytesMut::new();
             Performative::Transfer(transfer.clone())
                 .to_value()
                 .encode(&mut head);
-            // `more` costs no byte more than its false (0x41 for 0x42).
             let room = max_frame.saturating_sub(8 + head.len()).max(1);
             let (part, left) = rest.split_at(rest.len().min(room));
-            let transfer = Transfer {
-                more: !left.is_empty(),
-                ..transfer
-            };
-            self.send(
-                out,
-                FrameKind::Amqp,
-                channel,
-                &Performative::Transfer(transfer).to_value(),
-                part,
-            );
+            if !left.is_empty() {
+                head.clear();
+                let more = Transfer {
+                    more: true,
+                    ..transfer
+                };
+                Performative::Transfer(more).to_value().encode(&mut head);
+            }
+            out.push_raw(self.encoded_frame(FrameKind::Amqp, channel, &head, part));
             rest = left;
             first = false;
             if let Some(ch) = self.channels.get_mut(&channel) {
