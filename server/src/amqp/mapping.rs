@@ -165,7 +165,8 @@ pub fn message_from(
     id: (&str, u64),
     now: i64,
 ) -> Result<MessageView, MappingError> {
-    let props = m.properties.clone().unwrap_or_default();
+    let none = herald_protocol::amqp::message::Properties::default();
+    let props = m.properties.as_ref().unwrap_or(&none);
     let target = match (to, &props.to) {
         (Some(d), _) => d.clone(),
         (None, Some(address)) => {
