@@ -48,6 +48,9 @@ pub enum Mode {
     Stomp,
     /// Topic 1 → 1 alone, then with --subscriptions that never match.
     Subscriptions,
+    /// Topic 1 → 1 and 1 → --fanout over the native protocol, then over
+    /// AMQP 1.0 (--amqp), and the cost of AMQP per message against native.
+    Amqp,
     /// --connections idle connections: the server's memory per connection
     /// and its threads, through the management API (--admin)
     Connections,
@@ -119,6 +122,9 @@ pub struct Args {
     /// The STOMP listener for --mode stomp (ignored with --embedded).
     #[arg(long, default_value = "127.0.0.1:61613")]
     stomp: SocketAddr,
+    /// The AMQP listener for --mode amqp (ignored with --embedded).
+    #[arg(long, default_value = "127.0.0.1:5672")]
+    amqp: SocketAddr,
     /// Run the topic scenarios (1 -> 1, 1 -> --fanout, latency) against
     /// Herald and then against the NATS server at this address, with the
     /// same load, and print the ratios.
@@ -336,6 +342,13 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
         };
         throughput::run(&factory, 1, 1, args.size, args.count)?.print();
         stomp::run(stomp_addr, args.size, args.count)?;
+    }
+    if args.mode == Mode::Amqp {
+        let amqp_addr = match &embedded {
+            Some(server) => server.amqp_addr().unwrap_or(args.amqp),
+            None => args.amqp,
+        };
+        amqp::run(&factory, amqp_addr, &Load::of(&args))?;
     }
     if args.mode == Mode::Subscriptions {
         subscriptions::run(&factory, args.subscriptions, args.size, args.count)?;

@@ -4,7 +4,7 @@
 //! fields at the end may be left out, and a `null` field takes its
 //! default.
 
-use super::types::Value;
+use super::types::{Raw, Value};
 use super::AmqpError;
 
 /// The fields of a composite, read by position.
@@ -177,6 +177,147 @@ impl Fields {
     /// A field of any value (null when absent).
     pub fn value(&self, i: usize) -> Value {
         self.get(i).cloned().unwrap_or(Value::Null)
+    }
+}
+
+/// Fields [`RawFields`] keeps: more than any composite read in place has
+/// (properties, 13); later ones are not looked at.
+const RAW_FIELDS: usize = 16;
+
+/// The fields of a composite read in place ([`Raw`]), nothing allocated:
+/// what the composites that come once per message (a transfer, a
+/// message's header and properties) are read with.
+pub struct RawFields<'a> {
+    name: &'static str,
+    items: [Raw<'a>; RAW_FIELDS],
+}
+
+impl<'a> RawFields<'a> {
+    /// The fields of `raw` if it is the composite `code` (or `symbol`);
+    /// `None` if it is another described value.
+    pub fn of(
+        raw: Raw<'a>,
+        (code, symbol): (u64, &str),
+        name: &'static str,
+    ) -> Result<Option<RawFields<'a>>, AmqpError> {
+        let Some((descriptor, list)) = raw.described() else {
+            return Err(AmqpError::Invalid(format!("{name}: not a described value")));
+        };
+        match descriptor {
+            Raw::Ulong(c) if c == code => {}
+            Raw::Symbol(s) if s == symbol => {}
+            _ => return Ok(None),
+        }
+        RawFields::list(list, name).map(Some)
+    }
+
+    /// The fields of a composite whose descriptor was read already.
+    pub fn list(list: Raw<'a>, name: &'static str) -> Result<RawFields<'a>, AmqpError> {
+        let items = list.items().filter(|_| !list.is_map()).ok_or_else(|| {
+            AmqpError::Invalid(format!("{name}: its fields are not a list but {list:?}"))
+        })?;
+        let mut fields = RawFields {
+            name,
+            items: [Raw::Null; RAW_FIELDS],
+        };
+        for (slot, item) in fields.items.iter_mut().zip(items) {
+            *slot = item;
+        }
+        Ok(fields)
+    }
+
+    fn get(&self, i: usize) -> Option<Raw<'a>> {
+        self.items.get(i).copied().filter(|v| *v != Raw::Null)
+    }
+
+    fn wrong(&self, field: &str, v: Raw<'a>, wanted: &str) -> AmqpError {
+        AmqpError::Invalid(format!("{}.{field}: {v:?} is not a {wanted}", self.name))
+    }
+
+    /// A `uint` field (a `ushort` or `ubyte` is taken too).
+    pub fn uint(&self, i: usize, field: &str) -> Result<Option<u32>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Raw::Uint(n)) => Ok(Some(n)),
+            Some(Raw::Ushort(n)) => Ok(Some(n.into())),
+            Some(Raw::Ubyte(n)) => Ok(Some(n.into())),
+            Some(v) => Err(self.wrong(field, v, "uint")),
+        }
+    }
+
+    /// A mandatory `uint` field.
+    pub fn required_uint(&self, i: usize, field: &str) -> Result<u32, AmqpError> {
+        self.uint(i, field)?
+            .ok_or_else(|| AmqpError::Invalid(format!("{}.{field} is mandatory", self.name)))
+    }
+
+    /// A `boolean` field.
+    pub fn bool(&self, i: usize, field: &str) -> Result<Option<bool>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Raw::Bool(b)) => Ok(Some(b)),
+            Some(v) => Err(self.wrong(field, v, "boolean")),
+        }
+    }
+
+    /// A `ubyte` field.
+    pub fn ubyte(&self, i: usize, field: &str) -> Result<Option<u8>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Raw::Ubyte(n)) => Ok(Some(n)),
+            Some(v) => Err(self.wrong(field, v, "ubyte")),
+        }
+    }
+
+    /// A `binary` field.
+    pub fn binary(&self, i: usize, field: &str) -> Result<Option<&'a [u8]>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Raw::Binary(b)) => Ok(Some(b)),
+            Some(v) => Err(self.wrong(field, v, "binary")),
+        }
+    }
+
+    /// A `string` field.
+    pub fn string(&self, i: usize, field: &str) -> Result<Option<&'a str>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Raw::String(s)) => Ok(Some(s)),
+            Some(v) => Err(self.wrong(field, v, "string")),
+        }
+    }
+
+    /// A `symbol` field.
+    pub fn symbol(&self, i: usize, field: &str) -> Result<Option<&'a str>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Raw::Symbol(s)) => Ok(Some(s)),
+            Some(v) => Err(self.wrong(field, v, "symbol")),
+        }
+    }
+
+    /// A string field that may come as a symbol (some clients send
+    /// addresses so).
+    pub fn address(&self, i: usize, field: &str) -> Result<Option<&'a str>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Raw::String(s) | Raw::Symbol(s)) => Ok(Some(s)),
+            Some(v) => Err(self.wrong(field, v, "string")),
+        }
+    }
+
+    /// A `timestamp` field.
+    pub fn timestamp(&self, i: usize, field: &str) -> Result<Option<i64>, AmqpError> {
+        match self.get(i) {
+            None => Ok(None),
+            Some(Raw::Timestamp(t)) => Ok(Some(t)),
+            Some(v) => Err(self.wrong(field, v, "timestamp")),
+        }
+    }
+
+    /// A field of any value (null when absent).
+    pub fn value(&self, i: usize) -> Raw<'a> {
+        self.get(i).unwrap_or(Raw::Null)
     }
 }
 

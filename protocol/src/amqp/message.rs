@@ -6,8 +6,8 @@
 
 use bytes::{BufMut, Bytes};
 
-use super::fields::{composite, descriptor_code, opt, Fields};
-use super::types::Value;
+use super::fields::{composite, opt, RawFields};
+use super::types::{Raw, Value};
 use super::AmqpError;
 
 const HEADER: (u64, &str) = (0x70, "amqp:header:list");
@@ -17,6 +17,7 @@ const PROPERTIES: (u64, &str) = (0x73, "amqp:properties:list");
 const APPLICATION_PROPERTIES: (u64, &str) = (0x74, "amqp:application-properties:map");
 const DATA: (u64, &str) = (0x75, "amqp:data:binary");
 const SEQUENCE: (u64, &str) = (0x76, "amqp:amqp-sequence:list");
+const SEQUENCE_CODE: u64 = SEQUENCE.0;
 const AMQP_VALUE: (u64, &str) = (0x77, "amqp:value:*");
 const FOOTER: (u64, &str) = (0x78, "amqp:footer:map");
 
@@ -36,7 +37,7 @@ const SECTIONS: [(u64, &str); 9] = [
 pub const DEFAULT_PRIORITY: u8 = 4;
 
 /// `header`: how the message is to be delivered.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Header {
     /// Kept across a restart: a persistent message.
     pub durable: bool,
@@ -126,70 +127,50 @@ pub struct Message {
     pub footer: Vec<(Value, Value)>,
 }
 
-/// A message id or correlation id: a ulong, uuid, binary or string.
-fn message_id(v: Value, field: &str) -> Result<Option<Value>, AmqpError> {
-    match v {
-        Value::Null => Ok(None),
-        v @ (Value::Ulong(_) | Value::Uuid(_) | Value::Binary(_) | Value::String(_)) => Ok(Some(v)),
-        v => Err(AmqpError::Invalid(format!(
-            "properties.{field} is {v:?}, not a ulong, uuid, binary or string"
-        ))),
-    }
-}
-
-/// The map a map section holds.
-fn map(v: Value, section: &str) -> Result<Vec<(Value, Value)>, AmqpError> {
-    match v {
-        Value::Map(pairs) => Ok(pairs),
-        Value::Null => Ok(Vec::new()),
-        v => Err(AmqpError::Invalid(format!("{section} is {v:?}, not a map"))),
-    }
-}
-
-/// A string field that may come as a symbol (some clients send addresses
-/// so).
-fn address(f: &Fields, i: usize, field: &str) -> Result<Option<String>, AmqpError> {
-    match f.value(i) {
-        Value::Null => Ok(None),
-        Value::String(s) | Value::Symbol(s) => Ok(Some(s)),
-        v => Err(AmqpError::Invalid(format!(
-            "properties.{field} is {v:?}, not a string"
-        ))),
-    }
-}
-
-/// A timestamp field.
-fn timestamp(f: &Fields, i: usize, field: &str) -> Result<Option<i64>, AmqpError> {
-    match f.value(i) {
-        Value::Null => Ok(None),
-        Value::Timestamp(t) => Ok(Some(t)),
-        v => Err(AmqpError::Invalid(format!(
-            "properties.{field} is {v:?}, not a timestamp"
-        ))),
-    }
-}
-
-/// Application properties: names that are strings, values that are
-/// simple (no maps, lists, arrays or described values).
-fn application_properties(v: Value) -> Result<Vec<(String, Value)>, AmqpError> {
-    map(v, "application-properties")?
-        .into_iter()
-        .map(|(k, v)| match (k, v) {
-            (_, v @ (Value::Map(_) | Value::List(_) | Value::Array(_) | Value::Described(..))) => {
-                Err(AmqpError::Invalid(format!(
-                    "an application property's value is {v:?}, not a simple value"
+/// Checks application properties: names that are strings, values that
+/// are simple (no maps, lists, arrays or described values).
+fn check_application_properties(map: Raw<'_>) -> Result<(), AmqpError> {
+    let mut items = map_items(map, "application-properties")?;
+    while let (Some(k), Some(v)) = (items.next(), items.next()) {
+        match (k, v) {
+            (_, v @ Raw::Encoded(_)) => {
+                return Err(AmqpError::Invalid(format!(
+                    "an application property's value is {:?}, not a simple value",
+                    v.to_value()
                 )))
             }
-            (Value::String(k), v) => Ok((k, v)),
-            (k, _) => Err(AmqpError::Invalid(format!(
-                "an application property's name is {k:?}, not a string"
-            ))),
-        })
-        .collect()
+            (Raw::String(_), _) => {}
+            (k, _) => {
+                return Err(AmqpError::Invalid(format!(
+                    "an application property's name is {:?}, not a string",
+                    k.to_value()
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks that a map section holds a map (or null).
+fn check_map(raw: Raw<'_>, section: &str) -> Result<(), AmqpError> {
+    map_items(raw, section).map(drop)
+}
+
+/// The keys and values of a map section, one after the other (none for
+/// a null).
+fn map_items<'a>(raw: Raw<'a>, section: &str) -> Result<impl Iterator<Item = Raw<'a>>, AmqpError> {
+    match raw {
+        Raw::Null => Ok(None.into_iter().flatten()),
+        raw if raw.is_map() => Ok(raw.items().into_iter().flatten()),
+        v => Err(AmqpError::Invalid(format!(
+            "{section} is {:?}, not a map",
+            v.to_value()
+        ))),
+    }
 }
 
 impl Header {
-    fn from_fields(f: &Fields) -> Result<Header, AmqpError> {
+    fn from_fields(f: &RawFields<'_>) -> Result<Header, AmqpError> {
         Ok(Header {
             durable: f.bool(0, "durable")?.unwrap_or(false),
             priority: f.ubyte(1, "priority")?.unwrap_or(DEFAULT_PRIORITY),
@@ -199,7 +180,7 @@ impl Header {
         })
     }
 
-    fn to_value(&self) -> Value {
+    fn to_value(self) -> Value {
         composite(
             HEADER.0,
             vec![
@@ -217,24 +198,6 @@ impl Header {
 }
 
 impl Properties {
-    fn from_fields(f: &Fields) -> Result<Properties, AmqpError> {
-        Ok(Properties {
-            message_id: message_id(f.value(0), "message-id")?,
-            user_id: f.binary(1, "user-id")?,
-            to: address(f, 2, "to")?,
-            subject: f.string(3, "subject")?,
-            reply_to: address(f, 4, "reply-to")?,
-            correlation_id: message_id(f.value(5), "correlation-id")?,
-            content_type: f.symbol(6, "content-type")?,
-            content_encoding: f.symbol(7, "content-encoding")?,
-            absolute_expiry_time: timestamp(f, 8, "absolute-expiry-time")?,
-            creation_time: timestamp(f, 9, "creation-time")?,
-            group_id: f.string(10, "group-id")?,
-            group_sequence: f.uint(11, "group-sequence")?,
-            reply_to_group_id: f.string(12, "reply-to-group-id")?,
-        })
-    }
-
     fn to_value(&self) -> Value {
         let s = |v: &Option<String>| opt(v.clone(), Value::String);
         composite(
@@ -258,61 +221,292 @@ impl Properties {
     }
 }
 
-impl Message {
-    /// Decodes a whole message: the payload of its transfer frames.
-    pub fn decode(mut buf: &[u8]) -> Result<Message, AmqpError> {
-        let mut m = Message::default();
+/// A message id or correlation id read in place: a ulong, uuid, binary
+/// or string (or null).
+fn raw_id<'a>(v: Raw<'a>, field: &str) -> Result<Raw<'a>, AmqpError> {
+    match v {
+        Raw::Null | Raw::Ulong(_) | Raw::Uuid(_) | Raw::Binary(_) | Raw::String(_) => Ok(v),
+        v => Err(AmqpError::Invalid(format!(
+            "properties.{field} is {:?}, not a ulong, uuid, binary or string",
+            v.to_value()
+        ))),
+    }
+}
+
+/// `properties` read in place.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PropertiesRef<'a> {
+    /// A ulong, uuid, binary or string; null if none.
+    pub message_id: Raw<'a>,
+    /// Who sent it, as the sender says.
+    pub user_id: Option<&'a [u8]>,
+    /// Where it goes.
+    pub to: Option<&'a str>,
+    /// What it is about.
+    pub subject: Option<&'a str>,
+    /// Where answers go.
+    pub reply_to: Option<&'a str>,
+    /// A ulong, uuid, binary or string; null if none.
+    pub correlation_id: Raw<'a>,
+    /// A MIME type.
+    pub content_type: Option<&'a str>,
+    /// How the content is encoded.
+    pub content_encoding: Option<&'a str>,
+    /// When it expires (ms since the epoch).
+    pub absolute_expiry_time: Option<i64>,
+    /// When it was made (ms since the epoch).
+    pub creation_time: Option<i64>,
+    /// Its group.
+    pub group_id: Option<&'a str>,
+    /// Its place in the group.
+    pub group_sequence: Option<u32>,
+    /// Where answers for the group go.
+    pub reply_to_group_id: Option<&'a str>,
+}
+
+impl<'a> PropertiesRef<'a> {
+    fn read(f: &RawFields<'a>) -> Result<PropertiesRef<'a>, AmqpError> {
+        Ok(PropertiesRef {
+            message_id: raw_id(f.value(0), "message-id")?,
+            user_id: f.binary(1, "user-id")?,
+            to: f.address(2, "to")?,
+            subject: f.string(3, "subject")?,
+            reply_to: f.address(4, "reply-to")?,
+            correlation_id: raw_id(f.value(5), "correlation-id")?,
+            content_type: f.symbol(6, "content-type")?,
+            content_encoding: f.symbol(7, "content-encoding")?,
+            absolute_expiry_time: f.timestamp(8, "absolute-expiry-time")?,
+            creation_time: f.timestamp(9, "creation-time")?,
+            group_id: f.string(10, "group-id")?,
+            group_sequence: f.uint(11, "group-sequence")?,
+            reply_to_group_id: f.string(12, "reply-to-group-id")?,
+        })
+    }
+
+    /// The properties, owned.
+    pub fn owned(self) -> Properties {
+        let id = |v: Raw<'_>| Some(v.to_value()).filter(|v| *v != Value::Null);
+        let text = |v: Option<&str>| v.map(str::to_owned);
+        Properties {
+            message_id: id(self.message_id),
+            user_id: self.user_id.map(Bytes::copy_from_slice),
+            to: text(self.to),
+            subject: text(self.subject),
+            reply_to: text(self.reply_to),
+            correlation_id: id(self.correlation_id),
+            content_type: text(self.content_type),
+            content_encoding: text(self.content_encoding),
+            absolute_expiry_time: self.absolute_expiry_time,
+            creation_time: self.creation_time,
+            group_id: text(self.group_id),
+            group_sequence: self.group_sequence,
+            reply_to_group_id: text(self.reply_to_group_id),
+        }
+    }
+}
+
+/// What a message's body is, read in place.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum BodyKind<'a> {
+    /// No body section.
+    #[default]
+    Empty,
+    /// One `data` section: these bytes.
+    Data(&'a [u8]),
+    /// An `amqp-value`.
+    Value(Raw<'a>),
+    /// Several `data` sections, or `amqp-sequence` ones.
+    Other,
+}
+
+/// A message's sections read in place, checked as [`Message::decode`]
+/// checks them, nothing allocated: how a broker reads the message that
+/// comes with every transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Sections<'a> {
+    /// Its header, if it has one.
+    pub header: Option<Header>,
+    /// The delivery annotations: a map, or null.
+    pub delivery_annotations: Raw<'a>,
+    /// The message annotations: a map, or null.
+    pub message_annotations: Raw<'a>,
+    /// Its standard properties, if it has them.
+    pub properties: Option<PropertiesRef<'a>>,
+    /// The application properties: a map (of string names and simple
+    /// values), or null.
+    pub application_properties: Raw<'a>,
+    /// The body's sections, as they came.
+    pub body: &'a [u8],
+    /// What the body is.
+    pub body_kind: BodyKind<'a>,
+    /// The footer: a map, or null.
+    pub footer: Raw<'a>,
+}
+
+/// A section's code, and what it describes.
+fn section(raw: Raw<'_>) -> Option<(u64, Raw<'_>)> {
+    let (descriptor, inner) = raw.described()?;
+    let code = match descriptor {
+        Raw::Ulong(c) => c,
+        Raw::Symbol(name) => SECTIONS.iter().find(|(_, n)| *n == name)?.0,
+        _ => return None,
+    };
+    SECTIONS
+        .iter()
+        .any(|s| s.0 == code)
+        .then_some((code, inner))
+}
+
+impl<'a> Sections<'a> {
+    /// Reads a whole message: the payload of its transfer frames.
+    pub fn read(buf: &'a [u8]) -> Result<Sections<'a>, AmqpError> {
+        let mut s = Sections::default();
         // The last section's code: each must come after the one before,
         // but for more `data` or `amqp-sequence` sections of one body.
         let mut last = 0;
-        while !buf.is_empty() {
-            let (section, used) = Value::decode(buf)?;
-            buf = &buf[used..];
-            let code =
-                descriptor_code(&section, &SECTIONS).filter(|c| SECTIONS.iter().any(|s| s.0 == *c));
-            let (Some(code), Value::Described(_, inner)) = (code, section) else {
+        let mut body = None::<(usize, usize)>;
+        let mut pos = 0;
+        while pos < buf.len() {
+            let (raw, used) = Raw::read(&buf[pos..])?;
+            let Some((code, inner)) = section(raw) else {
                 return Err(AmqpError::Invalid("not a message section".into()));
             };
-            let body = |c: u64| (DATA.0..=AMQP_VALUE.0).contains(&c);
+            let is_body = |c: u64| (DATA.0..=AMQP_VALUE.0).contains(&c);
             let again = code == last && (code == DATA.0 || code == SEQUENCE.0);
-            if !(code > last || again) || (body(code) && body(last) && code != last) {
+            if !(code > last || again) || (is_body(code) && is_body(last) && code != last) {
                 return Err(AmqpError::Invalid(format!(
                     "section 0x{code:x} out of order (after 0x{last:x})"
                 )));
             }
             last = code;
             match code {
-                0x70 => m.header = Some(Header::from_fields(&Fields::list(*inner, "header")?)?),
-                0x71 => m.delivery_annotations = map(*inner, "delivery-annotations")?,
-                0x72 => m.message_annotations = map(*inner, "message-annotations")?,
-                0x73 => {
-                    let f = Fields::list(*inner, "properties")?;
-                    m.properties = Some(Properties::from_fields(&f)?);
+                0x70 => s.header = Some(Header::from_fields(&RawFields::list(inner, "header")?)?),
+                0x71 => {
+                    check_map(inner, "delivery-annotations")?;
+                    s.delivery_annotations = inner;
                 }
-                0x74 => m.application_properties = application_properties(*inner)?,
-                0x75 => match (*inner, &mut m.body) {
-                    (Value::Binary(b), Body::Data(parts)) => parts.push(b),
-                    (Value::Binary(b), body) => *body = Body::Data(vec![b]),
-                    (v, _) => {
+                0x72 => {
+                    check_map(inner, "message-annotations")?;
+                    s.message_annotations = inner;
+                }
+                0x73 => {
+                    let f = RawFields::list(inner, "properties")?;
+                    s.properties = Some(PropertiesRef::read(&f)?);
+                }
+                0x74 => {
+                    check_application_properties(inner)?;
+                    s.application_properties = inner;
+                }
+                0x75 => match inner {
+                    Raw::Binary(b) if s.body_kind == BodyKind::Empty => {
+                        s.body_kind = BodyKind::Data(b)
+                    }
+                    Raw::Binary(_) => s.body_kind = BodyKind::Other,
+                    v => {
                         return Err(AmqpError::Invalid(format!(
-                            "a data section holds {v:?}, not binary"
+                            "a data section holds {:?}, not binary",
+                            v.to_value()
                         )))
                     }
                 },
-                0x76 => match (*inner, &mut m.body) {
-                    (Value::List(l), Body::Sequence(parts)) => parts.push(l),
-                    (Value::List(l), body) => *body = Body::Sequence(vec![l]),
-                    (v, _) => {
+                0x76 => match inner.items() {
+                    Some(_) if !inner.is_map() => s.body_kind = BodyKind::Other,
+                    _ => {
                         return Err(AmqpError::Invalid(format!(
-                            "an amqp-sequence section holds {v:?}, not a list"
+                            "an amqp-sequence section holds {:?}, not a list",
+                            inner.to_value()
                         )))
                     }
                 },
-                0x77 => m.body = Body::Value(*inner),
-                _ => m.footer = map(*inner, "footer")?,
+                0x77 => s.body_kind = BodyKind::Value(inner),
+                _ => {
+                    check_map(inner, "footer")?;
+                    s.footer = inner;
+                }
+            }
+            if is_body(code) {
+                body = Some((body.map_or(pos, |(start, _)| start), pos + used));
+            }
+            pos += used;
+        }
+        if let Some((start, end)) = body {
+            s.body = &buf[start..end];
+        }
+        Ok(s)
+    }
+
+    /// A message annotation by its symbol.
+    pub fn annotation(&self, name: &str) -> Option<Raw<'a>> {
+        let mut items = map_items(self.message_annotations, "").ok()?;
+        while let (Some(k), Some(v)) = (items.next(), items.next()) {
+            if k == Raw::Symbol(name) {
+                return Some(v);
             }
         }
-        Ok(m)
+        None
+    }
+
+    /// The application properties: names and simple values.
+    pub fn application_properties(&self) -> impl Iterator<Item = (&'a str, Raw<'a>)> {
+        let mut items = map_items(self.application_properties, "")
+            .into_iter()
+            .flatten();
+        std::iter::from_fn(move || match (items.next()?, items.next()?) {
+            (Raw::String(k), v) => Some((k, v)),
+            _ => None,
+        })
+    }
+}
+
+/// A map section, owned.
+fn owned_map(raw: Raw<'_>) -> Vec<(Value, Value)> {
+    match raw.to_value() {
+        Value::Map(pairs) => pairs,
+        _ => Vec::new(),
+    }
+}
+
+impl Message {
+    /// Decodes a whole message: the payload of its transfer frames.
+    pub fn decode(buf: &[u8]) -> Result<Message, AmqpError> {
+        let s = Sections::read(buf)?;
+        let mut body = Body::Empty;
+        let mut rest = s.body;
+        while !rest.is_empty() {
+            let (raw, used) = Raw::read(rest)?;
+            rest = &rest[used..];
+            match (section(raw), &mut body) {
+                (Some((_, Raw::Binary(b))), Body::Data(parts)) => {
+                    parts.push(Bytes::copy_from_slice(b))
+                }
+                (Some((_, Raw::Binary(b))), body) => {
+                    *body = Body::Data(vec![Bytes::copy_from_slice(b)])
+                }
+                (Some((SEQUENCE_CODE, list)), body) => {
+                    let Value::List(l) = list.to_value() else {
+                        continue;
+                    };
+                    match body {
+                        Body::Sequence(parts) => parts.push(l),
+                        body => *body = Body::Sequence(vec![l]),
+                    }
+                }
+                (Some((_, value)), body) => *body = Body::Value(value.to_value()),
+                (None, _) => {}
+            }
+        }
+        Ok(Message {
+            header: s.header,
+            delivery_annotations: owned_map(s.delivery_annotations),
+            message_annotations: owned_map(s.message_annotations),
+            properties: s.properties.map(PropertiesRef::owned),
+            application_properties: s
+                .application_properties()
+                .map(|(k, v)| (k.to_owned(), v.to_value()))
+                .collect(),
+            body,
+            footer: owned_map(s.footer),
+        })
     }
 
     /// Appends its sections.

@@ -11,12 +11,14 @@
 //! - [`delivery`]: delivery states and outcomes, and the transaction
 //!   controls.
 //! - [`message`]: a message's sections.
+//! - [`put`]: values written without building them first.
 
 pub mod delivery;
 pub mod fields;
 pub mod frame;
 pub mod message;
 pub mod performative;
+pub mod put;
 pub mod sasl;
 pub mod terminus;
 pub mod types;

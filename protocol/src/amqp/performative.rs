@@ -128,6 +128,79 @@ pub struct Transfer {
     pub aborted: bool,
 }
 
+impl Transfer {
+    /// Reads the performative at the start of a frame's body in place if
+    /// it is a transfer (one comes with every message): the transfer,
+    /// its tag a slice of `body`, and the bytes it took (its payload
+    /// follows); `None` if it is another performative.
+    pub fn read(body: &bytes::Bytes) -> Result<Option<(Transfer, usize)>, AmqpError> {
+        let (raw, used) = super::types::Raw::read(body)?;
+        let Some(f) = super::fields::RawFields::of(raw, TRANSFER, "transfer")? else {
+            return Ok(None);
+        };
+        let transfer = Transfer {
+            handle: f.required_uint(0, "handle")?,
+            delivery_id: f.uint(1, "delivery-id")?,
+            delivery_tag: f.binary(2, "delivery-tag")?.map(|t| body.slice_ref(t)),
+            message_format: f.uint(3, "message-format")?,
+            settled: f.bool(4, "settled")?.unwrap_or(false),
+            more: f.bool(5, "more")?.unwrap_or(false),
+            state: f.value(7).to_value(),
+            aborted: f.bool(9, "aborted")?.unwrap_or(false),
+        };
+        Ok(Some((transfer, used)))
+    }
+}
+
+/// The fields of a [`Transfer`] a sender of messages sets, borrowed, and
+/// written without a value tree: what goes once per delivery. No state,
+/// and not aborted.
+#[derive(Debug, Clone, Copy)]
+pub struct TransferHead<'a> {
+    /// The link.
+    pub handle: u32,
+    /// Its delivery id (on the first frame of a delivery).
+    pub delivery_id: Option<u32>,
+    /// Its tag (on the first frame).
+    pub delivery_tag: Option<&'a [u8]>,
+    /// Its message format (on the first frame).
+    pub message_format: Option<u32>,
+    /// Settled already.
+    pub settled: bool,
+    /// More frames of this delivery follow.
+    pub more: bool,
+}
+
+impl TransferHead<'_> {
+    /// Appends the performative: the bytes [`Performative::to_value`]
+    /// gives the same transfer.
+    pub fn encode(&self, out: &mut bytes::BytesMut) {
+        use super::put::{self, Compound};
+        put::described(out, TRANSFER.0);
+        let mut f = Compound::list(out);
+        f.put(out, |o| put::uint(o, self.handle));
+        match self.delivery_id {
+            Some(id) => f.put(out, |o| put::uint(o, id)),
+            None => f.skip(out),
+        }
+        match self.delivery_tag {
+            Some(tag) => f.put(out, |o| put::binary(o, tag)),
+            None => f.skip(out),
+        }
+        match self.message_format {
+            Some(format) => f.put(out, |o| put::uint(o, format)),
+            None => f.skip(out),
+        }
+        f.put(out, |o| put::boolean(o, self.settled));
+        f.put(out, |o| put::boolean(o, self.more));
+        f.skip(out);
+        f.skip(out);
+        f.skip(out);
+        f.put(out, |o| put::boolean(o, false));
+        f.close(out);
+    }
+}
+
 /// `disposition`: deliveries settled or their state changed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Disposition {
@@ -503,6 +576,57 @@ mod tests {
             state: Value::Null,
             aborted: false,
         }));
+        // Written directly, a transfer is what its value tree gives.
+        for (id, tag, settled, more) in [
+            (Some(7), Some(&b"t7"[..]), false, true),
+            (Some(70_000), Some(&[0u8; 300][..]), true, false),
+            (None, None, false, false),
+        ] {
+            let head = TransferHead {
+                handle: 3,
+                delivery_id: id,
+                delivery_tag: tag,
+                message_format: id.map(|_| 0),
+                settled,
+                more,
+            };
+            let mut direct = bytes::BytesMut::new();
+            head.encode(&mut direct);
+            let mut built = Vec::new();
+            Performative::Transfer(Transfer {
+                handle: 3,
+                delivery_id: id,
+                delivery_tag: tag.map(bytes::Bytes::copy_from_slice),
+                message_format: id.map(|_| 0),
+                settled,
+                more,
+                state: Value::Null,
+                aborted: false,
+            })
+            .to_value()
+            .encode(&mut built);
+            assert_eq!(&direct[..], &built[..]);
+            // Read in place, it is the transfer the value tree gives.
+            let wire = bytes::Bytes::from(built);
+            let (read, used) = Transfer::read(&wire).unwrap().unwrap();
+            let Performative::Transfer(t) =
+                Performative::from_value(Value::decode(&wire).unwrap().0).unwrap()
+            else {
+                panic!("not a transfer");
+            };
+            assert_eq!((read, used), (t, wire.len()));
+        }
+        // Another performative is not read as one; a broken transfer is
+        // an error.
+        let mut flow = Vec::new();
+        Performative::End(None).to_value().encode(&mut flow);
+        assert_eq!(Transfer::read(&flow.into()), Ok(None));
+        let mut bad = Vec::new();
+        composite(0x14, vec![Value::String("h".into())]).encode(&mut bad);
+        assert!(Transfer::read(&bad.into()).is_err());
+        let mut no_handle = Vec::new();
+        composite(0x14, vec![]).encode(&mut no_handle);
+        assert!(Transfer::read(&no_handle.into()).is_err());
         round_trip(Performative::Disposition(Disposition {
             role_receiver: true,
             first: 3,

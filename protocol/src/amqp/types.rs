@@ -18,7 +18,7 @@
 
 use bytes::{BufMut, Bytes};
 
-use super::AmqpError;
+use super::{put, AmqpError};
 
 /// How deeply lists, maps, arrays and described values may nest.
 pub const MAX_DEPTH: usize = 32;
@@ -83,7 +83,7 @@ pub enum Value {
 }
 
 /// Format codes.
-mod code {
+pub(crate) mod code {
     pub const DESCRIBED: u8 = 0x00;
     pub const NULL: u8 = 0x40;
     pub const TRUE: u8 = 0x41;
@@ -136,6 +136,7 @@ enum Constructor {
 }
 
 /// Reads values off a buffer.
+#[derive(Debug, Clone)]
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
@@ -215,59 +216,6 @@ impl<'a> Reader<'a> {
     fn primitive(&mut self, c: u8, depth: usize) -> Result<Value, AmqpError> {
         use code::*;
         Ok(match c {
-            NULL => Value::Null,
-            TRUE => Value::Bool(true),
-            FALSE => Value::Bool(false),
-            BOOLEAN => match self.u8("boolean")? {
-                0 => Value::Bool(false),
-                1 => Value::Bool(true),
-                b => return Err(AmqpError::Invalid(format!("boolean byte 0x{b:02x}"))),
-            },
-            UBYTE => Value::Ubyte(self.u8("ubyte")?),
-            BYTE => Value::Byte(self.u8("byte")? as i8),
-            USHORT => Value::Ushort(u16::from_be_bytes(self.array("ushort")?)),
-            SHORT => Value::Short(i16::from_be_bytes(self.array("short")?)),
-            UINT0 => Value::Uint(0),
-            SMALLUINT => Value::Uint(self.u8("uint")?.into()),
-            UINT => Value::Uint(u32::from_be_bytes(self.array("uint")?)),
-            ULONG0 => Value::Ulong(0),
-            SMALLULONG => Value::Ulong(self.u8("ulong")?.into()),
-            ULONG => Value::Ulong(u64::from_be_bytes(self.array("ulong")?)),
-            SMALLINT => Value::Int((self.u8("int")? as i8).into()),
-            INT => Value::Int(i32::from_be_bytes(self.array("int")?)),
-            SMALLLONG => Value::Long((self.u8("long")? as i8).into()),
-            LONG => Value::Long(i64::from_be_bytes(self.array("long")?)),
-            FLOAT => Value::Float(f32::from_be_bytes(self.array("float")?)),
-            DOUBLE => Value::Double(f64::from_be_bytes(self.array("double")?)),
-            DECIMAL32 => Value::Decimal32(self.array("decimal32")?),
-            DECIMAL64 => Value::Decimal64(self.array("decimal64")?),
-            DECIMAL128 => Value::Decimal128(self.array("decimal128")?),
-            CHAR => {
-                let point = u32::from_be_bytes(self.array("char")?);
-                Value::Char(char::from_u32(point).ok_or_else(|| {
-                    AmqpError::Invalid(format!("char 0x{point:x} is not a code point"))
-                })?)
-            }
-            TIMESTAMP => Value::Timestamp(i64::from_be_bytes(self.array("timestamp")?)),
-            UUID => Value::Uuid(self.array("uuid")?),
-            VBIN8 | VBIN32 => {
-                let n = self.width(c == VBIN32, "binary size")?;
-                Value::Binary(Bytes::copy_from_slice(self.take(n, "binary")?))
-            }
-            STR8 | STR32 => {
-                let n = self.width(c == STR32, "string size")?;
-                let text = std::str::from_utf8(self.take(n, "string")?)
-                    .map_err(|_| AmqpError::Invalid("a string that is not UTF-8".into()))?;
-                Value::String(text.to_owned())
-            }
-            SYM8 | SYM32 => {
-                let n = self.width(c == SYM32, "symbol size")?;
-                let bytes = self.take(n, "symbol")?;
-                if !bytes.is_ascii() {
-                    return Err(AmqpError::Invalid("a symbol that is not ASCII".into()));
-                }
-                Value::Symbol(String::from_utf8_lossy(bytes).into_owned())
-            }
             LIST0 => Value::List(Vec::new()),
             LIST8 | LIST32 | MAP8 | MAP32 => {
                 let wide = matches!(c, LIST32 | MAP32);
@@ -313,12 +261,154 @@ impl<'a> Reader<'a> {
                 self.end_compound(&inner)?;
                 Value::Array(items)
             }
+            scalar => self.scalar(scalar)?.scalar_value(),
+        })
+    }
+
+    /// A value that is neither compound nor described, read in place.
+    fn scalar(&mut self, c: u8) -> Result<Raw<'a>, AmqpError> {
+        use code::*;
+        Ok(match c {
+            NULL => Raw::Null,
+            TRUE => Raw::Bool(true),
+            FALSE => Raw::Bool(false),
+            BOOLEAN => match self.u8("boolean")? {
+                0 => Raw::Bool(false),
+                1 => Raw::Bool(true),
+                b => return Err(AmqpError::Invalid(format!("boolean byte 0x{b:02x}"))),
+            },
+            UBYTE => Raw::Ubyte(self.u8("ubyte")?),
+            BYTE => Raw::Byte(self.u8("byte")? as i8),
+            USHORT => Raw::Ushort(u16::from_be_bytes(self.array("ushort")?)),
+            SHORT => Raw::Short(i16::from_be_bytes(self.array("short")?)),
+            UINT0 => Raw::Uint(0),
+            SMALLUINT => Raw::Uint(self.u8("uint")?.into()),
+            UINT => Raw::Uint(u32::from_be_bytes(self.array("uint")?)),
+            ULONG0 => Raw::Ulong(0),
+            SMALLULONG => Raw::Ulong(self.u8("ulong")?.into()),
+            ULONG => Raw::Ulong(u64::from_be_bytes(self.array("ulong")?)),
+            SMALLINT => Raw::Int((self.u8("int")? as i8).into()),
+            INT => Raw::Int(i32::from_be_bytes(self.array("int")?)),
+            SMALLLONG => Raw::Long((self.u8("long")? as i8).into()),
+            LONG => Raw::Long(i64::from_be_bytes(self.array("long")?)),
+            FLOAT => Raw::Float(f32::from_be_bytes(self.array("float")?)),
+            DOUBLE => Raw::Double(f64::from_be_bytes(self.array("double")?)),
+            DECIMAL32 => Raw::Decimal32(self.array("decimal32")?),
+            DECIMAL64 => Raw::Decimal64(self.array("decimal64")?),
+            DECIMAL128 => Raw::Decimal128(self.array("decimal128")?),
+            CHAR => {
+                let point = u32::from_be_bytes(self.array("char")?);
+                Raw::Char(char::from_u32(point).ok_or_else(|| {
+                    AmqpError::Invalid(format!("char 0x{point:x} is not a code point"))
+                })?)
+            }
+            TIMESTAMP => Raw::Timestamp(i64::from_be_bytes(self.array("timestamp")?)),
+            UUID => Raw::Uuid(self.array("uuid")?),
+            VBIN8 | VBIN32 => {
+                let n = self.width(c == VBIN32, "binary size")?;
+                Raw::Binary(self.take(n, "binary")?)
+            }
+            STR8 | STR32 => {
+                let n = self.width(c == STR32, "string size")?;
+                Raw::String(
+                    std::str::from_utf8(self.take(n, "string")?)
+                        .map_err(|_| AmqpError::Invalid("a string that is not UTF-8".into()))?,
+                )
+            }
+            SYM8 | SYM32 => {
+                let n = self.width(c == SYM32, "symbol size")?;
+                let bytes = self.take(n, "symbol")?;
+                if !bytes.is_ascii() {
+                    return Err(AmqpError::Invalid("a symbol that is not ASCII".into()));
+                }
+                // ASCII is UTF-8.
+                Raw::Symbol(std::str::from_utf8(bytes).unwrap_or_default())
+            }
             other => {
                 return Err(AmqpError::Invalid(format!(
                     "unknown format code 0x{other:02x}"
                 )))
             }
         })
+    }
+
+    /// Reads a value in place: a compound or described one is checked
+    /// as [`Reader::value`] would and left encoded.
+    fn raw(&mut self, depth: usize) -> Result<Raw<'a>, AmqpError> {
+        let start = self.pos;
+        let c = *self
+            .buf
+            .get(start)
+            .ok_or(AmqpError::Truncated("constructor"))?;
+        if c == code::DESCRIBED || compound_code(c) {
+            self.skip(depth)?;
+            return Ok(Raw::Encoded(&self.buf[start..self.pos]));
+        }
+        self.pos += 1;
+        self.scalar(c)
+    }
+
+    /// Checks a value and steps over it, building nothing.
+    fn skip(&mut self, depth: usize) -> Result<(), AmqpError> {
+        let c = self.skip_constructor(depth)?;
+        self.skip_body(c, depth)
+    }
+
+    /// Steps over a constructor (its descriptors checked): its format
+    /// code.
+    fn skip_constructor(&mut self, depth: usize) -> Result<u8, AmqpError> {
+        if depth > MAX_DEPTH {
+            return Err(AmqpError::Invalid(format!(
+                "values nested more than {MAX_DEPTH} deep"
+            )));
+        }
+        match self.u8("constructor")? {
+            code::DESCRIBED => {
+                self.skip(depth + 1)?;
+                self.skip_constructor(depth + 1)
+            }
+            c => Ok(c),
+        }
+    }
+
+    /// Checks and steps over the bytes after format code `c`.
+    fn skip_body(&mut self, c: u8, depth: usize) -> Result<(), AmqpError> {
+        use code::*;
+        match c {
+            LIST0 => {}
+            LIST8 | LIST32 | MAP8 | MAP32 => {
+                let (count, mut inner) =
+                    self.compound(matches!(c, LIST32 | MAP32), "list or map")?;
+                if matches!(c, MAP8 | MAP32) && count % 2 != 0 {
+                    return Err(AmqpError::Invalid(format!(
+                        "a map of an odd number of elements ({count})"
+                    )));
+                }
+                for _ in 0..count {
+                    inner.skip(depth + 1)?;
+                }
+                self.end_compound(&inner)?;
+            }
+            ARRAY8 | ARRAY32 => {
+                let (count, mut inner) = self.compound(c == ARRAY32, "array")?;
+                if count > 0 {
+                    let element = inner.skip_constructor(depth + 1)?;
+                    if zero_width_code(element) && count > MAX_EMPTY_ELEMENTS {
+                        return Err(AmqpError::Invalid(format!(
+                            "an array of {count} empty elements (at most {MAX_EMPTY_ELEMENTS})"
+                        )));
+                    }
+                    for _ in 0..count {
+                        inner.skip_body(element, depth + 1)?;
+                    }
+                }
+                self.end_compound(&inner)?;
+            }
+            scalar => {
+                self.scalar(scalar)?;
+            }
+        }
+        Ok(())
     }
 
     /// A list's, map's or array's size and count; a reader of its bytes
@@ -355,11 +445,176 @@ impl<'a> Reader<'a> {
 /// Whether a constructor's values take no bytes after it.
 fn zero_width(constructor: &Constructor) -> bool {
     match constructor {
-        Constructor::Code(c) => matches!(
-            *c,
-            code::NULL | code::TRUE | code::FALSE | code::UINT0 | code::ULONG0 | code::LIST0
-        ),
+        Constructor::Code(c) => zero_width_code(*c),
         Constructor::Described(_, inner) => zero_width(inner),
+    }
+}
+
+/// Whether values of format code `c` take no bytes after it.
+fn zero_width_code(c: u8) -> bool {
+    matches!(
+        c,
+        code::NULL | code::TRUE | code::FALSE | code::UINT0 | code::ULONG0 | code::LIST0
+    )
+}
+
+/// Whether `c` is a list's, map's or array's format code.
+fn compound_code(c: u8) -> bool {
+    use code::*;
+    matches!(c, LIST0 | LIST8 | LIST32 | MAP8 | MAP32 | ARRAY8 | ARRAY32)
+}
+
+/// A value read in place, nothing allocated: scalars as they are,
+/// strings, symbols and binaries borrowed, and a list, map, array or
+/// described value left as its encoding (checked as [`Value::decode`]
+/// checks it), to be decoded, or read further with [`Raw::items`] and
+/// [`Raw::described`]. What the paths taken once per message read with.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Raw<'a> {
+    /// `null`.
+    #[default]
+    Null,
+    /// `boolean`.
+    Bool(bool),
+    /// `ubyte`.
+    Ubyte(u8),
+    /// `ushort`.
+    Ushort(u16),
+    /// `uint`.
+    Uint(u32),
+    /// `ulong`.
+    Ulong(u64),
+    /// `byte`.
+    Byte(i8),
+    /// `short`.
+    Short(i16),
+    /// `int`.
+    Int(i32),
+    /// `long`.
+    Long(i64),
+    /// `float`.
+    Float(f32),
+    /// `double`.
+    Double(f64),
+    /// `decimal32`.
+    Decimal32([u8; 4]),
+    /// `decimal64`.
+    Decimal64([u8; 8]),
+    /// `decimal128`.
+    Decimal128([u8; 16]),
+    /// `char`.
+    Char(char),
+    /// `timestamp`.
+    Timestamp(i64),
+    /// `uuid`.
+    Uuid([u8; 16]),
+    /// `binary`.
+    Binary(&'a [u8]),
+    /// `string`.
+    String(&'a str),
+    /// `symbol`.
+    Symbol(&'a str),
+    /// A list, map, array or described value: its whole encoding.
+    Encoded(&'a [u8]),
+}
+
+impl<'a> Raw<'a> {
+    /// Reads one value from the start of `buf`; returns it and the bytes
+    /// it took.
+    pub fn read(buf: &'a [u8]) -> Result<(Raw<'a>, usize), AmqpError> {
+        let mut reader = Reader { buf, pos: 0 };
+        let raw = reader.raw(0)?;
+        Ok((raw, reader.pos))
+    }
+
+    /// The value, decoded.
+    pub fn to_value(self) -> Value {
+        match self {
+            Raw::Encoded(bytes) => Value::decode(bytes).map_or(Value::Null, |(v, _)| v),
+            scalar => scalar.scalar_value(),
+        }
+    }
+
+    /// A scalar as a [`Value`] (an encoded value is null here).
+    fn scalar_value(self) -> Value {
+        match self {
+            Raw::Null | Raw::Encoded(_) => Value::Null,
+            Raw::Bool(v) => Value::Bool(v),
+            Raw::Ubyte(v) => Value::Ubyte(v),
+            Raw::Ushort(v) => Value::Ushort(v),
+            Raw::Uint(v) => Value::Uint(v),
+            Raw::Ulong(v) => Value::Ulong(v),
+            Raw::Byte(v) => Value::Byte(v),
+            Raw::Short(v) => Value::Short(v),
+            Raw::Int(v) => Value::Int(v),
+            Raw::Long(v) => Value::Long(v),
+            Raw::Float(v) => Value::Float(v),
+            Raw::Double(v) => Value::Double(v),
+            Raw::Decimal32(v) => Value::Decimal32(v),
+            Raw::Decimal64(v) => Value::Decimal64(v),
+            Raw::Decimal128(v) => Value::Decimal128(v),
+            Raw::Char(v) => Value::Char(v),
+            Raw::Timestamp(v) => Value::Timestamp(v),
+            Raw::Uuid(v) => Value::Uuid(v),
+            Raw::Binary(v) => Value::Binary(Bytes::copy_from_slice(v)),
+            Raw::String(v) => Value::String(v.to_owned()),
+            Raw::Symbol(v) => Value::Symbol(v.to_owned()),
+        }
+    }
+
+    /// A described value's descriptor and its value; `None` if this is
+    /// not one.
+    pub fn described(self) -> Option<(Raw<'a>, Raw<'a>)> {
+        let Raw::Encoded(bytes) = self else {
+            return None;
+        };
+        let rest = bytes.strip_prefix(&[code::DESCRIBED])?;
+        let (descriptor, used) = Raw::read(rest).ok()?;
+        let (value, _) = Raw::read(&rest[used..]).ok()?;
+        Some((descriptor, value))
+    }
+
+    /// The elements of a list, or the keys and values of a map, one
+    /// after the other; `None` if this is neither.
+    pub fn items(self) -> Option<Items<'a>> {
+        use code::*;
+        let Raw::Encoded(bytes) = self else {
+            return None;
+        };
+        let mut reader = Reader { buf: bytes, pos: 1 };
+        let (left, inner) = match *bytes.first()? {
+            LIST0 => (0, Reader { buf: &[], pos: 0 }),
+            c @ (LIST8 | LIST32 | MAP8 | MAP32) => {
+                reader.compound(matches!(c, LIST32 | MAP32), "list").ok()?
+            }
+            _ => return None,
+        };
+        Some(Items {
+            reader: inner,
+            left,
+        })
+    }
+
+    /// Whether this is a map.
+    pub fn is_map(self) -> bool {
+        matches!(self, Raw::Encoded([code::MAP8 | code::MAP32, ..]))
+    }
+}
+
+/// The elements of a list or map, read in place ([`Raw::items`]).
+#[derive(Debug, Clone)]
+pub struct Items<'a> {
+    reader: Reader<'a>,
+    left: usize,
+}
+
+impl<'a> Iterator for Items<'a> {
+    type Item = Raw<'a>;
+
+    fn next(&mut self) -> Option<Raw<'a>> {
+        self.left = self.left.checked_sub(1)?;
+        // Checked when the compound was read: this does not fail.
+        self.reader.raw(1).ok()
     }
 }
 
@@ -376,38 +631,21 @@ impl Value {
     pub fn encode(&self, out: &mut impl BufMut) {
         use code::*;
         match self {
-            Value::Null => out.put_u8(NULL),
-            Value::Bool(true) => out.put_u8(TRUE),
-            Value::Bool(false) => out.put_u8(FALSE),
-            Value::Ubyte(v) => {
-                out.put_u8(UBYTE);
-                out.put_u8(*v);
-            }
-            Value::Ushort(v) => {
-                out.put_u8(USHORT);
-                out.put_u16(*v);
-            }
-            Value::Uint(0) => out.put_u8(UINT0),
-            Value::Uint(v) if *v < 256 => {
-                out.put_u8(SMALLUINT);
-                out.put_u8(*v as u8);
-            }
-            Value::Ulong(0) => out.put_u8(ULONG0),
-            Value::Ulong(v) if *v < 256 => {
-                out.put_u8(SMALLULONG);
-                out.put_u8(*v as u8);
-            }
-            Value::Int(v) if i8::try_from(*v).is_ok() => {
-                out.put_u8(SMALLINT);
-                out.put_i8(*v as i8);
-            }
-            Value::Long(v) if i8::try_from(*v).is_ok() => {
-                out.put_u8(SMALLLONG);
-                out.put_i8(*v as i8);
-            }
-            Value::Binary(b) if b.len() < 256 => small(out, VBIN8, b),
-            Value::String(t) if t.len() < 256 => small(out, STR8, t.as_bytes()),
-            Value::Symbol(t) if t.len() < 256 => small(out, SYM8, t.as_bytes()),
+            Value::Null => put::null(out),
+            Value::Bool(v) => put::boolean(out, *v),
+            Value::Ubyte(v) => put::ubyte(out, *v),
+            Value::Uint(v) => put::uint(out, *v),
+            Value::Ulong(v) => put::ulong(out, *v),
+            Value::Byte(v) => put::byte(out, *v),
+            Value::Short(v) => put::short(out, *v),
+            Value::Int(v) => put::int(out, *v),
+            Value::Long(v) => put::long(out, *v),
+            Value::Float(v) => put::float(out, *v),
+            Value::Double(v) => put::double(out, *v),
+            Value::Timestamp(v) => put::timestamp(out, *v),
+            Value::Binary(b) => put::binary(out, b),
+            Value::String(t) => put::string(out, t),
+            Value::Symbol(t) => put::symbol(out, t),
             Value::List(items) if items.is_empty() => out.put_u8(LIST0),
             Value::Described(descriptor, value) => {
                 out.put_u8(DESCRIBED);
@@ -508,13 +746,6 @@ impl Value {
             Value::Described(_, v) => v.encode_body(out),
         }
     }
-}
-
-/// A code, an 8-bit size and the bytes.
-fn small(out: &mut impl BufMut, code: u8, bytes: &[u8]) {
-    out.put_u8(code);
-    out.put_u8(bytes.len() as u8);
-    out.put_slice(bytes);
 }
 
 /// A 32-bit size and the bytes (the wide form: what arrays use).
@@ -708,7 +939,21 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn any_value_round_trips(v in any_value()) {
-            round_trip(v);
+            let wire = round_trip(v.clone());
+            // Read in place, it is the same value, taking the same bytes.
+            let (raw, used) = Raw::read(&wire).expect("reads in place");
+            proptest::prop_assert_eq!(raw.to_value(), v);
+            proptest::prop_assert_eq!(used, wire.len());
+        }
+
+        #[test]
+        fn what_decodes_reads_in_place_and_nothing_else(wire in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            let decoded = Value::decode(&wire);
+            let raw = Raw::read(&wire);
+            proptest::prop_assert_eq!(decoded.is_ok(), raw.is_ok(), "{:02x?}", wire);
+            if let (Ok((v, n)), Ok((r, m))) = (decoded, raw) {
+                proptest::prop_assert_eq!((r.to_value(), m), (v, n));
+            }
         }
 
         #[test]

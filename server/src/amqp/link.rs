@@ -5,9 +5,9 @@
 //! routed, or once the journal has it. Links on which this side sends are
 //! `super::sender`'s.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use herald_protocol::amqp::delivery::{DeliveryState, TxnControl};
-use herald_protocol::amqp::message::Message as AmqpMessage;
+use herald_protocol::amqp::message::{Message as AmqpMessage, Sections};
 use herald_protocol::amqp::performative::{Attach, Detach, Flow as AmqpFlow, Transfer};
 use herald_protocol::amqp::terminus::LinkTarget;
 use herald_protocol::amqp::Performative;
@@ -410,25 +410,41 @@ fn transfer(
         );
         return Ok(Flow::Continue);
     }
-    partial.bytes.extend_from_slice(&payload);
     let low = link.credit <= full / 2;
     if t.more {
+        partial.bytes.extend_from_slice(&payload);
         link.partial = Some(partial);
         return Ok(Flow::Continue);
     }
+    // A message in one frame is read where it lies.
+    let whole = match partial.bytes.is_empty() {
+        true => payload,
+        false => {
+            partial.bytes.extend_from_slice(&payload);
+            partial.bytes.split().freeze()
+        }
+    };
     let destination = link.destination.clone();
     let coordinator = link.coordinator;
     if low {
         grant(amqp, channel, t.handle, out);
     }
     if coordinator {
-        return coordinate(amqp, (channel, t.handle), partial, session, out, ctx);
+        return coordinate(
+            amqp,
+            (channel, t.handle),
+            partial,
+            &whole,
+            session,
+            out,
+            ctx,
+        );
     }
     deliver(
         amqp,
         channel,
         t.handle,
-        partial,
+        (partial, whole),
         destination,
         session,
         out,
@@ -442,11 +458,12 @@ fn coordinate(
     amqp: &mut AmqpSession,
     (channel, handle): (u16, u32),
     partial: Partial,
+    whole: &[u8],
     session: &mut Session,
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Fatal> {
-    let control = AmqpMessage::decode(&partial.bytes)
+    let control = AmqpMessage::decode(whole)
         .map_err(|e| e.to_string())
         .and_then(|m| match m.body {
             herald_protocol::amqp::message::Body::Value(v) => {
@@ -486,7 +503,7 @@ fn deliver(
     amqp: &mut AmqpSession,
     channel: u16,
     handle: u32,
-    partial: Partial,
+    (partial, bytes): (Partial, Bytes),
     destination: Option<Destination>,
     session: &mut Session,
     out: &mut Outbound,
@@ -495,22 +512,25 @@ fn deliver(
     let Partial {
         delivery_id,
         settled,
-        bytes,
         txn,
+        ..
     } = partial;
-    let made = AmqpMessage::decode(&bytes)
+    let made = Sections::read(&bytes)
         .map_err(|e| (condition::DECODE, e.to_string()))
         .and_then(|m| {
             let n = amqp.next_message;
             amqp.next_message += 1;
             let id = (amqp.id_prefix.as_str(), n);
-            mapping::message_from(&m, destination.as_ref(), id, mapping::now_ms()).map_err(|e| {
-                let condition = match e {
-                    MappingError::NoAddress => condition::NOT_FOUND,
-                    MappingError::Message(_) => condition::INVALID_FIELD,
-                };
-                (condition, e.to_string())
-            })
+            let now = mapping::now_ms();
+            mapping::message_from(&m, destination.as_ref(), id, now, &mut amqp.chunks).map_err(
+                |e| {
+                    let condition = match e {
+                        MappingError::NoAddress => condition::NOT_FOUND,
+                        MappingError::Message(_) => condition::INVALID_FIELD,
+                    };
+                    (condition, e.to_string())
+                },
+            )
         });
     let view = match made {
         Ok(view) => view,

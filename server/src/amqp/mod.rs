@@ -30,7 +30,7 @@ mod txn;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use herald_protocol::amqp::performative::{Begin, Open};
+use herald_protocol::amqp::performative::{Begin, Open, Transfer};
 use herald_protocol::amqp::sasl::{outcome, plain_credentials};
 use herald_protocol::amqp::{FrameHeader, FrameKind, Performative, ProtocolHeader, Sasl, Value};
 
@@ -181,18 +181,24 @@ fn frame(
     if body.is_empty() {
         return Ok(Some(Flow::Continue));
     }
-    let (value, used) =
-        Value::decode(&body).map_err(|e| Fatal(condition::DECODE, e.to_string()))?;
-    let payload = body.slice(used..);
+    let decode = |e: herald_protocol::amqp::AmqpError| Fatal(condition::DECODE, e.to_string());
     match (amqp.stage, header.kind) {
         (Stage::SaslInit, FrameKind::Sasl) => {
-            let frame =
-                Sasl::from_value(value).map_err(|e| Fatal(condition::DECODE, e.to_string()))?;
+            let (value, _) = Value::decode(&body).map_err(decode)?;
+            let frame = Sasl::from_value(value).map_err(decode)?;
             sasl_init(amqp, frame, session, out, ctx).map(Some)
         }
         (Stage::Open | Stage::Opened, FrameKind::Amqp) => {
-            let p = Performative::from_value(value)
-                .map_err(|e| Fatal(condition::DECODE, e.to_string()))?;
+            // A transfer, one per message, is read in place; the others
+            // through a value.
+            let (p, used) = match Transfer::read(&body).map_err(decode)? {
+                Some((t, used)) => (Performative::Transfer(t), used),
+                None => {
+                    let (value, used) = Value::decode(&body).map_err(decode)?;
+                    (Performative::from_value(value).map_err(decode)?, used)
+                }
+            };
+            let payload = body.slice(used..);
             performative(amqp, header.channel, p, payload, session, out, ctx).map(Some)
         }
         (stage, kind) => Err(Fatal(

@@ -4,14 +4,16 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use herald_protocol::amqp::delivery::DeliveryState;
-use herald_protocol::amqp::performative::{AmqpCondition, Detach, Disposition, Open, Transfer};
+use herald_protocol::amqp::performative::{AmqpCondition, Detach, Disposition, Open, TransferHead};
 use herald_protocol::amqp::sasl::outcome;
 use herald_protocol::amqp::{FrameHeader, FrameKind, Performative, ProtocolHeader, Sasl, Value};
 use herald_protocol::{Destination, ErrorCode};
 
+use super::mapping;
 use crate::auth::Principal;
+use crate::frontend::chunks::Chunks;
 use crate::frontend::outbound::Outbound;
 use crate::websocket::{self, WebSocket};
 
@@ -118,6 +120,8 @@ pub struct AmqpSession {
     /// (`ID:amqp-<connection>-`, made at `open`, not per message).
     pub(super) next_message: u64,
     pub(super) id_prefix: String,
+    /// The blocks of the messages it sends are cut from these.
+    pub(super) chunks: Chunks,
     /// The credit each link on which the client sends is given.
     pub(super) link_credit: u32,
     /// Links on which this side sends, by their subscription's id:
@@ -137,6 +141,12 @@ pub struct AmqpSession {
 pub(super) struct Fatal(pub(super) &'static str, pub(super) String);
 
 impl AmqpSession {
+    /// Lets go of the chunk its messages are cut from: one that went
+    /// quiet holds none.
+    pub fn release_chunk(&mut self) {
+        self.chunks.release();
+    }
+
     /// A connection that has sent nothing yet, in WebSocket messages if
     /// `websocket`.
     pub fn new(websocket: bool) -> AmqpSession {
@@ -149,6 +159,7 @@ impl AmqpSession {
             next_request: 1,
             next_message: 1,
             id_prefix: String::new(),
+            chunks: Chunks::default(),
             link_credit: 1,
             subscriptions: HashMap::new(),
             next_subscription: 1,
@@ -372,15 +383,13 @@ impl AmqpSession {
         let Some(Link::Outgoing(link)) = ch.links.get_mut(&handle) else {
             return true;
         };
-        let message = match herald_protocol::message::MessageRef::read(block) {
-            Ok(m) => super::mapping::message_to(&m, block, count, super::mapping::now_ms()),
+        let m = match herald_protocol::message::MessageRef::read(block) {
+            Ok(m) => m,
             Err(e) => {
                 log::error!("a message for AMQP cannot be read: {e}");
                 return true;
             }
         };
-        let mut payload = BytesMut::new();
-        message.encode(&mut payload);
         link.credit -= 1;
         link.delivery_count = link.delivery_count.wrapping_add(1);
         let settled = link.presettled;
@@ -389,45 +398,73 @@ impl AmqpSession {
         if !settled {
             ch.unsettled.insert(delivery_id, (handle, herald_id));
         }
-        let mut first = true;
+        let tag = delivery_id.to_be_bytes();
+        let first = TransferHead {
+            handle,
+            delivery_id: Some(delivery_id),
+            delivery_tag: Some(&tag),
+            message_format: Some(0),
+            settled,
+            more: false,
+        };
+        // Written in place as one frame: its header, the transfer, the
+        // message's sections.
+        let mut frame = BytesMut::with_capacity(block.len() + 256);
+        frame.put_bytes(0, 8);
+        first.encode(&mut frame);
+        let payload_at = frame.len();
+        mapping::header_to(&m, count, mapping::now_ms(), &mut frame);
+        mapping::sections_to(&m, block, &mut frame);
+        if frame.len() <= max_frame {
+            FrameHeader::write(
+                FrameKind::Amqp,
+                channel,
+                frame.len() - 8,
+                &mut &mut frame[..8],
+            );
+            ch.next_outgoing_id = ch.next_outgoing_id.wrapping_add(1);
+            out.push_raw(self.wire(frame.freeze()));
+            return settled;
+        }
+        // Too large for one frame: in pieces, each after a transfer that
+        // says whether more follow (the first alone names the delivery).
+        let payload = frame.split_off(payload_at).freeze();
         let mut rest = &payload[..];
+        let mut head = BytesMut::new();
+        let mut transfer = TransferHead {
+            more: true,
+            ..first
+        };
         loop {
-            let transfer = Transfer {
-                handle,
-                delivery_id: first.then_some(delivery_id),
-                delivery_tag: first.then(|| Bytes::copy_from_slice(&delivery_id.to_be_bytes())),
-                message_format: first.then_some(0),
-                settled: first && settled,
-                more: false,
-                state: Value::Null,
-                aborted: false,
-            };
-            // Encoded once; again with `more` only when the message goes
-            // on in another frame (`more` costs no byte more than its
-            // false, 0x41 for 0x42).
-            let mut head = BytesMut::new();
-            Performative::Transfer(transfer.clone())
-                .to_value()
-                .encode(&mut head);
+            head.clear();
+            transfer.encode(&mut head);
             let room = max_frame.saturating_sub(8 + head.len()).max(1);
             let (part, left) = rest.split_at(rest.len().min(room));
-            if !left.is_empty() {
+            if left.is_empty() {
+                // `more` costs no byte more than its false.
                 head.clear();
-                let more = Transfer {
-                    more: true,
+                TransferHead {
+                    more: false,
                     ..transfer
-                };
-                Performative::Transfer(more).to_value().encode(&mut head);
+                }
+                .encode(&mut head);
             }
             out.push_raw(self.encoded_frame(FrameKind::Amqp, channel, &head, part));
-            rest = left;
-            first = false;
             if let Some(ch) = self.channels.get_mut(&channel) {
                 ch.next_outgoing_id = ch.next_outgoing_id.wrapping_add(1);
             }
+            rest = left;
             if rest.is_empty() {
                 return settled;
             }
+            transfer = TransferHead {
+                handle,
+                delivery_id: None,
+                delivery_tag: None,
+                message_format: None,
+                settled: false,
+                more: true,
+            };
         }
     }
 

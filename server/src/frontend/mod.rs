@@ -18,6 +18,7 @@
 use crate::session::Phase;
 
 mod away;
+pub mod chunks;
 mod context;
 mod login;
 pub mod outbound;

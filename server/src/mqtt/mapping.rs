@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-use super::common::Chunks;
+use crate::frontend::chunks::Chunks;
 use herald_protocol::message::CONTENT_TYPE_PROPERTY;
 use herald_protocol::message::{BodyRef, MessageRef};
 use herald_protocol::mqtt::{topic, Properties, Property, Publish, QoS, Version};

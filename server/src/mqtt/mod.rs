@@ -33,6 +33,7 @@ use herald_protocol::{DestinationKind, ErrorCode};
 
 use crate::auth::Principal;
 use crate::broker::SubscribeRequest;
+use crate::frontend::chunks::Chunks;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{
     admit, check_id_length, publish, subscribe, Context, Flow, PacketIds, Published, Refusal,
@@ -41,7 +42,7 @@ use crate::frontend::{
 use crate::session::{Phase, Session};
 use crate::websocket;
 pub use common::SUBPROTOCOLS;
-use common::{reason_for, Chunks, Fatal, IdPrefix, DURABLE_PREFIX};
+use common::{reason_for, Fatal, IdPrefix, DURABLE_PREFIX};
 use session::{Owed, Sub};
 
 /// Handles what arrived in `buf`: the WebSocket upgrade and framing if the

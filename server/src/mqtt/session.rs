@@ -13,11 +13,12 @@ use herald_protocol::mqtt::{
 use herald_protocol::ErrorCode;
 
 use super::common::{
-    connack_311, encode, reason_for, settle_deliveries, Chunks, Fatal, IdPrefix, DURABLE_PREFIX,
+    connack_311, encode, reason_for, settle_deliveries, Fatal, IdPrefix, DURABLE_PREFIX,
     SUBPROTOCOLS,
 };
 use super::mapping::{self, Outgoing};
 use crate::collections::FastMap;
+use crate::frontend::chunks::Chunks;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{end_subscription, Context, Flow, PacketIds, Refusal};
 use crate::session::{Phase, Session};

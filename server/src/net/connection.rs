@@ -418,14 +418,16 @@ impl Connection {
 
     /// Gives back what a connection that went quiet needs no more, once
     /// it has read nothing for `quiet` and has nothing to write: its queue
-    /// of answers, and an MQTT session's chunk.
+    /// of answers, and an MQTT or AMQP session's chunk.
     pub fn release_idle(&mut self, now: Stamp, quiet: Duration) {
         if !self.out.is_empty() || now.since(self.last_read) < quiet {
             return;
         }
         self.out.release_answers();
-        if let Front::Mqtt(mqtt) = &mut self.front {
-            mqtt.release_chunk();
+        match &mut self.front {
+            Front::Mqtt(mqtt) => mqtt.release_chunk(),
+            Front::Amqp(amqp) => amqp.release_chunk(),
+            _ => {}
         }
     }
 
