@@ -582,3 +582,90 @@ fn amqp_runs_over_tls_on_a_listener_of_its_own() {
         matches!(Sasl::from_value(v), Ok(Sasl::Mechanisms(m)) if m.contains(&"PLAIN".to_owned()))
     );
 }
+
+/// The header of `m`, or what a message without one means.
+fn header_of(m: &AmqpMessage) -> Header {
+    m.header.unwrap_or_default()
+}
+
+#[test]
+fn each_receiver_of_a_message_gets_its_own_header_and_the_same_sections() {
+    let server = start();
+    let (_conn, s) = connect(&server);
+    // A message to many receivers is encoded once per worker and copied;
+    // each delivery still gets a header of its own.
+    let mut receivers: Vec<AmqpClient> = (0..3)
+        .map(|i| {
+            let mut c = AmqpClient::opened(&server, &format!("fan-{i}"));
+            c.attach_receiver(0, "topic://fan");
+            match c.next(false) {
+                Got::Amqp(0, Performative::Attach(_)) => {}
+                other => panic!("{other:?}"),
+            }
+            c.credit(0, 0, 100);
+            c
+        })
+        .collect();
+    wait_until("three subscribers", || server.stats().subscriptions == 3);
+    let p = s
+        .create_producer(&herald_client::Destination::topic("fan"))
+        .unwrap();
+    for i in 0..20i64 {
+        let m = match i % 2 {
+            0 => herald_client::Message::text(format!("text {i}")),
+            _ => {
+                herald_client::Message::bytes(vec![i as u8; i as usize]).with_property("odd", true)
+            }
+        };
+        p.send_with_receipt(m.with_property("n", i)).unwrap();
+    }
+    for c in &mut receivers {
+        for i in 0..20i64 {
+            let (_, m, _) = c.delivery(1 << 20);
+            let n = m.application_properties.iter().find(|(k, _)| k == "n");
+            assert_eq!(n, Some(&("n".to_owned(), Value::Long(i))));
+            match (i % 2, &m.body) {
+                (0, Body::Value(Value::String(t))) => assert_eq!(*t, format!("text {i}")),
+                (1, Body::Data(parts)) => assert_eq!(parts[0][..], vec![i as u8; i as usize][..]),
+                (_, other) => panic!("message {i}: {other:?}"),
+            }
+            let h = header_of(&m);
+            assert!(h.first_acquirer && h.delivery_count == 0, "{h:?}");
+        }
+    }
+    // The same message again, counted: its header says so.
+    let q = s
+        .create_producer(&herald_client::Destination::queue("again"))
+        .unwrap();
+    q.send_with_receipt(herald_client::Message::text("once more"))
+        .unwrap();
+    let mut c = AmqpClient::opened(&server, "again");
+    c.attach_receiver(0, "queue://again");
+    match c.next(false) {
+        Got::Amqp(0, Performative::Attach(_)) => {}
+        other => panic!("{other:?}"),
+    }
+    c.credit(0, 0, 10);
+    let (id, first, _) = c.delivery(1 << 20);
+    assert!(header_of(&first).first_acquirer);
+    c.perform(
+        0,
+        Performative::Disposition(Disposition {
+            role_receiver: true,
+            first: id,
+            last: None,
+            settled: true,
+            state: DeliveryState::Modified {
+                delivery_failed: true,
+                undeliverable_here: false,
+                message_annotations: vec![],
+            }
+            .to_value(),
+        }),
+    );
+    let (_, again, _) = c.delivery(1 << 20);
+    let h = header_of(&again);
+    assert!(!h.first_acquirer && h.delivery_count == 1, "{h:?}");
+    assert_eq!(again.body, first.body);
+    assert_eq!(again.properties, first.properties);
+}

@@ -180,9 +180,9 @@ impl Fields {
     }
 }
 
-/// Fields [`RawFields`] keeps: more than any composite read in place has
-/// (properties, 13); later ones are not looked at.
-const RAW_FIELDS: usize = 16;
+/// Fields [`RawFields`] keeps: as many as the composites read in place
+/// have (properties, 13); later ones are not looked at.
+const RAW_FIELDS: usize = 13;
 
 /// The fields of a composite read in place ([`Raw`]), nothing allocated:
 /// what the composites that come once per message (a transfer, a
@@ -193,39 +193,37 @@ pub struct RawFields<'a> {
 }
 
 impl<'a> RawFields<'a> {
-    /// The fields of `raw` if it is the composite `code` (or `symbol`);
-    /// `None` if it is another described value.
-    pub fn of(
-        raw: Raw<'a>,
+    /// The composite `code` (or `symbol`) at the start of `buf`, read in
+    /// one pass, and the bytes it took; `None` if `buf` holds another
+    /// value.
+    pub fn read(
+        buf: &'a [u8],
         (code, symbol): (u64, &str),
         name: &'static str,
-    ) -> Result<Option<RawFields<'a>>, AmqpError> {
-        let Some((descriptor, list)) = raw.described() else {
-            return Err(AmqpError::Invalid(format!("{name}: not a described value")));
+    ) -> Result<Option<(RawFields<'a>, usize)>, AmqpError> {
+        let mut items = [Raw::Null; RAW_FIELDS];
+        let wanted = |d: Raw<'_>| match d {
+            Raw::Ulong(c) => c == code,
+            Raw::Symbol(s) => s == symbol,
+            _ => false,
         };
-        match descriptor {
-            Raw::Ulong(c) if c == code => {}
-            Raw::Symbol(s) if s == symbol => {}
-            _ => return Ok(None),
-        }
-        RawFields::list(list, name).map(Some)
+        Ok(Raw::read_composite(buf, wanted, &mut items)?
+            .map(|used| (RawFields { name, items }, used)))
     }
 
     /// The fields of a composite whose descriptor was read already.
     pub fn list(list: Raw<'a>, name: &'static str) -> Result<RawFields<'a>, AmqpError> {
-        let items = list.items().filter(|_| !list.is_map()).ok_or_else(|| {
+        let fields = list.items().filter(|_| !list.is_map()).ok_or_else(|| {
             AmqpError::Invalid(format!("{name}: its fields are not a list but {list:?}"))
         })?;
-        let mut fields = RawFields {
-            name,
-            items: [Raw::Null; RAW_FIELDS],
-        };
-        for (slot, item) in fields.items.iter_mut().zip(items) {
-            *slot = item;
+        let mut items = [Raw::Null; RAW_FIELDS];
+        for (slot, field) in items.iter_mut().zip(fields) {
+            *slot = field;
         }
-        Ok(fields)
+        Ok(RawFields { name, items })
     }
 
+    /// Field `i`, `None` when absent or null.
     fn get(&self, i: usize) -> Option<Raw<'a>> {
         self.items.get(i).copied().filter(|v| *v != Raw::Null)
     }

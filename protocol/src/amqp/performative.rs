@@ -134,8 +134,7 @@ impl Transfer {
     /// its tag a slice of `body`, and the bytes it took (its payload
     /// follows); `None` if it is another performative.
     pub fn read(body: &bytes::Bytes) -> Result<Option<(Transfer, usize)>, AmqpError> {
-        let (raw, used) = super::types::Raw::read(body)?;
-        let Some(f) = super::fields::RawFields::of(raw, TRANSFER, "transfer")? else {
+        let Some((f, used)) = super::fields::RawFields::read(body, TRANSFER, "transfer")? else {
             return Ok(None);
         };
         let transfer = Transfer {

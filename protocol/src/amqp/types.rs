@@ -335,17 +335,61 @@ impl<'a> Reader<'a> {
     /// Reads a value in place: a compound or described one is checked
     /// as [`Reader::value`] would and left encoded.
     fn raw(&mut self, depth: usize) -> Result<Raw<'a>, AmqpError> {
+        self.in_place(Some(depth))
+    }
+
+    /// Reads a value from bytes checked already (what [`Raw::Encoded`]
+    /// holds): a scalar is read, anything else taken whole by the size
+    /// its format code gives, not walked again. Bytes not checked give
+    /// nonsense or an error, never a panic.
+    fn trusted(&mut self) -> Result<Raw<'a>, AmqpError> {
+        self.in_place(None)
+    }
+
+    /// [`Reader::raw`] at `depth`, or [`Reader::trusted`] without one.
+    fn in_place(&mut self, depth: Option<usize>) -> Result<Raw<'a>, AmqpError> {
         let start = self.pos;
         let c = *self
             .buf
             .get(start)
             .ok_or(AmqpError::Truncated("constructor"))?;
         if c == code::DESCRIBED || compound_code(c) {
-            self.skip(depth)?;
+            match depth {
+                Some(depth) => self.skip(depth)?,
+                None => self.extent(0)?,
+            }
             return Ok(Raw::Encoded(&self.buf[start..self.pos]));
         }
         self.pos += 1;
         self.scalar(c)
+    }
+
+    /// Steps over a value checked already: each category of format codes
+    /// (the high four bits) has one width, or a size of one or four bytes
+    /// before the rest.
+    fn extent(&mut self, depth: usize) -> Result<(), AmqpError> {
+        if depth > MAX_DEPTH {
+            return Err(AmqpError::Invalid(format!(
+                "values nested more than {MAX_DEPTH} deep"
+            )));
+        }
+        let c = self.u8("constructor")?;
+        if c == code::DESCRIBED {
+            self.extent(depth + 1)?;
+            return self.extent(depth + 1);
+        }
+        let n = match c >> 4 {
+            0x4 => 0,
+            0x5 => 1,
+            0x6 => 2,
+            0x7 => 4,
+            0x8 => 8,
+            0x9 => 16,
+            0xa | 0xc | 0xe => self.width(false, "size")?,
+            0xb | 0xd | 0xf => self.width(true, "size")?,
+            _ => return Err(AmqpError::Invalid(format!("unknown format code 0x{c:02x}"))),
+        };
+        self.take(n, "value").map(drop)
     }
 
     /// Checks a value and steps over it, building nothing.
@@ -569,8 +613,9 @@ impl<'a> Raw<'a> {
             return None;
         };
         let rest = bytes.strip_prefix(&[code::DESCRIBED])?;
-        let (descriptor, used) = Raw::read(rest).ok()?;
-        let (value, _) = Raw::read(&rest[used..]).ok()?;
+        let mut reader = Reader { buf: rest, pos: 0 };
+        let descriptor = reader.trusted().ok()?;
+        let value = reader.trusted().ok()?;
         Some((descriptor, value))
     }
 
@@ -595,6 +640,38 @@ impl<'a> Raw<'a> {
         })
     }
 
+    /// Reads a composite at the start of `buf` in one pass, checked as
+    /// [`Value::decode`] checks it: a value described by a descriptor
+    /// `wanted` accepts, and a list, whose first fields go into `fields`
+    /// (the others checked and stepped over). The bytes it took; `None`
+    /// if `buf` holds something else (a value read another way says what).
+    pub fn read_composite(
+        buf: &'a [u8],
+        wanted: impl Fn(Raw<'a>) -> bool,
+        fields: &mut [Raw<'a>],
+    ) -> Result<Option<usize>, AmqpError> {
+        use code::*;
+        let mut reader = Reader { buf, pos: 0 };
+        if reader.u8("constructor")? != DESCRIBED || !wanted(reader.raw(1)?) {
+            return Ok(None);
+        }
+        match reader.u8("constructor")? {
+            LIST0 => {}
+            c @ (LIST8 | LIST32) => {
+                let (count, mut inner) = reader.compound(c == LIST32, "list")?;
+                for i in 0..count {
+                    let field = inner.raw(2)?;
+                    if let Some(slot) = fields.get_mut(i) {
+                        *slot = field;
+                    }
+                }
+                reader.end_compound(&inner)?;
+            }
+            _ => return Ok(None),
+        }
+        Ok(Some(reader.pos))
+    }
+
     /// Whether this is a map.
     pub fn is_map(self) -> bool {
         matches!(self, Raw::Encoded([code::MAP8 | code::MAP32, ..]))
@@ -613,8 +690,8 @@ impl<'a> Iterator for Items<'a> {
 
     fn next(&mut self) -> Option<Raw<'a>> {
         self.left = self.left.checked_sub(1)?;
-        // Checked when the compound was read: this does not fail.
-        self.reader.raw(1).ok()
+        // Checked when the compound was read.
+        self.reader.trusted().ok()
     }
 }
 

@@ -236,7 +236,7 @@ fn attach(
         ch.links.insert(
             handle,
             Link::Incoming(Incoming {
-                destination,
+                destination: destination.map(std::sync::Arc::new),
                 credit,
                 delivery_count,
                 partial: None,
@@ -504,7 +504,7 @@ fn deliver(
     channel: u16,
     handle: u32,
     (partial, bytes): (Partial, Bytes),
-    destination: Option<Destination>,
+    destination: Option<std::sync::Arc<Destination>>,
     session: &mut Session,
     out: &mut Outbound,
     ctx: &mut Context<'_>,
@@ -522,7 +522,7 @@ fn deliver(
             amqp.next_message += 1;
             let id = (amqp.id_prefix.as_str(), n);
             let now = mapping::now_ms();
-            mapping::message_from(&m, destination.as_ref(), id, now, &mut amqp.chunks).map_err(
+            mapping::message_from(&m, destination.as_deref(), id, now, &mut amqp.chunks).map_err(
                 |e| {
                     let condition = match e {
                         MappingError::NoAddress => condition::NOT_FOUND,

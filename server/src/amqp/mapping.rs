@@ -179,9 +179,13 @@ pub fn message_from(
     chunks: &mut Chunks,
 ) -> Result<MessageView, MappingError> {
     let props = m.properties.unwrap_or_default();
+    let addressed;
     let target = match (to, props.to) {
-        (Some(d), _) => d.clone(),
-        (None, Some(address)) => annotated(address, m.annotation(JMS_DEST))?,
+        (Some(d), _) => d,
+        (None, Some(address)) => {
+            addressed = annotated(address, m.annotation(JMS_DEST))?;
+            &addressed
+        }
         (None, None) => return Err(MappingError::NoAddress),
     };
     let mut h = Message::new(Body::Empty);
@@ -248,7 +252,7 @@ pub fn message_from(
     };
     let creation = props.creation_time.filter(|t| *t > 0).unwrap_or(now);
     let stamp = Stamp {
-        destination: &target,
+        destination: target,
         message_id,
         timestamp: creation,
         delivery_time: h.delivery_time,

@@ -137,6 +137,19 @@ pub struct AmqpSession {
     pub(super) websocket: Option<Box<WebSocket>>,
 }
 
+thread_local! {
+    /// The last message this worker wrote for an AMQP receiver, and its
+    /// sections after the header (the same for every delivery of it): a
+    /// message that goes to many receivers is encoded once. Holding the
+    /// message keeps its address from being another's.
+    static LAST_SECTIONS: std::cell::RefCell<Option<(Bytes, Bytes)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The largest message whose sections [`LAST_SECTIONS`] keeps: what a
+/// worker holds for it stays small.
+const CACHED_BLOCK: usize = 64 * 1024;
+
 /// A fault that ends the connection: the condition and why.
 pub(super) struct Fatal(pub(super) &'static str, pub(super) String);
 
@@ -407,28 +420,41 @@ impl AmqpSession {
             settled,
             more: false,
         };
-        // Written in place as one frame: its header, the transfer, the
-        // message's sections.
-        let mut frame = BytesMut::with_capacity(block.len() + 256);
+        // Written in place as one frame, cut from the connection's chunk:
+        // its header, the transfer, the message's sections.
+        let frame = self.chunks.room(block.len() + 256);
         frame.put_bytes(0, 8);
-        first.encode(&mut frame);
+        first.encode(frame);
         let payload_at = frame.len();
-        mapping::header_to(&m, count, mapping::now_ms(), &mut frame);
-        mapping::sections_to(&m, block, &mut frame);
-        if frame.len() <= max_frame {
-            FrameHeader::write(
-                FrameKind::Amqp,
-                channel,
-                frame.len() - 8,
-                &mut &mut frame[..8],
-            );
+        mapping::header_to(&m, count, mapping::now_ms(), frame);
+        let sections_at = frame.len();
+        let encoded = LAST_SECTIONS.with_borrow(|last| match last {
+            Some((b, sections)) if b.as_ptr() == block.as_ptr() && b.len() == block.len() => {
+                frame.extend_from_slice(sections);
+                true
+            }
+            _ => false,
+        });
+        if !encoded {
+            mapping::sections_to(&m, block, frame);
+        }
+        let len = frame.len();
+        if len <= max_frame {
+            FrameHeader::write(FrameKind::Amqp, channel, len - 8, &mut &mut frame[..8]);
+        }
+        let frame = self.chunks.cut();
+        if !encoded && block.len() <= CACHED_BLOCK {
+            let sections = frame.slice(sections_at..);
+            LAST_SECTIONS.set(Some((block.clone(), sections)));
+        }
+        if len <= max_frame {
             ch.next_outgoing_id = ch.next_outgoing_id.wrapping_add(1);
-            out.push_raw(self.wire(frame.freeze()));
+            out.push_raw(self.wire(frame));
             return settled;
         }
         // Too large for one frame: in pieces, each after a transfer that
         // says whether more follow (the first alone names the delivery).
-        let payload = frame.split_off(payload_at).freeze();
+        let payload = frame.slice(payload_at..);
         let mut rest = &payload[..];
         let mut head = BytesMut::new();
         let mut transfer = TransferHead {
@@ -555,7 +581,7 @@ pub(super) struct Outgoing {
 pub(super) struct Incoming {
     /// Where its messages go; `None`: the anonymous relay (each message's
     /// `to`).
-    pub(super) destination: Option<Destination>,
+    pub(super) destination: Option<std::sync::Arc<Destination>>,
     /// Messages the client may still send.
     pub(super) credit: u32,
     /// Deliveries so far (the link's delivery count).
