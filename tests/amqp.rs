@@ -669,3 +669,67 @@ fn each_receiver_of_a_message_gets_its_own_header_and_the_same_sections() {
     assert_eq!(again.body, first.body);
     assert_eq!(again.properties, first.properties);
 }
+
+/// A topic source with the no-local filter as Qpid JMS sends it, durable
+/// if `durable`.
+fn no_local_source(address: &str, durable: bool) -> Source {
+    use herald_protocol::amqp::terminus::{Durability, Target, NO_LOCAL_FILTER};
+    let filter = Value::Described(
+        Box::new(Value::Symbol(NO_LOCAL_FILTER.1.into())),
+        Box::new(Value::List(vec![])),
+    );
+    Source {
+        node: Target {
+            address: Some(address.into()),
+            durable: match durable {
+                true => Durability::UnsettledState,
+                false => Durability::None,
+            },
+            ..Target::default()
+        },
+        filter: vec![(Value::Symbol("no-local".into()), filter)],
+        ..Source::default()
+    }
+}
+
+#[test]
+fn a_no_local_receiver_gets_what_others_send_and_not_what_its_connection_does() {
+    let server = start();
+    let (_conn, s) = connect(&server);
+    let mut own = AmqpClient::opened(&server, "no-local");
+    own.attach_receiver_from(0, no_local_source("topic://nl", false));
+    own.attach_sender(1, "topic://nl");
+    let mut other = AmqpClient::opened(&server, "plain");
+    other.attach_receiver(0, "topic://nl");
+    for (c, no_local) in [(&mut own, true), (&mut other, false)] {
+        match c.next(false) {
+            // The filter is answered: it is applied.
+            Got::Amqp(0, Performative::Attach(a)) => {
+                let source = Source::from_value(a.source).unwrap().unwrap();
+                assert_eq!(source.no_local(), no_local);
+            }
+            other => panic!("{other:?}"),
+        }
+        c.credit(0, 0, 10);
+    }
+    wait_until("two subscribers", || server.stats().subscriptions == 2);
+    own.transfer(1, 0, true, &amqp_text("mine", false));
+    let (_, m, _) = other.delivery(1 << 20);
+    assert_eq!(m.body, Body::Value(Value::String("mine".into())));
+    s.create_producer(&herald_client::Destination::topic("nl"))
+        .unwrap()
+        .send_with_receipt(herald_client::Message::text("theirs"))
+        .unwrap();
+    let (_, m, _) = other.delivery(1 << 20);
+    assert_eq!(m.body, Body::Value(Value::String("theirs".into())));
+    // Its own message, routed before the other, never came.
+    let (_, m, _) = own.delivery(1 << 20);
+    assert_eq!(m.body, Body::Value(Value::String("theirs".into())));
+    // A durable subscription outlives its connection: no-local is refused
+    // there, by name.
+    let mut durable = AmqpClient::opened(&server, "no-local-durable");
+    durable.attach_receiver_from(0, no_local_source("topic://nl", true));
+    let (condition, why) = durable.error();
+    assert_eq!(condition, "amqp:not-implemented");
+    assert!(why.contains("no-local"), "{why}");
+}

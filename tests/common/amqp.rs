@@ -193,6 +193,11 @@ impl AmqpClient {
             },
             ..Source::default()
         };
+        self.attach_receiver_from(handle, source);
+    }
+
+    /// Attaches a receiving link with this source.
+    pub fn attach_receiver_from(&mut self, handle: u32, source: Source) {
         self.perform(
             0,
             Performative::Attach(Box::new(Attach {

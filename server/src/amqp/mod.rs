@@ -15,8 +15,8 @@
 //! journal has it, as a RECEIPT is (`link`); and links on which it
 //! receives, subscriptions under its credit settled by its outcomes,
 //! dynamic (temporary) nodes, durable and shared subscriptions, browsing
-//! (`sender`); and local transactions (`txn`). The no-local filter is
-//! refused by name until it is built (issue 28).
+//! (`sender`), with the JMS selector and no-local filters; and local
+//! transactions (`txn`).
 //!
 //! Errors: a fault in a link detaches it with an error condition; one in
 //! the connection closes it with one. Either names the problem.

@@ -36,13 +36,6 @@ fn refused(refusal: Refusal) -> Refused {
     (condition, refusal.message().to_owned())
 }
 
-fn not_built(what: &str) -> Refused {
-    (
-        condition::NOT_IMPLEMENTED,
-        format!("{what} over AMQP is not built yet (issue 28)"),
-    )
-}
-
 /// Subscribes for a link on which the client receives, and keeps the
 /// link on `channel`; returns the source to answer with (a dynamic node's
 /// address filled in), or why it may not attach.
@@ -64,9 +57,6 @@ pub(super) fn attach(
     else {
         return lookup(amqp, channel, a, session, ctx);
     };
-    if source.no_local() {
-        return Err(not_built("the no-local filter"));
-    }
     if let [first, ..] = source.unknown_filters()[..] {
         return Err((
             condition::NOT_IMPLEMENTED,
@@ -93,6 +83,14 @@ pub(super) fn attach(
         }
     };
     let queue = destination.kind == DestinationKind::Queue;
+    // No-local keeps a connection's own messages from its own
+    // subscription; a durable or shared one outlives the connection, and
+    // a queue's messages are no one's to skip.
+    let no_local = source.no_local() && !queue;
+    if no_local && (durable || shared) {
+        let why = "the no-local filter applies to a subscription of this connection only, not a durable or shared one";
+        return Err((condition::NOT_IMPLEMENTED, why.into()));
+    }
     if queue && source.distribution_mode.as_deref() == Some("copy") {
         return browse(amqp, (channel, a), &destination.name, &source, session, ctx);
     }
@@ -131,6 +129,7 @@ pub(super) fn attach(
         durable: durable && shared,
         backlog: None,
         kept: false,
+        no_local,
     };
     // The link first: what the subscription has already is routed to it
     // after this frame.

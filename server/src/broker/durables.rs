@@ -50,6 +50,7 @@ impl Broker {
             selector,
             owner: None,
             backlog: None,
+            no_local: false,
         };
         self.enter(&mut self.write_topics(), &pattern, entry);
         Durable {

@@ -86,11 +86,14 @@ use timers::{Timed, Timers};
 /// selector first needs it.
 fn takes<'a>(
     entry: &TopicEntry,
-    owner: Option<u64>,
+    (owner, from): (Option<u64>, Option<u64>),
     block: &'a Bytes,
     fields: &OnceCell<Option<MessageRef<'a>>>,
 ) -> bool {
     if owner.is_some() && entry.owner != owner {
+        return false;
+    }
+    if entry.no_local && from.is_some() && entry.owner == from {
         return false;
     }
     match &entry.selector {

@@ -162,6 +162,10 @@ pub struct SubscribeRequest<'a> {
     pub backlog: Option<Arc<Backlog>>,
     /// Whether it gets the retained messages of its topics first.
     pub kept: bool,
+    /// Not the messages its own connection publishes (AMQP's no-local
+    /// filter, JMS's noLocal): for a topic subscription of a connection,
+    /// not a durable or shared one.
+    pub no_local: bool,
 }
 
 impl SubscribeRequest<'_> {

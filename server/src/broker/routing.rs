@@ -199,6 +199,9 @@ impl Broker {
         // A temporary topic's messages reach its owner only, even
         // through wildcards.
         let owner = temporary_owner(name);
+        // A no-local subscription of the publisher's own connection is
+        // passed over.
+        let publisher = from.map(|f| f.serial);
         // In a cluster, a persistent message's receipt also waits until
         // the node has made sure that no durable subscription was
         // registered elsewhere after it last read the registry (see
@@ -213,7 +216,7 @@ impl Broker {
         let tree = self.read_topics();
         let cached = out.matches.matches(&tree, name);
         let mut visit = |entry: &TopicEntry| {
-            if !takes(entry, owner, block, &fields) {
+            if !takes(entry, (owner, publisher), block, &fields) {
                 return;
             }
             routed.delivered += 1;
@@ -317,7 +320,7 @@ impl Broker {
         let mut streams = Vec::new();
         self.read_topics()
             .for_each_match(topic, |entry| match &entry.target {
-                Target::Stream(stream) if takes(entry, owner, block, &fields) => {
+                Target::Stream(stream) if takes(entry, (owner, None), block, &fields) => {
                     streams.push(stream.clone());
                 }
                 _ => {}

@@ -95,6 +95,7 @@ impl Broker {
                     selector: selector.clone(),
                     owner: Some(sub.conn.serial),
                     backlog,
+                    no_local: req.no_local,
                 };
                 let mut tree = self.write_topics();
                 let kept = match req.kept {

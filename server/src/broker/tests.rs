@@ -168,6 +168,7 @@ fn request(kind: DestinationKind, pattern: &str) -> SubscribeRequest<'_> {
         durable: false,
         backlog: None,
         kept: true,
+        no_local: false,
     }
 }
 

@@ -313,6 +313,8 @@ pub struct TopicEntry {
     /// The backlog signal of a direct subscription's connection; `None`
     /// where deliveries may be dropped (best effort) or are queued.
     pub backlog: Option<Arc<Backlog>>,
+    /// The messages its owner publishes do not go there.
+    pub no_local: bool,
 }
 
 impl std::fmt::Debug for TopicEntry {
@@ -342,6 +344,7 @@ mod tests {
             selector: None,
             owner: Some(1),
             backlog: None,
+            no_local: false,
         }
     }
 

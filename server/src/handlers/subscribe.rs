@@ -71,6 +71,7 @@ pub fn handle(
         // A best-effort subscriber's deliveries are dropped instead.
         backlog: (!f.best_effort).then(|| session.backlog()),
         kept: true,
+        no_local: false,
     };
     // The RECEIPT is queued before any message the subscription may
     // already have waiting: deliveries are routed after this frame.

@@ -491,6 +491,7 @@ fn subscribe_one(
         durable: false,
         backlog: Some(session.backlog()),
         kept,
+        no_local: false,
     };
     let refused = |r: Refusal| (reason_for(r.code()), r.message().to_owned());
     subscribe(number, request, session, ctx).map_err(refused)?;

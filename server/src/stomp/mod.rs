@@ -629,6 +629,7 @@ fn subscribe_to(
         durable: false,
         backlog: Some(session.backlog()),
         kept: true,
+        no_local: false,
     };
     start(number, request, session, ctx).map_err(refused)?;
     stomp.subscriptions.insert(id.to_owned(), (number, ack));
