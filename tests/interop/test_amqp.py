@@ -3,8 +3,9 @@ python-qpid-proton (its blocking API). What is built so far: sending to
 queues and topics, pre-settled and not, persistent messages, the
 anonymous relay; receiving from queues and topics with selectors, under
 the client's credit, and every outcome (accepted, released, modified,
-rejected); messages crossing between AMQP, stomp.py and the herald CLI
-with their properties; bad input refused by name."""
+rejected), and the no-local filter; messages crossing between AMQP,
+stomp.py and the herald CLI with their properties; bad input refused by
+name."""
 
 import json
 import os
@@ -109,12 +110,27 @@ def test_the_anonymous_relay_sends_each_message_where_its_address_says(server):
     conn.disconnect()
 
 
+def test_a_no_local_receiver_gets_others_messages_not_its_connections(server):
+    c, other = amqp(server), amqp(server)
+    mine = c.create_receiver("topic://nl", options=NoLocal())
+    theirs = other.create_receiver("topic://nl")
+    # Each send waits for its outcome: "mine" is routed before "theirs".
+    c.create_sender("topic://nl").send(Message(body="mine"))
+    other.create_sender("topic://nl").send(Message(body="theirs"))
+    assert [theirs.receive(timeout=PATIENCE).body for _ in range(2)] == ["mine", "theirs"]
+    assert mine.receive(timeout=PATIENCE).body == "theirs"
+    c.close()
+    other.close()
+
+
 def test_bad_addresses_and_unbuilt_links_are_refused_by_name(server):
     c = amqp(server)
     with pytest.raises(LinkDetached, match="invalid"):
         c.create_sender("queue://bad..name")
-    with pytest.raises(LinkDetached, match="not built yet"):
-        c.create_receiver("queue://orders", options=NoLocal())
+    # A durable subscription outlives its connection: no-local is not
+    # applied there, and says so.
+    with pytest.raises(LinkDetached, match="no-local"):
+        c.create_receiver("topic://orders", name="kept", options=[DurableSubscription(), NoLocal()])
     with pytest.raises(LinkDetached, match="selector"):
         c.create_receiver("queue://orders", options=Selector("units >"))
     # The connection goes on.
