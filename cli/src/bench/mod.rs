@@ -12,6 +12,7 @@ pub mod drill;
 mod latency;
 mod ledger;
 mod machine;
+mod memory;
 mod mqtt;
 mod nats;
 mod process;
@@ -51,6 +52,9 @@ pub enum Mode {
     /// Topic 1 → 1 and 1 → --fanout over the native protocol, then over
     /// AMQP 1.0 (--amqp), and the cost of AMQP per message against native.
     Amqp,
+    /// The server's resident memory (through --admin) idle, during a
+    /// burst (1 → 1 and 1 → --fanout, --count each) and for 10 s after.
+    Memory,
     /// --connections idle connections: the server's memory per connection
     /// and its threads, through the management API (--admin)
     Connections,
@@ -361,6 +365,15 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             ));
         }
         connections::run(target, &factory.address(), args.connections)?;
+    }
+    if args.mode == Mode::Memory {
+        if embedded.is_some() {
+            return Err(Error::InvalidArgument(
+                "--mode memory measures a server of its own: use --server and --admin, not --embedded"
+                    .into(),
+            ));
+        }
+        memory::run(target, &factory, &Load::of(&args))?;
     }
     if args.mode == Mode::Soak {
         let plan = soak::Plan {

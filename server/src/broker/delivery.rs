@@ -134,7 +134,22 @@ impl Deliveries {
     }
 }
 
+/// Deliveries an idle bucket keeps room for (a few hundred kilobytes of
+/// them): in a burst a bucket grows to hundreds of thousands and keeps
+/// that room while the burst lasts, not after.
+const KEPT_DELIVERIES: usize = 4096;
+
 impl Deliveries {
+    /// Gives back the room of empty buckets beyond [`KEPT_DELIVERIES`]:
+    /// called on each tick, so a burst's room goes within one.
+    pub fn release_room(&mut self) {
+        for bucket in &mut self.buckets {
+            if bucket.is_empty() && bucket.capacity() > KEPT_DELIVERIES {
+                bucket.shrink_to(KEPT_DELIVERIES);
+            }
+        }
+    }
+
     /// Gives an emptied batch's room back to the bucket of `worker`, if
     /// that has less.
     pub fn recycle(&mut self, worker: usize, mut batch: Vec<Delivery>) {
@@ -160,4 +175,37 @@ fn take_non_empty<'a, T>(
             let room = if keep_room(i) { l.len() } else { 0 };
             (i, std::mem::replace(l, Vec::with_capacity(room)))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::{ConnectionRef, Subscriber};
+
+    #[test]
+    fn a_bursts_room_is_given_back_once_its_buckets_are_empty() {
+        let mut d = Deliveries::new(2);
+        let to = Subscriber {
+            conn: ConnectionRef {
+                worker: 1,
+                slot: 0,
+                serial: 1,
+            },
+            subscription_id: 1,
+        };
+        let burst = 10 * KEPT_DELIVERIES;
+        (0..burst).for_each(|_| d.push(to, Bytes::new()));
+        // Handed to worker 1 by worker 0: the bucket keeps room for as
+        // many, for the rest of the burst.
+        let batches: Vec<_> = d.drain(Some(0)).collect();
+        assert_eq!(batches[0].1.len(), burst);
+        assert!(d.buckets[1].capacity() >= burst);
+        // The burst is over: the room goes.
+        d.release_room();
+        assert!(d.buckets[1].capacity() <= KEPT_DELIVERIES);
+        // A bucket that holds deliveries keeps them.
+        d.push(to, Bytes::new());
+        d.release_room();
+        assert_eq!(d.buckets[1].len(), 1);
+    }
 }

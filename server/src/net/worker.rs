@@ -938,6 +938,7 @@ impl Worker {
             self.wake(expired);
         }
         self.shared.broker.tick(&mut self.deliveries);
+        self.deliveries.release_room();
         // One worker runs what sessions away have due.
         if self.index == 0 {
             self.shared
