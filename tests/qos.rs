@@ -50,6 +50,8 @@ fn a_consumers_backlog_is_ordered_by_priority_too() {
     }
     // All three are waiting in the consumer's backlog before it reads.
     wait_until("all delivered", || server.stats().messages_out == 3);
+    // Three in, three out: the sum a traffic watcher reads without locks.
+    assert_eq!(server.messages_moved(), 6);
     std::thread::sleep(Duration::from_millis(50));
     let got: Vec<String> = (0..3)
         .map(|_| next(&consumer).body_text().unwrap().to_owned())

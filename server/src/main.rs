@@ -29,8 +29,7 @@ struct Bursts {
 impl Bursts {
     /// Counts what moved in the last second; trims if a burst just ended.
     fn watch(&mut self, server: &herald_server::ServerHandle) {
-        let stats = server.stats();
-        let total = stats.messages_in + stats.messages_out;
+        let total = server.messages_moved();
         let moved = total.saturating_sub(self.last);
         self.last = total;
         self.since_trim += moved;

@@ -425,6 +425,17 @@ impl ServerHandle {
         crate::admin::reload(&self.shared, self.cluster().map(|c| &**c))
     }
 
+    /// Messages accepted and delivered since the start, summed: what a
+    /// watcher of the traffic reads without the queues' locks that
+    /// [`ServerHandle::stats`] takes.
+    pub fn messages_moved(&self) -> u64 {
+        self.shared
+            .stats
+            .iter()
+            .map(|w| w.messages_in.load(Ordering::Relaxed) + w.messages_out.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// The server's counters now.
     pub fn stats(&self) -> Stats {
         let s = &self.shared;
