@@ -113,6 +113,16 @@ fn bench_reports_figures_and_no_loss() {
     assert!(throughput.contains("\"publishers\":3,"), "{throughput}");
     assert!(throughput.contains("\"received\":120000,"), "{throughput}");
     assert!(throughput.contains("\"out_of_order\":0,"), "{throughput}");
+    // Latency from the send is recorded beside latency from the due time,
+    // and is never the larger.
+    let latency = summary(&stdout, "latency");
+    let field = |name: &str| -> f64 {
+        let at = latency.find(&format!("\"{name}\":")).unwrap() + name.len() + 3;
+        let end = latency[at..].find([',', '}']).unwrap() + at;
+        latency[at..end].parse().unwrap()
+    };
+    assert!(field("p50_sent_us") > 0.0, "{latency}");
+    assert!(field("p50_sent_us") <= field("p50_us"), "{latency}");
 }
 
 #[test]
