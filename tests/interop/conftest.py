@@ -144,3 +144,47 @@ def server():
     s = Server()
     yield s
     s.stop()
+
+
+class Mosquitto:
+    """Debian's mosquitto on an ephemeral port, for the MQTT tests that say
+    how it behaves beside Herald (its `mqtt` address, as a Server's)."""
+
+    def __init__(self):
+        import socket
+        import time
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.conf = tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False)
+        self.conf.write(f"listener {port} 127.0.0.1\nallow_anonymous true\n")
+        self.conf.close()
+        self.proc = subprocess.Popen(
+            [shutil.which("mosquitto") or "/usr/sbin/mosquitto", "-c", self.conf.name],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.mqtt = ("127.0.0.1", port)
+        deadline = time.time() + PATIENCE
+        while time.time() < deadline:
+            try:
+                socket.create_connection(self.mqtt, timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("mosquitto did not start")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=PATIENCE)
+        os.unlink(self.conf.name)
+
+
+@pytest.fixture
+def mosquitto():
+    m = Mosquitto()
+    yield m
+    m.stop()
+

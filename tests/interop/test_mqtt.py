@@ -192,6 +192,43 @@ def test_user_properties_content_type_and_correlation_in_5(server):
     pub.close()
 
 
+def format_and_content_type_of_empty_payloads(broker):
+    """What a 5.0 subscriber gets of empty payloads published at each QoS
+    with the payload format indicator (1) and a content type, and without
+    either."""
+    sub = Client(broker, "5.0")
+    sub.subscribe("paho/empty", qos=2)
+    pub = Client(broker, "5.0")
+    got = []
+    for qos in (0, 1, 2):
+        props = Properties(PacketTypes.PUBLISH)
+        props.PayloadFormatIndicator = 1
+        props.ContentType = "text/plain"
+        pub.publish("paho/empty", b"", qos=qos, properties=props)
+        said = sub.next()
+        pub.publish("paho/empty", b"", qos=qos)
+        silent = sub.next()
+        got.append((
+            said.payload,
+            getattr(said.properties, "PayloadFormatIndicator", None),
+            getattr(said.properties, "ContentType", None),
+            silent.payload,
+            getattr(silent.properties, "PayloadFormatIndicator", None),
+        ))
+    sub.close()
+    pub.close()
+    return got
+
+
+def test_an_empty_payloads_format_indicator_and_content_type_go_on(server, mosquitto):
+    """[MQTT-3.3.2-4] (and 3.3.2-20 for the content type): forwarded
+    unaltered, at every QoS, an empty payload's too. Mosquitto does the
+    same, measured here beside Herald."""
+    expected = [(b"", 1, "text/plain", b"", None)] * 3
+    assert format_and_content_type_of_empty_payloads(server) == expected
+    assert format_and_content_type_of_empty_payloads(mosquitto) == expected
+
+
 def test_a_stomp_client_and_an_mqtt_client_share_a_topic(server):
     conn, inbox = connect(server)
     conn.subscribe("/topic/shared.news", id="1")

@@ -85,7 +85,9 @@ pub fn message_from(
     }
     let payload = &publish.payload;
     m.body = match std::str::from_utf8(payload) {
-        _ if payload.is_empty() => Body::Empty,
+        // An empty payload said to be UTF-8 is an empty text, so that its
+        // subscribers get the indicator too [MQTT-3.3.2-4].
+        _ if payload.is_empty() && !utf8 => Body::Empty,
         Ok(text) if utf8 => Body::Text(text.to_owned()),
         Err(_) if utf8 => return Err(MappingError::PayloadFormat),
         _ => Body::Bytes(payload.clone()),
@@ -282,6 +284,37 @@ mod tests {
         let back = round_trip(&p, Version::V311);
         assert_eq!((back.qos, back.payload), (QoS::AtLeastOnce, p.payload));
         assert!(back.properties.0.is_empty());
+    }
+
+    /// [MQTT-3.3.2-4]: the Payload Format Indicator and the Content Type
+    /// go to every subscriber unaltered, at every QoS, an empty payload's
+    /// too; a payload that says nothing gets no indicator.
+    #[test]
+    fn an_empty_payloads_format_indicator_and_content_type_go_on() {
+        for qos in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce] {
+            let said = vec![
+                Property::PayloadFormat(1),
+                Property::ContentType("text/plain".into()),
+            ];
+            let back = round_trip(&publish(qos, said.clone(), b""), Version::V5);
+            assert!(back.payload.is_empty());
+            for property in &said {
+                assert!(
+                    back.properties.0.contains(property),
+                    "{qos:?}: {property:?} lost"
+                );
+            }
+            let back = round_trip(&publish(qos, vec![], b""), Version::V5);
+            assert!(back.payload.is_empty());
+            assert!(
+                !back
+                    .properties
+                    .0
+                    .iter()
+                    .any(|p| matches!(p, Property::PayloadFormat(_))),
+                "{qos:?}: an indicator nobody gave"
+            );
+        }
     }
 
     #[test]
