@@ -112,10 +112,14 @@ pub fn timestamp(out: &mut impl BufMut, v: i64) {
     out.put_i64(v);
 }
 
-/// A variable-width value of `len` bytes that `parts` make up: the 8-bit
-/// size form (`small`) where it fits, else the 32-bit one (`wide`).
-fn variable(out: &mut impl BufMut, (small, wide): (u8, u8), parts: &[&[u8]]) {
-    let len: usize = parts.iter().map(|p| p.len()).sum();
+/// A variable-width value made of `parts`, one after the other: the
+/// 8-bit size form (`small`) where it fits, else the 32-bit one (`wide`).
+fn variable<'a>(
+    out: &mut impl BufMut,
+    (small, wide): (u8, u8),
+    parts: impl Iterator<Item = &'a [u8]> + Clone,
+) {
+    let len: usize = parts.clone().map(<[u8]>::len).sum();
     match u8::try_from(len) {
         Ok(n) => {
             out.put_u8(small);
@@ -126,33 +130,37 @@ fn variable(out: &mut impl BufMut, (small, wide): (u8, u8), parts: &[&[u8]]) {
             out.put_u32(len as u32);
         }
     }
-    parts.iter().for_each(|p| out.put_slice(p));
+    parts.for_each(|p| out.put_slice(p));
 }
 
 /// A `binary`.
 pub fn binary(out: &mut impl BufMut, v: &[u8]) {
-    variable(out, (code::VBIN8, code::VBIN32), &[v]);
+    variable(out, (code::VBIN8, code::VBIN32), std::iter::once(v));
 }
 
 /// A `string`.
 pub fn string(out: &mut impl BufMut, v: &str) {
-    variable(out, (code::STR8, code::STR32), &[v.as_bytes()]);
+    variable(
+        out,
+        (code::STR8, code::STR32),
+        std::iter::once(v.as_bytes()),
+    );
 }
 
 /// A `string` made of `parts` one after the other (`queue`, `://`,
 /// a name), without joining them first.
 pub fn string_of(out: &mut impl BufMut, parts: &[&str]) {
-    let mut bytes: [&[u8]; 4] = [&[]; 4];
-    for (slot, part) in bytes.iter_mut().zip(parts) {
-        *slot = part.as_bytes();
-    }
-    debug_assert!(parts.len() <= bytes.len());
-    variable(out, (code::STR8, code::STR32), &bytes);
+    let bytes = parts.iter().map(|p| p.as_bytes());
+    variable(out, (code::STR8, code::STR32), bytes);
 }
 
 /// A `symbol` (the caller's text is ASCII).
 pub fn symbol(out: &mut impl BufMut, v: &str) {
-    variable(out, (code::SYM8, code::SYM32), &[v.as_bytes()]);
+    variable(
+        out,
+        (code::SYM8, code::SYM32),
+        std::iter::once(v.as_bytes()),
+    );
 }
 
 /// The constructor of a value described by the ulong `code`: what a

@@ -372,7 +372,7 @@ pub fn sections_to(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
     // A kept body is used only if it still reads as AMQP sections.
     let kept = match (&m.body, special.kept_body) {
         (BodyRef::Bytes(range), true) => {
-            Some(&block[range.clone()]).filter(|b| AmqpMessage::decode(b).is_ok())
+            Some(&block[range.clone()]).filter(|b| Sections::read(b).is_ok())
         }
         _ => None,
     };
