@@ -464,6 +464,30 @@ fn bench_compares_mqtt_with_a_mosquitto_it_starts() {
 }
 
 #[test]
+fn bench_measures_large_messages_against_the_loopback() {
+    let out = run_ok(&[
+        "bench",
+        "--embedded",
+        "--mode",
+        "large",
+        "--volume",
+        "2",
+        "--fanout",
+        "2",
+        "--rounds",
+        "1",
+    ]);
+    let line = summary(&out, "large");
+    assert!(line.contains("\"loopback_mb_per_sec\":"), "{line}");
+    // 64 KiB and 1 MiB, each 1 -> 1 and 1 -> 2, every one delivered.
+    assert_eq!(line.matches("\"lost\":0").count(), 4, "{line}");
+    assert!(
+        line.contains("\"size\":1048576,\"subscribers\":2"),
+        "{line}"
+    );
+}
+
+#[test]
 fn bench_measures_throughput_beside_many_subscriptions() {
     let server = start();
     let url = format!("herald://{}", server.local_addr());

@@ -9,6 +9,7 @@ mod amqp;
 mod cluster;
 mod connections;
 pub mod drill;
+mod large;
 mod latency;
 mod ledger;
 mod machine;
@@ -68,6 +69,10 @@ pub enum Mode {
     /// through --admin, or this process's with --embedded), and every
     /// message counted by number at the end.
     Soak,
+    /// 64 KiB and 1 MiB bodies, 1 -> 1 and 1 -> --fanout, in MB/s against
+    /// a plain socket pair over loopback (and NATS with --compare-nats).
+    /// The server's max_frame_size must be above 1 MiB.
+    Large,
 }
 
 /// Arguments of `herald bench`.
@@ -183,6 +188,9 @@ pub struct Args {
     /// (90s, 10m, 1h).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     duration: Duration,
+    /// MiB published per scenario of --mode large.
+    #[arg(long, default_value_t = 1024)]
+    volume: u64,
 }
 
 /// The load of a side-by-side comparison with another server.
@@ -306,7 +314,15 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
         None => factory.address(),
     };
     println!("server: {server_desc}");
-    if let Some(nats) = args.compare_nats {
+    if args.mode == Mode::Large {
+        let plan = large::Plan {
+            volume: args.volume.max(1) << 20,
+            fanout: args.fanout,
+            rounds: args.rounds,
+            nats: args.compare_nats,
+        };
+        large::run(&factory, &plan)?;
+    } else if let Some(nats) = args.compare_nats {
         compare(&factory, nats, &args)?;
     } else {
         if matches!(args.mode, Mode::All | Mode::Throughput) {
@@ -539,6 +555,8 @@ fn embedded_server(
             enabled: false,
             ..Default::default()
         },
+        // Room for --mode large's 1 MiB bodies and their headers.
+        max_frame_size: 2 << 20,
         ..Config::default()
     };
     if let Some((redis, node)) = cluster {
