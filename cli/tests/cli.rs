@@ -488,6 +488,36 @@ fn bench_measures_large_messages_against_the_loopback() {
 }
 
 #[test]
+fn bench_times_persistent_sends_beside_the_disks_fdatasync() {
+    let out = run_ok(&[
+        "bench",
+        "--embedded",
+        "--mode",
+        "persistent",
+        "--latency-count",
+        "50",
+        "--count",
+        "600",
+        "--rounds",
+        "1",
+    ]);
+    let line = summary(&out, "persistent");
+    for key in ["fdatasync_p50_us", "send_p50_us", "round_trip_p99_us"] {
+        assert!(line.contains(&format!("\"{key}\":")), "{key}: {line}");
+    }
+    // 1, 4 and 16 producers, windows of 1 and 100: every send receipted.
+    assert_eq!(line.matches("\"window\":").count(), 6, "{line}");
+    let runs: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("{\"scenario\":\"queue\""))
+        .collect();
+    assert_eq!(runs.len(), 6, "{out}");
+    for run in runs {
+        assert!(run.contains("\"failed\":0,\"lost\":0"), "{run}");
+    }
+}
+
+#[test]
 fn bench_measures_throughput_beside_many_subscriptions() {
     let server = start();
     let url = format!("herald://{}", server.local_addr());

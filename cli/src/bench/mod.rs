@@ -16,6 +16,7 @@ mod machine;
 mod memory;
 mod mqtt;
 mod nats;
+mod persistent;
 mod process;
 mod progress;
 mod queue;
@@ -73,6 +74,11 @@ pub enum Mode {
     /// a plain socket pair over loopback (and NATS with --compare-nats).
     /// The server's max_frame_size must be above 1 MiB.
     Large,
+    /// The disk's fdatasync latency (in --sync-dir), then a synchronous
+    /// persistent send's and a receipted plain send's (--latency-count of
+    /// each), then the receipted throughput of 1, 4 and 16 producers with
+    /// windows of 1 and 100 (at most --count sends each).
+    Persistent,
 }
 
 /// Arguments of `herald bench`.
@@ -191,6 +197,11 @@ pub struct Args {
     /// MiB published per scenario of --mode large.
     #[arg(long, default_value_t = 1024)]
     volume: u64,
+    /// Where --mode persistent times the disk's fdatasync: a directory on
+    /// the disk of the server's data directory (default: the system's
+    /// temporary directory).
+    #[arg(long)]
+    sync_dir: Option<PathBuf>,
 }
 
 /// The load of a side-by-side comparison with another server.
@@ -369,6 +380,16 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             None => args.amqp,
         };
         amqp::run(&factory, amqp_addr, &Load::of(&args))?;
+    }
+    if args.mode == Mode::Persistent {
+        let plan = persistent::Plan {
+            size: args.size,
+            samples: args.latency_count,
+            count: args.count,
+            sync_dir: args.sync_dir.clone().unwrap_or_else(std::env::temp_dir),
+            rounds: args.rounds,
+        };
+        persistent::run(&factory, &plan)?;
     }
     if args.mode == Mode::Subscriptions {
         subscriptions::run(&factory, args.subscriptions, args.size, args.count)?;

@@ -1,0 +1,183 @@
+//! `--mode persistent`: what a persistent send costs against the disk it
+//! waits for. First the disk: appends of one record's size to a file in
+//! --sync-dir, each followed by `fdatasync`, as the journal writes. Then
+//! one synchronous persistent send at a time to a queue (the send returns
+//! once the server's journal has synced it), timed one by one. Then the
+//! throughput of 1, 4 and 16 producers with 1 and 100 sends in flight
+//! each, every send receipted. The target (issue 29) is a synchronous
+//! send's p50 within 1.3 × one fdatasync.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use herald_client::{AckMode, ConnectionFactory, Destination, Error, Message, Result};
+
+use super::queue;
+use super::{bench_topic, median};
+
+/// What one run is asked to do.
+pub struct Plan {
+    pub size: usize,
+    /// Syncs and synchronous sends timed.
+    pub samples: u64,
+    /// Most sends of one throughput run.
+    pub count: u64,
+    /// Where the disk is timed: the server's data directory's disk.
+    pub sync_dir: PathBuf,
+    pub rounds: u32,
+}
+
+/// A journal record's framing around a message body, roughly: the
+/// appends timed on the disk are this much longer than the body.
+const RECORD_OVERHEAD: usize = 64;
+
+/// Producers and windows of the throughput runs.
+const PRODUCERS: [usize; 3] = [1, 4, 16];
+const WINDOWS: [usize; 2] = [1, 100];
+
+/// Latencies, sorted, and their percentiles in microseconds.
+struct Latencies(Vec<Duration>);
+
+impl Latencies {
+    fn new(mut samples: Vec<Duration>) -> Latencies {
+        samples.sort_unstable();
+        Latencies(samples)
+    }
+
+    fn us(&self, q: f64) -> f64 {
+        let at = ((self.0.len() as f64 * q) as usize).min(self.0.len().saturating_sub(1));
+        self.0.get(at).map_or(0.0, |d| d.as_secs_f64() * 1e6)
+    }
+}
+
+/// Times `samples` appends of `len` bytes to a new file in `dir`, each
+/// made durable with `fdatasync`.
+fn disk_syncs(dir: &Path, len: usize, samples: u64) -> Result<Latencies> {
+    let io = |e: std::io::Error| Error::InvalidArgument(format!("{}: {e}", dir.display()));
+    let path = dir.join(format!("herald-bench-sync-{}", std::process::id()));
+    let mut file = std::fs::File::create(&path).map_err(io)?;
+    let record = vec![0x5au8; len];
+    let timed = (0..samples)
+        .map(|_| {
+            let began = Instant::now();
+            file.write_all(&record)?;
+            file.sync_data()?;
+            Ok(began.elapsed())
+        })
+        .collect::<std::io::Result<Vec<_>>>();
+    let _ = std::fs::remove_file(&path);
+    Ok(Latencies::new(timed.map_err(io)?))
+}
+
+/// Times `samples` synchronous sends, one after the other, to a queue
+/// that a consumer drains: persistent ones wait for the journal's sync,
+/// the others time the round trip alone.
+fn sync_sends(
+    factory: &ConnectionFactory,
+    (size, persistent): (usize, bool),
+    samples: u64,
+) -> Result<Latencies> {
+    let destination = Destination::queue(bench_topic("persistent"));
+    let consumers = factory.create_connection()?;
+    let session = consumers.create_session(AckMode::Auto)?;
+    let consumer = session.create_consumer(&destination)?;
+    consumer.set_message_listener(|_| {})?;
+    let connection = factory.create_connection()?;
+    let producer = connection
+        .create_session(AckMode::Auto)?
+        .create_producer(&destination)?;
+    let body = Bytes::from(vec![7u8; size]);
+    let timed = (0..samples)
+        .map(|_| {
+            let began = Instant::now();
+            let message = Message::bytes(body.clone());
+            producer.send_with_receipt(match persistent {
+                true => message.persistent(),
+                false => message,
+            })?;
+            Ok(began.elapsed())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    connection.close()?;
+    consumers.close()?;
+    Ok(Latencies::new(timed))
+}
+
+/// Runs the three parts and prints a table and a JSON line.
+pub fn run(factory: &ConnectionFactory, plan: &Plan) -> Result<()> {
+    // p50 and p99 of the disk, the persistent send and the round trip.
+    let mut runs: [[Vec<f64>; 2]; 3] = Default::default();
+    for _ in 0..plan.rounds {
+        let timed = [
+            disk_syncs(&plan.sync_dir, plan.size + RECORD_OVERHEAD, plan.samples)?,
+            sync_sends(factory, (plan.size, true), plan.samples)?,
+            sync_sends(factory, (plan.size, false), plan.samples)?,
+        ];
+        for (run, t) in runs.iter_mut().zip(&timed) {
+            run[0].push(t.us(0.5));
+            run[1].push(t.us(0.99));
+        }
+        println!(
+            "fdatasync of {} B appends in {}: p50 {:.1} us, p99 {:.1} us; synchronous persistent send: \
+             p50 {:.1} us, p99 {:.1} us; the same not persistent (the round trip): p50 {:.1} us, p99 {:.1} us",
+            plan.size + RECORD_OVERHEAD,
+            plan.sync_dir.display(),
+            timed[0].us(0.5),
+            timed[0].us(0.99),
+            timed[1].us(0.5),
+            timed[1].us(0.99),
+            timed[2].us(0.5),
+            timed[2].us(0.99)
+        );
+    }
+    let [[disk_p50, disk_p99], [send_p50, send_p99], [trip_p50, trip_p99]] =
+        runs.map(|r| r.map(median));
+    let mut rows = Vec::new();
+    for producers in PRODUCERS {
+        for window in WINDOWS {
+            // Enough sends for some hundreds of syncs, whatever the window.
+            let count = ((300 * producers * window) as u64).min(plan.count);
+            let rates = (0..plan.rounds)
+                .map(|_| {
+                    queue::run(
+                        factory,
+                        factory,
+                        &queue::Plan {
+                            producers,
+                            consumers: 1,
+                            size: plan.size,
+                            count,
+                            persistent: true,
+                            window,
+                            ack_every: 0,
+                        },
+                    )
+                })
+                .collect::<Result<Vec<_>>>()?;
+            rows.push((producers, window, median(rates)));
+        }
+    }
+    println!(
+        "\nfdatasync p50 {disk_p50:.1} us, p99 {disk_p99:.1} us; synchronous persistent send p50 {send_p50:.1} us \
+         ({:.2} x the fdatasync), p99 {send_p99:.1} us; round trip p50 {trip_p50:.1} us, p99 {trip_p99:.1} us",
+        send_p50 / disk_p50
+    );
+    println!("{:<12} {:>8} {:>14}", "producers", "window", "msgs/s");
+    for (producers, window, rate) in &rows {
+        println!("{producers:<12} {window:>8} {rate:>14.0}");
+    }
+    let rows: Vec<String> = rows
+        .iter()
+        .map(|(p, w, r)| format!("{{\"producers\":{p},\"window\":{w},\"msgs_per_sec\":{r:.0}}}"))
+        .collect();
+    println!(
+        "{{\"scenario\":\"persistent\",\"size\":{},\"fdatasync_p50_us\":{disk_p50:.1},\"fdatasync_p99_us\":{disk_p99:.1},\
+         \"send_p50_us\":{send_p50:.1},\"send_p99_us\":{send_p99:.1},\"round_trip_p50_us\":{trip_p50:.1},\"round_trip_p99_us\":{trip_p99:.1},\"send_over_fdatasync\":{:.3},\"rows\":[{}]}}",
+        plan.size,
+        send_p50 / disk_p50,
+        rows.join(",")
+    );
+    Ok(())
+}
