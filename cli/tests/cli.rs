@@ -518,6 +518,31 @@ fn bench_times_persistent_sends_beside_the_disks_fdatasync() {
 }
 
 #[test]
+fn bench_fans_out_to_many_connections_beside_nats() {
+    // Starts herald-server and Debian's nats-server itself.
+    let out = run_ok(&[
+        "bench",
+        "--mode",
+        "fanout",
+        "--connections",
+        "40",
+        "--count",
+        "4000",
+    ]);
+    let line = summary(&out, "fanout");
+    // Six rows for 4 and for 40 subscribers.
+    assert_eq!(line.matches("\"ratio\":").count(), 12, "{line}");
+    assert!(
+        line.contains("\"scenario\":\"40 subs: deliveries/s\""),
+        "{line}"
+    );
+    assert!(
+        !line.contains("\"herald\":0.000,"),
+        "every figure measured: {line}"
+    );
+}
+
+#[test]
 fn bench_measures_throughput_beside_many_subscriptions() {
     let server = start();
     let url = format!("herald://{}", server.local_addr());

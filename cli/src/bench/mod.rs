@@ -9,6 +9,7 @@ mod amqp;
 mod cluster;
 mod connections;
 pub mod drill;
+mod fanout;
 mod large;
 mod latency;
 mod ledger;
@@ -79,6 +80,11 @@ pub enum Mode {
     /// each), then the receipted throughput of 1, 4 and 16 producers with
     /// windows of 1 and 100 (at most --count sends each).
     Persistent,
+    /// One topic with --connections / 10, then --connections subscriber
+    /// connections, on a herald-server and a nats-server (--nats-server)
+    /// that the bench starts: the time until the last subscriber has a
+    /// message, deliveries/s and each server's memory.
+    Fanout,
 }
 
 /// Arguments of `herald bench`.
@@ -202,6 +208,9 @@ pub struct Args {
     /// temporary directory).
     #[arg(long)]
     sync_dir: Option<PathBuf>,
+    /// The nats-server binary for --mode fanout.
+    #[arg(long, default_value = "nats-server")]
+    nats_server: PathBuf,
 }
 
 /// The load of a side-by-side comparison with another server.
@@ -295,6 +304,15 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             mosquitto: &args.mosquitto,
             load: Load::of(&args),
             connections: args.mqtt_connections,
+        });
+    }
+    if args.mode == Mode::Fanout {
+        println!("{}", machine::describe());
+        return fanout::run(&fanout::Plan {
+            connections: args.connections,
+            size: args.size,
+            deliveries: args.count,
+            nats_server: &args.nats_server,
         });
     }
     if args.compare_rabbitmq {

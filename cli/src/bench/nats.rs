@@ -131,15 +131,20 @@ pub fn throughput(
     let subscribe = |mut arrivals: Arrivals| {
         Nats::connect(addr)?.subscribe(&subject, move |body| arrivals.arrived(body))
     };
-    let mut sender = SubjectSender {
-        nats: Nats::connect(addr)?,
-        subject: subject.clone(),
-    };
+    let mut sender = sender(addr, &subject)?;
     one_to_many("nats", (subscribers, size, count), subscribe, &mut sender)
 }
 
+/// A publisher to `subject` on its own connection.
+pub fn sender(addr: SocketAddr, subject: &str) -> Result<SubjectSender> {
+    Ok(SubjectSender {
+        nats: Nats::connect(addr)?,
+        subject: subject.to_owned(),
+    })
+}
+
 /// A publisher and the subject it sends to.
-struct SubjectSender {
+pub struct SubjectSender {
     nats: Nats,
     subject: String,
 }
