@@ -45,6 +45,68 @@ fn topic_subscribers_receive_only_what_their_selector_selects() {
 }
 
 #[test]
+fn subscribers_selecting_one_value_each_get_exactly_their_messages() {
+    // Selectors of the form `device = N` are indexed by the value: each
+    // message meets only its own, however many there are. The index must
+    // keep JMS's semantics: 7.0 equals 7, the string '7' does not.
+    let server = start();
+    let (_c, s) = connect(&server);
+    let topic = Destination::topic("telemetry");
+    let devices: Vec<_> = (0..100)
+        .map(|i| {
+            let selector = format!("device = {i} AND reading >= 0");
+            s.create_consumer_with_selector(&topic, &selector).unwrap()
+        })
+        .collect();
+    let (_c2, s2) = connect(&server);
+    let also_seven = s2
+        .create_consumer_with_selector(&topic, "device = 7")
+        .unwrap();
+    let unindexed = s2
+        .create_consumer_with_selector(&topic, "device > 97")
+        .unwrap();
+    let p = s.create_producer(&topic).unwrap();
+    let reading = |device: Message| device.with_property("reading", 1);
+    for i in 0..100 {
+        p.send(reading(
+            Message::text(format!("{i}")).with_property("device", i),
+        ))
+        .unwrap();
+    }
+    for odd in [
+        Message::text("7.0").with_property("device", 7.0f64),
+        Message::text("'7'").with_property("device", "7"),
+        Message::text("none"),
+    ] {
+        p.send(reading(odd)).unwrap();
+    }
+    p.send_with_receipt(Message::text("end")).unwrap();
+    for (i, device) in devices.iter().enumerate() {
+        assert_eq!(next(device).body_text(), Some(format!("{i}").as_str()));
+        if i == 7 {
+            assert_eq!(next(device).body_text(), Some("7.0"));
+        }
+    }
+    assert_eq!(next(&also_seven).body_text(), Some("7"));
+    assert_eq!(next(&also_seven).body_text(), Some("7.0"));
+    assert_eq!(next(&unindexed).body_text(), Some("98"));
+    assert_eq!(next(&unindexed).body_text(), Some("99"));
+    assert_nothing(&unindexed);
+    assert_eq!(
+        server.stats().messages_out,
+        105,
+        "no message reached a subscriber that does not select it"
+    );
+    // Ending subscriptions takes them out of the index.
+    for device in devices.into_iter().take(50) {
+        device.close().unwrap();
+    }
+    p.send_with_receipt(Message::text("7 again").with_property("device", 7))
+        .unwrap();
+    assert_eq!(next(&also_seven).body_text(), Some("7 again"));
+}
+
+#[test]
 fn a_queue_consumer_takes_only_matching_messages_and_leaves_the_rest() {
     let server = start();
     let (_c, s) = connect(&server);

@@ -543,6 +543,30 @@ fn bench_fans_out_to_many_connections_beside_nats() {
 }
 
 #[test]
+fn bench_scales_subscriptions_beside_nats() {
+    // Starts herald-server and Debian's nats-server itself.
+    let out = run_ok(&[
+        "bench",
+        "--mode",
+        "scale",
+        "--subscriptions",
+        "12000",
+        "--count",
+        "5000",
+    ]);
+    let line = summary(&out, "scale");
+    assert_eq!(line.matches("\"ratio\":").count(), 7, "{line}");
+    assert!(
+        line.contains("\"scenario\":\"12000 patterns: subscribed per s\""),
+        "{line}"
+    );
+    assert!(line.contains("\"selectors\":{\"count\":1200,"), "{line}");
+    // Six 1 -> 1 runs (alone and beside: Herald's patterns, Herald's
+    // selectors, NATS's patterns), every message delivered.
+    assert_eq!(out.matches("\"lost\":0,").count(), 6, "{out}");
+}
+
+#[test]
 fn bench_measures_throughput_beside_many_subscriptions() {
     let server = start();
     let url = format!("herald://{}", server.local_addr());

@@ -11,7 +11,7 @@
 //! each sends its protocol's connect and subscribe, waits for the server
 //! to confirm, then only counts what arrives.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -19,15 +19,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use herald_client::{AckMode, ConnectionFactory, Destination, Error, Message, Result};
-use herald_protocol::frame::{Connect, Subscribe};
-use herald_protocol::{Decoder, DestinationKind, Frame, FrameKind};
+use herald_protocol::Decoder;
 
 use super::process::{io, scratch, start_herald, wait_listening, Process};
 use super::progress::Progress;
+use super::raw::{Inbox, Raw, Wire};
 use super::throughput::Sender;
-use super::{bench_topic, median, nats};
+use super::{bench_topic, median, nats, versus_nats};
 
 /// Lone messages timed to the last subscriber.
 const PROBES: usize = 15;
@@ -41,103 +41,10 @@ pub struct Plan<'a> {
     pub nats_server: &'a Path,
 }
 
-/// The two wire protocols the subscribers speak.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Wire {
-    Herald,
-    Nats,
-}
-
-/// The subscribe request's id, confirmed by a RECEIPT.
-const SUBSCRIBE_REQUEST: u32 = 2;
-
-impl Wire {
-    /// What a subscriber sends when it connects.
-    fn hello(self, subject: &str) -> Result<Vec<u8>> {
-        match self {
-            Wire::Nats => Ok(format!(
-                "CONNECT {{\"verbose\":false,\"pedantic\":false}}\r\nSUB {subject} 1\r\nPING\r\n"
-            )
-            .into_bytes()),
-            Wire::Herald => {
-                let mut b = BytesMut::new();
-                let connect = Frame::Connect(Connect {
-                    client_id: String::new(),
-                    user: String::new(),
-                    password: String::new(),
-                    heartbeat_ms: 0,
-                });
-                let subscribe =
-                    Frame::Subscribe(Subscribe::new(1, DestinationKind::Topic, subject));
-                let bad = |e: herald_protocol::Error| Error::InvalidArgument(e.to_string());
-                connect.encode(1, &mut b).map_err(bad)?;
-                subscribe.encode(SUBSCRIBE_REQUEST, &mut b).map_err(bad)?;
-                Ok(b.to_vec())
-            }
-        }
-    }
-}
-
 /// One subscriber's socket and what it has read but not yet parsed.
 struct Subscriber {
     stream: mio::net::TcpStream,
-    buf: BytesMut,
-    /// The server confirmed the subscription.
-    ready: bool,
-}
-
-impl Subscriber {
-    /// Takes the whole frames or lines off the buffer; returns the
-    /// messages among them. `Err` on what the protocol does not allow.
-    fn parse(&mut self, wire: Wire, decoder: &Decoder) -> std::result::Result<u64, String> {
-        let mut messages = 0;
-        match wire {
-            Wire::Herald => {
-                while let Some(raw) = decoder
-                    .decode(&mut self.buf)
-                    .map_err(|e| e.error.to_string())?
-                {
-                    match raw.header.kind {
-                        FrameKind::Message => messages += 1,
-                        FrameKind::Receipt if raw.header.request_id == SUBSCRIBE_REQUEST => {
-                            self.ready = true
-                        }
-                        FrameKind::Error => return Err("the server sent ERROR".into()),
-                        _ => {}
-                    }
-                }
-            }
-            Wire::Nats => {
-                while let Some(end) = self.buf.windows(2).position(|w| w == b"\r\n") {
-                    let line = &self.buf[..end];
-                    if let Some(rest) = line.strip_prefix(b"MSG ") {
-                        let size: usize = std::str::from_utf8(rest)
-                            .ok()
-                            .and_then(|r| r.rsplit(' ').next())
-                            .and_then(|s| s.parse().ok())
-                            .ok_or("a MSG line without a size")?;
-                        if self.buf.len() < end + 2 + size + 2 {
-                            break;
-                        }
-                        self.buf.advance(end + 2 + size + 2);
-                        messages += 1;
-                        continue;
-                    }
-                    match line {
-                        b"PONG" => self.ready = true,
-                        // NATS's keep-alive; the answer is best effort.
-                        b"PING" => drop(self.stream.write(b"PONG\r\n")),
-                        l if l.starts_with(b"-ERR") => {
-                            return Err(String::from_utf8_lossy(l).into_owned())
-                        }
-                        _ => {}
-                    }
-                    self.buf.advance(end + 2);
-                }
-            }
-        }
-        Ok(messages)
-    }
+    inbox: Inbox,
 }
 
 /// What the poll thread counts, for whoever waits on it.
@@ -190,37 +97,22 @@ impl Tally {
 /// Connects `n` subscribers to `subject` and waits until the server has
 /// confirmed every subscription.
 fn connect(addr: SocketAddr, wire: Wire, subject: &str, n: usize) -> Result<Vec<Subscriber>> {
-    let hello = wire.hello(subject)?;
-    let decoder = Decoder::new(4 << 20);
+    let mut subscribe = BytesMut::new();
+    wire.subscribe(1, subject, "", &mut subscribe)?;
+    wire.barrier(&mut subscribe);
     let mut subs = Vec::with_capacity(n);
     let mut progress = Progress::new("subscribing", n as u64);
     for i in 0..n {
-        let mut stream = std::net::TcpStream::connect(addr).map_err(io("a subscriber"))?;
-        stream.set_nodelay(true).map_err(io("a subscriber"))?;
-        stream.write_all(&hello).map_err(io("a subscriber"))?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
+        let mut raw = Raw::open(addr, wire)?;
+        raw.send(&subscribe)?;
+        raw.await_confirmed(1)?;
+        raw.stream
+            .set_nonblocking(true)
             .map_err(io("a subscriber"))?;
-        let mut sub = Subscriber {
-            stream: mio::net::TcpStream::from_std(stream.try_clone().map_err(io("a subscriber"))?),
-            buf: BytesMut::with_capacity(4096),
-            ready: false,
-        };
-        let mut chunk = [0u8; 4096];
-        while !sub.ready {
-            let n = stream
-                .read(&mut chunk)
-                .map_err(io("awaiting the subscription"))?;
-            if n == 0 {
-                return Err(Error::InvalidArgument(
-                    "the server closed a subscriber".into(),
-                ));
-            }
-            sub.buf.extend_from_slice(&chunk[..n]);
-            sub.parse(wire, &decoder).map_err(Error::InvalidArgument)?;
-        }
-        stream.set_nonblocking(true).map_err(io("a subscriber"))?;
-        subs.push(sub);
+        subs.push(Subscriber {
+            stream: mio::net::TcpStream::from_std(raw.stream),
+            inbox: raw.inbox,
+        });
         if i % 512 == 0 {
             progress.update(i as u64);
         }
@@ -254,7 +146,7 @@ fn poll(mut subs: Vec<Subscriber>, wire: Wire, tally: &Tally) -> Result<()> {
                         tally.fail("the server closed a subscriber".into());
                         break;
                     }
-                    Ok(n) => sub.buf.extend_from_slice(&chunk[..n]),
+                    Ok(n) => sub.inbox.buf.extend_from_slice(&chunk[..n]),
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
                     Err(e) => {
@@ -262,8 +154,8 @@ fn poll(mut subs: Vec<Subscriber>, wire: Wire, tally: &Tally) -> Result<()> {
                         break;
                     }
                 }
-                match sub.parse(wire, &decoder) {
-                    Ok(n) => messages += n,
+                match sub.inbox.parse(wire, &decoder, &mut sub.stream) {
+                    Ok(parsed) => messages += parsed.messages,
                     Err(why) => tally.fail(why),
                 }
             }
@@ -367,7 +259,7 @@ impl Sender for HeraldSender {
 }
 
 /// nats-server on an ephemeral port, started here.
-fn start_nats(bin: &Path) -> Result<Process> {
+pub(super) fn start_nats(bin: &Path) -> Result<Process> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(io("a free port"))?
@@ -424,15 +316,11 @@ pub fn run(plan: &Plan) -> Result<()> {
         drop(nats);
         rows.push((h, n));
     }
-    println!(
-        "\n{:<40} {:>14} {:>14} {:>8}",
-        "scenario", "herald", "nats", "ratio"
-    );
-    let mut json = Vec::new();
     let mb = |b: u64| b as f64 / 1e6;
+    let mut lines = Vec::new();
     for (h, n) in &rows {
         let s = h.subscribers;
-        let lines = [
+        lines.extend([
             (
                 format!("{s} subs: deliveries/s"),
                 h.deliveries_per_sec,
@@ -469,19 +357,9 @@ pub fn run(plan: &Plan) -> Result<()> {
                 mb(n.rss_after),
                 false,
             ),
-        ];
-        for (name, herald, nats, higher_is_better) in lines {
-            let ratio = if higher_is_better {
-                herald / nats
-            } else {
-                nats / herald
-            };
-            println!("{name:<40} {herald:>14.2} {nats:>14.2} {ratio:>8.2}");
-            json.push(format!(
-                "{{\"scenario\":\"{name}\",\"herald\":{herald:.3},\"nats\":{nats:.3},\"ratio\":{ratio:.3}}}"
-            ));
-        }
+        ]);
     }
-    println!("{{\"scenario\":\"fanout\",\"rows\":[{}]}}", json.join(","));
+    let json = versus_nats(lines);
+    println!("{{\"scenario\":\"fanout\",\"rows\":[{json}]}}");
     Ok(())
 }

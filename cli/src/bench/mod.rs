@@ -21,6 +21,8 @@ mod persistent;
 mod process;
 mod progress;
 mod queue;
+mod raw;
+mod scale;
 mod soak;
 mod stomp;
 mod subscriptions;
@@ -85,6 +87,11 @@ pub enum Mode {
     /// that the bench starts: the time until the last subscriber has a
     /// message, deliveries/s and each server's memory.
     Fanout,
+    /// --subscriptions distinct wildcard patterns on a herald-server and a
+    /// nats-server (--nats-server) that the bench starts: subscribe and
+    /// unsubscribe rates, memory each, 1 -> 1 beside them; then a tenth
+    /// as many selectors on Herald.
+    Scale,
 }
 
 /// Arguments of `herald bench`.
@@ -182,7 +189,8 @@ pub struct Args {
     /// and the medians are compared.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=99))]
     rounds: u32,
-    /// Subscriptions that never match, for --mode subscriptions.
+    /// Subscriptions that never match, for --mode subscriptions and
+    /// --mode scale.
     #[arg(long, default_value_t = 100_000)]
     subscriptions: usize,
     /// Another node of the same cluster: the throughput run is measured
@@ -208,7 +216,7 @@ pub struct Args {
     /// temporary directory).
     #[arg(long)]
     sync_dir: Option<PathBuf>,
-    /// The nats-server binary for --mode fanout.
+    /// The nats-server binary for --mode fanout and --mode scale.
     #[arg(long, default_value = "nats-server")]
     nats_server: PathBuf,
 }
@@ -312,6 +320,15 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             connections: args.connections,
             size: args.size,
             deliveries: args.count,
+            nats_server: &args.nats_server,
+        });
+    }
+    if args.mode == Mode::Scale {
+        println!("{}", machine::describe());
+        return scale::run(&scale::Plan {
+            subscriptions: args.subscriptions,
+            size: args.size,
+            count: args.count,
             nats_server: &args.nats_server,
         });
     }
@@ -488,7 +505,7 @@ fn compare(
         "comparing with the NATS server at {nats_addr}, {} rounds, medians",
         args.rounds
     );
-    let mut rows: Vec<(String, f64, f64, bool)> = Vec::new();
+    let mut rows: Vec<Versus> = Vec::new();
     for subscribers in [1, args.fanout] {
         let (mut h_rates, mut n_rates, mut h_lost, mut n_lost) = (vec![], vec![], 0, 0);
         for _ in 0..args.rounds {
@@ -524,29 +541,36 @@ fn compare(
             false,
         ));
     }
+    let json = versus_nats(rows);
+    println!("{{\"scenario\":\"comparison\",\"rows\":[{}]}}", json);
+    Ok(())
+}
+
+/// A row of a comparison with NATS: its name, Herald's figure, NATS's,
+/// and whether higher is better.
+type Versus = (String, f64, f64, bool);
+
+/// Prints `rows` as a table, each with the ratio that says how many times
+/// better Herald is (above 1: Herald wins); returns them as JSON objects,
+/// joined with commas.
+fn versus_nats(rows: Vec<Versus>) -> String {
+    let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
     println!(
-        "\n{:<44} {:>14} {:>14} {:>8}",
+        "\n{:<width$} {:>14} {:>14} {:>8}",
         "scenario", "herald", "nats", "ratio"
     );
     let mut json = Vec::new();
     for (name, herald, nats, higher_is_better) in rows {
-        // The ratio is always "how many times better Herald is": above 1
-        // means Herald wins.
-        let ratio = if higher_is_better {
-            herald / nats
-        } else {
-            nats / herald
+        let ratio = match higher_is_better {
+            true => herald / nats,
+            false => nats / herald,
         };
-        println!("{name:<44} {herald:>14.1} {nats:>14.1} {ratio:>8.2}");
+        println!("{name:<width$} {herald:>14.2} {nats:>14.2} {ratio:>8.2}");
         json.push(format!(
-            "{{\"scenario\":\"{name}\",\"herald\":{herald:.1},\"nats\":{nats:.1},\"ratio\":{ratio:.3}}}"
+            "{{\"scenario\":\"{name}\",\"herald\":{herald:.3},\"nats\":{nats:.3},\"ratio\":{ratio:.3}}}"
         ));
     }
-    println!(
-        "{{\"scenario\":\"comparison\",\"rows\":[{}]}}",
-        json.join(",")
-    );
-    Ok(())
+    json.join(",")
 }
 
 /// The middle value (the upper one of an even count).

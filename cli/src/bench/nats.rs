@@ -127,11 +127,27 @@ pub fn throughput(
     size: usize,
     count: u64,
 ) -> Result<ThroughputReport> {
-    let subject = bench_topic("nats-throughput");
+    throughput_on(
+        addr,
+        &bench_topic("nats-throughput"),
+        subscribers,
+        size,
+        count,
+    )
+}
+
+/// [`throughput`] on `subject`.
+pub fn throughput_on(
+    addr: SocketAddr,
+    subject: &str,
+    subscribers: usize,
+    size: usize,
+    count: u64,
+) -> Result<ThroughputReport> {
     let subscribe = |mut arrivals: Arrivals| {
-        Nats::connect(addr)?.subscribe(&subject, move |body| arrivals.arrived(body))
+        Nats::connect(addr)?.subscribe(subject, move |body| arrivals.arrived(body))
     };
-    let mut sender = sender(addr, &subject)?;
+    let mut sender = sender(addr, subject)?;
     one_to_many("nats", (subscribers, size, count), subscribe, &mut sender)
 }
 

@@ -49,6 +49,25 @@ pub fn run_across(
     count: u64,
 ) -> Result<ThroughputReport> {
     let topic = bench_topic("throughput");
+    run_topic(
+        publish_to,
+        subscribe_to,
+        &topic,
+        (publishers, subscribers),
+        size,
+        count,
+    )
+}
+
+/// [`run_across`] on `topic`.
+pub fn run_topic(
+    publish_to: &herald_client::ConnectionFactory,
+    subscribe_to: &herald_client::ConnectionFactory,
+    topic: &str,
+    (publishers, subscribers): (usize, usize),
+    size: usize,
+    count: u64,
+) -> Result<ThroughputReport> {
     let destination = Destination::topic(topic);
     let mut connections = Vec::new();
     let mut counters = Vec::new();

@@ -209,6 +209,39 @@ fn field_value(v: ValueRef<'_>) -> FieldValue<'_> {
     }
 }
 
+/// Largest integer whose every neighbour is a distinct `f64`: a literal
+/// within it equals a double property exactly when the double is that
+/// integer, so both can be looked up under one key.
+const EXACT_IN_F64: i64 = 1 << 53;
+
+/// A constant that a selector requires a property to equal, as a key for
+/// indexing subscriptions: a message's property value gives the one key
+/// that any such subscription can match ([`IndexKey::of_property`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum IndexKey {
+    /// An integer (also a double property with an integral value).
+    Long(i64),
+    /// A string.
+    Str(Box<str>),
+}
+
+impl IndexKey {
+    /// The key under which the subscriptions that may select a message
+    /// with property `name` are indexed, if it has one: its first value
+    /// of that name, as [`Selector::matches`] reads it.
+    pub fn of_property(m: &MessageRef<'_>, name: &str) -> Option<IndexKey> {
+        let value = m.properties.clone().find(|(n, _)| *n == name)?.1;
+        match field_value(value) {
+            FieldValue::Long(v) => Some(IndexKey::Long(v)),
+            FieldValue::Double(d) if d.fract() == 0.0 && d.abs() <= EXACT_IN_F64 as f64 => {
+                Some(IndexKey::Long(d as i64))
+            }
+            FieldValue::Str(s) => Some(IndexKey::Str(s.into())),
+            _ => None,
+        }
+    }
+}
+
 /// Slots kept on the stack; a selector naming more identifiers allocates.
 const INLINE_SLOTS: usize = 8;
 
@@ -266,6 +299,33 @@ impl Selector {
     /// its compiled regular expressions with their search caches.
     pub fn memory(&self) -> usize {
         self.memory
+    }
+
+    /// A property and a constant that it must equal for this selector to
+    /// select a message: `name = 'x'` or `name = 7`, alone or as a term of
+    /// the top-level `AND`. A message whose property has another value (or
+    /// none) is never selected, so subscriptions can be indexed by it.
+    pub fn required_equality(&self) -> Option<(&str, IndexKey)> {
+        let terms = match &self.expr {
+            Expr::And(terms) => terms.as_slice(),
+            one => std::slice::from_ref(one),
+        };
+        terms.iter().find_map(|term| {
+            let Expr::Cmp("=", l, r) = term else {
+                return None;
+            };
+            let (slot, constant) = match (l.as_ref(), r.as_ref()) {
+                (Expr::Ident(slot), c) | (c, Expr::Ident(slot)) => (*slot, c),
+                _ => return None,
+            };
+            let key = match constant {
+                Expr::Long(v) if v.abs() <= EXACT_IN_F64 => IndexKey::Long(*v),
+                Expr::Str(s) => IndexKey::Str(s.as_str().into()),
+                _ => return None,
+            };
+            let (name, _) = self.slots.properties.iter().find(|(_, s)| *s == slot)?;
+            Some((name.as_str(), key))
+        })
     }
 
     /// Whether it selects this message. A message whose evaluation would

@@ -383,3 +383,73 @@ fn a_character_that_starts_no_token_is_an_error_not_a_hang() {
     }
     assert!(sel("café = 'au lait'", &[("café", s("au lait"))]));
 }
+
+#[test]
+fn the_equality_a_selector_requires_is_found_only_where_it_is_required() {
+    let key = |src: &str| {
+        Selector::parse(src)
+            .unwrap()
+            .required_equality()
+            .map(|(name, key)| (name.to_owned(), key))
+    };
+    let long = |n: &str, v| Some((n.to_owned(), IndexKey::Long(v)));
+    assert_eq!(key("n = 5"), long("n", 5));
+    assert_eq!(key("5 = n"), long("n", 5));
+    assert_eq!(
+        key("color = 'blue' AND weight > 2500"),
+        Some(("color".to_owned(), IndexKey::Str("blue".into())))
+    );
+    assert_eq!(key("weight > 2500 AND n = 7"), long("n", 7));
+    for none in [
+        "n = 5 OR m = 6",
+        "NOT n = 5",
+        "n <> 5",
+        "n = 5.0",
+        "n = m",
+        "JMSPriority = 4",
+        "JMSType = 'car'",
+        "n = TRUE",
+        "n = 9007199254740993",
+        "n IN ('a', 'b')",
+    ] {
+        assert_eq!(key(none), None, "{none}");
+    }
+}
+
+use proptest::prelude::Strategy;
+
+proptest::proptest! {
+    /// Whatever a selector selects has, in the property it requires, the
+    /// key it requires: an index by that key misses no message.
+    #[test]
+    fn a_selected_message_has_the_required_key(
+        literal in proptest::prop_oneof![
+            (-3i64..4).prop_map(|v| v.to_string()),
+            proptest::sample::select(vec!["'a'", "'b'", "'1'"]).prop_map(str::to_owned),
+        ],
+        value in proptest::prop_oneof![
+            (-3i64..4).prop_map(Value::I64),
+            (-3i32..4).prop_map(Value::I32),
+            (-3i8..4).prop_map(Value::I8),
+            proptest::sample::select(vec![-2.0, 0.0, 1.0, 1.5, 3.0]).prop_map(Value::F64),
+            proptest::sample::select(vec![1.0f32, 2.5]).prop_map(Value::F32),
+            proptest::sample::select(vec!["a", "b", "1"]).prop_map(s),
+            proptest::bool::ANY.prop_map(Value::Bool),
+        ],
+        shadow in proptest::option::of((-3i64..4).prop_map(Value::I64)),
+        rest in proptest::sample::select(vec!["", " AND m IS NULL", " AND 1 = 1"]),
+    ) {
+        let src = format!("n = {literal}{rest}");
+        let selector = Selector::parse(&src).unwrap();
+        let (name, required) = selector.required_equality().unwrap();
+        // A second property of the same name comes after the first, and
+        // only the first counts.
+        let mut props = vec![("n", value)];
+        props.extend(shadow.map(|v| ("n", v)));
+        let block = message(&props);
+        let m = MessageRef::parse(&block).unwrap();
+        if selector.matches(&m) {
+            proptest::prop_assert_eq!(IndexKey::of_property(&m, name), Some(required), "{}", src);
+        }
+    }
+}

@@ -67,7 +67,7 @@ use herald_protocol::destination::{
     temporary_owner, temporary_prefix, PatternWord, TEMPORARY_PREFIX,
 };
 use herald_protocol::message::MessageRef;
-use herald_protocol::selector::{Selector, SelectorLimits};
+use herald_protocol::selector::{IndexKey, Selector, SelectorLimits};
 use herald_protocol::{DeliveryMode, Pattern};
 
 use crate::config::Config;
@@ -103,6 +103,19 @@ fn takes<'a>(
             .is_some_and(|r| selector.matches(r)),
         None => true,
     }
+}
+
+/// The index key of property `name` of the message in `block` (see
+/// `TopicTree::for_each_match`), from the message parsed at most once.
+fn key_of<'a>(
+    block: &'a Bytes,
+    fields: &OnceCell<Option<MessageRef<'a>>>,
+    name: &str,
+) -> Option<IndexKey> {
+    fields
+        .get_or_init(|| MessageRef::read(block).ok())
+        .as_ref()
+        .and_then(|m| IndexKey::of_property(m, name))
 }
 
 /// The routing state of one server.

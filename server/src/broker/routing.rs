@@ -12,7 +12,7 @@ use super::refile::Refile;
 use super::request::{Room, RouteError, Routed, Written};
 use super::timers::Timed;
 use super::topic_tree::{Target, TopicEntry};
-use super::{queue, takes, Broker};
+use super::{key_of, queue, takes, Broker};
 use crate::store::{Completion, Holder, Record};
 use crate::sync::lock;
 use bytes::Bytes;
@@ -260,7 +260,7 @@ impl Broker {
         };
         match &cached {
             Some(entries) => entries.iter().for_each(&mut visit),
-            None => tree.for_each_match(name, visit),
+            None => tree.for_each_match(name, |p| key_of(block, &fields, p), visit),
         }
         self.keep_retained(name, block, mode, &mut routed, out);
         drop(tree);
@@ -318,13 +318,16 @@ impl Broker {
     pub fn streams_for(&self, topic: &str, block: &Bytes) -> Vec<String> {
         let (owner, fields) = (temporary_owner(topic), OnceCell::new());
         let mut streams = Vec::new();
-        self.read_topics()
-            .for_each_match(topic, |entry| match &entry.target {
+        self.read_topics().for_each_match(
+            topic,
+            |p| key_of(block, &fields, p),
+            |entry| match &entry.target {
                 Target::Stream(stream) if takes(entry, (owner, None), block, &fields) => {
                     streams.push(stream.clone());
                 }
                 _ => {}
-            });
+            },
+        );
         streams
     }
 }
