@@ -567,6 +567,19 @@ fn bench_scales_subscriptions_beside_nats() {
 }
 
 #[test]
+fn bench_weighs_the_client_against_a_raw_driver() {
+    // Starts its own herald-server, to read its CPU time.
+    let out = run_ok(&[
+        "bench", "--mode", "client", "--count", "20000", "--rounds", "1",
+    ]);
+    let line = summary(&out, "client");
+    for key in ["client_over_raw", "client_cpu_us", "raw_server_cpu_us"] {
+        assert!(line.contains(&format!("\"{key}\":")), "{key}: {line}");
+    }
+    assert!(out.contains("\"received\":20000,\"lost\":0"), "{out}");
+}
+
+#[test]
 fn bench_measures_throughput_beside_many_subscriptions() {
     let server = start();
     let url = format!("herald://{}", server.local_addr());

@@ -6,6 +6,7 @@
 //! Each scenario ends with one JSON line for scripts.
 
 mod amqp;
+mod client;
 mod cluster;
 mod connections;
 pub mod drill;
@@ -92,6 +93,10 @@ pub enum Mode {
     /// unsubscribe rates, memory each, 1 -> 1 beside them; then a tenth
     /// as many selectors on Herald.
     Scale,
+    /// Topic 1 -> 1 with the Rust client at both ends against a raw
+    /// driver, alternating, on a herald-server the bench starts: rates,
+    /// and the CPU per message of the clients and of the server.
+    Client,
 }
 
 /// Arguments of `herald bench`.
@@ -321,6 +326,14 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             size: args.size,
             deliveries: args.count,
             nats_server: &args.nats_server,
+        });
+    }
+    if args.mode == Mode::Client {
+        println!("{}", machine::describe());
+        return client::run(&client::Plan {
+            size: args.size,
+            count: args.count,
+            rounds: args.rounds,
         });
     }
     if args.mode == Mode::Scale {

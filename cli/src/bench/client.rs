@@ -1,0 +1,190 @@
+//! `--mode client`: what the client library costs applications. Topic
+//! 1 → 1 on a herald-server that the bench starts, in alternating rounds:
+//! once with the Rust client at both ends (as `--mode throughput`), once
+//! with a raw driver (a publisher writing ready-made SEND frames in 64 KiB
+//! writes, a subscriber counting MESSAGE frames off a plain socket). For
+//! each: messages per second, and the CPU time per message of this
+//! process (both ends) and of the server, read from /proc. The targets
+//! (issue 29): the client within 10 % of the raw driver, and its CPU per
+//! message no more than the server's.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use herald_client::{ConnectionFactory, Destination, Error, Message, Result};
+use herald_protocol::{Decoder, FrameKind};
+
+use super::process::{io, start_herald};
+use super::raw::{Raw, Wire};
+use super::{bench_topic, median, throughput};
+
+/// What one run is asked to do.
+pub struct Plan {
+    pub size: usize,
+    pub count: u64,
+    pub rounds: u32,
+}
+
+/// CPU seconds (user and system) that process `pid` has used.
+fn cpu_seconds(pid: &str) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(io("reading /proc/PID/stat"))?;
+    // The fields after the command's closing parenthesis; utime and stime
+    // are the 14th and 15th of the whole line, in clock ticks.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+    match (ticks(11), ticks(12)) {
+        (Some(user), Some(system)) => Ok((user + system) / CLOCK_TICKS),
+        _ => Err(Error::InvalidArgument(format!(
+            "no CPU times in /proc/{pid}/stat"
+        ))),
+    }
+}
+
+/// Linux's `USER_HZ`, the unit of /proc's CPU times, on every
+/// architecture it runs on.
+const CLOCK_TICKS: f64 = 100.0;
+
+/// One round's figures.
+struct Round {
+    rate: f64,
+    /// Microseconds of CPU per message: this process, the server.
+    here_us: f64,
+    server_us: f64,
+}
+
+/// Runs `run` (which returns the messages per second) and times the CPU
+/// both processes spent on it.
+fn timed(server: u32, count: u64, run: impl FnOnce() -> Result<f64>) -> Result<Round> {
+    let server = server.to_string();
+    let (here, there) = (cpu_seconds("self")?, cpu_seconds(&server)?);
+    let rate = run()?;
+    let per = |before: f64, now: f64| (now - before) / count as f64 * 1e6;
+    Ok(Round {
+        rate,
+        here_us: per(here, cpu_seconds("self")?),
+        server_us: per(there, cpu_seconds(&server)?),
+    })
+}
+
+/// The raw driver: ready-made SEND frames written in 64 KiB batches, and
+/// a subscriber that counts MESSAGE frames; messages per second from the
+/// first write to the last arrival.
+fn raw(addr: SocketAddr, size: usize, count: u64) -> Result<f64> {
+    let topic = bench_topic("raw");
+    let mut subscriber = Raw::open(addr, Wire::Herald)?;
+    let mut subscribe = BytesMut::new();
+    Wire::Herald.subscribe(1, &topic, "", &mut subscribe)?;
+    subscriber.send(&subscribe)?;
+    subscriber.await_confirmed(1)?;
+    let mut publisher = Raw::open(addr, Wire::Herald)?;
+    let mut message = Message::bytes(Bytes::from(vec![7u8; size]));
+    message.destination = Some(Destination::topic(topic));
+    message.message_id = "ID:raw-driver".into();
+    let mut frame = BytesMut::new();
+    herald_protocol::codec::encode_frame(&mut frame, FrameKind::Send, 0, |d| message.encode(d))
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let per_batch = (64 * 1024 / frame.len()).max(1) as u64;
+    let batch = frame.repeat(per_batch as usize);
+    let started = Instant::now();
+    let counting = std::thread::spawn(move || -> Result<Instant> {
+        let decoder = Decoder::new(4 << 20);
+        let mut chunk = vec![0u8; 256 * 1024];
+        let mut got = 0;
+        subscriber
+            .stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(io("the raw subscriber"))?;
+        while got < count {
+            let n = subscriber
+                .stream
+                .read(&mut chunk)
+                .map_err(io("the raw subscriber"))?;
+            if n == 0 {
+                return Err(Error::InvalidArgument(
+                    "the server closed the raw subscriber".into(),
+                ));
+            }
+            subscriber.inbox.buf.extend_from_slice(&chunk[..n]);
+            got += subscriber
+                .inbox
+                .parse(Wire::Herald, &decoder, &mut std::io::sink())
+                .map_err(Error::InvalidArgument)?
+                .messages;
+        }
+        Ok(Instant::now())
+    });
+    let mut sent = 0;
+    while sent < count {
+        let n = per_batch.min(count - sent);
+        publisher
+            .stream
+            .write_all(&batch[..n as usize * frame.len()])
+            .map_err(io("the raw publisher"))?;
+        sent += n;
+    }
+    let last = counting
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+    Ok(count as f64 / last.duration_since(started).as_secs_f64())
+}
+
+/// Alternates the client and the raw driver, and prints the medians.
+pub fn run(plan: &Plan) -> Result<()> {
+    let (server, _) = start_herald("client", &["herald-server listening on "])?;
+    let pid = server.child.id();
+    let factory = ConnectionFactory::new(&format!("herald://{}", server.addr))?;
+    let (mut client, mut driver) = (Vec::new(), Vec::new());
+    for _ in 0..plan.rounds {
+        client.push(timed(pid, plan.count, || {
+            let report = throughput::run(&factory, 1, 1, plan.size, plan.count)?;
+            report.print();
+            Ok(report.deliveries_per_sec())
+        })?);
+        driver.push(timed(pid, plan.count, || {
+            raw(server.addr, plan.size, plan.count)
+        })?);
+        let last = driver.last().map_or(0.0, |r| r.rate);
+        println!("raw driver 1 -> 1, {} B: {last:.0} msgs/s", plan.size);
+    }
+    let medians = |rounds: &[Round]| {
+        [
+            median(rounds.iter().map(|r| r.rate).collect()),
+            median(rounds.iter().map(|r| r.here_us).collect()),
+            median(rounds.iter().map(|r| r.server_us).collect()),
+        ]
+    };
+    let ([c_rate, c_here, c_server], [r_rate, r_here, r_server]) =
+        (medians(&client), medians(&driver));
+    println!(
+        "\n{:<12} {:>12} {:>22} {:>22}",
+        "", "msgs/s", "this process us/msg", "server us/msg"
+    );
+    println!(
+        "{:<12} {c_rate:>12.0} {c_here:>22.3} {c_server:>22.3}",
+        "client"
+    );
+    println!(
+        "{:<12} {r_rate:>12.0} {r_here:>22.3} {r_server:>22.3}",
+        "raw driver"
+    );
+    println!(
+        "client / raw driver: {:.2} x the throughput; the client's CPU per message is {:.2} x the server's",
+        c_rate / r_rate,
+        c_here / c_server
+    );
+    println!(
+        "{{\"scenario\":\"client\",\"size\":{},\"count\":{},\"client_msgs_per_sec\":{c_rate:.0},\
+         \"raw_msgs_per_sec\":{r_rate:.0},\"client_over_raw\":{:.3},\"client_cpu_us\":{c_here:.3},\
+         \"client_server_cpu_us\":{c_server:.3},\"raw_cpu_us\":{r_here:.3},\"raw_server_cpu_us\":{r_server:.3},\
+         \"client_cpu_over_server\":{:.3}}}",
+        plan.size,
+        plan.count,
+        c_rate / r_rate,
+        c_here / c_server
+    );
+    Ok(())
+}
