@@ -426,8 +426,13 @@ pub struct MqttSection {
     /// QoS 1 and 2 messages the server sends a client before it hears
     /// back, at most (the client may ask for fewer), and takes from it.
     pub receive_maximum: u16,
-    /// Topic aliases a client may set (MQTT 5.0).
+    /// Topic aliases a client may set (MQTT 5.0), and that the server
+    /// sets for a client at most (fewer if the client takes fewer).
     pub topic_alias_maximum: u16,
+    /// The longest keep-alive a client may ask for, in seconds; 0 = any.
+    /// A 5.0 client asking for more (or for none) is told this one in
+    /// CONNACK; a 3.1.1 client, which cannot be told, is refused.
+    pub max_keep_alive: u16,
 }
 
 impl Default for MqttSection {
@@ -441,6 +446,7 @@ impl Default for MqttSection {
             websocket_listen: SocketAddr::from(([127, 0, 0, 1], 8083)),
             receive_maximum: 1024,
             topic_alias_maximum: 64,
+            max_keep_alive: 0,
         }
     }
 }
@@ -1034,6 +1040,7 @@ mod tests {
             ("[amqp]\nchannel_max = 3", "channel_max"),
             ("[mqtt]\nreceive_maximum = 70000", "receive_maximum"),
             ("[mqtt]\ntopic_alias_maximum = -1", "topic_alias_maximum"),
+            ("[mqtt]\nmax_keep_alive = 65536", "max_keep_alive"),
             ("[mqtt]\nlisten = \"nowhere\"", "listen"),
             ("[mqtt]\ntls_enabled = true", "tls.cert"),
             ("[mqtt]\nretain = true", "retain"),

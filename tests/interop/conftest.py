@@ -21,13 +21,21 @@ PATIENCE = 10.0
 
 
 class Server:
-    """A running herald-server with its native and STOMP addresses."""
+    """A running herald-server with its native and STOMP addresses; `config`
+    is the text of a configuration file, if the defaults will not do."""
 
-    def __init__(self):
+    def __init__(self, config=None):
         self.data = tempfile.mkdtemp(prefix="herald-interop-")
+        extra = []
+        if config is not None:
+            path = os.path.join(self.data, "herald.toml")
+            with open(path, "w") as f:
+                f.write(config)
+            extra = ["--config", path]
         self.proc = subprocess.Popen(
             [
                 os.path.join(BIN_DIR, "herald-server"),
+                *extra,
                 "--listen", "127.0.0.1:0",
                 "--stomp-listen", "127.0.0.1:0",
                 "--stomp-ws-listen", "127.0.0.1:0",
@@ -150,7 +158,7 @@ class Mosquitto:
     """Debian's mosquitto on an ephemeral port, for the MQTT tests that say
     how it behaves beside Herald (its `mqtt` address, as a Server's)."""
 
-    def __init__(self):
+    def __init__(self, conf=""):
         import socket
         import time
 
@@ -158,7 +166,7 @@ class Mosquitto:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         self.conf = tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False)
-        self.conf.write(f"listener {port} 127.0.0.1\nallow_anonymous true\n")
+        self.conf.write(f"listener {port} 127.0.0.1\nallow_anonymous true\n{conf}")
         self.conf.close()
         self.proc = subprocess.Popen(
             [shutil.which("mosquitto") or "/usr/sbin/mosquitto", "-c", self.conf.name],

@@ -12,7 +12,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from conftest import PATIENCE, connect
+from conftest import PATIENCE, Mosquitto, Server, connect
 
 VERSIONS = {"3.1.1": mqtt.MQTTv311, "5.0": mqtt.MQTTv5}
 
@@ -20,7 +20,8 @@ VERSIONS = {"3.1.1": mqtt.MQTTv311, "5.0": mqtt.MQTTv5}
 class Client:
     """A connected paho client, its messages in a queue."""
 
-    def __init__(self, server, version, client_id=None, persistent=False, will=None, loop=True):
+    def __init__(self, server, version, client_id=None, persistent=False, will=None, loop=True,
+                 connect_props=None, keepalive=60):
         self.version = VERSIONS[version]
         self.client_id = client_id or f"py-{uuid.uuid4().hex[:8]}"
         kwargs = {"clean_session": not persistent} if self.version == mqtt.MQTTv311 else {}
@@ -32,24 +33,26 @@ class Client:
         self.connected = queue.Queue()
         self.client.on_message = lambda c, u, msg: self.messages.put(msg)
         self.client.on_subscribe = lambda c, u, mid, codes, props: self.acks.put(codes)
-        self.client.on_connect = lambda c, u, flags, reason, props: self.connected.put((flags, reason))
+        self.client.on_connect = lambda c, u, flags, reason, props: self.connected.put(
+            (flags, reason, props))
         if will:
             topic, payload = will
             self.client.will_set(topic, payload, qos=1)
         host, port = server.mqtt
         if self.version == mqtt.MQTTv5:
-            props = Properties(PacketTypes.CONNECT)
+            props = connect_props or Properties(PacketTypes.CONNECT)
             if persistent:
                 props.SessionExpiryInterval = 3600
-            self.client.connect(host, port, clean_start=not persistent, properties=props)
+            self.client.connect(host, port, keepalive=keepalive, clean_start=not persistent,
+                                properties=props)
         else:
-            self.client.connect(host, port)
+            self.client.connect(host, port, keepalive=keepalive)
         self.client.loop_start()
-        self.flags, reason = self.connected.get(timeout=PATIENCE)
-        assert not reason.is_failure, reason
+        self.flags, self.reason, self.connack = self.connected.get(timeout=PATIENCE)
+        assert not self.reason.is_failure, self.reason
 
-    def subscribe(self, topic, qos=1):
-        self.client.subscribe(topic, qos=qos)
+    def subscribe(self, topic, qos=1, properties=None):
+        self.client.subscribe(topic, qos=qos, properties=properties)
         codes = self.acks.get(timeout=PATIENCE)
         assert not codes[0].is_failure, codes
         return codes
@@ -241,3 +244,95 @@ def test_a_stomp_client_and_an_mqtt_client_share_a_topic(server):
     assert m.next().payload == b"from stomp"
     conn.disconnect()
     m.close()
+
+
+def subscription_identifiers(broker):
+    """The Subscription Identifiers on each copy of one message that
+    matches three subscriptions of one session: two with identifiers, one
+    without."""
+    sub = Client(broker, "5.0")
+    for topic, sid in (("paho/sid/#", 7), ("paho/sid/+", 9), ("paho/sid/x", None)):
+        props = None
+        if sid is not None:
+            props = Properties(PacketTypes.SUBSCRIBE)
+            props.SubscriptionIdentifier = sid
+        sub.subscribe(topic, properties=props)
+    pub = Client(broker, "5.0")
+    pub.publish("paho/sid/x", b"x", qos=1)
+    copies = sorted(getattr(sub.next().properties, "SubscriptionIdentifier", []) for _ in range(3))
+    sub.nothing()
+    available = getattr(sub.connack, "SubscriptionIdentifierAvailable", 1)
+    sub.close()
+    pub.close()
+    return available, copies
+
+
+def test_subscription_identifiers_go_with_each_copy(server, mosquitto):
+    """[MQTT-3.3.4-3] and [MQTT-3.3.4-5]: one copy per matching
+    subscription, each with its subscription's identifier, none on the copy
+    for the subscription that has none. Mosquitto does the same."""
+    expected = (1, [[], [7], [9]])
+    assert subscription_identifiers(server) == expected
+    assert subscription_identifiers(mosquitto) == expected
+
+
+def topic_aliases(broker):
+    """What a 5.0 subscriber with a Topic Alias Maximum of 2 sees on the
+    wire (paho 2.1 does not resolve aliases itself): each PUBLISH's topic
+    and alias, for four topics published to twice."""
+    props = Properties(PacketTypes.CONNECT)
+    props.TopicAliasMaximum = 2
+    sub = Client(broker, "5.0", connect_props=props)
+    sub.subscribe("paho/al/#", qos=0)
+    pub = Client(broker, "5.0")
+    for topic in ["paho/al/a", "paho/al/b", "paho/al/c", "paho/al/a", "paho/al/b"]:
+        pub.publish(topic, b"x", qos=1)
+    seen = []
+    for _ in range(5):
+        msg = sub.next()
+        seen.append((msg.topic, getattr(msg.properties, "TopicAlias", None)))
+    sub.close()
+    pub.close()
+    return seen
+
+
+def test_the_server_sets_topic_aliases_within_the_clients_maximum(server, mosquitto):
+    """[MQTT-3.3.2-11]: never above the client's Topic Alias Maximum; the
+    topic with a new alias, then the alias alone. Mosquitto 2.0 sends no
+    aliases to clients at all (allowed: aliases are the sender's choice)."""
+    assert topic_aliases(server) == [
+        ("paho/al/a", 1), ("paho/al/b", 2), ("paho/al/c", None), ("", 1), ("", 2),
+    ]
+    assert topic_aliases(mosquitto) == [
+        ("paho/al/a", None), ("paho/al/b", None), ("paho/al/c", None),
+        ("paho/al/a", None), ("paho/al/b", None),
+    ]
+
+
+def keep_alive(broker):
+    """The Server Keep Alive a 5.0 client asking for 60 s is told, and
+    whether a 3.1.1 client asking for 60 s is let in."""
+    told = getattr(Client(broker, "5.0", keepalive=60).connack, "ServerKeepAlive", None)
+    try:
+        Client(broker, "3.1.1", keepalive=60)
+        refused = None
+    except AssertionError as refusal:
+        refused = str(refusal)
+    return told, refused
+
+
+def test_a_server_keep_alive_caps_the_clients(request):
+    """[MQTT-3.2.2-21]: a 5.0 client asking for more than the maximum is
+    told the maximum in CONNACK; a 3.1.1 client, which cannot be told, is
+    refused (CONNACK 2), as Mosquitto's documentation of max_keepalive says
+    since 2.0.12. Debian's Mosquitto 2.0.11, measured here, tells the 5.0
+    client too but lets the 3.1.1 client in with the keep-alive it asked
+    for."""
+    herald = Server(config="[mqtt]\nmax_keep_alive = 10\n")
+    request.addfinalizer(herald.stop)
+    mosquitto = Mosquitto(conf="max_keepalive 10\n")
+    request.addfinalizer(mosquitto.stop)
+    told, refused = keep_alive(herald)
+    assert told == 10
+    assert refused is not None and "Client identifier not valid" in refused, refused
+    assert keep_alive(mosquitto) == (10, None)

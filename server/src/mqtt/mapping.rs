@@ -143,6 +143,8 @@ pub struct Outgoing {
     pub dup: bool,
     /// The subscription asked for the retain flag as published.
     pub retain_as_published: bool,
+    /// The subscription's identifier, if the client gave it one.
+    pub subscription_id: Option<u32>,
 }
 
 /// The PUBLISH for one delivery of message `m`, read from `block`: the
@@ -169,6 +171,9 @@ pub fn publish_from(
     if version == Version::V5 {
         if text {
             properties.push(Property::PayloadFormat(1));
+        }
+        if let Some(id) = how.subscription_id {
+            properties.push(Property::SubscriptionId(id));
         }
         if m.expiration != 0 {
             let left = (m.expiration - now_ms()).max(1000);
@@ -254,6 +259,7 @@ mod tests {
             packet_id: p.packet_id,
             dup: false,
             retain_as_published: true,
+            subscription_id: None,
         };
         publish_from(&m, view.block(), &how, version)
     }

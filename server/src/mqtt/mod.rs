@@ -187,6 +187,9 @@ fn connect_packet(
             }
             Property::MaximumPacketSize(n) => mqtt.max_packet = *n,
             Property::RequestResponseInfo(1) => mqtt.response_info = true,
+            Property::TopicAliasMaximum(n) => {
+                mqtt.aliases_out_max = (*n).min(config.mqtt.topic_alias_maximum)
+            }
             Property::AuthMethod(m) => {
                 return Err(Fatal(
                     0x8C,
@@ -216,9 +219,25 @@ fn connect_packet(
     check_id_length("client id", &client_id, config.max_id_length)
         .map_err(|r| Fatal(0x85, r.into_parts().2))?;
     mqtt.will = connect.will.map(Box::new);
-    // The client's keep-alive, with half as much again for the network; 0
-    // is none.
-    session.set_silence_limit(match connect.keep_alive {
+    // The client's keep-alive, or the server's most if it asked for more
+    // or none: a 5.0 client is told so in CONNACK [MQTT-3.1.2-21], a
+    // 3.1.1 client cannot be and is refused.
+    let max = config.mqtt.max_keep_alive;
+    let keep_alive = match connect.keep_alive {
+        asked if max == 0 || (1..=max).contains(&asked) => asked,
+        asked if connect.version == Version::V311 => {
+            return Err(Fatal(
+                0x85,
+                format!("a keep-alive of {asked} s: this server allows 1 to {max}"),
+            ));
+        }
+        _ => {
+            mqtt.server_keep_alive = Some(max);
+            max
+        }
+    };
+    // With half as much again for the network; 0 is none.
+    session.set_silence_limit(match keep_alive {
         0 => Duration::MAX,
         secs => Duration::from_millis(u64::from(secs) * 1500),
     });
@@ -304,11 +323,14 @@ pub fn admitted(
             Property::TopicAliasMaximum(config.mqtt.topic_alias_maximum),
             Property::RetainAvailable(1),
             Property::WildcardAvailable(1),
-            Property::SubscriptionIdsAvailable(0),
+            Property::SubscriptionIdsAvailable(1),
             Property::SharedAvailable(1),
         ]);
         if mqtt.response_info {
             properties.push(Property::ResponseInfo(format!("reply/{client}")));
+        }
+        if let Some(secs) = mqtt.server_keep_alive {
+            properties.push(Property::ServerKeepAlive(secs));
         }
     }
     let connack = ConnAck {
@@ -324,10 +346,13 @@ pub fn admitted(
         // The session's subscriptions, as it left them: what they kept
         // follows the CONNACK.
         for name in kept {
-            let Some((filter, options)) = session::parse_durable_name(&name) else {
+            let Some((filter, options, identifier)) = session::parse_durable_name(&name) else {
                 continue;
             };
-            if let Err(why) = subscribe_one(&filter, options, true, mqtt, session, ctx) {
+            let resumed = Resumed::Yes;
+            if let Err(why) =
+                subscribe_one(&filter, (options, identifier, resumed), mqtt, session, ctx)
+            {
                 log::warn!(
                     "connection {}: the session's subscription to '{filter}' does not resume: {}",
                     ctx.me.serial,
@@ -346,6 +371,16 @@ fn publish_packet(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Fatal> {
+    if p.properties
+        .0
+        .iter()
+        .any(|p| matches!(p, Property::SubscriptionId(_)))
+    {
+        return Err(Fatal(
+            0x82,
+            "a PUBLISH from a client with a subscription identifier [MQTT-3.3.4-6]".into(),
+        ));
+    }
     let topic = mqtt.resolve_alias(&mut p, ctx.shared.config.mqtt.topic_alias_maximum)?;
     let packet_id = p.packet_id.unwrap_or(0);
     if p.qos == QoS::ExactlyOnce && mqtt.ex().incoming.contains(&packet_id) {
@@ -396,9 +431,21 @@ fn subscribe_packet(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Fatal> {
+    let mut identifiers = s.properties.0.iter().filter_map(|p| match p {
+        Property::SubscriptionId(id) => Some(*id),
+        _ => None,
+    });
+    let identifier = identifiers.next();
+    if identifiers.next().is_some() {
+        return Err(Fatal(
+            0x82,
+            "a SUBSCRIBE with two subscription identifiers".into(),
+        ));
+    }
     let mut codes = Vec::with_capacity(s.filters.len());
     for (filter, options) in s.filters {
-        let code = match subscribe_one(&filter, options, false, mqtt, session, ctx) {
+        let terms = (options, identifier, Resumed::No);
+        let code = match subscribe_one(&filter, terms, mqtt, session, ctx) {
             Ok(granted) => granted as u8,
             Err((code, why)) => {
                 log::info!(
@@ -422,14 +469,20 @@ fn subscribe_packet(
     Ok(Flow::Continue)
 }
 
-/// Subscribes to one filter (a `$share/GROUP/` one too), replacing a
-/// subscription to the same filter; the QoS granted, or the 5.0 reason
-/// code and why not. `resumed`: the session's own, made again on its
+/// Whether a subscription is the session's own, made again on its
 /// return.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Resumed {
+    Yes,
+    No,
+}
+
+/// Subscribes to one filter (a `$share/GROUP/` one too) with its options
+/// and Subscription Identifier, replacing a subscription to the same
+/// filter; the QoS granted, or the 5.0 reason code and why not.
 fn subscribe_one(
     filter: &str,
-    options: mqtt::SubscribeOptions,
-    resumed: bool,
+    (options, identifier, resumed): (mqtt::SubscribeOptions, Option<u32>, Resumed),
     mqtt: &mut MqttSession,
     session: &mut Session,
     ctx: &mut Context<'_>,
@@ -443,7 +496,9 @@ fn subscribe_one(
     }
     let durable_name = match group {
         Some((group, _)) => format!("mqtt-share:{group}:{plain}"),
-        None if mqtt.persistent || resumed => session::durable_name(filter, &options),
+        None if mqtt.persistent || resumed == Resumed::Yes => {
+            session::durable_name(filter, &options, identifier)
+        }
         None => String::new(),
     };
     let existed = mqtt.end_subscription(filter, &durable_name, session, ctx);
@@ -464,7 +519,7 @@ fn subscribe_one(
     ex.next_subscription = number + 1;
     // Retain handling: 0 sends the retained messages, 1 only to a new
     // subscription, 2 never; a resumed one had them.
-    let kept = !resumed
+    let kept = resumed == Resumed::No
         && match options.retain_handling {
             0 => true,
             1 => !existed,
@@ -505,6 +560,7 @@ fn subscribe_one(
             dollar_guard: plain.starts_with(['+', '#']),
             durable,
             durable_name,
+            identifier,
         },
     );
     Ok(options.qos)

@@ -38,6 +38,9 @@ pub(super) struct Sub {
     pub durable: bool,
     /// The durable (or shared) subscription's name; empty if none.
     pub durable_name: String,
+    /// The client's Subscription Identifier for it (5.0), sent with each
+    /// message it delivers.
+    pub identifier: Option<u32>,
 }
 
 /// An answer owed to a QoS 1 or 2 publish, once the journal has it.
@@ -86,6 +89,10 @@ pub(super) struct Exchanges {
     pub(super) incoming: HashSet<u16>,
     /// The client's topic aliases.
     aliases: FastMap<u16, String>,
+    /// The aliases the server set for the client on this connection, by
+    /// topic, and the last one given.
+    aliases_out: FastMap<String, u16>,
+    next_alias_out: u16,
     /// QoS 1 and 2 deliveries sent and not completed, by packet id.
     in_flight: FastMap<u16, InFlight>,
     /// Deliveries waiting for room in the window: (delivery id, packet).
@@ -124,6 +131,12 @@ pub struct MqttSession {
     pub(super) window: u16,
     /// The largest packet the client takes.
     pub(super) max_packet: u32,
+    /// Topic aliases the server may set for the client: the client's
+    /// Topic Alias Maximum, within the server's own.
+    pub(super) aliases_out_max: u16,
+    /// The keep-alive the server holds a 5.0 client to instead of the one
+    /// it asked for, told in CONNACK.
+    pub(super) server_keep_alive: Option<u16>,
     /// For MQTT over WebSocket, the WebSocket's state.
     pub(super) websocket: Option<Box<WebSocket>>,
     /// Where the messages it publishes and the packets it is sent are
@@ -166,6 +179,8 @@ impl MqttSession {
             next_packet_id: 1,
             window,
             max_packet: u32::MAX,
+            aliases_out_max: 0,
+            server_keep_alive: None,
             websocket: websocket.then(|| Box::new(WebSocket::new(SUBPROTOCOLS))),
             chunks: Chunks::default(),
         }
@@ -252,10 +267,11 @@ impl MqttSession {
             packet_id: None,
             dup: count > 1 && qos != QoS::AtMostOnce,
             retain_as_published: sub.retain_as_published,
+            subscription_id: sub.identifier,
         };
         let publish = mapping::publish_from(&m, block, &how, self.version);
         if qos == QoS::AtMostOnce {
-            self.send(out, &Packet::Publish(publish));
+            self.send(out, Packet::Publish(publish));
             return true;
         }
         self.ex().waiting.push_back((delivery_id, publish));
@@ -278,18 +294,24 @@ impl MqttSession {
             self.ex()
                 .in_flight
                 .insert(id, InFlight { delivery_id, stage });
-            self.send(out, &Packet::Publish(publish));
+            self.send(out, Packet::Publish(publish));
         }
     }
 
     /// Queues a packet, unless it is over the client's maximum (5.0 says
-    /// such a message is dropped as if it were delivered).
-    fn send(&mut self, out: &mut Outbound, packet: &Packet) {
-        let need = match packet {
+    /// such a message is dropped as if it were delivered). A PUBLISH goes
+    /// with a topic alias where the client takes them: the topic and a new
+    /// alias the first time, the alias alone after that.
+    fn send(&mut self, out: &mut Outbound, mut packet: Packet) {
+        let need = match &packet {
             Packet::Publish(p) => p.payload.len() + p.topic.len() + 64,
             _ => 64,
         };
-        mqtt::encode(packet, self.version, self.chunks.room(need));
+        let new_alias = match &mut packet {
+            Packet::Publish(p) if self.aliases_out_max > 0 => self.alias(p),
+            _ => None,
+        };
+        mqtt::encode(&packet, self.version, self.chunks.room(need));
         let bytes = self.chunks.cut();
         if bytes.len() > self.max_packet as usize {
             log::debug!(
@@ -297,9 +319,35 @@ impl MqttSession {
                 bytes.len(),
                 self.max_packet
             );
+            // The client never heard of the alias it would have set.
+            if let Some(topic) = new_alias {
+                self.ex().aliases_out.remove(&topic);
+            }
             return;
         }
         out.push_raw(self.wrap(bytes));
+    }
+
+    /// Gives `p` a topic alias: the alias alone if its topic has one, else
+    /// the topic and a new one while any are left (aliases go first come,
+    /// first served, for the life of the connection). Returns the topic
+    /// that was given a new alias.
+    fn alias(&mut self, p: &mut Publish) -> Option<String> {
+        let max = self.aliases_out_max;
+        let ex = self.ex();
+        if let Some(&alias) = ex.aliases_out.get(&p.topic) {
+            p.topic.clear();
+            p.properties.0.push(Property::TopicAlias(alias));
+            return None;
+        }
+        if ex.next_alias_out >= max {
+            return None;
+        }
+        // One given back (its packet was dropped) is not given again.
+        ex.next_alias_out += 1;
+        ex.aliases_out.insert(p.topic.clone(), ex.next_alias_out);
+        p.properties.0.push(Property::TopicAlias(ex.next_alias_out));
+        Some(p.topic.clone())
     }
 
     fn free_packet_id(&mut self) -> u16 {
@@ -579,11 +627,13 @@ impl MqttSession {
     }
 }
 
-/// A persistent session's durable subscription name for a filter and its
-/// options: `mqtt:<qos><no local><retain as published>:<filter>`.
-pub(super) fn durable_name(filter: &str, o: &SubscribeOptions) -> String {
+/// A persistent session's durable subscription name for a filter, its
+/// options and its Subscription Identifier:
+/// `mqtt:<qos><no local><retain as published>[#<identifier>]:<filter>`.
+pub(super) fn durable_name(filter: &str, o: &SubscribeOptions, identifier: Option<u32>) -> String {
+    let identifier = identifier.map_or(String::new(), |id| format!("#{id}"));
     format!(
-        "{}{}{}{}:{filter}",
+        "{}{}{}{}{identifier}:{filter}",
         DURABLE_PREFIX,
         o.qos as u8,
         u8::from(o.no_local),
@@ -591,10 +641,15 @@ pub(super) fn durable_name(filter: &str, o: &SubscribeOptions) -> String {
     )
 }
 
-/// The filter and options a durable subscription name holds.
-pub(super) fn parse_durable_name(name: &str) -> Option<(String, SubscribeOptions)> {
+/// The filter, options and Subscription Identifier a durable subscription
+/// name holds.
+pub(super) fn parse_durable_name(name: &str) -> Option<(String, SubscribeOptions, Option<u32>)> {
     let rest = name.strip_prefix(DURABLE_PREFIX)?;
-    let (flags, filter) = rest.split_once(':')?;
+    let (terms, filter) = rest.split_once(':')?;
+    let (flags, identifier) = match terms.split_once('#') {
+        Some((flags, id)) => (flags, Some(id.parse().ok().filter(|&id| id != 0)?)),
+        None => (terms, None),
+    };
     let flags = flags.as_bytes();
     if flags.len() != 3 {
         return None;
@@ -608,5 +663,48 @@ pub(super) fn parse_durable_name(name: &str) -> Option<(String, SubscribeOptions
             retain_as_published: flags[2] == b'1',
             retain_handling: 0,
         },
+        identifier,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durable_names_keep_the_options_and_the_identifier_and_read_old_names() {
+        let options = SubscribeOptions {
+            qos: QoS::ExactlyOnce,
+            no_local: true,
+            retain_as_published: false,
+            retain_handling: 2,
+        };
+        let read = |name: &str| {
+            parse_durable_name(name)
+                .map(|(f, o, id)| (f, o.qos, o.no_local, o.retain_as_published, id))
+        };
+        for identifier in [None, Some(1), Some(268_435_455)] {
+            let name = durable_name("a/+/#", &options, identifier);
+            assert_eq!(
+                read(&name),
+                Some(("a/+/#".into(), QoS::ExactlyOnce, true, false, identifier)),
+                "{name}"
+            );
+        }
+        // A filter may hold '#' and ':'; names made before identifiers read
+        // as before.
+        assert_eq!(
+            read("mqtt:101:x/#:y"),
+            Some(("x/#:y".into(), QoS::AtLeastOnce, false, true, None))
+        );
+        for bad in [
+            "mqtt:10:x",
+            "mqtt:101#:x",
+            "mqtt:101#0:x",
+            "mqtt:101#z:x",
+            "other:101:x",
+        ] {
+            assert_eq!(read(bad), None, "{bad}");
+        }
+    }
 }

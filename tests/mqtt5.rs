@@ -1,0 +1,361 @@
+//! MQTT 5.0's server-side features, each against the normative statements
+//! of the OASIS standard it is quoted by: Subscription Identifiers, topic
+//! aliases from the server, and the Server Keep Alive. A real server on
+//! ephemeral ports, MQTT spoken over real sockets.
+
+use bytes::Bytes;
+use herald_protocol::mqtt::{
+    Packet, Properties, Property, Publish, QoS, Subscribe, SubscribeOptions, Version,
+};
+use herald_tests::{start, start_with, test_config, MqttClient};
+
+fn options(qos: QoS) -> SubscribeOptions {
+    SubscribeOptions {
+        qos,
+        no_local: false,
+        retain_as_published: false,
+        retain_handling: 0,
+    }
+}
+
+/// Subscribes to `filter` with `properties`; the SUBACK's code.
+fn subscribe(c: &mut MqttClient, filter: &str, properties: Vec<Property>) -> u8 {
+    let packet_id = c.packet_id();
+    c.send(&Packet::Subscribe(Subscribe {
+        packet_id,
+        properties: Properties(properties),
+        filters: vec![(filter.to_owned(), options(QoS::AtLeastOnce))],
+    }));
+    match c.read() {
+        Some(Packet::SubAck(ack)) if ack.packet_id == packet_id => ack.codes[0],
+        other => panic!("expected SUBACK, got {other:?}"),
+    }
+}
+
+/// The Subscription Identifiers a PUBLISH carries.
+fn identifiers(p: &Publish) -> Vec<u32> {
+    p.properties
+        .0
+        .iter()
+        .filter_map(|p| match p {
+            Property::SubscriptionId(id) => Some(*id),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The next packet, which must be a PUBLISH, not acknowledged.
+fn unacknowledged(c: &mut MqttClient) -> Publish {
+    match c.read() {
+        Some(Packet::Publish(p)) => p,
+        other => panic!("expected PUBLISH, got {other:?}"),
+    }
+}
+
+fn topic_alias(p: &Publish) -> Option<u16> {
+    p.properties.0.iter().find_map(|p| match p {
+        Property::TopicAlias(a) => Some(*a),
+        _ => None,
+    })
+}
+
+#[test]
+fn subscription_identifiers_go_with_the_messages_of_the_subscriptions_that_have_one() {
+    let server = start();
+    let (mut sub, ack) =
+        MqttClient::connect_with(&server, MqttClient::connect_packet(Version::V5, "sids"));
+    // Announced as available (its absence would say so too).
+    assert!(
+        ack.properties
+            .0
+            .contains(&Property::SubscriptionIdsAvailable(1)),
+        "{ack:?}"
+    );
+    assert_eq!(
+        subscribe(&mut sub, "sid/#", vec![Property::SubscriptionId(7)]),
+        1
+    );
+    assert_eq!(
+        subscribe(
+            &mut sub,
+            "sid/+",
+            vec![Property::SubscriptionId(268_435_455)]
+        ),
+        1
+    );
+    assert_eq!(subscribe(&mut sub, "sid/x", vec![]), 1);
+    let mut publisher = MqttClient::connected(&server, Version::V5, "sid-pub");
+    let p = publisher.publish_packet("sid/x", b"one", QoS::AtLeastOnce);
+    assert_eq!(publisher.publish(p), 0);
+    // [MQTT-3.3.4-3]: the identifiers go "in the message which is published
+    // as the result of the subscriptions", and [MQTT-3.3.4-5]: "If the
+    // Server sends multiple PUBLISH packets it MUST send, in each of them,
+    // the Subscription Identifier of the matching subscription if it has a
+    // Subscription Identifier." Herald sends one copy per matching
+    // subscription, as 3.3.4 allows (so do Mosquitto and VerneMQ), and
+    // none to the subscription that had none.
+    let mut got: Vec<Vec<u32>> = (0..3).map(|_| identifiers(&sub.receive())).collect();
+    got.sort();
+    assert_eq!(got, vec![vec![], vec![7], vec![268_435_455]]);
+    // A SUBSCRIBE to the same filter replaces the subscription
+    // [MQTT-3.8.4-3], and the identifier "is associated with any
+    // subscription created or modified" by it (3.8.2.1.2): the new one, or
+    // none.
+    assert_eq!(
+        subscribe(&mut sub, "sid/#", vec![Property::SubscriptionId(8)]),
+        1
+    );
+    assert_eq!(subscribe(&mut sub, "sid/+", vec![]), 1);
+    let p = publisher.publish_packet("sid/y", b"two", QoS::AtMostOnce);
+    assert_eq!(publisher.publish(p), 0);
+    let mut got: Vec<Vec<u32>> = (0..2).map(|_| identifiers(&sub.receive())).collect();
+    got.sort();
+    assert_eq!(got, vec![vec![], vec![8]]);
+
+    // A 3.1.1 subscriber of the same topic gets no properties at all.
+    let mut old = MqttClient::connected(&server, Version::V311, "sid-311");
+    old.subscribe("sid/#", QoS::AtMostOnce);
+    let p = publisher.publish_packet("sid/z", b"three", QoS::AtMostOnce);
+    assert_eq!(publisher.publish(p), 0);
+    assert!(old.receive().properties.0.is_empty());
+}
+
+#[test]
+fn a_bad_subscription_identifier_is_a_protocol_error() {
+    let server = start();
+    // "It is a Protocol Error if the Subscription Identifier has a value
+    // of 0" and "to include the Subscription Identifier more than once"
+    // (3.8.2.1.2).
+    for properties in [
+        vec![Property::SubscriptionId(0)],
+        vec![Property::SubscriptionId(1), Property::SubscriptionId(2)],
+    ] {
+        let mut c = MqttClient::connected(&server, Version::V5, "bad-sid");
+        c.send(&Packet::Subscribe(Subscribe {
+            packet_id: 1,
+            properties: Properties(properties.clone()),
+            filters: vec![("x".into(), options(QoS::AtMostOnce))],
+        }));
+        let said = c.expect_closed();
+        assert!(
+            matches!(said.as_slice(), [Packet::Disconnect(d)] if d.reason == 0x82),
+            "{properties:?}: {said:?}"
+        );
+    }
+    // [MQTT-3.3.4-6]: "A PUBLISH packet sent from a Client to a Server MUST
+    // NOT contain a Subscription Identifier."
+    let mut c = MqttClient::connected(&server, Version::V5, "bad-pub");
+    let mut p = c.publish_packet("x", b"x", QoS::AtMostOnce);
+    p.properties.0.push(Property::SubscriptionId(3));
+    c.send(&Packet::Publish(p));
+    let said = c.expect_closed();
+    assert!(
+        matches!(said.as_slice(), [Packet::Disconnect(d)] if d.reason == 0x82),
+        "{said:?}"
+    );
+}
+
+#[test]
+fn a_persistent_sessions_subscriptions_keep_their_identifiers() {
+    let server = start();
+    let persistent = || {
+        let mut connect = MqttClient::connect_packet(Version::V5, "sid-kept");
+        connect.clean = false;
+        connect.properties = Properties(vec![Property::SessionExpiry(600)]);
+        connect
+    };
+    let (mut c, _) = MqttClient::connect_with(&server, persistent());
+    assert_eq!(
+        subscribe(&mut c, "kept/#", vec![Property::SubscriptionId(42)]),
+        1
+    );
+    c.disconnect();
+    let mut publisher = MqttClient::connected(&server, Version::V5, "sid-kept-pub");
+    let p = publisher.publish_packet("kept/a", b"while away", QoS::AtLeastOnce);
+    assert_eq!(publisher.publish(p), 0);
+    let (mut c, ack) = MqttClient::connect_with(&server, persistent());
+    assert!(ack.session_present);
+    let kept = c.receive();
+    assert_eq!(
+        (kept.payload.as_ref(), identifiers(&kept)),
+        (&b"while away"[..], vec![42])
+    );
+    let p = publisher.publish_packet("kept/b", b"after", QoS::AtLeastOnce);
+    assert_eq!(publisher.publish(p), 0);
+    assert_eq!(identifiers(&c.receive()), vec![42]);
+}
+
+#[test]
+fn the_server_sets_topic_aliases_up_to_the_clients_maximum() {
+    let mut config = test_config();
+    config.mqtt.topic_alias_maximum = 3;
+    let server = start_with(config);
+    let subscriber = |name: &str, max: Option<u16>| {
+        let mut connect = MqttClient::connect_packet(Version::V5, name);
+        connect.properties = Properties(max.map(Property::TopicAliasMaximum).into_iter().collect());
+        let (mut c, ack) = MqttClient::connect_with(&server, connect);
+        assert_eq!(ack.code, 0);
+        c.subscribe("al/#", QoS::AtMostOnce);
+        c
+    };
+    // Two aliases for this one; three (the server's own maximum) for the
+    // one that asks for ten; none for the one that sets no maximum.
+    // [MQTT-3.3.2-11]: "A Server MUST NOT send a PUBLISH packet with a
+    // Topic Alias greater than the Topic Alias Maximum value sent by the
+    // Client in the CONNECT packet"; [MQTT-3.1.2-27]: "If Topic Alias
+    // Maximum is absent or zero, the Server MUST NOT send any Topic
+    // Aliases to the Client."
+    let mut two = subscriber("al-two", Some(2));
+    let mut ten = subscriber("al-ten", Some(10));
+    let mut none = subscriber("al-none", None);
+    let mut publisher = MqttClient::connected(&server, Version::V5, "al-pub");
+    let topics = [
+        "al/a", "al/b", "al/c", "al/d", "al/a", "al/b", "al/c", "al/d",
+    ];
+    for (i, topic) in topics.iter().enumerate() {
+        let p = publisher.publish_packet(topic, format!("{i}").as_bytes(), QoS::AtMostOnce);
+        assert_eq!(publisher.publish(p), 0);
+    }
+    let wire = |c: &mut MqttClient| -> Vec<(String, Option<u16>)> {
+        (0..topics.len())
+            .map(|_| {
+                let p = c.receive();
+                (p.topic.clone(), topic_alias(&p))
+            })
+            .collect()
+    };
+    let (a, b, c, d) = ("al/a", "al/b", "al/c", "al/d");
+    let set = |t: &str, n| (t.to_owned(), Some(n));
+    let alone = |n| (String::new(), Some(n));
+    let plain = |t: &str| (t.to_owned(), None);
+    // The topic with a new alias, then the alias alone (3.3.2.3.4); a topic
+    // past the maximum goes as itself.
+    assert_eq!(
+        wire(&mut two),
+        vec![
+            set(a, 1),
+            set(b, 2),
+            plain(c),
+            plain(d),
+            alone(1),
+            alone(2),
+            plain(c),
+            plain(d)
+        ]
+    );
+    assert_eq!(
+        wire(&mut ten),
+        vec![
+            set(a, 1),
+            set(b, 2),
+            set(c, 3),
+            plain(d),
+            alone(1),
+            alone(2),
+            alone(3),
+            plain(d)
+        ]
+    );
+    assert_eq!(
+        wire(&mut none),
+        [a, b, c, d, a, b, c, d].map(plain).to_vec()
+    );
+    // "A receiver MUST NOT carry forward any Topic Alias mappings from one
+    // Network Connection to another" [MQTT-3.3.2-7]: a new one starts over.
+    drop(two);
+    let mut again = subscriber("al-two", Some(2));
+    let p = publisher.publish_packet("al/c", b"x", QoS::AtMostOnce);
+    assert_eq!(publisher.publish(p), 0);
+    let p = again.receive();
+    assert_eq!((p.topic.as_str(), topic_alias(&p)), ("al/c", Some(1)));
+}
+
+#[test]
+fn the_server_keep_alive_holds_a_client_to_the_configured_maximum() {
+    let mut config = test_config();
+    config.mqtt.max_keep_alive = 1;
+    let server = start_with(config);
+    // [MQTT-3.2.2-21]: "If the Server sends a Server Keep Alive on the
+    // CONNACK packet, the Client MUST use this value instead of the Keep
+    // Alive value the Client sent on CONNECT", and [MQTT-3.2.2-22]: without
+    // one, "the Server MUST use the Keep Alive value set by the Client".
+    // Sent when the client asks for more, or for none (0); not when it
+    // asks for no more than the maximum.
+    for (asked, told) in [(60, Some(1)), (0, Some(1)), (1, None)] {
+        let mut connect = MqttClient::connect_packet(Version::V5, "ka");
+        connect.keep_alive = asked;
+        let (mut c, ack) = MqttClient::connect_with(&server, connect);
+        assert_eq!(ack.code, 0);
+        let server_keep_alive = ack.properties.0.iter().find_map(|p| match p {
+            Property::ServerKeepAlive(s) => Some(*s),
+            _ => None,
+        });
+        assert_eq!(server_keep_alive, told, "asked for {asked}");
+        // And held to it (3.1.2.10): silent for one and a half keep-alives,
+        // closed with 0x8D (keep alive timeout).
+        let said = c.expect_closed();
+        assert!(
+            matches!(said.as_slice(), [Packet::Disconnect(d)] if d.reason == 0x8D),
+            "asked for {asked}: {said:?}"
+        );
+    }
+    // A 3.1.1 client cannot be told: refused, as Mosquitto's
+    // max_keepalive refuses it (return code 2).
+    let mut connect = MqttClient::connect_packet(Version::V311, "ka-311");
+    connect.keep_alive = 60;
+    let (mut c, ack) = MqttClient::connect_with(&server, connect);
+    assert_eq!(ack.code, 2);
+    assert!(c.expect_closed().is_empty());
+    let mut connect = MqttClient::connect_packet(Version::V311, "ka-311");
+    connect.keep_alive = 1;
+    let (_c, ack) = MqttClient::connect_with(&server, connect);
+    assert_eq!(ack.code, 0);
+}
+
+#[test]
+fn aliases_and_identifiers_ride_together_on_a_queued_qos_1_delivery() {
+    // A QoS 1 delivery waits for room in the client's Receive Maximum; its
+    // alias is given when it is sent, so a later QoS 0 message that
+    // overtakes it never uses an alias the client has not yet been told.
+    let server = start();
+    let mut connect = MqttClient::connect_packet(Version::V5, "mix");
+    connect.properties = Properties(vec![
+        Property::TopicAliasMaximum(4),
+        Property::ReceiveMaximum(1),
+    ]);
+    let (mut c, _) = MqttClient::connect_with(&server, connect);
+    c.send(&Packet::Subscribe(Subscribe {
+        packet_id: 1,
+        properties: Properties(vec![Property::SubscriptionId(5)]),
+        filters: vec![
+            ("mix/q".into(), options(QoS::AtLeastOnce)),
+            ("mix/z".into(), options(QoS::AtMostOnce)),
+        ],
+    }));
+    assert!(matches!(c.read(), Some(Packet::SubAck(a)) if a.codes == vec![1, 0]));
+    let mut publisher = MqttClient::connected(&server, Version::V5, "mix-pub");
+    for (topic, qos) in [
+        ("mix/q", QoS::AtLeastOnce),
+        ("mix/q", QoS::AtLeastOnce),
+        ("mix/z", QoS::AtMostOnce),
+    ] {
+        let p = publisher.publish_packet(topic, b"m", qos);
+        assert_eq!(publisher.publish(p), 0);
+    }
+    let first = unacknowledged(&mut c);
+    assert_eq!(
+        (first.topic.as_str(), topic_alias(&first)),
+        ("mix/q", Some(1))
+    );
+    assert_eq!(identifiers(&first), vec![5]);
+    // The second QoS 1 waits for the first's PUBACK; the QoS 0 passes.
+    let z = unacknowledged(&mut c);
+    assert_eq!(
+        (z.topic.as_str(), topic_alias(&z), z.qos),
+        ("mix/z", Some(2), QoS::AtMostOnce)
+    );
+    c.acknowledge(&first);
+    let second = unacknowledged(&mut c);
+    assert_eq!((second.topic.as_str(), topic_alias(&second)), ("", Some(1)));
+    assert_eq!(second.payload, Bytes::from_static(b"m"));
+}
