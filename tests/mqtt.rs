@@ -635,6 +635,22 @@ fn a_delayed_will_waits_and_a_return_in_time_cancels_it() {
         "cancelled"
     );
     back.disconnect();
+    // A session that ends before the will's delay is over publishes it
+    // then (3.1.3.2.2: "until the Will Delay Interval has passed or the
+    // Session ends, whichever happens first"): not at once, and not a
+    // minute later.
+    let mut connect = MqttClient::connect_packet(Version::V5, "brief-session");
+    connect.properties = Properties(vec![Property::SessionExpiry(1)]);
+    let mut will = MqttClient::will("late/brief", b"session over", QoS::AtLeastOnce);
+    will.properties = Properties(vec![Property::WillDelay(60)]);
+    connect.will = Some(will);
+    let (c, _) = MqttClient::connect_with(&server, connect);
+    drop(c);
+    assert!(
+        watcher.read_within(Duration::from_millis(500)).is_none(),
+        "not before the session ends"
+    );
+    assert_eq!(watcher.receive().payload, "session over");
 }
 
 #[test]

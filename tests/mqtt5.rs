@@ -359,3 +359,134 @@ fn aliases_and_identifiers_ride_together_on_a_queued_qos_1_delivery() {
     assert_eq!((second.topic.as_str(), topic_alias(&second)), ("", Some(1)));
     assert_eq!(second.payload, Bytes::from_static(b"m"));
 }
+
+#[test]
+fn no_more_publishes_in_flight_to_a_client_than_its_receive_maximum() {
+    let server = start();
+    let mut connect = MqttClient::connect_packet(Version::V5, "rm");
+    connect.properties = Properties(vec![Property::ReceiveMaximum(2)]);
+    let (mut c, ack) = MqttClient::connect_with(&server, connect);
+    // The server's own, announced (3.2.2.3.3).
+    assert!(
+        ack.properties.0.contains(&Property::ReceiveMaximum(1024)),
+        "{ack:?}"
+    );
+    c.subscribe("rm/one", QoS::AtLeastOnce);
+    c.subscribe("rm/two", QoS::ExactlyOnce);
+    let mut publisher = MqttClient::connected(&server, Version::V5, "rm-pub");
+    let mut publish = |topic: &str, qos, count| {
+        for i in 0..count {
+            let p = publisher.publish_packet(topic, format!("{i}").as_bytes(), qos);
+            assert_eq!(publisher.publish(p), 0);
+        }
+    };
+    let quiet = |c: &mut MqttClient| {
+        let more = c.read_within(std::time::Duration::from_millis(300));
+        assert!(
+            more.is_none(),
+            "more than the receive maximum in flight: {more:?}"
+        );
+    };
+    let next = |c: &mut MqttClient, expected: &str| {
+        let p = unacknowledged(c);
+        assert_eq!(String::from_utf8_lossy(&p.payload), expected);
+        p
+    };
+    // [MQTT-3.3.4-9]: "The Server MUST NOT send more than Receive Maximum
+    // QoS 1 and QoS 2 PUBLISH packets for which it has not received PUBACK,
+    // PUBCOMP, or PUBREC with a Reason Code of 128 or greater from the
+    // Client." The rest wait, in order.
+    publish("rm/one", QoS::AtLeastOnce, 4);
+    let (zero, one) = (next(&mut c, "0"), next(&mut c, "1"));
+    quiet(&mut c);
+    c.acknowledge(&zero);
+    let two = next(&mut c, "2");
+    quiet(&mut c);
+    c.acknowledge(&one);
+    c.acknowledge(&two);
+    let three = next(&mut c, "3");
+    c.acknowledge(&three);
+    // A QoS 2 delivery holds its place until PUBCOMP: PUBREC is not
+    // enough. A PUBREC that refuses (0x80 or above) frees it at once.
+    publish("rm/two", QoS::ExactlyOnce, 4);
+    let (zero, one) = (next(&mut c, "0"), next(&mut c, "1"));
+    quiet(&mut c);
+    let zero_id = zero.packet_id.unwrap();
+    c.send(&Packet::PubRec(herald_protocol::mqtt::Ack::ok(zero_id)));
+    assert!(matches!(c.read(), Some(Packet::PubRel(a)) if a.packet_id == zero_id));
+    quiet(&mut c);
+    c.send(&Packet::PubComp(herald_protocol::mqtt::Ack::ok(zero_id)));
+    next(&mut c, "2");
+    quiet(&mut c);
+    c.send(&Packet::PubRec(herald_protocol::mqtt::Ack {
+        packet_id: one.packet_id.unwrap(),
+        reason: 0x80,
+        properties: Properties::default(),
+    }));
+    next(&mut c, "3");
+    quiet(&mut c);
+}
+
+#[test]
+fn a_client_past_the_servers_receive_maximum_is_disconnected_with_0x93() {
+    let mut config = test_config();
+    config.mqtt.receive_maximum = 2;
+    let server = start_with(config);
+    // A persistent session's subscription: its messages go to the journal,
+    // so each publish waits there for its answer.
+    let mut connect = MqttClient::connect_packet(Version::V5, "rm-keeper");
+    connect.clean = false;
+    connect.properties = Properties(vec![Property::SessionExpiry(600)]);
+    let (mut keeper, _) = MqttClient::connect_with(&server, connect);
+    keeper.subscribe("rmx/#", QoS::AtLeastOnce);
+    // A QoS 2 publish counts once from its arrival to its PUBREL, not once
+    // as owed a PUBREC and again as received: with it and a QoS 1 in
+    // flight the client is at 2, not past it.
+    let mut c = MqttClient::connected(&server, Version::V5, "rm-over");
+    let mut batch = bytes::BytesMut::new();
+    for (i, qos) in [QoS::ExactlyOnce, QoS::AtLeastOnce, QoS::AtLeastOnce]
+        .into_iter()
+        .enumerate()
+    {
+        let p = c.publish_packet(&format!("rmx/{i}"), b"x", qos);
+        herald_protocol::mqtt::encode(&Packet::Publish(p), Version::V5, &mut batch);
+    }
+    // In one write, so that all three are there before the journal has
+    // answered the first: the third is one too many. [MQTT-3.3.4-7] forbids
+    // the client that, and a receiver that gets more "uses DISCONNECT with
+    // Reason Code 0x93 (Receive Maximum exceeded)" (3.3.4).
+    c.write(&batch);
+    let said = c.expect_closed();
+    let reasons: Vec<u8> = said
+        .iter()
+        .filter_map(|p| match p {
+            Packet::Disconnect(d) => Some(d.reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reasons, vec![0x93], "{said:?}");
+    assert!(
+        !said
+            .iter()
+            .any(|p| matches!(p, Packet::PubAck(a) if a.packet_id == 3)),
+        "the one past the maximum is not taken: {said:?}"
+    );
+    // Two in flight, then answered: the client goes on.
+    let mut c = MqttClient::connected(&server, Version::V5, "rm-within");
+    let mut batch = bytes::BytesMut::new();
+    for (i, qos) in [QoS::ExactlyOnce, QoS::AtLeastOnce].into_iter().enumerate() {
+        let p = c.publish_packet(&format!("rmx/w{i}"), b"x", qos);
+        herald_protocol::mqtt::encode(&Packet::Publish(p), Version::V5, &mut batch);
+    }
+    c.write(&batch);
+    let mut answers = Vec::new();
+    while answers.len() < 2 {
+        match c.read() {
+            Some(Packet::PubRec(a)) => answers.push(("PUBREC", a.packet_id, a.reason)),
+            Some(Packet::PubAck(a)) => answers.push(("PUBACK", a.packet_id, a.reason)),
+            other => panic!("{other:?}"),
+        }
+    }
+    answers.sort();
+    assert_eq!(answers, vec![("PUBACK", 2, 0), ("PUBREC", 1, 0)]);
+}

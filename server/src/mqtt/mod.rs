@@ -389,8 +389,7 @@ fn publish_packet(
         return Ok(Flow::Continue);
     }
     if p.qos != QoS::AtMostOnce
-        && mqtt.ex().owed.len() + mqtt.ex().incoming.len()
-            >= usize::from(ctx.shared.config.mqtt.receive_maximum)
+        && mqtt.publishes_in_flight() >= usize::from(ctx.shared.config.mqtt.receive_maximum)
     {
         return Err(Fatal(
             0x93,
@@ -630,8 +629,11 @@ pub fn farewell(mqtt: &mut MqttSession, session: &Session, ctx: &mut Context<'_>
         .take()
         .and_then(|w| will_message(&w, ctx.me.serial))
         .map(|(delay, view)| (now + delay, view));
+    // The will waits for its delay or the session's end, whichever comes
+    // first (3.1.3.2.2).
+    let will = will.map(|(at, view)| (ends.map_or(at, |end| at.min(end)), view));
     let will = match will {
-        Some((at, view)) if at <= now || ends.is_some_and(|end| end <= at) => {
+        Some((at, view)) if at <= now => {
             let name = view.destination().to_owned();
             let room = crate::broker::Room::Refuse;
             if let Err(e) = ctx

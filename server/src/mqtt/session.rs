@@ -85,6 +85,8 @@ pub(super) struct Exchanges {
     pub(super) numbers: HashMap<String, u32>,
     /// Publishes waiting for the journal, by request id.
     pub(super) owed: FastMap<u32, Owed>,
+    /// How many of `owed` are owed a PUBACK.
+    pubacks_owed: usize,
     /// QoS 2 publishes received (PUBREC sent) whose PUBREL has not come.
     pub(super) incoming: HashSet<u16>,
     /// The client's topic aliases.
@@ -195,12 +197,22 @@ impl MqttSession {
         }
     }
 
+    /// The client's QoS 1 and 2 publishes the server has not finished
+    /// with (no PUBACK or PUBCOMP sent yet), what its Receive Maximum
+    /// bounds: the QoS 1 ones owed a PUBACK, and the QoS 2 ones from their
+    /// arrival to their PUBREL (each of those owed a PUBREC is among them).
+    pub(super) fn publishes_in_flight(&self) -> usize {
+        self.exchanges()
+            .map_or(0, |ex| ex.pubacks_owed + ex.incoming.len())
+    }
+
     /// A request id for a publish whose answer is owed.
     pub(super) fn owe(&mut self, owed: Owed) -> u32 {
         let ex = self.ex();
         let id = ex.next_request.max(1);
         ex.next_request = id.wrapping_add(1);
         ex.owed.insert(id, owed);
+        ex.pubacks_owed += usize::from(matches!(owed, Owed::PubAck(_)));
         id
     }
 
@@ -595,9 +607,13 @@ impl MqttSession {
         request_id: u32,
         result: Result<(), Refusal>,
     ) -> (Option<Bytes>, Flow) {
-        let Some(owed) = self.ex.as_mut().and_then(|e| e.owed.remove(&request_id)) else {
+        let Some(ex) = self.ex.as_deref_mut() else {
             return (None, Flow::Continue);
         };
+        let Some(owed) = ex.owed.remove(&request_id) else {
+            return (None, Flow::Continue);
+        };
+        ex.pubacks_owed -= usize::from(matches!(owed, Owed::PubAck(_)));
         let reason = match &result {
             Ok(()) => 0,
             Err(refusal) => reason_for(refusal.code()),
