@@ -490,3 +490,53 @@ fn a_client_past_the_servers_receive_maximum_is_disconnected_with_0x93() {
     answers.sort();
     assert_eq!(answers, vec![("PUBACK", 2, 0), ("PUBREC", 1, 0)]);
 }
+
+#[test]
+fn a_refused_subscription_is_a_failure_code_in_suback_and_the_session_goes_on() {
+    let server = start();
+    for (version, failure) in [(Version::V5, 0x8F), (Version::V311, 0x80)] {
+        let mut c = MqttClient::connected(&server, version, "refused");
+        // Shared subscription filters that are not (4.8.2): no filter, an
+        // empty share name, wildcards in it. 5.0 says 0x8F (Topic Filter
+        // invalid), 3.1.1 has 0x80 only; Herald takes shared subscriptions,
+        // so 0x9E (not supported) never applies.
+        for filter in [
+            "$share/g",
+            "$share//x",
+            "$share/g+/x",
+            "$share/g#/x",
+            "a/#/b",
+        ] {
+            assert_eq!(
+                c.subscribe_with(filter, options(QoS::AtLeastOnce)),
+                failure,
+                "{version:?} {filter}"
+            );
+        }
+        // The session goes on, the others' subscriptions with it.
+        c.subscribe("$share/g/ok", QoS::AtLeastOnce);
+        let p = c.publish_packet("ok", b"fine", QoS::AtLeastOnce);
+        assert_eq!(c.publish(p), 0);
+        assert_eq!(c.receive().payload, "fine");
+        c.disconnect();
+    }
+    // [MQTT-3.8.3-4]: "It is a Protocol Error to set the No Local bit to 1
+    // on a Shared Subscription": not a SUBACK code, a DISCONNECT.
+    let mut c = MqttClient::connected(&server, Version::V5, "shared-no-local");
+    c.send(&Packet::Subscribe(Subscribe {
+        packet_id: 1,
+        properties: Properties::default(),
+        filters: vec![(
+            "$share/g/x".into(),
+            SubscribeOptions {
+                no_local: true,
+                ..options(QoS::AtMostOnce)
+            },
+        )],
+    }));
+    let said = c.expect_closed();
+    assert!(
+        matches!(said.as_slice(), [Packet::Disconnect(d)] if d.reason == 0x82),
+        "{said:?}"
+    );
+}

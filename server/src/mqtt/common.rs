@@ -56,6 +56,19 @@ pub(super) fn reason_for(code: ErrorCode) -> u8 {
     }
 }
 
+/// The SUBACK reason code for a refused subscription: only the failures
+/// that Table 3-8 lists may go in a SUBACK.
+pub(super) fn suback_reason(code: ErrorCode) -> u8 {
+    match code {
+        ErrorCode::NotAuthorized => 0x87,
+        // "Correctly formed but not allowed for this Client": a topic
+        // strict mode has not declared, or a filter Herald cannot take.
+        ErrorCode::InvalidDestination | ErrorCode::UndeclaredTopic => 0x8F,
+        ErrorCode::QueueFull | ErrorCode::LimitExceeded => 0x97,
+        _ => 0x80,
+    }
+}
+
 /// Settles deliveries the client acknowledged.
 pub(super) fn settle_deliveries(ids: Vec<u64>, session: &mut Session, ctx: &mut Context<'_>) {
     if !ids.is_empty() {

@@ -42,7 +42,7 @@ use crate::frontend::{
 use crate::session::{Phase, Session};
 use crate::websocket;
 pub use common::SUBPROTOCOLS;
-use common::{reason_for, Fatal, IdPrefix, DURABLE_PREFIX};
+use common::{reason_for, suback_reason, Fatal, IdPrefix, DURABLE_PREFIX};
 use session::{Owed, Sub};
 
 /// Handles what arrived in `buf`: the WebSocket upgrade and framing if the
@@ -441,6 +441,14 @@ fn subscribe_packet(
             "a SUBSCRIBE with two subscription identifiers".into(),
         ));
     }
+    // [MQTT-3.8.3-4]: "It is a Protocol Error to set the No Local bit to 1
+    // on a Shared Subscription" (not a reason code a SUBACK may carry).
+    let shared_no_local = |(filter, options): &(String, mqtt::SubscribeOptions)| {
+        options.no_local && matches!(topic::shared(filter), Ok(Some(_)))
+    };
+    if s.filters.iter().any(shared_no_local) {
+        return Err(Fatal(0x82, "no local on a shared subscription".into()));
+    }
     let mut codes = Vec::with_capacity(s.filters.len());
     for (filter, options) in s.filters {
         let terms = (options, identifier, Resumed::No);
@@ -490,9 +498,6 @@ fn subscribe_one(
     let group = topic::shared(filter).map_err(invalid)?;
     let plain = group.map_or(filter, |(_, f)| f);
     let pattern = topic::filter_to_pattern(plain).map_err(invalid)?;
-    if group.is_some() && options.no_local {
-        return Err((0x82, "no local on a shared subscription".into()));
-    }
     let durable_name = match group {
         Some((group, _)) => format!("mqtt-share:{group}:{plain}"),
         None if mqtt.persistent || resumed == Resumed::Yes => {
@@ -547,7 +552,7 @@ fn subscribe_one(
         kept,
         no_local: false,
     };
-    let refused = |r: Refusal| (reason_for(r.code()), r.message().to_owned());
+    let refused = |r: Refusal| (suback_reason(r.code()), r.message().to_owned());
     subscribe(number, request, session, ctx).map_err(refused)?;
     mqtt.ex().numbers.insert(filter.to_owned(), number);
     mqtt.ex().subs.insert(
