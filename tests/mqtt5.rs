@@ -540,3 +540,201 @@ fn a_refused_subscription_is_a_failure_code_in_suback_and_the_session_goes_on() 
         "{said:?}"
     );
 }
+
+/// The Response Information in a CONNACK.
+fn response_information(ack: &herald_protocol::mqtt::ConnAck) -> Option<&str> {
+    ack.properties.0.iter().find_map(|p| match p {
+        Property::ResponseInfo(r) => Some(r.as_str()),
+        _ => None,
+    })
+}
+
+/// The Response Topic and Correlation Data of a PUBLISH.
+fn response_topic_and_correlation(p: &Publish) -> (Option<&str>, Option<&[u8]>) {
+    let topic = p.properties.0.iter().find_map(|p| match p {
+        Property::ResponseTopic(t) => Some(t.as_str()),
+        _ => None,
+    });
+    let data = p.properties.0.iter().find_map(|p| match p {
+        Property::CorrelationData(d) => Some(d.as_ref()),
+        _ => None,
+    });
+    (topic, data)
+}
+
+#[test]
+fn response_information_is_given_only_when_asked_for() {
+    let server = start();
+    let ask = |value: Option<u8>, id: &str| {
+        let mut connect = MqttClient::connect_packet(Version::V5, id);
+        connect
+            .properties
+            .0
+            .extend(value.map(Property::RequestResponseInfo));
+        MqttClient::connect_with(&server, connect)
+    };
+    // 3.1.2.11.7: with 1 "the Server MAY return Response Information";
+    // Herald does, the configured prefix and the client id.
+    let (mut requester, ack) = ask(Some(1), "rr-asker");
+    assert_eq!(response_information(&ack), Some("reply/rr-asker"));
+    // [MQTT-3.1.2-28]: "A value of 0 indicates that the Server MUST NOT
+    // return Response Information"; absent is 0.
+    for (value, id) in [(Some(0), "rr-0"), (None, "rr-none")] {
+        let (_c, ack) = ask(value, id);
+        assert_eq!(response_information(&ack), None, "{value:?}");
+    }
+    // A client id that would put a wildcard in the topic gets none.
+    let (_c, ack) = ask(Some(1), "rr+#");
+    assert_eq!(response_information(&ack), None);
+    // The topic works as a response topic: a responder's answer to it
+    // reaches the requester, its Response Topic and Correlation Data
+    // unaltered [MQTT-3.3.2-15] [MQTT-3.3.2-16].
+    requester.subscribe("reply/rr-asker", QoS::AtLeastOnce);
+    let mut responder = MqttClient::connected(&server, Version::V5, "rr-responder");
+    responder.subscribe("svc/time", QoS::AtLeastOnce);
+    let mut request = requester.publish_packet("svc/time", b"now?", QoS::AtLeastOnce);
+    let data = Bytes::from_static(&[0, 0xff, 7, b'x']);
+    request.properties = Properties(vec![
+        Property::ResponseTopic("reply/rr-asker".into()),
+        Property::CorrelationData(data.clone()),
+    ]);
+    assert_eq!(requester.publish(request), 0);
+    let got = responder.receive();
+    let (topic, correlation) = response_topic_and_correlation(&got);
+    assert_eq!(
+        (topic, correlation),
+        (Some("reply/rr-asker"), Some(&data[..]))
+    );
+    let mut answer = responder.publish_packet(topic.unwrap(), b"noon", QoS::AtLeastOnce);
+    answer.properties = Properties(vec![Property::CorrelationData(data.clone())]);
+    assert_eq!(responder.publish(answer), 0);
+    let reply = requester.receive();
+    assert_eq!(reply.payload, "noon");
+    assert_eq!(response_topic_and_correlation(&reply).1, Some(&data[..]));
+
+    // Configured off: none, even when asked.
+    let mut config = test_config();
+    config.mqtt.response_topic_prefix = String::new();
+    let quiet = start_with(config);
+    let mut connect = MqttClient::connect_packet(Version::V5, "rr-off");
+    connect.properties.0.push(Property::RequestResponseInfo(1));
+    let (_c, ack) = MqttClient::connect_with(&quiet, connect);
+    assert_eq!(response_information(&ack), None);
+}
+
+#[test]
+fn response_topic_and_correlation_data_are_jms_reply_to_and_correlation_id() {
+    use herald_client::{reply, Destination, Message, Requestor};
+    let server = start();
+    // An MQTT requester, a JMS responder: the Response Topic is the
+    // request's reply-to, UTF-8 Correlation Data its correlation id, and
+    // the JMS reply (correlation id copied) reaches the requester with the
+    // same Correlation Data.
+    let mut requester = MqttClient::connected(&server, Version::V5, "jms-asker");
+    requester.subscribe("answers/jms-asker", QoS::AtLeastOnce);
+    let (_c, session) = herald_tests::connect(&server);
+    let service = session
+        .create_consumer(&Destination::topic("questions.time"))
+        .unwrap();
+    let mut request = requester.publish_packet("questions/time", b"now?", QoS::AtLeastOnce);
+    request.properties = Properties(vec![
+        Property::ResponseTopic("answers/jms-asker".into()),
+        Property::CorrelationData(Bytes::from_static(b"req-1")),
+    ]);
+    assert_eq!(requester.publish(request), 0);
+    let got = herald_tests::next(&service);
+    assert_eq!(got.reply_to, Some(Destination::topic("answers.jms-asker")));
+    assert_eq!(got.correlation_id.as_deref(), Some("req-1"));
+    reply(&session, &got, Message::text("noon")).unwrap();
+    let answer = requester.receive();
+    assert_eq!(answer.payload, "noon");
+    assert_eq!(
+        response_topic_and_correlation(&answer),
+        (None, Some(&b"req-1"[..]))
+    );
+
+    // A JMS requester, an MQTT responder: the reply-to is a temporary
+    // queue, which reaches MQTT as a `$queue/` Response Topic; a PUBLISH
+    // to it goes to the queue.
+    let mut responder = MqttClient::connected(&server, Version::V5, "mqtt-service");
+    responder.subscribe("clock/+", QoS::AtLeastOnce);
+    let worker = std::thread::spawn(move || {
+        let got = responder.receive();
+        let (topic, correlation) = response_topic_and_correlation(&got);
+        let (topic, correlation) = (topic.unwrap().to_owned(), correlation.unwrap().to_vec());
+        let mut answer = responder.publish_packet(&topic, b"tea time", QoS::AtLeastOnce);
+        answer.properties = Properties(vec![Property::CorrelationData(correlation.into())]);
+        assert_eq!(responder.publish(answer), 0);
+        topic
+    });
+    let requestor = Requestor::new(&session, &Destination::topic("clock.london")).unwrap();
+    let answer = requestor
+        .request(Message::text("what time?"), herald_tests::PATIENCE)
+        .unwrap();
+    // Bytes, as the responder set no payload format indicator.
+    assert_eq!(
+        answer.body,
+        herald_protocol::Body::Bytes(Bytes::from_static(b"tea time"))
+    );
+    let topic = worker.join().unwrap();
+    assert!(topic.starts_with("$queue/temp/"), "{topic}");
+}
+
+#[test]
+fn a_queue_topic_is_sent_to_not_subscribed_to() {
+    let server = start();
+    let mut c = MqttClient::connected(&server, Version::V5, "to-queue");
+    // Retained is meaningless on a queue: the message goes in, once.
+    let mut p = c.publish_packet("$queue/work/items", b"job", QoS::AtLeastOnce);
+    p.retain = true;
+    assert_eq!(c.publish(p), 0);
+    let (_c, session) = herald_tests::connect(&server);
+    let consumer = session
+        .create_consumer(&herald_client::Destination::queue("work.items"))
+        .unwrap();
+    let got = herald_tests::next(&consumer);
+    assert_eq!(
+        got.body,
+        herald_protocol::Body::Bytes(Bytes::from_static(b"job"))
+    );
+    herald_tests::assert_nothing(&consumer);
+    // A subscription to one is refused with Topic Filter invalid, and the
+    // session goes on.
+    assert_eq!(
+        c.subscribe_with("$queue/work/items", options(QoS::AtLeastOnce)),
+        0x8F
+    );
+    let p = c.publish_packet("still/here", b"x", QoS::AtLeastOnce);
+    assert_eq!(c.publish(p), 0);
+}
+
+#[test]
+fn a_wildcard_response_topic_is_a_protocol_error() {
+    let server = start();
+    // [MQTT-3.3.2-14]: "The Response Topic MUST NOT contain wildcard
+    // characters."
+    let mut c = MqttClient::connected(&server, Version::V5, "rt-wild");
+    let mut p = c.publish_packet("a/b", b"x", QoS::AtMostOnce);
+    p.properties = Properties(vec![Property::ResponseTopic("replies/#".into())]);
+    c.send(&Packet::Publish(p));
+    let said = c.expect_closed();
+    assert!(
+        matches!(said.as_slice(), [Packet::Disconnect(d)] if d.reason == 0x82),
+        "{said:?}"
+    );
+    // In a will, the CONNECT is refused: [MQTT-4.13.1-1], the connection
+    // is closed (a CONNACK is optional; Herald answers only a CONNECT it
+    // could read), and the will never goes out.
+    let mut connect = MqttClient::connect_packet(Version::V5, "rt-will");
+    let mut will = MqttClient::will("last/words", b"bye", QoS::AtMostOnce);
+    will.properties = Properties(vec![Property::ResponseTopic("r/+".into())]);
+    connect.will = Some(will);
+    let mut watcher = MqttClient::connected(&server, Version::V5, "rt-watcher");
+    watcher.subscribe("last/words", QoS::AtMostOnce);
+    let mut c = MqttClient::open(&server, Version::V5);
+    c.send(&Packet::Connect(Box::new(connect)));
+    assert!(c.expect_closed().is_empty());
+    assert!(watcher
+        .read_within(std::time::Duration::from_millis(300))
+        .is_none());
+}

@@ -433,6 +433,10 @@ pub struct MqttSection {
     /// A 5.0 client asking for more (or for none) is told this one in
     /// CONNACK; a 3.1.1 client, which cannot be told, is refused.
     pub max_keep_alive: u16,
+    /// The first levels of the Response Information a 5.0 client that
+    /// asks for it is given in CONNACK: this, a `/`, then its client id
+    /// (`reply/sensor-7`). Empty: none is given.
+    pub response_topic_prefix: String,
 }
 
 impl Default for MqttSection {
@@ -447,6 +451,7 @@ impl Default for MqttSection {
             receive_maximum: 1024,
             topic_alias_maximum: 64,
             max_keep_alive: 0,
+            response_topic_prefix: "reply".into(),
         }
     }
 }
@@ -845,6 +850,16 @@ impl Config {
                 "0: a client could never be sent a QoS 1 or 2 message (1 to 65535)".into(),
             );
         }
+        let prefix = &self.mqtt.response_topic_prefix;
+        if prefix.starts_with('$') || prefix.contains(['+', '#', '\0']) {
+            return invalid(
+                "mqtt.response_topic_prefix",
+                format!(
+                    "'{prefix}': a response topic may hold no wildcard (+, #) \
+                     nor start with $ (a topic of the server's own)"
+                ),
+            );
+        }
         if self.amqp.max_sessions == 0 || self.amqp.max_links == 0 || self.amqp.link_credit == 0 {
             let key = match (self.amqp.max_sessions, self.amqp.max_links) {
                 (0, _) => "amqp.max_sessions",
@@ -1041,6 +1056,15 @@ mod tests {
             ("[mqtt]\nreceive_maximum = 70000", "receive_maximum"),
             ("[mqtt]\ntopic_alias_maximum = -1", "topic_alias_maximum"),
             ("[mqtt]\nmax_keep_alive = 65536", "max_keep_alive"),
+            (
+                "[mqtt]\nresponse_topic_prefix = \"reply/#\"",
+                "mqtt.response_topic_prefix",
+            ),
+            (
+                "[mqtt]\nresponse_topic_prefix = \"$SYS\"",
+                "mqtt.response_topic_prefix",
+            ),
+            ("[mqtt]\nresponse_topic_prefix = 7", "response_topic_prefix"),
             ("[mqtt]\nlisten = \"nowhere\"", "listen"),
             ("[mqtt]\ntls_enabled = true", "tls.cert"),
             ("[mqtt]\nretain = true", "retain"),

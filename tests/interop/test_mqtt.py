@@ -454,3 +454,73 @@ def test_a_refused_subscription_is_a_failure_code_and_the_session_goes_on(server
     tests/mqtt.rs, with users."""
     assert refused_codes(server) == {"5.0": [0x8F] * 2, "3.1.1": [0x80] * 2}
     assert refused_codes(mosquitto) == {"5.0": [1, 1], "3.1.1": [1, 1]}
+
+
+def response_information(broker, asked):
+    """The Response Information a broker's CONNACK gives a 5.0 client that
+    sets Request Response Information to `asked` (None: leaves it out)."""
+    props = Properties(PacketTypes.CONNECT)
+    if asked is not None:
+        props.RequestResponseInformation = asked
+    c = Client(broker, "5.0", client_id="paho-asker", connect_props=props)
+    got = getattr(c.connack, "ResponseInformation", None)
+    c.close()
+    return got
+
+
+def test_response_information_only_when_asked_for(server, mosquitto):
+    """[MQTT-3.1.2-28]: 0 (or none) means the server MUST NOT return
+    Response Information; with 1 Herald returns `reply/<client id>`.
+    Mosquitto 2.0.11, measured beside it, returns none either way (which
+    the MAY of 3.1.2.11.7 allows)."""
+    assert [response_information(server, a) for a in (1, 0, None)] == [
+        "reply/paho-asker", None, None]
+    assert [response_information(mosquitto, a) for a in (1, 0, None)] == [None] * 3
+
+
+def test_an_mqtt_requester_and_a_jms_responder(server):
+    """The Response Topic is the JMS reply-to and UTF-8 Correlation Data the
+    correlation id [MQTT-3.3.2-15] [MQTT-3.3.2-16]: `herald reply` answers
+    a paho request sent to a queue (`$queue/...`), and the answer reaches
+    the paho requester with its Correlation Data."""
+    asker = Client(server, "5.0")
+    asker.subscribe("paho/answers")
+    props = Properties(PacketTypes.PUBLISH)
+    props.ResponseTopic = "paho/answers"
+    props.CorrelationData = b"q-7"
+    asker.publish("$queue/svc/time", b"what time?", qos=1, properties=props)
+    server.herald("reply", "queue://svc.time", "noon", "--count", "1")
+    got = asker.next()
+    assert (got.topic, got.payload) == ("paho/answers", b"noon")
+    assert got.properties.CorrelationData == b"q-7"
+    asker.close()
+
+
+def test_a_jms_requester_and_an_mqtt_responder(server):
+    """`herald request` sends with a temporary queue as its reply-to, which
+    reaches paho as a `$queue/temp/...` Response Topic; paho's answer to it,
+    with the Correlation Data it was given, is the reply the CLI prints."""
+    import os
+    import subprocess
+
+    from conftest import BIN_DIR
+
+    responder = Client(server, "5.0")
+    responder.subscribe("paho/clock")
+    asking = subprocess.Popen(
+        [os.path.join(BIN_DIR, "herald"), "--server", f"herald://{server.native}",
+         "request", "topic://paho.clock", "what time?", "--timeout", "10s"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        request = responder.next()
+        assert request.payload == b"what time?"
+        assert request.properties.ResponseTopic.startswith("$queue/temp/")
+        props = Properties(PacketTypes.PUBLISH)
+        props.CorrelationData = request.properties.CorrelationData
+        responder.publish(request.properties.ResponseTopic, b"tea time", qos=1, properties=props)
+        out, err = asking.communicate(timeout=PATIENCE)
+    finally:
+        asking.kill()
+    assert asking.returncode == 0, err
+    assert out.strip() == "tea time"
+    responder.close()

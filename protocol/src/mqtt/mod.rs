@@ -16,7 +16,7 @@ pub use packet::{
     Ack, ConnAck, Connect, Disconnect, Packet, Publish, SubAck, Subscribe, SubscribeOptions,
     UnsubAck, Unsubscribe, Will,
 };
-pub use properties::{Properties, Property};
+pub use properties::{Allowed, Properties, Property};
 
 use bytes::BytesMut;
 use thiserror::Error;

@@ -4,7 +4,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::properties::Properties;
+use super::properties::{Allowed, Properties};
 use super::wire::{put_binary, Reader};
 use super::{MqttError, QoS, Version};
 
@@ -212,8 +212,8 @@ pub(super) fn decode(
             "packet type {kind} with flags {flags:#06b}, not {want:#06b}"
         ))),
     };
-    let props = |r: &mut Reader<'_>| match v5 {
-        true => Properties::read(r),
+    let props = |r: &mut Reader<'_>, allowed| match v5 {
+        true => Properties::read(r, allowed),
         false => Ok(Properties::default()),
     };
     let packet = match kind {
@@ -230,7 +230,7 @@ pub(super) fn decode(
             Packet::ConnAck(ConnAck {
                 session_present: ack_flags & 1 == 1,
                 code: r.u8("return code")?,
-                properties: props(r)?,
+                properties: props(r, Allowed::CONNACK)?,
             })
         }
         3 => Packet::Publish(publish(flags, r, v5)?),
@@ -238,7 +238,7 @@ pub(super) fn decode(
             expect_flags(if kind == 6 { 0b0010 } else { 0 })?;
             let packet_id = r.u16("packet id")?;
             let (reason, properties) = match v5 {
-                true => reason_and_properties(r)?,
+                true => reason_and_properties(r, Allowed::ACK)?,
                 false => (0, Properties::default()),
             };
             let ack = Ack {
@@ -256,7 +256,7 @@ pub(super) fn decode(
         8 => {
             expect_flags(0b0010)?;
             let packet_id = r.u16("packet id")?;
-            let properties = props(r)?;
+            let properties = props(r, Allowed::SUBSCRIBE)?;
             let filters = filters(r, "SUBSCRIBE", |r| {
                 let filter = r.string("topic filter")?;
                 Ok((
@@ -273,7 +273,7 @@ pub(super) fn decode(
         9 => {
             expect_flags(0)?;
             let packet_id = r.u16("packet id")?;
-            let properties = props(r)?;
+            let properties = props(r, Allowed::ACK)?;
             let codes = r.rest().to_vec();
             Packet::SubAck(SubAck {
                 packet_id,
@@ -284,7 +284,7 @@ pub(super) fn decode(
         10 => {
             expect_flags(0b0010)?;
             let packet_id = r.u16("packet id")?;
-            let properties = props(r)?;
+            let properties = props(r, Allowed::UNSUBSCRIBE)?;
             let filters = filters(r, "UNSUBSCRIBE", |r| r.string("topic filter"))?;
             Packet::Unsubscribe(Unsubscribe {
                 packet_id,
@@ -295,7 +295,7 @@ pub(super) fn decode(
         11 => {
             expect_flags(0)?;
             let packet_id = r.u16("packet id")?;
-            let properties = props(r)?;
+            let properties = props(r, Allowed::ACK)?;
             let codes = match v5 {
                 true => r.rest().to_vec(),
                 false => Vec::new(),
@@ -317,14 +317,14 @@ pub(super) fn decode(
         14 => {
             expect_flags(0)?;
             let (reason, properties) = match v5 {
-                true => reason_and_properties(r)?,
+                true => reason_and_properties(r, Allowed::DISCONNECT)?,
                 false => (0, Properties::default()),
             };
             Packet::Disconnect(Disconnect { reason, properties })
         }
         15 if v5 => {
             expect_flags(0)?;
-            let (reason, properties) = reason_and_properties(r)?;
+            let (reason, properties) = reason_and_properties(r, Allowed::AUTH)?;
             Packet::Auth(reason, properties)
         }
         other => return Err(MqttError::Malformed(format!("unknown packet type {other}"))),
@@ -340,14 +340,17 @@ pub(super) fn decode(
 
 /// 5.0's reason code and properties, either of which a packet may leave
 /// out at its end (success, no properties).
-fn reason_and_properties(r: &mut Reader<'_>) -> Result<(u8, Properties), MqttError> {
+fn reason_and_properties(
+    r: &mut Reader<'_>,
+    allowed: Allowed,
+) -> Result<(u8, Properties), MqttError> {
     let reason = match r.remaining() {
         0 => 0,
         _ => r.u8("reason code")?,
     };
     let properties = match r.remaining() {
         0 => Properties::default(),
-        _ => Properties::read(r)?,
+        _ => Properties::read(r, allowed)?,
     };
     Ok((reason, properties))
 }
@@ -405,19 +408,22 @@ fn connect(r: &mut Reader<'_>) -> Result<Connect, MqttError> {
     }
     let keep_alive = r.u16("keep alive")?;
     let properties = match v5 {
-        true => Properties::read(r)?,
+        true => Properties::read(r, Allowed::CONNECT)?,
         false => Properties::default(),
     };
     let client_id = r.string("client id")?;
     let will = match will_flag {
         true => {
             let properties = match v5 {
-                true => Properties::read(r)?,
+                true => Properties::read(r, Allowed::WILL)?,
                 false => Properties::default(),
             };
+            check_response_topic(&properties)?;
+            let topic = r.string("will topic")?;
+            check_topic_name(&topic)?;
             Some(Will {
                 properties,
-                topic: r.string("will topic")?,
+                topic,
                 payload: r.binary("will payload")?,
                 qos: will_qos,
                 retain: will_retain,
@@ -446,11 +452,7 @@ fn publish(flags: u8, r: &mut Reader<'_>, v5: bool) -> Result<Publish, MqttError
         return Err(MqttError::Malformed("DUP on a QoS 0 PUBLISH".into()));
     }
     let topic = r.string("topic name")?;
-    if topic.contains(['+', '#']) {
-        return Err(MqttError::TopicName(format!(
-            "'{topic}' has a wildcard: only subscriptions may use + and #"
-        )));
-    }
+    check_topic_name(&topic)?;
     let packet_id = match qos {
         QoS::AtMostOnce => None,
         _ => match r.u16("packet id")? {
@@ -459,9 +461,10 @@ fn publish(flags: u8, r: &mut Reader<'_>, v5: bool) -> Result<Publish, MqttError
         },
     };
     let properties = match v5 {
-        true => Properties::read(r)?,
+        true => Properties::read(r, Allowed::PUBLISH)?,
         false => Properties::default(),
     };
+    check_response_topic(&properties)?;
     let aliased = properties
         .0
         .iter()
@@ -478,6 +481,31 @@ fn publish(flags: u8, r: &mut Reader<'_>, v5: bool) -> Result<Publish, MqttError
         properties,
         payload: r.rest(),
     })
+}
+
+/// A topic name holds no wildcard: only filters may.
+fn check_topic_name(topic: &str) -> Result<(), MqttError> {
+    match super::topic::has_wildcard(topic) {
+        true => Err(MqttError::TopicName(format!(
+            "'{topic}' has a wildcard: only subscriptions may use + and #"
+        ))),
+        false => Ok(()),
+    }
+}
+
+/// "The Response Topic MUST NOT contain wildcard characters"
+/// [MQTT-3.3.2-14], in a PUBLISH or a will: a Protocol Error.
+fn check_response_topic(properties: &Properties) -> Result<(), MqttError> {
+    for p in &properties.0 {
+        if let super::Property::ResponseTopic(t) = p {
+            if super::topic::has_wildcard(t) {
+                return Err(MqttError::Protocol(format!(
+                    "the response topic '{t}' has a wildcard [MQTT-3.3.2-14]"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn subscribe_options(b: u8, v5: bool) -> Result<SubscribeOptions, MqttError> {

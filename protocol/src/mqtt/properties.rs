@@ -70,9 +70,50 @@ pub enum Property {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Properties(pub Vec<Property>);
 
+/// The identifiers a kind of packet may carry, one bit each (every
+/// identifier is below 64), from the table in §2.2.2.2. Any other makes
+/// the packet malformed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allowed(u64);
+
+const fn bits(ids: &[u8]) -> Allowed {
+    let mut mask = 1 << 0x26; // user properties go anywhere
+    let mut i = 0;
+    while i < ids.len() {
+        mask |= 1 << ids[i];
+        i += 1;
+    }
+    Allowed(mask)
+}
+
+impl Allowed {
+    /// CONNECT's own properties.
+    pub const CONNECT: Allowed = bits(&[0x11, 0x15, 0x16, 0x17, 0x19, 0x21, 0x22, 0x27]);
+    /// CONNACK's.
+    pub const CONNACK: Allowed = bits(&[
+        0x11, 0x12, 0x13, 0x15, 0x16, 0x1A, 0x1C, 0x1F, 0x21, 0x22, 0x24, 0x25, 0x27, 0x28, 0x29,
+        0x2A,
+    ]);
+    /// PUBLISH's.
+    pub const PUBLISH: Allowed = bits(&[0x01, 0x02, 0x03, 0x08, 0x09, 0x0B, 0x23]);
+    /// A will's, in CONNECT.
+    pub const WILL: Allowed = bits(&[0x01, 0x02, 0x03, 0x08, 0x09, 0x18]);
+    /// PUBACK, PUBREC, PUBREL, PUBCOMP, SUBACK and UNSUBACK's.
+    pub const ACK: Allowed = bits(&[0x1F]);
+    /// SUBSCRIBE's.
+    pub const SUBSCRIBE: Allowed = bits(&[0x0B]);
+    /// UNSUBSCRIBE's.
+    pub const UNSUBSCRIBE: Allowed = bits(&[]);
+    /// DISCONNECT's.
+    pub const DISCONNECT: Allowed = bits(&[0x11, 0x1C, 0x1F]);
+    /// AUTH's.
+    pub const AUTH: Allowed = bits(&[0x15, 0x16, 0x1F]);
+}
+
 impl Properties {
-    /// Reads the length and the properties.
-    pub fn read(r: &mut Reader<'_>) -> Result<Properties, MqttError> {
+    /// Reads the length and the properties of a packet that may carry
+    /// the `allowed` ones.
+    pub fn read(r: &mut Reader<'_>, allowed: Allowed) -> Result<Properties, MqttError> {
         let len = r.varint("property length")? as usize;
         if len > r.remaining() {
             return Err(MqttError::Malformed(
@@ -81,8 +122,26 @@ impl Properties {
         }
         let end = r.remaining() - len;
         let mut list = Vec::new();
+        // Every identifier is below 64: one bit each.
+        let mut seen = 0u64;
         while r.remaining() > end {
-            list.push(read_one(r)?);
+            let p = read_one(r)?;
+            let id = p.id();
+            if allowed.0 & (1 << id) == 0 {
+                return Err(MqttError::Malformed(format!(
+                    "property {id:#04x} is not one this packet may carry"
+                )));
+            }
+            // Only user properties and subscription identifiers may
+            // repeat; any other twice in one packet is a Protocol Error
+            // (§2.2.2.2, and each property's own paragraph in §3).
+            if seen & (1 << id) != 0 && !matches!(id, 0x0B | 0x26) {
+                return Err(MqttError::Protocol(format!(
+                    "property {id:#04x} appears twice"
+                )));
+            }
+            seen |= 1 << id;
+            list.push(p);
         }
         if r.remaining() != end {
             return Err(MqttError::Malformed(
@@ -123,9 +182,9 @@ fn read_one(r: &mut Reader<'_>) -> Result<Property, MqttError> {
         0x13 => Property::ServerKeepAlive(r.u16("server keep alive")?),
         0x15 => Property::AuthMethod(r.string("authentication method")?),
         0x16 => Property::AuthData(r.binary("authentication data")?),
-        0x17 => Property::RequestProblemInfo(r.u8("request problem information")?),
+        0x17 => Property::RequestProblemInfo(flag(r, "request problem information")?),
         0x18 => Property::WillDelay(r.u32("will delay")?),
-        0x19 => Property::RequestResponseInfo(r.u8("request response information")?),
+        0x19 => Property::RequestResponseInfo(flag(r, "request response information")?),
         0x1A => Property::ResponseInfo(r.string("response information")?),
         0x1C => Property::ServerReference(r.string("server reference")?),
         0x1F => Property::ReasonString(r.string("reason string")?),
@@ -156,72 +215,81 @@ fn read_one(r: &mut Reader<'_>) -> Result<Property, MqttError> {
     })
 }
 
+/// A byte that may only be 0 or 1: anything else is a Protocol Error
+/// (§3.1.2.11.6 and §3.1.2.11.7).
+fn flag(r: &mut Reader<'_>, what: &'static str) -> Result<u8, MqttError> {
+    match r.u8(what)? {
+        v @ (0 | 1) => Ok(v),
+        v => Err(MqttError::Protocol(format!("{what} {v}: only 0 or 1"))),
+    }
+}
+
+impl Property {
+    /// Its identifier.
+    pub fn id(&self) -> u8 {
+        match self {
+            Property::PayloadFormat(_) => 0x01,
+            Property::MessageExpiry(_) => 0x02,
+            Property::ContentType(_) => 0x03,
+            Property::ResponseTopic(_) => 0x08,
+            Property::CorrelationData(_) => 0x09,
+            Property::SubscriptionId(_) => 0x0B,
+            Property::SessionExpiry(_) => 0x11,
+            Property::AssignedClientId(_) => 0x12,
+            Property::ServerKeepAlive(_) => 0x13,
+            Property::AuthMethod(_) => 0x15,
+            Property::AuthData(_) => 0x16,
+            Property::RequestProblemInfo(_) => 0x17,
+            Property::WillDelay(_) => 0x18,
+            Property::RequestResponseInfo(_) => 0x19,
+            Property::ResponseInfo(_) => 0x1A,
+            Property::ServerReference(_) => 0x1C,
+            Property::ReasonString(_) => 0x1F,
+            Property::ReceiveMaximum(_) => 0x21,
+            Property::TopicAliasMaximum(_) => 0x22,
+            Property::TopicAlias(_) => 0x23,
+            Property::MaximumQos(_) => 0x24,
+            Property::RetainAvailable(_) => 0x25,
+            Property::User(..) => 0x26,
+            Property::MaximumPacketSize(_) => 0x27,
+            Property::WildcardAvailable(_) => 0x28,
+            Property::SubscriptionIdsAvailable(_) => 0x29,
+            Property::SharedAvailable(_) => 0x2A,
+        }
+    }
+}
+
 fn write_one(p: &Property, dst: &mut BytesMut) {
-    let byte = |dst: &mut BytesMut, id: u8, v: u8| {
-        dst.put_u8(id);
-        dst.put_u8(v);
-    };
-    let text = |dst: &mut BytesMut, id: u8, v: &[u8]| {
-        dst.put_u8(id);
-        put_binary(dst, v);
-    };
+    dst.put_u8(p.id());
     match p {
-        Property::PayloadFormat(v) => byte(dst, 0x01, *v),
-        Property::MessageExpiry(v) => {
-            dst.put_u8(0x02);
-            dst.put_u32(*v);
-        }
-        Property::ContentType(v) => text(dst, 0x03, v.as_bytes()),
-        Property::ResponseTopic(v) => text(dst, 0x08, v.as_bytes()),
-        Property::CorrelationData(v) => text(dst, 0x09, v),
-        Property::SubscriptionId(v) => {
-            dst.put_u8(0x0B);
-            put_varint(dst, *v);
-        }
-        Property::SessionExpiry(v) => {
-            dst.put_u8(0x11);
-            dst.put_u32(*v);
-        }
-        Property::AssignedClientId(v) => text(dst, 0x12, v.as_bytes()),
-        Property::ServerKeepAlive(v) => {
-            dst.put_u8(0x13);
-            dst.put_u16(*v);
-        }
-        Property::AuthMethod(v) => text(dst, 0x15, v.as_bytes()),
-        Property::AuthData(v) => text(dst, 0x16, v),
-        Property::RequestProblemInfo(v) => byte(dst, 0x17, *v),
-        Property::WillDelay(v) => {
-            dst.put_u8(0x18);
-            dst.put_u32(*v);
-        }
-        Property::RequestResponseInfo(v) => byte(dst, 0x19, *v),
-        Property::ResponseInfo(v) => text(dst, 0x1A, v.as_bytes()),
-        Property::ServerReference(v) => text(dst, 0x1C, v.as_bytes()),
-        Property::ReasonString(v) => text(dst, 0x1F, v.as_bytes()),
-        Property::ReceiveMaximum(v) => {
-            dst.put_u8(0x21);
-            dst.put_u16(*v);
-        }
-        Property::TopicAliasMaximum(v) => {
-            dst.put_u8(0x22);
-            dst.put_u16(*v);
-        }
-        Property::TopicAlias(v) => {
-            dst.put_u8(0x23);
-            dst.put_u16(*v);
-        }
-        Property::MaximumQos(v) => byte(dst, 0x24, *v),
-        Property::RetainAvailable(v) => byte(dst, 0x25, *v),
+        Property::PayloadFormat(v)
+        | Property::RequestProblemInfo(v)
+        | Property::RequestResponseInfo(v)
+        | Property::MaximumQos(v)
+        | Property::RetainAvailable(v)
+        | Property::WildcardAvailable(v)
+        | Property::SubscriptionIdsAvailable(v)
+        | Property::SharedAvailable(v) => dst.put_u8(*v),
+        Property::MessageExpiry(v)
+        | Property::SessionExpiry(v)
+        | Property::WillDelay(v)
+        | Property::MaximumPacketSize(v) => dst.put_u32(*v),
+        Property::ServerKeepAlive(v)
+        | Property::ReceiveMaximum(v)
+        | Property::TopicAliasMaximum(v)
+        | Property::TopicAlias(v) => dst.put_u16(*v),
+        Property::SubscriptionId(v) => put_varint(dst, *v),
+        Property::ContentType(v)
+        | Property::ResponseTopic(v)
+        | Property::AssignedClientId(v)
+        | Property::AuthMethod(v)
+        | Property::ResponseInfo(v)
+        | Property::ServerReference(v)
+        | Property::ReasonString(v) => put_binary(dst, v.as_bytes()),
+        Property::CorrelationData(v) | Property::AuthData(v) => put_binary(dst, v),
         Property::User(k, v) => {
-            text(dst, 0x26, k.as_bytes());
+            put_binary(dst, k.as_bytes());
             put_binary(dst, v.as_bytes());
         }
-        Property::MaximumPacketSize(v) => {
-            dst.put_u8(0x27);
-            dst.put_u32(*v);
-        }
-        Property::WildcardAvailable(v) => byte(dst, 0x28, *v),
-        Property::SubscriptionIdsAvailable(v) => byte(dst, 0x29, *v),
-        Property::SharedAvailable(v) => byte(dst, 0x2A, *v),
     }
 }

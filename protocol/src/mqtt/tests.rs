@@ -37,6 +37,16 @@ fn props() -> Properties {
     ])
 }
 
+/// What an acknowledgement may carry: a reason string and user
+/// properties.
+fn ack_props() -> Properties {
+    Properties(vec![
+        Property::ReasonString("why".into()),
+        Property::User("a".into(), "1".into()),
+        Property::User("a".into(), "2".into()),
+    ])
+}
+
 fn each_version(packet: impl Fn(Version) -> Packet) {
     for v in [Version::V311, Version::V5] {
         round_trip(packet(v), v);
@@ -125,21 +135,21 @@ fn every_packet_round_trips_in_both_versions() {
     each_version(|v| {
         Packet::SubAck(SubAck {
             packet_id: 3,
-            properties: v5_only(v, props()),
+            properties: v5_only(v, ack_props()),
             codes: vec![2, 0x80],
         })
     });
     each_version(|v| {
         Packet::Unsubscribe(Unsubscribe {
             packet_id: 4,
-            properties: v5_only(v, props()),
+            properties: v5_only(v, Properties(vec![Property::User("k".into(), "v".into())])),
             filters: vec!["a/#".into()],
         })
     });
     each_version(|v| {
         Packet::UnsubAck(UnsubAck {
             packet_id: 4,
-            properties: v5_only(v, props()),
+            properties: v5_only(v, ack_props()),
             codes: match v {
                 Version::V5 => vec![0, 0x11],
                 Version::V311 => vec![],
@@ -156,7 +166,12 @@ fn every_packet_round_trips_in_both_versions() {
         }),
         Version::V5,
     );
-    round_trip(Packet::Auth(0x18, props()), Version::V5);
+    let auth = Properties(vec![
+        Property::AuthMethod("SCRAM-SHA-1".into()),
+        Property::AuthData(Bytes::from_static(b"\0\xff")),
+        Property::ReasonString("go on".into()),
+    ]);
+    round_trip(Packet::Auth(0x18, auth), Version::V5);
 }
 
 /// Decodes `bytes` with a server's decoder that has seen a CONNECT of
@@ -222,6 +237,82 @@ fn bad_input_is_refused_with_its_reason() {
     assert_eq!(refuse(v5, &[0xc0, 0x01, 0x00]).reason(), 0x81);
     // An unknown property.
     assert_eq!(refuse(v5, &[0xe0, 0x03, 0x00, 0x01, 0x7f]).reason(), 0x81);
+    // A property this kind of packet may not carry (§2.2.2.2): Server
+    // Keep Alive on a PUBLISH, a Topic Alias on a DISCONNECT.
+    let e = refuse(v5, &[0x30, 0x07, 0x00, 0x01, b'a', 0x03, 0x13, 0x00, 0x0a]);
+    assert_eq!(e.reason(), 0x81, "{e}");
+    let e = refuse(v5, &[0xe0, 0x05, 0x00, 0x03, 0x23, 0x00, 0x01]);
+    assert_eq!(e.reason(), 0x81, "{e}");
+    // A property twice (a Protocol Error), where user properties may repeat.
+    let twice = [
+        0x30, 0x09, 0x00, 0x01, b'a', 0x04, 0x01, 0x01, 0x01, 0x00, b'x',
+    ];
+    assert_eq!(refuse(v5, &twice).reason(), 0x82);
+    // A wildcard in a Response Topic [MQTT-3.3.2-14].
+    let e = refuse(
+        v5,
+        &[
+            0x30, 0x09, 0x00, 0x01, b'a', 0x05, 0x08, 0x00, 0x02, b'r', b'#',
+        ],
+    );
+    assert_eq!(e.reason(), 0x82, "{e}");
+}
+
+/// A CONNECT of 5.0 with `properties` (their bytes, after the length)
+/// and, if `will` is given, a will of those properties and that topic.
+fn connect_bytes(properties: &[u8], will: Option<(&[u8], &str)>) -> Vec<u8> {
+    let mut body = vec![0x00, 0x04, b'M', b'Q', b'T', b'T', 0x05];
+    body.push(if will.is_some() { 0x06 } else { 0x02 });
+    body.extend_from_slice(&[0x00, 0x3c, properties.len() as u8]);
+    body.extend_from_slice(properties);
+    body.extend_from_slice(&[0x00, 0x01, b'c']);
+    if let Some((props, topic)) = will {
+        body.push(props.len() as u8);
+        body.extend_from_slice(props);
+        body.extend_from_slice(&[0x00, topic.len() as u8]);
+        body.extend_from_slice(topic.as_bytes());
+        body.extend_from_slice(&[0x00, 0x00]);
+    }
+    let mut packet = vec![0x10, body.len() as u8];
+    packet.extend_from_slice(&body);
+    packet
+}
+
+#[test]
+fn a_connects_request_flags_will_and_response_topics_are_checked() {
+    let good = connect_bytes(
+        &[0x19, 0x01, 0x17, 0x00],
+        Some((&[0x08, 0x00, 0x01, b'r'], "w")),
+    );
+    let mut d = Decoder::new(1024);
+    let got = d.decode(&mut BytesMut::from(&good[..])).unwrap();
+    let Some(Packet::Connect(c)) = got else {
+        panic!("{got:?}")
+    };
+    assert_eq!(
+        c.properties.0,
+        vec![
+            Property::RequestResponseInfo(1),
+            Property::RequestProblemInfo(0)
+        ]
+    );
+    // Request Response Information and Request Problem Information other
+    // than 0 or 1 (3.1.2.11.6, 3.1.2.11.7), or twice: Protocol Errors.
+    for props in [&[0x19, 0x02][..], &[0x17, 0x05], &[0x19, 0x01, 0x19, 0x01]] {
+        let e = refuse(None, &connect_bytes(props, None));
+        assert_eq!(e.reason(), 0x82, "{props:?}: {e}");
+    }
+    // A will that names a wildcard topic, or a wildcard response topic;
+    // a will property outside the will (Will Delay in CONNECT's own).
+    let e = refuse(None, &connect_bytes(&[], Some((&[], "w/#"))));
+    assert_eq!(e.reason(), 0x90, "{e}");
+    let e = refuse(
+        None,
+        &connect_bytes(&[], Some((&[0x08, 0x00, 0x01, b'+'], "w"))),
+    );
+    assert_eq!(e.reason(), 0x82, "{e}");
+    let e = refuse(None, &connect_bytes(&[0x18, 0, 0, 0, 1], None));
+    assert_eq!(e.reason(), 0x81, "{e}");
 }
 
 #[test]

@@ -11,9 +11,38 @@
 use std::fmt::Write;
 
 use super::MqttError;
+use crate::destination::DestinationKind;
 
 /// The prefix of a shared subscription's filter: `$share/GROUP/FILTER`.
 pub const SHARE_PREFIX: &str = "$share/";
+
+/// The prefix of the MQTT topics that name queues: a PUBLISH to
+/// `$queue/a/b` goes to the queue `a.b`, and a JMS reply-to queue reaches
+/// an MQTT client as a Response Topic of this form, so that an MQTT
+/// responder can answer a JMS requester's temporary queue.
+pub const QUEUE_PREFIX: &str = "$queue/";
+
+/// The destination a PUBLISH topic names: a queue under
+/// [`QUEUE_PREFIX`], a topic otherwise.
+pub fn to_destination(topic: &str) -> (DestinationKind, String) {
+    match topic.strip_prefix(QUEUE_PREFIX) {
+        Some(queue) => (DestinationKind::Queue, to_herald(queue)),
+        None => (DestinationKind::Topic, to_herald(topic)),
+    }
+}
+
+/// The MQTT topic of a destination: [`to_destination`] the other way.
+pub fn from_destination(kind: DestinationKind, name: &str) -> String {
+    match kind {
+        DestinationKind::Topic => from_herald(name),
+        DestinationKind::Queue => format!("{QUEUE_PREFIX}{}", from_herald(name)),
+    }
+}
+
+/// Whether a topic name holds a wildcard, which only filters may.
+pub fn has_wildcard(topic: &str) -> bool {
+    topic.contains(['+', '#'])
+}
 
 /// A PUBLISH topic's Herald name (one allocation: every message has one).
 pub fn to_herald(topic: &str) -> String {
@@ -180,6 +209,20 @@ mod tests {
         // A native name with a '/' shows as more levels; a stray '%' stays.
         assert_eq!(from_herald("a/b.c"), "a/b/c");
         assert_eq!(from_herald("50%off.x%zz"), "50%off/x%zz");
+    }
+
+    #[test]
+    fn queue_topics_name_queues_both_ways() {
+        for (mqtt, kind, name) in [
+            ("$queue/replies", DestinationKind::Queue, "replies"),
+            ("$queue/temp/c7/1", DestinationKind::Queue, "temp.c7.1"),
+            ("$queue/a.b/c", DestinationKind::Queue, "a%2Eb.c"),
+            ("queue/x", DestinationKind::Topic, "queue.x"),
+            ("$queues/x", DestinationKind::Topic, "$queues.x"),
+        ] {
+            assert_eq!(to_destination(mqtt), (kind, name.to_owned()), "{mqtt}");
+            assert_eq!(from_destination(kind, name), mqtt, "{name}");
+        }
     }
 
     #[test]

@@ -70,7 +70,8 @@ pub fn message_from(
             Property::PayloadFormat(f) => utf8 = *f == 1,
             Property::ContentType(ct) => content_type = Some(ct.clone()),
             Property::ResponseTopic(t) => {
-                m.reply_to = Some(Destination::topic(topic::to_herald(t)))
+                let (kind, name) = topic::to_destination(t);
+                m.reply_to = Some(Destination { kind, name })
             }
             Property::CorrelationData(data) => match std::str::from_utf8(data) {
                 Ok(text) => m.correlation_id = Some(text.to_owned()),
@@ -101,8 +102,10 @@ pub fn message_from(
     if publish.qos == QoS::ExactlyOnce {
         m.set_property(QOS_PROPERTY, 2i32);
     }
-    m.retain = publish.retain;
-    let destination = Destination::topic(topic::to_herald(topic));
+    let (kind, name) = topic::to_destination(topic);
+    // A queue keeps no retained message.
+    m.retain = publish.retain && kind == DestinationKind::Topic;
+    let destination = Destination { kind, name };
     let stamp = Stamp {
         destination: &destination,
         message_id: MessageId::Numbered(id.0, id.1),
@@ -181,10 +184,7 @@ pub fn publish_from(
             properties.push(Property::MessageExpiry(secs));
         }
         if let Some((kind, name)) = m.reply_to {
-            properties.push(Property::ResponseTopic(match kind {
-                DestinationKind::Topic => topic::from_herald(name),
-                DestinationKind::Queue => name.to_owned(),
-            }));
+            properties.push(Property::ResponseTopic(topic::from_destination(kind, name)));
         }
         if let Some(c) = m.correlation_id {
             properties.push(Property::CorrelationData(Bytes::copy_from_slice(

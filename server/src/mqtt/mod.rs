@@ -279,12 +279,8 @@ pub fn admitted(
     ctx: &mut Context<'_>,
 ) -> Result<Flow, (ErrorCode, String)> {
     if let Some(will) = &mqtt.will {
-        let name = topic::to_herald(&will.topic);
-        if let Err(denied) = principal.check(
-            crate::auth::Permission::Publish,
-            DestinationKind::Topic,
-            &name,
-        ) {
+        let (kind, name) = topic::to_destination(&will.topic);
+        if let Err(denied) = principal.check(crate::auth::Permission::Publish, kind, &name) {
             return Err((ErrorCode::NotAuthorized, denied.to_string()));
         }
     }
@@ -326,8 +322,11 @@ pub fn admitted(
             Property::SubscriptionIdsAvailable(1),
             Property::SharedAvailable(1),
         ]);
-        if mqtt.response_info {
-            properties.push(Property::ResponseInfo(format!("reply/{client}")));
+        // Response Information only when asked for [MQTT-3.1.2-28], and
+        // only where the client id makes a topic without wildcards.
+        let prefix = &config.mqtt.response_topic_prefix;
+        if mqtt.response_info && !prefix.is_empty() && !topic::has_wildcard(&client) {
+            properties.push(Property::ResponseInfo(format!("{prefix}/{client}")));
         }
         if let Some(secs) = mqtt.server_keep_alive {
             properties.push(Property::ServerKeepAlive(secs));
@@ -497,6 +496,15 @@ fn subscribe_one(
     let invalid = |e: MqttError| (0x8F, e.to_string());
     let group = topic::shared(filter).map_err(invalid)?;
     let plain = group.map_or(filter, |(_, f)| f);
+    if plain.starts_with(topic::QUEUE_PREFIX) {
+        return Err((
+            0x8F,
+            format!(
+                "'{plain}' names a queue: MQTT clients may send to queues, \
+                 and consume them over the native protocol, STOMP or AMQP"
+            ),
+        ));
+    }
     let pattern = topic::filter_to_pattern(plain).map_err(invalid)?;
     let durable_name = match group {
         Some((group, _)) => format!("mqtt-share:{group}:{plain}"),
