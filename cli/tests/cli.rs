@@ -103,7 +103,13 @@ fn bench_reports_figures_and_no_loss() {
         .lines()
         .filter(|l| l.starts_with("{\"scenario\""))
         .collect();
-    assert_eq!(summaries.len(), 2, "{stdout}");
+    // Throughput, latency, and the machine's latency floor.
+    assert_eq!(summaries.len(), 3, "{stdout}");
+    assert!(
+        summaries[2].contains("\"system\":\"floor\",")
+            && summaries[2].contains("\"recorded\":2000,"),
+        "{stdout}"
+    );
     for s in summaries {
         assert!(s.contains("\"lost\":0"), "{s}");
     }

@@ -25,7 +25,7 @@ pub const WARM_UP: u64 = 1000;
 
 /// What a latency run measured.
 pub struct LatencyReport {
-    /// "herald" or "nats".
+    /// "herald", "nats", or "floor" (the machine's, [`floor`]).
     pub system: &'static str,
     pub rate: u64,
     pub size: usize,
@@ -195,5 +195,55 @@ pub fn run(
     })?;
     pub_connection.close()?;
     sub_connection.close()?;
+    Ok(report)
+}
+
+/// The machine's floor for the same path: the publisher writes to a
+/// loopback socket, a relay thread (blocking reads, one write for each)
+/// passes the bytes on to the subscriber's socket, and the subscriber
+/// reads each message whole. Three threads and two hops, as through a
+/// broker, with nothing done between them: no server does better here.
+pub fn floor(size: usize, rate: u64, count: u64) -> Result<LatencyReport> {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let io = |what: &'static str| move |e: std::io::Error| Error::io(what, e);
+    let inward = TcpListener::bind("127.0.0.1:0").map_err(io("the floor's relay"))?;
+    let outward = TcpListener::bind("127.0.0.1:0").map_err(io("the floor's relay"))?;
+    let mut publisher = TcpStream::connect(inward.local_addr().map_err(io("an address"))?)
+        .map_err(io("the floor's publisher"))?;
+    let mut subscriber = TcpStream::connect(outward.local_addr().map_err(io("an address"))?)
+        .map_err(io("the floor's subscriber"))?;
+    let (mut from, _) = inward.accept().map_err(io("the floor's relay"))?;
+    let (mut to, _) = outward.accept().map_err(io("the floor's relay"))?;
+    for s in [&publisher, &to] {
+        s.set_nodelay(true).map_err(io("TCP_NODELAY"))?;
+    }
+    let relay = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n @ 1..) = from.read(&mut buf) {
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    let timing = Timing::new()?;
+    let t = timing.clone();
+    let total = count + WARM_UP;
+    let reader = std::thread::spawn(move || {
+        let mut body = vec![0u8; size];
+        for _ in 0..total {
+            if subscriber.read_exact(&mut body).is_err() {
+                break;
+            }
+            t.arrived(&body);
+        }
+    });
+    let report = timing.run("floor", rate, size, count, |body| {
+        publisher
+            .write_all(body)
+            .map_err(io("the floor's publisher"))
+    })?;
+    drop(publisher);
+    let _ = (reader.join(), relay.join());
     Ok(report)
 }

@@ -412,6 +412,8 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
         }
         if matches!(args.mode, Mode::All | Mode::Latency) {
             latency::run(&factory, args.size, args.rate, args.latency_count)?.print();
+            // Beside it, what this machine allows for the same path.
+            latency::floor(args.size, args.rate, args.latency_count)?.print();
         }
     }
     if args.mode == Mode::Stomp {
@@ -546,6 +548,8 @@ fn compare(
             n_us[i].push(n.us(*q));
         }
     }
+    // What this machine allows for the same path, whichever server.
+    latency::floor(args.size, args.rate, args.latency_count)?.print();
     for ((_, label), (h, n)) in quantiles.iter().zip(h_us.into_iter().zip(n_us)) {
         rows.push((
             format!("latency {label} us at {}/s", args.rate),
