@@ -343,7 +343,7 @@ fn users_are_checked_and_denials_have_their_reason_codes() {
     config.auth.roles.insert(
         "open".into(),
         RoleEntry {
-            publish: vec!["open.#".into()],
+            publish: vec!["open.#".into(), "queue:jobs".into()],
             consume: vec!["open.#".into()],
             ..RoleEntry::default()
         },
@@ -382,6 +382,12 @@ fn users_are_checked_and_denials_have_their_reason_codes() {
     let publish = c.publish_packet("open/x", b"yes", QoS::AtLeastOnce);
     assert_eq!(c.publish(publish), 0);
     assert_eq!(c.receive().payload, "yes");
+    // A `$queue/` topic is a send to the queue, checked as one: the queue
+    // `jobs` may be sent to, the queue `secret` not, nor the topic `jobs`.
+    for (topic, code) in [("$queue/jobs", 0), ("$queue/secret", 0x87), ("jobs", 0x87)] {
+        let publish = c.publish_packet(topic, b"job", QoS::AtLeastOnce);
+        assert_eq!(c.publish(publish), code, "{topic}");
+    }
     // 3.1.1: a failure return code for the subscription; a denied publish
     // cannot be answered, so the connection closes.
     connect.version = Version::V311;
