@@ -692,3 +692,179 @@ fn a_lost_consumer_group_or_stream_is_made_again_and_consuming_goes_on() {
     }
     assert_nothing(&consumer);
 }
+
+#[test]
+fn messages_of_a_shared_queue_are_browsed_deleted_moved_and_copied_through_any_node() {
+    let redis = Redis::start();
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    let (_ca, on_a) = connect(&a);
+    let queue = Destination::queue("ops");
+    let producer = on_a.create_producer(&queue).unwrap();
+    for i in 0..5 {
+        producer.send_with_receipt(job(i)).unwrap();
+    }
+    let on = |node: &TestServer, method: &str, path: &str, body: Option<serde_json::Value>| {
+        call(node, method, path, body, None)
+    };
+    // Node b holds nothing of it: the page comes from the stream.
+    let page = on(&b, "GET", "/api/queues/ops/messages", None);
+    assert_eq!(page.status, 200, "{}", page.body);
+    let page = page.json();
+    assert_eq!(page["total"], 5, "{page}");
+    let ids: Vec<String> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            assert_eq!(
+                (m["state"].as_str(), m["holder"].as_str()),
+                (Some("ready"), None)
+            );
+            m["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let selected = on(
+        &b,
+        "GET",
+        "/api/queues/ops/messages?selector=n%20%3E%202&limit=1",
+        None,
+    );
+    assert_eq!(
+        (
+            selected.json()["total"].clone(),
+            selected.json()["messages"].as_array().map(Vec::len)
+        ),
+        (2.into(), Some(1))
+    );
+    assert_eq!(
+        on(&b, "GET", "/api/queues/ops/messages?selector=n%20%3E", None).status,
+        400
+    );
+    assert_eq!(
+        on(&b, "GET", "/api/queues/nowhere/messages", None).status,
+        404
+    );
+
+    // Delete one, once.
+    let path = |id: &str, what: &str| format!("/api/queues/ops/messages/{id}{what}");
+    assert_eq!(on(&b, "DELETE", &path(&ids[0], ""), None).status, 200);
+    let again = on(&b, "DELETE", &path(&ids[0], ""), None);
+    assert_eq!(again.status, 404, "{}", again.body);
+    // Copy one (it stays, the copy has an id of its own), move another.
+    let to = |q: &str| Some(serde_json::json!({"to": format!("queue://{q}")}));
+    let copied = on(&b, "POST", &path(&ids[1], "/copy"), to("ops.copies"));
+    assert_eq!(copied.status, 200, "{}", copied.body);
+    let moved = on(&b, "POST", &path(&ids[2], "/move"), to("ops.moved"));
+    assert_eq!(moved.status, 200, "{}", moved.body);
+    let bad = on(
+        &b,
+        "POST",
+        &path(&ids[3], "/move"),
+        Some(serde_json::json!({"to": "queue://a..b"})),
+    );
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    let left = |node: &TestServer, q: &str| -> Vec<i64> {
+        let page = on(node, "GET", &format!("/api/queues/{q}/messages"), None).json();
+        page["messages"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{page}"))
+            .iter()
+            .map(|m| m["properties"]["n"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(left(&a, "ops"), [1, 3, 4]);
+    let copies = on(&a, "GET", "/api/queues/ops.copies/messages", None).json();
+    assert_eq!(copies["total"], 1, "{copies}");
+    assert_ne!(copies["messages"][0]["id"].as_str(), Some(ids[1].as_str()));
+    let moved_away = on_a
+        .create_consumer(&Destination::queue("ops.moved"))
+        .unwrap();
+    assert_eq!(n(&moved_away.receive(PATIENCE).unwrap().expect("moved")), 2);
+
+    // A message a node has read is in flight: shown with its holder, and
+    // neither deleted nor moved.
+    let session = _ca.create_session(AckMode::Client).unwrap();
+    let holder = session
+        .create_consumer_with(&queue, ConsumerOptions::default().prefetch(1))
+        .unwrap();
+    let held = holder.receive(PATIENCE).unwrap().expect("one");
+    assert_eq!(n(&held), 1);
+    let page = on(&b, "GET", "/api/queues/ops/messages", None).json();
+    let first = &page["messages"][0];
+    assert_eq!(first["state"], "in flight", "{page}");
+    assert!(
+        first["holder"].as_str().is_some_and(|h| h.starts_with("a")),
+        "{page}"
+    );
+    let refused = on(&b, "DELETE", &path(&ids[1], ""), None);
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert!(refused.error().contains("in flight"), "{}", refused.body);
+    assert_eq!(
+        on(&b, "POST", &path(&ids[1], "/move"), to("ops.moved")).status,
+        409
+    );
+    // Nor is its queue deleted while a node consumes it.
+    let in_use = on(&b, "DELETE", "/api/queues/ops", None);
+    assert_eq!(in_use.status, 409, "{}", in_use.body);
+    assert!(
+        in_use.error().contains("consumers on node"),
+        "{}",
+        in_use.body
+    );
+    assert_eq!(left(&a, "ops").len(), 3, "nothing half-done");
+    // Once it is closed (what it held given back), the queue goes, with
+    // its three messages.
+    drop(holder);
+    session.close().unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let deleted = on(&b, "DELETE", "/api/queues/ops", None);
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    assert_eq!(deleted.json()["messages"], 3, "{}", deleted.body);
+    assert_eq!(on(&b, "GET", "/api/queues/ops/messages", None).status, 404);
+    assert_eq!(on(&b, "DELETE", "/api/queues/ops", None).status, 404);
+}
+
+#[test]
+fn chosen_dead_letters_of_a_shared_queue_are_replayed_through_any_node() {
+    let redis = Redis::start();
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    let (_ca, on_a) = connect(&a);
+    let dlq = Destination::queue("DLQ.work3");
+    let dead = on_a.create_producer(&dlq).unwrap();
+    for i in 0..3 {
+        dead.send_with_receipt(job(i).with_property("HeraldOriginalDestination", "queue://work3"))
+            .unwrap();
+    }
+    dead.send_with_receipt(job(3)).unwrap();
+    let page = call(&b, "GET", "/api/queues/DLQ.work3/messages", None, None).json();
+    let ids: Vec<String> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 4, "{page}");
+    // The first and the one with no origin, and one that is not there.
+    let body = serde_json::json!({"ids": [ids[0], ids[3], "no-such-id"]});
+    let replayed = call(&b, "POST", "/api/queues/DLQ.work3/replay", Some(body), None);
+    assert_eq!(replayed.status, 200, "{}", replayed.body);
+    let replayed = replayed.json();
+    assert_eq!(replayed["moved"], 1, "{replayed}");
+    assert_eq!(
+        replayed["failed"].as_array().map(Vec::len),
+        Some(2),
+        "{replayed}"
+    );
+    let back = on_a
+        .create_consumer(&Destination::queue("work3"))
+        .unwrap()
+        .receive(PATIENCE)
+        .unwrap()
+        .expect("replayed");
+    assert_eq!(n(&back), 0);
+    // The one that could not go stayed, with the two not chosen.
+    let stayed: Vec<i64> = browse(&on_a, &dlq, "");
+    let mut stayed = stayed;
+    stayed.sort();
+    assert_eq!(stayed, [1, 2, 3]);
+}

@@ -498,10 +498,15 @@ async fn replay(
                 ids.len()
             )));
         }
-        let mut out = state.deliveries();
-        let replayed = state.shared.broker.replay_messages(&name, &ids, &mut out);
-        state.route(out);
-        let (moved, failed) = replayed.map_err(messages::refused)?;
+        let (moved, failed) = match shared_queue(&state, &name) {
+            Some(cluster) => messages::replay_shared(&state, cluster, &name, &ids).await,
+            None => {
+                let mut out = state.deliveries();
+                let replayed = state.shared.broker.replay_messages(&name, &ids, &mut out);
+                state.route(out);
+                replayed.map_err(messages::refused)?
+            }
+        };
         state.settled().await?;
         let failed: Vec<Json_> = failed
             .into_iter()
@@ -548,7 +553,10 @@ async fn replay(
 }
 
 /// The cluster, if `name` is a queue it shares.
-fn shared_queue<'a>(state: &'a AppState, name: &str) -> Option<&'a crate::cluster::Cluster> {
+pub(super) fn shared_queue<'a>(
+    state: &'a AppState,
+    name: &str,
+) -> Option<&'a crate::cluster::Cluster> {
     let shared = herald_protocol::destination::temporary_owner(name).is_none();
     state.cluster.as_deref().filter(|_| shared)
 }

@@ -12,10 +12,14 @@ use herald_protocol::{Body, DeliveryMode, Destination, DestinationKind, Message,
 use serde::Deserialize;
 use serde_json::{json, Value as Json_};
 
+use super::shared::from_cluster;
 use super::state::{ApiError, AppState};
 use crate::auth::{Permission, Principal};
 use crate::broker::messages::{HeldMessage, MessageError};
 use crate::broker::QueueError;
+use crate::cluster::manage::{Dropped, Picked};
+use crate::cluster::requests::Held;
+use crate::cluster::Cluster;
 
 type ApiResult = Result<Json<Json_>, ApiError>;
 
@@ -57,6 +61,33 @@ pub(super) async fn browse(
     let selector = broker
         .parse_selector(&params.selector)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if let Some(cluster) = super::api::shared_queue(&state, &name) {
+        // Its messages are in its stream, whichever node holds them.
+        let page = (params.offset, limit);
+        let found = from_cluster(|done| cluster.page(&name, selector, page, done))
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("no queue '{name}'")))?;
+        let page: Vec<Json_> = found
+            .messages
+            .iter()
+            .map(|m| {
+                let state = match m.holder {
+                    Some(_) => "in flight",
+                    None => "ready",
+                };
+                let mut row = message_view(&m.block, m.deliveries, Some(state));
+                row["holder"] = json!(m.holder);
+                row
+            })
+            .collect();
+        return Ok(Json(json!({
+            "queue": name,
+            "total": found.total,
+            "offset": params.offset,
+            "limit": limit,
+            "messages": page,
+        })));
+    }
     let selects = |m: &crate::broker::queue::QueuedMessage| {
         crate::broker::queue::selects(selector.as_deref(), &m.block)
     };
@@ -172,17 +203,76 @@ pub(super) fn refused(e: MessageError) -> ApiError {
     ApiError::new(status, e.to_string())
 }
 
+/// A shared queue's message `id`, from its stream (taken out of it if
+/// `take`), or the refusal a single node's queue would give.
+async fn pick_shared(
+    cluster: &Cluster,
+    name: &str,
+    id: &str,
+    take: bool,
+) -> Result<Held, ApiError> {
+    let missing = |in_flight| MessageError::NoMessage {
+        queue: name.to_owned(),
+        id: id.to_owned(),
+        in_flight,
+    };
+    match from_cluster(|done| cluster.pick(name, id, take, done)).await? {
+        Picked::Found(held) => Ok(held),
+        Picked::NoQueue => Err(refused(MessageError::NoQueue(name.to_owned()))),
+        Picked::NoMessage => Err(refused(missing(false))),
+        Picked::InFlight(member) => {
+            log::info!("message {id} of shared queue {name} is held by {member}");
+            Err(refused(missing(true)))
+        }
+    }
+}
+
 /// `DELETE /api/queues/{name}/messages/{id}`.
 pub(super) async fn delete_message(
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
 ) -> ApiResult {
-    state
-        .shared
-        .broker
-        .delete_message(&name, &id)
-        .map_err(refused)?;
+    match super::api::shared_queue(&state, &name) {
+        Some(cluster) => drop(pick_shared(cluster, &name, &id, true).await?),
+        None => state
+            .shared
+            .broker
+            .delete_message(&name, &id)
+            .map_err(refused)?,
+    }
     Ok(Json(json!({"queue": name, "deleted": id})))
+}
+
+/// Replays the dead letters `ids` of a shared queue to where each came
+/// from: taken out of the stream one by one, and given back if it cannot
+/// go. How many went, and for each that did not, its id and why.
+pub(super) async fn replay_shared(
+    state: &AppState,
+    cluster: &Cluster,
+    name: &str,
+    ids: &[String],
+) -> (usize, Vec<(String, String)>) {
+    let (mut moved, mut failed) = (0, Vec::new());
+    for id in ids {
+        let held = match pick_shared(cluster, name, id, true).await {
+            Ok(held) => held,
+            Err(e) => {
+                failed.push((id.clone(), e.message().to_owned()));
+                continue;
+            }
+        };
+        let mut out = state.deliveries();
+        let sent = state.shared.broker.republish(&held.block, &mut out);
+        state.route(out);
+        match sent {
+            Ok(()) => moved += 1,
+            Err(why) => {
+                failed.push((id.clone(), why.to_string()));
+                cluster.give_back(name, vec![held]);
+            }
+        }
+    }
+    (moved, failed)
 }
 
 /// The body of a move or a copy.
@@ -231,13 +321,31 @@ async fn relocate(
             .map_err(|denied| ApiError::new(StatusCode::FORBIDDEN, denied.to_string()))?;
     }
     let copy_id = copy.then(|| state.admin_message_id("copy"));
-    let mut out = state.deliveries();
-    let moved = state
-        .shared
-        .broker
-        .move_message((&name, &id), &to, copy_id.clone(), &mut out);
-    state.route(out);
-    moved.map_err(refused)?;
+    if let Some(cluster) = super::api::shared_queue(&state, &name) {
+        // Taken out of the stream first (a copy only read), sent, and
+        // given back if it could not go: never in two places, never lost.
+        let held = pick_shared(cluster, &name, &id, !copy).await?;
+        let mut out = state.deliveries();
+        let sent = state
+            .shared
+            .broker
+            .send_as(&held.block, &to, copy_id.clone(), &mut out);
+        state.route(out);
+        if let Err(e) = sent {
+            if !copy {
+                cluster.give_back(&name, vec![held]);
+            }
+            return Err(refused(e));
+        }
+    } else {
+        let mut out = state.deliveries();
+        let moved = state
+            .shared
+            .broker
+            .move_message((&name, &id), &to, copy_id.clone(), &mut out);
+        state.route(out);
+        moved.map_err(refused)?;
+    }
     state.settled().await?;
     Ok(Json(json!({
         "queue": name,
@@ -281,11 +389,24 @@ pub(super) async fn delete_queue(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> ApiResult {
-    if state.cluster.is_some() {
-        return Err(ApiError::conflict(format!(
-            "in cluster mode queue '{name}' lives in Redis, shared by every node: \
-             purge it instead (deleting shared queues is not supported yet)"
-        )));
+    if let Some(cluster) = super::api::shared_queue(&state, &name) {
+        // This node's side first: with consumers here it stays whole. A
+        // node without consumers holds none of its messages (they are
+        // given back as the last consumer leaves).
+        let here = match state.shared.broker.delete_named_queue(&name) {
+            Ok(_) => true,
+            Err(QueueError::NoQueue(_)) => false,
+            Err(e) => return Err(queue_refused(e)),
+        };
+        return match from_cluster(|done| cluster.drop_queue(&name, done)).await? {
+            Dropped::NoQueue if !here => Err(ApiError::not_found(format!("no queue '{name}'"))),
+            Dropped::NoQueue => Ok(Json(json!({"queue": name, "deleted": true, "messages": 0}))),
+            Dropped::InUse(member, held) => Err(ApiError::conflict(format!(
+                "queue '{name}' has consumers on node {member} ({held} messages held \
+                 there): close them first"
+            ))),
+            Dropped::Dropped(n) => Ok(Json(json!({"queue": name, "deleted": true, "messages": n}))),
+        };
     }
     let dropped = state
         .shared

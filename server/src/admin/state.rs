@@ -119,6 +119,11 @@ impl ApiError {
     pub(crate) fn conflict(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::CONFLICT, message)
     }
+
+    /// Why, as the body says it.
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
 }
 
 impl IntoResponse for ApiError {

@@ -7,7 +7,7 @@
 //! a message that waits (ready or scheduled) can be taken: one in flight
 //! belongs to its consumer until it is acknowledged or comes back.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use herald_protocol::message::MessageRef;
 use herald_protocol::{Destination, Message, MessageView};
 
@@ -121,15 +121,7 @@ impl Broker {
             true => self.take_message(name, id)?,
             false => self.find_message(name, id)?,
         };
-        let routed = Message::decode(&m.block, 0)
-            .map_err(MessageError::from)
-            .and_then(|mut message| {
-                message.destination = Some(to.clone());
-                if let Some(new_id) = copy_id {
-                    message.message_id = new_id;
-                }
-                self.route_again(&message, out)
-            });
+        let routed = self.send_as(&m.block, to, copy_id, out);
         match (routed, moving) {
             (Ok(()), true) => self.ended(name, &m, None),
             (Ok(()), false) => {}
@@ -173,6 +165,23 @@ impl Broker {
             }
         }
         Ok((moved, failed))
+    }
+
+    /// Sends the message `block` holds to `to`, with the id `new_id` if
+    /// given (a copy), as a client's send with a receipt would be.
+    pub fn send_as(
+        &self,
+        block: &Bytes,
+        to: &Destination,
+        new_id: Option<String>,
+        out: &mut Deliveries,
+    ) -> Result<(), MessageError> {
+        let mut message = Message::decode(block, 0)?;
+        message.destination = Some(to.clone());
+        if let Some(new_id) = new_id {
+            message.message_id = new_id;
+        }
+        self.route_again(&message, out)
     }
 
     /// Routes `message` anew, as a client's send with a receipt would be

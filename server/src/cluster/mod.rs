@@ -38,6 +38,7 @@ mod durables;
 mod inbound;
 mod interest;
 pub mod link;
+pub mod manage;
 pub mod nodes;
 mod outbound;
 mod peers;
@@ -427,6 +428,43 @@ impl Cluster {
         self.ask(requests::Request::Take {
             queue: queue.to_owned(),
             limit,
+            done,
+        });
+    }
+
+    /// A page of a shared queue's messages, without consuming them (see
+    /// [`manage::page`]); `done` runs on the queue thread.
+    pub fn page(
+        &self,
+        queue: &str,
+        selector: Option<Arc<herald_protocol::selector::Selector>>,
+        page: (usize, usize),
+        done: requests::Done<Option<manage::Page>>,
+    ) {
+        self.ask(requests::Request::Page {
+            queue: queue.to_owned(),
+            selector,
+            page,
+            done,
+        });
+    }
+
+    /// The message `id` of a shared queue, taken out of its stream if
+    /// `take` and no node holds it (see [`manage::pick`]).
+    pub fn pick(&self, queue: &str, id: &str, take: bool, done: requests::Done<manage::Picked>) {
+        self.ask(requests::Request::Pick {
+            queue: queue.to_owned(),
+            id: id.to_owned(),
+            take,
+            done,
+        });
+    }
+
+    /// Deletes a shared queue that no node consumes (see
+    /// [`manage::drop_queue`]).
+    pub fn drop_queue(&self, queue: &str, done: requests::Done<manage::Dropped>) {
+        self.ask(requests::Request::Drop {
+            queue: queue.to_owned(),
             done,
         });
     }

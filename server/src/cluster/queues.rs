@@ -44,7 +44,7 @@ use crate::frontend::{hand_out, Shared};
 use crate::sync::lock;
 
 /// The consumer group every node reads a queue's stream in.
-const GROUP: &str = "herald";
+pub(super) const GROUP: &str = "herald";
 /// How long a read waits for new entries: the longest a consumer that got
 /// credit back waits for the node to read more for it.
 const BLOCK_MS: u64 = 5;
@@ -480,6 +480,24 @@ impl Reader<'_> {
                     return Err(e);
                 }
             },
+            Request::Page {
+                queue,
+                selector,
+                page,
+                done,
+            } => answered(
+                super::manage::page(self.con, &queue, selector.as_deref(), page),
+                done,
+            )?,
+            Request::Pick {
+                queue,
+                id,
+                take,
+                done,
+            } => answered(super::manage::pick(self.con, &queue, &id, take), done)?,
+            Request::Drop { queue, done } => {
+                answered(super::manage::drop_queue(self.con, &queue), done)?
+            }
         }
         Ok(())
     }
@@ -575,39 +593,23 @@ impl Reader<'_> {
     ) -> redis::RedisResult<Vec<(Bytes, u32)>> {
         let now = crate::broker::queue::now_ms();
         let mut found: Vec<(u8, Bytes, u32)> = Vec::new();
-        let mut after = "-".to_owned();
-        while found.len() < limit {
-            let page: Value = redis::cmd("XRANGE")
-                .arg(stream_key(queue))
-                .arg(&after)
-                .arg("+")
-                .arg("COUNT")
-                .arg(CLAIM_CHUNK)
-                .query(self.con)?;
-            let page = entries(page);
-            let Some((last, _)) = page.last() else {
-                break;
-            };
-            after = format!("({last}");
-            for (_, fields) in page {
-                let Some(block) = fields.block else { continue };
-                let Ok(view) = MessageRef::read(&block) else {
-                    continue;
-                };
-                if selector.is_some_and(|s| !s.matches(&view)) {
-                    continue;
-                }
-                let (priority, expiration) =
-                    priority_and_expiration(&block).unwrap_or((DEFAULT_PRIORITY, 0));
-                if expiration != 0 && expiration <= now {
-                    continue;
-                }
-                found.push((priority, block, fields.deliveries));
-                if found.len() == limit {
-                    break;
-                }
-            }
+        if limit == 0 {
+            return Ok(Vec::new());
         }
+        super::manage::scan(self.con, queue, |_, block, deliveries| {
+            let Ok(view) = MessageRef::read(&block) else {
+                return true;
+            };
+            if selector.is_some_and(|s| !s.matches(&view)) {
+                return true;
+            }
+            let (priority, expiration) =
+                priority_and_expiration(&block).unwrap_or((DEFAULT_PRIORITY, 0));
+            if expiration == 0 || expiration > now {
+                found.push((priority, block, deliveries));
+            }
+            found.len() < limit
+        })?;
         // Stable: oldest first within a priority.
         found.sort_by_key(|(priority, _, _)| std::cmp::Reverse(*priority));
         Ok(found.into_iter().map(|(_, b, d)| (b, d)).collect())
@@ -703,14 +705,14 @@ impl Reader<'_> {
 
 /// An entry's fields that Herald reads.
 #[derive(Debug, Default, Clone, PartialEq)]
-struct Fields {
+pub(super) struct Fields {
     /// `m`: the message block.
-    block: Option<Bytes>,
+    pub(super) block: Option<Bytes>,
     /// `d`: deliveries before it was given back.
-    deliveries: u32,
+    pub(super) deliveries: u32,
 }
 
-fn bulk(v: &Value) -> Option<&[u8]> {
+pub(super) fn bulk(v: &Value) -> Option<&[u8]> {
     match v {
         Value::BulkString(b) => Some(b),
         Value::SimpleString(s) => Some(s.as_bytes()),
@@ -725,10 +727,28 @@ fn int(v: &Value) -> Option<u64> {
     }
 }
 
-fn array(v: Value) -> Vec<Value> {
+pub(super) fn array(v: Value) -> Vec<Value> {
     match v {
         Value::Array(items) => items,
         _ => Vec::new(),
+    }
+}
+
+/// Answers a request with what Redis gave; its error goes to the asker
+/// and on, so that the thread reconnects.
+fn answered<T>(
+    got: redis::RedisResult<T>,
+    done: Box<dyn FnOnce(Result<T, PeerError>) + Send>,
+) -> redis::RedisResult<()> {
+    match got {
+        Ok(found) => {
+            done(Ok(found));
+            Ok(())
+        }
+        Err(e) => {
+            done(Err(PeerError::NoAnswer(e.to_string())));
+            Err(e)
+        }
     }
 }
 
@@ -756,7 +776,7 @@ fn streams(reply: Value) -> Vec<(String, Vec<(EntryId, Fields)>)> {
 
 /// A list of entries (`[id, [field, value, ...]]`), as `XREADGROUP` and
 /// `XCLAIM` answer. A deleted entry (no fields) is left out.
-fn entries(list: Value) -> Vec<(EntryId, Fields)> {
+pub(super) fn entries(list: Value) -> Vec<(EntryId, Fields)> {
     array(list)
         .into_iter()
         .filter_map(|e| {
@@ -781,13 +801,13 @@ fn entries(list: Value) -> Vec<(EntryId, Fields)> {
 }
 
 /// One line of `XPENDING`'s extended form.
-struct PendingEntry {
-    entry: EntryId,
-    consumer: String,
+pub(super) struct PendingEntry {
+    pub(super) entry: EntryId,
+    pub(super) consumer: String,
     deliveries: u32,
 }
 
-fn pending_entries(reply: Value) -> Vec<PendingEntry> {
+pub(super) fn pending_entries(reply: Value) -> Vec<PendingEntry> {
     array(reply)
         .into_iter()
         .filter_map(|p| {
@@ -802,13 +822,13 @@ fn pending_entries(reply: Value) -> Vec<PendingEntry> {
 }
 
 /// One member of a group, as `XINFO CONSUMERS` lists it.
-struct Member {
-    name: String,
-    pending: u64,
-    idle_ms: u64,
+pub(super) struct Member {
+    pub(super) name: String,
+    pub(super) pending: u64,
+    pub(super) idle_ms: u64,
 }
 
-fn consumers(reply: Value) -> Vec<Member> {
+pub(super) fn consumers(reply: Value) -> Vec<Member> {
     array(reply)
         .into_iter()
         .filter_map(|m| {

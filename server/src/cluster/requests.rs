@@ -6,6 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use herald_protocol::selector::Selector;
 
+use super::manage::{Dropped, Page, Picked};
 use crate::broker::{BrowseDone, EntryId, PeerError, SharedQueue};
 
 /// Work for the queue thread from the rest of the server.
@@ -27,15 +28,36 @@ pub(super) enum Request {
         limit: usize,
         done: TakeDone,
     },
+    /// A page (offset, limit) of a shared queue's messages that the
+    /// selector selects, for an operator.
+    Page {
+        queue: String,
+        selector: Option<Arc<Selector>>,
+        page: (usize, usize),
+        done: Done<Option<Page>>,
+    },
+    /// One message of a shared queue by id, taken out of its stream if
+    /// `take`, for an operator's delete, move or copy.
+    Pick {
+        queue: String,
+        id: String,
+        take: bool,
+        done: Done<Picked>,
+    },
+    /// Deletes a shared queue no node consumes.
+    Drop { queue: String, done: Done<Dropped> },
 }
+
+/// Called with the answer to a request, or why Redis gave none.
+pub type Done<T> = Box<dyn FnOnce(Result<T, PeerError>) + Send>;
 
 /// Called with the messages taken (`None`: there is no such queue), or
 /// why there are none.
-pub type TakeDone = Box<dyn FnOnce(Result<Option<Vec<Held>>, PeerError>) + Send>;
+pub type TakeDone = Done<Option<Vec<Held>>>;
 
 /// Called with (queue, stream length, unacknowledged entries) per shared
 /// queue, or why Redis did not say.
-pub type StreamsDone = Box<dyn FnOnce(Result<Vec<(String, u64, u64)>, PeerError>) + Send>;
+pub type StreamsDone = Done<Vec<(String, u64, u64)>>;
 
 impl Request {
     /// Answers that Redis is away.
@@ -45,6 +67,9 @@ impl Request {
             Request::Browse { done, .. } => done(Err(away)),
             Request::Streams { done } => done(Err(away)),
             Request::Take { done, .. } => done(Err(away)),
+            Request::Page { done, .. } => done(Err(away)),
+            Request::Pick { done, .. } => done(Err(away)),
+            Request::Drop { done, .. } => done(Err(away)),
         }
     }
 }

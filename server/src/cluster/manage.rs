@@ -1,0 +1,265 @@
+//! An operator's work on a shared queue's stream, for the management
+//! interface: a page of its messages without consuming them, one message
+//! found by id (taken out of the stream for a delete or a move, left for
+//! a copy), and the queue deleted. All on the queue thread's connection.
+//!
+//! A message some node has read (pending in the group: delivered, or
+//! waiting in that node for its consumers) is in flight, as on a single
+//! node, and is neither deleted nor moved: the check and the `XDEL` run
+//! in one script, so no node reads the entry in between.
+
+use bytes::Bytes;
+use herald_protocol::message::MessageRef;
+use herald_protocol::selector::Selector;
+use redis::Value;
+
+use super::common::stream_key;
+use super::queues::{array, bulk, entries, pending_entries, GROUP};
+use super::requests::Held;
+use crate::broker::EntryId;
+
+/// Entries read from a stream per round trip.
+const CHUNK: usize = 512;
+
+/// A member that read a stream this recently has consumers: a node reads
+/// every few milliseconds while its consumers have credit, and holds what
+/// it read (pending) while they have none.
+const RECENT_MS: u64 = 1000;
+
+/// Takes an entry out of a stream unless it is pending in the group;
+/// answers `{"held", consumer}`, `{"gone"}` or `{"ok"}`. A stream without
+/// the group has nothing pending.
+const TAKE_UNLESS_HELD: &str = r"
+local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
+if type(p) == 'table' and p.err == nil and #p > 0 then
+  return {'held', p[1][2]}
+end
+if redis.call('XDEL', KEYS[1], ARGV[2]) == 0 then
+  return {'gone'}
+end
+return {'ok'}
+";
+
+/// One message of a shared queue, as a page lists it.
+pub struct Listed {
+    /// The message block.
+    pub block: Bytes,
+    /// Times it was delivered before.
+    pub deliveries: u32,
+    /// The group member (node) that read it and has not settled it.
+    pub holder: Option<String>,
+}
+
+/// A page of a shared queue: how many messages the selector selects, and
+/// those of the page.
+pub struct Page {
+    /// Selected, in all.
+    pub total: usize,
+    /// From the page's offset, in the stream's order.
+    pub messages: Vec<Listed>,
+}
+
+/// What looking for one message found.
+pub enum Picked {
+    /// No stream by that name.
+    NoQueue,
+    /// No message with that id.
+    NoMessage,
+    /// It is in flight: the named member read it.
+    InFlight(String),
+    /// There it is (taken out of the stream, if asked to).
+    Found(Held),
+}
+
+/// What deleting a shared queue did.
+pub enum Dropped {
+    /// No stream by that name.
+    NoQueue,
+    /// A node holds messages of it, or read it a moment ago: it has
+    /// consumers. The member, and how many it holds.
+    InUse(String, u64),
+    /// Gone, with this many messages.
+    Dropped(u64),
+}
+
+/// Whether the stream exists.
+fn exists(con: &mut redis::Connection, queue: &str) -> redis::RedisResult<bool> {
+    redis::cmd("EXISTS").arg(stream_key(queue)).query(con)
+}
+
+/// Every entry of `queue`'s stream that holds a message, in order, a
+/// chunk at a time, until `each` says stop.
+pub(super) fn scan(
+    con: &mut redis::Connection,
+    queue: &str,
+    mut each: impl FnMut(EntryId, Bytes, u32) -> bool,
+) -> redis::RedisResult<()> {
+    let mut after = "-".to_owned();
+    loop {
+        let page: Value = redis::cmd("XRANGE")
+            .arg(stream_key(queue))
+            .arg(&after)
+            .arg("+")
+            .arg("COUNT")
+            .arg(CHUNK)
+            .query(con)?;
+        let page = entries(page);
+        let Some((last, _)) = page.last() else {
+            return Ok(());
+        };
+        after = format!("({last}");
+        for (entry, fields) in page {
+            if let Some(block) = fields.block {
+                if !each(entry, block, fields.deliveries) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// The member holding each pending entry of `queue`.
+fn holders(
+    con: &mut redis::Connection,
+    queue: &str,
+) -> redis::RedisResult<std::collections::HashMap<EntryId, String>> {
+    let mut held = std::collections::HashMap::new();
+    let mut after = "-".to_owned();
+    loop {
+        // A stream whose group is not made yet has nothing pending.
+        let Ok(reply) = redis::cmd("XPENDING")
+            .arg(stream_key(queue))
+            .arg(GROUP)
+            .arg(&after)
+            .arg("+")
+            .arg(CHUNK)
+            .query::<Value>(con)
+        else {
+            return Ok(held);
+        };
+        let lines = pending_entries(reply);
+        let Some(last) = lines.last().map(|p| p.entry) else {
+            return Ok(held);
+        };
+        after = format!("({last}");
+        held.extend(lines.into_iter().map(|p| (p.entry, p.consumer)));
+    }
+}
+
+/// A page of `queue`'s messages that `selector` selects (`None`: no such
+/// queue).
+pub(super) fn page(
+    con: &mut redis::Connection,
+    queue: &str,
+    selector: Option<&Selector>,
+    (offset, limit): (usize, usize),
+) -> redis::RedisResult<Option<Page>> {
+    if !exists(con, queue)? {
+        return Ok(None);
+    }
+    let mut total = 0;
+    let mut chosen = Vec::new();
+    scan(con, queue, |entry, block, deliveries| {
+        let selected =
+            MessageRef::read(&block).is_ok_and(|view| selector.is_none_or(|s| s.matches(&view)));
+        if selected {
+            if total >= offset && chosen.len() < limit {
+                chosen.push((entry, block, deliveries));
+            }
+            total += 1;
+        }
+        true
+    })?;
+    let holders = match chosen.is_empty() {
+        true => Default::default(),
+        false => holders(con, queue)?,
+    };
+    let messages = chosen
+        .into_iter()
+        .map(|(entry, block, deliveries)| Listed {
+            block,
+            deliveries,
+            holder: holders.get(&entry).cloned(),
+        })
+        .collect();
+    Ok(Some(Page { total, messages }))
+}
+
+/// The message `id` of `queue`, taken out of the stream if `take`.
+pub(super) fn pick(
+    con: &mut redis::Connection,
+    queue: &str,
+    id: &str,
+    take: bool,
+) -> redis::RedisResult<Picked> {
+    if !exists(con, queue)? {
+        return Ok(Picked::NoQueue);
+    }
+    let mut found = None;
+    scan(con, queue, |entry, block, deliveries| {
+        let matches = MessageRef::read(&block).is_ok_and(|m| m.message_id == id);
+        if matches {
+            found = Some(Held {
+                entry,
+                block,
+                deliveries,
+            });
+        }
+        !matches
+    })?;
+    let Some(held) = found else {
+        return Ok(Picked::NoMessage);
+    };
+    if !take {
+        return Ok(match holders(con, queue)?.remove(&held.entry) {
+            Some(member) => Picked::InFlight(member),
+            None => Picked::Found(held),
+        });
+    }
+    // EVAL, not EVALSHA: an operator's request, rare enough to send the
+    // script each time.
+    let reply: Value = redis::cmd("EVAL")
+        .arg(TAKE_UNLESS_HELD)
+        .arg(1)
+        .arg(stream_key(queue))
+        .arg(GROUP)
+        .arg(held.entry.to_string())
+        .query(con)?;
+    let reply = array(reply);
+    Ok(match reply.first().and_then(bulk) {
+        Some(b"held") => Picked::InFlight(
+            reply
+                .get(1)
+                .and_then(bulk)
+                .map(|m| String::from_utf8_lossy(m).into_owned())
+                .unwrap_or_default(),
+        ),
+        // Settled by a consumer since it was found.
+        Some(b"gone") => Picked::NoMessage,
+        _ => Picked::Found(held),
+    })
+}
+
+/// Deletes `queue`'s stream, its group with it, unless a node holds
+/// messages of it or read it within [`RECENT_MS`] (it has consumers).
+pub(super) fn drop_queue(con: &mut redis::Connection, queue: &str) -> redis::RedisResult<Dropped> {
+    if !exists(con, queue)? {
+        return Ok(Dropped::NoQueue);
+    }
+    let members = redis::cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg(stream_key(queue))
+        .arg(GROUP)
+        .query::<Value>(con)
+        .map(super::queues::consumers)
+        .unwrap_or_default();
+    if let Some(m) = members
+        .iter()
+        .find(|m| m.pending > 0 || m.idle_ms < RECENT_MS)
+    {
+        return Ok(Dropped::InUse(m.name.clone(), m.pending));
+    }
+    let length: u64 = redis::cmd("XLEN").arg(stream_key(queue)).query(con)?;
+    redis::cmd("DEL").arg(stream_key(queue)).query::<()>(con)?;
+    Ok(Dropped::Dropped(length))
+}
