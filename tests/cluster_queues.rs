@@ -822,6 +822,34 @@ fn messages_of_a_shared_queue_are_browsed_deleted_moved_and_copied_through_any_n
     assert_eq!(deleted.json()["messages"], 3, "{}", deleted.body);
     assert_eq!(on(&b, "GET", "/api/queues/ops/messages", None).status, 404);
     assert_eq!(on(&b, "DELETE", "/api/queues/ops", None).status, 404);
+
+    // A queue created through one node is every node's, before anything
+    // is sent to it; created twice, it is not new the second time.
+    let create = |node: &TestServer| {
+        let made = on(
+            node,
+            "POST",
+            "/api/queues",
+            Some(serde_json::json!({"name": "fresh"})),
+        );
+        assert_eq!(made.status, 200, "{}", made.body);
+        made.json()["created"].clone()
+    };
+    assert_eq!(create(&a), true);
+    assert_eq!(create(&b), false);
+    let listed = on(&b, "GET", "/api/queues", None).json();
+    let row = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "fresh")
+        .unwrap_or_else(|| panic!("{listed}"))
+        .clone();
+    assert_eq!(row["cluster"]["stream_length"], 0, "{row}");
+    assert_eq!(
+        on(&b, "GET", "/api/queues/fresh/messages", None).json()["total"],
+        0
+    );
 }
 
 #[test]

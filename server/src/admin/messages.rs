@@ -376,11 +376,15 @@ pub(super) async fn create_queue(
             body.name
         )));
     }
-    let created = state
+    let mut created = state
         .shared
         .broker
         .create_queue(&name.name)
         .map_err(queue_refused)?;
+    if let Some(cluster) = super::api::shared_queue(&state, &name.name) {
+        // Its stream, so that every node has it: new if that is new.
+        created = from_cluster(|done| cluster.create_queue(&name.name, done)).await?;
+    }
     Ok(Json(json!({"queue": name.name, "created": created})))
 }
 

@@ -1,7 +1,8 @@
 //! An operator's work on a shared queue's stream, for the management
 //! interface: a page of its messages without consuming them, one message
 //! found by id (taken out of the stream for a delete or a move, left for
-//! a copy), and the queue deleted. All on the queue thread's connection.
+//! a copy), and the queue deleted (created: its stream and group made, in
+//! `queues`). All on the queue thread's connection.
 //!
 //! A message some node has read (pending in the group: delivered, or
 //! waiting in that node for its consumers) is in flight, as on a single
@@ -83,7 +84,7 @@ pub enum Dropped {
 }
 
 /// Whether the stream exists.
-fn exists(con: &mut redis::Connection, queue: &str) -> redis::RedisResult<bool> {
+pub(super) fn exists(con: &mut redis::Connection, queue: &str) -> redis::RedisResult<bool> {
     redis::cmd("EXISTS").arg(stream_key(queue)).query(con)
 }
 

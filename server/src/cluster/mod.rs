@@ -460,6 +460,15 @@ impl Cluster {
         });
     }
 
+    /// Makes a shared queue's stream, so that every node lists it before
+    /// anything is sent to it; `done` says whether it is new.
+    pub fn create_queue(&self, queue: &str, done: requests::Done<bool>) {
+        self.ask(requests::Request::Create {
+            queue: queue.to_owned(),
+            done,
+        });
+    }
+
     /// Deletes a shared queue that no node consumes (see
     /// [`manage::drop_queue`]).
     pub fn drop_queue(&self, queue: &str, done: requests::Done<manage::Dropped>) {

@@ -496,7 +496,13 @@ impl Reader<'_> {
                 done,
             } => answered(super::manage::pick(self.con, &queue, &id, take), done)?,
             Request::Drop { queue, done } => {
+                self.groups.remove(&queue);
                 answered(super::manage::drop_queue(self.con, &queue), done)?
+            }
+            Request::Create { queue, done } => {
+                let made = super::manage::exists(self.con, &queue)
+                    .and_then(|existed| self.make_group(&queue).map(|()| !existed));
+                answered(made, done)?
             }
         }
         Ok(())

@@ -46,6 +46,8 @@ pub(super) enum Request {
     },
     /// Deletes a shared queue no node consumes.
     Drop { queue: String, done: Done<Dropped> },
+    /// Makes a shared queue's stream and group; whether it is new.
+    Create { queue: String, done: Done<bool> },
 }
 
 /// Called with the answer to a request, or why Redis gave none.
@@ -70,6 +72,7 @@ impl Request {
             Request::Page { done, .. } => done(Err(away)),
             Request::Pick { done, .. } => done(Err(away)),
             Request::Drop { done, .. } => done(Err(away)),
+            Request::Create { done, .. } => done(Err(away)),
         }
     }
 }
