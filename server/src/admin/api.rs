@@ -451,7 +451,7 @@ async fn purge(State(state): State<AppState>, Path(name): Path<String>) -> ApiRe
     let mut purged = state.shared.broker.purge(&name, &mut out);
     state.route(out);
     // A shared queue's waiting messages are in its stream too.
-    if let Some(cluster) = shared_queue(&state, &name) {
+    if let Some(cluster) = messages::shared_queue(&state, &name) {
         while let Some(taken) = take(cluster, &name).await? {
             let n = purged.get_or_insert(0);
             if taken.is_empty() {
@@ -498,7 +498,7 @@ async fn replay(
                 ids.len()
             )));
         }
-        let (moved, failed) = match shared_queue(&state, &name) {
+        let (moved, failed) = match messages::shared_queue(&state, &name) {
             Some(cluster) => messages::replay_shared(&state, cluster, &name, &ids).await,
             None => {
                 let mut out = state.deliveries();
@@ -519,7 +519,7 @@ async fn replay(
     let mut out = state.deliveries();
     let mut moved = state.shared.broker.replay(&name, &mut out);
     state.route(out);
-    if let Some(cluster) = shared_queue(&state, &name) {
+    if let Some(cluster) = messages::shared_queue(&state, &name) {
         // Those that cannot go back are given back at the end, so that
         // no round takes them again.
         let mut stay = Vec::new();
@@ -550,15 +550,6 @@ async fn replay(
         Some(n) => Ok(Json(json!({"queue": name, "moved": n}))),
         None => Err(ApiError::not_found(format!("no queue '{name}'"))),
     }
-}
-
-/// The cluster, if `name` is a queue it shares.
-pub(super) fn shared_queue<'a>(
-    state: &'a AppState,
-    name: &str,
-) -> Option<&'a crate::cluster::Cluster> {
-    let shared = herald_protocol::destination::temporary_owner(name).is_none();
-    state.cluster.as_deref().filter(|_| shared)
 }
 
 /// Takes a round of a shared queue's waiting messages from Redis

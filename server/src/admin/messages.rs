@@ -17,8 +17,7 @@ use super::state::{ApiError, AppState};
 use crate::auth::{Permission, Principal};
 use crate::broker::messages::{HeldMessage, MessageError};
 use crate::broker::QueueError;
-use crate::cluster::manage::{Dropped, Picked};
-use crate::cluster::requests::Held;
+use crate::cluster::requests::{Dropped, Held, Picked};
 use crate::cluster::Cluster;
 
 type ApiResult = Result<Json<Json_>, ApiError>;
@@ -61,7 +60,7 @@ pub(super) async fn browse(
     let selector = broker
         .parse_selector(&params.selector)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    if let Some(cluster) = super::api::shared_queue(&state, &name) {
+    if let Some(cluster) = shared_queue(&state, &name) {
         // Its messages are in its stream, whichever node holds them.
         let page = (params.offset, limit);
         let found = from_cluster(|done| cluster.page(&name, selector, page, done))
@@ -203,6 +202,12 @@ pub(super) fn refused(e: MessageError) -> ApiError {
     ApiError::new(status, e.to_string())
 }
 
+/// The cluster, if `name` is a queue it shares (any but a temporary one).
+pub(super) fn shared_queue<'a>(state: &'a AppState, name: &str) -> Option<&'a Cluster> {
+    let shared = herald_protocol::destination::temporary_owner(name).is_none();
+    state.cluster.as_deref().filter(|_| shared)
+}
+
 /// A shared queue's message `id`, from its stream (taken out of it if
 /// `take`), or the refusal a single node's queue would give.
 async fn pick_shared(
@@ -232,7 +237,7 @@ pub(super) async fn delete_message(
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
 ) -> ApiResult {
-    match super::api::shared_queue(&state, &name) {
+    match shared_queue(&state, &name) {
         Some(cluster) => drop(pick_shared(cluster, &name, &id, true).await?),
         None => state
             .shared
@@ -321,7 +326,7 @@ async fn relocate(
             .map_err(|denied| ApiError::new(StatusCode::FORBIDDEN, denied.to_string()))?;
     }
     let copy_id = copy.then(|| state.admin_message_id("copy"));
-    if let Some(cluster) = super::api::shared_queue(&state, &name) {
+    if let Some(cluster) = shared_queue(&state, &name) {
         // Taken out of the stream first (a copy only read), sent, and
         // given back if it could not go: never in two places, never lost.
         let held = pick_shared(cluster, &name, &id, !copy).await?;
@@ -381,7 +386,7 @@ pub(super) async fn create_queue(
         .broker
         .create_queue(&name.name)
         .map_err(queue_refused)?;
-    if let Some(cluster) = super::api::shared_queue(&state, &name.name) {
+    if let Some(cluster) = shared_queue(&state, &name.name) {
         // Its stream, so that every node has it: new if that is new.
         created = from_cluster(|done| cluster.create_queue(&name.name, done)).await?;
     }
@@ -393,7 +398,7 @@ pub(super) async fn delete_queue(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> ApiResult {
-    if let Some(cluster) = super::api::shared_queue(&state, &name) {
+    if let Some(cluster) = shared_queue(&state, &name) {
         // This node's side first: with consumers here it stays whole. A
         // node without consumers holds none of its messages (they are
         // given back as the last consumer leaves).

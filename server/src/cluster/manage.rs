@@ -15,8 +15,8 @@ use herald_protocol::selector::Selector;
 use redis::Value;
 
 use super::common::stream_key;
-use super::queues::{array, bulk, entries, pending_entries, GROUP};
-use super::requests::Held;
+use super::replies::{array, bulk, consumers, entries, pending_entries, GROUP};
+use super::requests::{Dropped, Held, Listed, Page, Picked};
 use crate::broker::EntryId;
 
 /// Entries read from a stream per round trip.
@@ -40,48 +40,6 @@ if redis.call('XDEL', KEYS[1], ARGV[2]) == 0 then
 end
 return {'ok'}
 ";
-
-/// One message of a shared queue, as a page lists it.
-pub struct Listed {
-    /// The message block.
-    pub block: Bytes,
-    /// Times it was delivered before.
-    pub deliveries: u32,
-    /// The group member (node) that read it and has not settled it.
-    pub holder: Option<String>,
-}
-
-/// A page of a shared queue: how many messages the selector selects, and
-/// those of the page.
-pub struct Page {
-    /// Selected, in all.
-    pub total: usize,
-    /// From the page's offset, in the stream's order.
-    pub messages: Vec<Listed>,
-}
-
-/// What looking for one message found.
-pub enum Picked {
-    /// No stream by that name.
-    NoQueue,
-    /// No message with that id.
-    NoMessage,
-    /// It is in flight: the named member read it.
-    InFlight(String),
-    /// There it is (taken out of the stream, if asked to).
-    Found(Held),
-}
-
-/// What deleting a shared queue did.
-pub enum Dropped {
-    /// No stream by that name.
-    NoQueue,
-    /// A node holds messages of it, or read it a moment ago: it has
-    /// consumers. The member, and how many it holds.
-    InUse(String, u64),
-    /// Gone, with this many messages.
-    Dropped(u64),
-}
 
 /// Whether the stream exists.
 pub(super) fn exists(con: &mut redis::Connection, queue: &str) -> redis::RedisResult<bool> {
@@ -252,7 +210,7 @@ pub(super) fn drop_queue(con: &mut redis::Connection, queue: &str) -> redis::Red
         .arg(stream_key(queue))
         .arg(GROUP)
         .query::<Value>(con)
-        .map(super::queues::consumers)
+        .map(consumers)
         .unwrap_or_default();
     if let Some(m) = members
         .iter()

@@ -9,7 +9,9 @@
 //! [`settings`] (shared configuration), [`link`] (which Redis: one server
 //! or Sentinel's primary), `resp` (the subscriber's RESP reader), `common`
 //! (stream names, pipelined round trips, link state), `interest` (which
-//! topics the other nodes want, and the Redis globs that say so). This
+//! topics the other nodes want, and the Redis globs that say so),
+//! `manage` (an operator's work on a shared queue's stream), `replies`
+//! (Redis's answers to the stream commands, parsed). This
 //! file holds the state the threads share ([`Cluster`]).
 //!
 //! Nothing here runs on a worker. A topic message published on this node
@@ -38,11 +40,12 @@ mod durables;
 mod inbound;
 mod interest;
 pub mod link;
-pub mod manage;
+mod manage;
 pub mod nodes;
 mod outbound;
 mod peers;
 pub mod queues;
+mod replies;
 pub mod requests;
 mod resp;
 pub mod settings;
@@ -432,14 +435,14 @@ impl Cluster {
         });
     }
 
-    /// A page of a shared queue's messages, without consuming them (see
-    /// [`manage::page`]); `done` runs on the queue thread.
+    /// A page of a shared queue's messages, without consuming them;
+    /// `done` runs on the queue thread.
     pub fn page(
         &self,
         queue: &str,
         selector: Option<Arc<herald_protocol::selector::Selector>>,
         page: (usize, usize),
-        done: requests::Done<Option<manage::Page>>,
+        done: requests::Done<Option<requests::Page>>,
     ) {
         self.ask(requests::Request::Page {
             queue: queue.to_owned(),
@@ -450,8 +453,8 @@ impl Cluster {
     }
 
     /// The message `id` of a shared queue, taken out of its stream if
-    /// `take` and no node holds it (see [`manage::pick`]).
-    pub fn pick(&self, queue: &str, id: &str, take: bool, done: requests::Done<manage::Picked>) {
+    /// `take` and no node holds it.
+    pub fn pick(&self, queue: &str, id: &str, take: bool, done: requests::Done<requests::Picked>) {
         self.ask(requests::Request::Pick {
             queue: queue.to_owned(),
             id: id.to_owned(),
@@ -469,9 +472,8 @@ impl Cluster {
         });
     }
 
-    /// Deletes a shared queue that no node consumes (see
-    /// [`manage::drop_queue`]).
-    pub fn drop_queue(&self, queue: &str, done: requests::Done<manage::Dropped>) {
+    /// Deletes a shared queue that no node consumes.
+    pub fn drop_queue(&self, queue: &str, done: requests::Done<requests::Dropped>) {
         self.ask(requests::Request::Drop {
             queue: queue.to_owned(),
             done,

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use herald_protocol::selector::Selector;
 
-use super::manage::{Dropped, Page, Picked};
 use crate::broker::{BrowseDone, EntryId, PeerError, SharedQueue};
 
 /// Work for the queue thread from the rest of the server.
@@ -91,4 +90,46 @@ pub struct Held {
     pub block: Bytes,
     /// Times it was delivered before.
     pub deliveries: u32,
+}
+
+/// One message of a shared queue, as a page lists it.
+pub struct Listed {
+    /// The message block.
+    pub block: Bytes,
+    /// Times it was delivered before.
+    pub deliveries: u32,
+    /// The group member (node) that read it and has not settled it.
+    pub holder: Option<String>,
+}
+
+/// A page of a shared queue: how many messages the selector selects, and
+/// those of the page.
+pub struct Page {
+    /// Selected, in all.
+    pub total: usize,
+    /// From the page's offset, in the stream's order.
+    pub messages: Vec<Listed>,
+}
+
+/// What looking for one message found.
+pub enum Picked {
+    /// No stream by that name.
+    NoQueue,
+    /// No message with that id.
+    NoMessage,
+    /// It is in flight: the named member read it.
+    InFlight(String),
+    /// There it is (taken out of the stream, if asked to).
+    Found(Held),
+}
+
+/// What deleting a shared queue did.
+pub enum Dropped {
+    /// No stream by that name.
+    NoQueue,
+    /// A node holds messages of it, or read it a moment ago: it has
+    /// consumers. The member, and how many it holds.
+    InUse(String, u64),
+    /// Gone, with this many messages.
+    Dropped(u64),
 }
