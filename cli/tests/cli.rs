@@ -418,7 +418,12 @@ fn bench_compares_with_a_nats_server_in_one_run() {
     let _ = nats.kill();
     let _ = nats.wait();
     let comparison = summary(&out, "comparison");
-    assert_eq!(comparison.matches("\"ratio\"").count(), 5, "{comparison}");
+    // Through the clients, through the same raw driver, and latency.
+    assert_eq!(comparison.matches("\"ratio\"").count(), 7, "{comparison}");
+    assert!(
+        comparison.contains("\"scenario\":\"raw driver 1 -> 2 deliveries/s\""),
+        "{comparison}"
+    );
     let nats_runs: Vec<&str> = out
         .lines()
         .filter(|l| l.starts_with('{') && l.contains("\"system\":\"nats\""))

@@ -8,17 +8,11 @@
 //! (issue 29): the client within 10 % of the raw driver, and its CPU per
 //! message no more than the server's.
 
-use std::io::{Read, Write};
-use std::net::SocketAddr;
-use std::time::{Duration, Instant};
-
-use bytes::{Bytes, BytesMut};
-use herald_client::{ConnectionFactory, Destination, Error, Message, Result};
-use herald_protocol::{Decoder, FrameKind};
+use herald_client::{ConnectionFactory, Error, Result};
 
 use super::process::{io, start_herald};
-use super::raw::{Raw, Wire};
-use super::{bench_topic, median, throughput};
+use super::raw::{self, Wire};
+use super::{median, throughput};
 
 /// What one run is asked to do.
 pub struct Plan {
@@ -70,68 +64,6 @@ fn timed(server: u32, count: u64, run: impl FnOnce() -> Result<f64>) -> Result<R
     })
 }
 
-/// The raw driver: ready-made SEND frames written in 64 KiB batches, and
-/// a subscriber that counts MESSAGE frames; messages per second from the
-/// first write to the last arrival.
-fn raw(addr: SocketAddr, size: usize, count: u64) -> Result<f64> {
-    let topic = bench_topic("raw");
-    let mut subscriber = Raw::open(addr, Wire::Herald)?;
-    let mut subscribe = BytesMut::new();
-    Wire::Herald.subscribe(1, &topic, "", &mut subscribe)?;
-    subscriber.send(&subscribe)?;
-    subscriber.await_confirmed(1)?;
-    let mut publisher = Raw::open(addr, Wire::Herald)?;
-    let mut message = Message::bytes(Bytes::from(vec![7u8; size]));
-    message.destination = Some(Destination::topic(topic));
-    message.message_id = "ID:raw-driver".into();
-    let mut frame = BytesMut::new();
-    herald_protocol::codec::encode_frame(&mut frame, FrameKind::Send, 0, |d| message.encode(d))
-        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    let per_batch = (64 * 1024 / frame.len()).max(1) as u64;
-    let batch = frame.repeat(per_batch as usize);
-    let started = Instant::now();
-    let counting = std::thread::spawn(move || -> Result<Instant> {
-        let decoder = Decoder::new(4 << 20);
-        let mut chunk = vec![0u8; 256 * 1024];
-        let mut got = 0;
-        subscriber
-            .stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .map_err(io("the raw subscriber"))?;
-        while got < count {
-            let n = subscriber
-                .stream
-                .read(&mut chunk)
-                .map_err(io("the raw subscriber"))?;
-            if n == 0 {
-                return Err(Error::InvalidArgument(
-                    "the server closed the raw subscriber".into(),
-                ));
-            }
-            subscriber.inbox.buf.extend_from_slice(&chunk[..n]);
-            got += subscriber
-                .inbox
-                .parse(Wire::Herald, &decoder, &mut std::io::sink())
-                .map_err(Error::InvalidArgument)?
-                .messages;
-        }
-        Ok(Instant::now())
-    });
-    let mut sent = 0;
-    while sent < count {
-        let n = per_batch.min(count - sent);
-        publisher
-            .stream
-            .write_all(&batch[..n as usize * frame.len()])
-            .map_err(io("the raw publisher"))?;
-        sent += n;
-    }
-    let last = counting
-        .join()
-        .unwrap_or_else(|p| std::panic::resume_unwind(p))?;
-    Ok(count as f64 / last.duration_since(started).as_secs_f64())
-}
-
 /// Alternates the client and the raw driver, and prints the medians.
 pub fn run(plan: &Plan) -> Result<()> {
     let (server, _) = start_herald("client", &["herald-server listening on "])?;
@@ -145,7 +77,7 @@ pub fn run(plan: &Plan) -> Result<()> {
             Ok(report.deliveries_per_sec())
         })?);
         driver.push(timed(pid, plan.count, || {
-            raw(server.addr, plan.size, plan.count)
+            raw::drive(server.addr, Wire::Herald, (plan.size, plan.count), 1)
         })?);
         let last = driver.last().map_or(0.0, |r| r.rate);
         println!("raw driver 1 -> 1, {} B: {last:.0} msgs/s", plan.size);

@@ -160,7 +160,8 @@ pub struct Args {
     amqp: SocketAddr,
     /// Run the topic scenarios (1 -> 1, 1 -> --fanout, latency) against
     /// Herald and then against the NATS server at this address, with the
-    /// same load, and print the ratios.
+    /// same load, and print the ratios: through each one's client, and
+    /// through the same raw driver at both (the servers alone).
     #[arg(long)]
     compare_nats: Option<SocketAddr>,
     /// Run the MQTT scenarios (QoS 0 1 -> 1 and 1 -> --fanout, QoS 1
@@ -534,6 +535,25 @@ fn compare(
             n_lost += n.lost();
         }
         let name = format!("1 -> {subscribers} deliveries/s (lost {h_lost} / {n_lost})");
+        rows.push((name, median(h_rates), median(n_rates), true));
+    }
+    // The servers alone: the same raw driver at both (what the Herald
+    // client costs is `--mode client`'s to measure).
+    let herald_addr = std::net::ToSocketAddrs::to_socket_addrs(&factory.address())
+        .map_err(|e| Error::InvalidArgument(format!("{}: {e}", factory.address())))?
+        .next()
+        .ok_or_else(|| Error::InvalidArgument(format!("{}: no address", factory.address())))?;
+    for subscribers in [1, args.fanout] {
+        let (mut h_rates, mut n_rates) = (vec![], vec![]);
+        for _ in 0..args.rounds {
+            let load = (args.size, args.count);
+            let h = raw::drive(herald_addr, raw::Wire::Herald, load, subscribers)?;
+            let n = raw::drive(nats_addr, raw::Wire::Nats, load, subscribers)?;
+            println!("raw driver 1 -> {subscribers}: herald {h:.0}, nats {n:.0} deliveries/s");
+            h_rates.push(h);
+            n_rates.push(n);
+        }
+        let name = format!("raw driver 1 -> {subscribers} deliveries/s");
         rows.push((name, median(h_rates), median(n_rates), true));
     }
     let quantiles = [(0.5, "p50"), (0.99, "p99"), (0.999, "p99.9")];

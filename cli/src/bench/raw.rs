@@ -207,23 +207,99 @@ impl Raw {
         let mut total = Parsed::default();
         let mut chunk = vec![0u8; 64 * 1024];
         while total.confirmed < confirmations {
-            let n = self
-                .stream
-                .read(&mut chunk)
-                .map_err(io("awaiting the server's confirmation"))?;
-            if n == 0 {
-                return Err(Error::InvalidArgument(
-                    "the server closed the connection".into(),
-                ));
-            }
-            self.inbox.buf.extend_from_slice(&chunk[..n]);
-            let parsed = self
-                .inbox
-                .parse(self.wire, &self.decoder, &mut self.stream)
-                .map_err(Error::InvalidArgument)?;
+            let parsed = self.read_some(&mut chunk)?;
             total.confirmed += parsed.confirmed;
             total.messages += parsed.messages;
         }
         Ok(total.messages)
     }
+
+    /// One read into `chunk`, and what it completed.
+    fn read_some(&mut self, chunk: &mut [u8]) -> Result<Parsed> {
+        let n = self.stream.read(chunk).map_err(io("a raw connection"))?;
+        if n == 0 {
+            return Err(Error::InvalidArgument(
+                "the server closed a raw connection".into(),
+            ));
+        }
+        self.inbox.buf.extend_from_slice(&chunk[..n]);
+        self.inbox
+            .parse(self.wire, &self.decoder, &mut self.stream)
+            .map_err(Error::InvalidArgument)
+    }
+}
+
+/// The raw driver, the same for both servers: one publisher writing
+/// ready-made messages (Herald's SEND frames, NATS's `PUB`s) in 64 KiB
+/// writes, and `subscribers` plain sockets, each counting what arrives on
+/// a thread of its own. Deliveries per second, from the first write to
+/// the last arrival. Nothing in it costs per message but the parse that
+/// finds each message's end, so the server's cost is what it measures.
+pub fn drive(
+    addr: SocketAddr,
+    wire: Wire,
+    (size, count): (usize, u64),
+    subscribers: usize,
+) -> Result<f64> {
+    let topic = super::bench_topic("raw");
+    let mut counting = Vec::with_capacity(subscribers);
+    for sid in 0..subscribers as u32 {
+        let mut subscriber = Raw::open(addr, wire)?;
+        let mut subscribe = BytesMut::new();
+        wire.subscribe(sid + 1, &topic, "", &mut subscribe)?;
+        wire.barrier(&mut subscribe);
+        subscriber.send(&subscribe)?;
+        subscriber.await_confirmed(1)?;
+        counting.push(std::thread::spawn(move || -> Result<std::time::Instant> {
+            let mut chunk = vec![0u8; 256 * 1024];
+            let mut got = 0;
+            subscriber
+                .stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .map_err(io("a raw subscriber"))?;
+            while got < count {
+                got += subscriber.read_some(&mut chunk)?.messages;
+            }
+            Ok(std::time::Instant::now())
+        }));
+    }
+    let mut publisher = Raw::open(addr, wire)?;
+    let frame = message_frame(wire, &topic, size)?;
+    let per_batch = (64 * 1024 / frame.len()).max(1) as u64;
+    let batch = frame.repeat(per_batch as usize);
+    let began = std::time::Instant::now();
+    let mut sent = 0;
+    while sent < count {
+        let n = per_batch.min(count - sent);
+        publisher.send(&batch[..n as usize * frame.len()])?;
+        sent += n;
+    }
+    let mut last = began;
+    for c in counting {
+        last = last.max(c.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?);
+    }
+    Ok((count * subscribers as u64) as f64 / last.duration_since(began).as_secs_f64())
+}
+
+/// One message of `size` bytes to `topic`, as `wire` sends it.
+fn message_frame(wire: Wire, topic: &str, size: usize) -> Result<BytesMut> {
+    let body = vec![7u8; size];
+    let mut frame = BytesMut::new();
+    match wire {
+        Wire::Nats => {
+            frame.extend_from_slice(format!("PUB {topic} {size}\r\n").as_bytes());
+            frame.extend_from_slice(&body);
+            frame.extend_from_slice(b"\r\n");
+        }
+        Wire::Herald => {
+            let mut message = herald_client::Message::bytes(bytes::Bytes::from(body));
+            message.destination = Some(herald_client::Destination::topic(topic));
+            message.message_id = "ID:raw-driver".into();
+            herald_protocol::codec::encode_frame(&mut frame, FrameKind::Send, 0, |d| {
+                message.encode(d)
+            })
+            .map_err(bad)?;
+        }
+    }
+    Ok(frame)
 }
