@@ -417,6 +417,7 @@ mod tests {
             delivery_count: 1,
             ack: None,
             order,
+            droppable: true,
         }
     }
 

@@ -25,6 +25,12 @@ pub struct Delivery {
     /// to this consumer (from 1); 0 for a topic's direct delivery, which
     /// is routed on its publisher's thread and so in order already.
     pub order: u64,
+    /// A non-persistent message that nobody acknowledges, which the
+    /// slow-consumer policy may drop. Read from the block as it is routed,
+    /// while the block is in the cache: read at delivery, after a whole
+    /// read's worth of messages, it was a cache miss per message (half of
+    /// `Worker::deliver`'s samples).
+    pub droppable: bool,
 }
 
 /// Which workers the deliveries pushed since [`Deliveries::watch`] go to.
@@ -85,12 +91,14 @@ impl Deliveries {
 
     /// Adds a first delivery that needs no acknowledgement.
     pub fn push(&mut self, to: Subscriber, message: Bytes) {
+        let droppable = !herald_protocol::message::is_persistent(&message);
         self.bucket(to.conn.worker).push(Delivery {
             to,
             message,
             delivery_count: 1,
             ack: None,
             order: 0,
+            droppable,
         });
     }
 
@@ -102,6 +110,7 @@ impl Deliveries {
             delivery_count: d.delivery_count,
             ack: Some(ack),
             order: d.order,
+            droppable: false,
         });
     }
 

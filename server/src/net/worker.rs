@@ -36,7 +36,6 @@ use crate::mqtt::{self, MqttSession};
 use crate::session::{Phase, Session, Unacked};
 use crate::stomp::{self, StompSession};
 use crate::store::StoreError;
-use herald_protocol::message::is_persistent;
 use herald_protocol::stomp::StompLimits;
 
 /// Bytes read from one connection per loop turn before the others get a
@@ -758,7 +757,7 @@ impl Worker {
             });
             let droppable = if best_effort {
                 Droppable::BestEffort
-            } else if d.ack.is_none() && !is_persistent(&d.message) {
+            } else if d.droppable {
                 Droppable::ByPolicy
             } else {
                 Droppable::Never
