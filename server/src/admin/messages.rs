@@ -15,7 +15,7 @@ use serde_json::{json, Value as Json_};
 use super::shared::from_cluster;
 use super::state::{ApiError, AppState};
 use crate::auth::{Permission, Principal};
-use crate::broker::messages::{HeldMessage, MessageError};
+use crate::broker::messages::{readdressed, HeldMessage, MessageError};
 use crate::broker::QueueError;
 use crate::cluster::requests::{Dropped, Held, Picked};
 use crate::cluster::Cluster;
@@ -232,6 +232,28 @@ async fn pick_shared(
     }
 }
 
+/// Moves `held`, message `id` of shared queue `name`, to the shared queue
+/// `to` as `block`, in one step in Redis: never lost, never in both.
+async fn move_shared(
+    cluster: &Cluster,
+    (name, id): (&str, &str),
+    held: Held,
+    (to, block): (&str, &bytes::Bytes),
+) -> Result<(), ApiError> {
+    let block = block.clone();
+    let moved = from_cluster(|done| cluster.move_entry(name, held, (to, block), done)).await?;
+    let missing = |in_flight| MessageError::NoMessage {
+        queue: name.to_owned(),
+        id: id.to_owned(),
+        in_flight,
+    };
+    match moved {
+        Picked::Found(_) => Ok(()),
+        Picked::NoQueue | Picked::NoMessage => Err(refused(missing(false))),
+        Picked::InFlight(_) => Err(refused(missing(true))),
+    }
+}
+
 /// `DELETE /api/queues/{name}/messages/{id}`.
 pub(super) async fn delete_message(
     State(state): State<AppState>,
@@ -259,25 +281,49 @@ pub(super) async fn replay_shared(
 ) -> (usize, Vec<(String, String)>) {
     let (mut moved, mut failed) = (0, Vec::new());
     for id in ids {
-        let held = match pick_shared(cluster, name, id, true).await {
-            Ok(held) => held,
-            Err(e) => {
-                failed.push((id.clone(), e.message().to_owned()));
-                continue;
-            }
-        };
-        let mut out = state.deliveries();
-        let sent = state.shared.broker.republish(&held.block, &mut out);
-        state.route(out);
-        match sent {
+        match replay_one(state, cluster, name, id).await {
             Ok(()) => moved += 1,
-            Err(why) => {
-                failed.push((id.clone(), why.to_string()));
-                cluster.give_back(name, vec![held]);
-            }
+            Err(why) => failed.push((id.clone(), why)),
         }
     }
     (moved, failed)
+}
+
+/// Replays dead letter `id` of shared queue `name`: to a shared queue in
+/// one step in Redis, elsewhere (a topic) taken out, sent, and given back
+/// if it cannot go.
+async fn replay_one(
+    state: &AppState,
+    cluster: &Cluster,
+    name: &str,
+    id: &str,
+) -> Result<(), String> {
+    let message = |e: ApiError| e.message().to_owned();
+    let held = pick_shared(cluster, name, id, false)
+        .await
+        .map_err(message)?;
+    let view = state
+        .shared
+        .broker
+        .replayed(&held.block)
+        .map_err(|e| e.to_string())?;
+    let to = view.destination();
+    if view.destination_kind == DestinationKind::Queue && shared_queue(state, to).is_some() {
+        return move_shared(cluster, (name, id), held, (to, view.block()))
+            .await
+            .map_err(message);
+    }
+    let held = pick_shared(cluster, name, id, true)
+        .await
+        .map_err(message)?;
+    let mut out = state.deliveries();
+    let room = crate::broker::Room::Refuse;
+    let sent = state.shared.broker.publish(&view, room, None, &mut out);
+    state.route(out);
+    sent.map(drop).map_err(|why| {
+        cluster.give_back(name, vec![held]);
+        why.to_string()
+    })
 }
 
 /// The body of a move or a copy.
@@ -327,20 +373,29 @@ async fn relocate(
     }
     let copy_id = copy.then(|| state.admin_message_id("copy"));
     if let Some(cluster) = shared_queue(&state, &name) {
-        // Taken out of the stream first (a copy only read), sent, and
-        // given back if it could not go: never in two places, never lost.
-        let held = pick_shared(cluster, &name, &id, !copy).await?;
-        let mut out = state.deliveries();
-        let sent = state
-            .shared
-            .broker
-            .send_as(&held.block, &to, copy_id.clone(), &mut out);
-        state.route(out);
-        if let Err(e) = sent {
-            if !copy {
-                cluster.give_back(&name, vec![held]);
+        let onto_shared =
+            to.kind == DestinationKind::Queue && shared_queue(&state, &to.name).is_some();
+        if !copy && onto_shared {
+            let held = pick_shared(cluster, &name, &id, false).await?;
+            let view = readdressed(&held.block, &to, None).map_err(refused)?;
+            move_shared(cluster, (&name, &id), held, (&to.name, view.block())).await?;
+        } else {
+            // A copy only reads it; a move to a topic or a temporary queue
+            // takes it out of the stream, sends it, and gives it back if
+            // it could not go.
+            let held = pick_shared(cluster, &name, &id, !copy).await?;
+            let mut out = state.deliveries();
+            let sent = state
+                .shared
+                .broker
+                .send_as(&held.block, &to, copy_id.clone(), &mut out);
+            state.route(out);
+            if let Err(e) = sent {
+                if !copy {
+                    cluster.give_back(&name, vec![held]);
+                }
+                return Err(refused(e));
             }
-            return Err(refused(e));
         }
     } else {
         let mut out = state.deliveries();

@@ -219,6 +219,14 @@ impl Broker {
     /// Publishes a dead-lettered or expired message again to the
     /// destination it came from, without the dead-letter properties.
     pub fn republish(&self, block: &Bytes, out: &mut Deliveries) -> Result<(), RepublishError> {
+        let view = self.replayed(block)?;
+        self.publish(&view, Room::Refuse, None, out)?;
+        Ok(())
+    }
+
+    /// The dead letter `block` as it goes back: to its original
+    /// destination, without the dead-letter properties.
+    pub fn replayed(&self, block: &Bytes) -> Result<MessageView, RepublishError> {
         let mut message = Message::decode(block, 0)?;
         let original = message
             .remove_property("HeraldOriginalDestination")
@@ -228,8 +236,6 @@ impl Broker {
         message.destination = Some(herald_protocol::Destination::from_uri(original)?);
         let mut encoded = BytesMut::new();
         message.encode(&mut encoded)?;
-        let view = MessageView::parse(encoded.freeze())?;
-        self.publish(&view, Room::Refuse, None, out)?;
-        Ok(())
+        Ok(MessageView::parse(encoded.freeze())?)
     }
 }

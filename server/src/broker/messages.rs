@@ -65,6 +65,23 @@ pub enum MessageError {
     Republish(#[from] RepublishError),
 }
 
+/// The message `block` holds, addressed to `to`, with the id `new_id` if
+/// given (a copy).
+pub fn readdressed(
+    block: &Bytes,
+    to: &Destination,
+    new_id: Option<String>,
+) -> Result<MessageView, MessageError> {
+    let mut message = Message::decode(block, 0)?;
+    message.destination = Some(to.clone());
+    if let Some(new_id) = new_id {
+        message.message_id = new_id;
+    }
+    let mut encoded = BytesMut::new();
+    message.encode(&mut encoded)?;
+    Ok(MessageView::parse(encoded.freeze())?)
+}
+
 /// The message id of a held block ("" if it does not read).
 pub fn message_id(block: &[u8]) -> &str {
     MessageRef::read(block).map_or("", |m| m.message_id)
@@ -176,20 +193,7 @@ impl Broker {
         new_id: Option<String>,
         out: &mut Deliveries,
     ) -> Result<(), MessageError> {
-        let mut message = Message::decode(block, 0)?;
-        message.destination = Some(to.clone());
-        if let Some(new_id) = new_id {
-            message.message_id = new_id;
-        }
-        self.route_again(&message, out)
-    }
-
-    /// Routes `message` anew, as a client's send with a receipt would be
-    /// (a full queue refuses it rather than waits).
-    fn route_again(&self, message: &Message, out: &mut Deliveries) -> Result<(), MessageError> {
-        let mut encoded = BytesMut::new();
-        message.encode(&mut encoded)?;
-        let view = MessageView::parse(encoded.freeze())?;
+        let view = readdressed(block, to, new_id)?;
         self.publish(&view, Room::Refuse, None, out)?;
         Ok(())
     }

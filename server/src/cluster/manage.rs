@@ -27,17 +27,24 @@ const CHUNK: usize = 512;
 /// it read (pending) while they have none.
 const RECENT_MS: u64 = 1000;
 
-/// Takes an entry out of a stream unless it is pending in the group;
-/// answers `{"held", consumer}`, `{"gone"}` or `{"ok"}`. A stream without
-/// the group has nothing pending.
+/// Takes an entry out of a stream (`KEYS[1]`) unless it is pending in
+/// the group (`ARGV[1]`): with a second key, appends `ARGV[3]` (the
+/// message as it goes on) to that stream first, in the same step, so that
+/// a move is never lost nor doubled, whatever fails. Answers
+/// `{"held", consumer}`, `{"gone"}` or `{"ok"}`. A stream without the
+/// group has nothing pending.
 const TAKE_UNLESS_HELD: &str = r"
 local p = redis.pcall('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if type(p) == 'table' and p.err == nil and #p > 0 then
   return {'held', p[1][2]}
 end
-if redis.call('XDEL', KEYS[1], ARGV[2]) == 0 then
+if #redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2]) == 0 then
   return {'gone'}
 end
+if KEYS[2] then
+  redis.call('XADD', KEYS[2], '*', 'm', ARGV[3])
+end
+redis.call('XDEL', KEYS[1], ARGV[2])
 return {'ok'}
 ";
 
@@ -175,16 +182,42 @@ pub(super) fn pick(
             None => Picked::Found(held),
         });
     }
+    take_unless_held(con, queue, held, None)
+}
+
+/// Moves entry `held` of `queue` to the shared queue `to`, as `block`,
+/// unless a node holds it: one script, so that nothing is lost or doubled.
+pub(super) fn move_entry(
+    con: &mut redis::Connection,
+    queue: &str,
+    held: Held,
+    (to, block): (&str, &Bytes),
+) -> redis::RedisResult<Picked> {
+    take_unless_held(con, queue, held, Some((to, block)))
+}
+
+/// Runs [`TAKE_UNLESS_HELD`] on `held`'s entry, appending to `onto` first
+/// if given.
+fn take_unless_held(
+    con: &mut redis::Connection,
+    queue: &str,
+    held: Held,
+    onto: Option<(&str, &Bytes)>,
+) -> redis::RedisResult<Picked> {
     // EVAL, not EVALSHA: an operator's request, rare enough to send the
     // script each time.
-    let reply: Value = redis::cmd("EVAL")
-        .arg(TAKE_UNLESS_HELD)
-        .arg(1)
-        .arg(stream_key(queue))
-        .arg(GROUP)
-        .arg(held.entry.to_string())
-        .query(con)?;
-    let reply = array(reply);
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(TAKE_UNLESS_HELD)
+        .arg(1 + usize::from(onto.is_some()));
+    eval.arg(stream_key(queue));
+    if let Some((to, _)) = onto {
+        eval.arg(stream_key(to));
+    }
+    eval.arg(GROUP).arg(held.entry.to_string());
+    if let Some((_, block)) = onto {
+        eval.arg(&block[..]);
+    }
+    let reply = array(eval.query(con)?);
     Ok(match reply.first().and_then(bulk) {
         Some(b"held") => Picked::InFlight(
             reply

@@ -463,6 +463,25 @@ impl Cluster {
         });
     }
 
+    /// Moves a message of a shared queue that no node holds (`held`, as
+    /// [`Cluster::pick`] found it) to the shared queue `to`, as `block`,
+    /// in one step in Redis.
+    pub fn move_entry(
+        &self,
+        queue: &str,
+        held: requests::Held,
+        (to, block): (&str, bytes::Bytes),
+        done: requests::Done<requests::Picked>,
+    ) {
+        self.ask(requests::Request::Move {
+            queue: queue.to_owned(),
+            held,
+            to: to.to_owned(),
+            block,
+            done,
+        });
+    }
+
     /// Makes a shared queue's stream, so that every node lists it before
     /// anything is sent to it; `done` says whether it is new.
     pub fn create_queue(&self, queue: &str, done: requests::Done<bool>) {

@@ -494,6 +494,16 @@ impl Reader<'_> {
                 take,
                 done,
             } => answered(super::manage::pick(self.con, &queue, &id, take), done)?,
+            Request::Move {
+                queue,
+                held,
+                to,
+                block,
+                done,
+            } => answered(
+                super::manage::move_entry(self.con, &queue, held, (&to, &block)),
+                done,
+            )?,
             Request::Drop { queue, done } => {
                 self.groups.remove(&queue);
                 answered(super::manage::drop_queue(self.con, &queue), done)?

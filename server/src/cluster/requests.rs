@@ -43,6 +43,15 @@ pub(super) enum Request {
         take: bool,
         done: Done<Picked>,
     },
+    /// Moves an entry that no node holds to another shared queue, as
+    /// `block`, in one step.
+    Move {
+        queue: String,
+        held: Held,
+        to: String,
+        block: Bytes,
+        done: Done<Picked>,
+    },
     /// Deletes a shared queue no node consumes.
     Drop { queue: String, done: Done<Dropped> },
     /// Makes a shared queue's stream and group; whether it is new.
@@ -71,6 +80,7 @@ impl Request {
             Request::Page { done, .. } => done(Err(away)),
             Request::Pick { done, .. } => done(Err(away)),
             Request::Drop { done, .. } => done(Err(away)),
+            Request::Move { done, .. } => done(Err(away)),
             Request::Create { done, .. } => done(Err(away)),
         }
     }
