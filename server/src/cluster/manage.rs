@@ -134,8 +134,14 @@ pub(super) fn page(
             }
             total += 1;
         }
-        true
+        // Without a selector the stream's length is the total: the scan
+        // ends with the page, so that a long queue does not hold up the
+        // thread that also reads for this node's consumers.
+        selector.is_some() || chosen.len() < limit
     })?;
+    if selector.is_none() {
+        total = redis::cmd("XLEN").arg(stream_key(queue)).query(con)?;
+    }
     let holders = match chosen.is_empty() {
         true => Default::default(),
         false => holders(con, queue)?,
@@ -228,7 +234,13 @@ fn take_unless_held(
         ),
         // Settled by a consumer since it was found.
         Some(b"gone") => Picked::NoMessage,
-        _ => Picked::Found(held),
+        Some(b"ok") => Picked::Found(held),
+        _ => {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::TypeError,
+                "an answer the take script does not give",
+            )))
+        }
     })
 }
 
