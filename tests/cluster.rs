@@ -223,7 +223,7 @@ fn garbage_from_redis_is_ignored_and_the_node_goes_on() {
         &[][..],
         &vec![0xA5; 4 << 20][..],
     ] {
-        redis.command(&[b"PUBLISH", b"herald:t:feed", payload]);
+        redis.command(&[b"PUBLISH", b"herald:in:{b}", payload]);
     }
     // A real message from node a, then nothing else: the garbage reached
     // nobody, and the node still routes.

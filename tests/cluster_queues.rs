@@ -390,7 +390,7 @@ fn garbage_in_redis_is_skipped_and_the_node_goes_on() {
     let mut other = bytes::BytesMut::new();
     stray.encode(&mut other).unwrap();
     let noise = vec![0xA5; 1 << 20];
-    let stream = &b"herald:q:work"[..];
+    let stream = &b"herald:q:{work}"[..];
     for fields in [
         &[&b"x"[..], b"y"][..],
         &[b"m", b"noise"],
@@ -417,15 +417,20 @@ fn garbage_in_redis_is_skipped_and_the_node_goes_on() {
     // Registries that do not decode are skipped.
     redis.command(&[
         b"HSET",
-        b"herald:durables",
+        b"herald:{herald}:durables",
         b"durable 1:x:y",
         b"\xff\x00garbage",
     ]);
-    redis.command(&[b"HSET", b"herald:users", b"bob", b"{not json"]);
+    redis.command(&[b"HSET", b"herald:{herald}:users", b"bob", b"{not json"]);
     let named_otherwise = br#"{"name": "dave", "password": "x"}"#;
-    redis.command(&[b"HSET", b"herald:users", b"carl", named_otherwise]);
-    redis.command(&[b"HSET", b"herald:roles", b"odd", br#"{"publish": 7}"#]);
-    redis.command(&[b"SADD", b"herald:topics", b"a..b"]);
+    redis.command(&[b"HSET", b"herald:{herald}:users", b"carl", named_otherwise]);
+    redis.command(&[
+        b"HSET",
+        b"herald:{herald}:roles",
+        b"odd",
+        br#"{"publish": 7}"#,
+    ]);
+    redis.command(&[b"SADD", b"herald:{herald}:topics", b"a..b"]);
     redis.command(&[b"PUBLISH", b"herald:durables", b"x"]);
     redis.command(&[b"PUBLISH", b"herald:config", b"x"]);
     // A durable subscription made now works, and no stray user appears.
@@ -577,7 +582,7 @@ fn a_shared_subscription_spans_nodes_and_ends_with_its_last_consumer() {
     drop(on_a_reader);
     drop(ca);
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(redis.command(&[b"HLEN", b"herald:durables"]), ":1");
+    assert_eq!(redis.command(&[b"HLEN", b"herald:{herald}:durables"]), ":1");
     producer.send_with_receipt(job(200)).unwrap();
     let m = on_b_reader
         .receive(Duration::from_secs(10))
@@ -587,7 +592,7 @@ fn a_shared_subscription_spans_nodes_and_ends_with_its_last_consumer() {
     drop(on_b_reader);
     drop(cb);
     wait_until("the subscription ends", || {
-        redis.command(&[b"HLEN", b"herald:durables"]) == ":0"
+        redis.command(&[b"HLEN", b"herald:{herald}:durables"]) == ":0"
     });
     wait_until("c forgets it", || c.stats().subscriptions == 0);
     producer.send_with_receipt(job(300)).unwrap();
@@ -672,7 +677,7 @@ fn a_lost_consumer_group_or_stream_is_made_again_and_consuming_goes_on() {
     let queue = Destination::queue("regroup");
     let consumer = on_a.create_consumer(&queue).unwrap();
     let producer = on_a.create_producer(&queue).unwrap();
-    let stream = &b"herald:q:regroup"[..];
+    let stream = &b"herald:q:{regroup}"[..];
     let destroy: &[&[u8]] = &[b"XGROUP", b"DESTROY", stream, b"herald"];
     let delete: &[&[u8]] = &[b"DEL", stream];
     for (round, lose) in [(0, None), (1, Some(destroy)), (2, Some(delete))] {

@@ -204,8 +204,9 @@ impl Default for AdminSection {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterSection {
-    /// `redis://host:port[/db]`, or with Redis Sentinel
-    /// `redis+sentinel://[:password@]host:port[,host:port...]/service`;
+    /// `redis://host:port[/db]`, with Redis Sentinel
+    /// `redis+sentinel://[:password@]host:port[,host:port...]/service`, or
+    /// a Redis Cluster `redis+cluster://[:password@]host:port[,...]`;
     /// empty = a single node, no cluster.
     pub redis: String,
     /// This node's name among the nodes; empty = `herald-<process id>`.
@@ -214,7 +215,7 @@ pub struct ClusterSection {
     /// hold (it died) waits before a live node claims and redelivers it.
     pub claim_idle_ms: u32,
     /// Redis replicas that must have what a receipt confirms (`WAIT`);
-    /// unset = 1 with Sentinel, 0 with one Redis.
+    /// unset = 1 with Sentinel or a Redis Cluster, 0 with one Redis.
     pub min_replicas: Option<u32>,
 }
 
@@ -284,13 +285,22 @@ pub enum RedisUrl {
         /// The password of the Redis servers, if they need one.
         password: Option<String>,
     },
+    /// `redis+cluster://[:password@]HOST:PORT[,HOST:PORT...]`: a Redis
+    /// Cluster, found through any of the nodes given.
+    Cluster {
+        /// `host:port` of nodes to learn the cluster's slots from, asked in
+        /// this order.
+        seeds: Vec<String>,
+        /// The password of the cluster's nodes, if they need one.
+        password: Option<String>,
+    },
 }
 
 /// What is wrong with a `cluster.redis` URL; each names the URL.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum RedisUrlError {
-    /// Neither `redis://` nor `redis+sentinel://`.
-    #[error("{0:?} is not a redis:// or redis+sentinel:// URL")]
+    /// Not `redis://`, `redis+sentinel://` or `redis+cluster://`.
+    #[error("{0:?} is not a redis://, redis+sentinel:// or redis+cluster:// URL")]
     Scheme(String),
     /// Credentials other than `:password@`.
     #[error("{0:?}: credentials are \":password@\"")]
@@ -301,14 +311,17 @@ pub enum RedisUrlError {
     /// An empty service name, or one with a `/`.
     #[error("{0:?}: the service name is missing or has a '/'")]
     BadService(String),
-    /// A sentinel address that is not `HOST:PORT`.
-    #[error("{url:?}: {sentinel:?} is not HOST:PORT")]
+    /// A sentinel's or cluster node's address that is not `HOST:PORT`.
+    #[error("{url:?}: {addr:?} is not HOST:PORT")]
     NotHostPort {
         /// The URL.
         url: String,
         /// The address in it.
-        sentinel: String,
+        addr: String,
     },
+    /// A cluster URL with a path: a Redis Cluster has no databases.
+    #[error("{0:?}: a Redis Cluster URL is HOST:PORT[,HOST:PORT...], with no /path (a cluster has one database)")]
+    ClusterPath(String),
     /// A `redis://` URL the Redis client does not take.
     #[error("{url:?}: {why}")]
     Redis {
@@ -320,43 +333,30 @@ pub enum RedisUrlError {
 }
 
 impl RedisUrl {
-    /// Parses a `redis://` or `redis+sentinel://` URL, or says what is
-    /// wrong with it.
+    /// Parses a `redis://`, `redis+sentinel://` or `redis+cluster://` URL,
+    /// or says what is wrong with it.
     pub fn parse(url: &str) -> Result<RedisUrl, RedisUrlError> {
         if let Some(rest) = url.strip_prefix("redis+sentinel://") {
-            let (auth, rest) = match rest.rsplit_once('@') {
-                Some((auth, rest)) => (Some(auth), rest),
-                None => (None, rest),
-            };
-            let password = match auth {
-                Some(a) => Some(
-                    a.strip_prefix(':')
-                        .ok_or_else(|| RedisUrlError::Credentials(url.to_owned()))?
-                        .to_owned(),
-                ),
-                None => None,
-            };
+            let (password, rest) = credentials(url, rest)?;
             let (hosts, service) = rest
                 .split_once('/')
                 .ok_or_else(|| RedisUrlError::NoService(url.to_owned()))?;
             if service.is_empty() || service.contains('/') {
                 return Err(RedisUrlError::BadService(url.to_owned()));
             }
-            let sentinels: Vec<String> = hosts.split(',').map(str::to_owned).collect();
-            for s in &sentinels {
-                let port = s
-                    .rsplit_once(':')
-                    .map(|(host, port)| (host, port.parse::<u16>()));
-                if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
-                    return Err(RedisUrlError::NotHostPort {
-                        url: url.to_owned(),
-                        sentinel: s.clone(),
-                    });
-                }
-            }
             return Ok(RedisUrl::Sentinel {
-                sentinels,
+                sentinels: host_ports(url, hosts)?,
                 service: service.to_owned(),
+                password,
+            });
+        }
+        if let Some(rest) = url.strip_prefix("redis+cluster://") {
+            let (password, hosts) = credentials(url, rest)?;
+            if hosts.contains('/') {
+                return Err(RedisUrlError::ClusterPath(url.to_owned()));
+            }
+            return Ok(RedisUrl::Cluster {
+                seeds: host_ports(url, hosts)?,
                 password,
             });
         }
@@ -369,6 +369,37 @@ impl RedisUrl {
         })?;
         Ok(RedisUrl::Direct(url.to_owned()))
     }
+}
+
+/// Splits `[:password@]rest` off a URL's authority.
+fn credentials<'a>(
+    url: &str,
+    authority: &'a str,
+) -> Result<(Option<String>, &'a str), RedisUrlError> {
+    let Some((auth, rest)) = authority.rsplit_once('@') else {
+        return Ok((None, authority));
+    };
+    let password = auth
+        .strip_prefix(':')
+        .ok_or_else(|| RedisUrlError::Credentials(url.to_owned()))?;
+    Ok((Some(password.to_owned()), rest))
+}
+
+/// `HOST:PORT[,HOST:PORT...]`, each checked.
+fn host_ports(url: &str, list: &str) -> Result<Vec<String>, RedisUrlError> {
+    let addrs: Vec<String> = list.split(',').map(str::to_owned).collect();
+    for a in &addrs {
+        let port = a
+            .rsplit_once(':')
+            .map(|(host, port)| (host, port.parse::<u16>()));
+        if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
+            return Err(RedisUrlError::NotHostPort {
+                url: url.to_owned(),
+                addr: a.clone(),
+            });
+        }
+    }
+    Ok(addrs)
 }
 
 /// `[stomp]`: the second listener, for standard STOMP clients.

@@ -7,7 +7,7 @@ mod redis;
 
 pub use amqp::{open as amqp_open, text as amqp_text, AmqpClient, Got};
 pub use mqtt::MqttClient;
-pub use redis::{Redis, Sentinel, Stopped};
+pub use redis::{Redis, RedisCluster, Sentinel, Stopped};
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -212,6 +212,122 @@ impl Sentinel {
     }
 }
 
+/// A Redis Cluster of redis-servers of the test's own, on free ports,
+/// its slots spread over the primaries by `redis-cli --cluster create`.
+/// Its servers are killed when dropped.
+pub struct RedisCluster {
+    /// The primaries, then the replicas (`None` once killed).
+    pub nodes: Vec<Option<Redis>>,
+}
+
+impl RedisCluster {
+    /// `primaries` primaries with `replicas` replicas each, every slot
+    /// served; a node that stops answering is failed over after a second.
+    pub fn start(primaries: usize, replicas: usize) -> RedisCluster {
+        let cluster = RedisCluster::nodes(primaries * (1 + replicas));
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for port in cluster.ports() {
+            create.arg(format!("127.0.0.1:{port}"));
+        }
+        let made = create
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli is installed (Debian's redis-tools)");
+        assert!(made.success(), "redis-cli --cluster create");
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    /// `n` nodes in cluster mode that serve no slots yet.
+    pub fn nodes(n: usize) -> RedisCluster {
+        let nodes = (0..n)
+            .map(|_| {
+                let (port, bus) = (free_port(), free_port());
+                let mut command = server_command(port, None);
+                command
+                    .args(["--cluster-enabled", "yes"])
+                    .args(["--cluster-port", &bus.to_string()])
+                    .args(["--cluster-config-file", "nodes.conf"])
+                    .args(["--cluster-node-timeout", "1000"])
+                    // The other shards go on while one fails over.
+                    .args(["--cluster-require-full-coverage", "no"]);
+                Some(Redis::spawn(command, port, None))
+            })
+            .collect();
+        RedisCluster { nodes }
+    }
+
+    /// Every live node's port.
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().flatten().map(|r| r.port).collect()
+    }
+
+    /// `redis+cluster://` and two of its nodes.
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self
+            .ports()
+            .iter()
+            .take(2)
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    /// What `redis-cli -p <port> <args>` prints.
+    pub fn cli(port: u16, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until every live node says the cluster is fine.
+    pub fn wait_until_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for port in self.ports() {
+            while !RedisCluster::cli(port, &["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+                assert!(Instant::now() < deadline, "the cluster never came up");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// The port of the primary that serves `key` now.
+    pub fn primary_of(&self, key: &str) -> u16 {
+        let slot: u16 = RedisCluster::cli(self.ports()[0], &["CLUSTER", "KEYSLOT", key])
+            .trim()
+            .parse()
+            .expect("a slot");
+        let shards = RedisCluster::cli(self.ports()[0], &["CLUSTER", "SLOTS"]);
+        // Lines: start, end, primary's host, port, id, then replicas'.
+        let lines: Vec<&str> = shards.lines().map(str::trim).collect();
+        let mut i = 0;
+        while i + 3 < lines.len() {
+            if let (Ok(start), Ok(end)) = (lines[i].parse::<u16>(), lines[i + 1].parse::<u16>()) {
+                if lines[i + 2].starts_with("127.0.0.1") && (start..=end).contains(&slot) {
+                    return lines[i + 3].parse().expect("a port");
+                }
+            }
+            i += 1;
+        }
+        panic!("no primary serves slot {slot}: {shards}")
+    }
+
+    /// Kills the node on `port` (SIGKILL).
+    pub fn kill(&mut self, port: u16) {
+        for node in &mut self.nodes {
+            if node.as_ref().is_some_and(|n| n.port == port) {
+                *node = None;
+            }
+        }
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

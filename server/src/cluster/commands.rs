@@ -21,8 +21,11 @@ pub(super) const OUTBOUND_LOW: usize = OUTBOUND_QUEUE / 16;
 
 /// What the outbound thread does in Redis, in the order given.
 pub(super) enum Command {
-    /// Publish a topic message for the other nodes.
-    Publish { channel: String, payload: Bytes },
+    /// Publish a topic message for another node, on its inbox.
+    Publish {
+        channel: std::sync::Arc<str>,
+        payload: Bytes,
+    },
     /// Append a message to a shared queue's stream.
     Append {
         queue: String,

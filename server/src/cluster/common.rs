@@ -6,14 +6,34 @@ use std::time::Duration;
 
 use redis::Value;
 
-/// The prefix of the Redis stream keys that hold shared queues' and
-/// cluster subscriptions' messages.
-pub(super) const STREAM_PREFIX: &str = "herald:q:";
+use crate::broker::is_durable_stream;
+
+/// The prefix of every key that describes the cluster rather than one
+/// queue (the registry of subscriptions, the nodes, their interest, the
+/// shared settings) and of the streams of cluster subscriptions: one
+/// hash tag, so that on a Redis Cluster they share a slot and the scripts
+/// that read and write several of them stay on one shard.
+pub(super) const CONTROL: &str = "herald:{herald}:";
+
+/// The prefix of the Redis stream keys that hold shared queues'
+/// messages: `herald:q:{<name>}`, the queue's name its hash tag, so that
+/// on a Redis Cluster each queue's stream (with its group and pending
+/// entries) is on the shard of its slot and the queues spread over the
+/// shards.
+pub(super) const STREAM_PREFIX: &str = "herald:q:{";
 
 /// The Redis stream that holds the messages of the shared queue (or
 /// cluster subscription stream) `name`.
 pub(super) fn stream_key(name: &str) -> String {
-    format!("{STREAM_PREFIX}{name}")
+    match is_durable_stream(name) {
+        true => format!("{CONTROL}q:{name}"),
+        false => format!("{STREAM_PREFIX}{name}}}"),
+    }
+}
+
+/// The queue whose stream is `key`, if it is a queue's.
+pub(super) fn queue_of(key: &str) -> Option<&str> {
+    key.strip_prefix(STREAM_PREFIX)?.strip_suffix('}')
 }
 
 /// Sends `pipe` and reads its answers, giving up at the first that does
@@ -27,23 +47,40 @@ pub(super) fn query_pipeline(
     pipe: &redis::Pipeline,
     keep: usize,
 ) -> redis::RedisResult<Vec<Value>> {
-    let n = pipe.cmd_iter().count();
-    con.send_packed_command(&pipe.get_packed_pipeline())?;
-    let mut kept = Vec::with_capacity(keep);
-    let mut refused = None;
-    for i in 0..n {
-        let answer = con.recv_response()?;
-        if let Value::ServerError(e) = &answer {
-            refused.get_or_insert_with(|| redis::RedisError::from(e.clone()));
-        }
-        if i + keep >= n {
-            kept.push(answer);
-        }
+    send_pipeline(con, pipe)?;
+    recv_pipeline(con, pipe, keep)
+}
+
+/// The first half of [`query_pipeline`]: sends `pipe`.
+pub(super) fn send_pipeline(
+    con: &mut redis::Connection,
+    pipe: &redis::Pipeline,
+) -> redis::RedisResult<()> {
+    con.send_packed_command(&pipe.get_packed_pipeline())
+}
+
+/// The second half of [`query_pipeline`]: reads `pipe`'s answers.
+pub(super) fn recv_pipeline(
+    con: &mut redis::Connection,
+    pipe: &redis::Pipeline,
+    keep: usize,
+) -> redis::RedisResult<Vec<Value>> {
+    let mut all = recv_all(con, pipe)?;
+    if let Some(Value::ServerError(e)) = all.iter().find(|a| matches!(a, Value::ServerError(_))) {
+        return Err(redis::RedisError::from(e.clone()));
     }
-    match refused {
-        Some(e) => Err(e),
-        None => Ok(kept),
-    }
+    Ok(all.split_off(all.len().saturating_sub(keep)))
+}
+
+/// Reads every answer to `pipe`, a refusal among them as it came
+/// (`Value::ServerError`): fails only if the connection does.
+pub(super) fn recv_all(
+    con: &mut redis::Connection,
+    pipe: &redis::Pipeline,
+) -> redis::RedisResult<Vec<Value>> {
+    (0..pipe.cmd_iter().count())
+        .map(|_| con.recv_response())
+        .collect()
 }
 
 /// Reads something from Redis again if `changed` says so, and hands it

@@ -1,6 +1,6 @@
 //! Durable subscriptions shared by the nodes of a cluster.
 //!
-//! The registry is the Redis hash `herald:durables`: one field per
+//! The registry is the Redis hash `herald:{herald}:durables`: one field per
 //! subscription, named after its stream (see
 //! [`crate::broker::cluster_durable_stream`]), holding its client id,
 //! name, topic pattern and selector. A node that creates, replaces or
@@ -15,7 +15,8 @@
 //! A non-durable shared subscription is registered the same way, so that
 //! its consumers on every node share one stream, and ends when no node
 //! has a consumer: each node with consumers keeps its origin in the set
-//! `herald:alive:<stream>` and renews a key `herald:alive:<stream>:<origin>`
+//! `herald:{herald}:alive:<stream>` and renews a key
+//! `herald:{herald}:alive:<stream>:<origin>`
 //! that expires after `claim_idle_ms`. A node whose last consumer leaves,
 //! and every node now and then for the ones it has no consumer of, drops
 //! the members whose key expired and ends the subscription once none is
@@ -23,15 +24,15 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::common::{query_pipeline, stream_key};
+use super::common::{query_pipeline, stream_key, CONTROL};
 use crate::broker::DurableRecord;
 
 /// The Redis hash of the registry.
-const REGISTRY: &str = "herald:durables";
+const REGISTRY: &str = "herald:{herald}:durables";
 /// A counter raised whenever a subscription is registered or changed:
 /// a node that routed a message knowing an older value may have missed a
 /// subscription made meanwhile (see `Command::Recheck`).
-pub(super) const EPOCH: &str = "herald:durables:epoch";
+pub(super) const EPOCH: &str = "herald:{herald}:durables:epoch";
 /// The channel on which a change is announced (the message is the node
 /// id).
 pub(super) const CHANNEL: &str = "herald:durables";
@@ -81,7 +82,7 @@ pub(super) struct Member {
 }
 
 fn alive_set(stream: &str) -> String {
-    format!("herald:alive:{stream}")
+    format!("{CONTROL}alive:{stream}")
 }
 
 /// Adds the commands that register (`Some`) or delete a subscription, and

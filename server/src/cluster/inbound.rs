@@ -1,20 +1,21 @@
 //! The `herald-cluster-in` thread: the node's subscriber connection. It
-//! (un)subscribes the globs of this node's interest, hears the other
-//! nodes' announcements, and routes the topic messages they publish to
-//! this node's subscribers.
+//! hears this node's inbox (see [`super::interest`]) and the other nodes'
+//! announcements, and routes the topic messages they send here to this
+//! node's subscribers.
 
 use super::common::{back_off, link_down, link_up};
-use super::interest::{CHANNEL, INTEREST_CHANNEL};
+use super::interest::{inbox, INTEREST_CHANNEL};
+use super::link::Link;
 use super::outbound::BUNDLE;
 use super::resp::{Item, Subscriber};
+use super::slots::key_slot;
 use super::{durables, link, nodes, settings, Cluster, PRIMARY_LOOK};
 use crate::broker::delivery::Deliveries;
 use crate::frontend::{hand_out, Shared};
 use bytes::Bytes;
-use herald_protocol::MessageView;
+use herald_protocol::{DestinationKind, MessageView};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::Receiver;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
@@ -39,43 +40,40 @@ pub(super) const HAND_OUT_AFTER: Duration = Duration::from_micros(100);
 /// burst: it is handed out at once.
 pub(super) const LONE_AFTER: Duration = Duration::from_micros(50);
 
-pub(super) fn run_inbound(
-    cluster: &Cluster,
-    changes: &Receiver<(String, bool)>,
-    shared: &Weak<Shared>,
-) {
+pub(super) fn run_inbound(cluster: &Cluster, shared: &Weak<Shared>) {
     let mut attempt = 0;
     // The last sequence number routed from each origin.
     let mut last: HashMap<Vec<u8>, u64> = HashMap::new();
     let mut out = None;
+    let inbox = inbox(&cluster.node_id);
+    // SSUBSCRIBE on a Redis Cluster: a sharded channel, heard on the
+    // shard of its slot alone.
+    let sharded = matches!(cluster.link, Link::Cluster { .. });
+    let verb: &[u8] = if sharded { b"SSUBSCRIBE" } else { b"SUBSCRIBE" };
     while !cluster.stop.load(Ordering::Acquire) {
-        let result = cluster
-            .link
-            .client()
-            .map_err(std::io::Error::other)
-            .and_then(|client| Subscriber::connect(client.get_connection_info(), INTEREST_CHECK))
-            .and_then(|mut sub| {
-                // With Sentinel: the primary this connection is to.
-                let primary = cluster.primary_now();
-                // Changes sent before this point are in the map already.
-                while changes.try_recv().is_ok() {}
-                for glob in cluster.globs() {
-                    sub.send(&[b"PSUBSCRIBE", glob.as_bytes()])?;
-                }
-                sub.send(&[b"SUBSCRIBE", INTEREST_CHANNEL.as_bytes()])?;
-                sub.send(&[b"SUBSCRIBE", durables::CHANNEL.as_bytes()])?;
-                sub.send(&[b"SUBSCRIBE", settings::CHANNEL.as_bytes()])?;
-                sub.send(&[b"SUBSCRIBE", nodes::CHANNEL.as_bytes()])?;
-                // What changed while this node was away.
-                cluster.others_changed.store(true, Ordering::Relaxed);
-                attempt = 0;
-                link_up(&cluster.stats.connected_in, "subscriber");
-                let to = Connected {
-                    sub: &mut sub,
-                    primary,
-                };
-                serve(cluster, to, changes, shared, &mut last, &mut out)
-            });
+        let result = subscriber_for(cluster, &inbox, attempt > 0).and_then(|mut sub| {
+            // With Sentinel: the primary this connection is to.
+            let primary = cluster.primary_now();
+            sub.send(&[verb, inbox.as_bytes()])?;
+            for channel in [
+                INTEREST_CHANNEL,
+                durables::CHANNEL,
+                settings::CHANNEL,
+                nodes::CHANNEL,
+            ] {
+                sub.send(&[b"SUBSCRIBE", channel.as_bytes()])?;
+            }
+            // What changed while this node was away.
+            cluster.others_changed.store(true, Ordering::Relaxed);
+            attempt = 0;
+            link_up(&cluster.stats.connected_in, "subscriber");
+            let to = Connected {
+                sub: &mut sub,
+                primary,
+                inbox: &inbox,
+            };
+            serve(cluster, to, shared, &mut last, &mut out)
+        });
         match result {
             Ok(()) => return,
             Err(e) => {
@@ -88,11 +86,37 @@ pub(super) fn run_inbound(
     }
 }
 
-/// A subscriber connection, and the Sentinel primary it is to (`None`
-/// with one Redis).
+/// A subscriber connection to the server that carries `inbox`: the one
+/// Redis, or on a Redis Cluster the primary of the inbox's slot (the
+/// slots read anew if `again`, after a failure).
+fn subscriber_for(cluster: &Cluster, inbox: &str, again: bool) -> std::io::Result<Subscriber> {
+    let info = match cluster.link.slots().map_err(std::io::Error::other)? {
+        None => cluster
+            .link
+            .client()
+            .map(|c| c.get_connection_info().clone()),
+        Some((mut map, _)) => {
+            if again {
+                map = cluster.link.read_slots().map_err(std::io::Error::other)?.0;
+            }
+            let slot = key_slot(inbox.as_bytes());
+            let addr = map
+                .primary_of(slot)
+                .and_then(|i| map.primaries.get(i))
+                .ok_or_else(|| std::io::Error::other(format!("no primary serves slot {slot}")))?;
+            redis::Client::open(cluster.link.url_for(addr)).map(|c| c.get_connection_info().clone())
+        }
+    }
+    .map_err(std::io::Error::other)?;
+    Subscriber::connect(&info, INTEREST_CHECK)
+}
+
+/// A subscriber connection, the Sentinel primary it is to (`None`
+/// otherwise), and the inbox it hears.
 pub(super) struct Connected<'a> {
     sub: &'a mut Subscriber,
     primary: Option<String>,
+    inbox: &'a str,
 }
 
 /// Routes messages from other nodes until the cluster stops (`Ok`) or
@@ -100,7 +124,6 @@ pub(super) struct Connected<'a> {
 pub(super) fn serve(
     cluster: &Cluster,
     to: Connected<'_>,
-    changes: &Receiver<(String, bool)>,
     shared: &Weak<Shared>,
     last: &mut HashMap<Vec<u8>, u64>,
     out: &mut Option<Deliveries>,
@@ -111,7 +134,7 @@ pub(super) fn serve(
     let mut previous: Option<Instant> = None;
     // When Redis was last heard, and when a PING went unanswered since.
     let (mut heard, mut pinged) = (Instant::now(), None::<Instant>);
-    let (sub, primary) = (to.sub, to.primary);
+    let (sub, primary, inbox) = (to.sub, to.primary, to.inbox.as_bytes());
     let mut looked = Instant::now();
     loop {
         if cluster.stop.load(Ordering::Acquire) {
@@ -147,14 +170,6 @@ pub(super) fn serve(
                 Some(_) => {}
             }
         }
-        while let Ok((glob, interested)) = changes.try_recv() {
-            let verb: &[u8] = if interested {
-                b"PSUBSCRIBE"
-            } else {
-                b"PUNSUBSCRIBE"
-            };
-            sub.send(&[verb, glob.as_bytes()])?;
-        }
         let Some(shared) = shared.upgrade() else {
             return Ok(());
         };
@@ -173,31 +188,37 @@ pub(super) fn serve(
                 continue;
             }
         };
-        // Another node's globs, or the durable subscriptions, changed.
-        if let [Item::Bulk(Some(kind)), Item::Bulk(Some(channel)), Item::Bulk(Some(node))] =
-            &items[..]
-        {
-            if &kind[..] == b"message" && &node[..] != cluster.node_id.as_bytes() {
-                let changed = match &channel[..] {
-                    c if c == durables::CHANNEL.as_bytes() => &cluster.durables_changed,
-                    c if c == settings::CHANNEL.as_bytes() => &cluster.settings_changed,
-                    c if c == nodes::CHANNEL.as_bytes() => &cluster.nodes_changed,
-                    _ => &cluster.others_changed,
-                };
-                changed.store(true, Ordering::Release);
+        let (kind, channel, payload) = match &items[..] {
+            [Item::Bulk(Some(kind)), Item::Bulk(Some(channel)), Item::Bulk(Some(payload))] => {
+                (&kind[..], &channel[..], payload)
             }
-            continue;
-        }
-        // Confirmations of (un)subscribing are the only other replies.
-        let [Item::Bulk(Some(kind)), _, Item::Bulk(Some(channel)), Item::Bulk(Some(payload))] =
-            &items[..]
-        else {
-            continue;
+            // Confirmations of subscribing are the only other replies.
+            _ => continue,
         };
-        if &kind[..] != b"pmessage" {
-            continue;
+        match kind {
+            b"message" | b"smessage" if channel == inbox => {}
+            // Another node's globs, the registry or the settings changed.
+            b"message" => {
+                if &payload[..] != cluster.node_id.as_bytes() {
+                    let changed = match channel {
+                        c if c == durables::CHANNEL.as_bytes() => &cluster.durables_changed,
+                        c if c == settings::CHANNEL.as_bytes() => &cluster.settings_changed,
+                        c if c == nodes::CHANNEL.as_bytes() => &cluster.nodes_changed,
+                        _ => &cluster.others_changed,
+                    };
+                    changed.store(true, Ordering::Release);
+                }
+                continue;
+            }
+            // The inbox's slot moved to another shard (a resharding, a
+            // failover): hear it there.
+            b"sunsubscribe" => {
+                return Err(std::io::Error::other(
+                    "the inbox's slot moved to another shard",
+                ))
+            }
+            _ => continue,
         }
-        let channel = String::from_utf8_lossy(channel);
         let whole = unbundle(payload, |one| {
             let Some(inbound) = Inbound::parse(one) else {
                 return false;
@@ -214,7 +235,7 @@ pub(super) fn serve(
             }
             let block = payload.slice_ref(inbound.block);
             let out = out.get_or_insert_with(|| Deliveries::new(shared.workers.len()));
-            route(cluster, &shared, &channel, block, out);
+            route(cluster, &shared, block, out);
             let now = Instant::now();
             let lone = previous.is_none_or(|p| now - p >= LONE_AFTER);
             previous = Some(now);
@@ -227,7 +248,7 @@ pub(super) fn serve(
             true
         });
         if !whole {
-            log::warn!("cluster: a malformed message on {channel} was ignored");
+            log::warn!("cluster: a malformed message on this node's inbox was ignored");
         }
     }
 }
@@ -274,24 +295,18 @@ impl<'a> Inbound<'a> {
 }
 
 /// Routes a message from another node to this node's subscribers.
-pub(super) fn route(
-    cluster: &Cluster,
-    shared: &Shared,
-    channel: &str,
-    block: Bytes,
-    out: &mut Deliveries,
-) {
+pub(super) fn route(cluster: &Cluster, shared: &Shared, block: Bytes, out: &mut Deliveries) {
     // Checked as any client's message is: a peer is not trusted further.
     let view = match MessageView::parse(block) {
         Ok(view) => view,
         Err(e) => {
-            log::warn!("cluster: an invalid message on {channel} was ignored: {e}");
+            log::warn!("cluster: an invalid message from another node was ignored: {e}");
             return;
         }
     };
-    if channel.strip_prefix(CHANNEL) != Some(view.destination()) {
+    if view.destination_kind != DestinationKind::Topic {
         log::warn!(
-            "cluster: a message for {} came on {channel}; ignored",
+            "cluster: a message for queue {} came on this node's inbox; ignored",
             view.destination()
         );
         return;

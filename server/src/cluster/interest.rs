@@ -1,17 +1,26 @@
 //! Interest: which topics a node wants from the others. Each node keeps
 //! a Redis set of the globs its subscriptions need (renewed, so that a dead
-//! node's interest fades) and announces changes; a node publishes a topic
-//! only if some other node's glob covers it.
+//! node's interest fades) and announces changes; a node sends a topic's
+//! message to each other node one of whose globs covers the topic, on
+//! that node's inbox channel, and to nobody if none does.
+//!
+//! A node hears its inbox alone (`SUBSCRIBE`, or on a Redis Cluster
+//! `SSUBSCRIBE`: sharded pub/sub, which has no patterns), so a message
+//! crosses Redis once per node that wants it, and on a Redis Cluster only
+//! the shard of that node's inbox carries it: the inboxes of many nodes
+//! spread over the shards, as the queues do.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use herald_protocol::destination::{Pattern, PatternWord};
 
-/// The prefix of the Redis channel a topic's messages go on.
+/// The prefix of the globs that describe a node's interest, before the
+/// topic: globs are matched against `herald:t:<topic>`.
 pub(super) const CHANNEL: &str = "herald:t:";
 
 /// The prefix of the Redis set of a node's globs.
-pub(super) const INTEREST_KEY: &str = "herald:interest:";
+pub(super) const INTEREST_KEY: &str = "herald:{herald}:interest:";
 
 /// The channel on which a node says its globs changed (the message is its
 /// node id).
@@ -23,17 +32,44 @@ pub(super) const INTEREST_TTL_S: u64 = 60;
 /// How often a node renews its set and reads the others' again.
 pub(super) const INTEREST_REFRESH: Duration = Duration::from_secs(20);
 
-/// Topics whose answer (does another node want them?) is remembered.
+/// Topics whose answer (which other nodes want them?) is remembered.
 pub(super) const WANTED_CACHE: usize = 65_536;
+
+/// The channel on which node `node_id` hears the topic messages the
+/// others send it: `herald:in:{<node id>}`, its own hash tag, so that on
+/// a Redis Cluster the inboxes of different nodes are on different
+/// shards.
+pub(super) fn inbox(node_id: &str) -> String {
+    format!("herald:in:{{{node_id}}}")
+}
+
+/// The inboxes a topic's message goes to (none, most often, for a topic
+/// no other node wants).
+pub(super) type Inboxes = Arc<[Arc<str>]>;
 
 /// The globs other nodes subscribe to, and which topics they cover.
 #[derive(Default)]
 pub(super) struct Others {
-    /// Read from Redis at least once: until then every topic is sent.
-    pub(super) loaded: bool,
-    pub(super) globs: Vec<String>,
-    /// Topic → whether a glob covers it.
-    pub(super) wanted: crate::collections::FastMap<String, bool>,
+    /// Each other node's inbox and globs.
+    pub(super) nodes: Vec<(Arc<str>, Vec<String>)>,
+    /// Topic → the inboxes of the nodes a glob of whose covers it.
+    pub(super) wanted: crate::collections::FastMap<String, Inboxes>,
+}
+
+impl Others {
+    /// The inboxes of the nodes that want `topic`, worked out.
+    pub(super) fn wanting(&self, topic: &str) -> Inboxes {
+        let channel = format!("{CHANNEL}{topic}");
+        self.nodes
+            .iter()
+            .filter(|(_, globs)| {
+                globs
+                    .iter()
+                    .any(|g| glob_matches(g.as_bytes(), channel.as_bytes()))
+            })
+            .map(|(inbox, _)| inbox.clone())
+            .collect()
+    }
 }
 
 /// The Redis glob for a topic pattern's channel: a superset of the

@@ -1,5 +1,7 @@
-//! How a node reaches Redis: one server (`redis://`), or the primary that
-//! Redis Sentinel names (`redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE`).
+//! How a node reaches Redis: one server (`redis://`), the primary that
+//! Redis Sentinel names (`redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE`),
+//! or the primaries of a Redis Cluster
+//! (`redis+cluster://HOST:PORT[,HOST:PORT...]`, see [`super::shards`]).
 //!
 //! With Sentinel, every (re)connection of the cluster's threads asks the
 //! sentinels, in the order given, which server is the primary of the
@@ -10,11 +12,13 @@
 //! use and when it last changed are kept for the log and `/api/health`.
 
 use crate::sync::lock;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use redis::{Client, Connection, ErrorKind, RedisError, RedisResult, Value};
 
+use super::slots::SlotMap;
 use crate::config::{RedisUrl, RedisUrlError};
 
 /// How long one sentinel or primary may take to answer, when asked who
@@ -57,7 +61,23 @@ pub enum Link {
         /// The primary in use.
         primary: Mutex<Option<Primary>>,
     },
+    /// The primaries of a Redis Cluster.
+    Cluster {
+        /// `host:port` of the nodes first asked for the slots.
+        seeds: Vec<String>,
+        /// The password of the cluster's nodes, if they need one.
+        password: Option<String>,
+        /// The slots as last read by any of the node's threads.
+        slots: Mutex<Option<Arc<SlotMap>>>,
+        /// Raised at each read of the slots, so that a thread sees that
+        /// another read them anew.
+        generation: AtomicU64,
+    },
 }
+
+/// Why a node cannot work with a Redis Cluster URL's nodes: a mistake in
+/// the deployment, reported at start rather than waited out.
+pub const NOT_A_CLUSTER: &str = "not a Redis Cluster";
 
 fn error(what: &'static str, detail: String) -> RedisError {
     RedisError::from((ErrorKind::InvalidClientConfig, what, detail))
@@ -83,7 +103,114 @@ impl Link {
                 password,
                 primary: Mutex::new(None),
             },
+            RedisUrl::Cluster { seeds, password } => Link::Cluster {
+                seeds,
+                password,
+                slots: Mutex::new(None),
+                generation: AtomicU64::new(0),
+            },
         })
+    }
+
+    /// A connection to the cluster node at `addr` (`host:port`), with the
+    /// URL's password, whose commands give up after [`ANSWER_TIMEOUT`].
+    pub fn connect_to(&self, addr: &str) -> RedisResult<Connection> {
+        let client = Client::open(self.url_for(addr))?;
+        timed(client.get_connection_with_timeout(CONNECT_WITHIN)?)
+    }
+
+    /// `redis://[:password@]addr`.
+    pub fn url_for(&self, addr: &str) -> String {
+        let password = match self {
+            Link::Sentinel { password, .. } | Link::Cluster { password, .. } => password.as_deref(),
+            Link::Direct(_) => None,
+        };
+        match password {
+            Some(p) => format!("redis://:{p}@{addr}"),
+            None => format!("redis://{addr}"),
+        }
+    }
+
+    /// The slots as last read (read now if never), with the generation
+    /// they were read at; `None` but for a Redis Cluster.
+    pub fn slots(&self) -> RedisResult<Option<(Arc<SlotMap>, u64)>> {
+        let Link::Cluster {
+            slots, generation, ..
+        } = self
+        else {
+            return Ok(None);
+        };
+        if let Some(map) = lock(slots).clone() {
+            return Ok(Some((map, generation.load(Ordering::Acquire))));
+        }
+        self.read_slots().map(Some)
+    }
+
+    /// The slots' generation now (see [`Link::slots`]).
+    pub fn slots_generation(&self) -> u64 {
+        match self {
+            Link::Cluster { generation, .. } => generation.load(Ordering::Acquire),
+            _ => 0,
+        }
+    }
+
+    /// Reads the slots anew from the first node that answers: the
+    /// primaries last known, then the URL's nodes. A node that is not in
+    /// cluster mode is an error at once ([`NOT_A_CLUSTER`]): the URL is
+    /// wrong, and no other node will make it right.
+    pub fn read_slots(&self) -> RedisResult<(Arc<SlotMap>, u64)> {
+        let Link::Cluster {
+            seeds,
+            slots,
+            generation,
+            ..
+        } = self
+        else {
+            return Err(error("not a cluster", "one Redis has no slots".into()));
+        };
+        let known = lock(slots).clone();
+        let asked = known
+            .iter()
+            .flat_map(|m| m.primaries.iter())
+            .chain(seeds)
+            .fold(Vec::<&String>::new(), |mut all, a| {
+                if !all.contains(&a) {
+                    all.push(a);
+                }
+                all
+            });
+        let mut why = Vec::new();
+        for addr in asked {
+            match self.ask_slots(addr) {
+                Ok(map) => {
+                    let map = Arc::new(map);
+                    *lock(slots) = Some(map.clone());
+                    let now = generation.fetch_add(1, Ordering::AcqRel) + 1;
+                    return Ok((map, now));
+                }
+                Err(e) if e.detail() == Some(NOT_A_CLUSTER) => return Err(e),
+                Err(e) => why.push(format!("{addr}: {e}")),
+            }
+        }
+        Err(error("no cluster node answers", why.join("; ")))
+    }
+
+    fn ask_slots(&self, addr: &str) -> RedisResult<SlotMap> {
+        let client = Client::open(self.url_for(addr))?;
+        let mut con = client.get_connection_with_timeout(ANSWER_WITHIN)?;
+        con.set_read_timeout(Some(ANSWER_WITHIN))?;
+        let reply = match redis::cmd("CLUSTER").arg("SLOTS").query::<Value>(&mut con) {
+            Err(e) if e.to_string().contains("cluster support disabled") => {
+                return Err(RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    "cluster support is disabled on that Redis (cluster-enabled no)",
+                    NOT_A_CLUSTER.to_owned(),
+                )))
+            }
+            reply => reply?,
+        };
+        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+        SlotMap::parse(&reply, host).map_err(|e| error("unreadable CLUSTER SLOTS", e))
     }
 
     /// A client for the server to use now: the one server, or the primary
@@ -91,15 +218,19 @@ impl Link {
     pub fn client(&self) -> RedisResult<Client> {
         match self {
             Link::Direct(client) => Ok(client.clone()),
+            Link::Cluster { .. } => Err(error(
+                "a cluster has no one server",
+                "its threads reach each primary".into(),
+            )),
             Link::Sentinel {
                 sentinels,
                 service,
-                password,
                 primary,
+                ..
             } => {
                 let mut why = Vec::new();
                 for sentinel in sentinels {
-                    match ask(sentinel, service, password.as_deref()) {
+                    match ask(self, sentinel, service) {
                         Ok((addr, client)) => {
                             let mut current = lock(primary);
                             if current.as_ref().is_none_or(|p| p.addr != addr) {
@@ -130,24 +261,28 @@ impl Link {
     /// A connection to the server to use now, whose commands give up
     /// after [`ANSWER_TIMEOUT`].
     pub fn connection(&self) -> RedisResult<Connection> {
-        let con = self.client()?.get_connection_with_timeout(CONNECT_WITHIN)?;
-        con.set_read_timeout(Some(ANSWER_TIMEOUT))?;
-        con.set_write_timeout(Some(ANSWER_TIMEOUT))?;
-        Ok(con)
+        timed(self.client()?.get_connection_with_timeout(CONNECT_WITHIN)?)
     }
 
     /// The primary in use, with Sentinel.
     pub fn primary(&self) -> Option<Primary> {
         match self {
-            Link::Direct(_) => None,
+            Link::Direct(_) | Link::Cluster { .. } => None,
             Link::Sentinel { primary, .. } => lock(primary).clone(),
         }
     }
 }
 
+/// `con`, its commands given up after [`ANSWER_TIMEOUT`].
+fn timed(con: Connection) -> RedisResult<Connection> {
+    con.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+    con.set_write_timeout(Some(ANSWER_TIMEOUT))?;
+    Ok(con)
+}
+
 /// Asks one sentinel for the primary of `service`, and checks that the
 /// server it names is a primary.
-fn ask(sentinel: &str, service: &str, password: Option<&str>) -> RedisResult<(String, Client)> {
+fn ask(link: &Link, sentinel: &str, service: &str) -> RedisResult<(String, Client)> {
     let mut con =
         Client::open(format!("redis://{sentinel}"))?.get_connection_with_timeout(ANSWER_WITHIN)?;
     // The timeout above covers the connection's setup only.
@@ -163,11 +298,7 @@ fn ask(sentinel: &str, service: &str, password: Option<&str>) -> RedisResult<(St
         )
     })?;
     let addr = format!("{host}:{port}");
-    let url = match password {
-        Some(p) => format!("redis://:{p}@{addr}"),
-        None => format!("redis://{addr}"),
-    };
-    let client = Client::open(url)?;
+    let client = Client::open(link.url_for(&addr))?;
     let mut primary = client.get_connection_with_timeout(ANSWER_WITHIN)?;
     primary.set_read_timeout(Some(ANSWER_WITHIN))?;
     let role: Value = redis::cmd("ROLE").query(&mut primary)?;
@@ -205,7 +336,20 @@ mod tests {
             }
             _ => panic!("a sentinel URL"),
         }
+        match Link::parse("redis+cluster://:pw@a:7000,b:7001") {
+            Ok(Link::Cluster {
+                seeds, password, ..
+            }) => {
+                assert_eq!(seeds, ["a:7000", "b:7001"]);
+                assert_eq!(password.as_deref(), Some("pw"));
+            }
+            _ => panic!("a cluster URL"),
+        }
         for (bad, says) in [
+            ("redis+cluster://a:7000/0", "no /path"),
+            ("redis+cluster://a", "not HOST:PORT"),
+            ("redis+cluster://a:1,", "not HOST:PORT"),
+            ("redis+cluster://user@a:1", ":password@"),
             ("localhost:6379", "not a redis://"),
             ("redis+sentinel://a:26379", "no service"),
             ("redis+sentinel://a:26379/", "service name"),

@@ -17,6 +17,8 @@ use redis::Value;
 use super::common::stream_key;
 use super::replies::{array, bulk, consumers, entries, pending_entries, GROUP};
 use super::requests::{Dropped, Held, Listed, Page, Picked};
+use super::shards::{Redis, Routed};
+use super::slots::key_slot;
 use crate::broker::EntryId;
 
 /// Entries read from a stream per round trip.
@@ -49,14 +51,16 @@ return {'ok'}
 ";
 
 /// Whether the stream exists.
-pub(super) fn exists(con: &mut redis::Connection, queue: &str) -> redis::RedisResult<bool> {
-    redis::cmd("EXISTS").arg(stream_key(queue)).query(con)
+pub(super) fn exists(shards: &mut Redis, queue: &str) -> redis::RedisResult<bool> {
+    redis::cmd("EXISTS")
+        .arg(stream_key(queue))
+        .on(shards, &stream_key(queue))
 }
 
 /// Every entry of `queue`'s stream that holds a message, in order, a
 /// chunk at a time, until `each` says stop.
 pub(super) fn scan(
-    con: &mut redis::Connection,
+    shards: &mut Redis,
     queue: &str,
     mut each: impl FnMut(EntryId, Bytes, u32) -> bool,
 ) -> redis::RedisResult<()> {
@@ -68,7 +72,7 @@ pub(super) fn scan(
             .arg("+")
             .arg("COUNT")
             .arg(CHUNK)
-            .query(con)?;
+            .on(shards, &stream_key(queue))?;
         let page = entries(page);
         let Some((last, _)) = page.last() else {
             return Ok(());
@@ -86,7 +90,7 @@ pub(super) fn scan(
 
 /// The member holding each pending entry of `queue`.
 fn holders(
-    con: &mut redis::Connection,
+    shards: &mut Redis,
     queue: &str,
 ) -> redis::RedisResult<std::collections::HashMap<EntryId, String>> {
     let mut held = std::collections::HashMap::new();
@@ -99,7 +103,7 @@ fn holders(
             .arg(&after)
             .arg("+")
             .arg(CHUNK)
-            .query::<Value>(con)
+            .on::<Value>(shards, &stream_key(queue))
         else {
             return Ok(held);
         };
@@ -115,17 +119,17 @@ fn holders(
 /// A page of `queue`'s messages that `selector` selects (`None`: no such
 /// queue).
 pub(super) fn page(
-    con: &mut redis::Connection,
+    shards: &mut Redis,
     queue: &str,
     selector: Option<&Selector>,
     (offset, limit): (usize, usize),
 ) -> redis::RedisResult<Option<Page>> {
-    if !exists(con, queue)? {
+    if !exists(shards, queue)? {
         return Ok(None);
     }
     let mut total = 0;
     let mut chosen = Vec::new();
-    scan(con, queue, |entry, block, deliveries| {
+    scan(shards, queue, |entry, block, deliveries| {
         let selected =
             MessageRef::read(&block).is_ok_and(|view| selector.is_none_or(|s| s.matches(&view)));
         if selected {
@@ -140,11 +144,13 @@ pub(super) fn page(
         selector.is_some() || chosen.len() < limit
     })?;
     if selector.is_none() {
-        total = redis::cmd("XLEN").arg(stream_key(queue)).query(con)?;
+        total = redis::cmd("XLEN")
+            .arg(stream_key(queue))
+            .on(shards, &stream_key(queue))?;
     }
     let holders = match chosen.is_empty() {
         true => Default::default(),
-        false => holders(con, queue)?,
+        false => holders(shards, queue)?,
     };
     let messages = chosen
         .into_iter()
@@ -159,16 +165,16 @@ pub(super) fn page(
 
 /// The message `id` of `queue`, taken out of the stream if `take`.
 pub(super) fn pick(
-    con: &mut redis::Connection,
+    shards: &mut Redis,
     queue: &str,
     id: &str,
     take: bool,
 ) -> redis::RedisResult<Picked> {
-    if !exists(con, queue)? {
+    if !exists(shards, queue)? {
         return Ok(Picked::NoQueue);
     }
     let mut found = None;
-    scan(con, queue, |entry, block, deliveries| {
+    scan(shards, queue, |entry, block, deliveries| {
         let matches = MessageRef::read(&block).is_ok_and(|m| m.message_id == id);
         if matches {
             found = Some(Held {
@@ -183,29 +189,50 @@ pub(super) fn pick(
         return Ok(Picked::NoMessage);
     };
     if !take {
-        return Ok(match holders(con, queue)?.remove(&held.entry) {
+        return Ok(match holders(shards, queue)?.remove(&held.entry) {
             Some(member) => Picked::InFlight(member),
             None => Picked::Found(held),
         });
     }
-    take_unless_held(con, queue, held, None)
+    take_unless_held(shards, queue, held, None)
 }
 
 /// Moves entry `held` of `queue` to the shared queue `to`, as `block`,
 /// unless a node holds it: one script, so that nothing is lost or doubled.
+/// On a Redis Cluster, two queues of different slots cannot be in one
+/// script: the copy is appended first and taken back if the entry cannot
+/// go, so that a failure in between leaves the message in both (delivered
+/// twice at worst), never in neither.
 pub(super) fn move_entry(
-    con: &mut redis::Connection,
+    shards: &mut Redis,
     queue: &str,
     held: Held,
     (to, block): (&str, &Bytes),
 ) -> redis::RedisResult<Picked> {
-    take_unless_held(con, queue, held, Some((to, block)))
+    let to_key = stream_key(to);
+    if !shards.sharded() || key_slot(stream_key(queue).as_bytes()) == key_slot(to_key.as_bytes()) {
+        return take_unless_held(shards, queue, held, Some((to, block)));
+    }
+    let copy: String = redis::cmd("XADD")
+        .arg(&to_key)
+        .arg("*")
+        .arg("m")
+        .arg(&block[..])
+        .on(shards, &to_key)?;
+    let taken = take_unless_held(shards, queue, held, None)?;
+    if !matches!(taken, Picked::Found(_)) {
+        redis::cmd("XDEL")
+            .arg(&to_key)
+            .arg(&copy)
+            .on::<()>(shards, &to_key)?;
+    }
+    Ok(taken)
 }
 
 /// Runs [`TAKE_UNLESS_HELD`] on `held`'s entry, appending to `onto` first
 /// if given.
 fn take_unless_held(
-    con: &mut redis::Connection,
+    shards: &mut Redis,
     queue: &str,
     held: Held,
     onto: Option<(&str, &Bytes)>,
@@ -223,7 +250,7 @@ fn take_unless_held(
     if let Some((_, block)) = onto {
         eval.arg(&block[..]);
     }
-    let reply = array(eval.query(con)?);
+    let reply = array(eval.on(shards, &stream_key(queue))?);
     Ok(match reply.first().and_then(bulk) {
         Some(b"held") => Picked::InFlight(
             reply
@@ -246,15 +273,15 @@ fn take_unless_held(
 
 /// Deletes `queue`'s stream, its group with it, unless a node holds
 /// messages of it or read it within [`RECENT_MS`] (it has consumers).
-pub(super) fn drop_queue(con: &mut redis::Connection, queue: &str) -> redis::RedisResult<Dropped> {
-    if !exists(con, queue)? {
+pub(super) fn drop_queue(shards: &mut Redis, queue: &str) -> redis::RedisResult<Dropped> {
+    if !exists(shards, queue)? {
         return Ok(Dropped::NoQueue);
     }
     let members = redis::cmd("XINFO")
         .arg("CONSUMERS")
         .arg(stream_key(queue))
         .arg(GROUP)
-        .query::<Value>(con)
+        .on::<Value>(shards, &stream_key(queue))
         .map(consumers)
         .unwrap_or_default();
     if let Some(m) = members
@@ -263,7 +290,11 @@ pub(super) fn drop_queue(con: &mut redis::Connection, queue: &str) -> redis::Red
     {
         return Ok(Dropped::InUse(m.name.clone(), m.pending));
     }
-    let length: u64 = redis::cmd("XLEN").arg(stream_key(queue)).query(con)?;
-    redis::cmd("DEL").arg(stream_key(queue)).query::<()>(con)?;
+    let length: u64 = redis::cmd("XLEN")
+        .arg(stream_key(queue))
+        .on(shards, &stream_key(queue))?;
+    redis::cmd("DEL")
+        .arg(stream_key(queue))
+        .on::<()>(shards, &stream_key(queue))?;
     Ok(Dropped::Dropped(length))
 }

@@ -49,6 +49,8 @@ mod replies;
 pub mod requests;
 mod resp;
 pub mod settings;
+mod shards;
+pub mod slots;
 pub mod threads;
 
 use std::collections::HashMap;
@@ -60,8 +62,8 @@ use std::time::{Duration, Instant};
 use commands::{Command, Outcomes, OUTBOUND_HIGH, OUTBOUND_LOW};
 use common::{query_pipeline, reread};
 use interest::{
-    glob_matches, Others, CHANNEL, INTEREST_CHANNEL, INTEREST_KEY, INTEREST_REFRESH,
-    INTEREST_TTL_S, WANTED_CACHE,
+    inbox, Inboxes, Others, INTEREST_CHANNEL, INTEREST_KEY, INTEREST_REFRESH, INTEREST_TTL_S,
+    WANTED_CACHE,
 };
 use link::Link;
 
@@ -136,8 +138,8 @@ pub struct Cluster {
     claim_idle: Duration,
     /// Raised while `outbound` is fuller than `OUTBOUND_HIGH`.
     backlog: Arc<Backlog>,
-    /// Local subscriptions per Redis glob; a glob is subscribed to while
-    /// its count is above zero.
+    /// Local subscriptions per Redis glob; a glob is in this node's
+    /// interest set while its count is above zero.
     interest: Mutex<HashMap<String, usize>>,
     /// The local globs changed since they were last written to Redis.
     own_changed: AtomicBool,
@@ -165,7 +167,6 @@ pub struct Cluster {
     facts: Mutex<Vec<(String, String)>>,
     /// Every node, this one among them, as last read.
     nodes: Mutex<Vec<nodes::NodeView>>,
-    changes: Mutex<mpsc::Sender<(String, bool)>>,
     /// Counters.
     pub stats: ClusterStats,
     stop: AtomicBool,
@@ -192,28 +193,22 @@ impl Cluster {
         connected_to.is_some() && self.primary_now() != *connected_to
     }
 
-    /// Whether another node subscribes to something that covers `topic`:
-    /// if none does, its messages are not sent to Redis at all.
-    fn wanted(&self, topic: &str) -> bool {
+    /// The inboxes of the other nodes that subscribe to something that
+    /// covers `topic`: if none does, its messages are not sent to Redis
+    /// at all.
+    fn wanted(&self, topic: &str) -> Inboxes {
         let others = read(&self.others);
-        if !others.loaded {
-            return true;
-        }
-        if let Some(&wanted) = others.wanted.get(topic) {
-            return wanted;
+        if let Some(inboxes) = others.wanted.get(topic) {
+            return inboxes.clone();
         }
         drop(others);
         let mut others = write(&self.others);
-        let channel = format!("{CHANNEL}{topic}");
-        let wanted = others
-            .globs
-            .iter()
-            .any(|g| glob_matches(g.as_bytes(), channel.as_bytes()));
+        let inboxes = others.wanting(topic);
         if others.wanted.len() >= WANTED_CACHE {
             others.wanted.clear();
         }
-        others.wanted.insert(topic.to_owned(), wanted);
-        wanted
+        others.wanted.insert(topic.to_owned(), inboxes.clone());
+        inboxes
     }
 
     /// The globs this node's subscriptions need now.
@@ -238,21 +233,24 @@ impl Cluster {
 
     /// Reads the other nodes' globs.
     fn read_others(&self, con: &mut redis::Connection) -> redis::RedisResult<()> {
-        let own = format!("{INTEREST_KEY}{}", self.node_id);
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg(format!("{INTEREST_KEY}*"))
             .query(con)?;
-        let mut globs = Vec::new();
-        for key in keys.into_iter().filter(|k| *k != own) {
-            let members: Vec<String> = redis::cmd("SMEMBERS").arg(&key).query(con)?;
-            globs.extend(members);
+        let mut nodes = Vec::new();
+        for key in keys {
+            let Some(node) = key.strip_prefix(INTEREST_KEY) else {
+                continue;
+            };
+            if node == self.node_id {
+                continue;
+            }
+            let globs: Vec<String> = redis::cmd("SMEMBERS").arg(&key).query(con)?;
+            nodes.push((Arc::from(inbox(node)), globs));
         }
-        globs.sort();
-        globs.dedup();
+        nodes.sort();
         let mut others = write(&self.others);
         *others = Others {
-            loaded: true,
-            globs,
+            nodes,
             wanted: crate::collections::FastMap::default(),
         };
         Ok(())

@@ -11,7 +11,7 @@ use redis::Value;
 use super::common::query_pipeline;
 
 /// The prefix of a node's hash.
-const NODE_KEY: &str = "herald:node:";
+const NODE_KEY: &str = "herald:{herald}:node:";
 
 /// The channel on which a node says it announced itself anew (the
 /// message is its node id): the others read the list again.

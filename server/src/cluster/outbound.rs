@@ -6,10 +6,12 @@
 //! answered everything before it.
 
 use super::commands::{Command, Outcomes};
-use super::common::{back_off, link_down, link_up, query_pipeline};
+use super::common::{back_off, link_down, link_up, stream_key, CONTROL};
 use super::interest::INTEREST_REFRESH;
+use super::shards::{broken, Redis};
+use super::slots::key_slot;
 use super::{durables, queues, settings, Cluster, PRIMARY_LOOK};
-use crate::broker::EntryId;
+use crate::broker::{EntryId, SharedChanges};
 use crate::frontend::Shared;
 use crate::store::StoreError;
 use bytes::Bytes;
@@ -23,29 +25,29 @@ use std::time::{Duration, Instant};
 /// Messages `PUBLISH`ed in one round trip at most.
 pub(super) const BATCH: usize = 1024;
 
+/// How long the thread waits for a command before it syncs again.
+const IDLE_WAIT: Duration = Duration::from_millis(20);
+
+/// How long failed settlements wait before they are sent again.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
 /// How long a receipt waits for `min_replicas` replicas.
 pub(super) const REPLICA_WAIT: Duration = Duration::from_secs(2);
 
 impl Command {
-    /// Adds the command to `pipe`; false for a barrier or a recheck,
-    /// which send nothing of their own.
+    /// Adds the command to `pipe`; false for a barrier, a recheck or a
+    /// commit, which send nothing of their own (a commit's changes go
+    /// out per slot, see `Writer::pipeline`).
     pub(super) fn add_to(&self, pipe: &mut redis::Pipeline) -> bool {
         match self {
             Command::Publish { channel, payload } => {
-                pipe.cmd("PUBLISH").arg(channel).arg(&payload[..]).ignore();
+                pipe.cmd("PUBLISH")
+                    .arg(&**channel)
+                    .arg(&payload[..])
+                    .ignore();
             }
             Command::Append { queue, block, .. } => queues::append(pipe, queue, block, 0),
             Command::Settle { queue, entry } => queues::settle(pipe, queue, &[*entry]),
-            Command::Commit { changes, .. } => {
-                pipe.cmd("MULTI").ignore();
-                for (queue, block) in &changes.sends {
-                    queues::append(pipe, queue, block, 0);
-                }
-                for (queue, entry) in &changes.settled {
-                    queues::settle(pipe, queue, &[*entry]);
-                }
-                pipe.cmd("EXEC").ignore();
-            }
             Command::Release { queue, messages } => {
                 pipe.cmd("MULTI").ignore();
                 for m in messages {
@@ -58,9 +60,25 @@ impl Command {
                 durables::write(pipe, stream, record.as_ref(), by)
             }
             Command::Settings { change, node_id } => settings::write(pipe, change, node_id),
-            Command::Barrier { .. } | Command::Recheck { .. } => return false,
+            Command::Barrier { .. } | Command::Recheck { .. } | Command::Commit { .. } => {
+                return false
+            }
         }
         true
+    }
+
+    /// The key whose slot the command's keys share, if it has one
+    /// (settlements and publishes are placed by the batch, a commit per
+    /// slot).
+    fn key(&self) -> Option<String> {
+        match self {
+            Command::Append { queue, .. }
+            | Command::Release { queue, .. }
+            | Command::Settle { queue, .. } => Some(stream_key(queue)),
+            Command::Registry { .. } | Command::Settings { .. } => Some(CONTROL.to_owned()),
+            Command::Publish { channel, .. } => Some(channel.to_string()),
+            Command::Barrier { .. } | Command::Recheck { .. } | Command::Commit { .. } => None,
+        }
     }
 
     /// Redis did not take the command (`why`).
@@ -103,11 +121,12 @@ pub(super) fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &W
         shared,
         outcomes: Outcomes::default(),
         batch: Vec::with_capacity(BATCH),
+        retry_at: None,
     };
     let mut attempt = 0;
     while !cluster.stop.load(Ordering::Acquire) {
-        let mut con = match cluster.link.connection() {
-            Ok(con) => con,
+        let mut redis = match Redis::connect(&cluster.link) {
+            Ok(redis) => redis,
             Err(e) => {
                 link_down(&cluster.stats.connected_out, "publisher", &e);
                 writer.fail_waiting(&e.to_string());
@@ -119,9 +138,12 @@ pub(super) fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &W
         };
         attempt = 0;
         link_up(&cluster.stats.connected_out, "publisher");
-        if writer.serve(&mut con) == Served::Stopped {
+        if writer.serve(&mut redis) == Served::Stopped {
             // The node leaves the list at once rather than in a minute.
-            if let Err(e) = super::nodes::withdraw(&mut con, &cluster.node_id) {
+            let withdrawn = redis
+                .control()
+                .and_then(|con| super::nodes::withdraw(con, &cluster.node_id));
+            if let Err(e) = withdrawn {
                 log::debug!("cluster: this node's entry stays until it expires: {e}");
             }
             return;
@@ -150,18 +172,72 @@ struct Writer<'a> {
     outcomes: Outcomes,
     /// The commands of the round trip under way.
     batch: Vec<Command>,
+    /// Not before then are failed settlements sent again: a shard that
+    /// is down refuses them at once, and would be asked in a loop.
+    retry_at: Option<Instant>,
 }
 
-/// What one batch's pipeline asks of Redis besides its commands.
+/// What one batch asks of Redis: a pipeline per shard it touches.
 struct Asked {
     /// Topic messages in it.
     published: u64,
     /// The oldest registry epoch a message in it was routed with, if one
-    /// was (see `Peers::recheck`): the pipeline reads the epoch.
+    /// was (see `Peers::recheck`): the registry's shard's pipeline reads
+    /// the epoch after its appends.
     oldest: Option<u64>,
-    /// It holds a receipt: the pipeline ends with a `WAIT`.
+    /// It holds a receipt: each pipeline ends with a `WAIT`.
     wait: bool,
+    parts: Vec<Part>,
+    /// Per command of the batch, the parts it went in, or why it could
+    /// not go (no primary serves its slot).
+    placed: Vec<Result<Vec<usize>, String>>,
+    /// The part that reads the epoch.
+    epoch: Option<usize>,
 }
+
+/// One shard's share of a batch.
+struct Part {
+    shard: usize,
+    pipe: redis::Pipeline,
+}
+
+/// A batch's parts, being made.
+struct Parts<'r, 'l> {
+    redis: &'r Redis<'l>,
+    /// Per shard, its part's index in `parts`.
+    of_shard: HashMap<usize, usize>,
+    parts: Vec<Part>,
+}
+
+impl Parts<'_, '_> {
+    /// The index of the part for `key`'s shard, made if need be.
+    fn for_key(&mut self, key: &str) -> Result<usize, String> {
+        let shard = self.redis.shard_of(key).map_err(|e| e.to_string())?;
+        Ok(self.for_shard(shard))
+    }
+
+    /// The index of the part for `shard`, made if need be.
+    fn for_shard(&mut self, shard: usize) -> usize {
+        *self.of_shard.entry(shard).or_insert_with(|| {
+            self.parts.push(Part {
+                shard,
+                pipe: redis::pipe(),
+            });
+            self.parts.len() - 1
+        })
+    }
+
+    /// Adds what `add` writes to the part for `key`; returns its index.
+    fn add(&mut self, key: &str, add: impl FnOnce(&mut redis::Pipeline)) -> Result<usize, String> {
+        let at = self.for_key(key)?;
+        add(&mut self.parts[at].pipe);
+        Ok(at)
+    }
+}
+
+/// A batch's answers: per part, what it answered (the epoch and the
+/// replicas kept), or why it failed and whether its connection was lost.
+type Answers = Vec<redis::RedisResult<Vec<Value>>>;
 
 impl Writer<'_> {
     /// While there is no connection: what waits would reach nobody in
@@ -177,7 +253,7 @@ impl Writer<'_> {
 
     /// Writes batch after batch on `con` until it breaks or the server
     /// stops.
-    fn serve(&mut self, con: &mut redis::Connection) -> Served {
+    fn serve(&mut self, redis: &mut Redis) -> Served {
         let cluster = self.cluster;
         // Written and read again at once on every (re)connection.
         cluster.own_changed.store(true, Ordering::Relaxed);
@@ -196,10 +272,12 @@ impl Writer<'_> {
                     return Served::LinkLost;
                 }
             }
-            let synced = cluster
-                .sync_interest(con, &mut due)
-                .and_then(|()| cluster.sync_durables(con, self.shared))
-                .and_then(|()| cluster.sync_settings(con, self.shared));
+            redis.follow();
+            let synced = redis.control().and_then(|con| {
+                cluster.sync_interest(con, &mut due)?;
+                cluster.sync_durables(con, self.shared)?;
+                cluster.sync_settings(con, self.shared)
+            });
             if let Err(e) = synced {
                 link_down(&cluster.stats.connected_out, "publisher", &e);
                 return Served::LinkLost;
@@ -209,9 +287,9 @@ impl Writer<'_> {
                 Some(false) => continue,
                 None => return Served::Stopped,
             }
-            let (pipe, asked) = self.pipeline();
-            let answered = self.send(con, pipe, &asked);
-            if let Err(e) = self.answer(answered, asked.published) {
+            let asked = self.pipeline(redis);
+            let answered = self.send(redis, &asked);
+            if let Err(e) = self.answer(redis, answered, &asked) {
                 link_down(&cluster.stats.connected_out, "publisher", &e);
                 return Served::LinkLost;
             }
@@ -223,9 +301,21 @@ impl Writer<'_> {
     /// sync again), None if the server stops or the channel closed.
     fn fill(&mut self) -> Option<bool> {
         let cluster = self.cluster;
-        self.batch.append(&mut self.outcomes.retry);
+        if cluster.stop.load(Ordering::Acquire) {
+            // What still fails at a stop is left: a settlement never
+            // made lets another node claim and redeliver the message.
+            self.outcomes.retry.clear();
+        }
+        let now = Instant::now();
+        if self.retry_at.is_none_or(|at| now >= at) {
+            self.retry_at = None;
+            self.batch.append(&mut self.outcomes.retry);
+        }
         if self.batch.is_empty() {
-            match self.rx.recv_timeout(Duration::from_millis(20)) {
+            let wait = self.retry_at.map_or(IDLE_WAIT, |at| {
+                at.saturating_duration_since(now).min(IDLE_WAIT)
+            });
+            match self.rx.recv_timeout(wait) {
                 Ok(first) => {
                     cluster.dequeued(1);
                     self.batch.push(first);
@@ -253,24 +343,35 @@ impl Writer<'_> {
         Some(true)
     }
 
-    /// The batch as one pipeline: consecutive topic messages bundled,
-    /// settlements of a queue in one XACK and one XDEL, then the
-    /// registry's epoch if a message needs it and a WAIT if a receipt
-    /// does.
-    fn pipeline(&self) -> (redis::Pipeline, Asked) {
+    /// The batch as a pipeline per shard: the topic messages for each
+    /// inbox bundled, settlements of a queue in one XACK and one XDEL, a
+    /// commit's changes in a MULTI/EXEC per slot (on a Redis Cluster a
+    /// transaction is atomic per queue), then the registry's epoch if a
+    /// message needs it and a WAIT in each if a receipt does.
+    fn pipeline(&self, redis: &Redis) -> Asked {
         let stats = &self.cluster.stats;
-        let mut pipe = redis::pipe();
+        let mut parts = Parts {
+            redis,
+            of_shard: HashMap::new(),
+            parts: Vec::new(),
+        };
         let mut published = 0;
-        let mut settled: HashMap<&str, Vec<EntryId>> = HashMap::new();
-        let mut bundle = Bundle::default();
-        for command in &self.batch {
+        let mut placed: Vec<Result<Vec<usize>, String>> = Vec::with_capacity(self.batch.len());
+        let mut settled: HashMap<&str, (Vec<EntryId>, Vec<usize>)> = HashMap::new();
+        let mut bundles: HashMap<&str, (Bundle, Vec<usize>)> = HashMap::new();
+        for (i, command) in self.batch.iter().enumerate() {
+            placed.push(Ok(Vec::new()));
             match command {
                 Command::Settle { queue, entry } => {
-                    settled.entry(queue).or_default().push(*entry);
+                    let (entries, commands) = settled.entry(queue).or_default();
+                    entries.push(*entry);
+                    commands.push(i);
                     continue;
                 }
                 Command::Publish { channel, payload } => {
-                    bundle.add(&mut pipe, channel, payload);
+                    let (bundle, commands) = bundles.entry(channel).or_default();
+                    bundle.add(payload);
+                    commands.push(i);
                     published += 1;
                     continue;
                 }
@@ -280,15 +381,32 @@ impl Writer<'_> {
                 Command::Commit { changes, .. } => {
                     let n = changes.sends.len() as u64;
                     stats.appended.fetch_add(n, Ordering::Relaxed);
+                    placed[i] = commit(&mut parts, changes);
+                    continue;
                 }
                 _ => {}
             }
-            bundle.flush(&mut pipe);
-            command.add_to(&mut pipe);
+            if let Some(key) = command.key() {
+                placed[i] = parts
+                    .add(&key, |pipe| {
+                        command.add_to(pipe);
+                    })
+                    .map(|at| vec![at]);
+            }
         }
-        bundle.flush(&mut pipe);
-        for (queue, entries) in &settled {
-            queues::settle(&mut pipe, queue, entries);
+        for (channel, (bundle, commands)) in &bundles {
+            let at = parts.add(channel, |pipe| bundle.flush(pipe, channel, redis.sharded()));
+            for &i in commands {
+                placed[i] = at.clone().map(|at| vec![at]);
+            }
+        }
+        for (queue, (entries, commands)) in &settled {
+            let at = parts.add(&stream_key(queue), |pipe| {
+                queues::settle(pipe, queue, entries)
+            });
+            for &i in commands {
+                placed[i] = at.clone().map(|at| vec![at]);
+            }
         }
         let oldest = self
             .batch
@@ -298,12 +416,16 @@ impl Writer<'_> {
                 _ => None,
             })
             .min();
-        if oldest.is_some() {
-            pipe.cmd("GET").arg(durables::EPOCH);
-        }
+        let epoch = oldest.and_then(|_| {
+            parts
+                .add(durables::EPOCH, |pipe| {
+                    pipe.cmd("GET").arg(durables::EPOCH);
+                })
+                .ok()
+        });
         // A receipt in this batch: what it confirms must be on enough
-        // replicas too, or a failover could lose it. One WAIT for the
-        // whole batch, as the journal syncs once per group.
+        // replicas too, or a failover could lose it. One WAIT per shard
+        // for the whole batch, as the journal syncs once per group.
         let min = self.cluster.min_replicas;
         let wait = min > 0
             && self
@@ -311,79 +433,119 @@ impl Writer<'_> {
                 .iter()
                 .any(|c| matches!(c, Command::Barrier { .. }));
         if wait {
-            pipe.cmd("WAIT")
-                .arg(min)
-                .arg(REPLICA_WAIT.as_millis() as u64);
+            // Writes of earlier batches are waited for too: on every
+            // shard this thread has a connection to (on one that had no
+            // writes, WAIT answers at once).
+            for shard in redis.connected() {
+                parts.for_shard(shard);
+            }
         }
-        let asked = Asked {
+        let mut parts = parts.parts;
+        if wait {
+            for part in &mut parts {
+                part.pipe
+                    .cmd("WAIT")
+                    .arg(min)
+                    .arg(REPLICA_WAIT.as_millis() as u64);
+            }
+        }
+        Asked {
             published,
             oldest,
             wait,
-        };
-        (pipe, asked)
-    }
-
-    /// Sends the pipeline and reads its answers, rechecking the batch's
-    /// messages if the registry moved; returns how many replicas
-    /// confirmed, if a WAIT was due.
-    fn send(
-        &self,
-        con: &mut redis::Connection,
-        pipe: redis::Pipeline,
-        asked: &Asked,
-    ) -> redis::RedisResult<Option<i64>> {
-        let keep = usize::from(asked.oldest.is_some()) + usize::from(asked.wait);
-        let answers = query_pipeline(con, &pipe, keep)?;
-        let mut answers = answers.iter();
-        let mut next = || answers.next().unwrap_or(&Value::Nil);
-        let epoch = match asked.oldest {
-            Some(_) => redis::from_redis_value::<Option<u64>>(next())?,
-            None => None,
-        };
-        let replicas = match asked.wait {
-            true => Some(redis::from_redis_value::<i64>(next())?),
-            false => None,
-        };
-        match (asked.oldest, epoch) {
-            (Some(oldest), Some(now)) if now > oldest => {
-                let more = recheck(self.cluster, con, self.shared, &self.batch, now)?;
-                Ok(replicas.into_iter().chain(more).min())
-            }
-            _ => Ok(replicas),
+            parts,
+            placed,
+            epoch,
         }
     }
 
-    /// Completes the batch's commands with Redis's answer. Returns the
-    /// error if the link was lost (a refusal is not: it would be refused
-    /// again, so nothing is retried).
-    fn answer(
-        &mut self,
-        answered: redis::RedisResult<Option<i64>>,
-        published: u64,
-    ) -> redis::RedisResult<()> {
-        let cluster = self.cluster;
-        let replicas = match answered {
-            Ok(replicas) => replicas,
-            Err(e) => {
-                let why = e.to_string();
-                let lost_link = e.is_io_error() || e.is_connection_dropped();
-                for command in self.batch.drain(..) {
-                    command.fail(&why, &mut self.outcomes);
-                }
-                if !lost_link {
-                    log::warn!("cluster: Redis refused a batch: {why}");
-                    self.outcomes.retry.clear();
-                }
-                cluster.count_dropped(&mut self.outcomes);
-                return match lost_link {
-                    true => Err(e),
-                    false => Ok(()),
-                };
-            }
+    /// Sends the batch's parts and reads their answers; then, if the
+    /// registry moved since a message was routed, rechecks the batch's
+    /// messages (a failure of that is the registry's part's).
+    fn send(&self, redis: &mut Redis, asked: &Asked) -> Answers {
+        let keep = usize::from(asked.wait);
+        let plan: Vec<(usize, &redis::Pipeline, usize)> = asked
+            .parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let epoch = usize::from(asked.epoch == Some(i));
+                (p.shard, &p.pipe, keep + epoch)
+            })
+            .collect();
+        let mut answers = redis.on_shards(&plan);
+        let (Some(oldest), Some(at)) = (asked.oldest, asked.epoch) else {
+            return answers;
         };
-        // Written on the primary, but not replicated enough: the receipts
-        // fail (the messages may yet be delivered).
+        let now = match &answers[at] {
+            Ok(kept) => kept.first().map(redis::from_redis_value::<Option<u64>>),
+            Err(_) => return answers,
+        };
+        let rechecked = match now {
+            Some(Ok(Some(now))) if now > oldest => {
+                recheck(self.cluster, redis, self.shared, &self.batch, now)
+            }
+            Some(Err(e)) => Err(e),
+            _ => Ok(None),
+        };
+        match rechecked {
+            // The recheck's replicas count as that part's.
+            Ok(Some(replicas)) => {
+                if let Ok(kept) = &mut answers[at] {
+                    kept.push(Value::Int(replicas));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => answers[at] = Err(e),
+        }
+        answers
+    }
+
+    /// Completes the batch's commands with Redis's answers: a command
+    /// fails with the first failed part it went in. Returns the error if
+    /// the one Redis was lost (on a Redis Cluster a lost shard fails its
+    /// parts, and the others go on).
+    fn answer(&mut self, redis: &Redis, answers: Answers, asked: &Asked) -> redis::RedisResult<()> {
+        let cluster = self.cluster;
+        let failed: Vec<Option<(String, bool)>> = answers
+            .iter()
+            .map(|a| {
+                let e = a.as_ref().err()?;
+                let redirected = e.redirect_node().is_some()
+                    || matches!(
+                        e.kind(),
+                        redis::ErrorKind::ClusterDown | redis::ErrorKind::TryAgain
+                    );
+                let lost = broken(e);
+                if !lost && !redirected {
+                    log::warn!("cluster: Redis refused a batch: {e}");
+                }
+                Some((e.to_string(), lost || redirected))
+            })
+            .collect();
+        // The one Redis is lost: everything fails, and the thread
+        // connects again.
+        let lost = answers
+            .iter()
+            .filter(|_| !redis.sharded())
+            .find_map(|a| a.as_ref().err().filter(|e| broken(e)));
+        if let Some(e) = lost {
+            let why = e.to_string();
+            for command in self.batch.drain(..) {
+                command.fail(&why, &mut self.outcomes);
+            }
+            cluster.count_dropped(&mut self.outcomes);
+            return Err(redis::RedisError::from(std::io::Error::other(why)));
+        }
+        // Written on the primaries, but not replicated enough: the
+        // receipts fail (the messages may yet be delivered).
         let min = cluster.min_replicas;
+        let replicas = answers
+            .iter()
+            .filter_map(|a| a.as_ref().ok()?.last())
+            .filter(|_| asked.wait)
+            .filter_map(|v| redis::from_redis_value::<i64>(v).ok())
+            .min();
         let short = replicas.filter(|&n| n < i64::from(min)).map(|n| {
             format!(
                 "only {n} of cluster.min_replicas = {min} Redis replicas confirmed within {} ms",
@@ -401,18 +563,100 @@ impl Writer<'_> {
             }
             .store(true, Ordering::Relaxed);
         }
+        let lost_publishes = asked
+            .placed
+            .iter()
+            .zip(&self.batch)
+            .filter(|(placed, c)| {
+                matches!(c, Command::Publish { .. }) && went(placed, &failed).is_err()
+            })
+            .count() as u64;
         cluster
             .stats
             .published
-            .fetch_add(published, Ordering::Relaxed);
-        for command in self.batch.drain(..) {
-            match (&short, &command) {
-                (Some(why), Command::Barrier { .. }) => command.fail(why, &mut self.outcomes),
-                _ => command.done(&mut self.outcomes),
+            .fetch_add(asked.published - lost_publishes, Ordering::Relaxed);
+        for (command, placed) in self.batch.drain(..).zip(&asked.placed) {
+            match went(placed, &failed) {
+                Err((why, retry)) => {
+                    let before = self.outcomes.retry.len();
+                    command.fail(why, &mut self.outcomes);
+                    // A refusal would be refused again.
+                    if !retry {
+                        self.outcomes.retry.truncate(before);
+                    }
+                }
+                Ok(()) => match (&short, &command) {
+                    (Some(why), Command::Barrier { .. }) => command.fail(why, &mut self.outcomes),
+                    _ => command.done(&mut self.outcomes),
+                },
             }
         }
+        if failed.iter().any(Option::is_some) && !self.outcomes.retry.is_empty() {
+            self.retry_at = Some(Instant::now() + RETRY_PAUSE);
+        }
+        cluster.count_dropped(&mut self.outcomes);
         Ok(())
     }
+}
+
+/// Whether a command `placed` so went through: the first failure among
+/// its parts (`failed`, per part), and whether it may be retried.
+fn went<'a>(
+    placed: &'a Result<Vec<usize>, String>,
+    failed: &'a [Option<(String, bool)>],
+) -> Result<(), (&'a str, bool)> {
+    match placed {
+        Err(why) => Err((why, true)),
+        Ok(parts) => match parts.iter().find_map(|&p| failed[p].as_ref()) {
+            Some((why, retry)) => Err((why, *retry)),
+            None => Ok(()),
+        },
+    }
+}
+
+/// Adds a committed transaction's changes to `parts`: one MULTI/EXEC
+/// per slot (one for the one Redis). Returns the parts it went in.
+fn commit(parts: &mut Parts, changes: &SharedChanges) -> Result<Vec<usize>, String> {
+    let sharded = parts.redis.sharded();
+    let slot = |queue: &str| match sharded {
+        true => key_slot(stream_key(queue).as_bytes()),
+        false => 0,
+    };
+    let mut by_slot: std::collections::BTreeMap<u16, (&str, Vec<usize>, Vec<usize>)> =
+        Default::default();
+    for (i, (queue, _)) in changes.sends.iter().enumerate() {
+        by_slot
+            .entry(slot(queue))
+            .or_insert((queue, Vec::new(), Vec::new()))
+            .1
+            .push(i);
+    }
+    for (i, (queue, _)) in changes.settled.iter().enumerate() {
+        by_slot
+            .entry(slot(queue))
+            .or_insert((queue, Vec::new(), Vec::new()))
+            .2
+            .push(i);
+    }
+    let mut went = Vec::new();
+    for (queue, sends, settles) in by_slot.values() {
+        let at = parts.add(&stream_key(queue), |pipe| {
+            pipe.cmd("MULTI").ignore();
+            for &i in sends {
+                let (queue, block) = &changes.sends[i];
+                queues::append(pipe, queue, block, 0);
+            }
+            for &i in settles {
+                let (queue, entry) = &changes.settled[i];
+                queues::settle(pipe, queue, &[*entry]);
+            }
+            pipe.cmd("EXEC").ignore();
+        })?;
+        if !went.contains(&at) {
+            went.push(at);
+        }
+    }
+    Ok(went)
 }
 
 /// Appends the messages of `batch` that were routed knowing a registry
@@ -421,13 +665,13 @@ impl Writer<'_> {
 /// confirmed them, if a WAIT was due.
 pub(super) fn recheck(
     cluster: &Cluster,
-    con: &mut redis::Connection,
+    redis: &mut Redis,
     shared: &Weak<Shared>,
     batch: &[Command],
     epoch: u64,
 ) -> redis::RedisResult<Option<i64>> {
     cluster.durables_changed.store(true, Ordering::Relaxed);
-    cluster.sync_durables(con, shared)?;
+    cluster.sync_durables(redis.control()?, shared)?;
     let Some(shared) = shared.upgrade() else {
         return Ok(None);
     };
@@ -459,15 +703,16 @@ pub(super) fn recheck(
     }
     log::info!("cluster: {added} appends to subscriptions registered on another node while their messages were routed here");
     cluster.stats.appended.fetch_add(added, Ordering::Relaxed);
+    // Cluster subscriptions' streams are on the registry's shard.
     let min = cluster.min_replicas;
     if min == 0 {
-        query_pipeline(con, &pipe, 0)?;
+        redis.pipeline(CONTROL, &pipe, 0)?;
         return Ok(None);
     }
     pipe.cmd("WAIT")
         .arg(min)
         .arg(REPLICA_WAIT.as_millis() as u64);
-    let answers = query_pipeline(con, &pipe, 1)?;
+    let answers = redis.pipeline(CONTROL, &pipe, 1)?;
     answers
         .first()
         .map(redis::from_redis_value::<i64>)
@@ -485,48 +730,52 @@ pub(super) const BUNDLE: u8 = 0;
 /// Payload bytes one bundle carries at most.
 pub(super) const BUNDLE_BYTES: usize = 64 * 1024;
 
-/// Consecutive publishes to one channel, being bundled.
+/// Publishes to one channel, being bundled: each bundle carries at most
+/// [`BUNDLE_BYTES`] of payloads.
 #[derive(Default)]
 pub(super) struct Bundle<'a> {
-    channel: Option<&'a str>,
     payloads: Vec<&'a Bytes>,
-    bytes: usize,
 }
 
 impl<'a> Bundle<'a> {
-    /// Adds a publish; one to another channel, or past the size, sends
-    /// what was bundled first.
-    fn add(&mut self, pipe: &mut redis::Pipeline, channel: &'a str, payload: &'a Bytes) {
-        if self.channel != Some(channel) || self.bytes + payload.len() > BUNDLE_BYTES {
-            self.flush(pipe);
-            self.channel = Some(channel);
-        }
-        self.bytes += 4 + payload.len();
+    /// Adds a publish.
+    fn add(&mut self, payload: &'a Bytes) {
         self.payloads.push(payload);
     }
 
-    /// Adds the PUBLISH of what was bundled to `pipe`: a lone payload as
-    /// it is.
-    fn flush(&mut self, pipe: &mut redis::Pipeline) {
-        let Some(channel) = self.channel.take() else {
-            return;
-        };
-        match &self.payloads[..] {
-            [one] => {
-                pipe.cmd("PUBLISH").arg(channel).arg(&one[..]).ignore();
-            }
-            many => {
-                let mut b = Vec::with_capacity(1 + self.bytes);
-                b.push(BUNDLE);
-                for p in many {
-                    b.extend_from_slice(&(p.len() as u32).to_be_bytes());
-                    b.extend_from_slice(p);
+    /// Adds the PUBLISHes (SPUBLISHes if `sharded`: on a Redis Cluster)
+    /// of what was bundled to `pipe`: a lone payload as it is, more in
+    /// bundles of up to [`BUNDLE_BYTES`].
+    fn flush(&self, pipe: &mut redis::Pipeline, channel: &str, sharded: bool) {
+        let verb = if sharded { "SPUBLISH" } else { "PUBLISH" };
+        let mut rest = &self.payloads[..];
+        while !rest.is_empty() {
+            let mut bytes = 0;
+            let n = rest
+                .iter()
+                .take_while(|p| {
+                    bytes += 4 + p.len();
+                    bytes <= BUNDLE_BYTES
+                })
+                .count()
+                .max(1);
+            let (these, after) = rest.split_at(n);
+            rest = after;
+            match these {
+                [one] => {
+                    pipe.cmd(verb).arg(channel).arg(&one[..]).ignore();
                 }
-                pipe.cmd("PUBLISH").arg(channel).arg(b).ignore();
+                many => {
+                    let mut b = Vec::with_capacity(1 + bytes);
+                    b.push(BUNDLE);
+                    for p in many {
+                        b.extend_from_slice(&(p.len() as u32).to_be_bytes());
+                        b.extend_from_slice(p);
+                    }
+                    pipe.cmd(verb).arg(channel).arg(b).ignore();
+                }
             }
         }
-        self.payloads.clear();
-        self.bytes = 0;
     }
 }
 
@@ -544,10 +793,12 @@ mod tests {
         let mut pipe = redis::pipe();
         let mut bundle = Bundle::default();
         for p in &payloads {
-            bundle.add(&mut pipe, "herald:t:x", p);
+            bundle.add(p);
         }
-        bundle.add(&mut pipe, "herald:t:y", &payloads[0]);
-        bundle.flush(&mut pipe);
+        bundle.flush(&mut pipe, "herald:in:{x}", false);
+        let mut lone = Bundle::default();
+        lone.add(&payloads[0]);
+        lone.flush(&mut pipe, "herald:in:{y}", false);
         // Two PUBLISHes: a bundle of three on x, a lone payload on y.
         let packed = pipe.get_packed_pipeline();
         let text = String::from_utf8_lossy(&packed);

@@ -2,7 +2,7 @@
 //! commands to the outbound thread and requests to the queue thread.
 
 use super::commands::{Command, OUTBOUND_QUEUE};
-use super::interest::{redis_glob, CHANNEL};
+use super::interest::redis_glob;
 use super::{queues, requests, Cluster};
 use crate::broker::{
     Backlog, BrowseDone, ConnectionRef, DurableRecord, EntryId, Peers, SharedChanges, SharedQueue,
@@ -27,13 +27,15 @@ impl Peers for Cluster {
     }
 
     fn published(&self, topic: &str, block: &Bytes) -> Option<Arc<Backlog>> {
-        if !self.wanted(topic) {
+        let inboxes = self.wanted(topic);
+        if inboxes.is_empty() {
             return None;
         }
         // While Redis is away nobody drains the queue: publishers go on,
         // and what the queue cannot take is dropped.
         if self.queued.load(Ordering::Relaxed) >= OUTBOUND_QUEUE {
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            let n = inboxes.len() as u64;
+            self.stats.dropped.fetch_add(n, Ordering::Relaxed);
             return self.backlog.is_high().then(|| self.backlog.clone());
         }
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
@@ -42,10 +44,14 @@ impl Peers for Cluster {
         payload.put_slice(&self.origin);
         payload.put_u64(seq);
         payload.put_slice(block);
-        let queued = self.send(Command::Publish {
-            channel: format!("{CHANNEL}{topic}"),
-            payload: payload.freeze(),
-        });
+        let payload = payload.freeze();
+        let mut queued = 0;
+        for inbox in inboxes.iter() {
+            queued = self.send(Command::Publish {
+                channel: inbox.clone(),
+                payload: payload.clone(),
+            });
+        }
         self.pressure(queued)
     }
 
@@ -65,8 +71,6 @@ impl Peers for Cluster {
         }
         if changed {
             self.own_changed.store(true, Ordering::Release);
-            let changes = lock(&self.changes);
-            let _ = changes.send((glob, interested));
         }
     }
 

@@ -34,9 +34,10 @@ use herald_protocol::{DestinationKind, MessageView};
 use redis::Value;
 
 use super::commands::Command;
-use super::common::{back_off, link_down, link_up, query_pipeline, stream_key, STREAM_PREFIX};
+use super::common::{back_off, link_down, link_up, queue_of, stream_key, CONTROL, STREAM_PREFIX};
 use super::replies::{array, consumers, entries, int, pending_entries, streams, Fields, GROUP};
 use super::requests::{Consumed, Held, Request};
+use super::shards::{Redis, Routed};
 use super::Cluster;
 use crate::broker::delivery::Deliveries;
 use crate::broker::queue::QueuedMessage;
@@ -116,13 +117,13 @@ pub(super) fn run(cluster: &Cluster, requests: &Receiver<Request>, shared: &Weak
     let me = consumer(cluster);
     let mut attempt = 0;
     while !cluster.stop_queues.load(Ordering::Acquire) {
-        let result = cluster.link.connection().and_then(|mut con| {
+        let result = Redis::connect(&cluster.link).and_then(|mut shards| {
             link_up(&cluster.stats.connected_queues, "queue reader");
             attempt = 0;
             let mut reader = Reader {
                 cluster,
                 me: &me,
-                con: &mut con,
+                shards: &mut shards,
                 groups: HashSet::new(),
                 renewed: Instant::now(),
                 claimed: Instant::now(),
@@ -152,10 +153,10 @@ pub(super) fn run(cluster: &Cluster, requests: &Receiver<Request>, shared: &Weak
     }
 }
 
-struct Reader<'a> {
+struct Reader<'a, 'l> {
     cluster: &'a Cluster,
     me: &'a str,
-    con: &'a mut redis::Connection,
+    shards: &'a mut Redis<'l>,
     /// Streams whose group this connection has made sure of.
     groups: HashSet<String>,
     /// When this node last renewed its hold on what it read.
@@ -171,7 +172,7 @@ struct Reader<'a> {
     member: super::durables::Member,
 }
 
-impl Reader<'_> {
+impl Reader<'_, '_> {
     fn serve(
         &mut self,
         shared: &Weak<Shared>,
@@ -191,7 +192,8 @@ impl Reader<'_> {
             let out = out.get_or_insert_with(|| Deliveries::new(shared.workers.len()));
             let (wanted, left) = self.wanted();
             for (name, _, _) in &wanted {
-                self.make_group(name)?;
+                let made = self.make_group(name);
+                self.isolated(name, made)?;
             }
             let idle = self.cluster.claim_idle;
             let renew = self.renewed.elapsed() >= idle / 3;
@@ -203,7 +205,8 @@ impl Reader<'_> {
             if self.claimed.elapsed() >= idle / 2 {
                 self.claimed = Instant::now();
                 for (name, queue, want) in &wanted {
-                    self.claim(&shared, name, queue, *want, out)?;
+                    let claimed = self.claim(&shared, name, queue, *want, out);
+                    self.isolated(name, claimed)?;
                 }
                 hand_out(&shared, out);
                 self.pass_on(&wanted);
@@ -289,7 +292,9 @@ impl Reader<'_> {
                 super::durables::mark_alive(&mut pipe, name, &self.member);
             }
         }
-        query_pipeline(self.con, &pipe, 0)?;
+        if pipe.cmd_iter().next().is_some() {
+            self.shards.pipeline(CONTROL, &pipe, 0)?;
+        }
         for name in left {
             if self.alive.remove(name) {
                 self.leave(name, true)?;
@@ -301,7 +306,7 @@ impl Reader<'_> {
     /// See `durables::leave`. A subscription that ended is dropped here
     /// too: this node does not hear its own announcement.
     fn leave(&mut self, stream: &str, leaving: bool) -> redis::RedisResult<()> {
-        if super::durables::leave(self.con, stream, leaving, &self.member)? {
+        if super::durables::leave(self.shards.control()?, stream, leaving, &self.member)? {
             self.cluster.durables_changed.store(true, Ordering::Release);
         }
         Ok(())
@@ -343,7 +348,7 @@ impl Reader<'_> {
                 messages,
             };
             release.add_to(&mut pipe);
-            if let Err(e) = query_pipeline(self.con, &pipe, 0) {
+            if let Err(e) = self.shards.pipeline(&stream_key(&name), &pipe, 0) {
                 log::warn!("cluster: what this node read from {name} was not given back ({e}); another node claims it later");
             }
         }
@@ -362,7 +367,7 @@ impl Reader<'_> {
             .arg(GROUP)
             .arg("0")
             .arg("MKSTREAM")
-            .query(self.con);
+            .on(self.shards, &stream_key(name));
         match made {
             Err(e) if e.code() != Some("BUSYGROUP") => return Err(e),
             _ => {}
@@ -379,33 +384,84 @@ impl Reader<'_> {
         out: &mut Deliveries,
     ) -> redis::RedisResult<()> {
         let count = wanted.iter().map(|w| w.2).max().unwrap_or(1);
-        let mut cmd = redis::cmd("XREADGROUP");
-        cmd.arg("GROUP").arg(GROUP).arg(self.me);
-        cmd.arg("COUNT").arg(count).arg("BLOCK").arg(BLOCK_MS);
-        cmd.arg("STREAMS");
-        for (name, _, _) in wanted {
-            cmd.arg(stream_key(name));
-        }
-        for _ in wanted {
-            cmd.arg(">");
-        }
-        let reply: redis::RedisResult<Value> = cmd.query(self.con);
-        let reply = match reply {
-            Err(e) if e.code() == Some("NOGROUP") => {
-                // The stream went (deleted in Redis): made again next time.
-                self.groups.clear();
-                return Ok(());
+        let read = |names: &[&(String, SharedQueue, usize)], block: bool| {
+            let mut cmd = redis::cmd("XREADGROUP");
+            cmd.arg("GROUP")
+                .arg(GROUP)
+                .arg(self.me)
+                .arg("COUNT")
+                .arg(count);
+            if block {
+                cmd.arg("BLOCK").arg(BLOCK_MS);
             }
-            reply => reply?,
+            cmd.arg("STREAMS");
+            for (name, _, _) in names {
+                cmd.arg(stream_key(name));
+            }
+            for _ in names {
+                cmd.arg(">");
+            }
+            cmd
         };
-        for (stream, entries) in streams(reply) {
-            let Some((name, queue, _)) = wanted.iter().find(|w| stream_key(&w.0) == stream) else {
-                continue;
-            };
-            for (entry, fields) in entries {
-                self.cluster.stats.read.fetch_add(1, Ordering::Relaxed);
-                self.admit(shared, (name, queue), (entry, fields), None, out);
+        let mut replies = Vec::new();
+        if self.shards.sharded() {
+            // One slot per queue: a read per queue, pipelined per shard,
+            // and a pause instead of BLOCK when none had anything.
+            let mut parts: HashMap<usize, redis::Pipeline> = HashMap::new();
+            for w in wanted {
+                let shard = self.shards.shard_of(&stream_key(&w.0))?;
+                parts
+                    .entry(shard)
+                    .or_insert_with(redis::pipe)
+                    .add_command(read(&[w], false));
             }
+            let parts: Vec<(usize, redis::Pipeline)> = parts.into_iter().collect();
+            let plan: Vec<(usize, &redis::Pipeline)> = parts.iter().map(|(s, p)| (*s, p)).collect();
+            for answered in self.shards.each_answer_on(&plan) {
+                match answered {
+                    Ok(answers) => replies.extend(answers),
+                    // The others' go on; this one is tried again.
+                    Err(e) => log::debug!("cluster: a shard did not answer a read: {e}"),
+                }
+            }
+        } else {
+            let all: Vec<_> = wanted.iter().collect();
+            match self
+                .shards
+                .query::<Value>(&stream_key(&wanted[0].0), &read(&all, true))
+            {
+                Err(e) if e.code() == Some("NOGROUP") => {
+                    // The stream went (deleted in Redis): made again next
+                    // time.
+                    self.groups.clear();
+                    return Ok(());
+                }
+                reply => replies.push(reply?),
+            }
+        }
+        let mut got = 0;
+        for reply in replies {
+            if let Value::ServerError(e) = &reply {
+                // A stream went (NOGROUP: deleted in Redis): its group is
+                // made again next time.
+                log::debug!("cluster: a read was refused: {e:?}");
+                self.groups.clear();
+                continue;
+            }
+            for (stream, entries) in streams(reply) {
+                let Some((name, queue, _)) = wanted.iter().find(|w| stream_key(&w.0) == stream)
+                else {
+                    continue;
+                };
+                for (entry, fields) in entries {
+                    got += 1;
+                    self.cluster.stats.read.fetch_add(1, Ordering::Relaxed);
+                    self.admit(shared, (name, queue), (entry, fields), None, out);
+                }
+            }
+        }
+        if got == 0 && self.shards.sharded() {
+            std::thread::sleep(Duration::from_millis(BLOCK_MS));
         }
         Ok(())
     }
@@ -485,7 +541,7 @@ impl Reader<'_> {
                 page,
                 done,
             } => answered(
-                super::manage::page(self.con, &queue, selector.as_deref(), page),
+                super::manage::page(self.shards, &queue, selector.as_deref(), page),
                 done,
             )?,
             Request::Pick {
@@ -493,7 +549,7 @@ impl Reader<'_> {
                 id,
                 take,
                 done,
-            } => answered(super::manage::pick(self.con, &queue, &id, take), done)?,
+            } => answered(super::manage::pick(self.shards, &queue, &id, take), done)?,
             Request::Move {
                 queue,
                 held,
@@ -501,15 +557,15 @@ impl Reader<'_> {
                 block,
                 done,
             } => answered(
-                super::manage::move_entry(self.con, &queue, held, (&to, &block)),
+                super::manage::move_entry(self.shards, &queue, held, (&to, &block)),
                 done,
             )?,
             Request::Drop { queue, done } => {
                 self.groups.remove(&queue);
-                answered(super::manage::drop_queue(self.con, &queue), done)?
+                answered(super::manage::drop_queue(self.shards, &queue), done)?
             }
             Request::Create { queue, done } => {
-                let made = super::manage::exists(self.con, &queue)
+                let made = super::manage::exists(self.shards, &queue)
                     .and_then(|existed| self.make_group(&queue).map(|()| !existed));
                 answered(made, done)?
             }
@@ -524,7 +580,7 @@ impl Reader<'_> {
     fn take(&mut self, queue: &str, limit: usize) -> redis::RedisResult<Option<Vec<Held>>> {
         let exists: bool = redis::cmd("EXISTS")
             .arg(stream_key(queue))
-            .query(self.con)?;
+            .on(self.shards, &stream_key(queue))?;
         if !exists {
             return Ok(None);
         }
@@ -538,7 +594,7 @@ impl Reader<'_> {
             .arg("STREAMS")
             .arg(stream_key(queue))
             .arg(">")
-            .query(self.con)?;
+            .on(self.shards, &stream_key(queue))?;
         let mut taken = Vec::new();
         for (_, list) in streams(reply) {
             for (entry, fields) in list {
@@ -559,36 +615,25 @@ impl Reader<'_> {
     /// length and its unacknowledged entries.
     fn streams(&mut self) -> redis::RedisResult<Vec<(String, u64, u64)>> {
         let mut names = Vec::new();
-        let mut cursor = 0u64;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(format!("{STREAM_PREFIX}*"))
-                .arg("COUNT")
-                .arg(1000)
-                .query(self.con)?;
+        for keys in self.shards.each(scan_streams)? {
             names.extend(
                 keys.iter()
-                    .filter_map(|k| k.strip_prefix(STREAM_PREFIX))
+                    .filter_map(|k| queue_of(k))
                     .filter(|n| !is_durable_stream(n))
                     .map(str::to_owned),
             );
-            if next == 0 {
-                break;
-            }
-            cursor = next;
         }
         names.sort();
         names.dedup();
         let mut streams = Vec::with_capacity(names.len());
         for name in names {
-            let len: u64 = redis::cmd("XLEN").arg(stream_key(&name)).query(self.con)?;
+            let key = stream_key(&name);
+            let len: u64 = redis::cmd("XLEN").arg(&key).on(self.shards, &key)?;
             // A stream whose group is not made yet has nothing pending.
             let pending = redis::cmd("XPENDING")
-                .arg(stream_key(&name))
+                .arg(&key)
                 .arg(GROUP)
-                .query::<Value>(self.con)
+                .on::<Value>(self.shards, &key)
                 .ok()
                 .and_then(|summary| array(summary).first().and_then(int))
                 .unwrap_or(0);
@@ -611,7 +656,7 @@ impl Reader<'_> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        super::manage::scan(self.con, queue, |_, block, deliveries| {
+        super::manage::scan(self.shards, queue, |_, block, deliveries| {
             let Ok(view) = MessageRef::read(&block) else {
                 return true;
             };
@@ -640,15 +685,30 @@ impl Reader<'_> {
         for (name, entries) in held {
             for chunk in entries.chunks(CLAIM_CHUNK) {
                 let mut cmd = redis::cmd("XCLAIM");
-                cmd.arg(stream_key(&name)).arg(GROUP).arg(self.me).arg(0);
+                let key = stream_key(&name);
+                cmd.arg(&key).arg(GROUP).arg(self.me).arg(0);
                 for entry in chunk {
                     cmd.arg(entry.to_string());
                 }
                 cmd.arg("JUSTID");
-                cmd.query::<Value>(self.con)?;
+                let renewed = cmd.on::<Value>(self.shards, &key).map(drop);
+                self.isolated(&name, renewed)?;
             }
         }
         Ok(())
+    }
+
+    /// On a Redis Cluster a failure on one queue's shard leaves the
+    /// others' queues to go on (the queue is tried again next round, once
+    /// the shard is back or failed over); with one Redis it is the link's.
+    fn isolated(&self, queue: &str, result: redis::RedisResult<()>) -> redis::RedisResult<()> {
+        match result {
+            Err(e) if self.shards.sharded() => {
+                log::debug!("cluster: {queue} is tried again later: {e}");
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     /// Claims, for consumers that want them, entries another node read
@@ -673,7 +733,7 @@ impl Reader<'_> {
                 .arg("-")
                 .arg("+")
                 .arg(want)
-                .query(self.con)?;
+                .on(self.shards, &stream)?;
             // This node's own idle entries count too, unless it holds them
             // (then it renews them): a read whose answer was lost leaves
             // one behind.
@@ -691,7 +751,7 @@ impl Reader<'_> {
                 }
                 // Only those still idle that long are taken: another node
                 // claiming at the same moment gets the rest.
-                let claimed: Value = cmd.query(self.con)?;
+                let claimed: Value = cmd.on(self.shards, &stream)?;
                 for (entry, fields) in entries(claimed) {
                     self.cluster.stats.claimed.fetch_add(1, Ordering::Relaxed);
                     let before = stale.get(&entry).copied().unwrap_or(1);
@@ -703,7 +763,7 @@ impl Reader<'_> {
             .arg("CONSUMERS")
             .arg(&stream)
             .arg(GROUP)
-            .query(self.con)?;
+            .on(self.shards, &stream)?;
         for member in consumers(members) {
             if member.pending == 0 && member.idle_ms > idle_ms && member.name != self.me {
                 redis::cmd("XGROUP")
@@ -711,10 +771,30 @@ impl Reader<'_> {
                     .arg(&stream)
                     .arg(GROUP)
                     .arg(&member.name)
-                    .query::<Value>(self.con)?;
+                    .on::<Value>(self.shards, &stream)?;
             }
         }
         Ok(())
+    }
+}
+
+/// Every shared queue's stream key on one server (`SCAN`).
+fn scan_streams(con: &mut redis::Connection) -> redis::RedisResult<Vec<String>> {
+    let mut keys = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{STREAM_PREFIX}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query(con)?;
+        keys.extend(found);
+        if next == 0 {
+            return Ok(keys);
+        }
+        cursor = next;
     }
 }
 

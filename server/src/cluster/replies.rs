@@ -178,7 +178,7 @@ mod tests {
         );
         assert_eq!(parsed[1].1, Fields::default(), "a field without a value");
         let reply = Value::Array(vec![
-            Value::Array(vec![b("herald:q:a"), Value::Array(vec![])]),
+            Value::Array(vec![b("herald:q:{a}"), Value::Array(vec![])]),
             Value::Array(vec![b("short")]),
         ]);
         assert_eq!(streams(reply).len(), 1);

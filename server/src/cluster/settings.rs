@@ -2,8 +2,8 @@
 //!
 //! Each node starts from its own config file. On top of it, the cluster
 //! keeps in Redis what was changed through any node's management
-//! interface: the set `herald:topics` (topics declared for strict mode),
-//! and the hashes `herald:users` and `herald:roles` (JSON entries shaped
+//! interface: the set `herald:{herald}:topics` (topics declared for strict
+//! mode), and the hashes `herald:{herald}:users` and `herald:{herald}:roles` (JSON entries shaped
 //! as the config file's `[[auth.users]]` and `[auth.roles.NAME]`). A
 //! change is written by the outbound thread and announced on channel
 //! `herald:config`; every node reads the three again when it hears that,
@@ -20,9 +20,9 @@ use crate::config::{AuthSection, RoleEntry, UserEntry};
 /// The channel on which a change is announced (the message is the node
 /// id).
 pub(super) const CHANNEL: &str = "herald:config";
-const TOPICS: &str = "herald:topics";
-const USERS: &str = "herald:users";
-const ROLES: &str = "herald:roles";
+const TOPICS: &str = "herald:{herald}:topics";
+const USERS: &str = "herald:{herald}:users";
+const ROLES: &str = "herald:{herald}:roles";
 
 /// Removes a declared topic and its subtree from the set, atomically.
 const UNDECLARE: &str = r"

@@ -3,6 +3,7 @@
 use super::inbound::run_inbound;
 use super::link::Link;
 use super::outbound::run_outbound;
+use super::shards::Redis;
 use super::{queues, Cluster, ClusterStats};
 use crate::config::ClusterSection;
 use crate::frontend::Shared;
@@ -44,15 +45,46 @@ impl ClusterHandle {
 pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<ClusterHandle> {
     let link = Link::parse(&section.redis)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let refused = |e: &dyn std::fmt::Display| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            format!("cluster.redis {}: {e}", section.redis),
+        )
+    };
     // With Sentinel, a wrong sentinel list or service name is a mistake to
-    // report now: a plain Redis that is not up yet is waited for instead.
-    if let Link::Sentinel { .. } = link {
-        link.client().map_err(|e| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotConnected,
-                format!("cluster.redis {}: {e}", section.redis),
-            )
-        })?;
+    // report now, and with a Redis Cluster a node that is not one or slots
+    // that no primary serves: a plain Redis that is not up yet is waited
+    // for instead, and so is a cluster none of whose nodes answers.
+    match &link {
+        Link::Sentinel { .. } => {
+            link.client().map_err(|e| refused(&e))?;
+        }
+        Link::Cluster { .. } => match link.read_slots() {
+            Ok((map, _)) => {
+                if let Some(&(first, last)) = map.uncovered().first() {
+                    let n: usize = map
+                        .uncovered()
+                        .iter()
+                        .map(|(a, b)| usize::from(b - a) + 1)
+                        .sum();
+                    return Err(refused(&format_args!(
+                        "{n} of the cluster's 16384 slots are served by no primary (the first: {first}-{last}); assign them (redis-cli --cluster fix) before starting Herald"
+                    )));
+                }
+                log::info!(
+                    "cluster: Redis Cluster of {} primaries: {}",
+                    map.primaries.len(),
+                    map.primaries.join(", ")
+                );
+            }
+            Err(e) if e.detail() == Some(super::link::NOT_A_CLUSTER) => {
+                return Err(refused(&format_args!(
+                    "{e}: use redis:// for one Redis, or point redis+cluster:// at nodes started with cluster-enabled yes"
+                )))
+            }
+            Err(e) => log::warn!("cluster: no Redis Cluster node answers yet ({e}); going on"),
+        },
+        Link::Direct(_) => {}
     }
     let node_id = section.node_id();
     let started = SystemTime::now()
@@ -60,7 +92,6 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         .map_or(0, |d| d.as_nanos());
     let origin = format!("{node_id}/{started:x}").into_bytes();
     let (outbound, outbound_rx) = mpsc::channel();
-    let (changes, changes_rx) = mpsc::channel();
     let (requests, requests_rx) = mpsc::channel();
     let cluster = Arc::new(Cluster {
         node_id,
@@ -89,22 +120,25 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
             ("started".into(), (started / 1_000_000).to_string()),
         ]),
         nodes: Mutex::default(),
-        changes: Mutex::new(changes),
         stats: ClusterStats::default(),
         stop: AtomicBool::new(false),
         stop_queues: AtomicBool::new(false),
         min_replicas: section
             .min_replicas
-            .unwrap_or(u32::from(matches!(link, Link::Sentinel { .. }))),
+            .unwrap_or(u32::from(!matches!(link, Link::Direct(_)))),
         link,
     });
     shared.broker.join_cluster(cluster.clone());
     // The durable subscriptions, before anyone publishes here if Redis
     // answers now; otherwise once the outbound thread connects.
     let weak = Arc::downgrade(shared);
-    let loaded = cluster.link.connection().and_then(|mut con| {
-        cluster.sync_durables(&mut con, &weak)?;
-        cluster.sync_settings(&mut con, &weak)
+    // The other nodes' interest too, so that the first messages published
+    // here reach them.
+    let loaded = Redis::connect(&cluster.link).and_then(|mut shards| {
+        let con = shards.control()?;
+        cluster.sync_durables(con, &weak)?;
+        cluster.sync_settings(con, &weak)?;
+        cluster.read_others(con)
     });
     if let Err(e) = loaded {
         // Refused credentials do not pass by waiting: say so now.
@@ -130,7 +164,7 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
         std::thread::Builder::new()
             .name("herald-cluster-in".into())
-            .spawn(move || run_inbound(&cluster, &changes_rx, &shared))?
+            .spawn(move || run_inbound(&cluster, &shared))?
     };
     let queues = {
         let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));

@@ -1,0 +1,279 @@
+//! Cluster mode on a Redis Cluster (`redis+cluster://`): queues spread
+//! over the shards, topics reach every node through each node's sharded
+//! inbox, a shard's failover loses nothing receipted while the other
+//! shards go on, and a deployment that cannot work stops the start.
+//! Debian's redis-server in cluster mode, on free ports.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use herald_client::{AckMode, Consumer, Destination, Message, Session};
+use herald_server::Server;
+use herald_tests::{number as n, *};
+
+/// A node of `cluster`, whose receipts wait for `replicas` replicas.
+fn node_waiting(cluster: &RedisCluster, id: &str, replicas: u32) -> TestServer {
+    let mut config = test_config();
+    config.cluster.redis = cluster.url();
+    config.cluster.node_id = id.into();
+    config.cluster.claim_idle_ms = 1000;
+    config.cluster.min_replicas = Some(replicas);
+    start_with(config)
+}
+
+/// A node of a cluster without replicas.
+fn node(cluster: &RedisCluster, id: &str) -> TestServer {
+    node_waiting(cluster, id, 0)
+}
+
+/// The stream key of queue `name`, as Herald names it.
+fn stream(name: &str) -> String {
+    format!("herald:q:{{{name}}}")
+}
+
+/// Every message `consumer` receives until none comes for a moment, by
+/// number, with how many times.
+fn drain(consumer: &Consumer, into: &mut BTreeMap<i64, u32>) {
+    while let Some(m) = consumer.receive(Duration::from_millis(500)).unwrap() {
+        *into.entry(n(&m)).or_default() += 1;
+    }
+}
+
+/// Publishes on `topic` from `from` until `consumer` hears it.
+fn heard(from: &Session, topic: &str, consumer: &Consumer) {
+    let producer = from.create_producer(&Destination::topic(topic)).unwrap();
+    until_heard(&producer, || Message::text("probe"), &[consumer]);
+}
+
+#[test]
+fn queues_spread_over_the_shards_and_topics_and_transactions_cross_them() {
+    let cluster = RedisCluster::start(3, 0);
+    let (a, b) = (node(&cluster, "a"), node(&cluster, "b"));
+    let (_ca, on_a) = connect(&a);
+    let (_cb, on_b) = connect(&b);
+    let names: Vec<String> = (0..9).map(|i| format!("orders.{i}")).collect();
+    let shards: BTreeSet<u16> = names
+        .iter()
+        .map(|q| cluster.primary_of(&stream(q)))
+        .collect();
+    assert_eq!(shards.len(), 3, "nine queues over the three primaries");
+
+    // Sent on a, consumed on b: every message once.
+    let consumers: Vec<Consumer> = names
+        .iter()
+        .map(|q| {
+            on_b.create_consumer(&Destination::queue(q.as_str()))
+                .unwrap()
+        })
+        .collect();
+    for (i, q) in names.iter().enumerate() {
+        let producer = on_a.create_producer(&Destination::queue(q)).unwrap();
+        for k in 0..40 {
+            let m = Message::text(q.as_str()).with_property("n", (i * 1000 + k) as i64);
+            producer.send_with_receipt(m.persistent()).unwrap();
+        }
+    }
+    for (i, consumer) in consumers.iter().enumerate() {
+        let mut got = BTreeMap::new();
+        drain(consumer, &mut got);
+        let want: Vec<i64> = (0..40).map(|k| (i * 1000 + k) as i64).collect();
+        assert_eq!(
+            got.keys().copied().collect::<Vec<_>>(),
+            want,
+            "{}",
+            names[i]
+        );
+        assert!(got.values().all(|&c| c == 1), "{}: none twice", names[i]);
+    }
+    // Each queue's stream is on the primary of its slot.
+    for q in &names {
+        let port = cluster.primary_of(&stream(q));
+        let kind = RedisCluster::cli(port, &["TYPE", &stream(q)]);
+        assert_eq!(kind.trim(), "stream", "{q} on its primary");
+    }
+
+    // A transaction over two queues of different shards commits on each.
+    let x = &names[0];
+    let y = names
+        .iter()
+        .find(|q| cluster.primary_of(&stream(q)) != cluster.primary_of(&stream(x)))
+        .expect("a queue on another shard");
+    let (ca, _) = connect(&a);
+    let session = ca.create_session(AckMode::Transacted).unwrap();
+    for (q, k) in [(x, 7001), (y, 7002)] {
+        let producer = session.create_producer(&Destination::queue(q)).unwrap();
+        producer
+            .send(Message::text("tx").with_property("n", k).persistent())
+            .unwrap();
+    }
+    session.commit().unwrap();
+    let on = |q: &str| names.iter().position(|name| name == q).unwrap();
+    for (q, k) in [(x, 7001), (y, 7002)] {
+        let m = consumers[on(q)]
+            .receive(Duration::from_secs(10))
+            .unwrap()
+            .expect("the committed message");
+        assert_eq!(n(&m), k);
+    }
+
+    // Topics: b hears what a publishes, through b's inbox, wildcards and
+    // all, once; a, with no subscriber elsewhere, is sent nothing.
+    let hash = subscribe(&on_b, "sales.#");
+    let exact = subscribe(&on_b, "sales.eu");
+    heard(&on_a, "sales.eu", &exact);
+    while hash.receive(Duration::from_millis(200)).unwrap().is_some() {}
+    for (k, topic) in ["sales.eu", "sales.us.phones", "other"].iter().enumerate() {
+        let producer = on_a.create_producer(&Destination::topic(*topic)).unwrap();
+        producer
+            .send_with_receipt(Message::text(*topic).with_property("n", k as i64))
+            .unwrap();
+    }
+    let mut got = BTreeMap::new();
+    drain(&hash, &mut got);
+    assert_eq!(got, BTreeMap::from([(0, 1), (1, 1)]));
+    let mut got = BTreeMap::new();
+    drain(&exact, &mut got);
+    assert_eq!(got, BTreeMap::from([(0, 1)]));
+    let received = |s: &TestServer| {
+        s.cluster()
+            .unwrap()
+            .stats
+            .received
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(received(&a), 0, "nobody on a wants a topic");
+}
+
+#[test]
+fn a_shard_failover_loses_nothing_receipted_and_the_other_shards_go_on() {
+    // Two replicas each: after the failover the new primary still has
+    // one, so receipts, which wait for one (the default), come again.
+    let mut cluster = RedisCluster::start(3, 2);
+    let (a, b) = (
+        node_waiting(&cluster, "a", 1),
+        node_waiting(&cluster, "b", 1),
+    );
+    let (_ca, on_a) = connect(&a);
+    let (_cb, on_b) = connect(&b);
+    // The shard to kill holds neither the cluster's own keys nor an
+    // inbox (losing those stalls a node until the failover; see
+    // ARCHITECTURE.md).
+    let spared: BTreeSet<u16> = ["herald:{herald}:", "herald:in:{a}", "herald:in:{b}"]
+        .iter()
+        .map(|k| cluster.primary_of(k))
+        .collect();
+    let names: Vec<String> = (0..30).map(|i| format!("jobs.{i}")).collect();
+    let victim = names
+        .iter()
+        .map(|q| cluster.primary_of(&stream(q)))
+        .find(|p| !spared.contains(p))
+        .expect("a shard with queues alone");
+    let (doomed, safe): (Vec<&String>, Vec<&String>) = names
+        .iter()
+        .partition(|q| cluster.primary_of(&stream(q)) == victim);
+    let queues = [doomed[0], safe[0]];
+    let consumers: Vec<Consumer> = queues
+        .iter()
+        .map(|q| {
+            on_b.create_consumer(&Destination::queue(q.as_str()))
+                .unwrap()
+        })
+        .collect();
+    let producers: Vec<_> = queues
+        .iter()
+        .map(|q| {
+            on_a.create_producer(&Destination::queue(q.as_str()))
+                .unwrap()
+        })
+        .collect();
+    let mut receipted: [BTreeSet<i64>; 2] = Default::default();
+    let mut refused = [0u32; 2];
+    let mut killed_at = None;
+    let started = Instant::now();
+    let mut k = 0i64;
+    // Until the dead shard's queue takes messages again after the kill.
+    loop {
+        k += 1;
+        if k == 200 {
+            cluster.kill(victim);
+            killed_at = Some(Instant::now());
+        }
+        for (i, producer) in producers.iter().enumerate() {
+            let m = Message::text("job").with_property("n", k).persistent();
+            match producer.send_with_receipt(m) {
+                Ok(()) => {
+                    receipted[i].insert(k);
+                }
+                Err(_) => refused[i] += 1,
+            }
+        }
+        let back = killed_at
+            .is_some_and(|at| at.elapsed() > Duration::from_secs(1) && receipted[0].contains(&k));
+        if back || started.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let back_after = killed_at.expect("killed").elapsed();
+    eprintln!("the failed shard's queue took messages again after {back_after:?}");
+    assert!(
+        back_after < Duration::from_secs(30),
+        "the failed shard's queue took messages again"
+    );
+    assert_eq!(
+        refused[1], 0,
+        "the other shard's queue never refused a send"
+    );
+    for (i, consumer) in consumers.iter().enumerate() {
+        let mut got = BTreeMap::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !receipted[i].iter().all(|k| got.contains_key(k)) && Instant::now() < deadline {
+            drain(consumer, &mut got);
+        }
+        let lost: Vec<_> = receipted[i]
+            .iter()
+            .filter(|k| !got.contains_key(k))
+            .collect();
+        let twice = got.values().filter(|&&c| c > 1).count();
+        eprintln!(
+            "{}: sent {k}, receipted {}, refused {}, delivered {}, lost {}, twice {twice}",
+            queues[i],
+            receipted[i].len(),
+            refused[i],
+            got.len(),
+            lost.len()
+        );
+        assert!(
+            lost.is_empty(),
+            "{}: receipted and lost: {lost:?}",
+            queues[i]
+        );
+    }
+}
+
+#[test]
+fn a_redis_that_is_no_cluster_or_a_cluster_with_unserved_slots_stops_the_start() {
+    let plain = Redis::start();
+    let partial = RedisCluster::nodes(1);
+    let port = partial.ports()[0];
+    RedisCluster::cli(port, &["CLUSTER", "ADDSLOTSRANGE", "0", "8191"]);
+    wait_until("the node serves its slots", || {
+        RedisCluster::cli(port, &["CLUSTER", "SLOTS"]).contains("8191")
+    });
+    for (url, says) in [
+        (
+            format!("redis+cluster://127.0.0.1:{}", plain.port),
+            "cluster support is disabled",
+        ),
+        (
+            format!("redis+cluster://127.0.0.1:{port}"),
+            "8192 of the cluster's 16384 slots are served by no primary (the first: 8192-16383)",
+        ),
+        ("redis+cluster://127.0.0.1:1/0".to_owned(), "no /path"),
+    ] {
+        let mut config = test_config();
+        config.cluster.redis = url.clone();
+        let e = Server::start(config).err().expect("refused").to_string();
+        assert!(e.contains(says), "{url}: {e}");
+    }
+}
