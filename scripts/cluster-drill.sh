@@ -2,6 +2,7 @@
 # A fault drill for cluster mode, that anyone can run:
 #
 #   scripts/cluster-drill.sh [--duration SECONDS] [--rate MSGS_PER_S] [--bin DIR] [--keep]
+#                            [--redis-cluster]
 #
 # It starts a Redis primary, one replica and three sentinels (Debian's
 # redis-server, in its normal and --sentinel modes) and two Herald nodes on
@@ -18,6 +19,14 @@
 # receipted was lost and every duplicate was marked redelivered and came
 # after a fault.
 #
+# With --redis-cluster it starts a Redis Cluster instead: three primaries
+# with a replica each (redis-server --cluster-enabled yes, joined by
+# redis-cli --cluster create, cluster-require-full-coverage no), the nodes
+# on redis+cluster://, and the second fault SIGKILLs the primary of the
+# shard that holds the drill's queue; once Redis Cluster has promoted its
+# replica, the old primary is restarted and rejoins as the new one's
+# replica.
+#
 # Binaries come from --bin (default target/release, built if missing).
 # Everything it starts is stopped by process id when it ends; --keep
 # leaves the logs in the work directory it names.
@@ -28,13 +37,15 @@ duration=60
 rate=500
 bin=target/release
 keep=false
+redis_cluster=false
 while [ $# -gt 0 ]; do
   case "$1" in
+    --redis-cluster) redis_cluster=true; shift ;;
     --duration) duration="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
     --keep) keep=true; shift ;;
-    *) echo "usage: $0 [--duration SECONDS] [--rate MSGS_PER_S] [--bin DIR] [--keep]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--duration SECONDS] [--rate MSGS_PER_S] [--bin DIR] [--keep] [--redis-cluster]" >&2; exit 2 ;;
   esac
 done
 if [ "$duration" -lt 16 ]; then
@@ -76,28 +87,61 @@ wait_port() {
 started=$(date +%s)
 say() { printf '[drill +%3ss] %s\n' "$(($(date +%s) - started))" "$*"; }
 
-# Redis: pid by port.
-declare -A redis_pid
+# Redis: pid by port; with --redis-cluster, the cluster bus port too.
+declare -A redis_pid bus_port
 start_redis() { # port [primary port]
   # A replica that (re)joins syncs at once, not after the default 5 s
   # wait for other replicas to join too: receipts wait for one.
   local port=$1 args=(--bind 127.0.0.1 --port "$1" --save '' --appendonly no --dir "$work"
     --repl-diskless-sync-delay 0)
   [ $# -gt 1 ] && args+=(--replicaof 127.0.0.1 "$2")
-  redis-server "${args[@]}" >"$work/redis-$port.log" 2>&1 &
+  if $redis_cluster; then
+    [ -n "${bus_port[$port]:-}" ] || bus_port[$port]=$(free_port)
+    args+=(--cluster-enabled yes --cluster-port "${bus_port[$port]}"
+      --cluster-config-file "nodes-$port.conf" --cluster-node-timeout 1000
+      --cluster-require-full-coverage no)
+  fi
+  redis-server "${args[@]}" >>"$work/redis-$port.log" 2>&1 &
   redis_pid[$port]=$!
   pids+=($!)
   wait_port "$port" $!
 }
-primary=$(free_port)
-replica=$(free_port)
-start_redis "$primary"
-start_redis "$replica" "$primary"
-until [ "$(redis-cli -p "$primary" WAIT 1 100)" = 1 ]; do sleep 0.1; done
-sentinels=()
-for _ in 1 2 3; do
-  port=$(free_port)
-  cat >"$work/sentinel-$port.conf" <<EOF
+# The port of the live primary that serves slot $2, as the node on port
+# $1 sees it.
+primary_of_slot() {
+  redis-cli -p "$1" CLUSTER NODES | awk -v slot="$2" '
+    $3 ~ /master/ && $3 !~ /fail/ {
+      for (i = 9; i <= NF; i++) {
+        n = split($i, r, "-"); lo = r[1]; hi = (n > 1) ? r[2] : r[1]
+        if (slot + 0 >= lo + 0 && slot + 0 <= hi + 0) { split($2, a, "[:@]"); print a[2]; exit }
+      }
+    }'
+}
+if $redis_cluster; then
+  ports=()
+  for _ in 1 2 3 4 5 6; do
+    port=$(free_port)
+    start_redis "$port"
+    ports+=("$port")
+  done
+  # shellcheck disable=SC2046
+  redis-cli --cluster create $(printf '127.0.0.1:%s ' "${ports[@]}") --cluster-replicas 1 \
+    --cluster-yes >"$work/cluster-create.log" 2>&1
+  for port in "${ports[@]}"; do
+    until redis-cli -p "$port" CLUSTER INFO | grep -q cluster_state:ok; do sleep 0.1; done
+  done
+  url="redis+cluster://127.0.0.1:${ports[0]},127.0.0.1:${ports[1]}"
+  say "Redis Cluster of three primaries with a replica each: ${ports[*]}"
+else
+  primary=$(free_port)
+  replica=$(free_port)
+  start_redis "$primary"
+  start_redis "$replica" "$primary"
+  until [ "$(redis-cli -p "$primary" WAIT 1 100)" = 1 ]; do sleep 0.1; done
+  sentinels=()
+  for _ in 1 2 3; do
+    port=$(free_port)
+    cat >"$work/sentinel-$port.conf" <<EOF
 bind 127.0.0.1
 port $port
 sentinel monitor herald 127.0.0.1 $primary 2
@@ -105,13 +149,14 @@ sentinel down-after-milliseconds herald 1000
 sentinel failover-timeout herald 5000
 sentinel parallel-syncs herald 1
 EOF
-  redis-server "$work/sentinel-$port.conf" --sentinel >"$work/sentinel-$port.log" 2>&1 &
-  pids+=($!)
-  wait_port "$port" $!
-  sentinels+=("127.0.0.1:$port")
-done
-url="redis+sentinel://$(IFS=,; echo "${sentinels[*]}")/herald"
-say "Redis primary :$primary, replica :$replica, sentinels ${sentinels[*]}"
+    redis-server "$work/sentinel-$port.conf" --sentinel >"$work/sentinel-$port.log" 2>&1 &
+    pids+=($!)
+    wait_port "$port" $!
+    sentinels+=("127.0.0.1:$port")
+  done
+  url="redis+sentinel://$(IFS=,; echo "${sentinels[*]}")/herald"
+  say "Redis primary :$primary, replica :$replica, sentinels ${sentinels[*]}"
+fi
 
 # Herald nodes: pid and port by name.
 declare -A node_pid node_port
@@ -173,24 +218,50 @@ start_node a
 say "restarted Herald node a (pid ${node_pid[a]})"
 
 at $((duration * 11 / 20))
-old=$(redis-cli -p "${sentinels[0]##*:}" SENTINEL get-master-addr-by-name herald | tail -n 1)
-kill -9 "${redis_pid[$old]}"
-wait "${redis_pid[$old]}" 2>/dev/null || true
-echo "$(now_ms) SIGKILL Redis primary :$old" >>"$faults"
-say "killed the Redis primary :$old (pid ${redis_pid[$old]})"
-for _ in $(seq 600); do
-  new=$(redis-cli -p "${sentinels[0]##*:}" SENTINEL get-master-addr-by-name herald | tail -n 1)
-  [ "$new" != "$old" ] && break
-  sleep 0.1
-done
-[ "$new" != "$old" ] || { echo "the sentinels promoted no replica in 60 s; logs in $work" >&2; keep=true; exit 1; }
-say "the sentinels promoted :$new"
-# Only now: a primary restarted empty before the failover would be
-# followed by its replica and lose everything.
-start_redis "$old" "$new"
-say "restarted :$old as the replica of :$new"
+if $redis_cluster; then
+  slot=$(redis-cli -p "${ports[0]}" CLUSTER KEYSLOT "herald:q:{drill$$.queue}")
+  old=$(primary_of_slot "${ports[0]}" "$slot")
+  kill -9 "${redis_pid[$old]}"
+  wait "${redis_pid[$old]}" 2>/dev/null || true
+  echo "$(now_ms) SIGKILL Redis primary :$old" >>"$faults"
+  say "killed :$old, the primary of the queue's slot $slot (pid ${redis_pid[$old]})"
+  asked=${ports[0]}
+  [ "$asked" = "$old" ] && asked=${ports[1]}
+  new=""
+  for _ in $(seq 600); do
+    new=$(primary_of_slot "$asked" "$slot")
+    [ -n "$new" ] && [ "$new" != "$old" ] && break
+    sleep 0.1
+  done
+  if [ -z "$new" ] || [ "$new" = "$old" ]; then
+    echo "Redis Cluster promoted no replica in 60 s; logs in $work" >&2
+    keep=true
+    exit 1
+  fi
+  say "Redis Cluster promoted :$new"
+  # Its nodes file makes it rejoin, as the replica of the promoted one.
+  start_redis "$old"
+  say "restarted :$old, which rejoins as a replica"
+else
+  old=$(redis-cli -p "${sentinels[0]##*:}" SENTINEL get-master-addr-by-name herald | tail -n 1)
+  kill -9 "${redis_pid[$old]}"
+  wait "${redis_pid[$old]}" 2>/dev/null || true
+  echo "$(now_ms) SIGKILL Redis primary :$old" >>"$faults"
+  say "killed the Redis primary :$old (pid ${redis_pid[$old]})"
+  for _ in $(seq 600); do
+    new=$(redis-cli -p "${sentinels[0]##*:}" SENTINEL get-master-addr-by-name herald | tail -n 1)
+    [ "$new" != "$old" ] && break
+    sleep 0.1
+  done
+  [ "$new" != "$old" ] || { echo "the sentinels promoted no replica in 60 s; logs in $work" >&2; keep=true; exit 1; }
+  say "the sentinels promoted :$new"
+  # Only now: a primary restarted empty before the failover would be
+  # followed by its replica and lose everything.
+  start_redis "$old" "$new"
+  say "restarted :$old as the replica of :$new"
+fi
 
 status=0
 wait "$drill" || status=$?
-say "the nodes' view of the primary: $(grep -h 'primary' "$work"/a.log "$work"/b.log | tail -n 1 | cut -c1-160)"
+$redis_cluster || say "the nodes' view of the primary: $(grep -h 'primary' "$work"/a.log "$work"/b.log | tail -n 1 | cut -c1-160)"
 exit "$status"

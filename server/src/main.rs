@@ -168,8 +168,9 @@ struct Args {
     /// Address of the management interface, overriding the config.
     #[arg(long)]
     admin_listen: Option<SocketAddr>,
-    /// Cluster mode through this Redis (`redis://host:port`, or with
-    /// Sentinel `redis+sentinel://host:port[,host:port...]/service`),
+    /// Cluster mode through this Redis (`redis://host:port`, with
+    /// Sentinel `redis+sentinel://host:port[,host:port...]/service`, or a
+    /// Redis Cluster `redis+cluster://host:port[,host:port...]`),
     /// overriding the config.
     #[arg(long)]
     cluster_redis: Option<String>,

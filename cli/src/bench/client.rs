@@ -22,7 +22,7 @@ pub struct Plan {
 }
 
 /// CPU seconds (user and system) that process `pid` has used.
-fn cpu_seconds(pid: &str) -> Result<f64> {
+pub(super) fn cpu_seconds(pid: &str) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map_err(io("reading /proc/PID/stat"))?;
     // The fields after the command's closing parenthesis; utime and stime

@@ -20,6 +20,7 @@ pub fn run(redis: &str, workers: usize, fsync: FsyncPolicy, size: usize, count: 
     let (solo_f, a_f, b_f) = (factory(&solo)?, factory(&a)?, factory(&b)?);
     let plan = queue::Plan {
         producers: 4,
+        queues: 1,
         consumers: 4,
         size,
         count: count.min(200_000),

@@ -24,6 +24,7 @@ mod progress;
 mod queue;
 mod raw;
 mod scale;
+mod shards;
 mod soak;
 mod stomp;
 mod subscriptions;
@@ -68,6 +69,10 @@ pub enum Mode {
     /// standalone node, one clustered node and two clustered nodes (all
     /// in this process, the cluster through --cluster-redis), side by side
     Cluster,
+    /// Persistent receipted queues (16, a producer and a consumer each) on
+    /// one Redis beside a Redis Cluster of three primaries, both started
+    /// here, and each Redis server's CPU per million messages
+    Shards,
     /// A mixed load for --duration at --rate: persistent and plain queues
     /// and topics, consumers that come and go, a slow one, a reconnecting
     /// producer; throughput and resident memory over time (the server's,
@@ -481,6 +486,7 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
         }
         let plan = queue::Plan {
             producers: args.producers,
+            queues: 1,
             consumers: args.consumers,
             size: args.size,
             count: args.count,
@@ -494,6 +500,9 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             .map(ConnectionFactory::new)
             .transpose()?;
         queue::run(&factory, other.as_ref().unwrap_or(&factory), &plan)?;
+    }
+    if args.mode == Mode::Shards {
+        shards::run(args.workers, fsync, args.size, args.count)?;
     }
     if args.mode == Mode::Cluster {
         let Some(redis) = &args.cluster_redis else {
@@ -629,6 +638,16 @@ fn embedded_server(
     fsync: FsyncPolicy,
     cluster: Option<(&str, &str)>,
 ) -> Result<herald_server::ServerHandle> {
+    start_embedded(embedded_config(workers, fsync, cluster))
+}
+
+/// Starts a server in this process.
+fn start_embedded(config: Config) -> Result<herald_server::ServerHandle> {
+    Server::start(config).map_err(|e| Error::InvalidArgument(e.to_string()))
+}
+
+/// The configuration of [`embedded_server`].
+fn embedded_config(workers: usize, fsync: FsyncPolicy, cluster: Option<(&str, &str)>) -> Config {
     let mut config = Config {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         workers,
@@ -664,7 +683,7 @@ fn embedded_server(
         config.cluster.node_id = node.to_owned();
         config.data_dir = config.data_dir.join(node);
     }
-    Server::start(config).map_err(|e| Error::InvalidArgument(e.to_string()))
+    config
 }
 
 /// A topic no other bench run uses.

@@ -147,6 +147,7 @@ pub fn run(factory: &ConnectionFactory, plan: &Plan) -> Result<()> {
                         &queue::Plan {
                             producers,
                             consumers: 1,
+                            queues: 1,
                             size: plan.size,
                             count,
                             persistent: true,

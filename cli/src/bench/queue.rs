@@ -21,6 +21,8 @@ use super::{bench_topic, wait_for};
 pub struct Plan {
     pub producers: usize,
     pub consumers: usize,
+    /// Queues the producers and consumers are dealt over, in turn.
+    pub queues: usize,
     pub size: usize,
     pub count: u64,
     pub persistent: bool,
@@ -77,11 +79,18 @@ pub fn run(
     consumers_at: &ConnectionFactory,
     plan: &Plan,
 ) -> Result<f64> {
-    let destination = Destination::queue(bench_topic("queue"));
+    let base = bench_topic("queue");
+    let destinations: Vec<Destination> = match plan.queues {
+        0 | 1 => vec![Destination::queue(base)],
+        n => (0..n)
+            .map(|i| Destination::queue(format!("{base}.{i}")))
+            .collect(),
+    };
     let received = Arc::new(AtomicU64::new(0));
     let last = Arc::new(Mutex::new(None::<Instant>));
     let mut consumers = Vec::new();
-    for _ in 0..plan.consumers {
+    for c in 0..plan.consumers {
+        let destination = &destinations[c % destinations.len()];
         let connection = consumers_at.create_connection()?;
         let every = plan.ack_every;
         let mode = if every == 0 {
@@ -91,7 +100,7 @@ pub fn run(
         };
         let session = Arc::new(connection.create_session(mode)?);
         let options = ConsumerOptions::default().prefetch(every.saturating_mul(2));
-        let consumer = session.create_consumer_with(&destination, options)?;
+        let consumer = session.create_consumer_with(destination, options)?;
         let (r, l, s) = (received.clone(), last.clone(), session.clone());
         let mut unacked = 0;
         consumer.set_message_listener(move |_| {
@@ -119,7 +128,8 @@ pub fn run(
             } else {
                 per
             };
-            let (factory, destination) = (factory.clone(), destination.clone());
+            let destination = destinations[p % destinations.len()].clone();
+            let factory = factory.clone();
             let (receipted, failed) = (receipted.clone(), failed.clone());
             let (size, persistent, window) = (plan.size, plan.persistent, plan.window);
             std::thread::spawn(move || -> Result<()> {
@@ -177,10 +187,11 @@ pub fn run(
         "non-persistent"
     };
     println!(
-        "queue {} -> {}, {kind}, {} B, ack {}: {got} of {} consumed in {seconds:.3} s: {rate:.0} msgs/s; \
+        "queue {} -> {} over {} queue(s), {kind}, {} B, ack {}: {got} of {} consumed in {seconds:.3} s: {rate:.0} msgs/s; \
          receipted {receipted}, failed {failed}, lost {lost}",
         plan.producers,
         plan.consumers,
+        destinations.len(),
         plan.size,
         match plan.ack_every {
             0 => "auto".to_owned(),

@@ -40,6 +40,8 @@ pub(super) struct Redis<'a> {
     /// connection failed: a dead primary is not asked for a connection
     /// at every command until its replica takes over.
     down: Vec<Option<Instant>>,
+    /// The slots are to be read again, after the operation under way.
+    stale: bool,
 }
 
 /// How long a primary whose connection failed is left alone.
@@ -65,6 +67,7 @@ impl<'a> Redis<'a> {
                 down: vec![None; map.primaries.len()],
                 map: Some(map),
                 generation,
+                stale: false,
             }),
             None => Ok(Redis {
                 link,
@@ -72,6 +75,7 @@ impl<'a> Redis<'a> {
                 down: vec![None],
                 map: None,
                 generation: 0,
+                stale: false,
             }),
         }
     }
@@ -135,14 +139,12 @@ impl<'a> Redis<'a> {
                 Ok(con) => (self.cons[shard], self.down[shard]) = (Some(con), None),
                 Err(e) => {
                     // Dead, or no longer the primary: left alone a moment,
-                    // and the slots read again, which name its replica
+                    // and the slots read again (once what is under way is
+                    // answered: a shard's index must mean the same
+                    // connection until then), which name its replica
                     // once that took over.
                     self.down[shard] = Some(Instant::now() + DOWN_FOR);
-                    if self.sharded() {
-                        if let Err(why) = self.refresh() {
-                            log::debug!("cluster: the slots were not read again: {why}");
-                        }
-                    }
+                    self.stale = true;
                     return Err(e);
                 }
             }
@@ -207,7 +209,6 @@ impl<'a> Redis<'a> {
         if !self.sharded() {
             return;
         }
-        let mut refresh = false;
         for (shard, e) in failed {
             if broken(e) {
                 if let Some(con) = self.cons.get_mut(shard) {
@@ -215,16 +216,16 @@ impl<'a> Redis<'a> {
                     // already (no new connection was tried).
                     if con.take().is_some() {
                         self.down[shard] = Some(Instant::now() + DOWN_FOR);
-                        refresh = true;
+                        self.stale = true;
                     }
                 }
             }
-            refresh |= matches!(
+            self.stale |= matches!(
                 e.kind(),
                 ErrorKind::Moved | ErrorKind::Ask | ErrorKind::ClusterDown | ErrorKind::TryAgain
             );
         }
-        if refresh {
+        if std::mem::take(&mut self.stale) {
             if let Err(why) = self.refresh() {
                 log::debug!("cluster: the slots were not read again: {why}");
             }
@@ -242,16 +243,13 @@ impl<'a> Redis<'a> {
                 Err(e) => e,
             };
             tries += 1;
-            if !self.sharded() || tries >= REDIRECTS {
-                return Err(e);
-            }
             match (e.kind(), e.redirect_node()) {
-                (ErrorKind::Ask, Some((addr, _))) => {
+                (ErrorKind::Ask, Some((addr, _))) if self.sharded() => {
                     let mut con = self.link.connect_to(addr)?;
                     redis::cmd("ASKING").query::<()>(&mut con)?;
                     return cmd.query(&mut con);
                 }
-                (ErrorKind::Moved, _) => self.refresh()?,
+                (ErrorKind::Moved, _) if self.sharded() && tries < REDIRECTS => self.refresh()?,
                 _ => {
                     self.failed(shard, &e);
                     return Err(e);
