@@ -277,3 +277,95 @@ fn a_redis_that_is_no_cluster_or_a_cluster_with_unserved_slots_stops_the_start()
         assert!(e.contains(says), "{url}: {e}");
     }
 }
+
+#[test]
+fn a_queue_whose_slot_migrates_to_another_shard_mid_stream_loses_nothing() {
+    let cluster = RedisCluster::start(3, 0);
+    let (a, b) = (node(&cluster, "a"), node(&cluster, "b"));
+    let (_ca, on_a) = connect(&a);
+    let (_cb, on_b) = connect(&b);
+    let queue = "moving";
+    let key = stream(queue);
+    let from = cluster.primary_of(&key);
+    let to = *cluster.ports().iter().find(|&&p| p != from).unwrap();
+    let consumer = on_b.create_consumer(&Destination::queue(queue)).unwrap();
+    let producer = on_a.create_producer(&Destination::queue(queue)).unwrap();
+    let mut receipted = BTreeSet::new();
+    let send = |k: i64, receipted: &mut BTreeSet<i64>| {
+        let m = Message::text("job").with_property("n", k).persistent();
+        if producer.send_with_receipt(m).is_ok() {
+            receipted.insert(k);
+        }
+    };
+    for k in 0..100 {
+        send(k, &mut receipted);
+    }
+    // The slot moves as redis-cli --cluster reshard moves it: importing
+    // on one side, migrating on the other, the key moved, then the slot
+    // given to its new owner everywhere; sends go on in between.
+    let id = |port: u16| {
+        RedisCluster::cli(port, &["CLUSTER", "MYID"])
+            .trim()
+            .to_owned()
+    };
+    let (from_id, to_id) = (id(from), id(to));
+    let slot = RedisCluster::cli(from, &["CLUSTER", "KEYSLOT", &key])
+        .trim()
+        .to_owned();
+    RedisCluster::cli(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
+    RedisCluster::cli(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]);
+    for k in 100..150 {
+        send(k, &mut receipted);
+    }
+    let to_port = to.to_string();
+    let moved = RedisCluster::cli(
+        from,
+        &[
+            "MIGRATE",
+            "127.0.0.1",
+            &to_port,
+            "",
+            "0",
+            "5000",
+            "KEYS",
+            &key,
+        ],
+    );
+    assert!(moved.contains("OK"), "MIGRATE: {moved}");
+    for k in 150..200 {
+        send(k, &mut receipted);
+    }
+    for port in cluster.ports() {
+        RedisCluster::cli(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+    }
+    for k in 200..300 {
+        send(k, &mut receipted);
+    }
+    assert_eq!(cluster.primary_of(&key), to, "the slot moved");
+    // Only while the key is on the new shard and the slot still
+    // migrating (the old one answers ASK to a batch), and the first send
+    // after the move (its batch meets MOVED, and the node reads the slots
+    // again), do sends fail, and the sender sends again; before and
+    // after, every one is receipted.
+    let missing: Vec<i64> = (0..150)
+        .chain(201..300)
+        .filter(|k| !receipted.contains(k))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "sends refused outside the move: {missing:?}"
+    );
+    let mut got = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !receipted.iter().all(|k| got.contains_key(k)) && Instant::now() < deadline {
+        drain(&consumer, &mut got);
+    }
+    let lost: Vec<_> = receipted.iter().filter(|k| !got.contains_key(k)).collect();
+    eprintln!(
+        "moving: sent 300, receipted {}, delivered {}, lost {}",
+        receipted.len(),
+        got.len(),
+        lost.len()
+    );
+    assert!(lost.is_empty(), "receipted and lost: {lost:?}");
+}
