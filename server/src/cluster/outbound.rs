@@ -16,7 +16,7 @@ use crate::frontend::Shared;
 use crate::store::StoreError;
 use bytes::Bytes;
 use redis::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Weak;
@@ -27,6 +27,13 @@ pub(super) const BATCH: usize = 1024;
 
 /// How long the thread waits for a command before it syncs again.
 const IDLE_WAIT: Duration = Duration::from_millis(20);
+
+/// Sending connections whose writes are tracked, past which the old ones
+/// are forgotten.
+const UNCONFIRMED_MAX: usize = 4096;
+
+/// How old a sender's unreceipted writes get before they are forgotten.
+const UNCONFIRMED_FOR: Duration = Duration::from_secs(30);
 
 /// How long failed settlements wait before they are sent again.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
@@ -65,6 +72,17 @@ impl Command {
             }
         }
         true
+    }
+
+    /// The connection (by serial) whose write this is, for a command
+    /// that writes for one.
+    fn sender(&self) -> Option<Option<u64>> {
+        match self {
+            Command::Append { from, .. }
+            | Command::Commit { from, .. }
+            | Command::Recheck { from, .. } => Some(from.map(|c| c.serial)),
+            _ => None,
+        }
     }
 
     /// The key whose slot the command's keys share, if it has one
@@ -122,6 +140,7 @@ pub(super) fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &W
         outcomes: Outcomes::default(),
         batch: Vec::with_capacity(BATCH),
         retry_at: None,
+        unconfirmed: HashMap::new(),
     };
     let mut attempt = 0;
     while !cluster.stop.load(Ordering::Acquire) {
@@ -175,6 +194,10 @@ struct Writer<'a> {
     /// Not before then are failed settlements sent again: a shard that
     /// is down refuses them at once, and would be asked in a loop.
     retry_at: Option<Instant>,
+    /// Per sending connection (by serial), the ids of the Redis
+    /// connections it wrote on since its last receipt, and when it last
+    /// wrote.
+    unconfirmed: HashMap<Option<u64>, (HashSet<u64>, Option<Instant>)>,
 }
 
 /// What one batch asks of Redis: a pipeline per shard it touches.
@@ -236,8 +259,9 @@ impl Parts<'_, '_> {
 }
 
 /// A batch's answers: per part, what it answered (the epoch and the
-/// replicas kept), or why it failed and whether its connection was lost.
-type Answers = Vec<redis::RedisResult<Vec<Value>>>;
+/// replicas kept) or why it failed, and the id of the connection it went
+/// on.
+type Answers = Vec<(redis::RedisResult<Vec<Value>>, u64)>;
 
 impl Writer<'_> {
     /// While there is no connection: what waits would reach nobody in
@@ -477,7 +501,7 @@ impl Writer<'_> {
         let (Some(oldest), Some(at)) = (asked.oldest, asked.epoch) else {
             return answers;
         };
-        let now = match &answers[at] {
+        let now = match &answers[at].0 {
             Ok(kept) => kept.first().map(redis::from_redis_value::<Option<u64>>),
             Err(_) => return answers,
         };
@@ -491,12 +515,12 @@ impl Writer<'_> {
         match rechecked {
             // The recheck's replicas count as that part's.
             Ok(Some(replicas)) => {
-                if let Ok(kept) = &mut answers[at] {
+                if let Ok(kept) = &mut answers[at].0 {
                     kept.push(Value::Int(replicas));
                 }
             }
             Ok(None) => {}
-            Err(e) => answers[at] = Err(e),
+            Err(e) => answers[at].0 = Err(e),
         }
         answers
     }
@@ -509,7 +533,7 @@ impl Writer<'_> {
         let cluster = self.cluster;
         let failed: Vec<Option<(String, bool)>> = answers
             .iter()
-            .map(|a| {
+            .map(|(a, _)| {
                 let e = a.as_ref().err()?;
                 let redirected = e.redirect_node().is_some()
                     || matches!(
@@ -528,30 +552,31 @@ impl Writer<'_> {
         let lost = answers
             .iter()
             .filter(|_| !redis.sharded())
-            .find_map(|a| a.as_ref().err().filter(|e| broken(e)));
+            .find_map(|(a, _)| a.as_ref().err().filter(|e| broken(e)));
         if let Some(e) = lost {
             let why = e.to_string();
+            self.unconfirmed.clear();
             for command in self.batch.drain(..) {
                 command.fail(&why, &mut self.outcomes);
             }
             cluster.count_dropped(&mut self.outcomes);
             return Err(redis::RedisError::from(std::io::Error::other(why)));
         }
-        // Written on the primaries, but not replicated enough: the
-        // receipts fail (the messages may yet be delivered).
+        // The connections on which this batch's WAIT saw enough replicas
+        // have every write made on them so far replicated.
         let min = cluster.min_replicas;
-        let replicas = answers
+        let confirmed: HashSet<u64> = answers
             .iter()
-            .filter_map(|a| a.as_ref().ok()?.last())
             .filter(|_| asked.wait)
-            .filter_map(|v| redis::from_redis_value::<i64>(v).ok())
-            .min();
-        let short = replicas.filter(|&n| n < i64::from(min)).map(|n| {
-            format!(
-                "only {n} of cluster.min_replicas = {min} Redis replicas confirmed within {} ms",
-                REPLICA_WAIT.as_millis()
-            )
-        });
+            .filter_map(|(a, id)| {
+                let replicas = redis::from_redis_value::<i64>(a.as_ref().ok()?.last()?).ok()?;
+                (replicas >= i64::from(min)).then_some(*id)
+            })
+            .collect();
+        let short = format!(
+            "a Redis shard did not confirm cluster.min_replicas = {min} replicas within {} ms",
+            REPLICA_WAIT.as_millis()
+        );
         // This node learns its own changes from Redis too (it skips its
         // own announcements), in case a read of the registry raced with
         // the write.
@@ -575,8 +600,9 @@ impl Writer<'_> {
             .stats
             .published
             .fetch_add(asked.published - lost_publishes, Ordering::Relaxed);
+        let now = Instant::now();
         for (command, placed) in self.batch.drain(..).zip(&asked.placed) {
-            match went(placed, &failed) {
+            let parts = match went(placed, &failed) {
                 Err((why, retry)) => {
                     let before = self.outcomes.retry.len();
                     command.fail(why, &mut self.outcomes);
@@ -584,12 +610,44 @@ impl Writer<'_> {
                     if !retry {
                         self.outcomes.retry.truncate(before);
                     }
+                    continue;
                 }
-                Ok(()) => match (&short, &command) {
-                    (Some(why), Command::Barrier { .. }) => command.fail(why, &mut self.outcomes),
-                    _ => command.done(&mut self.outcomes),
-                },
+                Ok(()) => placed.as_deref().unwrap_or_default(),
+            };
+            // A receipt needs every connection its sender wrote on since
+            // the last one confirmed: a write on a connection since lost,
+            // or on one whose WAIT fell short, is not known to be
+            // replicated.
+            let wrote: &[usize] = match &command {
+                Command::Append { .. } | Command::Commit { .. } => parts,
+                Command::Recheck { .. } => asked.epoch.as_slice(),
+                _ => &[],
+            };
+            if let (Some(from), true) = (command.sender(), min > 0 && !wrote.is_empty()) {
+                let (ids, at) = self.unconfirmed.entry(from).or_default();
+                ids.extend(wrote.iter().map(|&p| answers[p].1));
+                *at = Some(now);
             }
+            match &command {
+                Command::Barrier { from, .. } if min > 0 => {
+                    let (ids, _) = self
+                        .unconfirmed
+                        .remove(&from.map(|c| c.serial))
+                        .unwrap_or_default();
+                    match ids.iter().all(|id| confirmed.contains(id)) {
+                        true => command.done(&mut self.outcomes),
+                        false => command.fail(&short, &mut self.outcomes),
+                    }
+                }
+                _ => command.done(&mut self.outcomes),
+            }
+        }
+        // Senders that never ask for a receipt leave their writes here: let
+        // them go once they are old (a receipt follows its write within a
+        // batch or two).
+        if self.unconfirmed.len() > UNCONFIRMED_MAX {
+            self.unconfirmed
+                .retain(|_, (_, at)| at.is_some_and(|at| now - at < UNCONFIRMED_FOR));
         }
         if failed.iter().any(Option::is_some) && !self.outcomes.retry.is_empty() {
             self.retry_at = Some(Instant::now() + RETRY_PAUSE);

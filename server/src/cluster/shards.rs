@@ -15,6 +15,7 @@
 //! first command, has no transactions in pipelines, refuses `PUBLISH` in
 //! them, sends a keyless `WAIT` to any node, and has no pub/sub at all.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,6 +43,18 @@ pub(super) struct Redis<'a> {
     down: Vec<Option<Instant>>,
     /// The slots are to be read again, after the operation under way.
     stale: bool,
+    /// Per primary, the id of its connection: a `WAIT` confirms only the
+    /// writes made on the same connection, so a receipt must know that
+    /// its write and its `WAIT` went on one.
+    ids: Vec<u64>,
+}
+
+/// The id the next connection gets, unique in the process (a thread's
+/// `Redis` is made again at each reconnection).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
 /// How long a primary whose connection failed is left alone.
@@ -65,6 +78,7 @@ impl<'a> Redis<'a> {
                 link,
                 cons: map.primaries.iter().map(|_| None).collect(),
                 down: vec![None; map.primaries.len()],
+                ids: vec![0; map.primaries.len()],
                 map: Some(map),
                 generation,
                 stale: false,
@@ -73,6 +87,7 @@ impl<'a> Redis<'a> {
                 link,
                 cons: vec![Some(link.connection()?)],
                 down: vec![None],
+                ids: vec![next_id()],
                 map: None,
                 generation: 0,
                 stale: false,
@@ -136,7 +151,10 @@ impl<'a> Redis<'a> {
                 ));
             }
             match self.link.connect_to(self.addr(shard)) {
-                Ok(con) => (self.cons[shard], self.down[shard]) = (Some(con), None),
+                Ok(con) => {
+                    (self.cons[shard], self.down[shard]) = (Some(con), None);
+                    self.ids[shard] = next_id();
+                }
                 Err(e) => {
                     // Dead, or no longer the primary: left alone a moment,
                     // and the slots read again (once what is under way is
@@ -183,16 +201,22 @@ impl<'a> Redis<'a> {
     fn adopt(&mut self, map: Arc<SlotMap>, generation: u64) {
         let mut cons: Vec<Option<Connection>> = map.primaries.iter().map(|_| None).collect();
         let mut down = vec![None; map.primaries.len()];
+        let mut ids = vec![0; map.primaries.len()];
         if let Some(old) = &self.map {
-            let was = self.cons.drain(..).zip(self.down.drain(..));
-            for (addr, (con, until)) in old.primaries.iter().zip(was) {
+            let was = self
+                .cons
+                .drain(..)
+                .zip(self.down.drain(..))
+                .zip(self.ids.drain(..));
+            for (addr, ((con, until), id)) in old.primaries.iter().zip(was) {
                 if let Some(i) = map.primaries.iter().position(|p| p == addr) {
-                    (cons[i], down[i]) = (con, until);
+                    (cons[i], down[i], ids[i]) = (con, until, id);
                 }
             }
         }
         self.cons = cons;
         self.down = down;
+        self.ids = ids;
         self.map = Some(map);
         self.generation = generation;
     }
@@ -310,10 +334,11 @@ impl<'a> Redis<'a> {
     /// work on them at once; the answers in the order of `parts` (as
     /// [`query_pipeline`] gives them), each failure handled as
     /// [`Redis::failed`] says.
+    /// With each answer, the id of the connection the part went on.
     pub(super) fn on_shards(
         &mut self,
         parts: &[(usize, &Pipeline, usize)],
-    ) -> Vec<RedisResult<Vec<Value>>> {
+    ) -> Vec<(RedisResult<Vec<Value>>, u64)> {
         self.sent_then(parts, recv_pipeline)
     }
 
@@ -325,30 +350,35 @@ impl<'a> Redis<'a> {
     ) -> Vec<RedisResult<Vec<Value>>> {
         let parts: Vec<(usize, &Pipeline, usize)> = parts.iter().map(|&(s, p)| (s, p, 0)).collect();
         self.sent_then(&parts, |con, pipe, _| recv_all(con, pipe))
+            .into_iter()
+            .map(|(answer, _)| answer)
+            .collect()
     }
 
     fn sent_then(
         &mut self,
         parts: &[(usize, &Pipeline, usize)],
         recv: impl Fn(&mut Connection, &Pipeline, usize) -> RedisResult<Vec<Value>>,
-    ) -> Vec<RedisResult<Vec<Value>>> {
+    ) -> Vec<(RedisResult<Vec<Value>>, u64)> {
         let sent: Vec<RedisResult<()>> = parts
             .iter()
             .map(|&(shard, pipe, _)| self.at(shard).and_then(|con| send_pipeline(con, pipe)))
             .collect();
-        let answers: Vec<RedisResult<Vec<Value>>> = parts
+        let answers: Vec<(RedisResult<Vec<Value>>, u64)> = parts
             .iter()
             .zip(sent)
             .map(|(&(shard, pipe, keep), sent)| {
-                sent.and_then(|()| self.at(shard))
-                    .and_then(|con| recv(con, pipe, keep))
+                let answer = sent
+                    .and_then(|()| self.at(shard))
+                    .and_then(|con| recv(con, pipe, keep));
+                (answer, self.ids[shard])
             })
             .collect();
         self.failures(
             parts
                 .iter()
                 .zip(&answers)
-                .filter_map(|(&(shard, _, _), answer)| Some((shard, answer.as_ref().err()?))),
+                .filter_map(|(&(shard, _, _), (answer, _))| Some((shard, answer.as_ref().err()?))),
         );
         answers
     }
