@@ -99,6 +99,14 @@ impl Command {
         }
     }
 
+    /// Whether [`Command::add_to`] sends anything for it (it has a key).
+    fn sends(&self) -> bool {
+        !matches!(
+            self,
+            Command::Barrier { .. } | Command::Recheck { .. } | Command::Commit { .. }
+        )
+    }
+
     /// Redis did not take the command (`why`).
     pub(super) fn fail(self, why: &str, outcomes: &mut Outcomes) {
         match self {
@@ -237,6 +245,16 @@ impl Parts<'_, '_> {
     fn for_key(&mut self, key: &str) -> Result<usize, String> {
         let shard = self.redis.shard_of(key).map_err(|e| e.to_string())?;
         Ok(self.for_shard(shard))
+    }
+
+    /// The index of the part for `command`'s shard; `None` for one that
+    /// sends nothing of its own. With one Redis there is one shard, and no
+    /// key to work out (and allocate) per message.
+    fn for_command(&mut self, command: &Command) -> Option<Result<usize, String>> {
+        if !self.redis.sharded() {
+            return command.sends().then(|| self.for_shard(0)).map(Ok);
+        }
+        command.key().map(|key| self.for_key(&key))
     }
 
     /// The index of the part for `shard`, made if need be.
@@ -410,12 +428,11 @@ impl Writer<'_> {
                 }
                 _ => {}
             }
-            if let Some(key) = command.key() {
-                placed[i] = parts
-                    .add(&key, |pipe| {
-                        command.add_to(pipe);
-                    })
-                    .map(|at| vec![at]);
+            if let Some(at) = parts.for_command(command) {
+                placed[i] = at.map(|at| {
+                    command.add_to(&mut parts.parts[at].pipe);
+                    vec![at]
+                });
             }
         }
         for (channel, (bundle, commands)) in &bundles {
