@@ -307,6 +307,21 @@ fn a_second_connection_with_a_client_id_takes_the_session_over() {
 }
 
 #[test]
+fn a_reconnect_racing_its_predecessors_close_is_admitted() {
+    // The old connection's socket is dropped, not DISCONNECTed: its worker
+    // may release the id between the new CONNECT's admission and its
+    // takeover, which must then admit it, not refuse the id as in use.
+    let server = start();
+    let mut connect = MqttClient::connect_packet(Version::V5, "hasty");
+    connect.properties = Properties(vec![Property::SessionExpiry(60)]);
+    for round in 0..5000 {
+        let (c, ack) = MqttClient::connect_with(&server, connect.clone());
+        assert_eq!(ack.code, 0, "round {round}");
+        drop(c);
+    }
+}
+
+#[test]
 fn dollar_topics_are_not_matched_by_a_leading_wildcard() {
     let server = start();
     let mut all = MqttClient::connected(&server, Version::V311, "all");

@@ -70,33 +70,52 @@ pub fn release_client_id(session: &Session, shared: &Shared, serial: u64) {
     }
 }
 
+/// What [`take_over`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakeOver {
+    /// The holder was told to close; the heir's login goes on once it has.
+    Waiting,
+    /// Nobody holds the id any more (its holder closed meanwhile): admit
+    /// the heir again.
+    Free,
+    /// The holder is not an MQTT connection, whose client ids are not
+    /// taken over.
+    Refused,
+}
+
 /// Takes client id `client_id` over for connection `heir` (MQTT: a new
 /// connection with a session's id ends the one that has it): the holder
-/// is told to close, and `heir`'s login goes on once it has. False if the
-/// holder is not an MQTT connection, whose client ids are not taken over.
+/// is told to close, and `heir`'s login goes on once it has.
+///
+/// `client_ids` stays locked while the heir is recorded, so a holder
+/// closing at the same moment either is seen gone ([`TakeOver::Free`]) or
+/// finds the heir when it releases the id: never neither.
 pub fn take_over(
     client_id: &str,
     principal: Principal,
     shared: &Shared,
     heir: ConnectionRef,
-) -> bool {
-    let Some(holder) = lock(&shared.client_ids).get(client_id).copied() else {
-        return false;
+) -> TakeOver {
+    let ids = lock(&shared.client_ids);
+    let Some(&holder) = ids.get(client_id) else {
+        return TakeOver::Free;
     };
+    // A holder releases its id before it leaves `places`, so it is there.
     let Some((home, protocol)) = shared.places.home(holder) else {
-        return false;
+        return TakeOver::Refused;
     };
     if !matches!(
         protocol,
         Protocol::Mqtt | Protocol::MqttTls | Protocol::MqttWebSocket
     ) {
-        return false;
+        return TakeOver::Refused;
     }
     // An heir that was waiting already gives way to this one: it closes.
     if let Some((earlier, _)) = lock(&shared.heirs).insert(client_id.to_owned(), (heir, principal))
     {
         shared.workers[earlier.worker].post(Notice::Close(earlier, Closing::TakenOver));
     }
+    drop(ids);
     shared.workers[home.worker].post(Notice::Close(home, Closing::TakenOver));
-    true
+    TakeOver::Waiting
 }

@@ -36,8 +36,8 @@ use crate::broker::SubscribeRequest;
 use crate::frontend::chunks::Chunks;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{
-    admit, check_id_length, publish, subscribe, Context, Flow, PacketIds, Published, Refusal,
-    Welcome,
+    admit, check_id_length, publish, subscribe, take_over, Context, Flow, PacketIds, Published,
+    Refusal, TakeOver, Welcome,
 };
 use crate::session::{Phase, Session};
 use crate::websocket;
@@ -285,14 +285,23 @@ pub fn admitted(
         }
     }
     if let Err(refusal) = admit(session, principal.clone(), ctx.shared, ctx.me.serial) {
-        if crate::frontend::take_over(&session.client_id, principal, ctx.shared, ctx.me) {
-            return Ok(Flow::Login(Welcome {
-                request_id: 0,
-                answer: Bytes::new(),
-            }));
+        let taken = take_over(&session.client_id, principal.clone(), ctx.shared, ctx.me);
+        // Its holder closed between the two: the id is free now, unless a
+        // third connection took it in that moment (then it is refused).
+        let refusal = match taken {
+            TakeOver::Waiting => {
+                return Ok(Flow::Login(Welcome {
+                    request_id: 0,
+                    answer: Bytes::new(),
+                }))
+            }
+            TakeOver::Free => admit(session, principal, ctx.shared, ctx.me.serial).err(),
+            TakeOver::Refused => Some(refusal),
+        };
+        if let Some(refusal) = refusal {
+            let (code, _, why) = refusal.into_parts();
+            return Err((code, why));
         }
-        let (code, _, why) = refusal.into_parts();
-        return Err((code, why));
     }
     session.phase = Phase::Connected;
     mqtt.connecting = false;
