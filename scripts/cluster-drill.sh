@@ -23,9 +23,9 @@
 # with a replica each (redis-server --cluster-enabled yes, joined by
 # redis-cli --cluster create, cluster-require-full-coverage no), the nodes
 # on redis+cluster://, and the second fault SIGKILLs the primary of the
-# shard that holds the drill's queue; once Redis Cluster has promoted its
-# replica, the old primary is restarted and rejoins as the new one's
-# replica.
+# shard that holds the drill's queue (named so that it is not the shard of
+# the cluster's own keys); once Redis Cluster has promoted its replica,
+# the old primary is restarted and rejoins as the new one's replica.
 #
 # Binaries come from --bin (default target/release, built if missing).
 # Everything it starts is stopped by process id when it ends; --keep
@@ -192,10 +192,24 @@ start_node a
 start_node b
 say "Herald nodes a :${node_port[a]} and b :${node_port[b]} on $url"
 
+# The queue and topic's name. On a Redis Cluster, one whose queue is not
+# on the shard of the cluster's own keys (the `{herald}` tag): the queue's
+# primary then dies while the node's other shards, and its registry, go
+# on, so sends to the queue fail one by one rather than all waiting.
+name="drill$$"
+if $redis_cluster; then
+  control=$(primary_of_slot "${ports[0]}" "$(redis-cli -p "${ports[0]}" CLUSTER KEYSLOT 'herald:{herald}:')")
+  for i in $(seq 100); do
+    slot=$(redis-cli -p "${ports[0]}" CLUSTER KEYSLOT "herald:q:{$name.queue}")
+    [ "$(primary_of_slot "${ports[0]}" "$slot")" != "$control" ] && break
+    name="drill$$-$i"
+  done
+fi
+
 faults="$work/faults"
 : >"$faults"
 "$bin/herald" drill --nodes "127.0.0.1:${node_port[a]},127.0.0.1:${node_port[b]}" \
-  --duration "$duration" --rate "$rate" --faults "$faults" --name "drill$$" &
+  --duration "$duration" --rate "$rate" --faults "$faults" --name "$name" &
 drill=$!
 pids+=($drill)
 
@@ -219,7 +233,7 @@ say "restarted Herald node a (pid ${node_pid[a]})"
 
 at $((duration * 11 / 20))
 if $redis_cluster; then
-  slot=$(redis-cli -p "${ports[0]}" CLUSTER KEYSLOT "herald:q:{drill$$.queue}")
+  slot=$(redis-cli -p "${ports[0]}" CLUSTER KEYSLOT "herald:q:{$name.queue}")
   old=$(primary_of_slot "${ports[0]}" "$slot")
   kill -9 "${redis_pid[$old]}"
   wait "${redis_pid[$old]}" 2>/dev/null || true

@@ -9,8 +9,9 @@
 # mosquitto-clients (and compared with its mosquitto), all installed if
 # missing.
 # Every server a test starts listens on 127.0.0.1 ephemeral ports and is
-# stopped by the test. A short cluster fault drill (Redis Sentinel, two
-# nodes, a node and the Redis primary killed) follows the Rust tests. Between the two, each fuzz target in fuzz/ runs
+# stopped by the test. Two short cluster fault drills (two nodes, a node
+# and a Redis primary killed: on Redis Sentinel, then on a Redis Cluster)
+# follow the Rust tests. Between the two, each fuzz target in fuzz/ runs
 # FUZZ_RUNS inputs (300,000 by default; 0 skips them) from a fixed seed,
 # so that a run is repeatable, with cargo-fuzz on the nightly toolchain,
 # installing cargo-fuzz if it is missing. Longer searches from random
@@ -57,8 +58,9 @@ if [ "$FUZZ_RUNS" -gt 0 ]; then
 fi
 
 cargo build --locked --bins
-echo "== cluster fault drill (a short one: scripts/cluster-drill.sh)"
+echo "== cluster fault drills (short ones: scripts/cluster-drill.sh)"
 scripts/cluster-drill.sh --duration 24 --rate 200 --bin target/debug
+scripts/cluster-drill.sh --duration 24 --rate 200 --bin target/debug --redis-cluster
 
 echo "== interoperability tests"
 (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)

@@ -203,6 +203,30 @@ fn a_node_sends_redis_only_topics_another_node_subscribes_to() {
 }
 
 #[test]
+fn a_node_whose_id_a_running_node_has_is_refused_at_start_and_a_restart_is_not() {
+    let redis = Redis::start();
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    let (_ca, on_a) = connect(&a);
+    let (_cb, on_b) = connect(&b);
+    // a hears its inbox once b's messages reach it.
+    heard(&on_b, "id.probe", &subscribe(&on_a, "id.probe"));
+    let e = herald_server::Server::start(cluster_config(&redis, "a"))
+        .err()
+        .expect("a second node 'a' is refused")
+        .to_string();
+    assert!(
+        e.contains("cluster.node_id 'a' is in use") && e.contains("herald:in:{a}"),
+        "{e}"
+    );
+    // Stopped (or dead: its connections close), its id is free again.
+    drop(on_a);
+    a.shutdown();
+    let again = node(&redis, "a");
+    let (_c, on_again) = connect(&again);
+    heard(&on_b, "id.again", &subscribe(&on_again, "id.again"));
+}
+
+#[test]
 fn garbage_from_redis_is_ignored_and_the_node_goes_on() {
     let redis = Redis::start();
     let (a, b) = (node(&redis, "a"), node(&redis, "b"));

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use herald_client::{AckMode, Consumer, Destination, Message, Session};
+use herald_client::{AckMode, Consumer, Destination, Message, Producer, Session};
 use herald_server::Server;
 use herald_tests::{number as n, *};
 
@@ -43,6 +43,72 @@ fn drain(consumer: &Consumer, into: &mut BTreeMap<i64, u32>) {
 fn heard(from: &Session, topic: &str, consumer: &Consumer) {
     let producer = from.create_producer(&Destination::topic(topic)).unwrap();
     until_heard(&producer, || Message::text("probe"), &[consumer]);
+}
+
+/// What bursts of numbered sends came to, per producer.
+#[derive(Default)]
+struct Tally {
+    receipted: [BTreeSet<i64>; 2],
+    refused: Vec<(usize, i64)>,
+}
+
+impl Tally {
+    /// Sends message `k` of `ks` through each of two producers, all
+    /// asynchronously (as a producer with a window of receipts sends:
+    /// several of a sender's appends come before the barrier of the
+    /// first), then waits for every answer.
+    fn burst(&mut self, producers: &[Producer], ks: std::ops::Range<i64>) {
+        let (answers, answered) = std::sync::mpsc::channel();
+        for k in ks.clone() {
+            for (i, producer) in producers.iter().enumerate() {
+                let m = Message::text("job").with_property("n", k).persistent();
+                let answers = answers.clone();
+                producer
+                    .send_async(m, move |r| answers.send((i, k, r.is_ok())).unwrap())
+                    .unwrap();
+            }
+        }
+        for _ in 0..ks.count() * producers.len() {
+            match answered
+                .recv_timeout(Duration::from_secs(30))
+                .expect("an answer")
+            {
+                (i, k, true) => {
+                    self.receipted[i].insert(k);
+                }
+                (i, k, false) => self.refused.push((i, k)),
+            }
+        }
+    }
+
+    /// Drains `consumer` of producer `i`'s queue until it has every
+    /// receipted message (or 30 s pass), says what came, and fails on a
+    /// receipted message lost (or, if `once`, one delivered twice).
+    fn check(&self, i: usize, queue: &str, consumer: &Consumer, once: bool) {
+        let mut got = BTreeMap::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.receipted[i].iter().all(|k| got.contains_key(k)) && Instant::now() < deadline {
+            drain(consumer, &mut got);
+        }
+        let lost: Vec<_> = self.receipted[i]
+            .iter()
+            .filter(|k| !got.contains_key(k))
+            .collect();
+        let twice: Vec<_> = got.iter().filter(|(_, &c)| c > 1).map(|(k, _)| k).collect();
+        let refused = self.refused.iter().filter(|r| r.0 == i).count();
+        eprintln!(
+            "{queue}: receipted {}, refused {refused}, delivered {}, lost {}, twice {}",
+            self.receipted[i].len(),
+            got.len(),
+            lost.len(),
+            twice.len()
+        );
+        assert!(lost.is_empty(), "{queue}: receipted and lost: {lost:?}");
+        assert!(
+            !once || twice.is_empty(),
+            "{queue}: delivered twice: {twice:?}"
+        );
+    }
 }
 
 #[test]
@@ -142,6 +208,12 @@ fn queues_spread_over_the_shards_and_topics_and_transactions_cross_them() {
             .load(std::sync::atomic::Ordering::Relaxed)
     };
     assert_eq!(received(&a), 0, "nobody on a wants a topic");
+    // b hears its inbox (a sharded channel): another node 'b' is refused.
+    let mut config = test_config();
+    config.cluster.redis = cluster.url();
+    config.cluster.node_id = "b".into();
+    let e = Server::start(config).err().expect("refused").to_string();
+    assert!(e.contains("cluster.node_id 'b' is in use"), "{e}");
 }
 
 #[test]
@@ -186,29 +258,24 @@ fn a_shard_failover_loses_nothing_receipted_and_the_other_shards_go_on() {
                 .unwrap()
         })
         .collect();
-    let mut receipted: [BTreeSet<i64>; 2] = Default::default();
-    let mut refused = [0u32; 2];
+    let mut tally = Tally::default();
     let mut killed_at = None;
     let started = Instant::now();
+    // Sends go in bursts of 8: each receipt must answer for its own
+    // message's append (once, a failed append failed only the first
+    // barrier after it, and the others' messages were lost).
     let mut k = 0i64;
     // Until the dead shard's queue takes messages again after the kill.
     loop {
-        k += 1;
-        if k == 200 {
+        if k >= 1600 && killed_at.is_none() {
             cluster.kill(victim);
             killed_at = Some(Instant::now());
         }
-        for (i, producer) in producers.iter().enumerate() {
-            let m = Message::text("job").with_property("n", k).persistent();
-            match producer.send_with_receipt(m) {
-                Ok(()) => {
-                    receipted[i].insert(k);
-                }
-                Err(_) => refused[i] += 1,
-            }
-        }
-        let back = killed_at
-            .is_some_and(|at| at.elapsed() > Duration::from_secs(1) && receipted[0].contains(&k));
+        tally.burst(&producers, k + 1..k + 9);
+        k += 8;
+        let back = killed_at.is_some_and(|at| {
+            at.elapsed() > Duration::from_secs(1) && tally.receipted[0].contains(&k)
+        });
         if back || started.elapsed() > Duration::from_secs(60) {
             break;
         }
@@ -220,34 +287,12 @@ fn a_shard_failover_loses_nothing_receipted_and_the_other_shards_go_on() {
         back_after < Duration::from_secs(30),
         "the failed shard's queue took messages again"
     );
-    assert_eq!(
-        refused[1], 0,
+    assert!(
+        tally.refused.iter().all(|r| r.0 == 0),
         "the other shard's queue never refused a send"
     );
     for (i, consumer) in consumers.iter().enumerate() {
-        let mut got = BTreeMap::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !receipted[i].iter().all(|k| got.contains_key(k)) && Instant::now() < deadline {
-            drain(consumer, &mut got);
-        }
-        let lost: Vec<_> = receipted[i]
-            .iter()
-            .filter(|k| !got.contains_key(k))
-            .collect();
-        let twice = got.values().filter(|&&c| c > 1).count();
-        eprintln!(
-            "{}: sent {k}, receipted {}, refused {}, delivered {}, lost {}, twice {twice}",
-            queues[i],
-            receipted[i].len(),
-            refused[i],
-            got.len(),
-            lost.len()
-        );
-        assert!(
-            lost.is_empty(),
-            "{}: receipted and lost: {lost:?}",
-            queues[i]
-        );
+        tally.check(i, queues[i], consumer, false);
     }
 }
 
@@ -279,30 +324,55 @@ fn a_redis_that_is_no_cluster_or_a_cluster_with_unserved_slots_stops_the_start()
 }
 
 #[test]
-fn a_queue_whose_slot_migrates_to_another_shard_mid_stream_loses_nothing() {
+fn a_queue_whose_slot_migrates_to_another_shard_mid_stream_refuses_and_loses_nothing() {
     let cluster = RedisCluster::start(3, 0);
     let (a, b) = (node(&cluster, "a"), node(&cluster, "b"));
     let (_ca, on_a) = connect(&a);
     let (_cb, on_b) = connect(&b);
-    let queue = "moving";
-    let key = stream(queue);
+    let key = stream("moving");
     let from = cluster.primary_of(&key);
     let to = *cluster.ports().iter().find(|&&p| p != from).unwrap();
-    let consumer = on_b.create_consumer(&Destination::queue(queue)).unwrap();
-    let producer = on_a.create_producer(&Destination::queue(queue)).unwrap();
-    let mut receipted = BTreeSet::new();
-    let send = |k: i64, receipted: &mut BTreeSet<i64>| {
-        let m = Message::text("job").with_property("n", k).persistent();
-        if producer.send_with_receipt(m).is_ok() {
-            receipted.insert(k);
+    // A queue that stays on the old shard: its appends share the moving
+    // queue's pipelines, and run while the moving queue's are redirected.
+    let staying = (0..100)
+        .map(|i| format!("staying.{i}"))
+        .find(|q| cluster.primary_of(&stream(q)) == from)
+        .expect("another queue on the shard");
+    let queues = ["moving", staying.as_str()];
+    let consumers: Vec<Consumer> = queues
+        .iter()
+        .map(|q| on_b.create_consumer(&Destination::queue(*q)).unwrap())
+        .collect();
+    let producers: Vec<_> = queues
+        .iter()
+        .map(|q| on_a.create_producer(&Destination::queue(*q)).unwrap())
+        .collect();
+    let mut tally = Tally::default();
+    // A transaction to the moving queue (a MULTI/EXEC of its own slot),
+    // numbered from 1000, in each stage of the move.
+    let (cx, _) = connect(&a);
+    let transacted = cx.create_session(AckMode::Transacted).unwrap();
+    let in_transaction = transacted
+        .create_producer(&Destination::queue("moving"))
+        .unwrap();
+    let mut committed = Vec::new();
+    let mut commit = |k: i64| {
+        let m = Message::text("tx").with_property("n", k).persistent();
+        in_transaction.send(m).unwrap();
+        if transacted.commit().is_ok() {
+            committed.push(k);
         }
     };
-    for k in 0..100 {
-        send(k, &mut receipted);
+    // Bursts of sends to both queues, so that one pipeline holds both.
+    let mut send = |ks: std::ops::Range<i64>| tally.burst(&producers, ks);
+    for k in (0..100).step_by(10) {
+        send(k..k + 10);
     }
+    commit(1000);
     // The slot moves as redis-cli --cluster reshard moves it: importing
-    // on one side, migrating on the other, the key moved, then the slot
-    // given to its new owner everywhere; sends go on in between.
+    // on one side, migrating on the other, the key moved (the old shard
+    // answers ASK for it now), then the slot given to its new owner
+    // everywhere (the old one answers MOVED); sends go on in between.
     let id = |port: u16| {
         RedisCluster::cli(port, &["CLUSTER", "MYID"])
             .trim()
@@ -314,9 +384,10 @@ fn a_queue_whose_slot_migrates_to_another_shard_mid_stream_loses_nothing() {
         .to_owned();
     RedisCluster::cli(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]);
     RedisCluster::cli(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]);
-    for k in 100..150 {
-        send(k, &mut receipted);
+    for k in (100..150).step_by(10) {
+        send(k..k + 10);
     }
+    commit(1001);
     let to_port = to.to_string();
     let moved = RedisCluster::cli(
         from,
@@ -332,40 +403,37 @@ fn a_queue_whose_slot_migrates_to_another_shard_mid_stream_loses_nothing() {
         ],
     );
     assert!(moved.contains("OK"), "MIGRATE: {moved}");
-    for k in 150..200 {
-        send(k, &mut receipted);
+    // The old shard answers ASK now, to the transaction too.
+    commit(1002);
+    for k in (150..200).step_by(10) {
+        send(k..k + 10);
     }
     for port in cluster.ports() {
         RedisCluster::cli(port, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
     }
-    for k in 200..300 {
-        send(k, &mut receipted);
+    // And MOVED: the first batch after the hand-over meets it.
+    commit(1003);
+    for k in (200..300).step_by(10) {
+        send(k..k + 10);
     }
     assert_eq!(cluster.primary_of(&key), to, "the slot moved");
-    // Only while the key is on the new shard and the slot still
-    // migrating (the old one answers ASK to a batch), and the first send
-    // after the move (its batch meets MOVED, and the node reads the slots
-    // again), do sends fail, and the sender sends again; before and
-    // after, every one is receipted.
-    let missing: Vec<i64> = (0..150)
-        .chain(201..300)
-        .filter(|k| !receipted.contains(k))
-        .collect();
+    // A batch follows ASK and MOVED command by command: no send is
+    // refused, and none that ran is sent again.
     assert!(
-        missing.is_empty(),
-        "sends refused outside the move: {missing:?}"
+        tally.refused.is_empty(),
+        "sends refused: {:?}",
+        tally.refused
     );
-    let mut got = BTreeMap::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !receipted.iter().all(|k| got.contains_key(k)) && Instant::now() < deadline {
-        drain(&consumer, &mut got);
+    assert_eq!(committed, [1000, 1001, 1002, 1003], "every commit");
+    let redirected = a
+        .cluster()
+        .unwrap()
+        .stats
+        .redirected
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(redirected > 0, "the node counts what it sent again");
+    tally.receipted[0].extend(&committed);
+    for (i, consumer) in consumers.iter().enumerate() {
+        tally.check(i, queues[i], consumer, true);
     }
-    let lost: Vec<_> = receipted.iter().filter(|k| !got.contains_key(k)).collect();
-    eprintln!(
-        "moving: sent 300, receipted {}, delivered {}, lost {}",
-        receipted.len(),
-        got.len(),
-        lost.len()
-    );
-    assert!(lost.is_empty(), "receipted and lost: {lost:?}");
 }

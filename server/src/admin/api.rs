@@ -102,6 +102,7 @@ async fn server(State(state): State<AppState>) -> ApiResult {
                 "queue_appended": load(&st.appended),
                 "queue_read": load(&st.read),
                 "queue_claimed": load(&st.claimed),
+                "redirected": load(&st.redirected),
             })
         }),
         "process": process_footprint().map(|(rss_bytes, threads)| json!({

@@ -85,6 +85,11 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
                 "Shared queue messages claimed from nodes that stopped",
                 &st.claimed,
             ),
+            (
+                "herald_cluster_redirected",
+                "Runs of commands sent again where a Redis Cluster redirection said",
+                &st.redirected,
+            ),
         ];
         for (name, help, value) in rows {
             counter(&mut r, name, help, value.load(Ordering::Relaxed));

@@ -471,10 +471,22 @@ impl Broker {
     pub fn barrier(&self, from: Option<ConnectionRef>, done: Completion) {
         match self.peers.get().cloned() {
             None => self.store.barrier(done),
-            Some(peers) => self.store.barrier(Box::new(move |stored| match stored {
-                Ok(()) => peers.barrier(from, done),
-                Err(e) => done(Err(e)),
-            })),
+            Some(peers) => {
+                // Counted now: the journal answers later, by when `from`
+                // may have sent more, which a later barrier answers for.
+                let covers = peers.written();
+                self.store.barrier(Box::new(move |stored| match stored {
+                    Ok(()) => peers.barrier(from, covers, done),
+                    Err(e) => done(Err(e)),
+                }))
+            }
+        }
+    }
+
+    /// Connection `serial` closed (its receipts have nobody to go to).
+    pub fn connection_closed(&self, serial: u64) {
+        if let Some(peers) = self.peers.get() {
+            peers.closed(serial);
         }
     }
 

@@ -41,9 +41,16 @@ pub trait Peers: Send + Sync {
     /// A message read from `queue`'s stream is done with (acknowledged,
     /// moved, expired): its entry goes.
     fn settle(&self, queue: &str, entry: EntryId);
+    /// How many writes (sends to shared queues, commits, rechecks) were
+    /// handed over so far: a barrier asked for now covers those.
+    fn written(&self) -> u64;
     /// Runs `done` once Redis has answered everything sent before it,
-    /// with an error if something `from` sent was not accepted.
-    fn barrier(&self, from: Option<ConnectionRef>, done: Completion);
+    /// with an error if a write of `from`'s among the first `covers` (see
+    /// [`Peers::written`]) was not accepted.
+    fn barrier(&self, from: Option<ConnectionRef>, covers: u64, done: Completion);
+    /// Connection `serial` closed: nothing it sent needs answering for any
+    /// more.
+    fn closed(&self, serial: u64);
     /// A consumer attached to (`true`) or detached from the shared queue
     /// `name` here: the node reads the queue's stream while it has any.
     fn consuming(&self, name: &str, queue: &SharedQueue, attached: bool);

@@ -1,4 +1,4 @@
-//! The `herald-cluster-in` thread: the node's subscriber connection. It
+//! The `herald-cl-in` thread: the node's subscriber connection. It
 //! hears this node's inbox (see [`super::interest`]) and the other nodes'
 //! announcements, and routes the topic messages they send here to this
 //! node's subscribers.

@@ -1,38 +1,39 @@
 //! Cluster mode: nodes share topics through Redis pub/sub, and queues
-//! through Redis streams (see [`queues`]).
+//! through Redis streams (see [`queues`]), on one Redis, the primary
+//! Sentinel names, or the primaries of a Redis Cluster.
 //!
 //! Modules: [`threads`] (starting and stopping the three threads),
-//! `outbound` (the thread that writes to Redis, fed `commands`), `inbound`
-//! (the subscriber connection), [`queues`] (the thread that reads shared
-//! queues, fed [`requests`]), `peers` (the broker's `Peers`, implemented
-//! by sending those), `durables` (the subscription registry),
-//! [`settings`] (shared configuration), [`link`] (which Redis: one server
-//! or Sentinel's primary), `resp` (the subscriber's RESP reader), `common`
-//! (stream names, pipelined round trips, link state), `interest` (which
-//! topics the other nodes want, and the Redis globs that say so),
+//! `outbound` (the thread that writes to Redis, fed `commands`; `redirect`
+//! sends again what met `MOVED` or `ASK`), `inbound` (the subscriber
+//! connection), [`queues`] (the thread that reads shared queues, fed
+//! [`requests`]), `peers` (the broker's `Peers`, implemented by sending
+//! those), `durables` (the subscription registry), [`settings`] (shared
+//! configuration), [`nodes`] (the node list), [`link`] (which Redis),
+//! `shards` and [`slots`] (a thread's connections, one per primary of a
+//! Redis Cluster, and its slot map), `resp` (the subscriber's RESP
+//! reader), `common` (stream names, pipelined round trips, link state),
+//! `interest` (which topics the other nodes want, and their inboxes),
 //! `manage` (an operator's work on a shared queue's stream), `replies`
-//! (Redis's answers to the stream commands, parsed). This
-//! file holds the state the threads share ([`Cluster`]).
+//! (Redis's answers to the stream commands, parsed). This file holds the
+//! state the threads share ([`Cluster`]).
 //!
 //! Nothing here runs on a worker. A topic message published on this node
-//! is handed to the `herald-cluster-out` thread through a bounded channel
-//! (a full channel drops it and counts it: Redis pub/sub is at-most-once
-//! anyway), which `PUBLISH`es it, many per round trip, on channel
-//! `herald:t:<topic>`. The `herald-cluster-in` thread holds a pub/sub
-//! connection `PSUBSCRIBE`d to a Redis glob for each topic pattern that
-//! local subscriptions use, a superset that arriving messages are matched
-//! against exactly by the topic tree, and routes what other nodes
-//! published to the local subscribers, selectors evaluated here.
+//! goes to the inbox of each other node whose interest (the topic
+//! patterns of its subscriptions, kept in Redis) covers it: it is handed
+//! to the `herald-cl-out` thread through a bounded channel (a full channel
+//! drops it and counts it: Redis pub/sub is at-most-once anyway), which
+//! `PUBLISH`es it (`SPUBLISH` on a Redis Cluster), bundled under load, on
+//! channel `herald:in:{<node id>}`. The `herald-cl-in` thread listens on
+//! this node's inbox and routes what arrives to the local subscribers,
+//! selectors evaluated here.
 //!
 //! Each published payload carries its origin (node id and this process's
-//! start, so a restarted node is a new origin) and a sequence number: a
-//! node skips its own messages, whose subscribers had them already, and a
-//! message that arrives once for each of several matching globs is routed
-//! once.
+//! start, so a restarted node is a new origin) and a sequence number, so
+//! that a node routes each message once.
 //!
-//! Either thread reconnects with back-off when Redis goes away; the outage
-//! is logged and shown in `connected`, and messages published meanwhile do
-//! not reach other nodes.
+//! Every thread reconnects with back-off when Redis goes away; the outage
+//! is logged and shown in `connected`, and topic messages published
+//! meanwhile do not reach other nodes.
 
 mod commands;
 mod common;
@@ -45,6 +46,7 @@ pub mod nodes;
 mod outbound;
 mod peers;
 pub mod queues;
+mod redirect;
 mod replies;
 pub mod requests;
 mod resp;
@@ -95,6 +97,9 @@ pub struct ClusterStats {
     pub read: AtomicU64,
     /// Messages claimed from nodes that stopped renewing their hold.
     pub claimed: AtomicU64,
+    /// Runs of a batch's commands sent again where a redirection (MOVED,
+    /// ASK: a resharding or a failover on a Redis Cluster) said.
+    pub redirected: AtomicU64,
     /// Both threads are connected to Redis.
     pub connected_out: AtomicBool,
     /// See `connected_out`.
@@ -124,6 +129,9 @@ pub struct Cluster {
     /// this node's consumer name in the queues' consumer groups.
     origin: Vec<u8>,
     next_seq: AtomicU64,
+    /// Writes numbered so far (see `commands::Outcomes`): a barrier asked
+    /// for now covers those.
+    writes: AtomicU64,
     outbound: Sender<Command>,
     /// Commands in `outbound`.
     queued: AtomicUsize,
@@ -400,11 +408,17 @@ impl Cluster {
             *settings = settings.with(&change);
         }
         self.apply_settings(shared);
+        let seq = self.number_write();
         self.send(Command::Settings {
             change,
             node_id: self.node_id.clone(),
+            seq,
         });
-        self.send(Command::Barrier { from: None, done });
+        self.send(Command::Barrier {
+            from: None,
+            covers: seq,
+            done,
+        });
     }
 
     /// This node, as the registry's writes name it.
@@ -530,6 +544,11 @@ impl Cluster {
 
     /// Hands a command to the outbound thread. Counted before it is
     /// queued, so that the thread never takes off more than was added.
+    /// Numbers a write that a barrier answers for.
+    fn number_write(&self) -> u64 {
+        self.writes.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
     fn send(&self, command: Command) -> usize {
         let queued = self.queued.fetch_add(1, Ordering::Relaxed) + 1;
         if let Err(mpsc::SendError(command)) = self.outbound.send(command) {

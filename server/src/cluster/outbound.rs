@@ -1,16 +1,16 @@
-//! The `herald-cluster-out` thread: everything this node writes to Redis
+//! The `herald-cl-out` thread: everything this node writes to Redis
 //! (topic messages for the other nodes, appends to shared queues and
 //! subscription streams, settlements, commits, registry and settings
 //! changes), in pipelined batches, with one `WAIT` per batch that holds a
 //! receipt, and the barrier that answers a receipt once Redis has
 //! answered everything before it.
 
-use super::commands::{Command, Outcomes};
+use super::commands::{Command, Outcomes, Uncovered, NOT_TAKEN};
 use super::common::{back_off, link_down, link_up, stream_key, CONTROL};
 use super::interest::INTEREST_REFRESH;
 use super::shards::{broken, Redis};
 use super::slots::key_slot;
-use super::{durables, queues, settings, Cluster, PRIMARY_LOOK};
+use super::{durables, queues, redirect, settings, Cluster, PRIMARY_LOOK};
 use crate::broker::{EntryId, SharedChanges};
 use crate::frontend::Shared;
 use crate::store::StoreError;
@@ -27,13 +27,6 @@ pub(super) const BATCH: usize = 1024;
 
 /// How long the thread waits for a command before it syncs again.
 const IDLE_WAIT: Duration = Duration::from_millis(20);
-
-/// Sending connections whose writes are tracked, past which the old ones
-/// are forgotten.
-const UNCONFIRMED_MAX: usize = 4096;
-
-/// How old a sender's unreceipted writes get before they are forgotten.
-const UNCONFIRMED_FOR: Duration = Duration::from_secs(30);
 
 /// How long failed settlements wait before they are sent again.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
@@ -66,21 +59,26 @@ impl Command {
             Command::Registry { stream, record, by } => {
                 durables::write(pipe, stream, record.as_ref(), by)
             }
-            Command::Settings { change, node_id } => settings::write(pipe, change, node_id),
-            Command::Barrier { .. } | Command::Recheck { .. } | Command::Commit { .. } => {
-                return false
-            }
+            Command::Settings {
+                change, node_id, ..
+            } => settings::write(pipe, change, node_id),
+            Command::Barrier { .. }
+            | Command::Recheck { .. }
+            | Command::Commit { .. }
+            | Command::Forget { .. } => return false,
         }
         true
     }
 
-    /// The connection (by serial) whose write this is, for a command
-    /// that writes for one.
-    fn sender(&self) -> Option<Option<u64>> {
+    /// For a write that a barrier answers for: the sender (a
+    /// connection's serial, `None` for the server's own) and the write's
+    /// number.
+    fn write(&self) -> Option<(Option<u64>, u64)> {
         match self {
-            Command::Append { from, .. }
-            | Command::Commit { from, .. }
-            | Command::Recheck { from, .. } => Some(from.map(|c| c.serial)),
+            Command::Append { from, seq, .. }
+            | Command::Commit { from, seq, .. }
+            | Command::Recheck { from, seq, .. } => Some((from.map(|c| c.serial), *seq)),
+            Command::Settings { seq, .. } => Some((None, *seq)),
             _ => None,
         }
     }
@@ -95,7 +93,10 @@ impl Command {
             | Command::Settle { queue, .. } => Some(stream_key(queue)),
             Command::Registry { .. } | Command::Settings { .. } => Some(CONTROL.to_owned()),
             Command::Publish { channel, .. } => Some(channel.to_string()),
-            Command::Barrier { .. } | Command::Recheck { .. } | Command::Commit { .. } => None,
+            Command::Barrier { .. }
+            | Command::Recheck { .. }
+            | Command::Commit { .. }
+            | Command::Forget { .. } => None,
         }
     }
 
@@ -103,39 +104,57 @@ impl Command {
     fn sends(&self) -> bool {
         !matches!(
             self,
-            Command::Barrier { .. } | Command::Recheck { .. } | Command::Commit { .. }
+            Command::Barrier { .. }
+                | Command::Recheck { .. }
+                | Command::Commit { .. }
+                | Command::Forget { .. }
         )
     }
 
     /// Redis did not take the command (`why`).
     pub(super) fn fail(self, why: &str, outcomes: &mut Outcomes) {
+        if let Some((sender, seq)) = self.write() {
+            outcomes.wrote(sender, seq, NOT_TAKEN);
+            return;
+        }
         match self {
             Command::Publish { .. } => outcomes.dropped += 1,
-            Command::Append { from, .. }
-            | Command::Commit { from, .. }
-            | Command::Recheck { from, .. } => {
-                outcomes.failed.insert(from.map(|c| c.serial));
-            }
-            Command::Settings { .. } => {
-                outcomes.failed.insert(None);
-            }
             retry @ (Command::Settle { .. }
             | Command::Release { .. }
             | Command::Registry { .. }) => outcomes.retry.push(retry),
-            Command::Barrier { from, done } => {
-                outcomes.failed.remove(&from.map(|c| c.serial));
+            Command::Barrier {
+                from, covers, done, ..
+            } => {
+                // It fails anyway: what it covers is answered for.
+                let _ = outcomes.cover(from.map(|c| c.serial), covers, |_| true);
                 done(Err(StoreError::Unconfirmed(why.to_owned())));
             }
+            forget @ Command::Forget { .. } => forget.done(outcomes, |_| true, why),
+            _ => {}
         }
     }
 
-    /// Redis answered everything before this command.
-    pub(super) fn done(self, outcomes: &mut Outcomes) {
-        if let Command::Barrier { from, done } = self {
-            match outcomes.failed.remove(&from.map(|c| c.serial)) {
-                true => done(Err(StoreError::Refused)),
-                false => done(Ok(())),
-            }
+    /// Redis answered everything before this command: a barrier answers
+    /// for the writes it covers, those on a connection `confirmed` does
+    /// not hold counting as not replicated (`short` says so).
+    pub(super) fn done(
+        self,
+        outcomes: &mut Outcomes,
+        confirmed: impl Fn(u64) -> bool,
+        short: &str,
+    ) {
+        if let Command::Forget { serial } = self {
+            outcomes.writes.remove(&Some(serial));
+            return;
+        }
+        if let Command::Barrier { from, covers, done } = self {
+            done(
+                match outcomes.cover(from.map(|c| c.serial), covers, confirmed) {
+                    Ok(()) => Ok(()),
+                    Err(Uncovered::NotTaken) => Err(StoreError::Refused),
+                    Err(Uncovered::Unreplicated) => Err(StoreError::Unconfirmed(short.to_owned())),
+                },
+            )
         }
     }
 }
@@ -148,7 +167,6 @@ pub(super) fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &W
         outcomes: Outcomes::default(),
         batch: Vec::with_capacity(BATCH),
         retry_at: None,
-        unconfirmed: HashMap::new(),
     };
     let mut attempt = 0;
     while !cluster.stop.load(Ordering::Acquire) {
@@ -202,14 +220,10 @@ struct Writer<'a> {
     /// Not before then are failed settlements sent again: a shard that
     /// is down refuses them at once, and would be asked in a loop.
     retry_at: Option<Instant>,
-    /// Per sending connection (by serial), the ids of the Redis
-    /// connections it wrote on since its last receipt, and when it last
-    /// wrote.
-    unconfirmed: HashMap<Option<u64>, (HashSet<u64>, Option<Instant>)>,
 }
 
 /// What one batch asks of Redis: a pipeline per shard it touches.
-struct Asked {
+pub(super) struct Asked {
     /// Topic messages in it.
     published: u64,
     /// The oldest registry epoch a message in it was routed with, if one
@@ -217,19 +231,33 @@ struct Asked {
     /// the epoch after its appends.
     oldest: Option<u64>,
     /// It holds a receipt: each pipeline ends with a `WAIT`.
-    wait: bool,
-    parts: Vec<Part>,
+    pub(super) wait: bool,
+    pub(super) parts: Vec<Part>,
     /// Per command of the batch, the parts it went in, or why it could
     /// not go (no primary serves its slot).
-    placed: Vec<Result<Vec<usize>, String>>,
+    pub(super) placed: Vec<Result<Vec<usize>, String>>,
     /// The part that reads the epoch.
-    epoch: Option<usize>,
+    pub(super) epoch: Option<usize>,
 }
 
 /// One shard's share of a batch.
-struct Part {
-    shard: usize,
-    pipe: redis::Pipeline,
+pub(super) struct Part {
+    pub(super) shard: usize,
+    pub(super) pipe: redis::Pipeline,
+    /// On a Redis Cluster, its runs of commands that a redirection sends
+    /// again elsewhere (see `redirect`).
+    pub(super) groups: Vec<Group>,
+}
+
+/// A run of one part's commands that stands or falls together (a batch
+/// command's, or a bundle's, or a queue's settlements), all for one slot.
+pub(super) struct Group {
+    /// The batch commands it carries, by index.
+    pub(super) commands: Vec<usize>,
+    /// Its commands in the part's pipeline.
+    pub(super) range: std::ops::Range<usize>,
+    /// The key whose slot they share.
+    pub(super) key: String,
 }
 
 /// A batch's parts, being made.
@@ -247,14 +275,19 @@ impl Parts<'_, '_> {
         Ok(self.for_shard(shard))
     }
 
-    /// The index of the part for `command`'s shard; `None` for one that
-    /// sends nothing of its own. With one Redis there is one shard, and no
-    /// key to work out (and allocate) per message.
-    fn for_command(&mut self, command: &Command) -> Option<Result<usize, String>> {
+    /// Adds batch command `i` to the part for its shard; `None` for one
+    /// that sends nothing of its own. With one Redis there is one shard,
+    /// and no key to work out (and allocate) per message.
+    fn add_command(&mut self, i: usize, command: &Command) -> Option<Result<usize, String>> {
         if !self.redis.sharded() {
-            return command.sends().then(|| self.for_shard(0)).map(Ok);
+            let at = command.sends().then(|| self.for_shard(0))?;
+            command.add_to(&mut self.parts[at].pipe);
+            return Some(Ok(at));
         }
-        command.key().map(|key| self.for_key(&key))
+        let key = command.key()?;
+        Some(self.add_group(key, &[i], |pipe| {
+            command.add_to(pipe);
+        }))
     }
 
     /// The index of the part for `shard`, made if need be.
@@ -263,6 +296,7 @@ impl Parts<'_, '_> {
             self.parts.push(Part {
                 shard,
                 pipe: redis::pipe(),
+                groups: Vec::new(),
             });
             self.parts.len() - 1
         })
@@ -274,12 +308,34 @@ impl Parts<'_, '_> {
         add(&mut self.parts[at].pipe);
         Ok(at)
     }
+
+    /// [`Parts::add`] for what batch commands `commands` write: on a Redis
+    /// Cluster it is a [`Group`] of the part.
+    fn add_group(
+        &mut self,
+        key: String,
+        commands: &[usize],
+        add: impl FnOnce(&mut redis::Pipeline),
+    ) -> Result<usize, String> {
+        let at = self.for_key(&key)?;
+        let part = &mut self.parts[at];
+        let start = part.pipe.len();
+        add(&mut part.pipe);
+        if self.redis.sharded() {
+            part.groups.push(Group {
+                commands: commands.to_vec(),
+                range: start..part.pipe.len(),
+                key,
+            });
+        }
+        Ok(at)
+    }
 }
 
 /// A batch's answers: per part, what it answered (the epoch and the
 /// replicas kept) or why it failed, and the id of the connection it went
 /// on.
-type Answers = Vec<(redis::RedisResult<Vec<Value>>, u64)>;
+pub(super) type Answers = Vec<(redis::RedisResult<Vec<Value>>, u64)>;
 
 impl Writer<'_> {
     /// While there is no connection: what waits would reach nobody in
@@ -329,8 +385,8 @@ impl Writer<'_> {
                 Some(false) => continue,
                 None => return Served::Stopped,
             }
-            let asked = self.pipeline(redis);
-            let answered = self.send(redis, &asked);
+            let mut asked = self.pipeline(redis);
+            let answered = self.send(redis, &mut asked);
             if let Err(e) = self.answer(redis, answered, &asked) {
                 link_down(&cluster.stats.connected_out, "publisher", &e);
                 return Served::LinkLost;
@@ -423,26 +479,25 @@ impl Writer<'_> {
                 Command::Commit { changes, .. } => {
                     let n = changes.sends.len() as u64;
                     stats.appended.fetch_add(n, Ordering::Relaxed);
-                    placed[i] = commit(&mut parts, changes);
+                    placed[i] = commit(&mut parts, i, changes);
                     continue;
                 }
                 _ => {}
             }
-            if let Some(at) = parts.for_command(command) {
-                placed[i] = at.map(|at| {
-                    command.add_to(&mut parts.parts[at].pipe);
-                    vec![at]
-                });
+            if let Some(at) = parts.add_command(i, command) {
+                placed[i] = at.map(|at| vec![at]);
             }
         }
         for (channel, (bundle, commands)) in &bundles {
-            let at = parts.add(channel, |pipe| bundle.flush(pipe, channel, redis.sharded()));
+            let at = parts.add_group(channel.to_string(), commands, |pipe| {
+                bundle.flush(pipe, channel, redis.sharded())
+            });
             for &i in commands {
                 placed[i] = at.clone().map(|at| vec![at]);
             }
         }
         for (queue, (entries, commands)) in &settled {
-            let at = parts.add(&stream_key(queue), |pipe| {
+            let at = parts.add_group(stream_key(queue), commands, |pipe| {
                 queues::settle(pipe, queue, entries)
             });
             for &i in commands {
@@ -503,18 +558,28 @@ impl Writer<'_> {
     /// Sends the batch's parts and reads their answers; then, if the
     /// registry moved since a message was routed, rechecks the batch's
     /// messages (a failure of that is the registry's part's).
-    fn send(&self, redis: &mut Redis, asked: &Asked) -> Answers {
+    fn send(&self, redis: &mut Redis, asked: &mut Asked) -> Answers {
         let keep = usize::from(asked.wait);
-        let plan: Vec<(usize, &redis::Pipeline, usize)> = asked
-            .parts
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let epoch = usize::from(asked.epoch == Some(i));
-                (p.shard, &p.pipe, keep + epoch)
-            })
-            .collect();
-        let mut answers = redis.on_shards(&plan);
+        let mut answers = match redis.sharded() {
+            true => redirect::send(
+                redis,
+                asked,
+                (keep, self.cluster.min_replicas),
+                &self.cluster.stats.redirected,
+            ),
+            false => {
+                let plan: Vec<(usize, &redis::Pipeline, usize)> = asked
+                    .parts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        let epoch = usize::from(asked.epoch == Some(i));
+                        (p.shard, &p.pipe, keep + epoch)
+                    })
+                    .collect();
+                redis.on_shards(&plan)
+            }
+        };
         let (Some(oldest), Some(at)) = (asked.oldest, asked.epoch) else {
             return answers;
         };
@@ -572,7 +637,6 @@ impl Writer<'_> {
             .find_map(|(a, _)| a.as_ref().err().filter(|e| broken(e)));
         if let Some(e) = lost {
             let why = e.to_string();
-            self.unconfirmed.clear();
             for command in self.batch.drain(..) {
                 command.fail(&why, &mut self.outcomes);
             }
@@ -617,7 +681,9 @@ impl Writer<'_> {
             .stats
             .published
             .fetch_add(asked.published - lost_publishes, Ordering::Relaxed);
-        let now = Instant::now();
+        // Without replicas to wait for, a write Redis took is as safe as
+        // it gets.
+        let confirmed = |id| min == 0 || confirmed.contains(&id);
         for (command, placed) in self.batch.drain(..).zip(&asked.placed) {
             let parts = match went(placed, &failed) {
                 Err((why, retry)) => {
@@ -631,40 +697,19 @@ impl Writer<'_> {
                 }
                 Ok(()) => placed.as_deref().unwrap_or_default(),
             };
-            // A receipt needs every connection its sender wrote on since
-            // the last one confirmed: a write on a connection since lost,
-            // or on one whose WAIT fell short, is not known to be
-            // replicated.
-            let wrote: &[usize] = match &command {
-                Command::Append { .. } | Command::Commit { .. } => parts,
-                Command::Recheck { .. } => asked.epoch.as_slice(),
-                _ => &[],
-            };
-            if let (Some(from), true) = (command.sender(), min > 0 && !wrote.is_empty()) {
-                let (ids, at) = self.unconfirmed.entry(from).or_default();
-                ids.extend(wrote.iter().map(|&p| answers[p].1));
-                *at = Some(now);
-            }
-            match &command {
-                Command::Barrier { from, .. } if min > 0 => {
-                    let (ids, _) = self
-                        .unconfirmed
-                        .remove(&from.map(|c| c.serial))
-                        .unwrap_or_default();
-                    match ids.iter().all(|id| confirmed.contains(id)) {
-                        true => command.done(&mut self.outcomes),
-                        false => command.fail(&short, &mut self.outcomes),
-                    }
+            // A receipt needs the connections its writes went on to have
+            // confirmed them: a write on a connection since lost, or on
+            // one whose WAIT fell short, is not known to be replicated.
+            if let (Some((sender, seq)), true) = (command.write(), min > 0) {
+                let wrote: &[usize] = match &command {
+                    Command::Recheck { .. } => asked.epoch.as_slice(),
+                    _ => parts,
+                };
+                for &p in wrote {
+                    self.outcomes.wrote(sender, seq, answers[p].1);
                 }
-                _ => command.done(&mut self.outcomes),
             }
-        }
-        // Senders that never ask for a receipt leave their writes here: let
-        // them go once they are old (a receipt follows its write within a
-        // batch or two).
-        if self.unconfirmed.len() > UNCONFIRMED_MAX {
-            self.unconfirmed
-                .retain(|_, (_, at)| at.is_some_and(|at| now - at < UNCONFIRMED_FOR));
+            command.done(&mut self.outcomes, confirmed, &short);
         }
         if failed.iter().any(Option::is_some) && !self.outcomes.retry.is_empty() {
             self.retry_at = Some(Instant::now() + RETRY_PAUSE);
@@ -689,9 +734,10 @@ fn went<'a>(
     }
 }
 
-/// Adds a committed transaction's changes to `parts`: one MULTI/EXEC
-/// per slot (one for the one Redis). Returns the parts it went in.
-fn commit(parts: &mut Parts, changes: &SharedChanges) -> Result<Vec<usize>, String> {
+/// Adds a committed transaction's changes, batch command `i`, to `parts`:
+/// one MULTI/EXEC per slot (one for the one Redis). Returns the parts it
+/// went in.
+fn commit(parts: &mut Parts, i: usize, changes: &SharedChanges) -> Result<Vec<usize>, String> {
     let sharded = parts.redis.sharded();
     let slot = |queue: &str| match sharded {
         true => key_slot(stream_key(queue).as_bytes()),
@@ -715,14 +761,14 @@ fn commit(parts: &mut Parts, changes: &SharedChanges) -> Result<Vec<usize>, Stri
     }
     let mut went = Vec::new();
     for (queue, sends, settles) in by_slot.values() {
-        let at = parts.add(&stream_key(queue), |pipe| {
+        let at = parts.add_group(stream_key(queue), &[i], |pipe| {
             pipe.cmd("MULTI").ignore();
-            for &i in sends {
-                let (queue, block) = &changes.sends[i];
+            for &n in sends {
+                let (queue, block) = &changes.sends[n];
                 queues::append(pipe, queue, block, 0);
             }
-            for &i in settles {
-                let (queue, entry) = &changes.settled[i];
+            for &n in settles {
+                let (queue, entry) = &changes.settled[n];
                 queues::settle(pipe, queue, &[*entry]);
             }
             pipe.cmd("EXEC").ignore();

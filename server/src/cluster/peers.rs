@@ -84,12 +84,14 @@ impl Peers for Cluster {
             queue: queue.to_owned(),
             block: block.clone(),
             from,
+            seq: self.number_write(),
         });
         self.pressure(queued)
     }
 
     fn commit(&self, changes: SharedChanges, from: Option<ConnectionRef>) {
-        self.send(Command::Commit { changes, from });
+        let seq = self.number_write();
+        self.send(Command::Commit { changes, from, seq });
     }
 
     fn settle(&self, queue: &str, entry: EntryId) {
@@ -99,8 +101,16 @@ impl Peers for Cluster {
         });
     }
 
-    fn barrier(&self, from: Option<ConnectionRef>, done: Completion) {
-        self.send(Command::Barrier { from, done });
+    fn written(&self) -> u64 {
+        self.writes.load(Ordering::Acquire)
+    }
+
+    fn barrier(&self, from: Option<ConnectionRef>, covers: u64, done: Completion) {
+        self.send(Command::Barrier { from, covers, done });
+    }
+
+    fn closed(&self, serial: u64) {
+        self.send(Command::Forget { serial });
     }
 
     fn consuming(&self, name: &str, queue: &SharedQueue, attached: bool) {
@@ -139,6 +149,7 @@ impl Peers for Cluster {
             epoch,
             appended,
             from,
+            seq: self.number_write(),
         });
     }
 }

@@ -5,7 +5,7 @@
 //! (by the outbound thread; a persistent message's RECEIPT waits for
 //! Redis's answer). Each node with consumers of the queue reads it for
 //! them as one member of the group, named after the node and its process
-//! start, on the `herald-cluster-q` thread: no more than its consumers
+//! start, on the `herald-cl-q` thread: no more than its consumers
 //! have credit for, into the node's own [`crate::broker::Queue`], which
 //! dispatches as on a single node. An acknowledgement settles the entry
 //! (`XACK` and `XDEL`), and so does a move to the dead-letter or expiry
@@ -111,7 +111,7 @@ fn consumer(cluster: &Cluster) -> String {
     String::from_utf8_lossy(&cluster.origin).into_owned()
 }
 
-/// The `herald-cluster-q` thread: reads the shared queues this node has
+/// The `herald-cl-q` thread: reads the shared queues this node has
 /// consumers for, until the cluster stops.
 pub(super) fn run(cluster: &Cluster, requests: &Receiver<Request>, shared: &Weak<Shared>) {
     let me = consumer(cluster);
@@ -409,7 +409,15 @@ impl Reader<'_, '_> {
             // and a pause instead of BLOCK when none had anything.
             let mut parts: HashMap<usize, redis::Pipeline> = HashMap::new();
             for w in wanted {
-                let shard = self.shards.shard_of(&stream_key(&w.0))?;
+                // A queue whose slot no primary serves now is left for the
+                // next round; the others are read.
+                let shard = match self.shards.shard_of(&stream_key(&w.0)) {
+                    Ok(shard) => shard,
+                    Err(e) => {
+                        self.isolated(&w.0, Err(e))?;
+                        continue;
+                    }
+                };
                 parts
                     .entry(shard)
                     .or_insert_with(redis::pipe)
@@ -417,7 +425,7 @@ impl Reader<'_, '_> {
             }
             let parts: Vec<(usize, redis::Pipeline)> = parts.into_iter().collect();
             let plan: Vec<(usize, &redis::Pipeline)> = parts.iter().map(|(s, p)| (*s, p)).collect();
-            for answered in self.shards.each_answer_on(&plan) {
+            for (answered, _) in self.shards.each_answer_on(&plan) {
                 match answered {
                     Ok(answers) => replies.extend(answers),
                     // The others' go on; this one is tried again.

@@ -26,7 +26,7 @@ use super::link::Link;
 use super::slots::{key_slot, SlotMap};
 
 /// Redirections one command follows before it gives up.
-const REDIRECTS: usize = 3;
+pub(super) const REDIRECTS: usize = 3;
 
 /// A thread's connections to Redis: one, or one per cluster primary.
 pub(super) struct Redis<'a> {
@@ -347,12 +347,14 @@ impl<'a> Redis<'a> {
     pub(super) fn each_answer_on(
         &mut self,
         parts: &[(usize, &Pipeline)],
-    ) -> Vec<RedisResult<Vec<Value>>> {
+    ) -> Vec<(RedisResult<Vec<Value>>, u64)> {
         let parts: Vec<(usize, &Pipeline, usize)> = parts.iter().map(|&(s, p)| (s, p, 0)).collect();
         self.sent_then(&parts, |con, pipe, _| recv_all(con, pipe))
-            .into_iter()
-            .map(|(answer, _)| answer)
-            .collect()
+    }
+
+    /// The primary at `addr` (`host:port`), by its index, if it is one.
+    pub(super) fn shard_at(&self, addr: &str) -> Option<usize> {
+        self.map.as_ref()?.primaries.iter().position(|p| p == addr)
     }
 
     fn sent_then(

@@ -3,7 +3,7 @@
 use super::inbound::run_inbound;
 use super::link::Link;
 use super::outbound::run_outbound;
-use super::shards::Redis;
+use super::shards::{Redis, Routed};
 use super::{queues, Cluster, ClusterStats};
 use crate::config::ClusterSection;
 use crate::frontend::Shared;
@@ -38,6 +38,34 @@ impl ClusterHandle {
             let _ = t.join();
         }
     }
+}
+
+/// How many connections listen on node `node_id`'s inbox, if any do: a
+/// node of that id runs already (a node that died has no connection
+/// left), and two would hear each other's messages and take each other's
+/// place in the registry.
+fn inbox_heard(shards: &mut Redis, node_id: &str) -> redis::RedisResult<Option<u64>> {
+    let inbox = super::interest::inbox(node_id);
+    let verb = if shards.sharded() {
+        "SHARDNUMSUB"
+    } else {
+        "NUMSUB"
+    };
+    let mut heard = None;
+    // A node of this id that stopped a moment ago may not have been seen
+    // to leave yet: asked three times, 100 ms apart.
+    for _ in 0..3 {
+        let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
+            .arg(verb)
+            .arg(&inbox)
+            .on(shards, &inbox)?;
+        heard = counts.first().map(|(_, n)| *n).filter(|&n| n > 0);
+        if heard.is_none() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(heard)
 }
 
 /// Starts the cluster threads for `shared`'s broker and registers the
@@ -97,6 +125,7 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         node_id,
         origin,
         next_seq: AtomicU64::new(0),
+        writes: AtomicU64::new(0),
         outbound,
         queued: AtomicUsize::new(0),
         consumed: Mutex::new(HashMap::new()),
@@ -135,11 +164,24 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
     // The other nodes' interest too, so that the first messages published
     // here reach them.
     let loaded = Redis::connect(&cluster.link).and_then(|mut shards| {
+        if let Some(n) = inbox_heard(&mut shards, &cluster.node_id)? {
+            return Ok(Some(n));
+        }
         let con = shards.control()?;
         cluster.sync_durables(con, &weak)?;
         cluster.sync_settings(con, &weak)?;
-        cluster.read_others(con)
+        cluster.read_others(con).map(|()| None)
     });
+    if let Ok(Some(n)) = loaded {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!(
+                "cluster.node_id '{}' is in use: {n} running node(s) listen on its inbox {}; give each node a cluster.node_id of its own",
+                cluster.node_id,
+                super::interest::inbox(&cluster.node_id)
+            ),
+        ));
+    }
     if let Err(e) = loaded {
         // Refused credentials do not pass by waiting: say so now.
         let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
@@ -157,19 +199,19 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
     let out = {
         let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
         std::thread::Builder::new()
-            .name("herald-cluster-out".into())
+            .name("herald-cl-out".into())
             .spawn(move || run_outbound(&cluster, &outbound_rx, &shared))?
     };
     let inbound = {
         let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
         std::thread::Builder::new()
-            .name("herald-cluster-in".into())
+            .name("herald-cl-in".into())
             .spawn(move || run_inbound(&cluster, &shared))?
     };
     let queues = {
         let (cluster, shared) = (cluster.clone(), Arc::downgrade(shared));
         std::thread::Builder::new()
-            .name("herald-cluster-q".into())
+            .name("herald-cl-q".into())
             .spawn(move || queues::run(&cluster, &requests_rx, &shared))?
     };
     log::info!(

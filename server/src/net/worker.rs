@@ -1056,6 +1056,7 @@ impl Worker {
             self.shared.broker.delete_queue(&name);
         }
         release_client_id(&conn.session, &self.shared, conn.serial);
+        self.shared.broker.connection_closed(conn.serial);
         self.shared.places.remove(conn.serial);
         self.stats().connections.fetch_sub(1, Ordering::Relaxed);
         self.shared.open_connections.fetch_sub(1, Ordering::AcqRel);
