@@ -25,17 +25,19 @@ pub struct Plan {
 pub(super) fn cpu_seconds(pid: &str) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map_err(io("reading /proc/PID/stat"))?;
+    stat_seconds(&stat)
+        .ok_or_else(|| Error::InvalidArgument(format!("no CPU times in /proc/{pid}/stat")))
+}
+
+/// The CPU seconds (user and system) in a process's or a thread's
+/// `/proc/.../stat` line.
+pub(super) fn stat_seconds(stat: &str) -> Option<f64> {
     // The fields after the command's closing parenthesis; utime and stime
     // are the 14th and 15th of the whole line, in clock ticks.
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = after.split_whitespace().collect();
     let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
-    match (ticks(11), ticks(12)) {
-        (Some(user), Some(system)) => Ok((user + system) / CLOCK_TICKS),
-        _ => Err(Error::InvalidArgument(format!(
-            "no CPU times in /proc/{pid}/stat"
-        ))),
-    }
+    Some((ticks(11)? + ticks(12)?) / CLOCK_TICKS)
 }
 
 /// Linux's `USER_HZ`, the unit of /proc's CPU times, on every

@@ -24,6 +24,7 @@ mod progress;
 mod queue;
 mod raw;
 mod scale;
+mod shard_costs;
 mod shards;
 mod soak;
 mod stomp;
@@ -71,7 +72,10 @@ pub enum Mode {
     Cluster,
     /// Persistent receipted queues (16, a producer and a consumer each) on
     /// one Redis beside a Redis Cluster of three primaries, both started
-    /// here, and each Redis server's CPU per million messages
+    /// here, and each Redis server's CPU per million messages; then, on
+    /// the Redis Cluster, the CPU of each operation (queue send, delivery
+    /// and ack, a topic across two nodes) in Redis and in a node's cluster
+    /// threads and workers
     Shards,
     /// A mixed load for --duration at --rate: persistent and plain queues
     /// and topics, consumers that come and go, a slow one, a reconnecting

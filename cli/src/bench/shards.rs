@@ -4,6 +4,7 @@
 //! CPU seconds each Redis server used per million messages, read from
 //! `/proc`. Both are started here (Debian's redis-server and redis-cli),
 //! without replicas, so that both do the same work (`min_replicas` 0).
+//! Then the cost of each operation on the Redis Cluster ([`super::shard_costs`]).
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -197,6 +198,7 @@ pub fn run(workers: usize, fsync: FsyncPolicy, size: usize, count: u64) -> Resul
         plan.count,
         json.join(",")
     );
+    super::shard_costs::run(&shards_url, &shards, workers, fsync, size, count)?;
     let _ = std::fs::remove_dir_all(super::embedded_data_dir());
     Ok(())
 }
