@@ -452,6 +452,53 @@ fn garbage_in_redis_is_skipped_and_the_node_goes_on() {
     assert!(a.cluster().unwrap().stats.connected());
 }
 
+/// A durable subscription an older version registered (four fields, its
+/// stream under the cluster's own hash tag) goes on working where that
+/// version kept it, until it is deleted.
+#[test]
+fn a_subscription_an_older_version_registered_keeps_its_stream() {
+    let redis = Redis::start();
+    let mut record = Vec::new();
+    for field in ["app", "old", "sales.#", ""] {
+        record.extend_from_slice(&(field.len() as u32).to_be_bytes());
+        record.extend_from_slice(field.as_bytes());
+    }
+    let registry = &b"herald:{herald}:durables"[..];
+    let stream = &b"herald:{herald}:q:durable 3:app:old"[..];
+    redis.command(&[b"HSET", registry, b"durable 3:app:old", &record]);
+    // What it kept before the upgrade.
+    let mut kept = job(1);
+    kept.destination = Some(Destination::topic("sales.eu"));
+    let mut block = bytes::BytesMut::new();
+    kept.encode(&mut block).unwrap();
+    assert!(!redis
+        .command(&[b"XADD", stream, b"*", b"m", &block])
+        .starts_with('-'));
+
+    let a = node(&redis, "a");
+    let (_c, on_a) = as_client(&a, "app");
+    let old = on_a
+        .create_durable_subscriber(&Destination::topic("sales.#"), "old")
+        .unwrap();
+    on_a.create_producer(&Destination::topic("sales.eu"))
+        .unwrap()
+        .send_with_receipt(job(2))
+        .unwrap();
+    let got: Vec<i64> = (0..2).map(|_| n(&next(&old))).collect();
+    assert_eq!(got, [1, 2], "what it kept, then what came since");
+    assert_eq!(redis.command(&[b"EXISTS", stream]), ":1", "where it was");
+    assert_eq!(
+        redis.command(&[b"HGET", registry, b"durable 3:app:old"]),
+        format!("${}", record.len()),
+        "not registered anew"
+    );
+
+    drop(old);
+    on_a.unsubscribe("old").unwrap();
+    assert_eq!(redis.command(&[b"EXISTS", stream]), ":0");
+    assert_eq!(redis.command(&[b"HLEN", registry]), ":0");
+}
+
 #[test]
 fn browsers_and_the_management_interface_see_a_shared_queue_on_any_node() {
     let redis = Redis::start();

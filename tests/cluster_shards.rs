@@ -1,13 +1,13 @@
-//! Cluster mode on a Redis Cluster (`redis+cluster://`): queues spread
-//! over the shards, topics reach every node through each node's sharded
-//! inbox, a shard's failover loses nothing receipted while the other
+//! Cluster mode on a Redis Cluster (`redis+cluster://`): queues and
+//! durable and shared subscriptions spread over the shards, topics reach
+//! every node through each node's sharded inbox, a shard's failover loses nothing receipted while the other
 //! shards go on, and a deployment that cannot work stops the start.
 //! Debian's redis-server in cluster mode, on free ports.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use herald_client::{AckMode, Consumer, Destination, Message, Producer, Session};
+use herald_client::{AckMode, Consumer, ConsumerOptions, Destination, Message, Producer, Session};
 use herald_server::Server;
 use herald_tests::{number as n, *};
 
@@ -436,4 +436,134 @@ fn a_queue_whose_slot_migrates_to_another_shard_mid_stream_refuses_and_loses_not
     for (i, consumer) in consumers.iter().enumerate() {
         tally.check(i, queues[i], consumer, true);
     }
+}
+
+/// Every cluster subscription stream on the primaries of `cluster`, by
+/// primary.
+fn subscription_streams(cluster: &RedisCluster) -> BTreeMap<u16, Vec<String>> {
+    cluster
+        .ports()
+        .into_iter()
+        .map(|port| {
+            let keys = RedisCluster::cli(port, &["KEYS", "herald:q:{durable@*"]);
+            (port, keys.lines().map(str::to_owned).collect())
+        })
+        .collect()
+}
+
+/// How many streams `by_primary` holds.
+fn count(by_primary: &BTreeMap<u16, Vec<String>>) -> usize {
+    by_primary.values().map(Vec::len).sum()
+}
+
+/// The registry's entries.
+fn registered(cluster: &RedisCluster) -> usize {
+    let registry = "herald:{herald}:durables";
+    let port = cluster.primary_of(registry);
+    RedisCluster::cli(port, &["HLEN", registry])
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Numbered persistent sales, receipted.
+fn sell(producer: &Producer, ks: std::ops::Range<i64>) {
+    for k in ks {
+        let m = Message::text("sale").with_property("n", k).persistent();
+        producer.send_with_receipt(m).unwrap();
+    }
+}
+
+#[test]
+fn subscription_streams_spread_over_the_shards_and_go_with_their_subscriptions() {
+    let cluster = RedisCluster::start(3, 0);
+    let (a, b) = (node(&cluster, "a"), node(&cluster, "b"));
+    let (_cb, on_b) = connect(&b);
+    let producer = on_b
+        .create_producer(&Destination::topic("sales.eu"))
+        .unwrap();
+    let sales = Destination::topic("sales.#");
+    // Nine durable subscribers on a, each of its own client id.
+    let mut subscribers: Vec<_> = (0..9)
+        .map(|i| {
+            let (c, s) = as_client(&a, &format!("app-{i}"));
+            let d = s.create_durable_subscriber(&sales, "daily").unwrap();
+            (c, s, Some(d))
+        })
+        .collect();
+    wait_until("b knows the nine", || b.stats().subscriptions == 9);
+    sell(&producer, 0..20);
+    for (i, (_, _, d)) in subscribers.iter().enumerate() {
+        let mut got = BTreeMap::new();
+        drain(d.as_ref().unwrap(), &mut got);
+        let want: BTreeMap<i64, u32> = (0..20).map(|k| (k, 1)).collect();
+        assert_eq!(got, want, "subscriber {i}: each sale once");
+    }
+    // Their streams are on the shards of their slots, all three.
+    let streams = subscription_streams(&cluster);
+    assert_eq!(count(&streams), 9, "{streams:?}");
+    for (port, keys) in &streams {
+        for key in keys {
+            assert_eq!(cluster.primary_of(key), *port, "{key}");
+        }
+    }
+    let used = streams.values().filter(|keys| !keys.is_empty()).count();
+    assert_eq!(
+        used, 3,
+        "nine subscriptions over the three primaries: {streams:?}"
+    );
+    assert_eq!(registered(&cluster), 9);
+
+    // Deleted: its stream goes, and its entry.
+    let (_, s0, d0) = &mut subscribers[0];
+    drop(d0.take());
+    s0.unsubscribe("daily").unwrap();
+    wait_until("its stream and entry go", || {
+        count(&subscription_streams(&cluster)) == 8 && registered(&cluster) == 8
+    });
+
+    // Replaced (another selector) while away, what it kept with it: the
+    // new one has a stream of its own, and starts empty.
+    let (c1, _, d1) = &mut subscribers[1];
+    drop(d1.take());
+    c1.close().unwrap();
+    sell(&producer, 100..103);
+    let before = subscription_streams(&cluster);
+    let options = ConsumerOptions::default()
+        .durable("daily")
+        .selector("n >= 200");
+    let (_c1, s1) = as_client(&a, "app-1");
+    let replaced = s1.create_consumer_with(&sales, options).unwrap();
+    // Its receipt came once it was registered: what is sent now is kept.
+    sell(&producer, 200..202);
+    let mut got = BTreeMap::new();
+    drain(&replaced, &mut got);
+    assert_eq!(
+        got,
+        BTreeMap::from([(200, 1), (201, 1)]),
+        "only the new ones"
+    );
+    let after = subscription_streams(&cluster);
+    assert_eq!(count(&after), 8, "{after:?}");
+    assert_ne!(after, before, "another stream");
+    drop(replaced);
+
+    // A shared subscription across both nodes: one stream, gone with its
+    // last consumer.
+    let (ca, on_a) = connect(&a);
+    let on_a_reader = on_a.create_shared_consumer(&sales, "readers").unwrap();
+    let on_b_reader = on_b.create_shared_consumer(&sales, "readers").unwrap();
+    assert_eq!(count(&subscription_streams(&cluster)), 9, "a shared stream");
+    sell(&producer, 300..340);
+    let mut got = BTreeMap::new();
+    drain(&on_a_reader, &mut got);
+    drain(&on_b_reader, &mut got);
+    let want: BTreeMap<i64, u32> = (300..340).map(|k| (k, 1)).collect();
+    assert_eq!(got, want, "each once, to one of the two");
+    drop(on_a_reader);
+    drop(ca);
+    drop(on_b_reader);
+    wait_until("the shared subscription and its stream go", || {
+        registered(&cluster) == 8 && count(&subscription_streams(&cluster)) == 8
+    });
 }

@@ -5,7 +5,7 @@
 use super::address::Subscriber;
 use super::delivery::Deliveries;
 use super::queue::Queue;
-use super::registry::{cluster_durable_stream, Durable, DurableRecord, Kept};
+use super::registry::{Durable, DurableRecord, Kept};
 use super::request::{Room, SubscribeError, SubscribeRequest, SubscriptionHandle, Written};
 use super::topic_tree::{Target, TopicEntry};
 use super::Broker;
@@ -78,25 +78,25 @@ impl Broker {
             .map(|r| ((r.client_id.clone(), r.name.clone()), r))
             .collect();
         let mut durables = lock(&self.durables);
+        // A replaced one (another topic, selector or kind) has another
+        // stream.
         let stale: Vec<(String, String)> = durables
             .iter()
-            .filter(|(id, d)| {
-                let same = wanted.get(*id).is_some_and(|r| {
-                    Pattern::parse(&r.pattern).is_ok_and(|p| p == d.pattern)
-                        && r.selector == d.selector
-                });
-                matches!(d.kept, Kept::Cluster { .. }) && d.consumers.is_empty() && !same
+            .filter(|(id, d)| match &d.kept {
+                Kept::Cluster { stream, .. } => {
+                    let same = wanted.get(*id).is_some_and(|r| r.stream() == *stream);
+                    d.consumers.is_empty() && !same
+                }
+                _ => false,
             })
             .map(|(id, _)| id.clone())
             .collect();
         if let Some(peers) = self.peers.get() {
-            for ((client_id, name), d) in durables.iter() {
-                if let (Kept::Cluster { stream, .. }, false, false) = (
-                    &d.kept,
-                    d.consumers.is_empty(),
-                    wanted.contains_key(&(client_id.clone(), name.clone())),
-                ) {
-                    peers.durable(stream, Some(&d.record(client_id, name)));
+            for (id, d) in durables.iter() {
+                if let (Kept::Cluster { record, .. }, false, false) =
+                    (&d.kept, d.consumers.is_empty(), wanted.contains_key(id))
+                {
+                    peers.durable(record, true);
                 }
             }
         }
@@ -109,10 +109,9 @@ impl Broker {
         for (id, r) in wanted {
             match self.parse_subscription(&r.pattern, &r.selector) {
                 Ok((pattern, selector)) => {
-                    let stream = cluster_durable_stream(&r.client_id, &r.name);
                     let kept = Kept::Cluster {
-                        stream,
-                        durable: r.durable,
+                        stream: r.stream(),
+                        record: r.clone(),
                     };
                     // The registry does not say who made it.
                     let d = self.new_durable(
@@ -146,10 +145,10 @@ impl Broker {
         match &d.kept {
             Kept::No => {}
             Kept::Journal(id) => self.journal(Record::End { id: *id }, None),
-            Kept::Cluster { stream, .. } => {
+            Kept::Cluster { record, .. } => {
                 // Its stream goes whole: what this node read of it too.
                 if let (Some(peers), true) = (self.peers.get(), everywhere) {
-                    peers.durable(stream, None);
+                    peers.durable(record, false);
                 }
             }
         }
@@ -205,16 +204,19 @@ impl Broker {
             let kept = match (durable, self.peers.get()) {
                 // In a cluster: registered in Redis, for every node.
                 (_, Some(peers)) => {
-                    let stream = cluster_durable_stream(client, name);
                     let record = DurableRecord {
                         client_id: client.to_owned(),
                         name: name.to_owned(),
                         pattern: req.destination.to_owned(),
                         selector: req.selector_text().to_owned(),
                         durable,
+                        own_slot: true,
                     };
-                    peers.durable(&stream, Some(&record));
-                    Kept::Cluster { stream, durable }
+                    peers.durable(&record, true);
+                    Kept::Cluster {
+                        stream: record.stream(),
+                        record,
+                    }
                 }
                 (false, None) => Kept::No,
                 (true, None) => {

@@ -47,7 +47,7 @@ pub use declared_topics::{DeclaredTopics, Undeclared};
 pub use peers::{BrowseDone, PeerError, Peers};
 pub use pending::{Atomic, SharedChanges};
 pub use queue::{AckRef, Held, Queue, QueueLimits, SharedQueue};
-pub use registry::{cluster_durable_stream, is_durable_stream, DurableRecord};
+pub use registry::{durable_field, has_own_slot, is_durable_stream, DurableRecord};
 pub use request::{
     QueueError, RepublishError, Room, RouteError, Routed, SubscribeError, SubscribeRequest,
     SubscriptionHandle, TopicError, Written,

@@ -54,10 +54,10 @@ pub trait Peers: Send + Sync {
     /// A consumer attached to (`true`) or detached from the shared queue
     /// `name` here: the node reads the queue's stream while it has any.
     fn consuming(&self, name: &str, queue: &SharedQueue, attached: bool);
-    /// A durable subscription was made here (`Some`, replacing one of the
-    /// same client id and name) or deleted (`None`), its messages with it:
+    /// A durable subscription was made here (`registered`, replacing one
+    /// of the same client id and name) or deleted, its messages with it:
     /// the registry in Redis and the other nodes learn of it.
-    fn durable(&self, stream: &str, record: Option<&DurableRecord>);
+    fn durable(&self, record: &DurableRecord, registered: bool);
     /// The epoch of the registry of durable subscriptions that this
     /// node's topic tree holds.
     fn durables_epoch(&self) -> u64;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use super::durables::Member;
+use super::durables::{Member, Step};
 use super::requests::Held;
 use super::settings::Change;
 use crate::broker::{ConnectionRef, DurableRecord, EntryId, SharedChanges};
@@ -48,12 +48,14 @@ pub(super) enum Command {
     /// anew with their delivery counts, their old entries settled, in
     /// MULTI/EXEC.
     Release { queue: String, messages: Vec<Held> },
-    /// Register a durable subscription (`Some`: its encoded record) or
-    /// delete one, and announce it.
+    /// Register a durable subscription (`registered`) or delete one,
+    /// and announce it: a step at a time, each once the one before it
+    /// was answered (see [`Step`]).
     Registry {
-        stream: String,
-        record: Option<DurableRecord>,
+        record: DurableRecord,
+        registered: bool,
         by: Member,
+        step: Step,
     },
     /// Change the shared configuration, and announce it.
     Settings {
@@ -103,6 +105,9 @@ pub(super) struct Outcomes {
     /// Settlements to send again once Redis is back: acknowledging twice
     /// is harmless, never acknowledging would hold the entry forever.
     pub(super) retry: Vec<Command>,
+    /// Registry changes whose step before was answered: their next
+    /// step, sent before anything else.
+    pub(super) next: Vec<Command>,
     /// Topic messages lost.
     pub(super) dropped: u64,
 }

@@ -6,26 +6,27 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::broker::is_durable_stream;
+use crate::broker::{has_own_slot, is_durable_stream};
 
 /// The prefix of every key that describes the cluster rather than one
 /// queue (the registry of subscriptions, the nodes, their interest, the
-/// shared settings) and of the streams of cluster subscriptions: one
-/// hash tag, so that on a Redis Cluster they share a slot and the scripts
-/// that read and write several of them stay on one shard.
+/// shared settings), and of the streams of cluster subscriptions that an
+/// older version registered: one hash tag, so that on a Redis Cluster
+/// they share a slot and the scripts that read and write several of them
+/// stay on one shard.
 pub(super) const CONTROL: &str = "herald:{herald}:";
 
-/// The prefix of the Redis stream keys that hold shared queues'
-/// messages: `herald:q:{<name>}`, the queue's name its hash tag, so that
-/// on a Redis Cluster each queue's stream (with its group and pending
-/// entries) is on the shard of its slot and the queues spread over the
+/// The prefix of the Redis stream keys that hold shared queues' and
+/// cluster subscriptions' messages: `herald:q:{<name>}`, the name its
+/// hash tag, so that on a Redis Cluster each stream (with its group and
+/// pending entries) is on the shard of its slot and they spread over the
 /// shards.
 pub(super) const STREAM_PREFIX: &str = "herald:q:{";
 
 /// The Redis stream that holds the messages of the shared queue (or
 /// cluster subscription stream) `name`.
 pub(super) fn stream_key(name: &str) -> String {
-    match is_durable_stream(name) {
+    match is_durable_stream(name) && !has_own_slot(name) {
         true => format!("{CONTROL}q:{name}"),
         false => format!("{STREAM_PREFIX}{name}}}"),
     }

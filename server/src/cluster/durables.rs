@@ -1,30 +1,48 @@
 //! Durable subscriptions shared by the nodes of a cluster.
 //!
 //! The registry is the Redis hash `herald:{herald}:durables`: one field per
-//! subscription, named after its stream (see
-//! [`crate::broker::cluster_durable_stream`]), holding its client id,
-//! name, topic pattern and selector. A node that creates, replaces or
-//! deletes one writes the hash (a deletion drops the stream, with what it
-//! kept) and announces it on channel `herald:durables`; every node reads
+//! subscription, named after its client id and name (see
+//! [`DurableRecord::field`]), holding its client id, name, topic pattern
+//! and selector. Its messages are in a stream of its own,
+//! `herald:q:{<stream>}` (see [`DurableRecord::stream`]), whose slot is
+//! its own: on a Redis Cluster the subscriptions spread over the shards
+//! as queues do. A node that creates, replaces or deletes one writes the
+//! hash and announces it on channel `herald:durables`; every node reads
 //! the hash again when it hears that, when it connects, and every 20 s,
 //! and enters each subscription in its topic tree. A message published on
 //! any node is appended to the stream of each durable subscription it
 //! matches (selectors run there), and the node where the subscriber is
 //! reads the stream as it reads a shared queue's.
 //!
-//! A non-durable shared subscription is registered the same way, so that
-//! its consumers on every node share one stream, and ends when no node
-//! has a consumer: each node with consumers keeps its origin in the set
+//! The registry and a stream are on different shards, so a change is
+//! made in two steps, the second once the first was answered ([`Step`]):
+//! a registration makes the stream and its group, then the entry; a deletion drops the stream, then the entry if
+//! it still is the one deleted (a replacement may have come first).
+//! Appends to a subscription's stream do not make it (`NOMKSTREAM`): one
+//! routed by a node that has not heard of the deletion yet is dropped,
+//! instead of leaving a stream that nobody would ever delete. A replaced
+//! subscription's stream has another name (it carries a hash of what it
+//! subscribes to), so the old stream's deletion cannot reach the new
+//! one's messages.
+//!
+//! A non-durable shared subscription ends when no node has a consumer:
+//! each node with consumers keeps its origin in the set
 //! `herald:{herald}:alive:<stream>` and renews a key
 //! `herald:{herald}:alive:<stream>:<origin>`
 //! that expires after `claim_idle_ms`. A node whose last consumer leaves,
 //! and every node now and then for the ones it has no consumer of, drops
 //! the members whose key expired and ends the subscription once none is
 //! left (one script, so two nodes cannot both keep it or both miss it).
+//! Its stream goes next.
+//!
+//! Subscriptions registered by an older version (their records have no
+//! kind field) keep their streams where that version put them, under
+//! `herald:{herald}:q:<stream>`, until they are deleted.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::common::{query_pipeline, stream_key, CONTROL};
+use super::replies::GROUP;
 use crate::broker::DurableRecord;
 
 /// The Redis hash of the registry.
@@ -38,9 +56,10 @@ pub(super) const EPOCH: &str = "herald:{herald}:durables:epoch";
 pub(super) const CHANNEL: &str = "herald:durables";
 
 /// Ends a non-durable shared subscription that no node has a consumer
-/// of any more: KEYS = its alive set, the registry, its stream; ARGV =
-/// the origin leaving ("" for none), the registry field, the announcing
-/// node id, the prefix of the members' keys.
+/// of any more: KEYS = its alive set, the registry; ARGV = the origin
+/// leaving ("" for none), the registry field, the announcing node id, the
+/// prefix of the members' keys. Returns 1 if it ended (its stream is to
+/// go next).
 const LEAVE: &str = r"
 if ARGV[1] ~= '' then
   redis.call('SREM', KEYS[1], ARGV[1])
@@ -53,11 +72,17 @@ for _, m in ipairs(redis.call('SMEMBERS', KEYS[1])) do
 end
 if redis.call('SCARD', KEYS[1]) == 0 and redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then
   redis.call('HDEL', KEYS[2], ARGV[2])
-  redis.call('DEL', KEYS[3])
   redis.call('PUBLISH', 'herald:durables', ARGV[3])
   return 1
 end
 return 0
+";
+
+/// Makes a subscription's stream and group if need be: KEYS = the
+/// stream; ARGV = the group.
+const MAKE: &str = r"
+pcall(redis.call, 'XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
+return 1
 ";
 
 /// Registers a subscription: KEYS = the registry, the epoch; ARGV = its
@@ -67,6 +92,14 @@ const REGISTER: &str = r"
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
   redis.call('INCR', KEYS[2])
+end
+";
+
+/// Deletes a subscription's entry if it still holds the record deleted:
+/// KEYS = the registry; ARGV = its field, the record.
+const UNREGISTER: &str = r"
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HDEL', KEYS[1], ARGV[1])
 end
 ";
 
@@ -81,40 +114,75 @@ pub(super) struct Member {
     pub ttl_ms: u64,
 }
 
+/// Where a registry change stands: on a Redis Cluster its steps are on
+/// two shards, and the second waits for the first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Step {
+    /// On the stream's shard: make it (a registration), or drop it (a
+    /// deletion).
+    Stream,
+    /// On the registry's shard: the entry, and the announcement.
+    Control,
+}
+
 fn alive_set(stream: &str) -> String {
     format!("{CONTROL}alive:{stream}")
 }
 
-/// Adds the commands that register (`Some`) or delete a subscription, and
-/// announce it. A non-durable one is registered with this node alive in
-/// it, so that nobody ends it before this node's consumer is counted.
+/// The key whose slot `step` of a change to `record` is made in.
+pub(super) fn key(record: &DurableRecord, step: Step) -> String {
+    match step {
+        Step::Stream => stream_key(&record.stream()),
+        Step::Control => CONTROL.to_owned(),
+    }
+}
+
+/// Adds the commands of `step` of registering (`registered`) or deleting
+/// `record` by `by`. A non-durable one is registered with this node
+/// alive in it, so that nobody ends it before this node's consumer is
+/// counted.
 pub(super) fn write(
     pipe: &mut redis::Pipeline,
-    stream: &str,
-    record: Option<&DurableRecord>,
+    (record, registered): (&DurableRecord, bool),
+    step: Step,
     by: &Member,
 ) {
-    match record {
-        Some(record) => {
-            pipe.cmd("EVAL")
-                .arg(REGISTER)
-                .arg(2)
-                .arg(REGISTRY)
-                .arg(EPOCH)
-                .arg(stream)
-                .arg(&encode(record)[..])
-                .ignore();
-            if !record.durable {
-                mark_alive(pipe, stream, by);
-            }
+    let stream = record.stream();
+    match (step, registered) {
+        (Step::Stream, false) => {
+            pipe.cmd("DEL").arg(stream_key(&stream)).ignore();
         }
-        None => {
-            pipe.cmd("HDEL").arg(REGISTRY).arg(stream).ignore();
-            pipe.cmd("DEL").arg(stream_key(stream)).ignore();
-            pipe.cmd("DEL").arg(alive_set(stream)).ignore();
+        (Step::Stream, true) => {
+            pipe.cmd("EVAL")
+                .arg(MAKE)
+                .arg(1)
+                .arg(stream_key(&stream))
+                .arg(GROUP)
+                .ignore();
+        }
+        (Step::Control, registered) => {
+            let script = match registered {
+                true => REGISTER,
+                false => UNREGISTER,
+            };
+            pipe.cmd("EVAL")
+                .arg(script)
+                .arg(1 + usize::from(registered))
+                .arg(REGISTRY);
+            if registered {
+                pipe.arg(EPOCH);
+            }
+            pipe.arg(record.field()).arg(&encode(record)[..]).ignore();
+            match (registered, record.durable) {
+                (true, false) => mark_alive(pipe, &stream, by),
+                (false, _) => {
+                    pipe.cmd("DEL").arg(alive_set(&stream)).ignore();
+                }
+                (true, true) => {}
+            }
+            pipe.cmd("PUBLISH").arg(CHANNEL).arg(&by.node_id).ignore();
         }
     }
-    pipe.cmd("PUBLISH").arg(CHANNEL).arg(&by.node_id).ignore();
 }
 
 /// Adds the commands that mark (or keep) this node alive in a non-durable
@@ -132,9 +200,10 @@ pub(super) fn mark_alive(pipe: &mut redis::Pipeline, stream: &str, by: &Member) 
 
 /// Takes this node out of a non-durable shared subscription (`leaving`),
 /// or only drops members that stopped renewing, and ends the subscription
-/// if no member is left. Returns whether it ended.
+/// if no member is left: on `control` (the registry's shard). Returns
+/// whether it ended; its stream is then to go.
 pub(super) fn leave(
-    con: &mut redis::Connection,
+    control: &mut redis::Connection,
     stream: &str,
     leaving: bool,
     by: &Member,
@@ -142,15 +211,14 @@ pub(super) fn leave(
     let set = alive_set(stream);
     redis::cmd("EVAL")
         .arg(LEAVE)
-        .arg(3)
+        .arg(2)
         .arg(&set)
         .arg(REGISTRY)
-        .arg(stream_key(stream))
         .arg(if leaving { by.origin.as_str() } else { "" })
-        .arg(stream)
+        .arg(crate::broker::durable_field(stream))
         .arg(&by.node_id)
         .arg(format!("{set}:"))
-        .query(con)
+        .query(control)
 }
 
 /// Reads the registry, with its epoch as it was before the read (so that
@@ -187,22 +255,26 @@ pub(super) fn load(con: &mut redis::Connection) -> redis::RedisResult<(u64, Vec<
 }
 
 /// A record as the registry holds it: each field as its length (4 bytes,
-/// big-endian) and its UTF-8 bytes; a non-durable shared subscription's
-/// has a fifth, empty field.
+/// big-endian) and its UTF-8 bytes; a fifth holds the kind, "D" (durable)
+/// or "S" (shared), of one whose stream has its own slot. An older
+/// version's record has four fields (durable) or an empty fifth (shared).
 fn encode(record: &DurableRecord) -> Bytes {
+    let kind = match (record.own_slot, record.durable) {
+        (true, true) => Some("D"),
+        (true, false) => Some("S"),
+        (false, false) => Some(""),
+        (false, true) => None,
+    };
     let fields = [
-        &record.client_id,
+        &record.client_id[..],
         &record.name,
         &record.pattern,
         &record.selector,
     ];
     let mut b = BytesMut::new();
-    for f in fields {
+    for f in fields.into_iter().chain(kind) {
         b.put_u32(f.len() as u32);
         b.put_slice(f.as_bytes());
-    }
-    if !record.durable {
-        b.put_u32(0);
     }
     b.freeze()
 }
@@ -216,15 +288,14 @@ fn decode(mut bytes: &[u8]) -> Option<DurableRecord> {
     }
     let b = &mut bytes;
     let (client_id, name, pattern, selector) = (field(b)?, field(b)?, field(b)?, field(b)?);
-    // A fifth field, empty, marks a non-durable shared subscription.
-    let durable = match b.is_empty() {
-        true => true,
-        false => {
-            if !field(b)?.is_empty() {
-                return None;
-            }
-            false
-        }
+    let (durable, own_slot) = match b.is_empty() {
+        true => (true, false),
+        false => match &field(b)?[..] {
+            "" => (false, false),
+            "D" => (true, true),
+            "S" => (false, true),
+            _ => return None,
+        },
     };
     if !b.is_empty() {
         return None;
@@ -235,6 +306,7 @@ fn decode(mut bytes: &[u8]) -> Option<DurableRecord> {
         pattern,
         selector,
         durable,
+        own_slot,
     })
 }
 
@@ -250,16 +322,24 @@ mod tests {
             pattern: "sales.#".into(),
             selector: "units > 3 AND region = 'EU'".into(),
             durable: true,
+            own_slot: false,
         };
         let bytes = encode(&record);
+        assert_eq!(bytes.len(), 4 * 4 + 5 + 5 + 7 + 27, "an older version's");
         assert_eq!(decode(&bytes), Some(record.clone()));
-        let shared = DurableRecord {
-            durable: false,
-            ..record
-        };
-        let five = encode(&shared);
-        assert_eq!(decode(&five), Some(shared));
-        assert_eq!(decode(&five[..five.len() - 1]), None);
+        for (durable, own_slot) in [(false, false), (true, true), (false, true)] {
+            let other = DurableRecord {
+                durable,
+                own_slot,
+                ..record.clone()
+            };
+            let five = encode(&other);
+            assert_eq!(decode(&five), Some(other));
+            assert_eq!(decode(&five[..five.len() - 1]), None);
+        }
+        let mut unknown = bytes.to_vec();
+        unknown.extend_from_slice(&[0, 0, 0, 1, b'X']);
+        assert_eq!(decode(&unknown), None, "an unknown kind");
         for cut in 0..bytes.len() {
             assert_eq!(decode(&bytes[..cut]), None, "cut at {cut}");
         }

@@ -70,7 +70,7 @@ use interest::{
 use link::Link;
 
 use crate::auth::AuthConfigError;
-use crate::broker::{Backlog, Peers};
+use crate::broker::{Backlog, DurableRecord, Peers};
 use crate::config::AuthSection;
 use crate::frontend::Shared;
 use crate::store::Completion;
@@ -325,7 +325,7 @@ impl Cluster {
                 *lock(&self.ephemeral) = records
                     .iter()
                     .filter(|r| !r.durable)
-                    .map(|r| crate::broker::cluster_durable_stream(&r.client_id, &r.name))
+                    .map(DurableRecord::stream)
                     .collect();
                 if let Some(shared) = shared.upgrade() {
                     shared.broker.sync_durables(records);

@@ -56,9 +56,12 @@ impl Command {
                 }
                 pipe.cmd("EXEC").ignore();
             }
-            Command::Registry { stream, record, by } => {
-                durables::write(pipe, stream, record.as_ref(), by)
-            }
+            Command::Registry {
+                record,
+                registered,
+                by,
+                step,
+            } => durables::write(pipe, (record, *registered), *step, by),
             Command::Settings {
                 change, node_id, ..
             } => settings::write(pipe, change, node_id),
@@ -91,7 +94,8 @@ impl Command {
             Command::Append { queue, .. }
             | Command::Release { queue, .. }
             | Command::Settle { queue, .. } => Some(stream_key(queue)),
-            Command::Registry { .. } | Command::Settings { .. } => Some(CONTROL.to_owned()),
+            Command::Registry { record, step, .. } => Some(durables::key(record, *step)),
+            Command::Settings { .. } => Some(CONTROL.to_owned()),
             Command::Publish { channel, .. } => Some(channel.to_string()),
             Command::Barrier { .. }
             | Command::Recheck { .. }
@@ -147,6 +151,27 @@ impl Command {
             outcomes.writes.remove(&Some(serial));
             return;
         }
+        // A receipt that follows a registry change follows all of it: a
+        // subscription made before a send keeps what was sent.
+        if matches!(self, Command::Barrier { .. }) && !outcomes.next.is_empty() {
+            outcomes.next.push(self);
+            return;
+        }
+        if let Command::Registry {
+            record,
+            registered,
+            by,
+            step: durables::Step::Stream,
+        } = self
+        {
+            outcomes.next.push(Command::Registry {
+                record,
+                registered,
+                by,
+                step: durables::Step::Control,
+            });
+            return;
+        }
         if let Command::Barrier { from, covers, done } = self {
             done(
                 match outcomes.cover(from.map(|c| c.serial), covers, confirmed) {
@@ -195,7 +220,8 @@ pub(super) fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &W
         }
     }
     // Stopping: what is left fails, so that nobody waits for it.
-    for command in writer.batch.drain(..).chain(rx.try_iter()) {
+    let next = std::mem::take(&mut writer.outcomes.next);
+    for command in writer.batch.drain(..).chain(next).chain(rx.try_iter()) {
         command.fail("the server is stopping", &mut writer.outcomes);
     }
 }
@@ -343,7 +369,8 @@ impl Writer<'_> {
     fn fail_waiting(&mut self, why: &str) {
         let waiting: Vec<Command> = self.rx.try_iter().collect();
         self.cluster.dequeued(waiting.len());
-        for command in waiting {
+        let next = std::mem::take(&mut self.outcomes.next);
+        for command in next.into_iter().chain(waiting) {
             command.fail(why, &mut self.outcomes);
         }
         self.cluster.count_dropped(&mut self.outcomes);
@@ -404,6 +431,7 @@ impl Writer<'_> {
             // made lets another node claim and redeliver the message.
             self.outcomes.retry.clear();
         }
+        self.batch.append(&mut self.outcomes.next);
         let now = Instant::now();
         if self.retry_at.is_none_or(|at| now >= at) {
             self.retry_at = None;
@@ -783,7 +811,7 @@ fn commit(parts: &mut Parts, i: usize, changes: &SharedChanges) -> Result<Vec<us
 /// Appends the messages of `batch` that were routed knowing a registry
 /// older than `epoch` to the streams of the subscriptions registered
 /// since, having read the registry again. Returns how many replicas
-/// confirmed them, if a WAIT was due.
+/// confirmed them (the fewest on any stream's shard), if a WAIT was due.
 pub(super) fn recheck(
     cluster: &Cluster,
     redis: &mut Redis,
@@ -796,7 +824,8 @@ pub(super) fn recheck(
     let Some(shared) = shared.upgrade() else {
         return Ok(None);
     };
-    let mut pipe = redis::pipe();
+    // Per stream: each has a slot of its own.
+    let mut pipes: HashMap<String, redis::Pipeline> = HashMap::new();
     let mut added = 0;
     for command in batch {
         let Command::Recheck {
@@ -814,7 +843,8 @@ pub(super) fn recheck(
         }
         for stream in shared.broker.streams_for(topic, block) {
             if !appended.contains(&stream) {
-                queues::append(&mut pipe, &stream, block, 0);
+                let pipe = pipes.entry(stream_key(&stream)).or_insert_with(redis::pipe);
+                queues::append(pipe, &stream, block, 0);
                 added += 1;
             }
         }
@@ -824,20 +854,23 @@ pub(super) fn recheck(
     }
     log::info!("cluster: {added} appends to subscriptions registered on another node while their messages were routed here");
     cluster.stats.appended.fetch_add(added, Ordering::Relaxed);
-    // Cluster subscriptions' streams are on the registry's shard.
     let min = cluster.min_replicas;
-    if min == 0 {
-        redis.pipeline(CONTROL, &pipe, 0)?;
-        return Ok(None);
+    let mut fewest = None;
+    for (key, mut pipe) in pipes {
+        if min == 0 {
+            redis.pipeline(&key, &pipe, 0)?;
+            continue;
+        }
+        pipe.cmd("WAIT")
+            .arg(min)
+            .arg(REPLICA_WAIT.as_millis() as u64);
+        let answers = redis.pipeline(&key, &pipe, 1)?;
+        if let Some(replicas) = answers.first() {
+            let replicas = redis::from_redis_value::<i64>(replicas)?;
+            fewest = Some(fewest.map_or(replicas, |f: i64| f.min(replicas)));
+        }
     }
-    pipe.cmd("WAIT")
-        .arg(min)
-        .arg(REPLICA_WAIT.as_millis() as u64);
-    let answers = redis.pipeline(CONTROL, &pipe, 1)?;
-    answers
-        .first()
-        .map(redis::from_redis_value::<i64>)
-        .transpose()
+    Ok(fewest)
 }
 
 /// Marks a PUBLISH that carries several payloads for one channel: a zero

@@ -2,6 +2,7 @@
 //! commands to the outbound thread and requests to the queue thread.
 
 use super::commands::{Command, OUTBOUND_QUEUE};
+use super::durables::Step;
 use super::interest::redis_glob;
 use super::{queues, requests, Cluster};
 use crate::broker::{
@@ -117,16 +118,18 @@ impl Peers for Cluster {
         queues::consuming(self, name, queue, attached);
     }
 
-    fn durable(&self, stream: &str, record: Option<&DurableRecord>) {
+    fn durable(&self, record: &DurableRecord, registered: bool) {
+        let stream = record.stream();
         let mut ephemeral = lock(&self.ephemeral);
-        match record {
-            Some(r) if !r.durable => ephemeral.insert(stream.to_owned()),
-            _ => ephemeral.remove(stream),
+        match registered && !record.durable {
+            true => ephemeral.insert(stream),
+            false => ephemeral.remove(&stream),
         };
         drop(ephemeral);
         self.send(Command::Registry {
-            stream: stream.to_owned(),
-            record: record.cloned(),
+            step: Step::Stream,
+            record: record.clone(),
+            registered,
             by: self.member(),
         });
     }

@@ -41,7 +41,7 @@ use super::shards::{Redis, Routed};
 use super::Cluster;
 use crate::broker::delivery::Deliveries;
 use crate::broker::queue::QueuedMessage;
-use crate::broker::{is_durable_stream, EntryId, PeerError, SharedQueue};
+use crate::broker::{has_own_slot, is_durable_stream, EntryId, PeerError, SharedQueue};
 use crate::frontend::{hand_out, Shared};
 use crate::sync::lock;
 
@@ -57,14 +57,15 @@ const HOLD: usize = 2 * READ_MAX;
 const CLAIM_CHUNK: usize = 512;
 
 /// Adds the commands that append `block` to `queue`'s stream, with the
-/// times it was delivered before (none for a new message).
+/// times it was delivered before (none for a new message). A cluster
+/// subscription's stream is not made by an append: it is made when the
+/// subscription is registered, and one that is gone was deleted.
 pub(super) fn append(pipe: &mut redis::Pipeline, queue: &str, block: &Bytes, deliveries: u32) {
-    let cmd = pipe
-        .cmd("XADD")
-        .arg(stream_key(queue))
-        .arg("*")
-        .arg("m")
-        .arg(&block[..]);
+    let cmd = pipe.cmd("XADD").arg(stream_key(queue));
+    if has_own_slot(queue) {
+        cmd.arg("NOMKSTREAM");
+    }
+    let cmd = cmd.arg("*").arg("m").arg(&block[..]);
     if deliveries > 0 {
         cmd.arg("d").arg(deliveries);
     }
@@ -304,12 +305,21 @@ impl Reader<'_, '_> {
     }
 
     /// See `durables::leave`. A subscription that ended is dropped here
-    /// too: this node does not hear its own announcement.
+    /// too (this node does not hear its own announcement), and then its
+    /// stream.
     fn leave(&mut self, stream: &str, leaving: bool) -> redis::RedisResult<()> {
-        if super::durables::leave(self.shards.control()?, stream, leaving, &self.member)? {
-            self.cluster.durables_changed.store(true, Ordering::Release);
+        if !super::durables::leave(self.shards.control()?, stream, leaving, &self.member)? {
+            return Ok(());
         }
-        Ok(())
+        self.cluster.durables_changed.store(true, Ordering::Release);
+        let key = stream_key(stream);
+        let dropped = redis::cmd("DEL").arg(&key).on::<i64>(self.shards, &key);
+        if let Err(e) = &dropped {
+            log::warn!(
+                "cluster: {key}, the stream of a shared subscription that ended, stays: {e}"
+            );
+        }
+        self.isolated(stream, dropped.map(drop))
     }
 
     /// Ends the non-durable shared subscriptions that this node has no
