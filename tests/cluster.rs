@@ -226,6 +226,40 @@ fn a_node_whose_id_a_running_node_has_is_refused_at_start_and_a_restart_is_not()
     heard(&on_b, "id.again", &subscribe(&on_again, "id.again"));
 }
 
+/// Keys of a build from before the Redis Cluster key layout: its nodes
+/// and this build's would not see each other's queues, so a node of this
+/// build refuses to start until they are renamed.
+#[test]
+fn a_redis_that_holds_an_older_builds_keys_stops_the_start_until_they_are_renamed() {
+    let redis = Redis::start();
+    redis.command(&[b"SADD", b"herald:topics", b"orders.eu"]);
+    redis.command(&[b"INCR", b"herald:durables:epoch"]);
+    let e = herald_server::Server::start(cluster_config(&redis, "a"))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("an older Herald build wrote (herald:durables:epoch, herald:topics)")
+            && e.contains("docs/operations.md"),
+        "{e}"
+    );
+    // Renamed as docs/operations.md says: the node starts, and goes on
+    // from what the older build kept.
+    for key in ["topics", "durables:epoch"] {
+        let (from, to) = (format!("herald:{key}"), format!("herald:{{herald}}:{key}"));
+        assert_eq!(
+            redis.command(&[b"RENAME", from.as_bytes(), to.as_bytes()]),
+            "+OK"
+        );
+    }
+    let a = node(&redis, "a");
+    let (_c, on_a) = as_client(&a, "app");
+    on_a.create_durable_subscriber(&Destination::topic("orders.#"), "kept")
+        .unwrap();
+    let epoch = &b"herald:{herald}:durables:epoch"[..];
+    assert_eq!(redis.command(&[b"INCRBY", epoch, b"0"]), ":2");
+}
+
 #[test]
 fn garbage_from_redis_is_ignored_and_the_node_goes_on() {
     let redis = Redis::start();

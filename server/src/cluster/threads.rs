@@ -68,6 +68,36 @@ fn inbox_heard(shards: &mut Redis, node_id: &str) -> redis::RedisResult<Option<u
     Ok(heard)
 }
 
+/// The keys that builds before the Redis Cluster key layout wrote for the
+/// cluster itself (docs/operations.md, "Upgrades").
+const OLDER_LAYOUT: [&str; 5] = [
+    "herald:durables",
+    "herald:durables:epoch",
+    "herald:topics",
+    "herald:users",
+    "herald:roles",
+];
+
+/// Which of [`OLDER_LAYOUT`]'s keys one Redis holds: nodes of such a build
+/// name every key otherwise, so they and this node would not see each
+/// other's queues and subscriptions, and what they kept would lie unread.
+/// (Those builds never ran on a Redis Cluster.)
+fn older_layout(shards: &mut Redis) -> redis::RedisResult<Vec<&'static str>> {
+    if shards.sharded() {
+        return Ok(Vec::new());
+    }
+    let mut pipe = redis::pipe();
+    for key in OLDER_LAYOUT {
+        pipe.cmd("EXISTS").arg(key);
+    }
+    let held: Vec<bool> = pipe.query(shards.control()?)?;
+    Ok(OLDER_LAYOUT
+        .into_iter()
+        .zip(held)
+        .filter_map(|(key, held)| held.then_some(key))
+        .collect())
+}
+
 /// Starts the cluster threads for `shared`'s broker and registers the
 /// cluster with it.
 pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<ClusterHandle> {
@@ -165,22 +195,32 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
     // here reach them.
     let loaded = Redis::connect(&cluster.link).and_then(|mut shards| {
         if let Some(n) = inbox_heard(&mut shards, &cluster.node_id)? {
-            return Ok(Some(n));
+            return Ok(Some(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!(
+                    "cluster.node_id '{}' is in use: {n} running node(s) listen on its inbox {}; give each node a cluster.node_id of its own",
+                    cluster.node_id,
+                    super::interest::inbox(&cluster.node_id)
+                ),
+            )));
+        }
+        let older = older_layout(&mut shards)?;
+        if !older.is_empty() {
+            return Ok(Some(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "cluster.redis: Redis holds keys that an older Herald build wrote ({}); its nodes name every key otherwise and would not see this node's queues and subscriptions: stop them, and rename the keys as docs/operations.md says (\"From a build before the Redis Cluster key layout\")",
+                    older.join(", ")
+                ),
+            )));
         }
         let con = shards.control()?;
         cluster.sync_durables(con, &weak)?;
         cluster.sync_settings(con, &weak)?;
         cluster.read_others(con).map(|()| None)
     });
-    if let Ok(Some(n)) = loaded {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::AddrInUse,
-            format!(
-                "cluster.node_id '{}' is in use: {n} running node(s) listen on its inbox {}; give each node a cluster.node_id of its own",
-                cluster.node_id,
-                super::interest::inbox(&cluster.node_id)
-            ),
-        ));
+    if let Ok(Some(refusal)) = loaded {
+        return Err(refusal);
     }
     if let Err(e) = loaded {
         // Refused credentials do not pass by waiting: say so now.
