@@ -260,6 +260,64 @@ fn a_redis_that_holds_an_older_builds_keys_stops_the_start_until_they_are_rename
     assert_eq!(redis.command(&[b"INCRBY", epoch, b"0"]), ":2");
 }
 
+/// Two clusters of different `cluster.key_prefix` share one Redis apart:
+/// a queue of one name is two queues, a topic does not cross, and each
+/// lists only its own nodes. A node names the other clusters it found
+/// running, so that one given the wrong prefix is noticed.
+#[test]
+fn clusters_of_different_key_prefixes_share_one_redis_apart() {
+    let redis = Redis::start();
+    let a = node(&redis, "a");
+    let nodes = |on: &TestServer| {
+        let server = call(on, "GET", "/api/server", None, None).json();
+        let list = server["cluster"]["nodes"].as_array().unwrap().clone();
+        list.iter().map(|n| n["id"].clone()).collect::<Vec<_>>()
+    };
+    wait_until("a has announced itself", || nodes(&a) == [json!("a")]);
+    let mut config = cluster_config(&redis, "b");
+    config.cluster.key_prefix = "other".into();
+    let b = start_with(config);
+    let server = call(&b, "GET", "/api/server", None, None).json();
+    assert_eq!(server["cluster"]["key_prefix"], "other", "{server}");
+    assert_eq!(
+        server["cluster"]["other_clusters"],
+        json!([{"key_prefix": "herald", "nodes": ["a"]}]),
+        "{server}"
+    );
+
+    let (_ca, on_a) = connect(&a);
+    let (_cb, on_b) = connect(&b);
+    let jobs = Destination::queue("jobs");
+    let (for_a, for_b) = (
+        on_a.create_consumer(&jobs).unwrap(),
+        on_b.create_consumer(&jobs).unwrap(),
+    );
+    let news_on_b = subscribe(&on_b, "news");
+    for (session, text) in [(&on_a, "to a"), (&on_b, "to b")] {
+        let producer = session.create_producer(&jobs).unwrap();
+        producer
+            .send_with_receipt(Message::text(text).persistent())
+            .unwrap();
+    }
+    for (consumer, text) in [(&for_a, "to a"), (&for_b, "to b")] {
+        let m = consumer.receive(Duration::from_secs(10)).unwrap().unwrap();
+        assert_eq!(m.body_text(), Some(text));
+        assert!(consumer
+            .receive(Duration::from_millis(300))
+            .unwrap()
+            .is_none());
+    }
+    assert_eq!(redis.command(&[b"EXISTS", b"herald:q:{jobs}"]), ":1");
+    assert_eq!(redis.command(&[b"EXISTS", b"other:q:{jobs}"]), ":1");
+    publish(&on_a, "news", "a's");
+    assert!(news_on_b
+        .receive(Duration::from_millis(500))
+        .unwrap()
+        .is_none());
+    wait_until("b lists itself alone", || nodes(&b) == [json!("b")]);
+    assert_eq!(nodes(&a), [json!("a")]);
+}
+
 #[test]
 fn garbage_from_redis_is_ignored_and_the_node_goes_on() {
     let redis = Redis::start();

@@ -211,6 +211,10 @@ pub struct ClusterSection {
     pub redis: String,
     /// This node's name among the nodes; empty = `herald-<process id>`.
     pub node_id: String,
+    /// What every Redis key and channel of this cluster begins with:
+    /// clusters with different prefixes can share one Redis. Every node of
+    /// one cluster needs the same.
+    pub key_prefix: String,
     /// How long a queue message read by a node that stopped renewing its
     /// hold (it died) waits before a live node claims and redelivers it.
     pub claim_idle_ms: u32,
@@ -224,6 +228,7 @@ impl Default for ClusterSection {
         ClusterSection {
             redis: String::new(),
             node_id: String::new(),
+            key_prefix: "herald".into(),
             claim_idle_ms: 30_000,
             min_replicas: None,
         }
@@ -242,6 +247,19 @@ impl ClusterSection {
             "" => format!("herald-{}", std::process::id()),
             id => id.to_owned(),
         }
+    }
+}
+
+/// Checks a `cluster.key_prefix`: 1 to 32 letters, digits, '-' and '_'
+/// (no character that Redis reads in a key's hash tag or a glob).
+pub fn check_key_prefix(prefix: &str) -> Result<(), String> {
+    let fits = (1..=32).contains(&prefix.len())
+        && prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'));
+    match fits {
+        true => Ok(()),
+        false => Err(format!("{prefix:?}: 1 to 32 letters, digits, '-' and '_'")),
     }
 }
 
@@ -815,6 +833,9 @@ impl Config {
                 format!("{id:?}: at most 64 letters, digits, '-', '_' and '.'"),
             );
         }
+        if let Err(why) = check_key_prefix(&self.cluster.key_prefix) {
+            return invalid("cluster.key_prefix", why);
+        }
         if !(300..=3_600_000).contains(&self.cluster.claim_idle_ms) {
             return invalid(
                 "cluster.claim_idle_ms",
@@ -1106,6 +1127,9 @@ mod tests {
             ("slow_consumer_grace_ms = 60001", "slow_consumer_grace_ms"),
             ("[cluster]\nredis = \"localhost:6379\"", "cluster.redis"),
             ("[cluster]\nnode_id = \"a b\"", "cluster.node_id"),
+            ("[cluster]\nkey_prefix = \"\"", "cluster.key_prefix"),
+            ("[cluster]\nkey_prefix = \"a:{b}\"", "cluster.key_prefix"),
+            ("[cluster]\nkey_prefix = \"h*\"", "cluster.key_prefix"),
             ("[cluster]\nclaim_idle_ms = 10", "cluster.claim_idle_ms"),
             ("[cluster]\nclaim_idle_ms = -5", "claim_idle_ms"),
             ("[cluster]\nnodes = 3", "nodes"),

@@ -91,8 +91,14 @@ async fn server(State(state): State<AppState>) -> ApiResult {
         "cluster": state.cluster.as_deref().map(|c| {
             let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
             let st = &c.stats;
+            let neighbours: Vec<Json_> = lock(&c.neighbours)
+                .iter()
+                .map(|(prefix, ids)| json!({"key_prefix": prefix, "nodes": ids}))
+                .collect();
             json!({
                 "node_id": c.node_id,
+                "key_prefix": c.keys.prefix(),
+                "other_clusters": neighbours,
                 "connected": st.connected(),
                 "primary": primary(c),
                 "nodes": nodes(c),

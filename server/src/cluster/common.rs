@@ -8,33 +8,90 @@ use redis::Value;
 
 use crate::broker::{has_own_slot, is_durable_stream};
 
-/// The prefix of every key that describes the cluster rather than one
-/// queue (the registry of subscriptions, the nodes, their interest, the
-/// shared settings), and of the streams of cluster subscriptions that an
-/// older version registered: one hash tag, so that on a Redis Cluster
-/// they share a slot and the scripts that read and write several of them
-/// stay on one shard.
-pub(super) const CONTROL: &str = "herald:{herald}:";
-
-/// The prefix of the Redis stream keys that hold shared queues' and
-/// cluster subscriptions' messages: `herald:q:{<name>}`, the name its
-/// hash tag, so that on a Redis Cluster each stream (with its group and
-/// pending entries) is on the shard of its slot and they spread over the
-/// shards.
-pub(super) const STREAM_PREFIX: &str = "herald:q:{";
-
-/// The Redis stream that holds the messages of the shared queue (or
-/// cluster subscription stream) `name`.
-pub(super) fn stream_key(name: &str) -> String {
-    match is_durable_stream(name) && !has_own_slot(name) {
-        true => format!("{CONTROL}q:{name}"),
-        false => format!("{STREAM_PREFIX}{name}}}"),
-    }
+/// The names of one Herald cluster's Redis keys and channels, all under
+/// its `cluster.key_prefix` P (`herald` unless set), so that several
+/// clusters can share one Redis.
+pub struct Keys {
+    /// P.
+    prefix: String,
+    /// `P:{P}:`, the prefix of every key that describes the cluster
+    /// rather than one queue (the registry of subscriptions, the nodes,
+    /// their interest, the shared settings), and of the streams of
+    /// cluster subscriptions that an older version registered: one hash
+    /// tag, so that on a Redis Cluster they share a slot and the scripts
+    /// that read and write several of them stay on one shard.
+    control: String,
+    /// `P:q:{`, the prefix of the stream keys that hold shared queues'
+    /// and cluster subscriptions' messages, `P:q:{<name>}`: the name is
+    /// the hash tag, so that on a Redis Cluster each stream (with its
+    /// group and pending entries) is on the shard of its slot and they
+    /// spread over the shards.
+    streams: String,
+    /// The channels on which a node announces a change of the registry
+    /// of subscriptions, of the shared settings, of its node record and
+    /// of its interest (each message is the node id).
+    pub(super) durables_channel: String,
+    pub(super) settings_channel: String,
+    pub(super) nodes_channel: String,
+    pub(super) interest_channel: String,
 }
 
-/// The queue whose stream is `key`, if it is a queue's.
-pub(super) fn queue_of(key: &str) -> Option<&str> {
-    key.strip_prefix(STREAM_PREFIX)?.strip_suffix('}')
+impl Keys {
+    /// The names under `prefix`.
+    pub fn new(prefix: &str) -> Keys {
+        Keys {
+            prefix: prefix.to_owned(),
+            control: format!("{prefix}:{{{prefix}}}:"),
+            streams: format!("{prefix}:q:{{"),
+            durables_channel: format!("{prefix}:durables"),
+            settings_channel: format!("{prefix}:config"),
+            nodes_channel: format!("{prefix}:nodes"),
+            interest_channel: format!("{prefix}:interest"),
+        }
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// `P:{P}:`: a key of the cluster's own slot.
+    pub(super) fn control(&self) -> &str {
+        &self.control
+    }
+
+    /// The cluster's own key `name`: `P:{P}:<name>`.
+    pub(super) fn own(&self, name: &str) -> String {
+        format!("{}{name}", self.control)
+    }
+
+    /// The Redis stream that holds the messages of the shared queue (or
+    /// cluster subscription stream) `name`.
+    pub(super) fn stream(&self, name: &str) -> String {
+        match is_durable_stream(name) && !has_own_slot(name) {
+            true => format!("{}q:{name}", self.control),
+            false => format!("{}{name}}}", self.streams),
+        }
+    }
+
+    /// The glob of every stream key of a queue or subscription with a
+    /// slot of its own.
+    pub(super) fn streams_glob(&self) -> String {
+        format!("{}*", self.streams)
+    }
+
+    /// The queue whose stream is `key`, if it is a queue's.
+    pub(super) fn queue_of<'k>(&self, key: &'k str) -> Option<&'k str> {
+        key.strip_prefix(&self.streams)?.strip_suffix('}')
+    }
+
+    /// The channel on which node `node_id` hears the topic messages the
+    /// others send it: `P:in:{<node id>}`, its own hash tag, so that on a
+    /// Redis Cluster the inboxes of different nodes are on different
+    /// shards.
+    pub(super) fn inbox(&self, node_id: &str) -> String {
+        format!("{}:in:{{{node_id}}}", self.prefix)
+    }
 }
 
 /// Sends `pipe` and reads its answers, giving up at the first that does

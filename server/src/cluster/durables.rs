@@ -41,25 +41,29 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::common::{query_pipeline, stream_key, CONTROL};
+use std::sync::Arc;
+
+use super::common::{query_pipeline, Keys};
 use super::replies::GROUP;
 use crate::broker::DurableRecord;
 
-/// The Redis hash of the registry.
-const REGISTRY: &str = "herald:{herald}:durables";
+/// The Redis hash of the registry (`P:{P}:durables`).
+fn registry(keys: &Keys) -> String {
+    keys.own("durables")
+}
+
 /// A counter raised whenever a subscription is registered or changed:
 /// a node that routed a message knowing an older value may have missed a
 /// subscription made meanwhile (see `Command::Recheck`).
-pub(super) const EPOCH: &str = "herald:{herald}:durables:epoch";
-/// The channel on which a change is announced (the message is the node
-/// id).
-pub(super) const CHANNEL: &str = "herald:durables";
+pub(super) fn epoch(keys: &Keys) -> String {
+    keys.own("durables:epoch")
+}
 
 /// Ends a non-durable shared subscription that no node has a consumer
 /// of any more: KEYS = its alive set, the registry; ARGV = the origin
 /// leaving ("" for none), the registry field, the announcing node id, the
-/// prefix of the members' keys. Returns 1 if it ended (its stream is to
-/// go next).
+/// prefix of the members' keys, the channel of announcements. Returns 1
+/// if it ended (its stream is to go next).
 const LEAVE: &str = r"
 if ARGV[1] ~= '' then
   redis.call('SREM', KEYS[1], ARGV[1])
@@ -72,7 +76,7 @@ for _, m in ipairs(redis.call('SMEMBERS', KEYS[1])) do
 end
 if redis.call('SCARD', KEYS[1]) == 0 and redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then
   redis.call('HDEL', KEYS[2], ARGV[2])
-  redis.call('PUBLISH', 'herald:durables', ARGV[3])
+  redis.call('PUBLISH', ARGV[5], ARGV[3])
   return 1
 end
 return 0
@@ -104,8 +108,10 @@ end
 ";
 
 /// This node, as the registry's writes name it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(super) struct Member {
+    /// The cluster's key names.
+    pub keys: Arc<Keys>,
     /// Announces changes.
     pub node_id: String,
     /// Marks it alive in a non-durable shared subscription.
@@ -125,15 +131,15 @@ pub(super) enum Step {
     Control,
 }
 
-fn alive_set(stream: &str) -> String {
-    format!("{CONTROL}alive:{stream}")
+fn alive_set(keys: &Keys, stream: &str) -> String {
+    keys.own(&format!("alive:{stream}"))
 }
 
 /// The key whose slot `step` of a change to `record` is made in.
-pub(super) fn key(record: &DurableRecord, step: Step) -> String {
+pub(super) fn key(keys: &Keys, record: &DurableRecord, step: Step) -> String {
     match step {
-        Step::Stream => stream_key(&record.stream()),
-        Step::Control => CONTROL.to_owned(),
+        Step::Stream => keys.stream(&record.stream()),
+        Step::Control => keys.control().to_owned(),
     }
 }
 
@@ -147,16 +153,16 @@ pub(super) fn write(
     step: Step,
     by: &Member,
 ) {
-    let stream = record.stream();
+    let (keys, stream) = (&*by.keys, record.stream());
     match (step, registered) {
         (Step::Stream, false) => {
-            pipe.cmd("DEL").arg(stream_key(&stream)).ignore();
+            pipe.cmd("DEL").arg(keys.stream(&stream)).ignore();
         }
         (Step::Stream, true) => {
             pipe.cmd("EVAL")
                 .arg(MAKE)
                 .arg(1)
-                .arg(stream_key(&stream))
+                .arg(keys.stream(&stream))
                 .arg(GROUP)
                 .ignore();
         }
@@ -168,19 +174,22 @@ pub(super) fn write(
             pipe.cmd("EVAL")
                 .arg(script)
                 .arg(1 + usize::from(registered))
-                .arg(REGISTRY);
+                .arg(registry(keys));
             if registered {
-                pipe.arg(EPOCH);
+                pipe.arg(epoch(keys));
             }
             pipe.arg(record.field()).arg(&encode(record)[..]).ignore();
             match (registered, record.durable) {
                 (true, false) => mark_alive(pipe, &stream, by),
                 (false, _) => {
-                    pipe.cmd("DEL").arg(alive_set(&stream)).ignore();
+                    pipe.cmd("DEL").arg(alive_set(keys, &stream)).ignore();
                 }
                 (true, true) => {}
             }
-            pipe.cmd("PUBLISH").arg(CHANNEL).arg(&by.node_id).ignore();
+            pipe.cmd("PUBLISH")
+                .arg(&keys.durables_channel)
+                .arg(&by.node_id)
+                .ignore();
         }
     }
 }
@@ -188,7 +197,7 @@ pub(super) fn write(
 /// Adds the commands that mark (or keep) this node alive in a non-durable
 /// shared subscription.
 pub(super) fn mark_alive(pipe: &mut redis::Pipeline, stream: &str, by: &Member) {
-    let set = alive_set(stream);
+    let set = alive_set(&by.keys, stream);
     pipe.cmd("SADD").arg(&set).arg(&by.origin).ignore();
     pipe.cmd("SET")
         .arg(format!("{set}:{}", by.origin))
@@ -208,25 +217,32 @@ pub(super) fn leave(
     leaving: bool,
     by: &Member,
 ) -> redis::RedisResult<bool> {
-    let set = alive_set(stream);
+    let set = alive_set(&by.keys, stream);
     redis::cmd("EVAL")
         .arg(LEAVE)
         .arg(2)
         .arg(&set)
-        .arg(REGISTRY)
+        .arg(registry(&by.keys))
         .arg(if leaving { by.origin.as_str() } else { "" })
         .arg(crate::broker::durable_field(stream))
         .arg(&by.node_id)
         .arg(format!("{set}:"))
+        .arg(&by.keys.durables_channel)
         .query(control)
 }
 
 /// Reads the registry, with its epoch as it was before the read (so that
 /// a change made meanwhile counts as not yet seen). Entries that do not
 /// decode are skipped.
-pub(super) fn load(con: &mut redis::Connection) -> redis::RedisResult<(u64, Vec<DurableRecord>)> {
+pub(super) fn load(
+    con: &mut redis::Connection,
+    keys: &Keys,
+) -> redis::RedisResult<(u64, Vec<DurableRecord>)> {
     let mut pipe = redis::pipe();
-    pipe.cmd("GET").arg(EPOCH).cmd("HGETALL").arg(REGISTRY);
+    pipe.cmd("GET")
+        .arg(epoch(keys))
+        .cmd("HGETALL")
+        .arg(registry(keys));
     let answers = query_pipeline(con, &pipe, 2)?;
     let (epoch, all) = match &answers[..] {
         [epoch, all] => (

@@ -4,12 +4,11 @@
 //! node's subscribers.
 
 use super::common::{back_off, link_down, link_up};
-use super::interest::{inbox, INTEREST_CHANNEL};
 use super::link::Link;
 use super::outbound::BUNDLE;
 use super::resp::{Item, Subscriber};
 use super::slots::key_slot;
-use super::{durables, link, nodes, settings, Cluster, PRIMARY_LOOK};
+use super::{link, Cluster, PRIMARY_LOOK};
 use crate::broker::delivery::Deliveries;
 use crate::frontend::{hand_out, Shared};
 use bytes::Bytes;
@@ -45,7 +44,8 @@ pub(super) fn run_inbound(cluster: &Cluster, shared: &Weak<Shared>) {
     // The last sequence number routed from each origin.
     let mut last: HashMap<Vec<u8>, u64> = HashMap::new();
     let mut out = None;
-    let inbox = inbox(&cluster.node_id);
+    let keys = &*cluster.keys;
+    let inbox = keys.inbox(&cluster.node_id);
     // SSUBSCRIBE on a Redis Cluster: a sharded channel, heard on the
     // shard of its slot alone.
     let sharded = matches!(cluster.link, Link::Cluster { .. });
@@ -56,10 +56,10 @@ pub(super) fn run_inbound(cluster: &Cluster, shared: &Weak<Shared>) {
             let primary = cluster.primary_now();
             sub.send(&[verb, inbox.as_bytes()])?;
             for channel in [
-                INTEREST_CHANNEL,
-                durables::CHANNEL,
-                settings::CHANNEL,
-                nodes::CHANNEL,
+                &keys.interest_channel,
+                &keys.durables_channel,
+                &keys.settings_channel,
+                &keys.nodes_channel,
             ] {
                 sub.send(&[b"SUBSCRIBE", channel.as_bytes()])?;
             }
@@ -201,9 +201,13 @@ pub(super) fn serve(
             b"message" => {
                 if &payload[..] != cluster.node_id.as_bytes() {
                     let changed = match channel {
-                        c if c == durables::CHANNEL.as_bytes() => &cluster.durables_changed,
-                        c if c == settings::CHANNEL.as_bytes() => &cluster.settings_changed,
-                        c if c == nodes::CHANNEL.as_bytes() => &cluster.nodes_changed,
+                        c if c == cluster.keys.durables_channel.as_bytes() => {
+                            &cluster.durables_changed
+                        }
+                        c if c == cluster.keys.settings_channel.as_bytes() => {
+                            &cluster.settings_changed
+                        }
+                        c if c == cluster.keys.nodes_channel.as_bytes() => &cluster.nodes_changed,
                         _ => &cluster.others_changed,
                     };
                     changed.store(true, Ordering::Release);

@@ -19,13 +19,6 @@ use herald_protocol::destination::{Pattern, PatternWord};
 /// topic: globs are matched against `herald:t:<topic>`.
 pub(super) const CHANNEL: &str = "herald:t:";
 
-/// The prefix of the Redis set of a node's globs.
-pub(super) const INTEREST_KEY: &str = "herald:{herald}:interest:";
-
-/// The channel on which a node says its globs changed (the message is its
-/// node id).
-pub(super) const INTEREST_CHANNEL: &str = "herald:interest";
-
 /// A node's set expires unless renewed, so a dead node's interest fades.
 pub(super) const INTEREST_TTL_S: u64 = 60;
 
@@ -34,14 +27,6 @@ pub(super) const INTEREST_REFRESH: Duration = Duration::from_secs(20);
 
 /// Topics whose answer (which other nodes want them?) is remembered.
 pub(super) const WANTED_CACHE: usize = 65_536;
-
-/// The channel on which node `node_id` hears the topic messages the
-/// others send it: `herald:in:{<node id>}`, its own hash tag, so that on
-/// a Redis Cluster the inboxes of different nodes are on different
-/// shards.
-pub(super) fn inbox(node_id: &str) -> String {
-    format!("herald:in:{{{node_id}}}")
-}
 
 /// The inboxes a topic's message goes to (none, most often, for a topic
 /// no other node wants).

@@ -14,7 +14,6 @@ use herald_protocol::message::MessageRef;
 use herald_protocol::selector::Selector;
 use redis::Value;
 
-use super::common::stream_key;
 use super::replies::{array, bulk, consumers, entries, pending_entries, GROUP};
 use super::requests::{Dropped, Held, Listed, Page, Picked};
 use super::shards::{Redis, Routed};
@@ -53,8 +52,8 @@ return {'ok'}
 /// Whether the stream exists.
 pub(super) fn exists(shards: &mut Redis, queue: &str) -> redis::RedisResult<bool> {
     redis::cmd("EXISTS")
-        .arg(stream_key(queue))
-        .on(shards, &stream_key(queue))
+        .arg(shards.keys().stream(queue))
+        .on(shards, &shards.keys().stream(queue))
 }
 
 /// Every entry of `queue`'s stream that holds a message, in order, a
@@ -67,12 +66,12 @@ pub(super) fn scan(
     let mut after = "-".to_owned();
     loop {
         let page: Value = redis::cmd("XRANGE")
-            .arg(stream_key(queue))
+            .arg(shards.keys().stream(queue))
             .arg(&after)
             .arg("+")
             .arg("COUNT")
             .arg(CHUNK)
-            .on(shards, &stream_key(queue))?;
+            .on(shards, &shards.keys().stream(queue))?;
         let page = entries(page);
         let Some((last, _)) = page.last() else {
             return Ok(());
@@ -98,12 +97,12 @@ fn holders(
     loop {
         // A stream whose group is not made yet has nothing pending.
         let Ok(reply) = redis::cmd("XPENDING")
-            .arg(stream_key(queue))
+            .arg(shards.keys().stream(queue))
             .arg(GROUP)
             .arg(&after)
             .arg("+")
             .arg(CHUNK)
-            .on::<Value>(shards, &stream_key(queue))
+            .on::<Value>(shards, &shards.keys().stream(queue))
         else {
             return Ok(held);
         };
@@ -145,8 +144,8 @@ pub(super) fn page(
     })?;
     if selector.is_none() {
         total = redis::cmd("XLEN")
-            .arg(stream_key(queue))
-            .on(shards, &stream_key(queue))?;
+            .arg(shards.keys().stream(queue))
+            .on(shards, &shards.keys().stream(queue))?;
     }
     let holders = match chosen.is_empty() {
         true => Default::default(),
@@ -209,8 +208,10 @@ pub(super) fn move_entry(
     held: Held,
     (to, block): (&str, &Bytes),
 ) -> redis::RedisResult<Picked> {
-    let to_key = stream_key(to);
-    if !shards.sharded() || key_slot(stream_key(queue).as_bytes()) == key_slot(to_key.as_bytes()) {
+    let to_key = shards.keys().stream(to);
+    if !shards.sharded()
+        || key_slot(shards.keys().stream(queue).as_bytes()) == key_slot(to_key.as_bytes())
+    {
         return take_unless_held(shards, queue, held, Some((to, block)));
     }
     let copy: String = redis::cmd("XADD")
@@ -242,15 +243,15 @@ fn take_unless_held(
     let mut eval = redis::cmd("EVAL");
     eval.arg(TAKE_UNLESS_HELD)
         .arg(1 + usize::from(onto.is_some()));
-    eval.arg(stream_key(queue));
+    eval.arg(shards.keys().stream(queue));
     if let Some((to, _)) = onto {
-        eval.arg(stream_key(to));
+        eval.arg(shards.keys().stream(to));
     }
     eval.arg(GROUP).arg(held.entry.to_string());
     if let Some((_, block)) = onto {
         eval.arg(&block[..]);
     }
-    let reply = array(eval.on(shards, &stream_key(queue))?);
+    let reply = array(eval.on(shards, &shards.keys().stream(queue))?);
     Ok(match reply.first().and_then(bulk) {
         Some(b"held") => Picked::InFlight(
             reply
@@ -279,9 +280,9 @@ pub(super) fn drop_queue(shards: &mut Redis, queue: &str) -> redis::RedisResult<
     }
     let members = redis::cmd("XINFO")
         .arg("CONSUMERS")
-        .arg(stream_key(queue))
+        .arg(shards.keys().stream(queue))
         .arg(GROUP)
-        .on::<Value>(shards, &stream_key(queue))
+        .on::<Value>(shards, &shards.keys().stream(queue))
         .map(consumers)
         .unwrap_or_default();
     if let Some(m) = members
@@ -291,10 +292,10 @@ pub(super) fn drop_queue(shards: &mut Redis, queue: &str) -> redis::RedisResult<
         return Ok(Dropped::InUse(m.name.clone(), m.pending));
     }
     let length: u64 = redis::cmd("XLEN")
-        .arg(stream_key(queue))
-        .on(shards, &stream_key(queue))?;
+        .arg(shards.keys().stream(queue))
+        .on(shards, &shards.keys().stream(queue))?;
     redis::cmd("DEL")
-        .arg(stream_key(queue))
-        .on::<()>(shards, &stream_key(queue))?;
+        .arg(shards.keys().stream(queue))
+        .on::<()>(shards, &shards.keys().stream(queue))?;
     Ok(Dropped::Dropped(length))
 }

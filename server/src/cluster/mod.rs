@@ -62,11 +62,9 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use commands::{Command, Outcomes, OUTBOUND_HIGH, OUTBOUND_LOW};
+pub use common::Keys;
 use common::{query_pipeline, reread};
-use interest::{
-    inbox, Inboxes, Others, INTEREST_CHANNEL, INTEREST_KEY, INTEREST_REFRESH, INTEREST_TTL_S,
-    WANTED_CACHE,
-};
+use interest::{Inboxes, Others, INTEREST_REFRESH, INTEREST_TTL_S, WANTED_CACHE};
 use link::Link;
 
 use crate::auth::AuthConfigError;
@@ -125,6 +123,8 @@ impl ClusterStats {
 pub struct Cluster {
     /// The configured node id.
     pub node_id: String,
+    /// The names of the cluster's keys and channels.
+    pub keys: Arc<Keys>,
     /// Node id and process start: what payloads name as their origin, and
     /// this node's consumer name in the queues' consumer groups.
     origin: Vec<u8>,
@@ -155,7 +155,7 @@ pub struct Cluster {
     others_changed: AtomicBool,
     /// The registry of durable subscriptions changed: read it again.
     durables_changed: AtomicBool,
-    /// The registry's epoch as last read (see `durables::EPOCH`).
+    /// The registry's epoch as last read (see `durables::epoch`).
     durables_epoch: AtomicU64,
     /// The shared declared topics, users or roles changed: read them
     /// again.
@@ -175,6 +175,9 @@ pub struct Cluster {
     facts: Mutex<Vec<(String, String)>>,
     /// Every node, this one among them, as last read.
     nodes: Mutex<Vec<nodes::NodeView>>,
+    /// The other clusters (key prefix, node ids) whose running nodes use
+    /// the same Redis, as seen at start.
+    pub neighbours: Mutex<Vec<(String, Vec<String>)>>,
     /// Counters.
     pub stats: ClusterStats,
     stop: AtomicBool,
@@ -228,32 +231,32 @@ impl Cluster {
     /// Writes this node's globs to its set in Redis and tells the others.
     fn write_interest(&self, con: &mut redis::Connection) -> redis::RedisResult<()> {
         let globs = self.globs();
-        let key = format!("{INTEREST_KEY}{}", self.node_id);
+        let key = self.keys.own(&format!("interest:{}", self.node_id));
         let mut pipe = redis::pipe();
         pipe.cmd("MULTI").del(&key);
         if !globs.is_empty() {
             pipe.sadd(&key, &globs);
             pipe.expire(&key, INTEREST_TTL_S as i64);
         }
-        pipe.cmd("EXEC").publish(INTEREST_CHANNEL, &self.node_id);
+        pipe.cmd("EXEC")
+            .publish(&self.keys.interest_channel, &self.node_id);
         query_pipeline(con, &pipe, 0).map(drop)
     }
 
     /// Reads the other nodes' globs.
     fn read_others(&self, con: &mut redis::Connection) -> redis::RedisResult<()> {
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{INTEREST_KEY}*"))
-            .query(con)?;
+        let prefix = self.keys.own("interest:");
+        let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query(con)?;
         let mut nodes = Vec::new();
         for key in keys {
-            let Some(node) = key.strip_prefix(INTEREST_KEY) else {
+            let Some(node) = key.strip_prefix(&prefix) else {
                 continue;
             };
             if node == self.node_id {
                 continue;
             }
             let globs: Vec<String> = redis::cmd("SMEMBERS").arg(&key).query(con)?;
-            nodes.push((Arc::from(inbox(node)), globs));
+            nodes.push((Arc::from(self.keys.inbox(node)), globs));
         }
         nodes.sort();
         let mut others = write(&self.others);
@@ -281,14 +284,14 @@ impl Cluster {
         }
         if self.announce.swap(false, Ordering::AcqRel) {
             let facts = lock(&self.facts).clone();
-            if let Err(e) = nodes::announce(con, &self.node_id, &facts) {
+            if let Err(e) = nodes::announce(con, &self.keys, &self.node_id, &facts) {
                 self.announce.store(true, Ordering::Relaxed);
                 return Err(e);
             }
             self.nodes_changed.store(true, Ordering::Relaxed);
         }
         if self.nodes_changed.swap(false, Ordering::AcqRel) {
-            match nodes::load(con) {
+            match nodes::load(con, &self.keys) {
                 Ok(all) => *lock(&self.nodes) = all,
                 Err(e) => {
                     self.nodes_changed.store(true, Ordering::Relaxed);
@@ -320,7 +323,7 @@ impl Cluster {
     ) -> redis::RedisResult<()> {
         reread(
             &self.durables_changed,
-            || durables::load(con),
+            || durables::load(con, &self.keys),
             |(epoch, records)| {
                 *lock(&self.ephemeral) = records
                     .iter()
@@ -346,7 +349,7 @@ impl Cluster {
     ) -> redis::RedisResult<()> {
         reread(
             &self.settings_changed,
-            || settings::load(con),
+            || settings::load(con, &self.keys),
             |loaded| {
                 let changed = *lock(&self.settings) != loaded;
                 *lock(&self.settings) = loaded;
@@ -424,6 +427,7 @@ impl Cluster {
     /// This node, as the registry's writes name it.
     fn member(&self) -> durables::Member {
         durables::Member {
+            keys: self.keys.clone(),
             node_id: self.node_id.clone(),
             origin: String::from_utf8_lossy(&self.origin).into_owned(),
             ttl_ms: self.claim_idle.as_millis() as u64,

@@ -8,14 +8,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::Value;
 
-use super::common::query_pipeline;
+use super::common::{query_pipeline, Keys};
 
-/// The prefix of a node's hash.
-const NODE_KEY: &str = "herald:{herald}:node:";
-
-/// The channel on which a node says it announced itself anew (the
-/// message is its node id): the others read the list again.
-pub(super) const CHANNEL: &str = "herald:nodes";
+/// The prefix of a node's hash: `P:{P}:node:`. (A node says it announced
+/// itself anew on `Keys::nodes_channel`, and the others read the list
+/// again.)
+fn node_key(keys: &Keys) -> String {
+    keys.own("node:")
+}
 
 /// A node's hash expires this long after it was last written.
 pub(super) const NODE_TTL_S: i64 = 60;
@@ -47,30 +47,37 @@ fn now_ms() -> u64 {
 /// others.
 pub(super) fn announce(
     con: &mut redis::Connection,
+    keys: &Keys,
     node_id: &str,
     facts: &[(String, String)],
 ) -> redis::RedisResult<()> {
-    let key = format!("{NODE_KEY}{node_id}");
+    let key = format!("{}{node_id}", node_key(keys));
     let mut pipe = redis::pipe();
     pipe.cmd("MULTI").del(&key);
     let mut all: Vec<(&str, String)> = vec![("seen", now_ms().to_string())];
     all.extend(facts.iter().map(|(k, v)| (k.as_str(), v.clone())));
     pipe.hset_multiple(&key, &all).expire(&key, NODE_TTL_S);
-    pipe.cmd("EXEC").publish(CHANNEL, node_id);
+    pipe.cmd("EXEC").publish(&keys.nodes_channel, node_id);
     query_pipeline(con, &pipe, 0).map(drop)
 }
 
 /// Removes this node's hash (it stops), and tells the others.
-pub(super) fn withdraw(con: &mut redis::Connection, node_id: &str) -> redis::RedisResult<()> {
+pub(super) fn withdraw(
+    con: &mut redis::Connection,
+    keys: &Keys,
+    node_id: &str,
+) -> redis::RedisResult<()> {
     let mut pipe = redis::pipe();
-    pipe.del(format!("{NODE_KEY}{node_id}"))
-        .publish(CHANNEL, node_id);
+    pipe.del(format!("{}{node_id}", node_key(keys)))
+        .publish(&keys.nodes_channel, node_id);
     query_pipeline(con, &pipe, 0).map(drop)
 }
 
-/// Reads every node's hash, this node's among them, by id.
-pub(super) fn load(con: &mut redis::Connection) -> redis::RedisResult<Vec<NodeView>> {
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{NODE_KEY}*")).query(con)?;
+/// Reads every node's hash, this node's among them, by id: the nodes of
+/// the cluster whose key names `names` gives.
+pub(super) fn load(con: &mut redis::Connection, names: &Keys) -> redis::RedisResult<Vec<NodeView>> {
+    let prefix = node_key(names);
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query(con)?;
     if keys.is_empty() {
         return Ok(Vec::new());
     }
@@ -89,7 +96,7 @@ pub(super) fn load(con: &mut redis::Connection) -> redis::RedisResult<Vec<NodeVi
                 return None;
             }
             Some(NodeView {
-                id: key.strip_prefix(NODE_KEY).unwrap_or(key).to_owned(),
+                id: key.strip_prefix(&prefix).unwrap_or(key).to_owned(),
                 facts,
             })
         })

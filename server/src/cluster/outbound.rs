@@ -6,7 +6,7 @@
 //! answered everything before it.
 
 use super::commands::{Command, Outcomes, Uncovered, NOT_TAKEN};
-use super::common::{back_off, link_down, link_up, stream_key, CONTROL};
+use super::common::{back_off, link_down, link_up, Keys};
 use super::interest::INTEREST_REFRESH;
 use super::shards::{broken, Redis};
 use super::slots::key_slot;
@@ -38,7 +38,7 @@ impl Command {
     /// Adds the command to `pipe`; false for a barrier, a recheck or a
     /// commit, which send nothing of their own (a commit's changes go
     /// out per slot, see `Writer::pipeline`).
-    pub(super) fn add_to(&self, pipe: &mut redis::Pipeline) -> bool {
+    pub(super) fn add_to(&self, pipe: &mut redis::Pipeline, keys: &Keys) -> bool {
         match self {
             Command::Publish { channel, payload } => {
                 pipe.cmd("PUBLISH")
@@ -46,13 +46,13 @@ impl Command {
                     .arg(&payload[..])
                     .ignore();
             }
-            Command::Append { queue, block, .. } => queues::append(pipe, queue, block, 0),
-            Command::Settle { queue, entry } => queues::settle(pipe, queue, &[*entry]),
+            Command::Append { queue, block, .. } => queues::append(pipe, keys, queue, block, 0),
+            Command::Settle { queue, entry } => queues::settle(pipe, keys, queue, &[*entry]),
             Command::Release { queue, messages } => {
                 pipe.cmd("MULTI").ignore();
                 for m in messages {
-                    queues::append(pipe, queue, &m.block, m.deliveries);
-                    queues::settle(pipe, queue, &[m.entry]);
+                    queues::append(pipe, keys, queue, &m.block, m.deliveries);
+                    queues::settle(pipe, keys, queue, &[m.entry]);
                 }
                 pipe.cmd("EXEC").ignore();
             }
@@ -64,7 +64,7 @@ impl Command {
             } => durables::write(pipe, (record, *registered), *step, by),
             Command::Settings {
                 change, node_id, ..
-            } => settings::write(pipe, change, node_id),
+            } => settings::write(pipe, keys, change, node_id),
             Command::Barrier { .. }
             | Command::Recheck { .. }
             | Command::Commit { .. }
@@ -89,13 +89,13 @@ impl Command {
     /// The key whose slot the command's keys share, if it has one
     /// (settlements and publishes are placed by the batch, a commit per
     /// slot).
-    fn key(&self) -> Option<String> {
+    fn key(&self, keys: &Keys) -> Option<String> {
         match self {
             Command::Append { queue, .. }
             | Command::Release { queue, .. }
-            | Command::Settle { queue, .. } => Some(stream_key(queue)),
-            Command::Registry { record, step, .. } => Some(durables::key(record, *step)),
-            Command::Settings { .. } => Some(CONTROL.to_owned()),
+            | Command::Settle { queue, .. } => Some(keys.stream(queue)),
+            Command::Registry { record, step, .. } => Some(durables::key(keys, record, *step)),
+            Command::Settings { .. } => Some(keys.control().to_owned()),
             Command::Publish { channel, .. } => Some(channel.to_string()),
             Command::Barrier { .. }
             | Command::Recheck { .. }
@@ -195,7 +195,7 @@ pub(super) fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &W
     };
     let mut attempt = 0;
     while !cluster.stop.load(Ordering::Acquire) {
-        let mut redis = match Redis::connect(&cluster.link) {
+        let mut redis = match Redis::connect(&cluster.link, &cluster.keys) {
             Ok(redis) => redis,
             Err(e) => {
                 link_down(&cluster.stats.connected_out, "publisher", &e);
@@ -212,7 +212,7 @@ pub(super) fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &W
             // The node leaves the list at once rather than in a minute.
             let withdrawn = redis
                 .control()
-                .and_then(|con| super::nodes::withdraw(con, &cluster.node_id));
+                .and_then(|con| super::nodes::withdraw(con, &cluster.keys, &cluster.node_id));
             if let Err(e) = withdrawn {
                 log::debug!("cluster: this node's entry stays until it expires: {e}");
             }
@@ -307,12 +307,13 @@ impl Parts<'_, '_> {
     fn add_command(&mut self, i: usize, command: &Command) -> Option<Result<usize, String>> {
         if !self.redis.sharded() {
             let at = command.sends().then(|| self.for_shard(0))?;
-            command.add_to(&mut self.parts[at].pipe);
+            command.add_to(&mut self.parts[at].pipe, self.redis.keys());
             return Some(Ok(at));
         }
-        let key = command.key()?;
+        let keys = self.redis.keys();
+        let key = command.key(keys)?;
         Some(self.add_group(key, &[i], |pipe| {
-            command.add_to(pipe);
+            command.add_to(pipe, keys);
         }))
     }
 
@@ -525,8 +526,9 @@ impl Writer<'_> {
             }
         }
         for (queue, (entries, commands)) in &settled {
-            let at = parts.add_group(stream_key(queue), commands, |pipe| {
-                queues::settle(pipe, queue, entries)
+            let keys = redis.keys();
+            let at = parts.add_group(keys.stream(queue), commands, |pipe| {
+                queues::settle(pipe, keys, queue, entries)
             });
             for &i in commands {
                 placed[i] = at.clone().map(|at| vec![at]);
@@ -542,8 +544,8 @@ impl Writer<'_> {
             .min();
         let epoch = oldest.and_then(|_| {
             parts
-                .add(durables::EPOCH, |pipe| {
-                    pipe.cmd("GET").arg(durables::EPOCH);
+                .add(&durables::epoch(redis.keys()), |pipe| {
+                    pipe.cmd("GET").arg(durables::epoch(redis.keys()));
                 })
                 .ok()
         });
@@ -766,9 +768,9 @@ fn went<'a>(
 /// one MULTI/EXEC per slot (one for the one Redis). Returns the parts it
 /// went in.
 fn commit(parts: &mut Parts, i: usize, changes: &SharedChanges) -> Result<Vec<usize>, String> {
-    let sharded = parts.redis.sharded();
+    let (sharded, keys) = (parts.redis.sharded(), parts.redis.keys());
     let slot = |queue: &str| match sharded {
-        true => key_slot(stream_key(queue).as_bytes()),
+        true => key_slot(keys.stream(queue).as_bytes()),
         false => 0,
     };
     let mut by_slot: std::collections::BTreeMap<u16, (&str, Vec<usize>, Vec<usize>)> =
@@ -789,15 +791,15 @@ fn commit(parts: &mut Parts, i: usize, changes: &SharedChanges) -> Result<Vec<us
     }
     let mut went = Vec::new();
     for (queue, sends, settles) in by_slot.values() {
-        let at = parts.add_group(stream_key(queue), &[i], |pipe| {
+        let at = parts.add_group(keys.stream(queue), &[i], |pipe| {
             pipe.cmd("MULTI").ignore();
             for &n in sends {
                 let (queue, block) = &changes.sends[n];
-                queues::append(pipe, queue, block, 0);
+                queues::append(pipe, keys, queue, block, 0);
             }
             for &n in settles {
                 let (queue, entry) = &changes.settled[n];
-                queues::settle(pipe, queue, &[*entry]);
+                queues::settle(pipe, keys, queue, &[*entry]);
             }
             pipe.cmd("EXEC").ignore();
         })?;
@@ -824,6 +826,7 @@ pub(super) fn recheck(
     let Some(shared) = shared.upgrade() else {
         return Ok(None);
     };
+    let keys = redis.keys();
     // Per stream: each has a slot of its own.
     let mut pipes: HashMap<String, redis::Pipeline> = HashMap::new();
     let mut added = 0;
@@ -843,8 +846,10 @@ pub(super) fn recheck(
         }
         for stream in shared.broker.streams_for(topic, block) {
             if !appended.contains(&stream) {
-                let pipe = pipes.entry(stream_key(&stream)).or_insert_with(redis::pipe);
-                queues::append(pipe, &stream, block, 0);
+                let pipe = pipes
+                    .entry(keys.stream(&stream))
+                    .or_insert_with(redis::pipe);
+                queues::append(pipe, keys, &stream, block, 0);
                 added += 1;
             }
         }

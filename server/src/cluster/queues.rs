@@ -34,7 +34,7 @@ use herald_protocol::{DestinationKind, MessageView};
 use redis::Value;
 
 use super::commands::Command;
-use super::common::{back_off, link_down, link_up, queue_of, stream_key, CONTROL, STREAM_PREFIX};
+use super::common::{back_off, link_down, link_up, Keys};
 use super::replies::{array, consumers, entries, int, pending_entries, streams, Fields, GROUP};
 use super::requests::{Consumed, Held, Request};
 use super::shards::{Redis, Routed};
@@ -60,8 +60,14 @@ const CLAIM_CHUNK: usize = 512;
 /// times it was delivered before (none for a new message). A cluster
 /// subscription's stream is not made by an append: it is made when the
 /// subscription is registered, and one that is gone was deleted.
-pub(super) fn append(pipe: &mut redis::Pipeline, queue: &str, block: &Bytes, deliveries: u32) {
-    let cmd = pipe.cmd("XADD").arg(stream_key(queue));
+pub(super) fn append(
+    pipe: &mut redis::Pipeline,
+    keys: &Keys,
+    queue: &str,
+    block: &Bytes,
+    deliveries: u32,
+) {
+    let cmd = pipe.cmd("XADD").arg(keys.stream(queue));
     if has_own_slot(queue) {
         cmd.arg("NOMKSTREAM");
     }
@@ -74,8 +80,8 @@ pub(super) fn append(pipe: &mut redis::Pipeline, queue: &str, block: &Bytes, del
 
 /// Adds the commands that settle entries of `queue`'s stream: two,
 /// however many entries.
-pub(super) fn settle(pipe: &mut redis::Pipeline, queue: &str, entries: &[EntryId]) {
-    let key = stream_key(queue);
+pub(super) fn settle(pipe: &mut redis::Pipeline, keys: &Keys, queue: &str, entries: &[EntryId]) {
+    let key = keys.stream(queue);
     let ids: Vec<String> = entries.iter().map(EntryId::to_string).collect();
     pipe.cmd("XACK").arg(&key).arg(GROUP).arg(&ids).ignore();
     pipe.cmd("XDEL").arg(&key).arg(&ids).ignore();
@@ -118,11 +124,12 @@ pub(super) fn run(cluster: &Cluster, requests: &Receiver<Request>, shared: &Weak
     let me = consumer(cluster);
     let mut attempt = 0;
     while !cluster.stop_queues.load(Ordering::Acquire) {
-        let result = Redis::connect(&cluster.link).and_then(|mut shards| {
+        let result = Redis::connect(&cluster.link, &cluster.keys).and_then(|mut shards| {
             link_up(&cluster.stats.connected_queues, "queue reader");
             attempt = 0;
             let mut reader = Reader {
                 cluster,
+                keys: &cluster.keys,
                 me: &me,
                 shards: &mut shards,
                 groups: HashSet::new(),
@@ -156,6 +163,8 @@ pub(super) fn run(cluster: &Cluster, requests: &Receiver<Request>, shared: &Weak
 
 struct Reader<'a, 'l> {
     cluster: &'a Cluster,
+    /// The cluster's key names.
+    keys: &'a Keys,
     me: &'a str,
     shards: &'a mut Redis<'l>,
     /// Streams whose group this connection has made sure of.
@@ -294,7 +303,8 @@ impl Reader<'_, '_> {
             }
         }
         if pipe.cmd_iter().next().is_some() {
-            self.shards.pipeline(CONTROL, &pipe, 0)?;
+            let control = self.keys.control();
+            self.shards.pipeline(control, &pipe, 0)?;
         }
         for name in left {
             if self.alive.remove(name) {
@@ -312,7 +322,7 @@ impl Reader<'_, '_> {
             return Ok(());
         }
         self.cluster.durables_changed.store(true, Ordering::Release);
-        let key = stream_key(stream);
+        let key = self.keys.stream(stream);
         let dropped = redis::cmd("DEL").arg(&key).on::<i64>(self.shards, &key);
         if let Err(e) = &dropped {
             log::warn!(
@@ -357,8 +367,8 @@ impl Reader<'_, '_> {
                 queue: name.clone(),
                 messages,
             };
-            release.add_to(&mut pipe);
-            if let Err(e) = self.shards.pipeline(&stream_key(&name), &pipe, 0) {
+            release.add_to(&mut pipe, self.keys);
+            if let Err(e) = self.shards.pipeline(&self.keys.stream(&name), &pipe, 0) {
                 log::warn!("cluster: what this node read from {name} was not given back ({e}); another node claims it later");
             }
         }
@@ -373,11 +383,11 @@ impl Reader<'_, '_> {
         // existed is there for the first.
         let made: redis::RedisResult<()> = redis::cmd("XGROUP")
             .arg("CREATE")
-            .arg(stream_key(name))
+            .arg(self.keys.stream(name))
             .arg(GROUP)
             .arg("0")
             .arg("MKSTREAM")
-            .on(self.shards, &stream_key(name));
+            .on(self.shards, &self.keys.stream(name));
         match made {
             Err(e) if e.code() != Some("BUSYGROUP") => return Err(e),
             _ => {}
@@ -406,7 +416,7 @@ impl Reader<'_, '_> {
             }
             cmd.arg("STREAMS");
             for (name, _, _) in names {
-                cmd.arg(stream_key(name));
+                cmd.arg(self.keys.stream(name));
             }
             for _ in names {
                 cmd.arg(">");
@@ -421,7 +431,7 @@ impl Reader<'_, '_> {
             for w in wanted {
                 // A queue whose slot no primary serves now is left for the
                 // next round; the others are read.
-                let shard = match self.shards.shard_of(&stream_key(&w.0)) {
+                let shard = match self.shards.shard_of(&self.keys.stream(&w.0)) {
                     Ok(shard) => shard,
                     Err(e) => {
                         self.isolated(&w.0, Err(e))?;
@@ -446,7 +456,7 @@ impl Reader<'_, '_> {
             let all: Vec<_> = wanted.iter().collect();
             match self
                 .shards
-                .query::<Value>(&stream_key(&wanted[0].0), &read(&all, true))
+                .query::<Value>(&self.keys.stream(&wanted[0].0), &read(&all, true))
             {
                 Err(e) if e.code() == Some("NOGROUP") => {
                     // The stream went (deleted in Redis): made again next
@@ -467,7 +477,8 @@ impl Reader<'_, '_> {
                 continue;
             }
             for (stream, entries) in streams(reply) {
-                let Some((name, queue, _)) = wanted.iter().find(|w| stream_key(&w.0) == stream)
+                let Some((name, queue, _)) =
+                    wanted.iter().find(|w| self.keys.stream(&w.0) == stream)
                 else {
                     continue;
                 };
@@ -516,7 +527,7 @@ impl Reader<'_, '_> {
             None => {
                 log::warn!(
                     "cluster: entry {entry} of {} holds no message for it: dropped",
-                    stream_key(name)
+                    self.keys.stream(name)
                 );
                 super::Peers::settle(self.cluster, name, entry);
             }
@@ -597,8 +608,8 @@ impl Reader<'_, '_> {
     /// message are settled on the way.
     fn take(&mut self, queue: &str, limit: usize) -> redis::RedisResult<Option<Vec<Held>>> {
         let exists: bool = redis::cmd("EXISTS")
-            .arg(stream_key(queue))
-            .on(self.shards, &stream_key(queue))?;
+            .arg(self.keys.stream(queue))
+            .on(self.shards, &self.keys.stream(queue))?;
         if !exists {
             return Ok(None);
         }
@@ -610,9 +621,9 @@ impl Reader<'_, '_> {
             .arg("COUNT")
             .arg(limit.max(1))
             .arg("STREAMS")
-            .arg(stream_key(queue))
+            .arg(self.keys.stream(queue))
             .arg(">")
-            .on(self.shards, &stream_key(queue))?;
+            .on(self.shards, &self.keys.stream(queue))?;
         let mut taken = Vec::new();
         for (_, list) in streams(reply) {
             for (entry, fields) in list {
@@ -633,10 +644,11 @@ impl Reader<'_, '_> {
     /// length and its unacknowledged entries.
     fn streams(&mut self) -> redis::RedisResult<Vec<(String, u64, u64)>> {
         let mut names = Vec::new();
-        for keys in self.shards.each(scan_streams)? {
+        let own = self.keys;
+        for keys in self.shards.each(|con| scan_streams(con, own))? {
             names.extend(
                 keys.iter()
-                    .filter_map(|k| queue_of(k))
+                    .filter_map(|k| self.keys.queue_of(k))
                     .filter(|n| !is_durable_stream(n))
                     .map(str::to_owned),
             );
@@ -645,7 +657,7 @@ impl Reader<'_, '_> {
         names.dedup();
         let mut streams = Vec::with_capacity(names.len());
         for name in names {
-            let key = stream_key(&name);
+            let key = self.keys.stream(&name);
             let len: u64 = redis::cmd("XLEN").arg(&key).on(self.shards, &key)?;
             // A stream whose group is not made yet has nothing pending.
             let pending = redis::cmd("XPENDING")
@@ -703,7 +715,7 @@ impl Reader<'_, '_> {
         for (name, entries) in held {
             for chunk in entries.chunks(CLAIM_CHUNK) {
                 let mut cmd = redis::cmd("XCLAIM");
-                let key = stream_key(&name);
+                let key = self.keys.stream(&name);
                 cmd.arg(&key).arg(GROUP).arg(self.me).arg(0);
                 for entry in chunk {
                     cmd.arg(entry.to_string());
@@ -740,7 +752,7 @@ impl Reader<'_, '_> {
         want: usize,
         out: &mut Deliveries,
     ) -> redis::RedisResult<()> {
-        let stream = stream_key(name);
+        let stream = self.keys.stream(name);
         let idle_ms = self.cluster.claim_idle.as_millis() as u64;
         if want > 0 {
             let pending: Value = redis::cmd("XPENDING")
@@ -797,14 +809,14 @@ impl Reader<'_, '_> {
 }
 
 /// Every shared queue's stream key on one server (`SCAN`).
-fn scan_streams(con: &mut redis::Connection) -> redis::RedisResult<Vec<String>> {
+fn scan_streams(con: &mut redis::Connection, names: &Keys) -> redis::RedisResult<Vec<String>> {
     let mut keys = Vec::new();
     let mut cursor = 0u64;
     loop {
         let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
-            .arg(format!("{STREAM_PREFIX}*"))
+            .arg(names.streams_glob())
             .arg("COUNT")
             .arg(1000)
             .query(con)?;

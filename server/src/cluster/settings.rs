@@ -17,12 +17,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::{AuthSection, RoleEntry, UserEntry};
 
-/// The channel on which a change is announced (the message is the node
-/// id).
-pub(super) const CHANNEL: &str = "herald:config";
-const TOPICS: &str = "herald:{herald}:topics";
-const USERS: &str = "herald:{herald}:users";
-const ROLES: &str = "herald:{herald}:roles";
+use super::common::Keys;
+
+/// The names of the set and hashes under `P:{P}:` (a change is announced
+/// on `Keys::settings_channel`, the message the node id).
+const TOPICS: &str = "topics";
+const USERS: &str = "users";
+const ROLES: &str = "roles";
 
 /// Removes a declared topic and its subtree from the set, atomically.
 const UNDECLARE: &str = r"
@@ -103,41 +104,44 @@ impl SharedSettings {
 }
 
 /// Adds the commands that make `change` in Redis and announce it.
-pub(super) fn write(pipe: &mut redis::Pipeline, change: &Change, node_id: &str) {
+pub(super) fn write(pipe: &mut redis::Pipeline, keys: &Keys, change: &Change, node_id: &str) {
     match change {
         Change::Declare(name) => {
-            pipe.cmd("SADD").arg(TOPICS).arg(name).ignore();
+            pipe.cmd("SADD").arg(keys.own(TOPICS)).arg(name).ignore();
         }
         Change::Undeclare(name) => {
             pipe.cmd("EVAL")
                 .arg(UNDECLARE)
                 .arg(1)
-                .arg(TOPICS)
+                .arg(keys.own(TOPICS))
                 .arg(name)
                 .ignore();
         }
         Change::PutUser(user) => {
             pipe.cmd("HSET")
-                .arg(USERS)
+                .arg(keys.own(USERS))
                 .arg(&user.name)
                 .arg(json(user))
                 .ignore();
         }
         Change::DeleteUser(name) => {
-            pipe.cmd("HDEL").arg(USERS).arg(name).ignore();
+            pipe.cmd("HDEL").arg(keys.own(USERS)).arg(name).ignore();
         }
         Change::PutRole(name, role) => {
             pipe.cmd("HSET")
-                .arg(ROLES)
+                .arg(keys.own(ROLES))
                 .arg(name)
                 .arg(json(role))
                 .ignore();
         }
         Change::DeleteRole(name) => {
-            pipe.cmd("HDEL").arg(ROLES).arg(name).ignore();
+            pipe.cmd("HDEL").arg(keys.own(ROLES)).arg(name).ignore();
         }
     }
-    pipe.cmd("PUBLISH").arg(CHANNEL).arg(node_id).ignore();
+    pipe.cmd("PUBLISH")
+        .arg(&keys.settings_channel)
+        .arg(node_id)
+        .ignore();
 }
 
 /// A config entry as the JSON Redis keeps.
@@ -147,10 +151,10 @@ fn json(entry: &impl serde::Serialize) -> String {
 }
 
 /// Reads what the cluster shares. Entries that do not decode are skipped.
-pub(super) fn load(con: &mut redis::Connection) -> redis::RedisResult<SharedSettings> {
-    let topics: BTreeSet<String> = redis::cmd("SMEMBERS").arg(TOPICS).query(con)?;
-    let users: Vec<(String, String)> = redis::cmd("HGETALL").arg(USERS).query(con)?;
-    let roles: Vec<(String, String)> = redis::cmd("HGETALL").arg(ROLES).query(con)?;
+pub(super) fn load(con: &mut redis::Connection, keys: &Keys) -> redis::RedisResult<SharedSettings> {
+    let topics: BTreeSet<String> = redis::cmd("SMEMBERS").arg(keys.own(TOPICS)).query(con)?;
+    let users: Vec<(String, String)> = redis::cmd("HGETALL").arg(keys.own(USERS)).query(con)?;
+    let roles: Vec<(String, String)> = redis::cmd("HGETALL").arg(keys.own(ROLES)).query(con)?;
     Ok(SharedSettings {
         topics: topics
             .into_iter()

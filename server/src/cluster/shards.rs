@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, Connection, ErrorKind, FromRedisValue, Pipeline, RedisError, RedisResult, Value};
 
-use super::common::{query_pipeline, recv_all, recv_pipeline, send_pipeline, CONTROL};
+use super::common::{query_pipeline, recv_all, recv_pipeline, send_pipeline, Keys};
 use super::link::Link;
 use super::slots::{key_slot, SlotMap};
 
@@ -31,6 +31,8 @@ pub(super) const REDIRECTS: usize = 3;
 /// A thread's connections to Redis: one, or one per cluster primary.
 pub(super) struct Redis<'a> {
     link: &'a Link,
+    /// The cluster's key names.
+    keys: &'a Keys,
     /// The slots; `None` for one server.
     map: Option<Arc<SlotMap>>,
     /// The generation of `map` (see [`Link::slots`]).
@@ -72,10 +74,11 @@ pub(super) fn broken(e: &RedisError) -> bool {
 impl<'a> Redis<'a> {
     /// Connects: to the one server at once; to a cluster's primaries as
     /// each is first needed, once the slots are known.
-    pub(super) fn connect(link: &'a Link) -> RedisResult<Redis<'a>> {
+    pub(super) fn connect(link: &'a Link, keys: &'a Keys) -> RedisResult<Redis<'a>> {
         match link.slots()? {
             Some((map, generation)) => Ok(Redis {
                 link,
+                keys,
                 cons: map.primaries.iter().map(|_| None).collect(),
                 down: vec![None; map.primaries.len()],
                 ids: vec![0; map.primaries.len()],
@@ -85,6 +88,7 @@ impl<'a> Redis<'a> {
             }),
             None => Ok(Redis {
                 link,
+                keys,
                 cons: vec![Some(link.connection()?)],
                 down: vec![None],
                 ids: vec![next_id()],
@@ -93,6 +97,11 @@ impl<'a> Redis<'a> {
                 stale: false,
             }),
         }
+    }
+
+    /// The cluster's key names.
+    pub(super) fn keys(&self) -> &'a Keys {
+        self.keys
     }
 
     /// Whether commands go to the primary of their key's slot.
@@ -323,9 +332,9 @@ impl<'a> Redis<'a> {
     }
 
     /// The connection to the primary that holds the keys that describe
-    /// the cluster ([`CONTROL`]).
+    /// the cluster ([`Keys::control`]).
     pub(super) fn control(&mut self) -> RedisResult<&mut Connection> {
-        let shard = self.shard_of(CONTROL)?;
+        let shard = self.shard_of(self.keys.control())?;
         self.at(shard)
     }
 

@@ -4,9 +4,10 @@ use super::inbound::run_inbound;
 use super::link::Link;
 use super::outbound::run_outbound;
 use super::shards::{Redis, Routed};
-use super::{queues, Cluster, ClusterStats};
+use super::{queues, Cluster, ClusterStats, Keys};
 use crate::config::ClusterSection;
 use crate::frontend::Shared;
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
@@ -45,7 +46,7 @@ impl ClusterHandle {
 /// left), and two would hear each other's messages and take each other's
 /// place in the registry.
 fn inbox_heard(shards: &mut Redis, node_id: &str) -> redis::RedisResult<Option<u64>> {
-    let inbox = super::interest::inbox(node_id);
+    let inbox = shards.keys().inbox(node_id);
     let verb = if shards.sharded() {
         "SHARDNUMSUB"
     } else {
@@ -81,9 +82,9 @@ const OLDER_LAYOUT: [&str; 5] = [
 /// Which of [`OLDER_LAYOUT`]'s keys one Redis holds: nodes of such a build
 /// name every key otherwise, so they and this node would not see each
 /// other's queues and subscriptions, and what they kept would lie unread.
-/// (Those builds never ran on a Redis Cluster.)
+/// (Those builds never ran on a Redis Cluster, nor had another prefix.)
 fn older_layout(shards: &mut Redis) -> redis::RedisResult<Vec<&'static str>> {
-    if shards.sharded() {
+    if shards.sharded() || shards.keys().prefix() != "herald" {
         return Ok(Vec::new());
     }
     let mut pipe = redis::pipe();
@@ -96,6 +97,35 @@ fn older_layout(shards: &mut Redis) -> redis::RedisResult<Vec<&'static str>> {
         .zip(held)
         .filter_map(|(key, held)| held.then_some(key))
         .collect())
+}
+
+/// The set, under no cluster's prefix, in which every node notes its
+/// cluster's `cluster.key_prefix`: how a node learns which other clusters
+/// share its Redis.
+const PREFIXES: &str = "herald-prefixes";
+
+/// Notes this node's key prefix, and returns the other clusters that have
+/// running nodes on this Redis: each one's prefix and node ids.
+fn neighbours(shards: &mut Redis) -> redis::RedisResult<Vec<(String, Vec<String>)>> {
+    let own = shards.keys().prefix();
+    let listed: Vec<String> = redis::cmd("SMEMBERS").arg(PREFIXES).on(shards, PREFIXES)?;
+    redis::cmd("SADD")
+        .arg(PREFIXES)
+        .arg(own)
+        .on::<()>(shards, PREFIXES)?;
+    let mut found = Vec::new();
+    for prefix in listed {
+        if prefix == own || crate::config::check_key_prefix(&prefix).is_err() {
+            continue;
+        }
+        let keys = Keys::new(&prefix);
+        let shard = shards.shard_of(keys.control())?;
+        let running = super::nodes::load(shards.at(shard)?, &keys)?;
+        if !running.is_empty() {
+            found.push((prefix, running.into_iter().map(|n| n.id).collect()));
+        }
+    }
+    Ok(found)
 }
 
 /// Starts the cluster threads for `shared`'s broker and registers the
@@ -153,6 +183,7 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
     let (requests, requests_rx) = mpsc::channel();
     let cluster = Arc::new(Cluster {
         node_id,
+        keys: Arc::new(Keys::new(&section.key_prefix)),
         origin,
         next_seq: AtomicU64::new(0),
         writes: AtomicU64::new(0),
@@ -179,6 +210,7 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
             ("started".into(), (started / 1_000_000).to_string()),
         ]),
         nodes: Mutex::default(),
+        neighbours: Mutex::default(),
         stats: ClusterStats::default(),
         stop: AtomicBool::new(false),
         stop_queues: AtomicBool::new(false),
@@ -193,14 +225,14 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
     let weak = Arc::downgrade(shared);
     // The other nodes' interest too, so that the first messages published
     // here reach them.
-    let loaded = Redis::connect(&cluster.link).and_then(|mut shards| {
+    let loaded = Redis::connect(&cluster.link, &cluster.keys).and_then(|mut shards| {
         if let Some(n) = inbox_heard(&mut shards, &cluster.node_id)? {
             return Ok(Some(std::io::Error::new(
                 std::io::ErrorKind::AddrInUse,
                 format!(
                     "cluster.node_id '{}' is in use: {n} running node(s) listen on its inbox {}; give each node a cluster.node_id of its own",
                     cluster.node_id,
-                    super::interest::inbox(&cluster.node_id)
+                    cluster.keys.inbox(&cluster.node_id)
                 ),
             )));
         }
@@ -214,6 +246,20 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
                 ),
             )));
         }
+        let others = neighbours(&mut shards)?;
+        let con = shards.control()?;
+        if !others.is_empty() && super::nodes::load(con, &cluster.keys)?.is_empty() {
+            let list: Vec<String> = others
+                .iter()
+                .map(|(prefix, ids)| format!("'{prefix}' ({})", ids.join(", ")))
+                .collect();
+            log::warn!(
+                "cluster: no running node uses cluster.key_prefix '{}', while nodes of other key prefixes share this Redis: {}; nodes of one cluster need the same cluster.key_prefix (this node is the first of another cluster, or it is set wrong)",
+                cluster.keys.prefix(),
+                list.join("; ")
+            );
+        }
+        *lock(&cluster.neighbours) = others;
         let con = shards.control()?;
         cluster.sync_durables(con, &weak)?;
         cluster.sync_settings(con, &weak)?;

@@ -5,8 +5,8 @@
 use herald_protocol::frame::UnsubscribeDurable;
 use herald_protocol::DestinationKind;
 
-use super::answer::receipt;
 use crate::auth::Permission;
+use crate::broker::Written;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{
     check_id_length, check_owner, subscribe_refusal as refusal, Context, Flow, Refusal,
@@ -35,6 +35,9 @@ pub fn handle(
         .broker
         .unsubscribe_durable(&session.client_id, &f.name)
         .map_err(refusal)?;
-    receipt(out, request_id);
+    // As a durable subscription's RECEIPT: once its deletion is kept (in
+    // the journal, or in a cluster in Redis), so that nothing sent after
+    // it is kept for it any more.
+    crate::frontend::await_journal(request_id, Written::default(), session, out, ctx);
     Ok(Flow::Continue)
 }
