@@ -1,6 +1,9 @@
 //! `--mode persistent`: what a persistent send costs against the disk it
 //! waits for. First the disk: appends of one record's size to a file in
-//! --sync-dir, each followed by `fdatasync`, as the journal writes. Then
+//! --sync-dir, each followed by `fdatasync`; then the same writes into
+//! zeros written beforehand, each followed by `fdatasync`, as the journal
+//! writes (it reserves zeros ahead of its records, so that a sync commits
+//! no new file size). Then
 //! one synchronous persistent send at a time to a queue (the send returns
 //! once the server's journal has synced it), timed one by one. Then the
 //! throughput of 1, 4 and 16 producers with 1 and 100 sends in flight
@@ -52,12 +55,19 @@ impl Latencies {
     }
 }
 
-/// Times `samples` appends of `len` bytes to a new file in `dir`, each
-/// made durable with `fdatasync`.
-fn disk_syncs(dir: &Path, len: usize, samples: u64) -> Result<Latencies> {
+/// Times `samples` writes of `len` bytes to a new file in `dir`, each
+/// made durable with `fdatasync`: appends, or if `reserved` writes into
+/// zeros written (and synced) beforehand.
+fn disk_syncs(dir: &Path, len: usize, samples: u64, reserved: bool) -> Result<Latencies> {
     let io = |e: std::io::Error| Error::InvalidArgument(format!("{}: {e}", dir.display()));
     let path = dir.join(format!("herald-bench-sync-{}", std::process::id()));
     let mut file = std::fs::File::create(&path).map_err(io)?;
+    if reserved {
+        let zeros = vec![0u8; len * samples as usize];
+        file.write_all(&zeros).map_err(io)?;
+        file.sync_data().map_err(io)?;
+        std::io::Seek::rewind(&mut file).map_err(io)?;
+    }
     let record = vec![0x5au8; len];
     let timed = (0..samples)
         .map(|_| {
@@ -107,11 +117,14 @@ fn sync_sends(
 
 /// Runs the three parts and prints a table and a JSON line.
 pub fn run(factory: &ConnectionFactory, plan: &Plan) -> Result<()> {
-    // p50 and p99 of the disk, the persistent send and the round trip.
-    let mut runs: [[Vec<f64>; 2]; 3] = Default::default();
+    // p50 and p99 of the disk (appends, and writes into zeros), the
+    // persistent send and the round trip.
+    let mut runs: [[Vec<f64>; 2]; 4] = Default::default();
+    let len = plan.size + RECORD_OVERHEAD;
     for _ in 0..plan.rounds {
         let timed = [
-            disk_syncs(&plan.sync_dir, plan.size + RECORD_OVERHEAD, plan.samples)?,
+            disk_syncs(&plan.sync_dir, len, plan.samples, false)?,
+            disk_syncs(&plan.sync_dir, len, plan.samples, true)?,
             sync_sends(factory, (plan.size, true), plan.samples)?,
             sync_sends(factory, (plan.size, false), plan.samples)?,
         ];
@@ -120,19 +133,21 @@ pub fn run(factory: &ConnectionFactory, plan: &Plan) -> Result<()> {
             run[1].push(t.us(0.99));
         }
         println!(
-            "fdatasync of {} B appends in {}: p50 {:.1} us, p99 {:.1} us; synchronous persistent send: \
-             p50 {:.1} us, p99 {:.1} us; the same not persistent (the round trip): p50 {:.1} us, p99 {:.1} us",
-            plan.size + RECORD_OVERHEAD,
+            "fdatasync of {len} B writes in {}, appended: p50 {:.1} us, p99 {:.1} us; into zeros: p50 {:.1} us, \
+             p99 {:.1} us; synchronous persistent send: p50 {:.1} us, p99 {:.1} us; the same not persistent \
+             (the round trip): p50 {:.1} us, p99 {:.1} us",
             plan.sync_dir.display(),
             timed[0].us(0.5),
             timed[0].us(0.99),
             timed[1].us(0.5),
             timed[1].us(0.99),
             timed[2].us(0.5),
-            timed[2].us(0.99)
+            timed[2].us(0.99),
+            timed[3].us(0.5),
+            timed[3].us(0.99)
         );
     }
-    let [[disk_p50, disk_p99], [send_p50, send_p99], [trip_p50, trip_p99]] =
+    let [[disk_p50, disk_p99], [zeros_p50, zeros_p99], [send_p50, send_p99], [trip_p50, trip_p99]] =
         runs.map(|r| r.map(median));
     let mut rows = Vec::new();
     for producers in PRODUCERS {
@@ -161,9 +176,12 @@ pub fn run(factory: &ConnectionFactory, plan: &Plan) -> Result<()> {
         }
     }
     println!(
-        "\nfdatasync p50 {disk_p50:.1} us, p99 {disk_p99:.1} us; synchronous persistent send p50 {send_p50:.1} us \
-         ({:.2} x the fdatasync), p99 {send_p99:.1} us; round trip p50 {trip_p50:.1} us, p99 {trip_p99:.1} us",
-        send_p50 / disk_p50
+        "\nfdatasync of an append p50 {disk_p50:.1} us, p99 {disk_p99:.1} us; of a write into zeros p50 \
+         {zeros_p50:.1} us, p99 {zeros_p99:.1} us; synchronous persistent send p50 {send_p50:.1} us \
+         ({:.2} x the append's fdatasync, {:.2} x the other), p99 {send_p99:.1} us; round trip p50 \
+         {trip_p50:.1} us, p99 {trip_p99:.1} us",
+        send_p50 / disk_p50,
+        send_p50 / zeros_p50
     );
     println!("{:<12} {:>8} {:>14}", "producers", "window", "msgs/s");
     for (producers, window, rate) in &rows {
@@ -175,9 +193,11 @@ pub fn run(factory: &ConnectionFactory, plan: &Plan) -> Result<()> {
         .collect();
     println!(
         "{{\"scenario\":\"persistent\",\"size\":{},\"fdatasync_p50_us\":{disk_p50:.1},\"fdatasync_p99_us\":{disk_p99:.1},\
-         \"send_p50_us\":{send_p50:.1},\"send_p99_us\":{send_p99:.1},\"round_trip_p50_us\":{trip_p50:.1},\"round_trip_p99_us\":{trip_p99:.1},\"send_over_fdatasync\":{:.3},\"rows\":[{}]}}",
+         \"fdatasync_into_zeros_p50_us\":{zeros_p50:.1},\"fdatasync_into_zeros_p99_us\":{zeros_p99:.1},\
+         \"send_p50_us\":{send_p50:.1},\"send_p99_us\":{send_p99:.1},\"round_trip_p50_us\":{trip_p50:.1},\"round_trip_p99_us\":{trip_p99:.1},\"send_over_fdatasync\":{:.3},\"send_over_fdatasync_into_zeros\":{:.3},\"rows\":[{}]}}",
         plan.size,
         send_p50 / disk_p50,
+        send_p50 / zeros_p50,
         rows.join(",")
     );
     Ok(())
