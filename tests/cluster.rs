@@ -318,6 +318,32 @@ fn clusters_of_different_key_prefixes_share_one_redis_apart() {
     assert_eq!(nodes(&a), [json!("a")]);
 }
 
+/// A Redis user allowed its cluster's keys alone (an ACL, as when
+/// clusters share a Redis): the node works; only the shared set of
+/// prefixes is out of its reach, and other clusters go unlisted.
+#[test]
+fn a_node_whose_redis_user_may_touch_its_prefix_alone_works() {
+    let redis = Redis::start();
+    let acl = redis.command(&[b"ACL", b"SETUSER", b"default", b"resetkeys", b"~tenant:*"]);
+    assert_eq!(acl, "+OK");
+    let mut config = cluster_config(&redis, "a");
+    config.cluster.key_prefix = "tenant".into();
+    let a = start_with(config);
+    let (_c, on_a) = connect(&a);
+    let jobs = Destination::queue("jobs");
+    let consumer = on_a.create_consumer(&jobs).unwrap();
+    on_a.create_producer(&jobs)
+        .unwrap()
+        .send_with_receipt(Message::text("kept").persistent())
+        .unwrap();
+    let m = consumer.receive(Duration::from_secs(10)).unwrap().unwrap();
+    assert_eq!(m.body_text(), Some("kept"));
+    let server = call(&a, "GET", "/api/server", None, None).json();
+    assert_eq!(server["cluster"]["other_clusters"], json!([]), "{server}");
+    redis.command(&[b"ACL", b"SETUSER", b"default", b"~*"]);
+    assert_eq!(redis.command(&[b"EXISTS", b"herald-prefixes"]), ":0");
+}
+
 #[test]
 fn garbage_from_redis_is_ignored_and_the_node_goes_on() {
     let redis = Redis::start();

@@ -246,7 +246,12 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
                 ),
             )));
         }
-        let others = neighbours(&mut shards)?;
+        // A Redis user whose ACL allows this cluster's keys alone cannot
+        // write the shared set: the other clusters go unlisted then.
+        let others = neighbours(&mut shards).unwrap_or_else(|e| {
+            log::info!("cluster: other clusters on this Redis are not listed: {e}");
+            Vec::new()
+        });
         let con = shards.control()?;
         if !others.is_empty() && super::nodes::load(con, &cluster.keys)?.is_empty() {
             let list: Vec<String> = others
