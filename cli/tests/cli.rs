@@ -513,7 +513,12 @@ fn bench_times_persistent_sends_beside_the_disks_fdatasync() {
         "1",
     ]);
     let line = summary(&out, "persistent");
-    for key in ["fdatasync_p50_us", "send_p50_us", "round_trip_p99_us"] {
+    for key in [
+        "fdatasync_p50_us",
+        "send_p50_us",
+        "floor_p50_us",
+        "round_trip_p99_us",
+    ] {
         assert!(line.contains(&format!("\"{key}\":")), "{key}: {line}");
     }
     // 1, 4 and 16 producers, windows of 1 and 100: every send receipted.

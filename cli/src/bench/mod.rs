@@ -88,8 +88,9 @@ pub enum Mode {
     /// The server's max_frame_size must be above 1 MiB.
     Large,
     /// The disk's fdatasync latency (in --sync-dir), then a synchronous
-    /// persistent send's and a receipted plain send's (--latency-count of
-    /// each), then the receipted throughput of 1, 4 and 16 producers with
+    /// persistent send's, its floor's (a socket round trip around a write
+    /// and its fdatasync, no broker) and a receipted plain send's
+    /// (--latency-count of each), then the receipted throughput of 1, 4 and 16 producers with
     /// windows of 1 and 100 (at most --count sends each).
     Persistent,
     /// One topic with --connections / 10, then --connections subscriber
