@@ -516,3 +516,36 @@ fn users_roles_and_declared_topics_changed_through_one_node_apply_on_every_node(
     );
     assert_eq!(a.status, 409, "{}", a.body);
 }
+
+/// A STOMP durable subscription's RECEIPT comes once Redis's registry has
+/// it, and an UNSUBSCRIBE's that deletes it once the entry is gone, as
+/// the native protocol's do: what is sent after either, through any
+/// node, is kept for the subscription or is not.
+#[test]
+fn a_stomp_durable_subscription_and_its_deletion_are_in_redis_by_their_receipts() {
+    use herald_protocol::stomp::StompFrame;
+    let redis = Redis::start();
+    let a = node(&redis, "a");
+    let registered = || redis.command(&[b"HLEN", b"herald:{herald}:durables"]);
+    for round in 0..5 {
+        let client_id = format!("stomp-{round}");
+        let mut s = StompClient::connected(&a, &[("client-id", &client_id)]);
+        s.send(
+            &StompFrame::new("SUBSCRIBE")
+                .header("id", "d")
+                .header("destination", "/topic/orders.#")
+                .header("activemq.subscriptionName", "kept")
+                .header("receipt", "made"),
+        );
+        s.expect("RECEIPT");
+        assert_eq!(registered(), ":1", "round {round}: made");
+        s.send(
+            &StompFrame::new("UNSUBSCRIBE")
+                .header("id", "d")
+                .header("activemq.subscriptionName", "kept")
+                .header("receipt", "gone"),
+        );
+        s.expect("RECEIPT");
+        assert_eq!(registered(), ":0", "round {round}: deleted");
+    }
+}

@@ -212,28 +212,97 @@ fn client_mode_acks_cumulatively_and_nack_redelivers() {
     });
 }
 
+/// Subscribes `s` to durable subscription "daily" on `news.#`, named by
+/// `header`; returns the messages that arrive before the RECEIPT: it
+/// comes once the subscription is kept, and what it kept may be
+/// delivered before.
+fn subscribe_durable(s: &mut StompClient, header: &str) -> Vec<bytes::Bytes> {
+    s.send(
+        &frame("SUBSCRIBE")
+            .header("id", "d")
+            .header("destination", "/topic/news.#")
+            .header(header, "daily")
+            .header("receipt", "made"),
+    );
+    let mut before = Vec::new();
+    loop {
+        let f = s.read().expect("a RECEIPT");
+        match f.command.as_str() {
+            "RECEIPT" => return before,
+            "MESSAGE" => before.push(f.body),
+            other => panic!("{other}: {f:?}"),
+        }
+    }
+}
+
 #[test]
 fn a_durable_subscription_by_activemq_name_keeps_messages_while_away() {
     let server = start();
-    let subscribe = |s: &mut StompClient| {
-        s.send(
-            &frame("SUBSCRIBE")
-                .header("id", "d")
-                .header("destination", "/topic/news.#")
-                .header("activemq.subscriptionName", "daily")
-                .header("receipt", "ok"),
-        );
-        s.expect("RECEIPT");
-    };
+    let subscribe = |s: &mut StompClient| subscribe_durable(s, "activemq.subscriptionName");
     let mut s = StompClient::connected(&server, &[("client-id", "stomp-app")]);
-    subscribe(&mut s);
+    assert!(subscribe(&mut s).is_empty());
     s.send(&frame("DISCONNECT").header("receipt", "bye"));
     s.expect("RECEIPT");
     let (_c, session) = connect(&server);
     publish(&session, "news.sport", "while away");
     let mut s = StompClient::connected(&server, &[("client-id", "stomp-app")]);
+    let mut got = subscribe(&mut s);
+    if got.is_empty() {
+        got.push(s.expect("MESSAGE").body);
+    }
+    assert_eq!(got, [&b"while away"[..]]);
+}
+
+/// Artemis's header names a durable subscription too; UNSUBSCRIBE naming
+/// it deletes it (with or without the subscription open on this
+/// connection), so what is published after is kept for nobody.
+#[test]
+fn unsubscribe_naming_a_durable_subscription_deletes_it() {
+    let server = start();
+    // Each time a new one, empty.
+    let subscribe = |s: &mut StompClient| {
+        assert!(subscribe_durable(s, "durable-subscription-name").is_empty());
+    };
+    let unsubscribe = |s: &mut StompClient, id: Option<&str>| {
+        let mut f = frame("UNSUBSCRIBE")
+            .header("durable-subscription-name", "daily")
+            .header("receipt", "gone");
+        if let Some(id) = id {
+            f = f.header("id", id);
+        }
+        s.send(&f);
+        assert_eq!(s.expect("RECEIPT").get("receipt-id"), Some("gone"));
+    };
+    let (_c, session) = connect(&server);
+    let app = [("client-id", "stomp-app")];
+
+    // Open, then deleted by the connection that has it open.
+    let mut s = StompClient::connected(&server, &app);
     subscribe(&mut s);
-    assert_eq!(&s.expect("MESSAGE").body[..], b"while away");
+    unsubscribe(&mut s, Some("d"));
+    publish(&session, "news.sport", "after the first deletion");
+    subscribe(&mut s);
+    publish(&session, "news.sport", "kept");
+    assert_eq!(&s.expect("MESSAGE").body[..], b"kept");
+    s.send(&frame("DISCONNECT").header("receipt", "bye"));
+    s.expect("RECEIPT");
+
+    // Away, then deleted by a connection that never opened it.
+    publish(&session, "news.sport", "while away");
+    let mut s = StompClient::connected(&server, &app);
+    unsubscribe(&mut s, None);
+    subscribe(&mut s);
+    publish(&session, "news.sport", "fresh");
+    assert_eq!(&s.expect("MESSAGE").body[..], b"fresh");
+
+    // A name that is not there any more is an error, as in Artemis.
+    let mut other = StompClient::connected(&server, &[("client-id", "stranger")]);
+    other.send(
+        &frame("UNSUBSCRIBE")
+            .header("activemq.subscriptionName", "daily")
+            .header("receipt", "r"),
+    );
+    other.expect_error_saying("daily");
 }
 
 #[test]

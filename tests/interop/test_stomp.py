@@ -133,6 +133,21 @@ def test_durable_subscription_across_a_reconnect(server):
     assert back_inbox.next().body == "while away"
 
 
+def test_unsubscribe_naming_a_durable_subscription_deletes_it(server):
+    conn, inbox = connect(server, client_id="interop-gone")
+    durable = {"activemq.subscriptionName": "daily"}
+    conn.subscribe("/topic/gone.#", id="d", headers=durable, receipt="s")
+    inbox.receipt()
+    conn.unsubscribe(id="d", headers=durable, receipt="u")
+    inbox.receipt()
+    pub, pub_inbox = connect(server)
+    pub.send("/topic/gone.x", "after the deletion", receipt="p")
+    pub_inbox.receipt()
+    conn.subscribe("/topic/gone.#", id="d", headers=durable, receipt="again")
+    inbox.receipt()
+    inbox.nothing()
+
+
 def test_errors_close_the_connection(server):
     conn, inbox = connect(server)
     conn.send("/nowhere/x", "lost")

@@ -8,9 +8,11 @@ use herald_protocol::destination::Pattern;
 use herald_protocol::selector::Selector;
 use herald_protocol::{DestinationKind, ErrorCode};
 
-use super::context::{authorize as check, Context, Refusal};
+use super::context::{authorize as check, await_journal, Context, Refusal};
+use super::login::check_id_length;
+use super::outbound::Outbound;
 use crate::auth::Permission;
-use crate::broker::{SubscribeError, SubscribeRequest, Subscriber};
+use crate::broker::{SubscribeError, SubscribeRequest, Subscriber, Written};
 use crate::session::Session;
 
 /// The wire code for a refused subscription.
@@ -147,6 +149,41 @@ pub fn check_owner(
             session.client_id
         ),
     ))
+}
+
+/// Deletes durable subscription `name` of this connection's client id,
+/// whatever the protocol asks: it takes the `durable` permission on the
+/// subscription's topics, and the subscription must be the user's own (or
+/// the user an administrator). The answer to `request_id` waits until the
+/// deletion is kept (in the journal, or in a cluster in Redis), as a
+/// durable subscription's does for its making, so that nothing sent after
+/// it is kept for the subscription.
+pub fn delete_durable(
+    name: &str,
+    request_id: u32,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<(), Refusal> {
+    check_id_length(
+        "durable subscription name",
+        name,
+        ctx.shared.config.max_id_length,
+    )?;
+    if let Some(pattern) = check_owner(session, name, ctx)? {
+        check(
+            session,
+            Permission::Durable,
+            DestinationKind::Topic,
+            &pattern.to_string(),
+        )?;
+    }
+    ctx.shared
+        .broker
+        .unsubscribe_durable(&session.client_id, name)
+        .map_err(refusal)?;
+    await_journal(request_id, Written::default(), session, out, ctx);
+    Ok(())
 }
 
 /// Ends a subscription of this connection, whatever its protocol; false if

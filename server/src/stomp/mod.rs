@@ -35,8 +35,8 @@ use crate::broker::{SubscribeRequest, Written};
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{
     admit, authorize_publish as send_authorize, await_journal, check_id_length, commit,
-    end_subscription, publish, selector as subscribe_selector, settle, subscribe as start,
-    subscribe_refusal, Context, Flow, Published, Refusal, Welcome,
+    delete_durable, end_subscription, publish, selector as subscribe_selector, settle,
+    subscribe as start, subscribe_refusal, Context, Flow, Published, Refusal, Welcome,
 };
 use crate::session::{Deferred, Outcome, Phase, Session, Transactions};
 
@@ -359,26 +359,47 @@ fn dispatch(
         }
         ClientCommand::Subscribe => {
             subscribe(&frame, stomp, session, ctx)?;
-            stomp.receipt(out, request_id);
+            match durable_name(&frame) {
+                // As a native durable SUBSCRIBE's: once the subscription
+                // is kept, so that what is sent after it, through any
+                // node, is kept for it.
+                Some(_) => await_journal(request_id, Written::default(), session, out, ctx),
+                None => stomp.receipt(out, request_id),
+            }
             Ok(Flow::Continue)
         }
         ClientCommand::Unsubscribe => {
-            let id = frame
-                .get("id")
-                .or_else(|| frame.get("destination"))
-                .ok_or_else(|| malformed("UNSUBSCRIBE needs an id header".into()))?;
-            let Some((number, _)) = stomp.subscriptions.remove(id) else {
-                return Err((
-                    ErrorCode::UnknownSubscription,
-                    format!("no subscription with id '{id}'"),
-                ));
-            };
-            stomp.names.remove(&number);
-            // A client that says goodbye did not crash on what it did not
-            // acknowledge: that returns as it was (STOMP cannot say which
-            // messages the application read). A dropped connection counts.
-            end_subscription(number, Some(&[]), session, ctx);
-            stomp.receipt(out, request_id);
+            let durable = durable_name(&frame);
+            let id = frame.get("id").or_else(|| frame.get("destination"));
+            let ended = id.and_then(|id| stomp.subscriptions.remove(id));
+            match (id, &ended, durable) {
+                (None, _, None) => {
+                    return Err(malformed("UNSUBSCRIBE needs an id header".into()));
+                }
+                (Some(id), None, None) => {
+                    return Err((
+                        ErrorCode::UnknownSubscription,
+                        format!("no subscription with id '{id}'"),
+                    ));
+                }
+                _ => {}
+            }
+            if let Some((number, _)) = ended {
+                stomp.names.remove(&number);
+                // A client that says goodbye did not crash on what it did
+                // not acknowledge: that returns as it was (STOMP cannot say
+                // which messages the application read). A dropped
+                // connection counts.
+                end_subscription(number, Some(&[]), session, ctx);
+            }
+            // Naming a durable subscription deletes it too (as ActiveMQ
+            // and Artemis do), whether or not this connection had it open.
+            match durable {
+                Some(name) => {
+                    delete_durable(name, request_id, session, out, ctx).map_err(refused)?
+                }
+                None => stomp.receipt(out, request_id),
+            }
             Ok(Flow::Continue)
         }
         ClientCommand::Ack | ClientCommand::Nack => {
@@ -571,9 +592,25 @@ fn subscribe(
     };
     let options = Options {
         selector: frame.get("selector").unwrap_or_default(),
-        durable_name: frame.get("activemq.subscriptionName").unwrap_or_default(),
+        durable_name: durable_name(frame).unwrap_or_default(),
     };
     subscribe_to(id, &target, ack, options, stomp, session, ctx)
+}
+
+/// Headers that name a durable subscription: ActiveMQ's, and Artemis's
+/// two, which take precedence as in Artemis when a frame has several.
+const DURABLE_HEADERS: [&str; 3] = [
+    "durable-subscriber-name",
+    "durable-subscription-name",
+    "activemq.subscriptionName",
+];
+
+/// The durable subscription a SUBSCRIBE or UNSUBSCRIBE names, if any.
+fn durable_name(frame: &StompFrame) -> Option<&str> {
+    DURABLE_HEADERS
+        .iter()
+        .find_map(|h| frame.get(h))
+        .filter(|name| !name.is_empty())
 }
 
 /// What a STOMP subscription may add to its destination.
@@ -765,12 +802,14 @@ fn no_transaction(name: &str) -> (ErrorCode, Refused) {
 
 /// Headers whose values the server keeps (as ids, names, or keys to
 /// answer with) for as long as what they name lasts.
-const ID_HEADERS: [&str; 8] = [
+const ID_HEADERS: [&str; 10] = [
     "id",
     "receipt",
     "transaction",
     "client-id",
     "activemq.subscriptionName",
+    "durable-subscription-name",
+    "durable-subscriber-name",
     "subscription",
     "message-id",
     "ack",
