@@ -549,3 +549,50 @@ fn a_stomp_durable_subscription_and_its_deletion_are_in_redis_by_their_receipts(
         assert_eq!(registered(), ":0", "round {round}: deleted");
     }
 }
+
+/// An MQTT persistent session's SUBACK comes once Redis's registry has its
+/// durable subscription, and its UNSUBACK once the entry is gone: what is
+/// published after either, through any node, is kept for the
+/// subscription or is not. A shared subscription's SUBACK comes once its
+/// group is registered; the group ends when its last member anywhere
+/// leaves, which the cluster learns after the UNSUBACK.
+#[test]
+fn mqtt_subacks_and_unsubacks_come_once_redis_has_the_change() {
+    use herald_protocol::mqtt::{Packet, Properties, QoS, Unsubscribe, Version};
+    let redis = Redis::start();
+    let a = node(&redis, "a");
+    let registered = || redis.command(&[b"HLEN", b"herald:{herald}:durables"]);
+    let unsubscribe = |c: &mut MqttClient, filter: &str| {
+        let packet_id = c.packet_id();
+        c.send(&Packet::Unsubscribe(Unsubscribe {
+            packet_id,
+            properties: Properties::default(),
+            filters: vec![filter.to_owned()],
+        }));
+        match c.read() {
+            Some(Packet::UnsubAck(ack)) => assert_eq!(ack.packet_id, packet_id),
+            other => panic!("expected UNSUBACK, got {other:?}"),
+        }
+    };
+    for round in 0..5 {
+        let mut connect = MqttClient::connect_packet(Version::V311, &format!("kept-{round}"));
+        connect.clean = false;
+        let (mut c, ack) = MqttClient::connect_with(&a, connect);
+        assert_eq!(ack.code, 0);
+        c.subscribe("orders/#", QoS::AtLeastOnce);
+        assert_eq!(registered(), ":1", "round {round}: subscribed");
+        unsubscribe(&mut c, "orders/#");
+        assert_eq!(registered(), ":0", "round {round}: unsubscribed");
+
+        let mut s = MqttClient::connected(&a, Version::V5, &format!("member-{round}"));
+        s.subscribe("$share/pickers/orders/#", QoS::AtLeastOnce);
+        assert_eq!(registered(), ":1", "round {round}: the group");
+        // Ended by its last member here at once, not when this node's
+        // mark in it would expire (cluster.claim_idle_ms, 30 s), even when
+        // made and left within one pass of the queue reader.
+        unsubscribe(&mut s, "$share/pickers/orders/#");
+        wait_until("the group ends with its last member", || {
+            registered() == ":0"
+        });
+    }
+}

@@ -307,7 +307,10 @@ impl Reader<'_, '_> {
             self.shards.pipeline(control, &pipe, 0)?;
         }
         for name in left {
-            if self.alive.remove(name) {
+            // One made and left between two passes was never marked here,
+            // but its registration marked this node alive in it: without
+            // leaving now, it would last until that mark expired.
+            if self.alive.remove(name) | ephemeral.contains(name) {
                 self.leave(name, true)?;
             }
         }

@@ -457,6 +457,7 @@ fn subscribe_packet(
     if s.filters.iter().any(shared_no_local) {
         return Err(Fatal(0x82, "no local on a shared subscription".into()));
     }
+    let kept = changes_kept(mqtt, s.filters.iter().map(|(filter, _)| filter));
     let mut codes = Vec::with_capacity(s.filters.len());
     for (filter, options) in s.filters {
         let terms = (options, identifier, Resumed::No);
@@ -475,13 +476,24 @@ fn subscribe_packet(
         };
         codes.push(code);
     }
-    let suback = SubAck {
+    let suback = Packet::SubAck(SubAck {
         packet_id: s.packet_id,
         properties: Properties::default(),
         codes,
-    };
-    mqtt.answer(out, Packet::SubAck(suback));
+    });
+    match kept {
+        true => mqtt.answer_when_kept(out, suback, session, ctx),
+        false => mqtt.answer(out, suback),
+    }
     Ok(Flow::Continue)
+}
+
+/// Whether subscribing to or unsubscribing from `filters` changes what
+/// the broker keeps (a persistent session's subscriptions are durable,
+/// and a shared one's group is registered), so that the answer waits
+/// until the change is kept, as a native durable SUBSCRIBE's RECEIPT does.
+fn changes_kept<'a>(mqtt: &MqttSession, mut filters: impl Iterator<Item = &'a String>) -> bool {
+    mqtt.persistent || filters.any(|filter| matches!(topic::shared(filter), Ok(Some(_))))
 }
 
 /// Whether a subscription is the session's own, made again on its
@@ -594,6 +606,7 @@ fn unsubscribe_packet(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Fatal> {
+    let kept = changes_kept(mqtt, u.filters.iter());
     let mut codes = Vec::with_capacity(u.filters.len());
     for filter in u.filters {
         let code = match mqtt.end_subscription(&filter, "", session, ctx) {
@@ -602,12 +615,15 @@ fn unsubscribe_packet(
         };
         codes.push(code);
     }
-    let unsuback = UnsubAck {
+    let unsuback = Packet::UnsubAck(UnsubAck {
         packet_id: u.packet_id,
         properties: Properties::default(),
         codes,
-    };
-    mqtt.answer(out, Packet::UnsubAck(unsuback));
+    });
+    match kept {
+        true => mqtt.answer_when_kept(out, unsuback, session, ctx),
+        false => mqtt.answer(out, unsuback),
+    }
     Ok(Flow::Continue)
 }
 

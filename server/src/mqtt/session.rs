@@ -17,10 +17,11 @@ use super::common::{
     SUBPROTOCOLS,
 };
 use super::mapping::{self, Outgoing};
+use crate::broker::Written;
 use crate::collections::FastMap;
 use crate::frontend::chunks::Chunks;
 use crate::frontend::outbound::Outbound;
-use crate::frontend::{end_subscription, Context, Flow, PacketIds, Refusal};
+use crate::frontend::{await_journal, end_subscription, Context, Flow, PacketIds, Refusal};
 use crate::session::{Phase, Session};
 use crate::websocket::{self, WebSocket};
 
@@ -43,19 +44,15 @@ pub(super) struct Sub {
     pub identifier: Option<u32>,
 }
 
-/// An answer owed to a QoS 1 or 2 publish, once the journal has it.
-#[derive(Debug, Clone, Copy)]
+/// An answer owed until what it answers is kept: a QoS 1 or 2 publish's
+/// (in the journal), or a SUBACK's or UNSUBACK's (encoded already) whose
+/// durable or shared subscriptions changed (in the journal, or in a
+/// cluster in Redis's registry).
+#[derive(Debug, Clone)]
 pub(super) enum Owed {
     PubAck(u16),
     PubRec(u16),
-}
-
-impl Owed {
-    pub(super) fn packet_id(self) -> u16 {
-        match self {
-            Owed::PubAck(id) | Owed::PubRec(id) => id,
-        }
-    }
+    Kept(Bytes),
 }
 
 /// What a QoS 1 or 2 delivery waits for.
@@ -206,14 +203,30 @@ impl MqttSession {
             .map_or(0, |ex| ex.pubacks_owed + ex.incoming.len())
     }
 
-    /// A request id for a publish whose answer is owed.
+    /// A request id for an answer that is owed.
     pub(super) fn owe(&mut self, owed: Owed) -> u32 {
         let ex = self.ex();
         let id = ex.next_request.max(1);
         ex.next_request = id.wrapping_add(1);
-        ex.owed.insert(id, owed);
         ex.pubacks_owed += usize::from(matches!(owed, Owed::PubAck(_)));
+        ex.owed.insert(id, owed);
         id
+    }
+
+    /// Sends `packet` (a SUBACK or UNSUBACK) once the subscriptions it
+    /// made or ended are kept, so that a message published after it,
+    /// through any node, is kept for them or no longer is; answers owed
+    /// before it go first.
+    pub(super) fn answer_when_kept(
+        &mut self,
+        out: &mut Outbound,
+        packet: Packet,
+        session: &mut Session,
+        ctx: &mut Context<'_>,
+    ) {
+        let bytes = self.wrap(encode(&packet, self.version));
+        let id = self.owe(Owed::Kept(bytes));
+        await_journal(id, Written::default(), session, out, ctx);
     }
 
     /// A PUBLISH's topic, its alias (5.0) set or looked up.
@@ -614,6 +627,23 @@ impl MqttSession {
             return (None, Flow::Continue);
         };
         ex.pubacks_owed -= usize::from(matches!(owed, Owed::PubAck(_)));
+        let (packet_id, exactly_once) = match owed {
+            Owed::PubAck(id) => (id, false),
+            Owed::PubRec(id) => (id, true),
+            Owed::Kept(answer) => {
+                return match result {
+                    Ok(()) => (Some(answer), Flow::Continue),
+                    Err(refusal) => {
+                        // The subscriptions the client was about to be told
+                        // of cannot be kept: it must not believe they are.
+                        log::warn!(
+                            "MQTT subscriptions not kept, closing the connection: {refusal:?}"
+                        );
+                        (None, Flow::Close)
+                    }
+                };
+            }
+        };
         let reason = match &result {
             Ok(()) => 0,
             Err(refusal) => reason_for(refusal.code()),
@@ -622,16 +652,16 @@ impl MqttSession {
             log::info!("MQTT 3.1.1 publish refused, closing the connection: {refusal:?}");
             return (None, Flow::Close);
         }
-        let mut ack = self.ack(owed.packet_id(), reason);
+        let mut ack = self.ack(packet_id, reason);
         if let (Err(refusal), Version::V5) = (&result, self.version) {
             ack.properties = Properties(vec![Property::ReasonString(refusal.message().to_owned())]);
         }
-        let packet = match owed {
-            Owed::PubAck(_) => Packet::PubAck(ack),
-            Owed::PubRec(id) => {
+        let packet = match exactly_once {
+            false => Packet::PubAck(ack),
+            true => {
                 if reason != 0 {
                     // Not routed: the id is free for the client to retry.
-                    self.ex().incoming.remove(&id);
+                    self.ex().incoming.remove(&packet_id);
                 }
                 Packet::PubRec(ack)
             }
