@@ -596,3 +596,49 @@ fn mqtt_subacks_and_unsubacks_come_once_redis_has_the_change() {
         });
     }
 }
+
+/// An AMQP link closed for good deletes its durable subscription, and the
+/// detach that answers comes once Redis's registry no longer has it, as a
+/// native UNSUBSCRIBE_DURABLE's RECEIPT does.
+#[test]
+fn an_amqp_detach_that_deletes_a_durable_subscription_comes_once_redis_has_it() {
+    use herald_protocol::amqp::performative::Detach;
+    use herald_protocol::amqp::terminus::{Durability, Source, Target};
+    use herald_protocol::amqp::Performative;
+    let redis = Redis::start();
+    let a = node(&redis, "a");
+    let registered = || redis.command(&[b"HLEN", b"herald:{herald}:durables"]);
+    for round in 0..5 {
+        let mut c = AmqpClient::opened(&a, &format!("amqp-kept-{round}"));
+        c.attach_receiver_from(
+            0,
+            Source {
+                node: Target {
+                    address: Some("topic://orders".into()),
+                    durable: Durability::UnsettledState,
+                    capabilities: vec!["topic".into()],
+                    ..Target::default()
+                },
+                ..Source::default()
+            },
+        );
+        assert!(matches!(
+            c.next(false),
+            Got::Amqp(0, Performative::Attach(_))
+        ));
+        wait_until("registered", || registered() == ":1");
+        c.perform(
+            0,
+            Performative::Detach(Detach {
+                handle: 0,
+                closed: true,
+                error: None,
+            }),
+        );
+        match c.next(false) {
+            Got::Amqp(0, Performative::Detach(d)) => assert!(d.closed && d.error.is_none()),
+            other => panic!("expected a detach, got {other:?}"),
+        }
+        assert_eq!(registered(), ":0", "round {round}: deleted");
+    }
+}

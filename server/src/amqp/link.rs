@@ -47,16 +47,18 @@ pub(super) fn performative(
             if !ch.links.contains_key(&d.handle) {
                 return Err(unattached(d.handle));
             }
-            end_link(amqp, (channel, d.handle), d.closed, session, ctx);
-            amqp.perform(
-                out,
-                channel,
-                Performative::Detach(Detach {
-                    handle: d.handle,
-                    closed: d.closed,
-                    error: None,
-                }),
-            );
+            let deleted = end_link(amqp, (channel, d.handle), d.closed, session, ctx);
+            let detach = Performative::Detach(Detach {
+                handle: d.handle,
+                closed: d.closed,
+                error: None,
+            });
+            match deleted {
+                // Once the deletion is kept, as a native
+                // UNSUBSCRIBE_DURABLE's RECEIPT.
+                true => amqp.perform_when_kept(out, channel, detach, session, ctx),
+                false => amqp.perform(out, channel, detach),
+            }
             Ok(Flow::Continue)
         }
         // Credit for links on which this side sends, and the session's
@@ -89,14 +91,14 @@ pub(super) fn performative(
 }
 
 /// Ends a link this side kept (detached, `closed` for good or not, or its
-/// session ended).
+/// session ended); whether that deleted a durable subscription.
 fn end_link(
     amqp: &mut AmqpSession,
     (channel, handle): (u16, u32),
     closed: bool,
     session: &mut Session,
     ctx: &mut Context<'_>,
-) {
+) -> bool {
     let link = amqp
         .channels
         .get_mut(&channel)
@@ -106,7 +108,7 @@ fn end_link(
             sender::ended(amqp, (channel, handle), link, closed, session, ctx)
         }
         Some(Link::Dormant(durable)) if closed => sender::end_durable(&durable, ctx),
-        _ => {}
+        _ => false,
     }
 }
 

@@ -432,7 +432,7 @@ fn settle_as(ids: Vec<u64>, outcome: Outcome, session: &mut Session, ctx: &mut C
 /// An outgoing link has ended: its subscription ends. What it sent and
 /// the client did not settle counts as delivered; what waited for credit
 /// returns uncounted. A link `closed` for good ends its durable
-/// subscription too.
+/// subscription too: whether it did.
 pub(super) fn ended(
     amqp: &mut AmqpSession,
     (channel, handle): (u16, u32),
@@ -440,9 +440,9 @@ pub(super) fn ended(
     closed: bool,
     session: &mut Session,
     ctx: &mut Context<'_>,
-) {
+) -> bool {
     if link.browsing {
-        return;
+        return false;
     }
     amqp.subscriptions.remove(&link.subscription_id);
     let mut seen = Vec::new();
@@ -457,18 +457,24 @@ pub(super) fn ended(
         });
     }
     end_subscription(link.subscription_id, Some(&seen), session, ctx);
-    if let (true, Some(durable)) = (closed, &link.durable) {
-        end_durable(durable, ctx);
+    match (closed, &link.durable) {
+        (true, Some(durable)) => end_durable(durable, ctx),
+        _ => false,
     }
 }
 
 /// Ends durable subscription (client id, name), a link to it closed for
-/// good; one still in use by other consumers (shared) stays.
-pub(super) fn end_durable((client_id, name): &(String, String), ctx: &mut Context<'_>) {
-    if let Err(e) = ctx.shared.broker.unsubscribe_durable(client_id, name) {
-        log::debug!(
-            "AMQP connection {}: durable subscription '{name}' stays: {e}",
-            ctx.me.serial
-        );
+/// good; one still in use by other consumers (shared) stays. Whether it
+/// was deleted.
+pub(super) fn end_durable((client_id, name): &(String, String), ctx: &mut Context<'_>) -> bool {
+    match ctx.shared.broker.unsubscribe_durable(client_id, name) {
+        Ok(()) => true,
+        Err(e) => {
+            log::debug!(
+                "AMQP connection {}: durable subscription '{name}' stays: {e}",
+                ctx.me.serial
+            );
+            false
+        }
     }
 }

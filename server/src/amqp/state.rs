@@ -19,7 +19,9 @@ use crate::websocket::{self, WebSocket};
 
 /// The WebSocket subprotocol AMQP rides in.
 const SUBPROTOCOLS: &[&str] = &["amqp"];
-use crate::frontend::{Flow, Refusal};
+use crate::broker::Written;
+use crate::frontend::{await_journal, Context, Flow, Refusal};
+use crate::session::Session;
 
 /// Error conditions (part 2.8.15 and after).
 pub(super) mod condition {
@@ -96,11 +98,14 @@ impl Channel {
     }
 }
 
-/// A delivery whose outcome waits for the broker (the journal).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Owed {
-    pub(super) channel: u16,
-    pub(super) delivery_id: u32,
+/// An answer that waits for the broker: a delivery's outcome (once the
+/// journal has the message), or a detach, encoded, whose durable
+/// subscription's deletion must be kept first (in the journal, or in a
+/// cluster in Redis's registry).
+#[derive(Debug, Clone)]
+pub(super) enum Owed {
+    Outcome { channel: u16, delivery_id: u32 },
+    Kept(Bytes),
 }
 
 /// What an AMQP connection needs besides the protocol-neutral session.
@@ -113,7 +118,7 @@ pub struct AmqpSession {
     /// Its sessions, by the client's channel (this side answers on the
     /// same number).
     pub(super) channels: HashMap<u16, Channel>,
-    /// Deliveries whose disposition waits, by request id.
+    /// Answers that wait, by request id.
     pub(super) owed: HashMap<u32, Owed>,
     pub(super) next_request: u32,
     /// Numbers the messages that come without an id, after this prefix
@@ -342,9 +347,42 @@ impl AmqpSession {
     /// [`settle_request`](Self::settle_request)'s disposition as bytes, for
     /// one owed in its place.
     pub fn answer_bytes(&mut self, request_id: u32, result: Result<(), Refusal>) -> Option<Bytes> {
-        let owed = self.owed.remove(&request_id)?;
-        let settled = settled_as(owed.delivery_id, outcome(result));
-        Some(self.performance_bytes(owed.channel, &settled))
+        match self.owed.remove(&request_id)? {
+            Owed::Outcome {
+                channel,
+                delivery_id,
+            } => {
+                let settled = settled_as(delivery_id, outcome(result));
+                Some(self.performance_bytes(channel, &settled))
+            }
+            Owed::Kept(answer) => match result {
+                Ok(()) => Some(answer),
+                // The client must not go on believing in a subscription (or
+                // its end) that is not kept.
+                Err(refusal) => {
+                    let why = format!("a subscription change is not kept: {}", refusal.message());
+                    log::warn!("AMQP: {why}; closing the connection");
+                    let close = Performative::Close(error(condition::INTERNAL, why));
+                    Some(self.performance_bytes(0, &close))
+                }
+            },
+        }
+    }
+
+    /// Sends `p` (a detach that deleted a durable subscription) once the
+    /// deletion is kept, so that nothing sent after it, through any node,
+    /// is kept for the subscription; answers owed before it go first.
+    pub(super) fn perform_when_kept(
+        &mut self,
+        out: &mut Outbound,
+        channel: u16,
+        p: Performative,
+        session: &mut Session,
+        ctx: &mut Context<'_>,
+    ) {
+        let answer = self.performance_bytes(channel, &p);
+        let id = self.owe_answer(Owed::Kept(answer));
+        await_journal(id, Written::default(), session, out, ctx);
     }
 
     /// The outgoing link `handle` on `channel`, if there is one.
@@ -497,15 +535,16 @@ impl AmqpSession {
     /// Owes the outcome of delivery `delivery_id` on `channel`: the request
     /// id the broker answers.
     pub(super) fn owe(&mut self, channel: u16, delivery_id: u32) -> u32 {
+        self.owe_answer(Owed::Outcome {
+            channel,
+            delivery_id,
+        })
+    }
+
+    fn owe_answer(&mut self, owed: Owed) -> u32 {
         let id = self.next_request;
         self.next_request = self.next_request.wrapping_add(1).max(1);
-        self.owed.insert(
-            id,
-            Owed {
-                channel,
-                delivery_id,
-            },
-        );
+        self.owed.insert(id, owed);
         id
     }
 }
