@@ -14,7 +14,7 @@ use crate::sync::lock;
 use herald_protocol::destination::is_temporary;
 use herald_protocol::selector::Selector;
 use herald_protocol::{DeliveryMode, DestinationKind, Pattern};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -71,8 +71,11 @@ impl Broker {
     /// replaced, deleted ones dropped, unless a consumer here uses one:
     /// that one is registered again (a registry that lost it, or a
     /// non-durable shared subscription ended by the others a moment
-    /// before a consumer here joined it).
-    pub fn sync_durables(&self, registry: Vec<DurableRecord>) {
+    /// before a consumer here joined it). Subscriptions whose streams are
+    /// `in_flight` (this node's own change to them was not yet answered
+    /// when the read began) are left as they are: the read may predate
+    /// the change, and the change's answer brings another read.
+    pub fn sync_durables(&self, registry: Vec<DurableRecord>, in_flight: &HashSet<String>) {
         let mut wanted: HashMap<(String, String), DurableRecord> = registry
             .into_iter()
             .map(|r| ((r.client_id.clone(), r.name.clone()), r))
@@ -85,7 +88,7 @@ impl Broker {
             .filter(|(id, d)| match &d.kept {
                 Kept::Cluster { stream, .. } => {
                     let same = wanted.get(*id).is_some_and(|r| r.stream() == *stream);
-                    d.consumers.is_empty() && !same
+                    d.consumers.is_empty() && !same && !in_flight.contains(stream)
                 }
                 _ => false,
             })
@@ -93,10 +96,12 @@ impl Broker {
             .collect();
         if let Some(peers) = self.peers.get() {
             for (id, d) in durables.iter() {
-                if let (Kept::Cluster { record, .. }, false, false) =
+                if let (Kept::Cluster { record, stream }, false, false) =
                     (&d.kept, d.consumers.is_empty(), wanted.contains_key(id))
                 {
-                    peers.durable(record, true);
+                    if !in_flight.contains(stream) {
+                        peers.durable(record, true);
+                    }
                 }
             }
         }

@@ -94,6 +94,38 @@ impl Keys {
     }
 }
 
+/// The keys that begin with `prefix` (which holds no glob characters),
+/// read with `SCAN` a thousand at a time rather than `KEYS`, which would
+/// stop a Redis holding millions of keys (queues' streams among them)
+/// for as long as it walks them all. A key made or deleted meanwhile may
+/// be missed or seen; the callers read again at the next change.
+pub(super) fn scan_prefix(
+    con: &mut redis::Connection,
+    prefix: &str,
+) -> redis::RedisResult<Vec<String>> {
+    let pattern = format!("{prefix}*");
+    let mut cursor = 0u64;
+    let mut keys = Vec::new();
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query(con)?;
+        keys.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    // SCAN may return a key twice.
+    keys.sort_unstable();
+    keys.dedup();
+    Ok(keys)
+}
+
 /// Sends `pipe` and reads its answers, giving up at the first that does
 /// not come. (The `redis` crate's own reading goes on to wait
 /// `ANSWER_TIMEOUT` for each of the others, which on a silent server adds

@@ -63,7 +63,7 @@ use std::time::{Duration, Instant};
 
 use commands::{Command, Outcomes, OUTBOUND_HIGH, OUTBOUND_LOW};
 pub use common::Keys;
-use common::{query_pipeline, reread};
+use common::{query_pipeline, reread, scan_prefix};
 use interest::{Inboxes, Others, INTEREST_REFRESH, INTEREST_TTL_S, WANTED_CACHE};
 use link::Link;
 
@@ -140,6 +140,16 @@ pub struct Cluster {
     /// The streams of non-durable shared subscriptions, which end when
     /// no node has a consumer.
     ephemeral: Mutex<std::collections::HashSet<String>>,
+    /// Those of them this node registered (marked alive in them) and has
+    /// not left: kept apart from `ephemeral`, which each read of the
+    /// registry replaces, and may replace with a read made before the
+    /// registration landed.
+    joined: Mutex<std::collections::HashSet<String>>,
+    /// Subscription streams whose registry change this node sent and
+    /// Redis has not yet answered in full (by stream, how many): a read
+    /// of the registry made meanwhile may lack them, and is not taken as
+    /// saying they are gone.
+    registering: Mutex<HashMap<String, usize>>,
     /// Work for the queue thread.
     requests: Sender<requests::Request>,
     /// See `ClusterSection::claim_idle_ms`.
@@ -246,16 +256,21 @@ impl Cluster {
     /// Reads the other nodes' globs.
     fn read_others(&self, con: &mut redis::Connection) -> redis::RedisResult<()> {
         let prefix = self.keys.own("interest:");
-        let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query(con)?;
-        let mut nodes = Vec::new();
-        for key in keys {
-            let Some(node) = key.strip_prefix(&prefix) else {
-                continue;
-            };
-            if node == self.node_id {
-                continue;
-            }
-            let globs: Vec<String> = redis::cmd("SMEMBERS").arg(&key).query(con)?;
+        let others: Vec<(String, String)> = scan_prefix(con, &prefix)?
+            .into_iter()
+            .filter_map(|key| {
+                let node = key.strip_prefix(&prefix)?.to_owned();
+                (node != self.node_id).then_some((key, node))
+            })
+            .collect();
+        let mut pipe = redis::pipe();
+        for (key, _) in &others {
+            pipe.cmd("SMEMBERS").arg(key);
+        }
+        let answers = query_pipeline(con, &pipe, others.len())?;
+        let mut nodes = Vec::with_capacity(others.len());
+        for ((_, node), answer) in others.iter().zip(answers) {
+            let globs: Vec<String> = redis::from_redis_value(&answer)?;
             nodes.push((Arc::from(self.keys.inbox(node)), globs));
         }
         nodes.sort();
@@ -314,6 +329,18 @@ impl Cluster {
         Ok(())
     }
 
+    /// Redis answered (or refused for good) the last step of a registry
+    /// change to `stream` that this node sent.
+    fn registered(&self, stream: &str) {
+        let mut registering = lock(&self.registering);
+        if let Some(count) = registering.get_mut(stream) {
+            *count -= 1;
+            if *count == 0 {
+                registering.remove(stream);
+            }
+        }
+    }
+
     /// Reads the registry of durable subscriptions again if it changed,
     /// and makes the broker's match it.
     fn sync_durables(
@@ -323,15 +350,20 @@ impl Cluster {
     ) -> redis::RedisResult<()> {
         reread(
             &self.durables_changed,
-            || durables::load(con, &self.keys),
-            |(epoch, records)| {
+            || {
+                // Before the read: a change answered after it began may be
+                // missing from it.
+                let in_flight = lock(&self.registering).keys().cloned().collect();
+                durables::load(con, &self.keys).map(|(epoch, records)| (epoch, records, in_flight))
+            },
+            |(epoch, records, in_flight)| {
                 *lock(&self.ephemeral) = records
                     .iter()
                     .filter(|r| !r.durable)
                     .map(DurableRecord::stream)
                     .collect();
                 if let Some(shared) = shared.upgrade() {
-                    shared.broker.sync_durables(records);
+                    shared.broker.sync_durables(records, &in_flight);
                 }
                 // After the topic tree has them: a message routed knowing
                 // this epoch was routed to them.

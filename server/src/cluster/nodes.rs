@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::Value;
 
-use super::common::{query_pipeline, Keys};
+use super::common::{query_pipeline, scan_prefix, Keys};
 
 /// The prefix of a node's hash: `P:{P}:node:`. (A node says it announced
 /// itself anew on `Keys::nodes_channel`, and the others read the list
@@ -77,7 +77,7 @@ pub(super) fn withdraw(
 /// the cluster whose key names `names` gives.
 pub(super) fn load(con: &mut redis::Connection, names: &Keys) -> redis::RedisResult<Vec<NodeView>> {
     let prefix = node_key(names);
-    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}*")).query(con)?;
+    let keys = scan_prefix(con, &prefix)?;
     if keys.is_empty() {
         return Ok(Vec::new());
     }

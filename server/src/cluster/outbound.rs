@@ -715,6 +715,13 @@ impl Writer<'_> {
         // it gets.
         let confirmed = |id| min == 0 || confirmed.contains(&id);
         for (command, placed) in self.batch.drain(..).zip(&asked.placed) {
+            // A registry change's stream, and whether this is its last step.
+            let change = match &command {
+                Command::Registry { record, step, .. } => {
+                    Some((record.stream(), *step == durables::Step::Control))
+                }
+                _ => None,
+            };
             let parts = match went(placed, &failed) {
                 Err((why, retry)) => {
                     let before = self.outcomes.retry.len();
@@ -722,6 +729,9 @@ impl Writer<'_> {
                     // A refusal would be refused again.
                     if !retry {
                         self.outcomes.retry.truncate(before);
+                        if let Some((stream, _)) = &change {
+                            cluster.registered(stream);
+                        }
                     }
                     continue;
                 }
@@ -738,6 +748,9 @@ impl Writer<'_> {
                 for &p in wrote {
                     self.outcomes.wrote(sender, seq, answers[p].1);
                 }
+            }
+            if let Some((stream, true)) = &change {
+                cluster.registered(stream);
             }
             command.done(&mut self.outcomes, confirmed, &short);
         }

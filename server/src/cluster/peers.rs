@@ -120,12 +120,14 @@ impl Peers for Cluster {
 
     fn durable(&self, record: &DurableRecord, registered: bool) {
         let stream = record.stream();
-        let mut ephemeral = lock(&self.ephemeral);
-        match registered && !record.durable {
-            true => ephemeral.insert(stream),
-            false => ephemeral.remove(&stream),
-        };
-        drop(ephemeral);
+        for set in [&self.ephemeral, &self.joined] {
+            let mut set = lock(set);
+            match registered && !record.durable {
+                true => set.insert(stream.clone()),
+                false => set.remove(&stream),
+            };
+        }
+        *lock(&self.registering).entry(stream).or_default() += 1;
         self.send(Command::Registry {
             step: Step::Stream,
             record: record.clone(),

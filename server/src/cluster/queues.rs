@@ -310,7 +310,8 @@ impl Reader<'_, '_> {
             // One made and left between two passes was never marked here,
             // but its registration marked this node alive in it: without
             // leaving now, it would last until that mark expired.
-            if self.alive.remove(name) | ephemeral.contains(name) {
+            let joined = lock(&self.cluster.joined).remove(name);
+            if self.alive.remove(name) | joined {
                 self.leave(name, true)?;
             }
         }

@@ -191,6 +191,8 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
         queued: AtomicUsize::new(0),
         consumed: Mutex::new(HashMap::new()),
         ephemeral: Mutex::default(),
+        joined: Mutex::default(),
+        registering: Mutex::default(),
         requests,
         claim_idle: Duration::from_millis(section.claim_idle_ms.into()),
         backlog: Arc::default(),
