@@ -443,11 +443,15 @@ impl Queue {
     }
 
     /// Detaches a consumer. Its unacknowledged deliveries return to the
-    /// queue for the other consumers; those delivered too often are
-    /// returned as dead instead.
+    /// queue for the other consumers, counted as deliveries (those
+    /// delivered too often are returned as dead instead) but for those in
+    /// `unread` (sequence numbers, sorted), which its client handed to no
+    /// application: they return as they were. Both in one step, so that no
+    /// dispatch meanwhile gives the leaving consumer an unread one again.
     pub fn remove_consumer(
         &mut self,
         sub: &Subscriber,
+        unread: &[u64],
         out: &mut Vec<Dispatch>,
     ) -> Vec<QueuedMessage> {
         self.consumers.retain(|c| c.sub != *sub);
@@ -459,8 +463,15 @@ impl Queue {
             .collect();
         let mut dead = Vec::new();
         for seq in seqs {
-            if let Some((_, m)) = self.in_flight.remove(&seq) {
-                self.give_back(m, &mut dead);
+            let Some((_, mut m)) = self.in_flight.remove(&seq) else {
+                continue;
+            };
+            match unread.binary_search(&seq) {
+                Ok(_) => {
+                    m.deliveries -= 1;
+                    self.insert_ready(m);
+                }
+                Err(_) => self.give_back(m, &mut dead),
             }
         }
         self.dispatch(out);
@@ -776,7 +787,7 @@ mod tests {
         q.enqueue(block(1), None, &mut out).unwrap();
         assert_eq!(out.len(), 1);
         let d = out.pop().unwrap();
-        assert!(q.remove_consumer(&sub(1), &mut out).is_empty());
+        assert!(q.remove_consumer(&sub(1), &[], &mut out).is_empty());
         q.add_consumer(sub(2), None, 10, &mut out);
         assert_eq!(
             out.iter()
@@ -923,5 +934,23 @@ mod tests {
             Err(QueueFull { max_messages: 2 })
         );
         assert_eq!(q.browse(None).len(), 0, "both in flight");
+    }
+
+    #[test]
+    fn a_leaving_consumer_returns_what_it_never_read_uncounted_and_the_rest_counted() {
+        let mut q = queue();
+        let mut out = Vec::new();
+        q.add_consumer(sub(1), None, 5, &mut out);
+        for i in 0..3 {
+            q.enqueue(block(i), None, &mut out).unwrap();
+        }
+        let seqs: Vec<u64> = out.drain(..).map(|d| d.seq).collect();
+        q.add_consumer(sub(2), None, 5, &mut out);
+        // The first one read, the other two not: they come back as they
+        // were, and none to the consumer leaving.
+        assert!(q.remove_consumer(&sub(1), &seqs[1..], &mut out).is_empty());
+        let counts: Vec<(u64, u32)> = out.iter().map(|d| (d.seq, d.delivery_count)).collect();
+        assert_eq!(counts, [(seqs[0], 2), (seqs[1], 1), (seqs[2], 1)]);
+        assert!(out.iter().all(|d| d.to == sub(2)));
     }
 }

@@ -133,7 +133,13 @@ impl Broker {
     /// Ends a subscription. Deliveries of its that were not acknowledged
     /// return to their queue for other consumers (or to the dead-letter
     /// queue).
-    pub fn unsubscribe(&self, handle: SubscriptionHandle, sub: &Subscriber, out: &mut Deliveries) {
+    pub fn unsubscribe(
+        &self,
+        handle: SubscriptionHandle,
+        sub: &Subscriber,
+        unread: &[AckRef],
+        out: &mut Deliveries,
+    ) {
         lock(&self.live).remove(&(sub.conn.serial, sub.subscription_id));
         match handle {
             SubscriptionHandle::Topic {
@@ -146,7 +152,7 @@ impl Broker {
                 drop(queue);
             }
             SubscriptionHandle::Queue(queue) => {
-                self.detach(&queue, sub, out);
+                self.detach(&queue, sub, unread, out);
                 let name = lock(&queue).name().to_owned();
                 if let Some(peers) = self.sharing(&name) {
                     peers.consuming(&name, &queue, false);
@@ -163,7 +169,7 @@ impl Broker {
                 });
                 let gone = if ended { durables.remove(&id) } else { None };
                 drop(durables);
-                self.detach(&queue, sub, out);
+                self.detach(&queue, sub, unread, out);
                 let name = lock(&queue).name().to_owned();
                 if let Some(peers) = self.peers.get().filter(|_| is_durable_stream(&name)) {
                     peers.consuming(&name, &queue, false);
@@ -175,9 +181,23 @@ impl Broker {
         }
     }
 
-    pub(super) fn detach(&self, queue: &SharedQueue, sub: &Subscriber, out: &mut Deliveries) {
+    /// Takes `sub` off `queue`: what it holds goes back, counted but for
+    /// the `unread` deliveries (see [`Queue::remove_consumer`]).
+    pub(super) fn detach(
+        &self,
+        queue: &SharedQueue,
+        sub: &Subscriber,
+        unread: &[AckRef],
+        out: &mut Deliveries,
+    ) {
+        let mut unread: Vec<u64> = unread
+            .iter()
+            .filter(|a| Arc::ptr_eq(&a.queue, queue))
+            .map(|a| a.seq)
+            .collect();
+        unread.sort_unstable();
         let mut dispatches = Vec::new();
-        let dead = lock(queue).remove_consumer(sub, &mut dispatches);
+        let dead = lock(queue).remove_consumer(sub, &unread, &mut dispatches);
         self.settled(queue, dispatches, out);
         self.dead_letter(queue, dead, "delivered too many times", out);
     }
@@ -250,14 +270,6 @@ impl Broker {
                 true
             }
             None => false,
-        }
-    }
-
-    /// Returns deliveries that never reached the application of `sub`,
-    /// which is about to be unsubscribed (and dispatches its queue then).
-    pub fn release_unread(&self, acks: &[AckRef], sub: &Subscriber) {
-        for ack in acks {
-            lock(&ack.queue).released(sub, ack.seq);
         }
     }
 

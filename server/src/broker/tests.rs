@@ -256,7 +256,7 @@ fn an_unsubscribed_pattern_gets_nothing_more() {
     let handle = h.subscribe(1, T, "news");
     h.publish(to_topic("news", "one")).unwrap();
     assert_eq!(h.texts_to(1), ["one"]);
-    h.broker.unsubscribe(handle, &sub(1), &mut h.out);
+    h.broker.unsubscribe(handle, &sub(1), &[], &mut h.out);
     h.publish(to_topic("news", "two")).unwrap();
     assert!(h.delivered().is_empty());
     assert_eq!(h.broker.subscription_count(), 0);
@@ -409,7 +409,7 @@ fn a_consumer_that_leaves_gives_its_unacknowledged_messages_to_the_next() {
     h.publish(to_queue("handover", "m")).unwrap();
     assert_eq!(h.delivered().len(), 1);
     h.subscribe(2, Q, "handover");
-    h.broker.unsubscribe(handle, &sub(1), &mut h.out);
+    h.broker.unsubscribe(handle, &sub(1), &[], &mut h.out);
     let got = h.delivered();
     assert_eq!((got[0].to, got[0].count), (2, 2));
 }
@@ -602,7 +602,7 @@ fn a_durable_subscription_keeps_messages_while_its_subscriber_is_away() {
     // A durable subscription's deliveries are acknowledged.
     h.broker
         .ack(first[0].ack.as_ref().unwrap(), &sub(1), &mut h.out);
-    h.broker.unsubscribe(handle, &sub(1), &mut h.out);
+    h.broker.unsubscribe(handle, &sub(1), &[], &mut h.out);
     h.publish(to_topic("events.b", "while away")).unwrap();
     assert!(h.delivered().is_empty());
     h.subscribe_with(2, T, "events.#", durable);
@@ -618,7 +618,7 @@ fn a_durable_subscription_is_journalled_and_deleted_with_its_messages() {
     assert!(lock(&h.store.records)
         .iter()
         .any(|r| matches!(r, Record::Durable { .. })));
-    h.broker.unsubscribe(handle, &sub(1), &mut h.out);
+    h.broker.unsubscribe(handle, &sub(1), &[], &mut h.out);
     h.publish(to_topic("t", "kept")).unwrap();
     h.broker.unsubscribe_durable("client", "gone").unwrap();
     assert!(h.broker.durable_owner("client", "gone").is_none());

@@ -223,9 +223,8 @@ pub fn end_subscription(
         conn: ctx.me,
         subscription_id,
     };
-    ctx.shared.broker.release_unread(&unseen, &subscriber);
     ctx.shared
         .broker
-        .unsubscribe(handle, &subscriber, ctx.deliveries);
+        .unsubscribe(handle, &subscriber, &unseen, ctx.deliveries);
     true
 }

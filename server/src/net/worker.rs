@@ -1042,7 +1042,7 @@ impl Worker {
                 };
                 self.shared
                     .broker
-                    .unsubscribe(handle, &sub, &mut self.deliveries);
+                    .unsubscribe(handle, &sub, &[], &mut self.deliveries);
             }
             temporary_queues = std::mem::take(&mut traffic.temporary_queues);
         }
