@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use bytes::Bytes;
 use herald_protocol::amqp::delivery::{DeliveryState, TxnControl};
 use herald_protocol::amqp::message::{Body, Header, Message as AmqpMessage};
-use herald_protocol::amqp::performative::{Attach, Begin, Disposition, Transfer};
+use herald_protocol::amqp::performative::{Attach, Begin, Detach, Disposition, Transfer};
 use herald_protocol::amqp::terminus::{LinkTarget, Source};
 use herald_protocol::amqp::{FrameHeader, FrameKind, Performative, ProtocolHeader, Sasl, Value};
 use herald_server::auth::hash_password;
@@ -284,6 +284,45 @@ fn a_receiver_gets_no_more_than_its_credit_in_frames_its_max_frame_size_takes() 
             .iter()
             .any(|(name, depth, in_flight)| name == "big" && *depth == 0 && *in_flight == 0)
     });
+}
+
+/// A durable subscription's attach is answered once the subscription is
+/// kept; what it kept while its link was away follows that answer, even
+/// when the client grants credit before the answer comes (as Proton and
+/// rhea do).
+#[test]
+fn a_resumed_durable_receiver_gets_its_attach_before_any_transfer() {
+    let server = start();
+    let durable = || durable_source("topic://news");
+    let mut c = AmqpClient::opened(&server, "resumer");
+    c.attach_receiver_from(0, durable());
+    assert!(matches!(
+        c.next(false),
+        Got::Amqp(0, Performative::Attach(_))
+    ));
+    // Detached without closing: the subscription keeps what comes.
+    c.perform(
+        0,
+        Performative::Detach(Detach {
+            handle: 0,
+            closed: false,
+            error: None,
+        }),
+    );
+    assert!(matches!(
+        c.next(false),
+        Got::Amqp(0, Performative::Detach(_))
+    ));
+    let (_conn, s) = connect(&server);
+    publish(&s, "news", "while away");
+    c.attach_receiver_from(0, durable());
+    c.credit(0, 0, 10);
+    match c.next(false) {
+        Got::Amqp(0, Performative::Attach(a)) => assert!(!a.role_receiver),
+        other => panic!("the attach first, not {other:?}"),
+    }
+    let (_, m, _) = c.delivery(1 << 20);
+    assert_eq!(m.body, Body::Value(Value::String("while away".into())));
 }
 
 /// A message of `size` bytes in transfers of at most `frame` bytes of

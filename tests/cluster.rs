@@ -597,36 +597,24 @@ fn mqtt_subacks_and_unsubacks_come_once_redis_has_the_change() {
     }
 }
 
-/// An AMQP link closed for good deletes its durable subscription, and the
-/// detach that answers comes once Redis's registry no longer has it, as a
-/// native UNSUBSCRIBE_DURABLE's RECEIPT does.
+/// An AMQP durable subscription's attach is answered once Redis's
+/// registry has it, and a link closed for good deletes it, answered once
+/// the registry no longer has it, as the native protocol's RECEIPTs are.
 #[test]
-fn an_amqp_detach_that_deletes_a_durable_subscription_comes_once_redis_has_it() {
+fn an_amqp_durable_subscriptions_attach_and_detach_come_once_redis_has_the_change() {
     use herald_protocol::amqp::performative::Detach;
-    use herald_protocol::amqp::terminus::{Durability, Source, Target};
     use herald_protocol::amqp::Performative;
     let redis = Redis::start();
     let a = node(&redis, "a");
     let registered = || redis.command(&[b"HLEN", b"herald:{herald}:durables"]);
     for round in 0..5 {
         let mut c = AmqpClient::opened(&a, &format!("amqp-kept-{round}"));
-        c.attach_receiver_from(
-            0,
-            Source {
-                node: Target {
-                    address: Some("topic://orders".into()),
-                    durable: Durability::UnsettledState,
-                    capabilities: vec!["topic".into()],
-                    ..Target::default()
-                },
-                ..Source::default()
-            },
-        );
+        c.attach_receiver_from(0, durable_source("topic://orders"));
         assert!(matches!(
             c.next(false),
             Got::Amqp(0, Performative::Attach(_))
         ));
-        wait_until("registered", || registered() == ":1");
+        assert_eq!(registered(), ":1", "round {round}: made");
         c.perform(
             0,
             Performative::Detach(Detach {

@@ -295,6 +295,19 @@ impl AmqpClient {
     }
 }
 
+/// A durable topic subscription's source, as Qpid JMS asks for one.
+pub fn durable_source(address: &str) -> Source {
+    Source {
+        node: Target {
+            address: Some(address.into()),
+            durable: herald_protocol::amqp::terminus::Durability::UnsettledState,
+            capabilities: vec!["topic".into()],
+            ..Target::default()
+        },
+        ..Source::default()
+    }
+}
+
 /// An `open` for container `container`, taking frames of 512 bytes.
 pub fn open(container: &str) -> Open {
     Open {

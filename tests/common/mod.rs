@@ -5,7 +5,7 @@ mod amqp;
 mod mqtt;
 mod redis;
 
-pub use amqp::{open as amqp_open, text as amqp_text, AmqpClient, Got};
+pub use amqp::{durable_source, open as amqp_open, text as amqp_text, AmqpClient, Got};
 pub use mqtt::MqttClient;
 pub use redis::{Redis, RedisCluster, Sentinel, Stopped};
 

@@ -47,6 +47,7 @@ pub(super) fn performative(
             if !ch.links.contains_key(&d.handle) {
                 return Err(unattached(d.handle));
             }
+            amqp.attach_now(out, channel, d.handle);
             let deleted = end_link(amqp, (channel, d.handle), d.closed, session, ctx);
             let detach = Performative::Detach(Detach {
                 handle: d.handle,
@@ -127,6 +128,8 @@ pub(super) fn end_session(
     for handle in handles {
         end_link(amqp, (channel, handle), false, session, ctx);
     }
+    // Attaches not answered yet are not: the session is gone.
+    amqp.attaching.retain(|_, (c, _, _)| *c != channel);
     amqp.channels.remove(&channel);
 }
 
@@ -190,8 +193,8 @@ fn attach(
         ));
     }
     if a.role_receiver {
-        let source = match sender::attach(amqp, channel, &a, session, ctx) {
-            Ok(source) => source,
+        let (source, kept) = match sender::attach(amqp, channel, &a, session, ctx) {
+            Ok(attached) => attached,
             Err(fault) => {
                 refuse_attach(amqp, channel, a, fault, session, out, ctx);
                 return Ok(Flow::Continue);
@@ -209,7 +212,10 @@ fn attach(
             desired_capabilities: Vec::new(),
             ..a
         };
-        amqp.perform(out, channel, Performative::Attach(Box::new(reply)));
+        match kept {
+            true => amqp.attach_when_kept((channel, reply.handle), Box::new(reply), ctx),
+            false => amqp.perform(out, channel, Performative::Attach(Box::new(reply))),
+        }
         return Ok(Flow::Continue);
     }
     let (destination, coordinator) = match sender_target(&a, session) {
@@ -315,7 +321,7 @@ fn grant(amqp: &mut AmqpSession, channel: u16, handle: u32, out: &mut Outbound) 
 }
 
 /// Ends a link on an error of its own: the connection goes on.
-fn detach_with(
+pub(super) fn detach_with(
     amqp: &mut AmqpSession,
     channel: u16,
     handle: u32,

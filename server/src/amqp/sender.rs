@@ -38,7 +38,8 @@ fn refused(refusal: Refusal) -> Refused {
 
 /// Subscribes for a link on which the client receives, and keeps the
 /// link on `channel`; returns the source to answer with (a dynamic node's
-/// address filled in), or why it may not attach.
+/// address filled in) and whether it made a durable or shared
+/// subscription (answered once that is kept), or why it may not attach.
 ///
 /// Durable and shared subscriptions are made as Qpid JMS asks for them:
 /// a topic source with a durability (durable) or the `shared` capability
@@ -51,11 +52,11 @@ pub(super) fn attach(
     a: &Attach,
     session: &mut Session,
     ctx: &mut Context<'_>,
-) -> Result<Value, Refused> {
+) -> Result<(Value, bool), Refused> {
     let Some(mut source) = Source::from_value(a.source.clone())
         .map_err(|e| (condition::INVALID_FIELD, e.to_string()))?
     else {
-        return lookup(amqp, channel, a, session, ctx);
+        return Ok((lookup(amqp, channel, a, session, ctx)?, false));
     };
     if let [first, ..] = source.unknown_filters()[..] {
         return Err((
@@ -92,7 +93,8 @@ pub(super) fn attach(
         return Err((condition::NOT_IMPLEMENTED, why.into()));
     }
     if queue && source.distribution_mode.as_deref() == Some("copy") {
-        return browse(amqp, (channel, a), &destination.name, &source, session, ctx);
+        let source = browse(amqp, (channel, a), &destination.name, &source, session, ctx)?;
+        return Ok((source, false));
     }
     if queue && (durable || shared) {
         let why = "a durable or shared subscription is to a topic, not a queue";
@@ -137,6 +139,7 @@ pub(super) fn attach(
         subscription_id,
         credit: 0,
         delivery_count: 0,
+        held: false,
         presettled: a.snd_settle_mode == 1,
         waiting: VecDeque::new(),
         durable: (named && durable).then(|| (client_id.to_string(), name.to_owned())),
@@ -160,9 +163,9 @@ pub(super) fn attach(
             destination.kind.as_str(),
             destination.name
         ));
-        return Ok(source.to_value());
+        return Ok((source.to_value(), named));
     }
-    Ok(a.source.clone())
+    Ok((a.source.clone(), named))
 }
 
 /// A link that browses a queue (`distribution-mode: copy`): what the queue
@@ -191,6 +194,7 @@ fn browse(
         subscription_id: 0,
         credit: 0,
         delivery_count: 0,
+        held: false,
         presettled: true,
         waiting: held
             .into_iter()
@@ -290,20 +294,14 @@ pub(super) fn flow(
             .wrapping_add(credit)
             .wrapping_sub(link.delivery_count);
     }
-    let mut sent_settled = Vec::new();
-    while let Some(next) = link_waiting(amqp, channel, handle) {
-        let (herald_id, count, block) = next;
-        // A browser's messages (id 0: delivery ids start at 1) stay in
-        // their queue: nothing to settle.
-        let sent_settled_now = amqp.transfer_out(out, channel, handle, (herald_id, count, &block));
-        if sent_settled_now && herald_id != 0 {
-            sent_settled.push(herald_id);
-        }
-    }
-    settle_as(sent_settled, Outcome::Processed, session, ctx);
+    send_waiting(amqp, (channel, handle), session, out, ctx);
     let Some(link) = amqp.outgoing(channel, handle) else {
         return;
     };
+    if link.held {
+        // Answered with the attach, which has not gone yet.
+        return;
+    }
     // Drain: what credit is left is used up, and the client told so.
     let drained = f.drain && link.credit > 0;
     if drained {
@@ -316,15 +314,38 @@ pub(super) fn flow(
     }
 }
 
-/// The next waiting delivery of an outgoing link, if it has credit for it.
+/// Sends what outgoing link `handle` holds, as far as its credit allows;
+/// what goes settled is settled in the broker.
+pub(super) fn send_waiting(
+    amqp: &mut AmqpSession,
+    (channel, handle): (u16, u32),
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) {
+    let mut sent_settled = Vec::new();
+    while let Some(next) = link_waiting(amqp, channel, handle) {
+        let (herald_id, count, block) = next;
+        // A browser's messages (id 0: delivery ids start at 1) stay in
+        // their queue: nothing to settle.
+        let sent_settled_now = amqp.transfer_out(out, channel, handle, (herald_id, count, &block));
+        if sent_settled_now && herald_id != 0 {
+            sent_settled.push(herald_id);
+        }
+    }
+    settle_as(sent_settled, Outcome::Processed, session, ctx);
+}
+
+/// The next waiting delivery of an outgoing link, if it has credit for it
+/// and its attach was answered.
 fn link_waiting(
     amqp: &mut AmqpSession,
     channel: u16,
     handle: u32,
 ) -> Option<(u64, u32, bytes::Bytes)> {
     let link = amqp.outgoing(channel, handle)?;
-    match link.credit {
-        0 => None,
+    match (link.credit, link.held) {
+        (0, _) | (_, true) => None,
         _ => link.waiting.pop_front(),
     }
 }

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use herald_protocol::amqp::delivery::DeliveryState;
-use herald_protocol::amqp::performative::{AmqpCondition, Detach, Disposition, Open, TransferHead};
+use herald_protocol::amqp::performative::{
+    AmqpCondition, Attach, Detach, Disposition, Open, TransferHead,
+};
 use herald_protocol::amqp::sasl::outcome;
 use herald_protocol::amqp::{FrameHeader, FrameKind, Performative, ProtocolHeader, Sasl, Value};
 use herald_protocol::{Destination, ErrorCode};
@@ -120,6 +122,9 @@ pub struct AmqpSession {
     pub(super) channels: HashMap<u16, Channel>,
     /// Answers that wait, by request id.
     pub(super) owed: HashMap<u32, Owed>,
+    /// Attaches answered once their subscriptions are kept, by the token
+    /// of their wait: (channel, handle, the answer).
+    pub(super) attaching: HashMap<u32, (u16, u32, Box<Attach>)>,
     pub(super) next_request: u32,
     /// Numbers the messages that come without an id, after this prefix
     /// (`ID:amqp-<connection>-`, made at `open`, not per message).
@@ -174,6 +179,7 @@ impl AmqpSession {
             peer_max_frame: HANDSHAKE_FRAME,
             channels: HashMap::new(),
             owed: HashMap::new(),
+            attaching: HashMap::new(),
             next_request: 1,
             next_message: 1,
             id_prefix: String::new(),
@@ -410,7 +416,7 @@ impl AmqpSession {
         let Some(link) = self.outgoing(channel, handle) else {
             return true;
         };
-        if link.credit == 0 {
+        if link.credit == 0 || link.held {
             link.waiting.push_back((delivery_id, count, block.clone()));
             return false;
         }
@@ -542,10 +548,84 @@ impl AmqpSession {
     }
 
     fn owe_answer(&mut self, owed: Owed) -> u32 {
-        let id = self.next_request;
-        self.next_request = self.next_request.wrapping_add(1).max(1);
+        let id = self.next_id();
         self.owed.insert(id, owed);
         id
+    }
+
+    /// A number for a request or a wait, never 0.
+    fn next_id(&mut self) -> u32 {
+        let id = self.next_request;
+        self.next_request = self.next_request.wrapping_add(1).max(1);
+        id
+    }
+
+    /// Answers the attach of outgoing link `handle` with `reply` once its
+    /// (durable or shared) subscription is kept, as a native durable
+    /// SUBSCRIBE's RECEIPT: what is sent after it, through any node, is
+    /// kept for it. The link holds what it is routed until then.
+    pub(super) fn attach_when_kept(
+        &mut self,
+        (channel, handle): (u16, u32),
+        reply: Box<Attach>,
+        ctx: &mut Context<'_>,
+    ) {
+        if let Some(link) = self.outgoing(channel, handle) {
+            link.held = true;
+        }
+        let token = self.next_id();
+        self.attaching.insert(token, (channel, handle, reply));
+        let done = crate::frontend::kept(ctx.shared, ctx.me, token);
+        ctx.shared.broker.barrier(Some(ctx.me), done);
+    }
+
+    /// The answer to the attach of `handle` on `channel` if it still
+    /// waits, sent now (the client detaches the link or ends its session
+    /// first: the attach is answered before that is).
+    pub(super) fn attach_now(&mut self, out: &mut Outbound, channel: u16, handle: u32) {
+        let token = self
+            .attaching
+            .iter()
+            .find(|(_, (c, h, _))| (*c, *h) == (channel, handle))
+            .map(|(token, _)| *token);
+        if let Some((channel, handle, reply)) = token.and_then(|t| self.attaching.remove(&t)) {
+            if let Some(link) = self.outgoing(channel, handle) {
+                link.held = false;
+                self.perform(out, channel, Performative::Attach(reply));
+            }
+        }
+    }
+
+    /// Wait `token` is over: its attach is answered, and the link sends
+    /// what it held as its credit allows; or, if the subscription could
+    /// not be kept, the link is detached with why.
+    pub fn attached(
+        &mut self,
+        token: u32,
+        result: Result<(), Refusal>,
+        session: &mut Session,
+        out: &mut Outbound,
+        ctx: &mut Context<'_>,
+    ) {
+        let Some(&(channel, handle, _)) = self.attaching.get(&token) else {
+            return;
+        };
+        self.attach_now(out, channel, handle);
+        match result {
+            Ok(()) => super::sender::send_waiting(self, (channel, handle), session, out, ctx),
+            Err(refusal) => {
+                let why = format!("the subscription is not kept: {}", refusal.message());
+                super::link::detach_with(
+                    self,
+                    channel,
+                    handle,
+                    (condition::INTERNAL, why),
+                    session,
+                    out,
+                    ctx,
+                );
+            }
+        }
     }
 }
 
@@ -602,6 +682,10 @@ pub(super) struct Outgoing {
     pub(super) credit: u32,
     /// Deliveries so far (the link's delivery count).
     pub(super) delivery_count: u32,
+    /// Its attach is not answered yet (its durable or shared subscription
+    /// is being kept): what the broker routes to it waits, whatever the
+    /// credit, so that no transfer precedes the attach.
+    pub(super) held: bool,
     /// Its deliveries go settled (at most once).
     pub(super) presettled: bool,
     /// What the broker routed to it beyond its credit: (Herald's delivery

@@ -33,7 +33,7 @@ pub use login::{admit, check_id_length, release_client_id, take_over, TakeOver};
 pub use publish::{authorize as authorize_publish, publish, Published};
 pub use settle::{commit, settle};
 pub use shared::{
-    confirmation, hand_out, login_result, peer_name, poster, Closing, ConnView, Describe,
+    confirmation, hand_out, kept, login_result, peer_name, poster, Closing, ConnView, Describe,
     DestinationCounts, Limits, Mailbox, Notice, Places, Protocol, Shared, WorkerSink, WorkerStats,
     MOVING, OTHER_DESTINATIONS,
 };

@@ -89,6 +89,17 @@ pub enum Notice {
         /// The messages (block, times delivered before), or why not.
         result: Result<Vec<(bytes::Bytes, u32)>, crate::broker::PeerError>,
     },
+    /// What a connection's own store barrier waited for (a subscription
+    /// change) is kept, or is not: its front end goes on (an AMQP attach
+    /// is answered then).
+    Kept {
+        /// The connection.
+        conn: ConnectionRef,
+        /// Which of its waits, in its protocol's terms.
+        token: u32,
+        /// What the store said.
+        result: Result<(), StoreError>,
+    },
     /// The server closes this connection, for this reason.
     Close(ConnectionRef, Closing),
     /// The management interface lists connections: describe this
@@ -103,6 +114,7 @@ impl Notice {
             Notice::Confirm { conn, .. }
             | Notice::LoggedIn { conn, .. }
             | Notice::Browsed { conn, .. }
+            | Notice::Kept { conn, .. }
             | Notice::Close(conn, _) => Some(conn),
             Notice::Deliver(_) | Notice::Wake(_) | Notice::Run(_) | Notice::Describe(_) => None,
         }
@@ -311,6 +323,19 @@ pub fn confirmation(shared: &Arc<Shared>, conn: ConnectionRef, request_id: u32) 
         post(Notice::Confirm {
             conn,
             request_id,
+            result,
+        })
+    })
+}
+
+/// A store completion that tells `conn`'s worker that wait `token` of
+/// its front end is over.
+pub fn kept(shared: &Arc<Shared>, conn: ConnectionRef, token: u32) -> Completion {
+    let post = poster(shared, conn);
+    Box::new(move |result| {
+        post(Notice::Kept {
+            conn,
+            token,
             result,
         })
     })

@@ -258,6 +258,20 @@ impl Connection {
         self.out.pay_answer(request_id, answer);
     }
 
+    /// What wait `token` of this connection's front end waited for is
+    /// kept (or not): it goes on (AMQP answers an attach).
+    pub fn kept(
+        &mut self,
+        token: u32,
+        result: Result<(), StoreError>,
+        ctx: &mut crate::frontend::Context<'_>,
+    ) {
+        if let Front::Amqp(amqp) = &mut self.front {
+            let result = result.map_err(Refusal::from);
+            amqp.attached(token, result, &mut self.session, &mut self.out, ctx);
+        }
+    }
+
     /// Confirms request `request_id`, in this connection's protocol.
     pub fn reply_receipt(&mut self, request_id: u32) {
         match &mut self.front {

@@ -247,6 +247,11 @@ impl Worker {
                 request_id,
                 result,
             } => self.browsed(conn, subscription_id, request_id, result),
+            Notice::Kept {
+                conn,
+                token,
+                result,
+            } => self.kept(conn, token, result),
             Notice::Close(conn, why) => self.close_by(conn, why),
             Notice::Describe(answer) => {
                 answer(self.conns.iter().map(|(_, c)| c.describe()).collect())
@@ -839,6 +844,16 @@ impl Worker {
         };
         conn.session.pending_receipts = conn.session.pending_receipts.saturating_sub(1);
         conn.pay_answer(request_id, result);
+        self.mark_dirty(target.slot);
+    }
+
+    fn kept(&mut self, target: ConnectionRef, token: u32, result: Result<(), StoreError>) {
+        let Some(conn) = live(&mut self.conns, target) else {
+            return;
+        };
+        let mut ctx = Context::new(&self.shared, target, &mut self.deliveries);
+        conn.kept(token, result, &mut ctx);
+        drop(ctx);
         self.mark_dirty(target.slot);
     }
 
