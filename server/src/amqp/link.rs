@@ -20,7 +20,7 @@ use super::state::{
 };
 use crate::auth::Permission;
 use crate::frontend::outbound::Outbound;
-use crate::frontend::{publish, Context, Flow, Published};
+use crate::frontend::{publish, Context, Flow, Published, Refusal};
 use crate::session::Session;
 
 /// Handles a link's performative on `channel` (which has a session).
@@ -321,7 +321,39 @@ fn grant(amqp: &mut AmqpSession, channel: u16, handle: u32, out: &mut Outbound) 
 }
 
 /// Ends a link on an error of its own: the connection goes on.
-pub(super) fn detach_with(
+/// Wait `token` of `amqp` is over: its attach is answered, and the link
+/// sends what it held as its credit allows; or, if the subscription could
+/// not be kept, the link is detached with why.
+pub fn attached(
+    amqp: &mut AmqpSession,
+    token: u32,
+    result: Result<(), Refusal>,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) {
+    let Some(&(channel, handle, _)) = amqp.attaching.get(&token) else {
+        return;
+    };
+    amqp.attach_now(out, channel, handle);
+    match result {
+        Ok(()) => sender::send_waiting(amqp, (channel, handle), session, out, ctx),
+        Err(refusal) => {
+            let why = format!("the subscription is not kept: {}", refusal.message());
+            detach_with(
+                amqp,
+                channel,
+                handle,
+                (condition::INTERNAL, why),
+                session,
+                out,
+                ctx,
+            );
+        }
+    }
+}
+
+fn detach_with(
     amqp: &mut AmqpSession,
     channel: u16,
     handle: u32,

@@ -39,6 +39,7 @@ use crate::frontend::outbound::Outbound;
 use crate::frontend::{admit, check_id_length, Context, Flow, Welcome};
 use crate::session::{Phase, Session};
 use crate::websocket;
+pub use link::attached;
 pub use state::AmqpSession;
 use state::{condition, Channel, Fatal, Stage, HANDSHAKE_FRAME, WINDOW};
 

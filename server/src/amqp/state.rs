@@ -595,38 +595,6 @@ impl AmqpSession {
             }
         }
     }
-
-    /// Wait `token` is over: its attach is answered, and the link sends
-    /// what it held as its credit allows; or, if the subscription could
-    /// not be kept, the link is detached with why.
-    pub fn attached(
-        &mut self,
-        token: u32,
-        result: Result<(), Refusal>,
-        session: &mut Session,
-        out: &mut Outbound,
-        ctx: &mut Context<'_>,
-    ) {
-        let Some(&(channel, handle, _)) = self.attaching.get(&token) else {
-            return;
-        };
-        self.attach_now(out, channel, handle);
-        match result {
-            Ok(()) => super::sender::send_waiting(self, (channel, handle), session, out, ctx),
-            Err(refusal) => {
-                let why = format!("the subscription is not kept: {}", refusal.message());
-                super::link::detach_with(
-                    self,
-                    channel,
-                    handle,
-                    (condition::INTERNAL, why),
-                    session,
-                    out,
-                    ctx,
-                );
-            }
-        }
-    }
 }
 
 /// An error field: a condition and why.

@@ -268,7 +268,7 @@ impl Connection {
     ) {
         if let Front::Amqp(amqp) = &mut self.front {
             let result = result.map_err(Refusal::from);
-            amqp.attached(token, result, &mut self.session, &mut self.out, ctx);
+            crate::amqp::attached(amqp, token, result, &mut self.session, &mut self.out, ctx);
         }
     }
 
