@@ -106,6 +106,9 @@ test("a queue's page browses, filters, moves, deletes, replays and deletes the q
     await tab.screenshot({ path: `${shots}/overview.png`, fullPage: true });
     await tab.click('#queues tr[data-queue="page.q"] a');
     await listed(tab, 3);
+    // The figures come from another request than the list: wait for them.
+    await tab.waitForFunction(() => document.querySelector("#q-figures").textContent !== "",
+      null, { timeout: 10000 });
     assert.match(await tab.textContent("#q-figures"), /^3 waiting/);
     assert.match(await tab.textContent("#q-messages tbody tr:first-child td.body"), /order 1/);
     await new Promise((r) => setTimeout(r, 2500));
