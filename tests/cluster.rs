@@ -517,6 +517,12 @@ fn users_roles_and_declared_topics_changed_through_one_node_apply_on_every_node(
     assert_eq!(a.status, 409, "{}", a.body);
 }
 
+/// How many durable and shared subscriptions Redis's registry holds, as
+/// Redis answers it (`:N`).
+fn registered(redis: &Redis) -> String {
+    redis.command(&[b"HLEN", b"herald:{herald}:durables"])
+}
+
 /// A STOMP durable subscription's RECEIPT comes once Redis's registry has
 /// it, and an UNSUBSCRIBE's that deletes it once the entry is gone, as
 /// the native protocol's do: what is sent after either, through any
@@ -526,7 +532,6 @@ fn a_stomp_durable_subscription_and_its_deletion_are_in_redis_by_their_receipts(
     use herald_protocol::stomp::StompFrame;
     let redis = Redis::start();
     let a = node(&redis, "a");
-    let registered = || redis.command(&[b"HLEN", b"herald:{herald}:durables"]);
     for round in 0..5 {
         let client_id = format!("stomp-{round}");
         let mut s = StompClient::connected(&a, &[("client-id", &client_id)]);
@@ -538,7 +543,7 @@ fn a_stomp_durable_subscription_and_its_deletion_are_in_redis_by_their_receipts(
                 .header("receipt", "made"),
         );
         s.expect("RECEIPT");
-        assert_eq!(registered(), ":1", "round {round}: made");
+        assert_eq!(registered(&redis), ":1", "round {round}: made");
         s.send(
             &StompFrame::new("UNSUBSCRIBE")
                 .header("id", "d")
@@ -546,7 +551,7 @@ fn a_stomp_durable_subscription_and_its_deletion_are_in_redis_by_their_receipts(
                 .header("receipt", "gone"),
         );
         s.expect("RECEIPT");
-        assert_eq!(registered(), ":0", "round {round}: deleted");
+        assert_eq!(registered(&redis), ":0", "round {round}: deleted");
     }
 }
 
@@ -561,7 +566,6 @@ fn mqtt_subacks_and_unsubacks_come_once_redis_has_the_change() {
     use herald_protocol::mqtt::{Packet, Properties, QoS, Unsubscribe, Version};
     let redis = Redis::start();
     let a = node(&redis, "a");
-    let registered = || redis.command(&[b"HLEN", b"herald:{herald}:durables"]);
     let unsubscribe = |c: &mut MqttClient, filter: &str| {
         let packet_id = c.packet_id();
         c.send(&Packet::Unsubscribe(Unsubscribe {
@@ -580,19 +584,19 @@ fn mqtt_subacks_and_unsubacks_come_once_redis_has_the_change() {
         let (mut c, ack) = MqttClient::connect_with(&a, connect);
         assert_eq!(ack.code, 0);
         c.subscribe("orders/#", QoS::AtLeastOnce);
-        assert_eq!(registered(), ":1", "round {round}: subscribed");
+        assert_eq!(registered(&redis), ":1", "round {round}: subscribed");
         unsubscribe(&mut c, "orders/#");
-        assert_eq!(registered(), ":0", "round {round}: unsubscribed");
+        assert_eq!(registered(&redis), ":0", "round {round}: unsubscribed");
 
         let mut s = MqttClient::connected(&a, Version::V5, &format!("member-{round}"));
         s.subscribe("$share/pickers/orders/#", QoS::AtLeastOnce);
-        assert_eq!(registered(), ":1", "round {round}: the group");
+        assert_eq!(registered(&redis), ":1", "round {round}: the group");
         // Ended by its last member here at once, not when this node's
         // mark in it would expire (cluster.claim_idle_ms, 30 s), even when
         // made and left within one pass of the queue reader.
         unsubscribe(&mut s, "$share/pickers/orders/#");
         wait_until("the group ends with its last member", || {
-            registered() == ":0"
+            registered(&redis) == ":0"
         });
     }
 }
@@ -606,7 +610,6 @@ fn an_amqp_durable_subscriptions_attach_and_detach_come_once_redis_has_the_chang
     use herald_protocol::amqp::Performative;
     let redis = Redis::start();
     let a = node(&redis, "a");
-    let registered = || redis.command(&[b"HLEN", b"herald:{herald}:durables"]);
     for round in 0..5 {
         let mut c = AmqpClient::opened(&a, &format!("amqp-kept-{round}"));
         c.attach_receiver_from(0, durable_source("topic://orders"));
@@ -614,7 +617,7 @@ fn an_amqp_durable_subscriptions_attach_and_detach_come_once_redis_has_the_chang
             c.next(false),
             Got::Amqp(0, Performative::Attach(_))
         ));
-        assert_eq!(registered(), ":1", "round {round}: made");
+        assert_eq!(registered(&redis), ":1", "round {round}: made");
         c.perform(
             0,
             Performative::Detach(Detach {
@@ -627,6 +630,6 @@ fn an_amqp_durable_subscriptions_attach_and_detach_come_once_redis_has_the_chang
             Got::Amqp(0, Performative::Detach(d)) => assert!(d.closed && d.error.is_none()),
             other => panic!("expected a detach, got {other:?}"),
         }
-        assert_eq!(registered(), ":0", "round {round}: deleted");
+        assert_eq!(registered(&redis), ":0", "round {round}: deleted");
     }
 }

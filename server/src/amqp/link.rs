@@ -320,7 +320,6 @@ fn grant(amqp: &mut AmqpSession, channel: u16, handle: u32, out: &mut Outbound) 
     amqp.perform(out, channel, Performative::Flow(flow));
 }
 
-/// Ends a link on an error of its own: the connection goes on.
 /// Wait `token` of `amqp` is over: its attach is answered, and the link
 /// sends what it held as its credit allows; or, if the subscription could
 /// not be kept, the link is detached with why.
@@ -353,6 +352,7 @@ pub fn attached(
     }
 }
 
+/// Ends a link on an error of its own: the connection goes on.
 fn detach_with(
     amqp: &mut AmqpSession,
     channel: u16,
