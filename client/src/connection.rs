@@ -24,14 +24,14 @@ use herald_protocol::destination::temporary_prefix;
 use herald_protocol::frame::{Connected, Delivery, Subscribe};
 use herald_protocol::{Decoder, ErrorCode, Frame, FrameKind, Message, RawFrame};
 
-use crate::consumer::ConsumerShared;
+use crate::consumer::{ConsumerShared, Consumers, LastConsumer};
 use crate::dial::{Dialer, Link, MAX_INBOUND_FRAME};
 use crate::error::{Ending, Error, Result};
 use crate::factory::FactoryConfig;
 use crate::session::{AckMode, Session, SessionShared};
 use crate::sync::{lock, read, write};
 use crate::transport::ReadHalf;
-use crate::writer::Writer;
+use crate::writer::{MessageIds, Writer};
 
 type ExceptionListener = Box<dyn FnMut(Error) + Send>;
 /// Called with the answer to a request: on the reader thread, or on the
@@ -49,9 +49,6 @@ pub(crate) struct Inner {
     stream: Mutex<TcpStream>,
     /// What the server said in CONNECTED (the last one, after failover).
     connected: RwLock<Connected>,
-    /// "ID:<connection id>-", which message ids start with: kept ready so
-    /// that a send allocates nothing for its id.
-    id_prefix: RwLock<Arc<str>>,
     /// The shortest consumer deadline in ms (0 = none), which sets how
     /// often the reader looks at them.
     shortest_deadline: AtomicU64,
@@ -60,9 +57,8 @@ pub(crate) struct Inner {
     /// Waiters for a RECEIPT or ERROR, by request id.
     pending: Mutex<HashMap<u32, Waiter>>,
     next_request: AtomicU32,
-    pub(crate) consumers: RwLock<HashMap<u32, Arc<ConsumerShared>>>,
+    pub(crate) consumers: Consumers,
     next_subscription: AtomicU32,
-    next_message: AtomicU64,
     next_producer: AtomicU32,
     exception_listener: Mutex<Option<ExceptionListener>>,
     /// Set when this side starts closing: the end of the socket is then
@@ -88,8 +84,6 @@ impl Inner {
         temporary_prefix(&self.connected().connection_id)
     }
 
-    /// A new message id, unique across connections of this process run,
-    /// as its prefix and number.
     /// A number for a new producer, which its message ids carry.
     pub(crate) fn next_producer(&self) -> u32 {
         self.next_producer.fetch_add(1, Ordering::Relaxed)
@@ -98,21 +92,15 @@ impl Inner {
     /// The producer that sent `message_id`, if this connection sent it
     /// under its current id ("ID:<connection>-<producer>-<n>").
     fn producer_of(&self, message_id: &str) -> Option<u32> {
-        let prefix = read(&self.id_prefix);
-        let (producer, _) = message_id.strip_prefix(&**prefix)?.split_once('-')?;
+        let prefix = self.writer.id_prefix();
+        let (producer, _) = message_id.strip_prefix(&prefix)?.split_once('-')?;
         producer.parse().ok()
-    }
-
-    pub(crate) fn next_message_id(&self) -> (Arc<str>, u64) {
-        let n = self.next_message.fetch_add(1, Ordering::Relaxed);
-        let prefix = read(&self.id_prefix);
-        (prefix.clone(), n)
     }
 
     /// Takes what a server said in CONNECTED into use.
     fn set_connected(&self, connected: Connected) {
-        *write(&self.id_prefix) = id_prefix(&connected);
-        self.writer.set_max_body(connected.max_frame_size);
+        self.writer
+            .set_connected(connected.max_frame_size, id_prefix(&connected));
         *write(&self.connected) = connected;
     }
 
@@ -171,7 +159,7 @@ impl Inner {
     /// wait: the frame goes without asking, and an ERROR, should one come,
     /// reaches the exception listener. Frames keep their order either way.
     pub(crate) fn request(&self, frame: &Frame, what: &'static str) -> Result<()> {
-        self.request_with(frame.kind(), what, |d| frame.encode_body(d))
+        self.request_with(frame.kind(), what, |d, _| frame.encode_body(d))
     }
 
     /// Like [`Inner::request`], with the body written by `encode`.
@@ -182,10 +170,13 @@ impl Inner {
         encode: F,
     ) -> Result<()>
     where
-        F: FnOnce(&mut BytesMut) -> std::result::Result<(), herald_protocol::Error>,
+        F: FnOnce(
+            &mut BytesMut,
+            &mut MessageIds,
+        ) -> std::result::Result<(), herald_protocol::Error>,
     {
         if self.on_reader_thread() {
-            return self.writer.send_with(kind, 0, encode);
+            return self.writer.send_stamped(kind, 0, encode);
         }
         let (tx, rx) = mpsc::sync_channel(1);
         let id = self.request_async(kind, encode, Box::new(move |r| drop(tx.try_send(r))))?;
@@ -207,11 +198,14 @@ impl Inner {
     /// Returns the request id.
     pub(crate) fn request_async<F>(&self, kind: FrameKind, encode: F, waiter: Waiter) -> Result<u32>
     where
-        F: FnOnce(&mut BytesMut) -> std::result::Result<(), herald_protocol::Error>,
+        F: FnOnce(
+            &mut BytesMut,
+            &mut MessageIds,
+        ) -> std::result::Result<(), herald_protocol::Error>,
     {
         let id = self.next_request_id();
         lock(&self.pending).insert(id, waiter);
-        if let Err(e) = self.writer.send_with(kind, id, encode) {
+        if let Err(e) = self.writer.send_stamped(kind, id, encode) {
             lock(&self.pending).remove(&id);
             return Err(e);
         }
@@ -296,7 +290,7 @@ impl Inner {
     }
 
     fn consumer_list(&self) -> Vec<Arc<ConsumerShared>> {
-        read(&self.consumers).values().cloned().collect()
+        self.consumers.all().values().cloned().collect()
     }
 
     fn next_request_id(&self) -> u32 {
@@ -383,20 +377,18 @@ impl Connection {
         let link = dialer.dial()?;
         let heartbeat = Duration::from_millis(link.connected.heartbeat_ms.into());
         let send_timeout = Duration::from_millis(dialer.config.send_timeout_ms);
-        let writer = Writer::new(send_timeout, link.writer);
-        writer.set_max_body(link.connected.max_frame_size);
+        let writer = Writer::new(send_timeout, link.writer, id_prefix(&link.connected));
+        writer.set_connected(link.connected.max_frame_size, id_prefix(&link.connected));
         let inner = Arc::new(Inner {
             config: dialer.config.clone(),
             dialer,
             writer,
             stream: Mutex::new(link.socket),
-            id_prefix: RwLock::new(id_prefix(&link.connected)),
             connected: RwLock::new(link.connected),
             pending: Mutex::new(HashMap::new()),
             next_request: AtomicU32::new(1),
-            consumers: RwLock::new(HashMap::new()),
+            consumers: Consumers::default(),
             next_subscription: AtomicU32::new(1),
-            next_message: AtomicU64::new(1),
             next_producer: AtomicU32::new(1),
             exception_listener: Mutex::new(None),
             closing: AtomicBool::new(false),
@@ -515,7 +507,7 @@ impl Keeper {
     /// application read, so that what it prefetched and never read does
     /// not count as delivered.
     fn unsubscribe_all(&self) {
-        let consumers: Vec<u32> = read(&self.inner.consumers).keys().copied().collect();
+        let consumers: Vec<u32> = self.inner.consumers.all().keys().copied().collect();
         for id in consumers {
             let _ = crate::consumer::unsubscribe(&self.inner, id, false);
         }
@@ -627,8 +619,9 @@ fn serve(
     let mut last_read = Instant::now();
     let mut last_ping = Instant::now();
     let mut scratch = vec![0u8; 64 * 1024];
+    let mut last = LastConsumer::default();
     // Frames that came with CONNECTED.
-    if let Err(lost) = dispatch_all(inner, &decoder, buf) {
+    if let Err(lost) = dispatch_all(inner, &decoder, buf, &mut last) {
         return lost;
     }
     loop {
@@ -652,7 +645,7 @@ fn serve(
             Ok(n) => {
                 last_read = Instant::now();
                 buf.extend_from_slice(&scratch[..n]);
-                if let Err(lost) = dispatch_all(inner, &decoder, buf) {
+                if let Err(lost) = dispatch_all(inner, &decoder, buf, &mut last) {
                     return lost;
                 }
                 inner.flush_lazy_acks();
@@ -751,7 +744,9 @@ fn resume(inner: &Arc<Inner>, link: Link) -> Result<(ReadHalf, BytesMut, Duratio
     *lock(&inner.stream) = link.socket;
     inner.set_connected(link.connected);
     let mut first = BytesMut::new();
-    let mut consumers: Vec<(u32, Arc<ConsumerShared>, Subscribe)> = read(&inner.consumers)
+    let mut consumers: Vec<(u32, Arc<ConsumerShared>, Subscribe)> = inner
+        .consumers
+        .all()
         .iter()
         .filter_map(|(id, c)| Some((*id, c.clone(), c.subscription()?)))
         .collect();
@@ -777,7 +772,7 @@ fn resume(inner: &Arc<Inner>, link: Link) -> Result<(ReadHalf, BytesMut, Duratio
                 // It cannot be had again (a durable subscription still
                 // held by the old session, a temporary queue that ended
                 // with it).
-                write(&inner.consumers).remove(&id);
+                inner.consumers.remove(id);
                 consumer.close();
                 inner.report(e);
             }
@@ -813,8 +808,8 @@ impl Resumption {
     }
 }
 
-fn id_prefix(connected: &Connected) -> Arc<str> {
-    format!("ID:{}-", connected.connection_id).into()
+fn id_prefix(connected: &Connected) -> String {
+    format!("ID:{}-", connected.connection_id)
 }
 
 thread_local! {
@@ -828,6 +823,7 @@ fn dispatch_all(
     inner: &Inner,
     decoder: &Decoder,
     buf: &mut BytesMut,
+    last: &mut LastConsumer,
 ) -> std::result::Result<(), Lost> {
     loop {
         let raw = match decoder.decode(buf) {
@@ -839,20 +835,23 @@ fn dispatch_all(
                 )))
             }
         };
-        dispatch(inner, raw)?;
+        dispatch(inner, raw, last)?;
     }
 }
 
-fn dispatch(inner: &Inner, raw: RawFrame) -> std::result::Result<(), Lost> {
+fn dispatch(
+    inner: &Inner,
+    raw: RawFrame,
+    last: &mut LastConsumer,
+) -> std::result::Result<(), Lost> {
     let bad = |e: herald_protocol::Error| Lost::fatal(format!("bad frame from the server: {e}"));
     let request_id = raw.header.request_id;
     if raw.header.kind == FrameKind::Message {
         let d = Delivery::decode_head(raw.body).map_err(bad)?;
         let mut message = Message::from_block(d.message, d.delivery_count).map_err(bad)?;
         message.delivery_id = d.delivery_id;
-        let consumer = read(&inner.consumers).get(&d.subscription_id).cloned();
         // A message for a consumer closed a moment ago is dropped.
-        if let Some(c) = consumer {
+        if let Some(c) = last.get(&inner.consumers, d.subscription_id) {
             c.deliver(message);
         }
         return Ok(());

@@ -7,10 +7,10 @@
 //! bound. With a listener, the connection's reader thread calls it for each
 //! message in order; a listener that panics is logged and the reader goes on.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use herald_protocol::frame::{Settle, Subscribe, Unsubscribe};
@@ -19,7 +19,7 @@ use herald_protocol::{Destination, Frame, Message};
 use crate::connection::Inner;
 use crate::error::{Error, Result};
 use crate::session::SessionShared;
-use crate::sync::{lock, write};
+use crate::sync::{lock, read, write};
 
 type Listener = Box<dyn FnMut(Message) + Send>;
 
@@ -51,6 +51,57 @@ pub(crate) struct ConsumerShared {
     /// The deadline asked for, and when a message last came (or the
     /// deadline was last reported missed).
     deadline: Option<(Duration, Mutex<Instant>)>,
+}
+
+/// A connection's consumers by subscription id, which the reader thread
+/// delivers to. Ids are never used twice on a connection, so the only
+/// change that can make a consumer the reader looked up stale is a
+/// removal, which is counted.
+#[derive(Default)]
+pub(crate) struct Consumers {
+    map: RwLock<HashMap<u32, Arc<ConsumerShared>>>,
+    removals: AtomicU64,
+}
+
+impl Consumers {
+    pub(crate) fn insert(&self, id: u32, consumer: Arc<ConsumerShared>) {
+        write(&self.map).insert(id, consumer);
+    }
+
+    pub(crate) fn remove(&self, id: u32) -> Option<Arc<ConsumerShared>> {
+        let removed = write(&self.map).remove(&id);
+        self.removals.fetch_add(1, Ordering::Release);
+        removed
+    }
+
+    /// Every consumer, by id.
+    pub(crate) fn all(&self) -> RwLockReadGuard<'_, HashMap<u32, Arc<ConsumerShared>>> {
+        read(&self.map)
+    }
+}
+
+/// The consumer the reader thread delivered to last: a stream of
+/// messages for one consumer looks it up once instead of taking the
+/// map's lock and a reference for each (4 % of a subscriber's CPU).
+#[derive(Default)]
+pub(crate) struct LastConsumer {
+    /// [`Consumers::removals`] when it was looked up.
+    removals: u64,
+    last: Option<(u32, Arc<ConsumerShared>)>,
+}
+
+impl LastConsumer {
+    /// The consumer `id` names, if it is still registered.
+    pub(crate) fn get(&mut self, consumers: &Consumers, id: u32) -> Option<&ConsumerShared> {
+        // Read before the map: a removal after this counts again.
+        let removals = consumers.removals.load(Ordering::Acquire);
+        let current = removals == self.removals && matches!(&self.last, Some((at, _)) if *at == id);
+        if !current {
+            self.removals = removals;
+            self.last = consumers.all().get(&id).map(|c| (id, c.clone()));
+        }
+        self.last.as_ref().map(|(_, c)| &**c)
+    }
 }
 
 /// Runs the listener; false if it panicked.
@@ -336,8 +387,7 @@ impl Drop for Consumer {
 /// its application received: the rest (prefetched, never read) return to
 /// the queue without counting as delivered.
 pub(crate) fn unsubscribe(inner: &Inner, id: u32, wait: bool) -> Result<()> {
-    let removed = write(&inner.consumers).remove(&id);
-    let Some(shared) = removed else {
+    let Some(shared) = inner.consumers.remove(id) else {
         return Ok(());
     };
     shared.close();

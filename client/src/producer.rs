@@ -8,6 +8,7 @@ use herald_protocol::{DeliveryMode, Destination, FrameKind, Message, MessageId, 
 
 use crate::connection::Inner;
 use crate::error::Result;
+use crate::writer::MessageIds;
 
 /// Sends messages to one destination ([`Session::send`](crate::Session::send)
 /// sends to any).
@@ -62,15 +63,19 @@ impl Producer {
     }
 
     /// The frame a message goes in (TX_SEND in a transacted session) and
-    /// its body's encoder.
-    fn framed(
-        &self,
-        message: Message,
+    /// its encoder, which stamps it with the next of the connection's
+    /// message ids.
+    fn framed<'a>(
+        &'a self,
+        message: &'a Message,
     ) -> (
         FrameKind,
-        impl FnOnce(&mut BytesMut) -> std::result::Result<(), herald_protocol::Error> + '_,
+        impl FnOnce(
+                &mut BytesMut,
+                &mut MessageIds,
+            ) -> std::result::Result<(), herald_protocol::Error>
+            + 'a,
     ) {
-        let (id_prefix, id) = self.inner.next_message_id();
         let timestamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
@@ -87,13 +92,14 @@ impl Producer {
             Some(_) => FrameKind::TxSend,
             None => FrameKind::Send,
         };
-        (kind, move |d: &mut BytesMut| {
+        (kind, move |d: &mut BytesMut, ids: &mut MessageIds| {
             if let Some(id) = transaction {
                 d.put_u32(id);
             }
+            let (prefix, id) = ids.take();
             let stamp = Stamp {
                 destination,
-                message_id: MessageId::Produced(&id_prefix, number, id),
+                message_id: MessageId::Produced(prefix, number, id),
                 timestamp,
                 delivery_time,
             };
@@ -129,8 +135,8 @@ impl Producer {
         if message.delivery_mode == DeliveryMode::Persistent && self.transaction.is_none() {
             return self.send_with_receipt(message);
         }
-        let (kind, encode) = self.framed(message);
-        self.inner.writer.send_with(kind, 0, encode)
+        let (kind, encode) = self.framed(&message);
+        self.inner.writer.send_stamped(kind, 0, encode)
     }
 
     /// Sends without waiting and calls `completion` with the server's
@@ -144,7 +150,7 @@ impl Producer {
         message: Message,
         completion: impl FnOnce(Result<()>) + Send + 'static,
     ) -> Result<()> {
-        let (kind, encode) = self.framed(message);
+        let (kind, encode) = self.framed(&message);
         self.inner
             .request_async(kind, encode, Box::new(completion))
             .map(drop)
@@ -154,7 +160,7 @@ impl Producer {
     /// and for a persistent one written it to its journal (or refuses it,
     /// which is returned as an error).
     pub fn send_with_receipt(&self, message: Message) -> Result<()> {
-        let (kind, encode) = self.framed(message);
+        let (kind, encode) = self.framed(&message);
         self.inner.request_with(kind, "the SEND receipt", encode)
     }
 }

@@ -17,7 +17,7 @@ use crate::connection::{Connection, Inner};
 use crate::consumer::{Consumer, ConsumerShared};
 use crate::error::{Error, Result};
 use crate::producer::Producer;
-use crate::sync::{lock, write};
+use crate::sync::lock;
 
 /// How a session acknowledges the messages it receives (JMS's modes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,7 +205,7 @@ impl SessionShared {
             let _ = tx.try_send(result);
         });
         self.inner
-            .request_async(frame.kind(), |d| frame.encode_body(d), waiter)?;
+            .request_async(frame.kind(), |d, _| frame.encode_body(d), waiter)?;
         if self.inner.on_reader_thread() {
             // Inside a listener: the RECEIPT is read once it returns.
             return Ok(());
@@ -514,10 +514,10 @@ impl Session {
         }
         // Registered before SUBSCRIBE goes out: the first message can
         // arrive before the RECEIPT does.
-        write(&inner.consumers).insert(id, consumer.clone());
+        inner.consumers.insert(id, consumer.clone());
         let subscribe = Frame::Subscribe(subscribe);
         if let Err(e) = inner.request(&subscribe, "the SUBSCRIBE receipt") {
-            write(&inner.consumers).remove(&id);
+            inner.consumers.remove(id);
             return Err(e);
         }
         lock(&self.shared.consumers).push((id, consumer.clone()));
@@ -713,7 +713,7 @@ impl QueueBrowser {
         let inner = &self.inner;
         let id = inner.next_subscription_id();
         let snapshot = Arc::new(ConsumerShared::new(usize::MAX, None, None, None));
-        write(&inner.consumers).insert(id, snapshot.clone());
+        inner.consumers.insert(id, snapshot.clone());
         let frame = Frame::Browse(Browse {
             subscription_id: id,
             queue: self.queue.clone(),
@@ -722,7 +722,7 @@ impl QueueBrowser {
         // The RECEIPT follows the last MESSAGE of the snapshot, and the
         // reader hands each MESSAGE over before it reads the RECEIPT.
         let result = inner.request(&frame, "the end of the browse");
-        write(&inner.consumers).remove(&id);
+        inner.consumers.remove(id);
         result?;
         Ok(snapshot.take_all())
     }
