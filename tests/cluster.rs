@@ -604,6 +604,7 @@ fn mqtt_subacks_and_unsubacks_come_once_redis_has_the_change() {
 /// An AMQP durable subscription's attach is answered once Redis's
 /// registry has it, and a link closed for good deletes it, answered once
 /// the registry no longer has it, as the native protocol's RECEIPTs are.
+/// A drain asked for while the attach waits is answered after it.
 #[test]
 fn an_amqp_durable_subscriptions_attach_and_detach_come_once_redis_has_the_change() {
     use herald_protocol::amqp::performative::Detach;
@@ -612,12 +613,22 @@ fn an_amqp_durable_subscriptions_attach_and_detach_come_once_redis_has_the_chang
     let a = node(&redis, "a");
     for round in 0..5 {
         let mut c = AmqpClient::opened(&a, &format!("amqp-kept-{round}"));
-        c.attach_receiver_from(0, durable_source("topic://orders"));
+        c.together(|c| {
+            c.attach_receiver_from(0, durable_source("topic://orders"));
+            c.flow(0, 0, 3, true);
+        });
         assert!(matches!(
             c.next(false),
             Got::Amqp(0, Performative::Attach(_))
         ));
         assert_eq!(registered(&redis), ":1", "round {round}: made");
+        match c.next(false) {
+            Got::Amqp(0, Performative::Flow(f)) => {
+                assert!(f.drain, "round {round}: {f:?}");
+                assert_eq!((f.delivery_count, f.link_credit), (Some(3), Some(0)));
+            }
+            other => panic!("round {round}: the drain's answer, not {other:?}"),
+        }
         c.perform(
             0,
             Performative::Detach(Detach {

@@ -19,6 +19,8 @@ pub struct AmqpClient {
     /// The socket.
     pub stream: TcpStream,
     buf: BytesMut,
+    /// Frames held back by [`AmqpClient::together`].
+    corked: Option<Vec<u8>>,
 }
 
 /// What the server sent.
@@ -38,11 +40,24 @@ impl AmqpClient {
         AmqpClient {
             stream,
             buf: BytesMut::new(),
+            corked: None,
         }
     }
 
     pub fn write(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).unwrap();
+        match &mut self.corked {
+            Some(held) => held.extend_from_slice(bytes),
+            None => self.stream.write_all(bytes).unwrap(),
+        }
+    }
+
+    /// Sends the frames `frames` makes in one write, so that the server
+    /// reads them at once.
+    pub fn together(&mut self, frames: impl FnOnce(&mut AmqpClient)) {
+        self.corked = Some(Vec::new());
+        frames(self);
+        let held = self.corked.take().unwrap_or_default();
+        self.write(&held);
     }
 
     pub fn frame(&mut self, kind: FrameKind, channel: u16, body: &Value, payload: &[u8]) {
@@ -218,6 +233,12 @@ impl AmqpClient {
 
     /// Grants `credit` on `handle`, having received `received` so far.
     pub fn credit(&mut self, handle: u32, received: u32, credit: u32) {
+        self.flow(handle, received, credit, false);
+    }
+
+    /// A flow granting `credit` on link `handle`, which asks the server
+    /// to use it up and say so if `drain`.
+    pub fn flow(&mut self, handle: u32, received: u32, credit: u32, drain: bool) {
         self.perform(
             0,
             Performative::Flow(Flow {
@@ -229,7 +250,7 @@ impl AmqpClient {
                 delivery_count: Some(received),
                 link_credit: Some(credit),
                 available: None,
-                drain: false,
+                drain,
                 echo: false,
             }),
         );

@@ -334,9 +334,12 @@ pub fn attached(
     let Some(&(channel, handle, _)) = amqp.attaching.get(&token) else {
         return;
     };
-    amqp.attach_now(out, channel, handle);
+    let asks = amqp.attach_now(out, channel, handle);
     match result {
-        Ok(()) => sender::send_waiting(amqp, (channel, handle), session, out, ctx),
+        Ok(()) => {
+            sender::send_waiting(amqp, (channel, handle), session, out, ctx);
+            sender::answer_flow(amqp, (channel, handle), asks, out);
+        }
         Err(refusal) => {
             let why = format!("the subscription is not kept: {}", refusal.message());
             detach_with(

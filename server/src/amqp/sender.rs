@@ -15,7 +15,7 @@ use herald_protocol::amqp::{Performative, Value};
 use herald_protocol::{Destination, DestinationKind, ErrorCode};
 
 use super::mapping;
-use super::state::{condition, AmqpSession, Link, Outgoing, WINDOW};
+use super::state::{condition, AmqpSession, FlowAsks, Link, Outgoing, WINDOW};
 use crate::auth::Permission;
 use crate::broker::{SubscribeRequest, Written};
 use crate::frontend::outbound::Outbound;
@@ -139,7 +139,7 @@ pub(super) fn attach(
         subscription_id,
         credit: 0,
         delivery_count: 0,
-        held: false,
+        held: None,
         presettled: a.snd_settle_mode == 1,
         waiting: VecDeque::new(),
         durable: (named && durable).then(|| (client_id.to_string(), name.to_owned())),
@@ -194,7 +194,7 @@ fn browse(
         subscription_id: 0,
         credit: 0,
         delivery_count: 0,
-        held: false,
+        held: None,
         presettled: true,
         waiting: held
             .into_iter()
@@ -298,19 +298,39 @@ pub(super) fn flow(
     let Some(link) = amqp.outgoing(channel, handle) else {
         return;
     };
-    if link.held {
-        // Answered with the attach, which has not gone yet.
+    if let Some(asked) = &mut link.held {
+        // Answered after the attach, which has not gone yet.
+        asked.drain |= f.drain;
+        asked.echo |= f.echo;
         return;
     }
-    // Drain: what credit is left is used up, and the client told so.
-    let drained = f.drain && link.credit > 0;
+    let asks = FlowAsks {
+        drain: f.drain,
+        echo: f.echo,
+    };
+    answer_flow(amqp, (channel, handle), asks, out);
+}
+
+/// Does what a flow asked of outgoing link `handle` once what waited was
+/// sent: a drain uses up the credit left, and either tells the client
+/// the link's state.
+pub(super) fn answer_flow(
+    amqp: &mut AmqpSession,
+    (channel, handle): (u16, u32),
+    asks: FlowAsks,
+    out: &mut Outbound,
+) {
+    let Some(link) = amqp.outgoing(channel, handle) else {
+        return;
+    };
+    let drained = asks.drain && link.credit > 0;
     if drained {
         link.delivery_count = link.delivery_count.wrapping_add(link.credit);
         link.credit = 0;
     }
-    if drained || f.echo {
+    if drained || asks.echo {
         let state = (link.delivery_count, link.credit, link.waiting.len());
-        send_flow(amqp, channel, handle, state, f.drain, out);
+        send_flow(amqp, channel, handle, state, asks.drain, out);
     }
 }
 
@@ -345,7 +365,7 @@ fn link_waiting(
 ) -> Option<(u64, u32, bytes::Bytes)> {
     let link = amqp.outgoing(channel, handle)?;
     match (link.credit, link.held) {
-        (0, _) | (_, true) => None,
+        (0, _) | (_, Some(_)) => None,
         _ => link.waiting.pop_front(),
     }
 }

@@ -416,7 +416,7 @@ impl AmqpSession {
         let Some(link) = self.outgoing(channel, handle) else {
             return true;
         };
-        if link.credit == 0 || link.held {
+        if link.credit == 0 || link.held.is_some() {
             link.waiting.push_back((delivery_id, count, block.clone()));
             return false;
         }
@@ -571,7 +571,7 @@ impl AmqpSession {
         ctx: &mut Context<'_>,
     ) {
         if let Some(link) = self.outgoing(channel, handle) {
-            link.held = true;
+            link.held = Some(FlowAsks::default());
         }
         let token = self.next_id();
         self.attaching.insert(token, (channel, handle, reply));
@@ -581,19 +581,22 @@ impl AmqpSession {
 
     /// The answer to the attach of `handle` on `channel` if it still
     /// waits, sent now (the client detaches the link or ends its session
-    /// first: the attach is answered before that is).
-    pub(super) fn attach_now(&mut self, out: &mut Outbound, channel: u16, handle: u32) {
+    /// first: the attach is answered before that is); what flows asked of
+    /// the link meanwhile.
+    pub(super) fn attach_now(&mut self, out: &mut Outbound, channel: u16, handle: u32) -> FlowAsks {
         let token = self
             .attaching
             .iter()
             .find(|(_, (c, h, _))| (*c, *h) == (channel, handle))
             .map(|(token, _)| *token);
+        let mut asks = FlowAsks::default();
         if let Some((channel, handle, reply)) = token.and_then(|t| self.attaching.remove(&t)) {
             if let Some(link) = self.outgoing(channel, handle) {
-                link.held = false;
+                asks = link.held.take().unwrap_or_default();
                 self.perform(out, channel, Performative::Attach(reply));
             }
         }
+        asks
     }
 }
 
@@ -652,8 +655,9 @@ pub(super) struct Outgoing {
     pub(super) delivery_count: u32,
     /// Its attach is not answered yet (its durable or shared subscription
     /// is being kept): what the broker routes to it waits, whatever the
-    /// credit, so that no transfer precedes the attach.
-    pub(super) held: bool,
+    /// credit, so that no transfer precedes the attach; and a drain or
+    /// echo a flow asks for meanwhile is answered after it.
+    pub(super) held: Option<FlowAsks>,
     /// Its deliveries go settled (at most once).
     pub(super) presettled: bool,
     /// What the broker routed to it beyond its credit: (Herald's delivery
@@ -666,6 +670,15 @@ pub(super) struct Outgoing {
     /// It browses a queue: `waiting` holds what the queue held when it
     /// attached, sent settled, consuming nothing; no subscription.
     pub(super) browsing: bool,
+}
+
+/// What a flow asks of an outgoing link besides credit.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct FlowAsks {
+    /// Use up the credit left and say so.
+    pub(super) drain: bool,
+    /// Answer with the link's state.
+    pub(super) echo: bool,
 }
 
 /// A link on which the client sends.
