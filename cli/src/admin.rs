@@ -296,14 +296,17 @@ pub fn scheduled(target: &Target, queue: &str) -> Result<u64> {
 /// `herald stats`: one line per interval, rates from the server's samples.
 pub fn stats(target: &Target, args: StatsArgs) -> Result<()> {
     let mut printed = 0;
-    println!(
-        "{:>10} {:>10} {:>12} {:>12} {:>8}",
-        "IN/S", "OUT/S", "CONNECTIONS", "QUEUED", "DROPPED"
-    );
     loop {
         let server = call(target, "GET", "/api/server")?;
         let history = call(target, "GET", "/api/history")?;
         let queues = call(target, "GET", "/api/queues")?;
+        if printed == 0 {
+            // Once the server answered: an error alone, without a header.
+            println!(
+                "{:>10} {:>10} {:>12} {:>12} {:>8}",
+                "IN/S", "OUT/S", "CONNECTIONS", "QUEUED", "DROPPED"
+            );
+        }
         let last = history
             .as_array()
             .and_then(|h| h.last())

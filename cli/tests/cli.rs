@@ -371,6 +371,13 @@ fn admin_commands_go_through_the_management_api() {
         "10",
     ]);
     assert_eq!(stats.lines().count(), 3, "{stats}");
+    // An API it cannot reach: the error alone, no header above it.
+    let unreachable = herald()
+        .args(["--admin", "127.0.0.1:1", "stats", "--count", "1"])
+        .output()
+        .unwrap();
+    assert!(!unreachable.status.success());
+    assert!(unreachable.stdout.is_empty(), "{unreachable:?}");
     let missing = fails(herald().args(["--admin", &admin, "purge", "nothing"]));
     assert!(
         missing.contains("404") && missing.contains("nothing"),
@@ -685,7 +692,25 @@ fn a_soak_counts_every_message_and_samples_the_servers_memory() {
         .nth(1)
         .unwrap_or_else(|| panic!("{line}"));
     assert!(samples.matches('[').count() >= 3, "{line}");
-    assert!(!samples.contains(",0]"), "{line}");
+    assert!(
+        !samples.contains(",0]") && !samples.contains("null"),
+        "{line}"
+    );
+    // Without a management API to ask, it says so once and goes on.
+    let url = format!("herald://{}", server.local_addr());
+    let blind = herald()
+        .args(["--server", &url, "--admin", "127.0.0.1:1", "bench"])
+        .args(["--mode", "soak", "--duration", "1s", "--rate", "100"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&blind.stderr);
+    assert!(blind.status.success(), "{said}");
+    assert!(
+        said.contains("memory is not measured") && said.contains("scheme"),
+        "{said}"
+    );
+    let line = String::from_utf8_lossy(&blind.stdout).into_owned();
+    assert!(summary(&line, "soak").contains(",null]"), "{line}");
     let refused = fails(herald().args(["bench", "--mode", "soak", "--duration", "10x"]));
     assert!(refused.contains("unit"), "{refused}");
 }

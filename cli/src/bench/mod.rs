@@ -480,8 +480,12 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             size: args.size,
         };
         let footprint = || match embedded {
-            Some(_) => herald_server::admin::process_footprint().map(|(rss, _)| rss),
-            None => connections::footprint(target).ok().map(|(rss, _)| rss),
+            Some(_) => herald_server::admin::process_footprint()
+                .map(|(rss, _)| rss)
+                .ok_or_else(|| "this process's memory is read from /proc, on Linux".to_owned()),
+            None => connections::footprint(target)
+                .map(|(rss, _)| rss)
+                .map_err(|e| e.to_string()),
         };
         soak::run(&factory, &plan, &footprint)?;
     }
