@@ -148,6 +148,7 @@ fn sends_wait_for_the_server_then_fail_clearly_and_work_once_it_is_back() {
             && e.to_string().contains("did not come back within 300 ms"),
         "{e}"
     );
+    let before = c.connection_id();
     let server = restart_on(addr, &dir);
     wait_until("the connection resumes", || heard(&events, "resumed") == 1);
     p.send_with_receipt(Message::text("after")).unwrap();
@@ -155,11 +156,16 @@ fn sends_wait_for_the_server_then_fail_clearly_and_work_once_it_is_back() {
     let q = observer
         .create_consumer(&Destination::queue("outbox"))
         .unwrap();
+    let after = next(&q);
     assert_eq!(
-        next(&q).body_text(),
+        after.body_text(),
         Some("after"),
         "the failed send did not go"
     );
+    // Its id is of the new session's connection.
+    let now = format!("ID:{}-", c.connection_id());
+    assert_ne!(c.connection_id(), before);
+    assert!(after.message_id.starts_with(&now), "{}", after.message_id);
     assert_nothing(&q);
 }
 

@@ -377,7 +377,7 @@ impl Connection {
         let link = dialer.dial()?;
         let heartbeat = Duration::from_millis(link.connected.heartbeat_ms.into());
         let send_timeout = Duration::from_millis(dialer.config.send_timeout_ms);
-        let writer = Writer::new(send_timeout, link.writer, id_prefix(&link.connected));
+        let writer = Writer::new(send_timeout, link.writer);
         writer.set_connected(link.connected.max_frame_size, id_prefix(&link.connected));
         let inner = Arc::new(Inner {
             config: dialer.config.clone(),

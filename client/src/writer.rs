@@ -69,15 +69,15 @@ struct State {
 pub struct MessageIds {
     /// "ID:<connection id>-", of the connection's current session.
     prefix: String,
-    /// The number of the next message.
-    next: u64,
+    /// The number of the last one taken (0: none yet).
+    last: u64,
 }
 
 impl MessageIds {
     /// The prefix and a number no other message of this connection has.
     pub fn take(&mut self) -> (&str, u64) {
-        self.next += 1;
-        (&self.prefix, self.next)
+        self.last += 1;
+        (&self.prefix, self.last)
     }
 }
 
@@ -94,8 +94,8 @@ pub struct Writer {
 
 impl Writer {
     /// A writer to `socket` whose senders wait up to `send_timeout` while
-    /// paused, its message ids starting with `id_prefix`.
-    pub fn new(send_timeout: Duration, socket: WriteHalf, id_prefix: String) -> Writer {
+    /// paused; [`Writer::set_connected`] gives it what CONNECTED said.
+    pub fn new(send_timeout: Duration, socket: WriteHalf) -> Writer {
         Writer {
             send_timeout,
             socket: Mutex::new(socket),
@@ -111,8 +111,8 @@ impl Writer {
                 paused: false,
                 max_body: 0,
                 ids: MessageIds {
-                    prefix: id_prefix,
-                    next: 0,
+                    prefix: String::new(),
+                    last: 0,
                 },
             }),
             data: Condvar::new(),
@@ -368,7 +368,6 @@ mod tests {
         let writer = Arc::new(Writer::new(
             Duration::from_secs(1),
             WriteHalf::Plain(socket),
-            "ID:test-".into(),
         ));
         let flusher = {
             let w = writer.clone();
