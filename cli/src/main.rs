@@ -17,6 +17,7 @@ mod tls_dev_cert;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use herald_client::Error;
 
 use target::Target;
 
@@ -155,10 +156,20 @@ fn main() -> ExitCode {
                 Some(code) if target.verbose => {
                     eprintln!("herald: {e} (server error code {})", code as u32)
                 }
-                _ => eprintln!("herald: {e}"),
+                _ => eprintln!("herald: {e}{}", hint(&e)),
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+/// What to try next, for the errors a newcomer meets first.
+fn hint(e: &Error) -> &'static str {
+    match e {
+        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::ConnectionRefused => {
+            ": is herald-server running there? --server URL (or HERALD_URL) names another address"
+        }
+        _ => "",
     }
 }
 

@@ -971,6 +971,10 @@ fn mistakes_get_one_clear_line_naming_the_flag() {
             vec!["--server", &url, "sub", "t", "--durable", "d"],
             "add --client-id",
         ),
+        (
+            vec!["--server", "herald://127.0.0.1:1", "pub", "t", "x"],
+            "is herald-server running there? --server URL",
+        ),
     ] {
         let e = fails(herald().args(&args));
         assert!(e.contains(words), "{args:?}: {e}");
