@@ -214,7 +214,10 @@ impl Broker {
             .map(|peers| (peers, peers.durables_epoch()));
         let mut appended = Vec::new();
         let tree = self.read_topics();
-        let cached = out.matches.matches(&tree, name);
+        // Out of `out` while its entries are borrowed: the visit pushes to
+        // `out`. A route nested in the visit finds the cache empty.
+        let mut cache = std::mem::take(&mut out.matches);
+        let cached = cache.matches(&tree, name);
         let mut visit = |entry: &TopicEntry| {
             if !takes(entry, (owner, publisher), block, &fields) {
                 return;
@@ -224,7 +227,7 @@ impl Broker {
                 b.routed(block.len());
             }
             if routed.backlog.is_none() {
-                routed.backlog = entry.backlog.clone().filter(|b| b.is_high());
+                routed.backlog = entry.backlog.as_ref().filter(|b| b.is_high()).cloned();
             }
             match &entry.target {
                 Target::Direct(sub) if delayed => self.timers.schedule(due, Timed::Direct(*sub, block.clone())),
@@ -258,10 +261,11 @@ impl Broker {
                 },
             }
         };
-        match &cached {
+        match cached {
             Some(entries) => entries.iter().for_each(&mut visit),
             None => tree.for_each_match(name, |p| key_of(block, &fields, p), visit),
         }
+        out.matches = cache;
         self.keep_retained(name, block, mode, &mut routed, out);
         drop(tree);
         if let Some((peers, epoch)) = recheck {

@@ -315,6 +315,10 @@ pub struct MatchCache {
     /// Each topic's matches, `None` for one with too many to keep.
     topics: FastMap<Box<str>, Option<Arc<[TopicEntry]>>>,
     matches: usize,
+    /// The topic looked up last, and its matches: a stream of publishes
+    /// to one topic finds them without hashing its name, and borrows them
+    /// without counting a reference (two atomic operations a publish).
+    last: (String, Option<Arc<[TopicEntry]>>),
 }
 
 impl MatchCache {
@@ -323,15 +327,26 @@ impl MatchCache {
     /// many to keep, or some are indexed by a property's value (which of
     /// those match depends on the message), and the caller walks the
     /// tree.
-    pub fn matches(&mut self, tree: &TopicTree, topic: &str) -> Option<Arc<[TopicEntry]>> {
+    pub fn matches(&mut self, tree: &TopicTree, topic: &str) -> Option<&[TopicEntry]> {
         let of = (tree as *const TopicTree as usize, tree.generation);
         if self.of != of {
             self.clear();
             self.of = of;
         }
-        if let Some(found) = self.topics.get(topic) {
-            return found.clone();
+        if self.last.0 != topic {
+            let found = match self.topics.get(topic) {
+                Some(found) => found.clone(),
+                None => self.look_up(tree, topic),
+            };
+            self.last.0.clear();
+            self.last.0.push_str(topic);
+            self.last.1 = found;
         }
+        self.last.1.as_deref()
+    }
+
+    /// Walks `tree` for the matches of `topic` and keeps them.
+    fn look_up(&mut self, tree: &TopicTree, topic: &str) -> Option<Arc<[TopicEntry]>> {
         let (mut entries, mut too_many) = (Vec::new(), false);
         tree.for_each_node(topic, |node| {
             // Which of the indexed ones match depends on the message.
@@ -357,6 +372,8 @@ impl MatchCache {
     fn clear(&mut self) {
         self.topics.clear();
         self.matches = 0;
+        self.last.0.clear();
+        self.last.1 = None;
     }
 }
 
