@@ -29,6 +29,7 @@ use rustls::ServerConnection;
 use crate::auth::{LoginError, Principal};
 use crate::broker::delivery::{Deliveries, Delivery, Seen};
 use crate::broker::{Backlog, ConnectionRef, PeerError, Subscriber};
+use crate::collections::FastMap;
 use crate::config::SlowConsumerPolicy;
 use crate::frontend::{admit, publish, release_client_id, Context, Flow, Published};
 use crate::handlers;
@@ -73,6 +74,8 @@ pub struct Worker {
     conns: Slab<Connection>,
     decoders: Decoders,
     deliveries: Deliveries,
+    /// Room for [`Worker::deliver`]'s runs, kept between batches.
+    runs: FastMap<ConnectionRef, Run>,
     scratch: Vec<u8>,
     /// Connections with output queued since their last write.
     dirty: Vec<usize>,
@@ -110,6 +113,7 @@ impl Worker {
                 connected: Decoder::new(config.max_frame_size),
             },
             deliveries: Deliveries::new(shared.workers.len()),
+            runs: FastMap::default(),
             // Room for every connection the server takes (any may move
             // here), reserved and not touched: pages become resident as
             // connections fill them, and the slab never grows, which would
@@ -732,16 +736,22 @@ impl Worker {
         let high = (!self.grace().is_zero()).then_some(max_pending / 8);
         let mut delivered = 0;
         let mut dropped = 0;
+        // The run of deliveries to one connection going on, and the runs
+        // before it that a fan-out interleaves, by connection.
+        let mut runs = std::mem::take(&mut self.runs);
+        let mut run: Option<(ConnectionRef, Run)> = None;
         for d in batch.drain(..) {
             let target = d.to.conn;
             let subscription_id = d.to.subscription_id;
-            let conn = live(&mut self.conns, target);
-            if let (Some(c), None) = (&conn, &d.ack) {
-                // Routed to it and now here, even if not delivered.
-                if let Some(backlog) = c.session.backlog_signal() {
-                    backlog.arrived(d.message.len());
-                }
+            if let Some((before, ended)) = run.take_if(|(before, _)| *before != target) {
+                runs.entry(before).or_default().add(ended);
             }
+            let (_, run) = run.get_or_insert((target, Run::default()));
+            if d.ack.is_none() {
+                // Routed to it and now here, even if not delivered.
+                run.arrived += d.message.len();
+            }
+            let conn = live(&mut self.conns, target);
             let live = conn.filter(|c| {
                 // The slot may have been reused, or the subscription
                 // dropped, since the message was routed.
@@ -788,6 +798,7 @@ impl Worker {
                 }
             }
             delivered += 1;
+            run.delivered = true;
             conn.messages_out += 1;
             if conn.out.pending() > max_pending && !conn.blocked {
                 // A big batch can pile up faster than one loop turn writes:
@@ -796,9 +807,6 @@ impl Worker {
                 if let Err(e) = conn.flush() {
                     log::debug!("connection {}: write failed: {e}", conn.serial);
                 }
-            }
-            if let Some(high) = high {
-                conn.check_backlog(high);
             }
             // Down to half the limit, so that a reader that stays slow is
             // not trimmed one message at a time: best-effort deliveries
@@ -825,6 +833,10 @@ impl Worker {
             }
             self.mark_dirty(target.slot);
         }
+        for (target, run) in run.into_iter().chain(runs.drain()) {
+            self.end_run(target, run, high);
+        }
+        self.runs = runs;
         if dropped > 0 {
             self.stats().dropped.fetch_add(dropped, Ordering::Relaxed);
         }
@@ -834,6 +846,20 @@ impl Worker {
         // Its room serves the next burst: no allocation (nor fresh pages
         // to fault in) per burst.
         self.deliveries.recycle(self.index, batch);
+    }
+
+    /// Counts what a run of deliveries brought its connection and, if it
+    /// delivered any, checks the connection's backlog against `high`.
+    fn end_run(&mut self, target: ConnectionRef, run: Run, high: Option<usize>) {
+        let Some(conn) = live(&mut self.conns, target) else {
+            return;
+        };
+        if let (Some(backlog), true) = (conn.session.backlog_signal(), run.arrived > 0) {
+            backlog.arrived(run.arrived);
+        }
+        if let (Some(high), true) = (high, run.delivered) {
+            conn.check_backlog(high);
+        }
     }
 
     /// Answers a request the store has confirmed, if its connection is
@@ -953,6 +979,10 @@ impl Worker {
         }
         self.shared.broker.tick(&mut self.deliveries);
         self.deliveries.release_room();
+        // A wide fan-out's room goes with its burst.
+        if self.runs.capacity() > KEPT_RUNS {
+            self.runs = FastMap::default();
+        }
         // One worker runs what sessions away have due.
         if self.index == 0 {
             self.shared
@@ -1096,6 +1126,28 @@ impl Worker {
 
     fn stats(&self) -> &crate::frontend::WorkerStats {
         &self.shared.stats[self.index]
+    }
+}
+
+/// Connections [`Worker::runs`] keeps room for between bursts.
+const KEPT_RUNS: usize = 1024;
+
+/// A batch's deliveries to one connection: what arrived for it is
+/// counted, and its backlog checked, once for them all. The counters share
+/// a cache line with the one the routing worker adds to, so each update
+/// moves the line between cores.
+#[derive(Default)]
+struct Run {
+    /// Bytes routed to it, to take off its backlog's count in flight.
+    arrived: usize,
+    /// Whether any was queued to be written.
+    delivered: bool,
+}
+
+impl Run {
+    fn add(&mut self, other: Run) {
+        self.arrived += other.arrived;
+        self.delivered |= other.delivered;
     }
 }
 
