@@ -1151,7 +1151,6 @@ impl Run {
     }
 }
 
-/// Decodes and dispatches every whole frame in the read buffer.
 /// The connection `target` names, if it is still the one in its slot (a
 /// slot is reused once its connection closes).
 fn live(conns: &mut Slab<Connection>, target: ConnectionRef) -> Option<&mut Connection> {
@@ -1221,6 +1220,7 @@ struct Decoders {
     connected: Decoder,
 }
 
+/// Decodes and dispatches every whole frame in the read buffer.
 fn decode_all(decoders: &Decoders, conn: &mut Connection, ctx: &mut Context<'_>) -> Flow {
     match &mut conn.front {
         Front::Native => {}
