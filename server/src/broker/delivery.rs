@@ -50,8 +50,9 @@ pub struct Deliveries {
     /// Blocked connections to wake, by worker.
     wakes: Vec<Vec<ConnectionRef>>,
     seen: Seen,
-    /// The topic matches this routing thread found lately.
-    pub matches: MatchCache,
+    /// The topic matches this routing thread found lately; `None` while
+    /// a route has it out (a route nested in that one goes without).
+    pub matches: Option<MatchCache>,
     /// The commit this routing belongs to, from `Broker::begin_atomic`
     /// to `Broker::end_atomic`: what is journalled and enqueued meanwhile
     /// waits in it for the commit's end.
@@ -65,7 +66,7 @@ impl Deliveries {
             buckets: (0..workers).map(|_| Vec::new()).collect(),
             wakes: (0..workers).map(|_| Vec::new()).collect(),
             seen: Seen::Nowhere,
-            matches: MatchCache::default(),
+            matches: Some(MatchCache::default()),
             commit: None,
         }
     }

@@ -215,8 +215,9 @@ impl Broker {
         let mut appended = Vec::new();
         let tree = self.read_topics();
         // Out of `out` while its entries are borrowed: the visit pushes to
-        // `out`. A route nested in the visit finds the cache empty.
-        let mut cache = std::mem::take(&mut out.matches);
+        // `out`. Taken, not swapped for an empty one, which would seed a
+        // new hasher for every publish.
+        let mut cache = out.matches.take().unwrap_or_default();
         let cached = cache.matches(&tree, name);
         let mut visit = |entry: &TopicEntry| {
             if !takes(entry, (owner, publisher), block, &fields) {
@@ -265,7 +266,7 @@ impl Broker {
             Some(entries) => entries.iter().for_each(&mut visit),
             None => tree.for_each_match(name, |p| key_of(block, &fields, p), visit),
         }
-        out.matches = cache;
+        out.matches = Some(cache);
         self.keep_retained(name, block, mode, &mut routed, out);
         drop(tree);
         if let Some((peers, epoch)) = recheck {
