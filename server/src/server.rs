@@ -168,6 +168,7 @@ impl Server {
                 .map(|h| Box::new(h.clone()) as Box<dyn crate::frontend::Mailbox>)
                 .collect(),
             stats: (0..n).map(|_| WorkerStats::default()).collect(),
+            spares: (0..n).map(|_| Default::default()).collect(),
             open_connections: AtomicUsize::new(0),
             next_serial: AtomicU64::new(1),
             places: Places::default(),

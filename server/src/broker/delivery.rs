@@ -3,6 +3,10 @@
 //! over in one message (one wake-up per burst, not per delivery) and
 //! delivers its own bucket directly.
 
+use std::sync::Mutex;
+
+use crate::sync::lock;
+
 use bytes::Bytes;
 
 use super::address::{ConnectionRef, Subscriber};
@@ -50,6 +54,9 @@ pub struct Deliveries {
     /// Blocked connections to wake, by worker.
     wakes: Vec<Vec<ConnectionRef>>,
     seen: Seen,
+    /// Whether a batch was handed out since the last
+    /// [`Deliveries::release_room`].
+    busy: bool,
     /// The topic matches this routing thread found lately; `None` while
     /// a route has it out (a route nested in that one goes without).
     pub matches: Option<MatchCache>,
@@ -66,6 +73,7 @@ impl Deliveries {
             buckets: (0..workers).map(|_| Vec::new()).collect(),
             wakes: (0..workers).map(|_| Vec::new()).collect(),
             seen: Seen::Nowhere,
+            busy: false,
             matches: Some(MatchCache::default()),
             commit: None,
         }
@@ -127,20 +135,37 @@ impl Deliveries {
 
     /// Takes the non-empty wake lists, with their worker index.
     pub fn drain_wakes(&mut self) -> impl Iterator<Item = (usize, Vec<ConnectionRef>)> + '_ {
-        take_non_empty(&mut self.wakes, |_| false)
+        self.wakes
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, l)| !l.is_empty())
+            .map(|(i, l)| (i, std::mem::take(l)))
     }
 
     /// Takes the non-empty buckets, with their worker index. Each but
     /// that of `own` (the calling worker, which gives it back through
     /// [`Deliveries::recycle`]) is left with room for as many as it had:
-    /// a bucket handed to another worker does not come back, and growing
-    /// a new one delivery by delivery would reallocate it over and over in
-    /// every burst.
-    pub fn drain(
-        &mut self,
+    /// the emptied batch its worker left in `spares` (indexed by worker),
+    /// or a new one. Growing a bucket delivery by delivery in every batch
+    /// reallocated it over and over, each time onto fresh pages.
+    pub fn drain<'a>(
+        &'a mut self,
         own: Option<usize>,
-    ) -> impl Iterator<Item = (usize, Vec<Delivery>)> + '_ {
-        take_non_empty(&mut self.buckets, move |i| Some(i) != own)
+        spares: &'a [Spare],
+    ) -> impl Iterator<Item = (usize, Vec<Delivery>)> + 'a {
+        self.busy = true;
+        self.buckets
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, b)| !b.is_empty())
+            .map(move |(i, b)| {
+                let room = if Some(i) == own {
+                    Vec::new()
+                } else {
+                    spares[i].take(b.len())
+                };
+                (i, std::mem::replace(b, room))
+            })
     }
 }
 
@@ -150,9 +175,16 @@ impl Deliveries {
 const KEPT_DELIVERIES: usize = 4096;
 
 impl Deliveries {
-    /// Gives back the room of empty buckets beyond [`KEPT_DELIVERIES`]:
-    /// called on each tick, so a burst's room goes within one.
+    /// Gives back the room of empty buckets beyond [`KEPT_DELIVERIES`]
+    /// if no batch was handed out since the last call: called on each
+    /// tick, so a burst's room goes within two, and is kept while the
+    /// burst lasts (given back on every tick that found the buckets
+    /// empty, it was regrown, delivery by delivery onto fresh pages, ten
+    /// times a second).
     pub fn release_room(&mut self) {
+        if std::mem::take(&mut self.busy) {
+            return;
+        }
         for bucket in &mut self.buckets {
             if bucket.is_empty() && bucket.capacity() > KEPT_DELIVERIES {
                 bucket.shrink_to(KEPT_DELIVERIES);
@@ -160,31 +192,65 @@ impl Deliveries {
         }
     }
 
-    /// Gives an emptied batch's room back to the bucket of `worker`, if
-    /// that has less.
-    pub fn recycle(&mut self, worker: usize, mut batch: Vec<Delivery>) {
+    /// Gives an emptied batch's room back to the bucket of `worker` if
+    /// that has less, else to `spare` (the worker's, for other threads'
+    /// buckets).
+    pub fn recycle(&mut self, worker: usize, mut batch: Vec<Delivery>, spare: &Spare) {
         batch.clear();
         let bucket = &mut self.buckets[worker];
         if bucket.is_empty() && bucket.capacity() < batch.capacity() {
             *bucket = batch;
+        } else {
+            spare.give(batch);
         }
     }
 }
 
-/// Empties each non-empty list, yielding it with its index; one whose
-/// index `keep_room` names is left with room for as many as it had.
-fn take_non_empty<'a, T>(
-    lists: &'a mut [Vec<T>],
-    keep_room: impl Fn(usize) -> bool + 'a,
-) -> impl Iterator<Item = (usize, Vec<T>)> + 'a {
-    lists
-        .iter_mut()
-        .enumerate()
-        .filter(|(_, l)| !l.is_empty())
-        .map(move |(i, l)| {
-            let room = if keep_room(i) { l.len() } else { 0 };
-            (i, std::mem::replace(l, Vec::with_capacity(room)))
-        })
+/// A worker's emptied batch from another thread, kept for the threads that
+/// route to it to fill again: a batch handed to a worker does not come
+/// back to its router, and allocating one per batch put the pages of a
+/// burst's buckets through the allocator (and the kernel) again and again.
+#[derive(Default)]
+pub struct Spare(Mutex<SpareRoom>);
+
+#[derive(Default)]
+struct SpareRoom {
+    room: Vec<Delivery>,
+    /// Whether room was given or taken since the last [`Spare::release`].
+    busy: bool,
+}
+
+impl Spare {
+    /// Keeps `batch`'s room, emptied, if larger than the room kept.
+    pub fn give(&self, mut batch: Vec<Delivery>) {
+        batch.clear();
+        let mut kept = lock(&self.0);
+        kept.busy = true;
+        if kept.room.capacity() < batch.capacity() {
+            kept.room = batch;
+        }
+    }
+
+    /// The room kept if it holds `len` deliveries, or new room for them.
+    fn take(&self, len: usize) -> Vec<Delivery> {
+        let mut kept = lock(&self.0);
+        kept.busy = true;
+        if kept.room.capacity() >= len {
+            std::mem::take(&mut kept.room)
+        } else {
+            Vec::with_capacity(len)
+        }
+    }
+
+    /// Gives back the room kept if none was given or taken since the
+    /// last call (on each of its worker's ticks, as
+    /// [`Deliveries::release_room`]).
+    pub fn release(&self) {
+        let mut kept = lock(&self.0);
+        if !std::mem::take(&mut kept.busy) {
+            kept.room = Vec::new();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -207,15 +273,74 @@ mod tests {
         (0..burst).for_each(|_| d.push(to, Bytes::new()));
         // Handed to worker 1 by worker 0: the bucket keeps room for as
         // many, for the rest of the burst.
-        let batches: Vec<_> = d.drain(Some(0)).collect();
+        let spares = [Spare::default(), Spare::default()];
+        let batches: Vec<_> = d.drain(Some(0), &spares).collect();
         assert_eq!(batches[0].1.len(), burst);
         assert!(d.buckets[1].capacity() >= burst);
-        // The burst is over: the room goes.
+        // A tick in the burst keeps it; the next, with no batch since,
+        // gives it back.
+        d.release_room();
+        assert!(d.buckets[1].capacity() >= burst);
         d.release_room();
         assert!(d.buckets[1].capacity() <= KEPT_DELIVERIES);
         // A bucket that holds deliveries keeps them.
         d.push(to, Bytes::new());
         d.release_room();
         assert_eq!(d.buckets[1].len(), 1);
+    }
+
+    #[test]
+    fn a_batch_handed_over_comes_back_as_room_for_the_next() {
+        let to = |worker| Subscriber {
+            conn: ConnectionRef {
+                worker,
+                slot: 0,
+                serial: 1,
+            },
+            subscription_id: 1,
+        };
+        let spares = [Spare::default(), Spare::default()];
+        // Worker 0 routes a burst to worker 1 and to itself.
+        let mut zero = Deliveries::new(2);
+        let burst = 10 * KEPT_DELIVERIES;
+        (0..burst).for_each(|_| zero.push(to(1), Bytes::new()));
+        zero.push(to(0), Bytes::new());
+        let mut batches = zero.drain(Some(0), &spares);
+        let (_, own) = batches.next().expect("its own");
+        let (_, handed) = batches.next().expect("worker 1's");
+        drop(batches);
+        // Its own comes back to its bucket.
+        let room = own.as_ptr();
+        zero.recycle(0, own, &spares[0]);
+        assert_eq!(zero.buckets[0].as_ptr(), room);
+        // Worker 1 delivers it: its own bucket, with less room, takes
+        // the room; the next batch's, with less than that, is left for
+        // worker 0.
+        let mut one = Deliveries::new(2);
+        let room = handed.as_ptr();
+        one.recycle(1, handed, &spares[1]);
+        assert_eq!(one.buckets[1].as_ptr(), room);
+        let next: Vec<Delivery> = Vec::with_capacity(burst / 2);
+        let room = next.as_ptr();
+        one.recycle(1, next, &spares[1]);
+        assert!(one.buckets[1].capacity() >= burst);
+        // Worker 0's next batch to worker 1 leaves that room in the
+        // bucket, and none kept (no two routers fill the same).
+        (0..burst / 4).for_each(|_| zero.push(to(1), Bytes::new()));
+        assert_eq!(zero.drain(Some(0), &spares).count(), 1);
+        assert_eq!(zero.buckets[1].as_ptr(), room);
+        assert_eq!(lock(&spares[1].0).room.capacity(), 0);
+        // Room too small for the batch is not taken.
+        one.recycle(1, Vec::with_capacity(8), &spares[1]);
+        (0..burst / 4).for_each(|_| zero.push(to(1), Bytes::new()));
+        let _ = zero.drain(Some(0), &spares).count();
+        assert!(zero.buckets[1].capacity() >= burst / 4);
+        // The room kept goes on worker 1's first tick with none given or
+        // taken since the one before.
+        one.recycle(1, Vec::with_capacity(burst / 2), &spares[1]);
+        spares[1].release();
+        assert_eq!(lock(&spares[1].0).room.capacity(), burst / 2);
+        spares[1].release();
+        assert_eq!(lock(&spares[1].0).room.capacity(), 0);
     }
 }

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use bytes::{Bytes, BytesMut};
 use herald_protocol::{DeliveryMode, Destination, DestinationKind, Message, MessageView};
 
+use super::delivery::Spare;
 use super::*;
 use crate::config::{Config, FullPolicy, RetainRule};
 use crate::store::{Completion, Record, Store};
@@ -121,7 +122,7 @@ impl Harness {
     fn delivered(&mut self) -> Vec<Got> {
         self.settle();
         let mut got = Vec::new();
-        for (_, batch) in self.out.drain(None) {
+        for (_, batch) in self.out.drain(None, &[Spare::default()]) {
             for d in batch {
                 let m = Message::decode(&d.message, 0).expect("a message");
                 got.push(Got {
@@ -689,7 +690,7 @@ fn bytes_of_a_message_reach_every_subscriber_shared_not_copied() {
     h.publish(to_topic("fan", "x")).unwrap();
     let blocks: Vec<Bytes> = h
         .out
-        .drain(None)
+        .drain(None, &[Spare::default()])
         .flat_map(|(_, b)| b.into_iter().map(|d| d.message))
         .collect();
     assert_eq!(blocks.len(), 2);

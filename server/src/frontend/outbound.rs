@@ -13,9 +13,6 @@ use herald_protocol::frame::{Delivery, DELIVERY_HEAD_LEN};
 use herald_protocol::{Frame, HEADER_LEN};
 
 const HEAD_CAP: usize = HEADER_LEN + DELIVERY_HEAD_LEN;
-/// Queue slots an idle connection keeps (a few kilobytes); more are given
-/// back once drained.
-const KEPT_FRAMES: usize = 64;
 /// Frames gathered into one `writev` (two slices each).
 const FRAMES_PER_WRITE: usize = 256;
 
@@ -112,8 +109,8 @@ impl Outbound {
         self.frames.is_empty()
     }
 
-    /// Gives back the room of the frame queue once it is empty, so that
-    /// the next connection's first frames reuse it.
+    /// Gives back the room of the frame queue if it is empty. Not for
+    /// each write that drains the queue (see `Connection::release_idle`).
     pub fn release(&mut self) {
         if self.frames.is_empty() && self.frames.capacity() > 0 {
             self.frames = VecDeque::new();
@@ -298,11 +295,6 @@ impl Outbound {
             };
             self.consume(n);
         }
-        // A burst's room goes back once it is written: an idle connection
-        // does not keep the queue its busiest moment needed.
-        if self.frames.capacity() > KEPT_FRAMES {
-            self.frames.shrink_to(KEPT_FRAMES);
-        }
         Ok(WriteStatus::Drained)
     }
 
@@ -442,13 +434,14 @@ mod tests {
         for i in 0..10_000u32 {
             o.push_delivery(i, i.into(), 1, body.clone(), Droppable::Never);
         }
+        // Not while frames wait.
+        o.release();
+        assert!(o.frames.capacity() >= 10_000);
         let mut sink = Vec::new();
         assert_eq!(o.write_to(&mut sink).unwrap(), WriteStatus::Drained);
-        assert!(o.is_empty());
-        assert!(
-            o.frames.capacity() <= 2 * KEPT_FRAMES,
-            "{}",
-            o.frames.capacity()
-        );
+        // Nor as the write drains it: the next batch reuses the room.
+        assert!(o.frames.capacity() >= 10_000);
+        o.release();
+        assert_eq!(o.frames.capacity(), 0);
     }
 }

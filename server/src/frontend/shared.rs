@@ -443,6 +443,9 @@ pub struct Shared {
     pub workers: Vec<Box<dyn Mailbox>>,
     /// One set of counters per worker, by index.
     pub stats: Vec<WorkerStats>,
+    /// The room of the delivery batches each worker has emptied, by
+    /// index, for the threads that route to it.
+    pub spares: Vec<crate::broker::delivery::Spare>,
     /// Connections open across all workers; the acceptor checks it against
     /// `max_connections`.
     pub open_connections: AtomicUsize,
@@ -500,7 +503,7 @@ pub fn hand_out(shared: &Shared, deliveries: &mut crate::broker::delivery::Deliv
     for (worker, conns) in deliveries.drain_wakes() {
         shared.workers[worker].post(Notice::Wake(conns));
     }
-    for (worker, batch) in deliveries.drain(None) {
+    for (worker, batch) in deliveries.drain(None, &shared.spares) {
         shared.workers[worker].post(Notice::Deliver(batch));
     }
 }

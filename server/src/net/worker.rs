@@ -689,7 +689,7 @@ impl Worker {
             }
         }
         let mut own = None;
-        for (worker, batch) in self.deliveries.drain(Some(self.index)) {
+        for (worker, batch) in self.deliveries.drain(Some(self.index), &self.shared.spares) {
             if worker == self.index {
                 own = Some(batch);
             } else {
@@ -845,7 +845,8 @@ impl Worker {
             .fetch_add(delivered, Ordering::Relaxed);
         // Its room serves the next burst: no allocation (nor fresh pages
         // to fault in) per burst.
-        self.deliveries.recycle(self.index, batch);
+        self.deliveries
+            .recycle(self.index, batch, &self.shared.spares[self.index]);
     }
 
     /// Counts what a run of deliveries brought its connection and, if it
@@ -979,6 +980,7 @@ impl Worker {
         }
         self.shared.broker.tick(&mut self.deliveries);
         self.deliveries.release_room();
+        self.shared.spares[self.index].release();
         // A wide fan-out's room goes with its burst.
         if self.runs.capacity() > KEPT_RUNS {
             self.runs = FastMap::default();
