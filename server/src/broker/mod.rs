@@ -611,11 +611,12 @@ impl Broker {
     ) {
         let mut dispatches = Vec::new();
         let due = q.push(block, journal_id, &mut dispatches);
+        let expired = q.take_expired();
         drop(q);
         if let Some(due) = due {
             self.timers.schedule(due, Timed::Queue(queue.clone()));
         }
-        self.settled(queue, dispatches, out);
+        self.settled_apart(queue, (dispatches, expired), out);
     }
 
     /// Runs what has come due: messages whose delivery time has arrived

@@ -29,8 +29,21 @@ impl Broker {
         dispatches: Vec<Dispatch>,
         out: &mut Deliveries,
     ) {
-        deliver_from(queue, dispatches, out);
         let expired = lock(queue).take_expired();
+        self.settled_apart(queue, (dispatches, expired), out);
+    }
+
+    /// [`Broker::settled`] with the expired messages taken already, under
+    /// the lock of the change that dispatched: a send and a run of acks
+    /// each locked their queue a second time for them, and that lock was
+    /// the one the other worker's sends and acks contended for.
+    pub(super) fn settled_apart(
+        &self,
+        queue: &SharedQueue,
+        (dispatches, expired): (Vec<Dispatch>, Vec<QueuedMessage>),
+        out: &mut Deliveries,
+    ) {
+        deliver_from(queue, dispatches, out);
         self.refile(queue, expired, Refile::Expired, out);
     }
 

@@ -238,8 +238,9 @@ impl Broker {
         }
         q.dispatch_due(&mut dispatches);
         wake_blocked(&mut q, out);
+        let expired = q.take_expired();
         drop(q);
-        self.settled(queue, dispatches, out);
+        self.settled_apart(queue, (dispatches, expired), out);
     }
 
     /// Gives one delivery back for redelivery. False if `sub` does not
