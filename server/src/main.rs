@@ -66,9 +66,9 @@ const MMAP_THRESHOLD: i32 = 32 << 20;
 /// And one arena: `malloc_trim` gives back the free pages inside every
 /// arena but the free top of the main one only, and glibc shrinks a
 /// thread's arena only when its top passes the trim threshold, so a
-/// worker's arena kept up to 32 MiB resident after a burst (11.5 to 41 MB
+/// worker's arena kept up to 32 MiB resident after a burst (25 to 64 MB
 /// ten seconds after, one arena's top most of it). With a single arena
-/// 11.7 to 12 MB, and the throughput within the noise of many (the
+/// 11.4 to 12 MB, and the throughput within the noise of many (the
 /// workers allocate little per message, and glibc's per-thread cache
 /// serves most of that without the arena's lock).
 /// glibc takes these settings only through its C API (or the environment

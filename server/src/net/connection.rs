@@ -438,9 +438,10 @@ impl Connection {
     /// a write drains it: in a burst it drains after every batch, and
     /// giving its room back each time, or on each tick that found it
     /// empty, regrew it over and over, a reallocation and a copy per
-    /// doubling, 4 % of a 1 -> 10 run's samples), and what a connection that went quiet needs no more,
-    /// once it has read nothing for `quiet` and has nothing to write: its
-    /// queue of answers, and an MQTT or AMQP session's chunk.
+    /// doubling, 4 % of a 1 -> 10 run's samples); and what a connection
+    /// that went quiet needs no more, once it has read nothing for
+    /// `quiet` and has nothing to write: its queue of answers, and an
+    /// MQTT or AMQP session's chunk.
     pub fn release_idle(&mut self, now: Stamp, quiet: Duration) {
         if !std::mem::take(&mut self.wrote) {
             self.out.release();
@@ -599,7 +600,8 @@ mod tests {
     /// only knowingly: `Connection` grew from 320 to 336 bytes for its
     /// message counts, which the console's connections page shows, and to
     /// 344 for `wrote`, which keeps a burst's write queue between its
-    /// batches (docs/performance.md, "Memory after a burst, again").
+    /// batches (docs/performance.md, "One arena, and room kept between
+    /// batches").
     #[test]
     fn an_idle_connection_stays_small() {
         let sizes = (
