@@ -145,6 +145,45 @@ fn a_message_with_a_bad_block_is_refused_and_not_forwarded() {
 }
 
 #[test]
+fn a_destination_right_after_a_good_one_is_still_checked() {
+    // The server does not check a destination again while a burst
+    // repeats one it routed; a name that differs, however alike, is.
+    let server = start();
+    let (_c, session) = connect(&server);
+    let consumer = subscribe(&session, "a.#");
+    for bad in [&b"a.*"[..], b"a.\xff", b"a.."] {
+        let mut raw = RawClient::connected(&server, 0);
+        let mut burst = Vec::new();
+        for (id, name) in [(1, &b"a.b"[..]), (2, b"a.b"), (3, bad)] {
+            let mut m = herald_client::Message::text(id.to_string());
+            m.destination = Some(herald_client::Destination::topic("a.b"));
+            let mut block = BytesMut::new();
+            m.encode(&mut block).unwrap();
+            // flags, priority, kind, the name's length, then the name.
+            assert_eq!(&block[3..8], b"\0\x03a.b");
+            block[5..8].copy_from_slice(name);
+            burst.extend(header(FrameKind::Send as u8, id, block.len() as u32));
+            burst.extend_from_slice(&block);
+        }
+        // One write: the three are read and handled in one burst.
+        raw.write(&burst);
+        for id in [1, 2] {
+            assert!(matches!(raw.read_frame(), Some((Frame::Receipt, rid)) if rid == id));
+        }
+        let (e, id) = raw.expect_error();
+        assert_eq!(
+            (e.error_code(), id, e.fatal),
+            (Some(ErrorCode::Malformed), 3, true)
+        );
+    }
+    for _ in 0..3 {
+        assert_eq!(next(&consumer).body_text(), Some("1"));
+        assert_eq!(next(&consumer).body_text(), Some("2"));
+    }
+    assert_nothing(&consumer);
+}
+
+#[test]
 fn a_socket_closed_mid_frame_is_cleaned_up() {
     let server = start();
     let mut raw = RawClient::connected(&server, 0);

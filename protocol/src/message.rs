@@ -593,6 +593,112 @@ pub struct MessageRef<'a> {
     pub body: BodyRef<'a>,
 }
 
+/// A message block's fields, its destination as `D`: a reader that needs
+/// only the destination's place reads it as a range.
+struct Fields<'a, D> {
+    flags: u8,
+    priority: u8,
+    destination_kind: DestinationKind,
+    destination: D,
+    message_id: &'a str,
+    timestamp: i64,
+    expiration: i64,
+    correlation_id: Option<&'a str>,
+    reply_to: Option<(DestinationKind, &'a str)>,
+    message_type: Option<&'a str>,
+    delivery_time: i64,
+    properties: EntriesRef<'a>,
+    body: BodyRef<'a>,
+}
+
+/// Checks a whole block, its destination read by `destination`;
+/// `check_names` says whether its reply-to is checked against the naming
+/// rules too.
+fn walk<'a, D>(
+    block: &'a [u8],
+    check_names: bool,
+    destination: impl FnOnce(&mut Cursor<'a>) -> Result<D, Error>,
+) -> Result<Fields<'a, D>, Error> {
+    let mut c = Cursor::new(block);
+    let flags = c.u8("flags")?;
+    if flags & !KNOWN_FLAGS != 0 {
+        return Err(Error::invalid(
+            "flags",
+            format!("unknown bits 0x{:02x}", flags & !KNOWN_FLAGS),
+        ));
+    }
+    let priority = c.u8("priority")?;
+    if priority > MAX_PRIORITY {
+        return Err(Error::invalid(
+            "priority",
+            format!("{priority} is above {MAX_PRIORITY}"),
+        ));
+    }
+    let destination_kind = DestinationKind::from_u8(c.u8("destination kind")?)?;
+    let destination = destination(&mut c)?;
+    let message_id = c.str16("message id")?;
+    let timestamp = c.i64("timestamp")?;
+    let expiration = c.i64("expiration")?;
+    let correlation_id = (flags & FLAG_CORRELATION != 0)
+        .then(|| c.str16("correlation id"))
+        .transpose()?;
+    let reply_to = if flags & FLAG_REPLY_TO != 0 {
+        let kind = DestinationKind::from_u8(c.u8("reply-to kind")?)?;
+        let name = c.str16("reply-to")?;
+        if check_names {
+            validate_name(name)?;
+        }
+        Some((kind, name))
+    } else {
+        None
+    };
+    let message_type = (flags & FLAG_TYPE != 0)
+        .then(|| c.str16("type"))
+        .transpose()?;
+    let delivery_time = if flags & FLAG_DELIVERY_TIME != 0 {
+        c.i64("delivery time")?
+    } else {
+        0
+    };
+    let properties = EntriesRef::parse(&mut c, "property count")?;
+    let body = match c.u8("body kind")? {
+        0 => BodyRef::Empty,
+        1 => {
+            let start = c.position();
+            c.rest();
+            BodyRef::Bytes(start..block.len())
+        }
+        2 => BodyRef::Text(utf8(c.rest(), "text body")?),
+        3 => BodyRef::Map(EntriesRef::parse(&mut c, "map entry count")?),
+        k => return Err(Error::invalid("body kind", format!("unknown kind {k}"))),
+    };
+    c.finish()?;
+    Ok(Fields {
+        flags,
+        priority,
+        destination_kind,
+        destination,
+        message_id,
+        timestamp,
+        expiration,
+        correlation_id,
+        reply_to,
+        message_type,
+        delivery_time,
+        properties,
+        body,
+    })
+}
+
+/// Persistent or not, by a block's flags.
+fn delivery_mode(flags: u8) -> DeliveryMode {
+    if flags & FLAG_PERSISTENT != 0 {
+        DeliveryMode::Persistent
+    } else {
+        DeliveryMode::NonPersistent
+    }
+}
+
 impl<'a> MessageRef<'a> {
     /// Validates a whole message block from an untrusted peer: its
     /// structure, UTF-8, and the naming rules of its destinations.
@@ -610,87 +716,33 @@ impl<'a> MessageRef<'a> {
     }
 
     fn walk(block: &'a [u8], check_names: bool) -> Result<MessageRef<'a>, Error> {
-        let mut c = Cursor::new(block);
-        let flags = c.u8("flags")?;
-        if flags & !KNOWN_FLAGS != 0 {
-            return Err(Error::invalid(
-                "flags",
-                format!("unknown bits 0x{:02x}", flags & !KNOWN_FLAGS),
-            ));
-        }
-        let priority = c.u8("priority")?;
-        if priority > MAX_PRIORITY {
-            return Err(Error::invalid(
-                "priority",
-                format!("{priority} is above {MAX_PRIORITY}"),
-            ));
-        }
-        let destination_kind = DestinationKind::from_u8(c.u8("destination kind")?)?;
-        let destination = c.str16("destination")?;
-        if check_names {
-            validate_name(destination)?;
-        }
-        let message_id = c.str16("message id")?;
-        let timestamp = c.i64("timestamp")?;
-        let expiration = c.i64("expiration")?;
-        let correlation_id = (flags & FLAG_CORRELATION != 0)
-            .then(|| c.str16("correlation id"))
-            .transpose()?;
-        let reply_to = if flags & FLAG_REPLY_TO != 0 {
-            let kind = DestinationKind::from_u8(c.u8("reply-to kind")?)?;
-            let name = c.str16("reply-to")?;
+        let f = walk(block, check_names, |c| {
+            let destination = c.str16("destination")?;
             if check_names {
-                validate_name(name)?;
+                validate_name(destination)?;
             }
-            Some((kind, name))
-        } else {
-            None
-        };
-        let message_type = (flags & FLAG_TYPE != 0)
-            .then(|| c.str16("type"))
-            .transpose()?;
-        let delivery_time = if flags & FLAG_DELIVERY_TIME != 0 {
-            c.i64("delivery time")?
-        } else {
-            0
-        };
-        let properties = EntriesRef::parse(&mut c, "property count")?;
-        let body = match c.u8("body kind")? {
-            0 => BodyRef::Empty,
-            1 => {
-                let start = c.position();
-                c.rest();
-                BodyRef::Bytes(start..block.len())
-            }
-            2 => BodyRef::Text(utf8(c.rest(), "text body")?),
-            3 => BodyRef::Map(EntriesRef::parse(&mut c, "map entry count")?),
-            k => return Err(Error::invalid("body kind", format!("unknown kind {k}"))),
-        };
-        c.finish()?;
+            Ok(destination)
+        })?;
         Ok(MessageRef {
-            flags,
-            priority,
-            destination_kind,
-            destination,
-            message_id,
-            timestamp,
-            expiration,
-            correlation_id,
-            reply_to,
-            message_type,
-            delivery_time,
-            properties,
-            body,
+            flags: f.flags,
+            priority: f.priority,
+            destination_kind: f.destination_kind,
+            destination: f.destination,
+            message_id: f.message_id,
+            timestamp: f.timestamp,
+            expiration: f.expiration,
+            correlation_id: f.correlation_id,
+            reply_to: f.reply_to,
+            message_type: f.message_type,
+            delivery_time: f.delivery_time,
+            properties: f.properties,
+            body: f.body,
         })
     }
 
     /// Persistent or not.
     pub fn delivery_mode(&self) -> DeliveryMode {
-        if self.flags & FLAG_PERSISTENT != 0 {
-            DeliveryMode::Persistent
-        } else {
-            DeliveryMode::NonPersistent
-        }
+        delivery_mode(self.flags)
     }
 
     /// Whether the publisher asked for it to be retained.
@@ -774,23 +826,29 @@ pub struct MessageView {
 impl MessageView {
     /// Validates `block` and records where its routing fields are.
     pub fn parse(block: Bytes) -> Result<MessageView, Error> {
-        let r = MessageRef::parse(&block)?;
-        // `destination` borrows from `block`: its offset is its distance
-        // from the block's start.
-        let start = r.destination.as_ptr() as usize - block.as_ptr() as usize;
-        let destination = start..start + r.destination.len();
-        let (destination_kind, delivery_mode, priority, expiration) = (
-            r.destination_kind,
-            r.delivery_mode(),
-            r.priority,
-            r.expiration,
-        );
+        MessageView::parse_known(block, None)
+    }
+
+    /// [`MessageView::parse`], but a destination byte for byte `known`,
+    /// a name that passed the naming rules before (a publisher's last
+    /// one), is not checked again: checking it is most of what checking
+    /// a small message costs.
+    pub fn parse_known(block: Bytes, known: Option<&str>) -> Result<MessageView, Error> {
+        let f = walk(&block, true, |c| {
+            let len = usize::from(c.u16("destination")?);
+            let start = c.position();
+            let name = c.bytes(len, "destination")?;
+            if known.is_none_or(|k| k.as_bytes() != name) {
+                validate_name(utf8(name, "destination")?)?;
+            }
+            Ok(start..start + len)
+        })?;
         Ok(MessageView {
-            destination,
-            destination_kind,
-            delivery_mode,
-            priority,
-            expiration,
+            destination: f.destination,
+            destination_kind: f.destination_kind,
+            delivery_mode: delivery_mode(f.flags),
+            priority: f.priority,
+            expiration: f.expiration,
             block,
         })
     }
@@ -982,5 +1040,44 @@ mod tests {
             Message::text("x").encode(&mut BytesMut::new()).is_err(),
             "no destination"
         );
+    }
+
+    #[test]
+    fn a_known_destination_skips_its_check_and_no_other() {
+        let b = encode(&full());
+        let known = Some("sales.europe.smartphone");
+        let v = MessageView::parse_known(b.clone(), known).unwrap();
+        assert_eq!(v.destination(), "sales.europe.smartphone");
+        // Byte for byte the known name: taken as checked, so a caller
+        // must pass only names that passed.
+        let mut wild = BytesMut::from(&b[..]);
+        wild[5 + "sales.europe.".len()] = b'*';
+        let wild = wild.freeze();
+        assert!(MessageView::parse(wild.clone()).is_err());
+        assert!(MessageView::parse_known(wild.clone(), Some("sales.europe.*martphone")).is_ok());
+        assert!(
+            MessageView::parse_known(wild, known).is_err(),
+            "not the known one"
+        );
+    }
+
+    proptest::proptest! {
+        /// With a valid known name, a block is accepted or refused as
+        /// [`MessageView::parse`] would, whatever its bytes.
+        #[test]
+        fn parse_known_agrees_with_parse(
+            flips in proptest::collection::vec((0usize..200, proptest::prelude::any::<u8>()), 1..4),
+            known in proptest::sample::select(vec!["sales.europe.smartphone", "sales.europe", "x"]),
+        ) {
+            let mut b = BytesMut::from(&encode(&full())[..]);
+            for (at, byte) in flips {
+                let at = at % b.len();
+                b[at] = byte;
+            }
+            let b = b.freeze();
+            let plain = MessageView::parse(b.clone()).map(|v| v.destination().to_owned());
+            let with = MessageView::parse_known(b, Some(known)).map(|v| v.destination().to_owned());
+            proptest::prop_assert_eq!(plain.ok(), with.ok());
+        }
     }
 }

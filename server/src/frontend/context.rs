@@ -58,6 +58,12 @@ impl<'a> Context<'a> {
         self.count(message, name, routed.delivered);
     }
 
+    /// The destination of the last message routed in this burst: it
+    /// passed the naming rules.
+    pub fn last_destination(&self) -> Option<&str> {
+        self.tally.as_ref().map(|((_, name), _)| name.as_str())
+    }
+
     fn count(&mut self, message: &MessageView, name: &str, delivered: usize) {
         let kind = message.destination_kind;
         let same = matches!(&self.tally, Some(((k, n), _)) if *k == kind && n == name);

@@ -20,7 +20,7 @@ mod unsubscribe_durable;
 
 pub use answer::{receipt, refuse, reply_error};
 
-use herald_protocol::{ErrorCode, Frame, RawFrame};
+use herald_protocol::{ErrorCode, Frame, FrameKind, MessageView, RawFrame};
 
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{Context, Flow, Refusal};
@@ -34,9 +34,19 @@ pub fn dispatch(
     ctx: &mut Context<'_>,
 ) -> Flow {
     let request_id = raw.header.request_id;
-    let result = Frame::decode(raw)
-        .map_err(|e| Refusal::fatal(e.code(), e.to_string()))
-        .and_then(|frame| handle(frame, request_id, session, out, ctx));
+    let malformed = |e: herald_protocol::Error| Refusal::fatal(e.code(), e.to_string());
+    let result = match raw.header.kind {
+        // A publisher repeats its destination: one that this burst routed
+        // already is not checked against the naming rules again.
+        FrameKind::Send if session.phase == Phase::Connected => {
+            MessageView::parse_known(raw.body, ctx.last_destination())
+                .map_err(malformed)
+                .and_then(|message| send::handle(message, request_id, session, out, ctx))
+        }
+        _ => Frame::decode(raw)
+            .map_err(malformed)
+            .and_then(|frame| handle(frame, request_id, session, out, ctx)),
+    };
     match result {
         Ok(flow) => flow,
         Err(refusal) => refuse(refusal, out, request_id),
