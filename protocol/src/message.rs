@@ -859,6 +859,11 @@ impl MessageView {
         std::str::from_utf8(&self.block[self.destination.clone()]).unwrap_or_default()
     }
 
+    /// Whether the destination is `name`, compared as bytes.
+    pub fn has_destination(&self, name: &str) -> bool {
+        self.block[self.destination.clone()] == *name.as_bytes()
+    }
+
     /// The encoded block, to forward as is.
     pub fn block(&self) -> &Bytes {
         &self.block
@@ -1048,6 +1053,10 @@ mod tests {
         let known = Some("sales.europe.smartphone");
         let v = MessageView::parse_known(b.clone(), known).unwrap();
         assert_eq!(v.destination(), "sales.europe.smartphone");
+        assert!(v.has_destination("sales.europe.smartphone"));
+        assert!(
+            !v.has_destination("sales.europe") && !v.has_destination("sales.europe.smartphones")
+        );
         // Byte for byte the known name: taken as checked, so a caller
         // must pass only names that passed.
         let mut wild = BytesMut::from(&b[..]);

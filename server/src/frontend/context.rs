@@ -3,6 +3,7 @@
 //! the connection goes on, and the [`Refusal`] of what the server will not
 //! carry out (each protocol turns it into its own error).
 
+use std::rc::Rc;
 use std::sync::Arc;
 
 use herald_protocol::frame::{ErrorFrame, RefusedSend};
@@ -31,7 +32,9 @@ pub struct Context<'a> {
     /// Per-destination counts of this burst, added to the worker's when
     /// the destination changes and when the context ends: one lookup per
     /// run of messages to one destination, not one per message.
-    tally: Option<((DestinationKind, String), DestinationCounts)>,
+    /// Its name is shared (`Rc`) with the routing of the next message to
+    /// it, which takes it as that message's destination.
+    tally: Option<((DestinationKind, Rc<str>), DestinationCounts)>,
 }
 
 impl<'a> Context<'a> {
@@ -61,15 +64,24 @@ impl<'a> Context<'a> {
     /// The destination of the last message routed in this burst: it
     /// passed the naming rules.
     pub fn last_destination(&self) -> Option<&str> {
-        self.tally.as_ref().map(|((_, name), _)| name.as_str())
+        self.tally.as_ref().map(|((_, name), _)| &**name)
+    }
+
+    /// `message`'s destination if it is the last one routed in this
+    /// burst: taken from there, its bytes are not checked as UTF-8 again.
+    pub fn known_destination(&self, message: &MessageView) -> Option<Rc<str>> {
+        match &self.tally {
+            Some(((_, name), _)) if message.has_destination(name) => Some(name.clone()),
+            _ => None,
+        }
     }
 
     fn count(&mut self, message: &MessageView, name: &str, delivered: usize) {
         let kind = message.destination_kind;
-        let same = matches!(&self.tally, Some(((k, n), _)) if *k == kind && n == name);
+        let same = matches!(&self.tally, Some(((k, n), _)) if *k == kind && **n == *name);
         if !same {
             self.flush_tally();
-            self.tally = Some(((kind, name.to_owned()), DestinationCounts::default()));
+            self.tally = Some(((kind, Rc::from(name)), DestinationCounts::default()));
         }
         if let Some((_, counts)) = &mut self.tally {
             counts.add(message.block().len() as u64, delivered as u64);
@@ -77,8 +89,8 @@ impl<'a> Context<'a> {
     }
 
     fn flush_tally(&mut self) {
-        if let Some((key, counts)) = self.tally.take() {
-            self.shared.stats[self.me.worker].add(key, counts);
+        if let Some(((kind, name), counts)) = self.tally.take() {
+            self.shared.stats[self.me.worker].add((kind, name.to_string()), counts);
         }
     }
 }

@@ -99,7 +99,8 @@ fn route(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Routing, Refusal> {
-    let name = message.destination();
+    let known = ctx.known_destination(message);
+    let name = known.as_deref().unwrap_or_else(|| message.destination());
     authorize_named(session, message, name, ctx)?;
     let most = ctx
         .shared
