@@ -368,6 +368,17 @@ impl Outbound {
 mod tests {
     use super::*;
 
+    /// Appends the first `cap` bytes of `bufs` to `out`; how many.
+    fn take(out: &mut Vec<u8>, cap: usize, bufs: &[IoSlice<'_>]) -> usize {
+        let mut n = 0;
+        for b in bufs {
+            let take = b.len().min(cap - n);
+            out.extend_from_slice(&b[..take]);
+            n += take;
+        }
+        n
+    }
+
     /// A writer that takes at most `cap` bytes per call, then blocks once
     /// every other call, to exercise partial writes.
     struct Trickle {
@@ -386,13 +397,7 @@ mod tests {
             if self.calls.is_multiple_of(2) {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            let mut n = 0;
-            for b in bufs {
-                let take = b.len().min(self.cap - n);
-                self.out.extend_from_slice(&b[..take]);
-                n += take;
-            }
-            Ok(n)
+            Ok(take(&mut self.out, self.cap, bufs))
         }
 
         fn flush(&mut self) -> io::Result<()> {
@@ -511,13 +516,7 @@ mod tests {
 
         fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
             self.calls.push(bufs.iter().map(|b| b.len()).collect());
-            let mut n = 0;
-            for b in bufs {
-                let take = b.len().min(self.cap - n);
-                self.out.extend_from_slice(&b[..take]);
-                n += take;
-            }
-            Ok(n)
+            Ok(take(&mut self.out, self.cap, bufs))
         }
 
         fn flush(&mut self) -> io::Result<()> {
