@@ -23,8 +23,19 @@ const COPY_BELOW: usize = 1024;
 const GATHER_LEN: usize = 64 * 1024;
 
 thread_local! {
-    /// A worker's room for the short parts of a write.
-    static GATHER: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(GATHER_LEN));
+    /// A worker's room for planning a write, kept between writes: a
+    /// fresh array of slots per write would be written whole each time,
+    /// 12 KiB for a write of one message.
+    static GATHER: std::cell::RefCell<Gather> = std::cell::RefCell::new(Gather {
+        bytes: Vec::with_capacity(GATHER_LEN),
+        segs: Vec::with_capacity(FRAMES_PER_WRITE * 2),
+    });
+}
+
+/// The short parts of a write, copied, and where each slice comes from.
+struct Gather {
+    bytes: Vec<u8>,
+    segs: Vec<Seg>,
 }
 
 /// Where a slice of a write comes from.
@@ -296,12 +307,12 @@ impl Outbound {
     fn write_gathered(
         &mut self,
         w: &mut impl Write,
-        gather: &mut Vec<u8>,
+        gather: &mut Gather,
     ) -> io::Result<WriteStatus> {
+        let Gather { bytes, segs } = gather;
         while !self.frames.is_empty() {
-            gather.clear();
-            let mut segs = [Seg::Gathered(0, 0); FRAMES_PER_WRITE * 2];
-            let mut count: usize = 0;
+            bytes.clear();
+            segs.clear();
             let mut skip = self.written;
             for (i, f) in self.frames.iter().take(FRAMES_PER_WRITE).enumerate() {
                 for (body, part) in [(false, &f.head[..f.head_len as usize]), (true, &f.body[..])] {
@@ -310,34 +321,30 @@ impl Outbound {
                         continue;
                     }
                     let rest = &part[skip..];
-                    if rest.len() < COPY_BELOW && gather.len() + rest.len() <= GATHER_LEN {
-                        let start = gather.len();
-                        gather.extend_from_slice(rest);
-                        match count.checked_sub(1).map(|last| &mut segs[last]) {
-                            Some(Seg::Gathered(_, end)) if *end == start => *end = gather.len(),
-                            _ => {
-                                segs[count] = Seg::Gathered(start, gather.len());
-                                count += 1;
-                            }
+                    if rest.len() < COPY_BELOW && bytes.len() + rest.len() <= GATHER_LEN {
+                        let start = bytes.len();
+                        bytes.extend_from_slice(rest);
+                        match segs.last_mut() {
+                            Some(Seg::Gathered(_, end)) if *end == start => *end = bytes.len(),
+                            _ => segs.push(Seg::Gathered(start, bytes.len())),
                         }
                     } else {
-                        segs[count] = Seg::Part(i, body, skip);
-                        count += 1;
+                        segs.push(Seg::Part(i, body, skip));
                     }
                     skip = 0;
                 }
             }
             let mut slices = [IoSlice::new(&[]); FRAMES_PER_WRITE * 2];
-            for (slice, seg) in slices.iter_mut().zip(&segs[..count]) {
+            for (slice, seg) in slices.iter_mut().zip(segs.iter()) {
                 *slice = IoSlice::new(match *seg {
-                    Seg::Gathered(start, end) => &gather[start..end],
+                    Seg::Gathered(start, end) => &bytes[start..end],
                     Seg::Part(i, false, skip) => {
                         &self.frames[i].head[skip..self.frames[i].head_len as usize]
                     }
                     Seg::Part(i, true, skip) => &self.frames[i].body[skip..],
                 });
             }
-            let n = match w.write_vectored(&slices[..count]) {
+            let n = match w.write_vectored(&slices[..segs.len()]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(WriteStatus::Blocked),
