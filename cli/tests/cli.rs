@@ -591,11 +591,13 @@ fn bench_scales_subscriptions_beside_nats() {
 
 #[test]
 fn bench_weighs_the_client_against_a_raw_driver() {
-    // Starts its own herald-server, to read its CPU time.
+    // Starts its own herald-server, to read its CPU time; pinned, the
+    // server and the bench on a vCPU each.
     let out = run_ok(&[
-        "bench", "--mode", "client", "--count", "20000", "--rounds", "1",
+        "bench", "--mode", "client", "--pin", "--count", "20000", "--rounds", "1",
     ]);
     let line = summary(&out, "client");
+    assert!(line.contains("\"pinned\":true"), "{line}");
     for key in ["client_over_raw", "client_cpu_us", "raw_server_cpu_us"] {
         assert!(line.contains(&format!("\"{key}\":")), "{key}: {line}");
     }

@@ -6,7 +6,9 @@
 //! each: messages per second, and the CPU time per message of this
 //! process (both ends) and of the server, read from /proc. The targets
 //! (issue 29): the client within 10 % of the raw driver, and its CPU per
-//! message no more than the server's.
+//! message no more than the server's. With `--pin` the server and this
+//! process each have a vCPU of their own, which measures the library's
+//! own ceiling rather than its share of two vCPUs it competes for.
 
 use herald_client::{ConnectionFactory, Error, Result};
 
@@ -19,6 +21,26 @@ pub struct Plan {
     pub size: usize,
     pub count: u64,
     pub rounds: u32,
+    /// The server on the first vCPU, this process on the second.
+    pub pin: bool,
+}
+
+/// Holds every thread of process `pid` to vCPU `cpu` (threads it starts
+/// later inherit it), with util-linux's `taskset`.
+fn pin(pid: u32, cpu: u32) -> Result<()> {
+    let status = std::process::Command::new("taskset")
+        .args(["--all-tasks", "--pid", "--cpu-list"])
+        .arg(cpu.to_string())
+        .arg(pid.to_string())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .map_err(io("running taskset (util-linux) for --pin"))?;
+    if !status.success() {
+        return Err(Error::InvalidArgument(format!(
+            "--pin: taskset could not hold process {pid} to vCPU {cpu} ({status}); it needs two"
+        )));
+    }
+    Ok(())
 }
 
 /// CPU seconds (user and system) that process `pid` has used.
@@ -70,6 +92,13 @@ fn timed(server: u32, count: u64, run: impl FnOnce() -> Result<f64>) -> Result<R
 pub fn run(plan: &Plan) -> Result<()> {
     let (server, _) = start_herald("client", &["herald-server listening on "])?;
     let pid = server.child.id();
+    if plan.pin {
+        // Before this process starts its clients' threads, which inherit
+        // its vCPU.
+        pin(pid, 0)?;
+        pin(std::process::id(), 1)?;
+        println!("pinned: the server to vCPU 0, this process to vCPU 1");
+    }
     let factory = ConnectionFactory::new(&format!("herald://{}", server.addr))?;
     let (mut client, mut driver) = (Vec::new(), Vec::new());
     for _ in 0..plan.rounds {
@@ -114,11 +143,12 @@ pub fn run(plan: &Plan) -> Result<()> {
         "{{\"scenario\":\"client\",\"size\":{},\"count\":{},\"client_msgs_per_sec\":{c_rate:.0},\
          \"raw_msgs_per_sec\":{r_rate:.0},\"client_over_raw\":{:.3},\"client_cpu_us\":{c_here:.3},\
          \"client_server_cpu_us\":{c_server:.3},\"raw_cpu_us\":{r_here:.3},\"raw_server_cpu_us\":{r_server:.3},\
-         \"client_cpu_over_server\":{:.3}}}",
+         \"client_cpu_over_server\":{:.3},\"pinned\":{}}}",
         plan.size,
         plan.count,
         c_rate / r_rate,
-        c_here / c_server
+        c_here / c_server,
+        plan.pin
     );
     Ok(())
 }

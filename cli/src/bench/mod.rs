@@ -235,6 +235,12 @@ pub struct Args {
     /// The nats-server binary for --mode fanout and --mode scale.
     #[arg(long, default_value = "nats-server")]
     nats_server: PathBuf,
+    /// --mode client: hold the server to the first vCPU and this process
+    /// to the second (with `taskset`), so that each has a core of its
+    /// own: what the library can do, not its share of cores it competes
+    /// for with the server.
+    #[arg(long)]
+    pin: bool,
 }
 
 /// The load of a side-by-side comparison with another server.
@@ -345,6 +351,7 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             size: args.size,
             count: args.count,
             rounds: args.rounds,
+            pin: args.pin,
         });
     }
     if args.mode == Mode::Scale {
