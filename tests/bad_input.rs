@@ -156,7 +156,7 @@ fn a_destination_right_after_a_good_one_is_still_checked() {
         let mut burst = Vec::new();
         for (id, name) in [(1, &b"a.b"[..]), (2, b"a.b"), (3, bad)] {
             let mut m = herald_client::Message::text(id.to_string());
-            m.destination = Some(herald_client::Destination::topic("a.b"));
+            m.set_destination(Some(herald_client::Destination::topic("a.b")));
             let mut block = BytesMut::new();
             m.encode(&mut block).unwrap();
             // flags, priority, kind, the name's length, then the name.

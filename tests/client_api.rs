@@ -25,8 +25,8 @@ fn message_builders_carry_their_headers_to_the_consumer() {
     .unwrap();
     let m = consumer.receive(PATIENCE).unwrap().expect("delivered");
     assert_eq!(m.priority, 7);
-    assert_eq!(m.reply_to, Some(replies));
-    assert_eq!(m.correlation_id.as_deref(), Some("req-1"));
+    assert_eq!(m.reply_to(), Some(&replies));
+    assert_eq!(m.correlation_id(), Some("req-1"));
     assert!(m.expiration > m.timestamp, "{m:?}");
 }
 

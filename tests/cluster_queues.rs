@@ -386,7 +386,7 @@ fn garbage_in_redis_is_skipped_and_the_node_goes_on() {
     // Entries no node could deliver: no message field, noise, a message
     // for another queue, and a megabyte of noise with a bad count.
     let mut stray = Message::text("stray");
-    stray.destination = Some(Destination::queue("elsewhere"));
+    stray.set_destination(Some(Destination::queue("elsewhere")));
     let mut other = bytes::BytesMut::new();
     stray.encode(&mut other).unwrap();
     let noise = vec![0xA5; 1 << 20];
@@ -468,7 +468,7 @@ fn a_subscription_an_older_version_registered_keeps_its_stream() {
     redis.command(&[b"HSET", registry, b"durable 3:app:old", &record]);
     // What it kept before the upgrade.
     let mut kept = job(1);
-    kept.destination = Some(Destination::topic("sales.eu"));
+    kept.set_destination(Some(Destination::topic("sales.eu")));
     let mut block = bytes::BytesMut::new();
     kept.encode(&mut block).unwrap();
     assert!(!redis

@@ -165,7 +165,11 @@ fn sends_wait_for_the_server_then_fail_clearly_and_work_once_it_is_back() {
     // Its id is of the new session's connection.
     let now = format!("ID:{}-", c.connection_id());
     assert_ne!(c.connection_id(), before);
-    assert!(after.message_id.starts_with(&now), "{}", after.message_id);
+    assert!(
+        after.message_id().starts_with(&now),
+        "{}",
+        after.message_id()
+    );
     assert_nothing(&q);
 }
 

@@ -113,7 +113,7 @@ fn send_bytes(persistent: bool, request_id: u32) -> Vec<u8> {
     if persistent {
         m = m.persistent();
     }
-    m.destination = Some(Destination::queue("q"));
+    m.set_destination(Some(Destination::queue("q")));
     let mut block = bytes::BytesMut::new();
     m.encode(&mut block).unwrap();
     let view = herald_protocol::MessageView::parse(block.freeze()).unwrap();

@@ -80,8 +80,8 @@ fn native_message(body: &Body, expiration: i64) -> Message {
         .with_property("units", 3)
         .with_property("flag", true)
         .with_property("HeraldContentType", CONTENT_TYPE);
-    m.correlation_id = Some("c-1".into());
-    m.reply_to = Some(Destination::topic("replies"));
+    m.set_correlation_id(Some("c-1".into()));
+    m.set_reply_to(Some(Destination::topic("replies")));
     m.priority = 7;
     m.expiration = expiration;
     m
@@ -118,8 +118,8 @@ fn seen_native(m: &Message) -> Seen {
         body: body_bytes(&m.body),
         properties,
         content_type,
-        correlation_id: m.correlation_id.clone(),
-        reply_to: m.reply_to.as_ref().map(|d| d.to_string()),
+        correlation_id: m.correlation_id().map(str::to_owned),
+        reply_to: m.reply_to().map(|d| d.to_string()),
         priority: m.priority,
         expiration: m.expiration,
     }

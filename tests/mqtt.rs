@@ -72,7 +72,7 @@ fn mqtt_and_native_clients_share_topics_both_ways() {
     assert_eq!(m.publish(p), 0);
     let got = consumer.receive(PATIENCE).unwrap().expect("delivered");
     assert_eq!(
-        got.destination.as_ref().map(|d| d.name.as_str()),
+        got.destination().map(|d| d.name.as_str()),
         Some("home.kitchen.temp")
     );
     assert!(got.delivery_mode == herald_protocol::DeliveryMode::Persistent);

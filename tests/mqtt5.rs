@@ -643,8 +643,11 @@ fn response_topic_and_correlation_data_are_jms_reply_to_and_correlation_id() {
     ]);
     assert_eq!(requester.publish(request), 0);
     let got = herald_tests::next(&service);
-    assert_eq!(got.reply_to, Some(Destination::topic("answers.jms-asker")));
-    assert_eq!(got.correlation_id.as_deref(), Some("req-1"));
+    assert_eq!(
+        got.reply_to(),
+        Some(&Destination::topic("answers.jms-asker"))
+    );
+    assert_eq!(got.correlation_id(), Some("req-1"));
     reply(&session, &got, Message::text("noon")).unwrap();
     let answer = requester.receive();
     assert_eq!(answer.payload, "noon");

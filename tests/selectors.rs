@@ -147,7 +147,7 @@ fn headers_are_selectable() {
     let mut high = Message::text("high");
     high.priority = 9;
     let mut typed = Message::text("typed");
-    typed.message_type = Some("urgent".into());
+    typed.set_message_type(Some("urgent".into()));
     for m in [Message::text("low"), high, typed] {
         p.send_with_receipt(m).unwrap();
     }

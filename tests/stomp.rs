@@ -69,7 +69,7 @@ fn a_native_publish_reaches_a_stomp_subscriber_with_headers_and_properties() {
     let mut m = Message::text("sold 3")
         .with_property("region", "EU")
         .with_property("units", 3);
-    m.correlation_id = Some("c-1".into());
+    m.set_correlation_id(Some("c-1".into()));
     m.priority = 7;
     p.send_with_receipt(m.persistent()).unwrap();
     let got = s.expect("MESSAGE");
@@ -107,12 +107,12 @@ fn a_stomp_publish_reaches_a_native_consumer_with_properties_and_a_binary_body()
         Some(&Value::String("EU:west\nline".into())),
         "escaped header round trip"
     );
-    assert_eq!(m.reply_to, Some(Destination::queue("replies")));
+    assert_eq!(m.reply_to(), Some(&Destination::queue("replies")));
     assert_eq!(
         m.body,
         herald_client::Body::Bytes(bytes::Bytes::from_static(b"\0bin\0ary"))
     );
-    assert!(m.message_id.starts_with("ID:stomp-"));
+    assert!(m.message_id().starts_with("ID:stomp-"));
 }
 
 #[test]
@@ -493,13 +493,13 @@ fn temp_queue_reply_to_gets_the_reply_back_and_is_private_and_temporary() {
     );
     assert_eq!(requester.expect("RECEIPT").get("receipt-id"), Some("asked"));
     let request = next(&service);
-    let reply_to = request.reply_to.clone().expect("a reply-to");
+    let reply_to = request.reply_to().cloned().expect("a reply-to");
     assert!(
         reply_to.name.starts_with("temp.") && reply_to.name.ends_with(".answers"),
         "{reply_to}"
     );
     let mut reply = Message::text("noon");
-    reply.correlation_id = request.correlation_id.clone();
+    reply.set_correlation_id(request.correlation_id().map(str::to_owned));
     session
         .create_producer(&reply_to)
         .unwrap()

@@ -27,21 +27,21 @@ fn every_property_type_and_body_kind_arrives_intact() {
         .with_property("float", 1.5f32)
         .with_property("double", -0.125f64)
         .with_property("empty", "");
-    sent.correlation_id = Some("corr-1".into());
-    sent.message_type = Some("sale".into());
+    sent.set_correlation_id(Some("corr-1".into()));
+    sent.set_message_type(Some("sale".into()));
     sent.priority = 7;
     producer.send(sent.clone()).unwrap();
     let got = next(&consumer);
     assert_eq!(got.properties(), sent.properties());
     assert_eq!(got.body_text(), Some("sold 3"));
-    assert_eq!(got.correlation_id.as_deref(), Some("corr-1"));
-    assert_eq!(got.message_type.as_deref(), Some("sale"));
+    assert_eq!(got.correlation_id(), Some("corr-1"));
+    assert_eq!(got.message_type(), Some("sale"));
     assert_eq!(got.priority, 7);
     assert_eq!(
-        got.destination,
-        Some(Destination::topic("sales.europe.smartphone"))
+        got.destination(),
+        Some(&Destination::topic("sales.europe.smartphone"))
     );
-    assert!(got.message_id.starts_with("ID:"));
+    assert!(got.message_id().starts_with("ID:"));
     assert!(got.timestamp > 0);
     assert_eq!((got.delivery_count, got.redelivered), (1, false));
 

@@ -275,7 +275,7 @@ fn malformed_transaction_frames_are_refused() {
     let mut raw = RawClient::connected(&server, 0);
     let mut block = bytes::BytesMut::new();
     let mut m = Message::text("held");
-    m.destination = Some(Destination::queue("q"));
+    m.set_destination(Some(Destination::queue("q")));
     m.encode(&mut block).unwrap();
     let message = MessageView::parse(block.freeze()).unwrap();
     raw.send(

@@ -170,11 +170,11 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
     if let Some(priority) = args.priority {
         template.priority = priority;
     }
-    template.reply_to = match &args.reply_to {
+    template.set_reply_to(match &args.reply_to {
         Some(r) => Some(destination::parse(r, DestinationKind::Topic)?),
         None => None,
-    };
-    template.correlation_id = args.correlation_id.clone();
+    });
+    template.set_correlation_id(args.correlation_id.clone());
     // A whole body is read before connecting: a file that cannot be read
     // costs the server nothing. Lines are sent as they are read.
     let input = match args.lines {

@@ -72,7 +72,7 @@ pub fn reply(target: &crate::target::Target, args: ReplyArgs) -> Result<()> {
         show::print(&request, args.format);
         match herald_client::reply(&session, &request, Message::text(args.body.clone())) {
             Ok(()) => answered += 1,
-            Err(e) => eprintln!("herald: cannot answer {}: {e}", request.message_id),
+            Err(e) => eprintln!("herald: cannot answer {}: {e}", request.message_id()),
         }
     }
     connection.close()

@@ -47,7 +47,7 @@ pub fn line(m: &Message, format: Format) -> String {
         Format::Raw => String::from_utf8_lossy(&raw_body(m)).into_owned(),
         Format::Text | Format::Hex => {
             let mut line = String::new();
-            if let Some(d) = &m.destination {
+            if let Some(d) = m.destination() {
                 line.push_str(&d.name);
             }
             let tags = tags(m);
@@ -123,16 +123,16 @@ fn json(m: &Message) -> serde_json::Value {
         .map(|(k, v)| (k.clone(), json_value(v)))
         .collect();
     let mut o = json!({
-        "destination": m.destination.as_ref().map(|d| d.to_string()),
-        "message_id": m.message_id,
+        "destination": m.destination().map(|d| d.to_string()),
+        "message_id": m.message_id(),
         "headers": {
             "persistent": m.delivery_mode == DeliveryMode::Persistent,
             "priority": m.priority,
             "timestamp": m.timestamp,
             "expiration": m.expiration,
-            "correlation_id": m.correlation_id,
-            "reply_to": m.reply_to.as_ref().map(|d| d.to_string()),
-            "type": m.message_type,
+            "correlation_id": m.correlation_id(),
+            "reply_to": m.reply_to().map(|d| d.to_string()),
+            "type": m.message_type(),
             "content_type": m.content_type(),
             "redelivered": m.redelivered,
             "delivery_count": m.delivery_count,
@@ -163,7 +163,7 @@ mod tests {
     use herald_client::Destination;
 
     fn at(mut m: Message, topic: &str) -> Message {
-        m.destination = Some(Destination::topic(topic));
+        m.set_destination(Some(Destination::topic(topic)));
         m
     }
 

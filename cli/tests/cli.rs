@@ -246,10 +246,10 @@ fn ttl_delay_reply_to_and_correlation_id_from_the_command_line() {
         "not before its delay"
     );
     assert_eq!(
-        m.reply_to,
-        Some(herald_client::Destination::queue("answers"))
+        m.reply_to(),
+        Some(&herald_client::Destination::queue("answers"))
     );
-    assert_eq!(m.correlation_id.as_deref(), Some("c7"));
+    assert_eq!(m.correlation_id(), Some("c7"));
 }
 
 #[test]

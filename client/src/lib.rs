@@ -47,7 +47,7 @@
 //!         .create_producer(&orders)?
 //!         .send(Message::text("order 1").with_property("region", "EU"))?;
 //!     if let Some(m) = consumer.receive(Duration::from_secs(1))? {
-//!         println!("{} {:?}", m.message_id, m.body_text());
+//!         println!("{} {:?}", m.message_id(), m.body_text());
 //!     }
 //!     connection.close()
 //! }

@@ -42,16 +42,14 @@ impl Requestor {
             self.reply_to.name,
             self.next.fetch_add(1, Ordering::Relaxed)
         );
-        request.reply_to = Some(self.reply_to.clone());
-        request.correlation_id = Some(id.clone());
+        request.set_reply_to(Some(self.reply_to.clone()));
+        request.set_correlation_id(Some(id.clone()));
         self.producer.send(request)?;
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.replies.receive(left)? {
-                Some(reply) if reply.correlation_id.as_deref() == Some(id.as_str()) => {
-                    return Ok(reply)
-                }
+                Some(reply) if reply.correlation_id() == Some(id.as_str()) => return Ok(reply),
                 Some(_) => continue,
                 None => {
                     return Err(Error::Timeout {
@@ -68,12 +66,13 @@ impl Requestor {
 /// sent with `session`. Fails if the request has no reply-to.
 pub fn reply(session: &Session, request: &Message, mut reply: Message) -> Result<()> {
     let to = request
-        .reply_to
-        .as_ref()
+        .reply_to()
         .ok_or_else(|| Error::InvalidArgument("the request has no reply-to".into()))?;
-    reply.correlation_id = request
-        .correlation_id
-        .clone()
-        .or_else(|| Some(request.message_id.clone()));
+    reply.set_correlation_id(Some(
+        request
+            .correlation_id()
+            .unwrap_or(request.message_id())
+            .to_owned(),
+    ));
     session.create_producer(to)?.send(reply)
 }

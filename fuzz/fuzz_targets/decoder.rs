@@ -23,7 +23,11 @@ fuzz_target!(|data: &[u8]| {
                     let request_id = raw.header.request_id;
                     if let Ok(frame) = Frame::decode(raw) {
                         if let Frame::Message(d) = &frame {
-                            let _ = Message::decode(&d.message, d.delivery_count);
+                            if let Ok(m) = Message::decode(&d.message, d.delivery_count) {
+                                // Read from the block when asked for.
+                                let _ = (m.message_id(), m.destination(), m.correlation_id());
+                                let _ = (m.reply_to(), m.message_type());
+                            }
                         }
                         let mut again = BytesMut::new();
                         frame.encode(request_id, &mut again).expect("a decoded frame re-encodes");

@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
         .with_property("a", Value::I32(7))
         .with_property("b", Value::String("ab%_".into()))
         .with_property("s", Value::String("x".repeat(1000)));
-    m.destination = Some(Destination::topic("t"));
+    m.set_destination(Some(Destination::topic("t")));
     let mut block = BytesMut::new();
     m.encode(&mut block).expect("encodes");
     selector.matches(&MessageRef::parse(&block).expect("parses"));

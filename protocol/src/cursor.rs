@@ -93,6 +93,18 @@ impl<'a> Cursor<'a> {
         utf8(self.bytes(n, field)?, field)
     }
 
+    /// Where a str16 is in the body, checked as UTF-8 without making a
+    /// `&str` of it: ASCII, which most names and ids are, at a glance.
+    pub fn str16_at(&mut self, field: &'static str) -> Result<std::ops::Range<usize>, Error> {
+        let n = self.u16(field)? as usize;
+        let start = self.pos;
+        let b = self.bytes(n, field)?;
+        if !b.is_ascii() {
+            utf8(b, field)?;
+        }
+        Ok(start..start + n)
+    }
+
     /// Steps over a str16 without checking it: for a block validated
     /// before, whose later fields are wanted.
     pub fn skip16(&mut self, field: &'static str) -> Result<(), Error> {

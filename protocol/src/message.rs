@@ -13,9 +13,10 @@
 //! ```
 
 use std::ops::Range;
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{Buf, BufMut, Bytes};
+use bytes::{BufMut, Bytes};
 
 use crate::cursor::{put_str16, utf8, Cursor};
 use crate::destination::{validate_name, Destination, DestinationKind};
@@ -94,12 +95,11 @@ pub enum Body {
 /// assert_eq!(order.priority, 7);
 /// assert!(order.expiration > 0, "expires a minute from now");
 /// ```
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Clone, Default)]
 pub struct Message {
-    /// Set by the producer on send: unique per message.
-    pub message_id: String,
-    /// Set by the producer on send: where the message was published.
-    pub destination: Option<Destination>,
+    /// The id, the destination, the correlation id, the reply-to and the
+    /// type: see their accessors ([`Message::message_id`] and on).
+    names: Names,
     /// Persistent or not.
     pub delivery_mode: DeliveryMode,
     /// 0 (lowest) to 9 (highest); 4 by default.
@@ -109,12 +109,6 @@ pub struct Message {
     /// Milliseconds since the Unix epoch after which the message is
     /// discarded; 0 = never.
     pub expiration: i64,
-    /// Links a reply to its request.
-    pub correlation_id: Option<String>,
-    /// Where replies should go.
-    pub reply_to: Option<Destination>,
-    /// An application-defined type name.
-    pub message_type: Option<String>,
     /// Milliseconds since the epoch before which the message is not
     /// delivered (JMS 2.0 delivery delay); 0 = at once.
     pub delivery_time: i64,
@@ -135,6 +129,96 @@ pub struct Message {
     properties: Vec<(String, Value)>,
     /// The body.
     pub body: Body,
+}
+
+/// A string header: as an application set it, or where it is in the
+/// block a delivery brought (checked as UTF-8 when it arrived).
+#[derive(Debug, Clone)]
+enum Text {
+    Owned(String),
+    In(Span),
+}
+
+/// Where a string is in a block: a str16 (at most 65,535 bytes) of a
+/// frame (at most 4 GiB), in 8 bytes where a `Range` takes 16, since a
+/// received message is moved a few times on its way to the listener.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: u32,
+    len: u16,
+}
+
+impl Span {
+    /// The span of `at`, which a walk of a block gave.
+    fn of(at: Range<usize>) -> Span {
+        Span {
+            start: u32::try_from(at.start).unwrap_or(u32::MAX),
+            len: u16::try_from(at.len()).unwrap_or(0),
+        }
+    }
+
+    fn range(self) -> Range<usize> {
+        let start = self.start as usize;
+        start..start + usize::from(self.len)
+    }
+}
+
+impl Default for Text {
+    fn default() -> Text {
+        Text::Owned(String::new())
+    }
+}
+
+/// A destination header: as an application set it, or where its name is
+/// in the delivered block, made into a [`Destination`] when first asked
+/// for.
+#[derive(Debug, Clone)]
+enum Dest {
+    Owned(Destination),
+    In(DestinationKind, Span, OnceLock<Box<Destination>>),
+}
+
+/// A message's string headers. A received message reads them from the
+/// block it came in when they are asked for instead of copying each into
+/// a `String` of its own: most listeners never look at them, and building
+/// them was 6-7 % of a subscriber's CPU (docs/performance.md).
+#[derive(Debug, Clone, Default)]
+struct Names {
+    /// The delivered block that the `In` variants point into (empty for a
+    /// message made by the application).
+    block: Bytes,
+    message_id: Text,
+    destination: Option<Dest>,
+    correlation_id: Option<Text>,
+    reply_to: Option<Dest>,
+    message_type: Option<Text>,
+}
+
+impl Names {
+    fn text<'a>(&'a self, text: &'a Text) -> &'a str {
+        match text {
+            Text::Owned(s) => s,
+            // Checked as UTF-8 when the block arrived: the fallback is
+            // unreachable.
+            Text::In(at) => self
+                .block
+                .get(at.range())
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn destination<'a>(&'a self, dest: &'a Dest) -> &'a Destination {
+        match dest {
+            Dest::Owned(d) => d,
+            Dest::In(kind, at, made) => made.get_or_init(|| {
+                Box::new(Destination {
+                    kind: *kind,
+                    name: self.text(&Text::In(*at)).to_owned(),
+                })
+            }),
+        }
+    }
 }
 
 /// Milliseconds since the epoch, `d` from now.
@@ -221,14 +305,81 @@ impl Message {
 
     /// Builder: where replies should go.
     pub fn with_reply_to(mut self, reply_to: Destination) -> Message {
-        self.reply_to = Some(reply_to);
+        self.set_reply_to(Some(reply_to));
         self
     }
 
     /// Builder: the correlation id (a reply names its request's).
     pub fn with_correlation_id(mut self, id: impl Into<String>) -> Message {
-        self.correlation_id = Some(id.into());
+        self.set_correlation_id(Some(id.into()));
         self
+    }
+
+    /// Builder: the application-defined type name.
+    pub fn with_message_type(mut self, message_type: impl Into<String>) -> Message {
+        self.set_message_type(Some(message_type.into()));
+        self
+    }
+
+    /// Builder: the destination, which a producer sets on send; a message
+    /// encoded with [`Message::encode`] needs one.
+    pub fn with_destination(mut self, destination: Destination) -> Message {
+        self.set_destination(Some(destination));
+        self
+    }
+
+    /// Set by the producer on send: unique per message.
+    pub fn message_id(&self) -> &str {
+        self.names.text(&self.names.message_id)
+    }
+
+    /// Sets the message id (a producer sets its own on send).
+    pub fn set_message_id(&mut self, id: impl Into<String>) {
+        self.names.message_id = Text::Owned(id.into());
+    }
+
+    /// Set by the producer on send: where the message was published.
+    pub fn destination(&self) -> Option<&Destination> {
+        let d = self.names.destination.as_ref()?;
+        Some(self.names.destination(d))
+    }
+
+    /// Sets or clears the destination.
+    pub fn set_destination(&mut self, destination: Option<Destination>) {
+        self.names.destination = destination.map(Dest::Owned);
+    }
+
+    /// Links a reply to its request.
+    pub fn correlation_id(&self) -> Option<&str> {
+        let t = self.names.correlation_id.as_ref()?;
+        Some(self.names.text(t))
+    }
+
+    /// Sets or clears the correlation id.
+    pub fn set_correlation_id(&mut self, id: Option<String>) {
+        self.names.correlation_id = id.map(Text::Owned);
+    }
+
+    /// Where replies should go.
+    pub fn reply_to(&self) -> Option<&Destination> {
+        let d = self.names.reply_to.as_ref()?;
+        Some(self.names.destination(d))
+    }
+
+    /// Sets or clears where replies should go.
+    pub fn set_reply_to(&mut self, reply_to: Option<Destination>) {
+        self.names.reply_to = reply_to.map(Dest::Owned);
+    }
+
+    /// An application-defined type name.
+    pub fn message_type(&self) -> Option<&str> {
+        let t = self.names.message_type.as_ref()?;
+        Some(self.names.text(t))
+    }
+
+    /// Sets or clears the application-defined type name.
+    pub fn set_message_type(&mut self, message_type: Option<String>) {
+        self.names.message_type = message_type.map(Text::Owned);
     }
 
     /// A property by name.
@@ -268,12 +419,11 @@ impl Message {
     /// field is out of range or a string too long.
     pub fn encode(&self, dst: &mut impl BufMut) -> Result<(), Error> {
         let destination = self
-            .destination
-            .as_ref()
+            .destination()
             .ok_or_else(|| Error::invalid("destination", "not set"))?;
         let stamp = Stamp {
             destination,
-            message_id: MessageId::Whole(&self.message_id),
+            message_id: MessageId::Whole(self.message_id()),
             timestamp: self.timestamp,
             delivery_time: self.delivery_time,
         };
@@ -294,13 +444,15 @@ impl Message {
         if self.delivery_mode == DeliveryMode::Persistent {
             flags |= FLAG_PERSISTENT;
         }
-        if self.correlation_id.is_some() {
+        let (correlation_id, reply_to, message_type) =
+            (self.correlation_id(), self.reply_to(), self.message_type());
+        if correlation_id.is_some() {
             flags |= FLAG_CORRELATION;
         }
-        if self.reply_to.is_some() {
+        if reply_to.is_some() {
             flags |= FLAG_REPLY_TO;
         }
-        if self.message_type.is_some() {
+        if message_type.is_some() {
             flags |= FLAG_TYPE;
         }
         if stamp.delivery_time != 0 {
@@ -322,14 +474,14 @@ impl Message {
         stamp.message_id.encode(dst)?;
         dst.put_i64(stamp.timestamp);
         dst.put_i64(self.expiration);
-        if let Some(c) = &self.correlation_id {
+        if let Some(c) = correlation_id {
             put_str16(dst, c, "correlation id")?;
         }
-        if let Some(r) = &self.reply_to {
+        if let Some(r) = reply_to {
             dst.put_u8(r.kind as u8);
             put_str16(dst, &r.name, "reply-to")?;
         }
-        if let Some(t) = &self.message_type {
+        if let Some(t) = message_type {
             put_str16(dst, t, "type")?;
         }
         if stamp.delivery_time != 0 {
@@ -369,55 +521,124 @@ impl Message {
         Message::from_block(block.clone(), delivery_count)
     }
 
-    /// [`Message::decode`], taking the block: a bytes body keeps it
-    /// without another reference count.
+    /// [`Message::decode`], taking the block, which the message keeps:
+    /// its string headers are read from it when asked for, and a bytes
+    /// body shares it.
     pub fn from_block(block: Bytes, delivery_count: u32) -> Result<Message, Error> {
-        let r = MessageRef::read(&block)?;
-        let mut body_at = None;
-        let body = match r.body.clone() {
+        let Fields {
+            flags,
+            priority,
+            destination_kind,
+            destination,
+            message_id,
+            timestamp,
+            expiration,
+            correlation_id,
+            reply_to,
+            message_type,
+            delivery_time,
+            properties,
+            body,
+        } = walk(&block, |c| c.str16_at("destination"), Cursor::str16_at)?;
+        let body = match body {
             BodyRef::Empty => Body::Empty,
-            BodyRef::Bytes(range) => {
-                body_at = Some(range.start);
-                Body::Empty
-            }
+            BodyRef::Bytes(range) => Body::Bytes(block.slice(range)),
             BodyRef::Text(t) => Body::Text(t.to_owned()),
             BodyRef::Map(m) => Body::Map(m.map(|(k, v)| (k.to_owned(), v.to_owned())).collect()),
         };
+        let properties = properties
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let names = Names {
+            message_id: Text::In(Span::of(message_id)),
+            destination: Some(Dest::In(
+                destination_kind,
+                Span::of(destination),
+                OnceLock::new(),
+            )),
+            correlation_id: correlation_id.map(|at| Text::In(Span::of(at))),
+            reply_to: reply_to.map(|(kind, at)| Dest::In(kind, Span::of(at), OnceLock::new())),
+            message_type: message_type.map(|at| Text::In(Span::of(at))),
+            block,
+        };
         Ok(Message {
-            message_id: r.message_id.to_owned(),
-            destination: Some(Destination {
-                kind: r.destination_kind,
-                name: r.destination.to_owned(),
-            }),
-            delivery_mode: r.delivery_mode(),
-            priority: r.priority,
-            timestamp: r.timestamp,
-            expiration: r.expiration,
-            correlation_id: r.correlation_id.map(str::to_owned),
-            reply_to: r.reply_to.map(|(kind, name)| Destination {
-                kind,
-                name: name.to_owned(),
-            }),
-            message_type: r.message_type.map(str::to_owned),
-            delivery_time: r.delivery_time,
-            retain: r.flags & FLAG_RETAIN != 0,
-            kept: r.flags & FLAG_KEPT != 0,
+            names,
+            delivery_mode: delivery_mode(flags),
+            priority,
+            timestamp,
+            expiration,
+            delivery_time,
+            retain: flags & FLAG_RETAIN != 0,
+            kept: flags & FLAG_KEPT != 0,
             redelivered: delivery_count > 1,
             delivery_count,
             delivery_id: 0,
-            properties: r
-                .properties
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
-            body: match body_at {
-                Some(at) => {
-                    let mut bytes = block;
-                    bytes.advance(at);
-                    Body::Bytes(bytes)
-                }
-                None => body,
-            },
+            properties,
+            body,
         })
+    }
+}
+
+impl PartialEq for Message {
+    /// Equal headers, properties and body, however each side holds its
+    /// string headers.
+    fn eq(&self, other: &Message) -> bool {
+        let Message {
+            names: _,
+            delivery_mode,
+            priority,
+            timestamp,
+            expiration,
+            delivery_time,
+            retain,
+            kept,
+            redelivered,
+            delivery_count,
+            delivery_id,
+            properties,
+            body,
+        } = self;
+        self.message_id() == other.message_id()
+            && self.destination() == other.destination()
+            && self.correlation_id() == other.correlation_id()
+            && self.reply_to() == other.reply_to()
+            && self.message_type() == other.message_type()
+            && *delivery_mode == other.delivery_mode
+            && *priority == other.priority
+            && *timestamp == other.timestamp
+            && *expiration == other.expiration
+            && *delivery_time == other.delivery_time
+            && *retain == other.retain
+            && *kept == other.kept
+            && *redelivered == other.redelivered
+            && *delivery_count == other.delivery_count
+            && *delivery_id == other.delivery_id
+            && *properties == other.properties
+            && *body == other.body
+    }
+}
+
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Message")
+            .field("message_id", &self.message_id())
+            .field("destination", &self.destination())
+            .field("delivery_mode", &self.delivery_mode)
+            .field("priority", &self.priority)
+            .field("timestamp", &self.timestamp)
+            .field("expiration", &self.expiration)
+            .field("correlation_id", &self.correlation_id())
+            .field("reply_to", &self.reply_to())
+            .field("message_type", &self.message_type())
+            .field("delivery_time", &self.delivery_time)
+            .field("retain", &self.retain)
+            .field("kept", &self.kept)
+            .field("redelivered", &self.redelivered)
+            .field("delivery_count", &self.delivery_count)
+            .field("delivery_id", &self.delivery_id)
+            .field("properties", &self.properties)
+            .field("body", &self.body)
+            .finish()
     }
 }
 
@@ -593,32 +814,33 @@ pub struct MessageRef<'a> {
     pub body: BodyRef<'a>,
 }
 
-/// A message block's fields, its destination as `D`: a reader that needs
-/// only the destination's place reads it as a range.
-struct Fields<'a, D> {
+/// A message block's fields, its destination as `D` and its other string
+/// headers as `S`: a reader that needs only their places reads them as
+/// ranges.
+struct Fields<'a, D, S> {
     flags: u8,
     priority: u8,
     destination_kind: DestinationKind,
     destination: D,
-    message_id: &'a str,
+    message_id: S,
     timestamp: i64,
     expiration: i64,
-    correlation_id: Option<&'a str>,
-    reply_to: Option<(DestinationKind, &'a str)>,
-    message_type: Option<&'a str>,
+    correlation_id: Option<S>,
+    reply_to: Option<(DestinationKind, S)>,
+    message_type: Option<S>,
     delivery_time: i64,
     properties: EntriesRef<'a>,
     body: BodyRef<'a>,
 }
 
-/// Checks a whole block, its destination read by `destination`;
-/// `check_names` says whether its reply-to is checked against the naming
-/// rules too.
-fn walk<'a, D>(
+/// Checks a whole block, its destination read by `destination` and its
+/// other string headers by `string` (which checks them as UTF-8); the
+/// naming rules are the caller's to check.
+fn walk<'a, D, S>(
     block: &'a [u8],
-    check_names: bool,
     destination: impl FnOnce(&mut Cursor<'a>) -> Result<D, Error>,
-) -> Result<Fields<'a, D>, Error> {
+    string: impl Fn(&mut Cursor<'a>, &'static str) -> Result<S, Error>,
+) -> Result<Fields<'a, D, S>, Error> {
     let mut c = Cursor::new(block);
     let flags = c.u8("flags")?;
     if flags & !KNOWN_FLAGS != 0 {
@@ -636,24 +858,20 @@ fn walk<'a, D>(
     }
     let destination_kind = DestinationKind::from_u8(c.u8("destination kind")?)?;
     let destination = destination(&mut c)?;
-    let message_id = c.str16("message id")?;
+    let message_id = string(&mut c, "message id")?;
     let timestamp = c.i64("timestamp")?;
     let expiration = c.i64("expiration")?;
     let correlation_id = (flags & FLAG_CORRELATION != 0)
-        .then(|| c.str16("correlation id"))
+        .then(|| string(&mut c, "correlation id"))
         .transpose()?;
     let reply_to = if flags & FLAG_REPLY_TO != 0 {
         let kind = DestinationKind::from_u8(c.u8("reply-to kind")?)?;
-        let name = c.str16("reply-to")?;
-        if check_names {
-            validate_name(name)?;
-        }
-        Some((kind, name))
+        Some((kind, string(&mut c, "reply-to")?))
     } else {
         None
     };
     let message_type = (flags & FLAG_TYPE != 0)
-        .then(|| c.str16("type"))
+        .then(|| string(&mut c, "type"))
         .transpose()?;
     let delivery_time = if flags & FLAG_DELIVERY_TIME != 0 {
         c.i64("delivery time")?
@@ -690,6 +908,14 @@ fn walk<'a, D>(
     })
 }
 
+/// A reply-to read from a peer follows the naming rules.
+fn check_reply_to(reply_to: Option<(DestinationKind, &str)>) -> Result<(), Error> {
+    match reply_to {
+        Some((_, name)) => validate_name(name),
+        None => Ok(()),
+    }
+}
+
 /// Persistent or not, by a block's flags.
 fn delivery_mode(flags: u8) -> DeliveryMode {
     if flags & FLAG_PERSISTENT != 0 {
@@ -716,13 +942,20 @@ impl<'a> MessageRef<'a> {
     }
 
     fn walk(block: &'a [u8], check_names: bool) -> Result<MessageRef<'a>, Error> {
-        let f = walk(block, check_names, |c| {
-            let destination = c.str16("destination")?;
-            if check_names {
-                validate_name(destination)?;
-            }
-            Ok(destination)
-        })?;
+        let f = walk(
+            block,
+            |c| {
+                let destination = c.str16("destination")?;
+                if check_names {
+                    validate_name(destination)?;
+                }
+                Ok(destination)
+            },
+            Cursor::str16,
+        )?;
+        if check_names {
+            check_reply_to(f.reply_to)?;
+        }
         Ok(MessageRef {
             flags: f.flags,
             priority: f.priority,
@@ -834,15 +1067,20 @@ impl MessageView {
     /// one), is not checked again: checking it is most of what checking
     /// a small message costs.
     pub fn parse_known(block: Bytes, known: Option<&str>) -> Result<MessageView, Error> {
-        let f = walk(&block, true, |c| {
-            let len = usize::from(c.u16("destination")?);
-            let start = c.position();
-            let name = c.bytes(len, "destination")?;
-            if known.is_none_or(|k| k.as_bytes() != name) {
-                validate_name(utf8(name, "destination")?)?;
-            }
-            Ok(start..start + len)
-        })?;
+        let f = walk(
+            &block,
+            |c| {
+                let len = usize::from(c.u16("destination")?);
+                let start = c.position();
+                let name = c.bytes(len, "destination")?;
+                if known.is_none_or(|k| k.as_bytes() != name) {
+                    validate_name(utf8(name, "destination")?)?;
+                }
+                Ok(start..start + len)
+            },
+            Cursor::str16,
+        )?;
+        check_reply_to(f.reply_to)?;
         Ok(MessageView {
             destination: f.destination,
             destination_kind: f.destination_kind,
@@ -891,14 +1129,14 @@ mod tests {
             .with_property("f", 0.5f32)
             .with_property("d", 0.25f64)
             .persistent();
-        m.message_id = "ID:1".into();
-        m.destination = Some(Destination::topic("sales.europe.smartphone"));
+        m.set_message_id("ID:1");
+        m.set_destination(Some(Destination::topic("sales.europe.smartphone")));
         m.timestamp = 1_700_000_000_000;
         m.expiration = 1_700_000_060_000;
         m.priority = 9;
-        m.correlation_id = Some("req-1".into());
-        m.reply_to = Some(Destination::topic("replies"));
-        m.message_type = Some("sale".into());
+        m.set_correlation_id(Some("req-1".into()));
+        m.set_reply_to(Some(Destination::topic("replies")));
+        m.set_message_type(Some("sale".into()));
         m.delivery_time = 1_700_000_001_000;
         m
     }
@@ -946,8 +1184,8 @@ mod tests {
             let mut b = BytesMut::new();
             m.encode_stamped(&stamp, &mut b).unwrap();
             let back = Message::decode(&b.freeze(), 1).unwrap();
-            assert_eq!(back.message_id, id);
-            assert_eq!(back.destination.as_ref(), Some(&destination));
+            assert_eq!(back.message_id(), id);
+            assert_eq!(back.destination(), Some(&destination));
             assert_eq!((back.timestamp, back.delivery_time), (5, 9));
         }
         let long = "p".repeat(65_530);
@@ -963,7 +1201,7 @@ mod tests {
     #[test]
     fn read_skips_only_the_naming_rules() {
         let mut m = full();
-        m.destination = Some(Destination::topic("ok"));
+        m.set_destination(Some(Destination::topic("ok")));
         let mut block = BytesMut::from(&encode(&m)[..]);
         // "ok" -> "o*": a wildcard is no destination name.
         block[6] = b'*';
@@ -987,7 +1225,7 @@ mod tests {
         ];
         for body in bodies {
             let mut m = Message::new(body);
-            m.destination = Some(Destination::topic("q"));
+            m.set_destination(Some(Destination::topic("q")));
             let back = Message::decode(&encode(&m), 2).unwrap();
             assert!(back.redelivered);
             assert_eq!(back.body, m.body);
@@ -1031,7 +1269,7 @@ mod tests {
         m.priority = 10;
         assert!(m.encode(&mut BytesMut::new()).is_err());
         m.priority = 4;
-        m.destination = Some(Destination::topic("sales.#"));
+        m.set_destination(Some(Destination::topic("sales.#")));
         let mut b = BytesMut::new();
         m.encode(&mut b).unwrap();
         assert!(
@@ -1088,5 +1326,85 @@ mod tests {
             let with = MessageView::parse_known(b, Some(known)).map(|v| v.destination().to_owned());
             proptest::prop_assert_eq!(plain.ok(), with.ok());
         }
+
+        /// A received message is refused where [`MessageRef::read`]
+        /// refuses its block, and otherwise reads the same headers out of
+        /// it, whatever its bytes.
+        #[test]
+        fn a_received_message_agrees_with_read(
+            flips in proptest::collection::vec((0usize..200, proptest::prelude::any::<u8>()), 1..4),
+        ) {
+            let mut b = BytesMut::from(&encode(&full())[..]);
+            for (at, byte) in flips {
+                let at = at % b.len();
+                b[at] = byte;
+            }
+            let b = b.freeze();
+            let read = MessageRef::read(&b).map(|r| {
+                (r.message_id.to_owned(), r.destination.to_owned(), r.correlation_id.map(str::to_owned),
+                 r.reply_to.map(|(_, n)| n.to_owned()), r.message_type.map(str::to_owned))
+            });
+            let received = Message::from_block(b, 1).map(|m| {
+                (m.message_id().to_owned(), m.destination().map_or(String::new(), |d| d.name.clone()),
+                 m.correlation_id().map(str::to_owned), m.reply_to().map(|d| d.name.clone()),
+                 m.message_type().map(str::to_owned))
+            });
+            proptest::prop_assert_eq!(read.ok(), received.ok());
+        }
+    }
+
+    #[test]
+    fn a_received_message_reads_its_headers_from_the_block() {
+        let sent = full();
+        let mut got = Message::decode(&encode(&sent), 1).unwrap();
+        assert_eq!(got.message_id(), "ID:1");
+        assert_eq!(
+            got.destination(),
+            Some(&Destination::topic("sales.europe.smartphone"))
+        );
+        assert_eq!(got.correlation_id(), Some("req-1"));
+        assert_eq!(got.reply_to(), Some(&Destination::topic("replies")));
+        assert_eq!(got.message_type(), Some("sale"));
+        // Forwarded as it came, it encodes to the same block.
+        assert_eq!(encode(&got), encode(&sent));
+        // A clone reads the same; a header set on one is its own.
+        let copy = got.clone();
+        got.set_correlation_id(Some("req-2".into()));
+        got.set_reply_to(None);
+        got.set_message_type(None);
+        got.set_destination(Some(Destination::queue("elsewhere")));
+        got.set_message_id("ID:2");
+        assert_eq!(copy.correlation_id(), Some("req-1"));
+        assert_eq!(copy.reply_to(), Some(&Destination::topic("replies")));
+        assert_eq!(got.correlation_id(), Some("req-2"));
+        assert_eq!((got.reply_to(), got.message_type()), (None, None));
+        assert_eq!(got.destination(), Some(&Destination::queue("elsewhere")));
+        assert_eq!(got.message_id(), "ID:2");
+        assert_ne!(got, copy);
+    }
+
+    #[test]
+    fn a_received_header_that_is_not_utf8_is_refused() {
+        let m = Message::text("x")
+            .with_destination(Destination::topic("t"))
+            .with_correlation_id("c\u{e9}")
+            .with_message_type("ascii");
+        let block = encode(&m);
+        assert_eq!(
+            Message::decode(&block, 1).unwrap().correlation_id(),
+            Some("c\u{e9}"),
+            "UTF-8 beyond ASCII is read as it is"
+        );
+        // The 0xc3 of the correlation id's é made a lone continuation byte.
+        let at = block.iter().position(|&b| b == 0xc3).unwrap();
+        let mut bad = BytesMut::from(&block[..]);
+        bad[at] = 0xa9;
+        assert!(matches!(
+            Message::decode(&bad.freeze(), 1),
+            Err(Error::Invalid {
+                field: "correlation id",
+                ..
+            })
+        ));
     }
 }

@@ -108,7 +108,7 @@ fn message(a: i32, b: &str, s: &str) -> BytesMut {
         .with_property("a", Value::I32(a))
         .with_property("b", Value::String(b.to_owned()))
         .with_property("s", Value::String(s.to_owned()));
-    m.destination = Some(Destination::topic("t"));
+    m.set_destination(Some(Destination::topic("t")));
     let mut out = BytesMut::new();
     m.encode(&mut out).unwrap();
     out

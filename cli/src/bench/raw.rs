@@ -293,8 +293,8 @@ fn message_frame(wire: Wire, topic: &str, size: usize) -> Result<BytesMut> {
         }
         Wire::Herald => {
             let mut message = herald_client::Message::bytes(bytes::Bytes::from(body));
-            message.destination = Some(herald_client::Destination::topic(topic));
-            message.message_id = "ID:raw-driver".into();
+            message.set_destination(Some(herald_client::Destination::topic(topic)));
+            message.set_message_id("ID:raw-driver");
             herald_protocol::codec::encode_frame(&mut frame, FrameKind::Send, 0, |d| {
                 message.encode(d)
             })

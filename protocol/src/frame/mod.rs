@@ -181,7 +181,7 @@ mod tests {
 
     fn samples() -> Vec<Frame> {
         let mut m = Message::text("hi").with_property("k", 1);
-        m.destination = Some(Destination::topic("a.b"));
+        m.set_destination(Some(Destination::topic("a.b")));
         let mut block = BytesMut::new();
         m.encode(&mut block).unwrap();
         let block = block.freeze();

@@ -7,10 +7,10 @@ use crate::value::Value;
 
 fn message(props: &[(&str, Value)]) -> BytesMut {
     let mut m = Message::text("body").persistent();
-    m.destination = Some(Destination::topic("t"));
-    m.message_id = "ID:7".into();
+    m.set_destination(Some(Destination::topic("t")));
+    m.set_message_id("ID:7");
     m.priority = 6;
-    m.message_type = Some("car".into());
+    m.set_message_type(Some("car".into()));
     for (k, v) in props {
         m.set_property(*k, v.clone());
     }

@@ -725,8 +725,8 @@ async fn publish(
     if let Some(ttl) = body.ttl_ms {
         message.expiration = now.saturating_add(ttl.min(i64::MAX as u64) as i64);
     }
-    message.message_id = state.admin_message_id("publish");
-    message.destination = Some(destination.clone());
+    message.set_message_id(state.admin_message_id("publish"));
+    message.set_destination(Some(destination.clone()));
     let mut block = BytesMut::new();
     message
         .encode(&mut block)

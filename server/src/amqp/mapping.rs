@@ -201,11 +201,11 @@ pub fn message_from(
     if let Some(at) = props.absolute_expiry_time.filter(|t| *t > 0) {
         h.expiration = at;
     }
-    h.correlation_id = id_text(props.correlation_id);
+    h.set_correlation_id(id_text(props.correlation_id));
     if let Some(reply) = props.reply_to {
-        h.reply_to = Some(annotated(reply, m.annotation(JMS_REPLY_TYPE))?);
+        h.set_reply_to(Some(annotated(reply, m.annotation(JMS_REPLY_TYPE))?));
     }
-    h.message_type = props.subject.map(str::to_owned);
+    h.set_message_type(props.subject.map(str::to_owned));
     h.delivery_time = match (m.annotation(DELIVERY_TIME), m.annotation(DELIVERY_DELAY)) {
         (Some(Raw::Timestamp(t) | Raw::Long(t)), _) => t,
         (_, Some(Raw::Long(d))) => now.saturating_add(d),

@@ -233,7 +233,7 @@ impl Broker {
             .ok_or(RepublishError::NoOrigin)?;
         message.remove_property("HeraldDeadLetterReason");
         let original = original.as_str().ok_or(RepublishError::NoOrigin)?;
-        message.destination = Some(herald_protocol::Destination::from_uri(original)?);
+        message.set_destination(Some(herald_protocol::Destination::from_uri(original)?));
         let mut encoded = BytesMut::new();
         message.encode(&mut encoded)?;
         Ok(MessageView::parse(encoded.freeze())?)

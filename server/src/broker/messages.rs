@@ -73,9 +73,9 @@ pub fn readdressed(
     new_id: Option<String>,
 ) -> Result<MessageView, MessageError> {
     let mut message = Message::decode(block, 0)?;
-    message.destination = Some(to.clone());
+    message.set_destination(Some(to.clone()));
     if let Some(new_id) = new_id {
-        message.message_id = new_id;
+        message.set_message_id(new_id);
     }
     let mut encoded = BytesMut::new();
     message.encode(&mut encoded)?;

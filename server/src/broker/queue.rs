@@ -739,7 +739,7 @@ mod tests {
 
     fn block(i: i32) -> Bytes {
         let mut m = Message::text(i.to_string()).with_property("i", i);
-        m.destination = Some(Destination::queue("q"));
+        m.set_destination(Some(Destination::queue("q")));
         let mut b = BytesMut::new();
         m.encode(&mut b).unwrap();
         b.freeze()
@@ -853,7 +853,7 @@ mod tests {
         let mut m = Message::text(format!("p{priority}"));
         m.priority = priority;
         m.expiration = expiration;
-        m.destination = Some(Destination::queue("q"));
+        m.set_destination(Some(Destination::queue("q")));
         let mut b = BytesMut::new();
         m.encode(&mut b).unwrap();
         b.freeze()

@@ -98,8 +98,8 @@ impl Broker {
             return;
         };
         let original = message
-            .destination
-            .clone()
+            .destination()
+            .cloned()
             .unwrap_or_else(|| Destination::queue(from_name));
         let (target, reason) = match why {
             Refile::Dead(reason) => {
@@ -108,7 +108,7 @@ impl Broker {
                 {
                     log::warn!(
                         "message {} failed in dead-letter queue {}: dropped",
-                        message.message_id,
+                        message.message_id(),
                         original.name
                     );
                     return;
@@ -119,7 +119,7 @@ impl Broker {
             Refile::Expired => {
                 self.counters.expired.fetch_add(1, Ordering::Relaxed);
                 if self.expiry_queue.is_empty() {
-                    log::debug!("message {} expired: dropped", message.message_id);
+                    log::debug!("message {} expired: dropped", message.message_id());
                     return;
                 }
                 // It must not expire again where it goes.
@@ -135,7 +135,7 @@ impl Broker {
         };
         message.set_property("HeraldOriginalDestination", original.to_string());
         message.set_property("HeraldDeadLetterReason", reason);
-        message.destination = Some(Destination::queue(target.clone()));
+        message.set_destination(Some(Destination::queue(target.clone())));
         let mut block = BytesMut::new();
         if message.encode(&mut block).is_err() {
             return;
@@ -153,7 +153,7 @@ impl Broker {
         {
             log::warn!(
                 "queue {target} is full: message {} dropped",
-                message.message_id
+                message.message_id()
             );
         }
     }

@@ -158,7 +158,7 @@ mod tests {
 
     fn block(topic: &str, body: &str, retain: bool) -> Bytes {
         let mut m = Message::text(body);
-        m.destination = Some(Destination::topic(topic));
+        m.set_destination(Some(Destination::topic(topic)));
         m.retain = retain;
         let mut b = bytes::BytesMut::new();
         m.encode(&mut b).unwrap();

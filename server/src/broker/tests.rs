@@ -196,13 +196,13 @@ fn view(m: Message) -> MessageView {
 
 fn to_topic(name: &str, text: &str) -> Message {
     let mut m = Message::text(text);
-    m.destination = Some(Destination::topic(name));
+    m.set_destination(Some(Destination::topic(name)));
     m
 }
 
 fn to_queue(name: &str, text: &str) -> Message {
     let mut m = Message::text(text);
-    m.destination = Some(Destination::queue(name));
+    m.set_destination(Some(Destination::queue(name)));
     m
 }
 

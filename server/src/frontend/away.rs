@@ -135,7 +135,7 @@ mod tests {
 
     fn will(body: &str) -> MessageView {
         let mut m = Message::text(body);
-        m.destination = Some(Destination::topic("wills"));
+        m.set_destination(Some(Destination::topic("wills")));
         let mut b = bytes::BytesMut::new();
         m.encode(&mut b).unwrap();
         MessageView::parse(b.freeze()).unwrap()

@@ -71,10 +71,10 @@ pub fn message_from(
             Property::ContentType(ct) => content_type = Some(ct.clone()),
             Property::ResponseTopic(t) => {
                 let (kind, name) = topic::to_destination(t);
-                m.reply_to = Some(Destination { kind, name })
+                m.set_reply_to(Some(Destination { kind, name }))
             }
             Property::CorrelationData(data) => match std::str::from_utf8(data) {
-                Ok(text) => m.correlation_id = Some(text.to_owned()),
+                Ok(text) => m.set_correlation_id(Some(text.to_owned())),
                 Err(_) => m.set_property(CORRELATION_HEX_PROPERTY, hex(data)),
             },
             Property::MessageExpiry(secs) => {

@@ -86,8 +86,8 @@ pub fn message_from(
     if let Some(ct) = frame.get("content-type") {
         m.set_property(CONTENT_TYPE_PROPERTY, ct);
     }
-    m.destination = Some(destination(dest)?);
-    m.message_id = message_id;
+    m.set_destination(Some(destination(dest)?));
+    m.set_message_id(message_id);
     m.timestamp = now_ms;
     let mut seen: Vec<&str> = Vec::new();
     for (name, value) in &frame.headers {
@@ -114,9 +114,9 @@ pub fn message_from(
                     .parse()
                     .map_err(|_| MappingError::Expires(value.clone()))?
             }
-            "correlation-id" => m.correlation_id = Some(value.clone()),
-            "reply-to" => m.reply_to = Some(destination(value)?),
-            "type" => m.message_type = Some(value.clone()),
+            "correlation-id" => m.set_correlation_id(Some(value.clone())),
+            "reply-to" => m.set_reply_to(Some(destination(value)?)),
+            "type" => m.set_message_type(Some(value.clone())),
             n if FRAME_HEADERS.contains(&n) => {}
             n => m.set_property(n, value.as_str()),
         }
@@ -135,15 +135,15 @@ pub fn frame_from(
 ) -> Result<StompFrame, MappingError> {
     let m = Message::decode(block, delivery_count)?;
     let mut f = StompFrame::new("MESSAGE").header("subscription", subscription);
-    let id = ack.map_or_else(|| m.message_id.clone(), |a| a.to_string());
+    let id = ack.map_or_else(|| m.message_id().to_owned(), |a| a.to_string());
     f = f.header("message-id", id.clone());
     if ack.is_some() {
         f = f.header("ack", id);
     }
-    if let Some(d) = &m.destination {
+    if let Some(d) = m.destination() {
         f = f.header("destination", stomp_name(d));
     }
-    f = f.header("herald-message-id", m.message_id.clone());
+    f = f.header("herald-message-id", m.message_id());
     if m.delivery_mode == DeliveryMode::Persistent {
         f = f.header("persistent", "true");
     }
@@ -153,14 +153,14 @@ pub fn frame_from(
     if m.expiration != 0 {
         f = f.header("expires", m.expiration.to_string());
     }
-    if let Some(c) = &m.correlation_id {
-        f = f.header("correlation-id", c.clone());
+    if let Some(c) = m.correlation_id() {
+        f = f.header("correlation-id", c);
     }
-    if let Some(r) = &m.reply_to {
+    if let Some(r) = m.reply_to() {
         f = f.header("reply-to", stomp_name(r));
     }
-    if let Some(t) = &m.message_type {
-        f = f.header("type", t.clone());
+    if let Some(t) = m.message_type() {
+        f = f.header("type", t);
     }
     if m.redelivered {
         f = f.header("redelivered", "true");
