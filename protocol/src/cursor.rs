@@ -95,6 +95,7 @@ impl<'a> Cursor<'a> {
 
     /// Where a str16 is in the body, checked as UTF-8 without making a
     /// `&str` of it: ASCII, which most names and ids are, at a glance.
+    #[inline]
     pub fn str16_at(&mut self, field: &'static str) -> Result<std::ops::Range<usize>, Error> {
         let n = self.u16(field)? as usize;
         let start = self.pos;

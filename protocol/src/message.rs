@@ -546,9 +546,14 @@ impl Message {
             BodyRef::Text(t) => Body::Text(t.to_owned()),
             BodyRef::Map(m) => Body::Map(m.map(|(k, v)| (k.to_owned(), v.to_owned())).collect()),
         };
-        let properties = properties
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
+        // Most messages have none; collecting none still cost about 80
+        // instructions a message.
+        let properties = match properties.left {
+            0 => Vec::new(),
+            _ => properties
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        };
         let names = Names {
             message_id: Text::In(Span::of(message_id)),
             destination: Some(Dest::In(
@@ -668,22 +673,36 @@ pub enum MessageId<'a> {
     Produced(&'a str, u32, u64),
 }
 
-/// Appends the decimal digits of `n` to `out` (at most 20).
-fn digits(n: u64, out: &mut ([u8; 41], usize)) {
-    let mut buf = [0u8; 20];
-    let mut at = buf.len();
-    let mut n = n;
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+/// The decimal digits of 0 to 99, two by two.
+const DIGIT_PAIRS: [u8; 200] = {
+    let mut pairs = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        pairs[2 * i] = b'0' + (i / 10) as u8;
+        pairs[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
     }
-    let len = buf.len() - at;
-    out.0[out.1..out.1 + len].copy_from_slice(&buf[at..]);
-    out.1 += len;
+    pairs
+};
+
+/// Appends the decimal digits of `n` to `out` (at most 20), two at a time
+/// and in place: a division per digit and a copy through `memcpy` were
+/// 150 instructions of a publisher's 1,100 a message.
+fn digits(n: u64, out: &mut ([u8; 41], usize)) {
+    let start = out.1;
+    let mut at = start + n.checked_ilog10().map_or(1, |l| l as usize + 1);
+    out.1 = at;
+    let mut n = n;
+    while n >= 10 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        at -= 2;
+        out.0[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    // An odd number of digits leaves the first.
+    if at > start {
+        out.0[at - 1] = b'0' + n as u8;
+    }
 }
 
 impl MessageId<'_> {
@@ -1165,6 +1184,13 @@ mod tests {
         for (message_id, id) in [
             (MessageId::Numbered("ID:c-", 0), "ID:c-0"),
             (MessageId::Numbered("ID:c-", 7), "ID:c-7"),
+            (MessageId::Numbered("ID:c-", 10), "ID:c-10"),
+            (MessageId::Numbered("ID:c-", 100), "ID:c-100"),
+            (MessageId::Produced("ID:c-", 9, 1000), "ID:c-9-1000"),
+            (
+                MessageId::Produced("ID:c-", 12_345, 987_654_321),
+                "ID:c-12345-987654321",
+            ),
             (
                 MessageId::Numbered("ID:c-", u64::MAX),
                 "ID:c-18446744073709551615",
@@ -1325,6 +1351,16 @@ mod tests {
             let plain = MessageView::parse(b.clone()).map(|v| v.destination().to_owned());
             let with = MessageView::parse_known(b, Some(known)).map(|v| v.destination().to_owned());
             proptest::prop_assert_eq!(plain.ok(), with.ok());
+        }
+
+        /// A numbered id reads as its prefix and the number in decimal,
+        /// whatever the numbers.
+        #[test]
+        fn numbered_ids_are_written_in_decimal(producer: u32, n: u64) {
+            let mut b = BytesMut::new();
+            MessageId::Produced("ID:c-", producer, n).encode(&mut b).unwrap();
+            let expected = format!("ID:c-{producer}-{n}");
+            proptest::prop_assert_eq!(&b[2..], expected.as_bytes());
         }
 
         /// A received message is refused where [`MessageRef::read`]
