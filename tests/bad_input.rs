@@ -184,6 +184,48 @@ fn a_destination_right_after_a_good_one_is_still_checked() {
 }
 
 #[test]
+fn a_header_that_is_not_utf8_is_refused_and_not_forwarded() {
+    // The server checks a SEND's message id and reply-to as UTF-8 (ASCII
+    // at a glance, the full check otherwise): beyond ASCII they pass, a
+    // broken byte is refused.
+    let server = start();
+    let (_c, session) = connect(&server);
+    let consumer = subscribe(&session, "a.#");
+    let block = |id: &str, reply_to: &str| {
+        let mut m = herald_client::Message::text(format!("{id} {reply_to}"))
+            .with_destination(herald_client::Destination::topic("a.b"))
+            .with_reply_to(herald_client::Destination::topic(reply_to));
+        m.set_message_id(id);
+        let mut block = BytesMut::new();
+        m.encode(&mut block).unwrap();
+        block
+    };
+    let send = |raw: &mut RawClient, request: u32, block: &[u8]| {
+        let mut frame = header(FrameKind::Send as u8, request, block.len() as u32);
+        frame.extend_from_slice(block);
+        raw.write(&frame);
+    };
+    for (id, reply_to) in [("ID:\u{e9}", "r"), ("ID:1", "r.\u{e9}")] {
+        let good = block(id, reply_to);
+        // The é's first byte made a lone continuation byte.
+        let mut bad = good.clone();
+        let at = bad.iter().position(|&b| b == 0xc3).unwrap();
+        bad[at] = 0xa9;
+        let mut raw = RawClient::connected(&server, 0);
+        send(&mut raw, 1, &good);
+        assert!(matches!(raw.read_frame(), Some((Frame::Receipt, 1))));
+        send(&mut raw, 2, &bad);
+        let (e, rid) = raw.expect_error();
+        assert_eq!((e.error_code(), rid), (Some(ErrorCode::Malformed), 2));
+        assert_eq!(
+            next(&consumer).body_text(),
+            Some(format!("{id} {reply_to}").as_str())
+        );
+    }
+    assert_nothing(&consumer);
+}
+
+#[test]
 fn a_socket_closed_mid_frame_is_cleaned_up() {
     let server = start();
     let mut raw = RawClient::connected(&server, 0);

@@ -1097,9 +1097,14 @@ impl MessageView {
                 }
                 Ok(start..start + len)
             },
-            Cursor::str16,
+            // Only checked, not kept: ASCII at a glance.
+            Cursor::str16_at,
         )?;
-        check_reply_to(f.reply_to)?;
+        let reply_to = match f.reply_to {
+            Some((kind, at)) => Some((kind, utf8(&block[at], "reply-to")?)),
+            None => None,
+        };
+        check_reply_to(reply_to)?;
         Ok(MessageView {
             destination: f.destination,
             destination_kind: f.destination_kind,
