@@ -8,7 +8,8 @@
 //! frames pile up behind the write in progress and go out together, so a
 //! fast publisher costs far fewer syscalls than frames. The buffer is
 //! bounded: past `MAX_BUFFERED` bytes a sender waits for the flusher,
-//! which is the client's flow control.
+//! which is the client's flow control. What a burst grew the buffers to
+//! is given back once the connection has written nothing for a while.
 //!
 //! While a connection that fails over is away, the writer is paused:
 //! senders wait (up to the send timeout) for it to come back, and the
@@ -27,8 +28,16 @@ use crate::error::{Ending, Error, Result};
 use crate::sync::lock;
 use crate::transport::WriteHalf;
 
-/// Bytes buffered before senders wait.
-const MAX_BUFFERED: usize = 4 << 20;
+/// Bytes buffered before senders wait. A megabyte is about 6,000 small
+/// frames, plenty to make one `write` of each batch; 4 MiB buffers (one
+/// filling, one being written) fell out of the cache and cost a tenth
+/// more CPU a message for the same batching (docs/performance.md).
+const MAX_BUFFERED: usize = 1 << 20;
+
+/// Each buffer's capacity when idle: what a burst or a large message grew
+/// it to beyond this is given back after `SHRINK_AFTER` without a write.
+const KEPT_CAPACITY: usize = 64 * 1024;
+const SHRINK_AFTER: Duration = Duration::from_secs(1);
 
 /// A frame sent this long after the last write is a lone one: its sender
 /// writes it itself. Shorter gaps mean a stream, which the flusher batches.
@@ -60,6 +69,23 @@ struct State {
     max_body: usize,
     /// Where the SENDs' message ids come from.
     ids: MessageIds,
+}
+
+impl State {
+    /// Whether a buffer holds more memory than it keeps when idle.
+    fn has_grown(&self) -> bool {
+        self.buf.capacity() > KEPT_CAPACITY || self.spare.capacity() > KEPT_CAPACITY
+    }
+
+    /// Gives back what the buffers grew to beyond `KEPT_CAPACITY`, for
+    /// those empty (not while a write holds the spare one).
+    fn shrink(&mut self) {
+        for b in [&mut self.buf, &mut self.spare] {
+            if b.is_empty() && b.capacity() > KEPT_CAPACITY {
+                *b = BytesMut::with_capacity(KEPT_CAPACITY);
+            }
+        }
+    }
 }
 
 /// The connection's message ids, "ID:<connection id>-<producer>-<n>":
@@ -100,8 +126,8 @@ impl Writer {
             send_timeout,
             socket: Mutex::new(socket),
             state: Mutex::new(State {
-                buf: BytesMut::with_capacity(64 * 1024),
-                spare: BytesMut::with_capacity(64 * 1024),
+                buf: BytesMut::with_capacity(KEPT_CAPACITY),
+                spare: BytesMut::with_capacity(KEPT_CAPACITY),
                 writing: false,
                 generation: 0,
                 flusher_waiting: false,
@@ -322,7 +348,18 @@ impl Writer {
                     return;
                 }
                 s.flusher_waiting = true;
-                s = self.data.wait(s).unwrap_or_else(|p| p.into_inner());
+                if !s.has_grown() {
+                    s = self.data.wait(s).unwrap_or_else(|p| p.into_inner());
+                    continue;
+                }
+                s = self
+                    .data
+                    .wait_timeout(s, SHRINK_AFTER)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+                if !s.writing && s.last_write.elapsed() >= SHRINK_AFTER {
+                    s.shrink();
+                }
             }
             if s.buf.is_empty() || s.generation != generation {
                 return;
@@ -413,6 +450,63 @@ mod tests {
             assert_eq!(n, next[sender], "sender {sender} out of order");
             next[sender] += 1;
         }
+    }
+
+    /// A burst grows the buffers up to the bound; a second without a
+    /// write gives that memory back, and the connection writes on.
+    #[test]
+    fn a_burst_grows_the_buffers_and_idleness_gives_it_back() {
+        use std::io::Read;
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let socket = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        let writer = Arc::new(Writer::new(
+            Duration::from_secs(1),
+            WriteHalf::Plain(socket),
+        ));
+        let flusher = {
+            let w = writer.clone();
+            std::thread::spawn(move || w.run_flusher())
+        };
+        let reader = std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            peer.read_to_end(&mut bytes).unwrap();
+            bytes.len()
+        });
+        let capacity = |w: &Writer| {
+            let s = w.lock();
+            s.buf.capacity().max(s.spare.capacity())
+        };
+        let send = |bytes: &[u8]| {
+            writer
+                .send_with(FrameKind::Send, 0, |d| {
+                    d.extend_from_slice(bytes);
+                    Ok(())
+                })
+                .unwrap()
+        };
+        // A frame of twice the bound goes in whole.
+        let big = vec![7u8; 2 * MAX_BUFFERED];
+        send(&big);
+        let mut grown = capacity(&writer);
+        for n in 0u32..20_000 {
+            send(&n.to_be_bytes());
+            grown = grown.max(capacity(&writer));
+        }
+        assert!(grown >= 2 * MAX_BUFFERED, "grew to {grown}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while capacity(&writer) > KEPT_CAPACITY {
+            assert!(Instant::now() < deadline, "still {}", capacity(&writer));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        send(b"after");
+        writer.close();
+        flusher.join().unwrap();
+        drop(writer);
+        let frames = 1 + 20_000 + 1;
+        let expected = frames * HEADER_LEN + big.len() + 20_000 * 4 + 5;
+        assert_eq!(reader.join().unwrap(), expected);
     }
 
     #[test]
