@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use herald_client::{AckMode, ConnectionFactory, Destination, FactoryConfig, Message, Value};
+use herald_client::{AckMode, Body, ConnectionFactory, Destination, FactoryConfig, Message, Value};
 use herald_tests::*;
 
 #[test]
@@ -140,4 +140,37 @@ fn the_blocking_iterator_yields_in_order_and_ends_with_the_connection() {
     closer.join().unwrap();
     // A deadline in the past returns at once.
     assert!(consumer.receive_until(Instant::now()).is_err());
+}
+
+/// Bodies from a byte to most of a megabyte, back to back: the reader's
+/// reads cut frames anywhere, and a connection whose reads fill the first
+/// buffer reads more at a time. Every body arrives whole and in order.
+#[test]
+fn bodies_of_every_size_arrive_whole_and_in_order() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let topic = Destination::topic("sizes");
+    let consumer = s.create_consumer(&topic).unwrap();
+    let producer = s.create_producer(&topic).unwrap();
+    let sizes = [1, 70_000, 3, 300_000, 65_536, 5_000, 262_100, 900_000, 17];
+    let body =
+        |n: usize, size: usize| -> Vec<u8> { (0..size).map(|i| (i * 7 + n) as u8).collect() };
+    let count = 4 * sizes.len();
+    for n in 0..count {
+        producer
+            .send(Message::bytes(body(n, sizes[n % sizes.len()])))
+            .unwrap();
+    }
+    for n in 0..count {
+        let m = next(&consumer);
+        let Body::Bytes(got) = &m.body else {
+            panic!("message {n}: {:?}", m.body)
+        };
+        assert!(
+            got[..] == body(n, sizes[n % sizes.len()])[..],
+            "message {n}: {} bytes",
+            got.len()
+        );
+    }
+    assert_nothing(&consumer);
 }

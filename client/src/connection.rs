@@ -597,6 +597,15 @@ fn read_loop(inner: Arc<Inner>, mut stream: ReadHalf, mut buf: BytesMut, heartbe
     }
 }
 
+/// What the reader asks the socket for at first, and, once a read has
+/// filled that, at most: each read of a stream of deliveries costs a
+/// system call and one of TCP's window updates to the server, and reading
+/// 256 KiB instead of 64 KiB at a time cut the client's CPU per message
+/// by about a tenth (docs/performance.md). A quiet connection keeps the
+/// smaller buffer.
+const FIRST_READ: usize = 64 * 1024;
+const MAX_READ: usize = 256 * 1024;
+
 /// Decodes, dispatches and keeps the heart beating until the session
 /// ends.
 fn serve(
@@ -618,7 +627,7 @@ fn serve(
     let mut deadline_check = Instant::now();
     let mut last_read = Instant::now();
     let mut last_ping = Instant::now();
-    let mut scratch = vec![0u8; 64 * 1024];
+    let mut scratch = vec![0u8; FIRST_READ];
     let mut last = LastConsumer::default();
     // Frames that came with CONNECTED.
     if let Err(lost) = dispatch_all(inner, &decoder, buf, &mut last) {
@@ -645,6 +654,11 @@ fn serve(
             Ok(n) => {
                 last_read = Instant::now();
                 buf.extend_from_slice(&scratch[..n]);
+                if n == scratch.len() && n < MAX_READ {
+                    // More was waiting: a busy connection reads more at a
+                    // time.
+                    scratch.resize(MAX_READ, 0);
+                }
                 if let Err(lost) = dispatch_all(inner, &decoder, buf, &mut last) {
                     return lost;
                 }
