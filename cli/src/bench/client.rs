@@ -2,7 +2,8 @@
 //! 1 → 1 on a herald-server that the bench starts, in alternating rounds:
 //! once with the Rust client at both ends (as `--mode throughput`), once
 //! with a raw driver (a publisher writing ready-made SEND frames in 64 KiB
-//! writes, a subscriber counting MESSAGE frames off a plain socket). For
+//! writes, their message ids as long as the client's, a subscriber
+//! counting MESSAGE frames off a plain socket). For
 //! each: messages per second, and the CPU time per message of this
 //! process (both ends) and of the server, read from /proc. The targets
 //! (issue 29): the client within 10 % of the raw driver, and its CPU per
@@ -100,6 +101,17 @@ pub fn run(plan: &Plan) -> Result<()> {
         println!("pinned: the server to vCPU 0, this process to vCPU 1");
     }
     let factory = ConnectionFactory::new(&format!("herald://{}", server.addr))?;
+    // The driver's messages as long as the client's: the connection's id,
+    // the producer's number and a number of as many digits as most of the
+    // run's, so that the server carries the same bytes for both.
+    let message_id = format!(
+        "ID:{}-1-{}",
+        factory.create_connection()?.connection_id(),
+        plan.count / 2
+    );
+    println!(
+        "the raw driver's messages carry the id {message_id}, as long as most of the client's"
+    );
     let (mut client, mut driver) = (Vec::new(), Vec::new());
     for _ in 0..plan.rounds {
         client.push(timed(pid, plan.count, || {
@@ -108,7 +120,13 @@ pub fn run(plan: &Plan) -> Result<()> {
             Ok(report.deliveries_per_sec())
         })?);
         driver.push(timed(pid, plan.count, || {
-            raw::drive(server.addr, Wire::Herald, (plan.size, plan.count), 1)
+            raw::drive(
+                server.addr,
+                Wire::Herald,
+                (plan.size, plan.count),
+                1,
+                &message_id,
+            )
         })?);
         let last = driver.last().map_or(0.0, |r| r.rate);
         println!("raw driver 1 -> 1, {} B: {last:.0} msgs/s", plan.size);

@@ -292,6 +292,10 @@ pub(crate) fn parse_duration(text: &str) -> std::result::Result<Duration, String
 /// as lost.
 const STALL: Duration = Duration::from_secs(3);
 
+/// The raw driver's message id where it measures the server alone: short,
+/// as a NATS message has none.
+const RAW_ID: &str = "ID:raw-driver";
+
 pub fn run(target: &Target, args: Args) -> Result<()> {
     if args.size < 16 {
         return Err(Error::InvalidArgument(format!(
@@ -572,8 +576,8 @@ fn compare(
         let (mut h_rates, mut n_rates) = (vec![], vec![]);
         for _ in 0..args.rounds {
             let load = (args.size, args.count);
-            let h = raw::drive(herald_addr, raw::Wire::Herald, load, subscribers)?;
-            let n = raw::drive(nats_addr, raw::Wire::Nats, load, subscribers)?;
+            let h = raw::drive(herald_addr, raw::Wire::Herald, load, subscribers, RAW_ID)?;
+            let n = raw::drive(nats_addr, raw::Wire::Nats, load, subscribers, RAW_ID)?;
             println!("raw driver 1 -> {subscribers}: herald {h:.0}, nats {n:.0} deliveries/s");
             h_rates.push(h);
             n_rates.push(n);

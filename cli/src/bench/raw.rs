@@ -235,11 +235,13 @@ impl Raw {
 /// a thread of its own. Deliveries per second, from the first write to
 /// the last arrival. Nothing in it costs per message but the parse that
 /// finds each message's end, so the server's cost is what it measures.
+/// Herald's messages carry `message_id` (NATS's have none).
 pub fn drive(
     addr: SocketAddr,
     wire: Wire,
     (size, count): (usize, u64),
     subscribers: usize,
+    message_id: &str,
 ) -> Result<f64> {
     let topic = super::bench_topic("raw");
     let mut counting = Vec::with_capacity(subscribers);
@@ -264,7 +266,7 @@ pub fn drive(
         }));
     }
     let mut publisher = Raw::open(addr, wire)?;
-    let frame = message_frame(wire, &topic, size)?;
+    let frame = message_frame(wire, &topic, size, message_id)?;
     let per_batch = (64 * 1024 / frame.len()).max(1) as u64;
     let batch = frame.repeat(per_batch as usize);
     let began = std::time::Instant::now();
@@ -282,7 +284,7 @@ pub fn drive(
 }
 
 /// One message of `size` bytes to `topic`, as `wire` sends it.
-fn message_frame(wire: Wire, topic: &str, size: usize) -> Result<BytesMut> {
+fn message_frame(wire: Wire, topic: &str, size: usize, message_id: &str) -> Result<BytesMut> {
     let body = vec![7u8; size];
     let mut frame = BytesMut::new();
     match wire {
@@ -294,7 +296,7 @@ fn message_frame(wire: Wire, topic: &str, size: usize) -> Result<BytesMut> {
         Wire::Herald => {
             let mut message = herald_client::Message::bytes(bytes::Bytes::from(body));
             message.set_destination(Some(herald_client::Destination::topic(topic)));
-            message.set_message_id("ID:raw-driver");
+            message.set_message_id(message_id);
             herald_protocol::codec::encode_frame(&mut frame, FrameKind::Send, 0, |d| {
                 message.encode(d)
             })
