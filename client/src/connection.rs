@@ -31,7 +31,7 @@ use crate::factory::FactoryConfig;
 use crate::session::{AckMode, Session, SessionShared};
 use crate::sync::{lock, read, write};
 use crate::transport::ReadHalf;
-use crate::writer::{MessageIds, Writer};
+use crate::writer::{MessageIds, Writer, SHRINK_AFTER};
 
 type ExceptionListener = Box<dyn FnMut(Error) + Send>;
 /// Called with the answer to a request: on the reader thread, or on the
@@ -573,11 +573,12 @@ impl Lost {
 
 /// The reader thread: serves one session with a server after another,
 /// failing over between them when the connection is set to.
-fn read_loop(inner: Arc<Inner>, mut stream: ReadHalf, mut buf: BytesMut, heartbeat: Duration) {
+fn read_loop(inner: Arc<Inner>, mut stream: ReadHalf, buf: BytesMut, heartbeat: Duration) {
     let _ = inner.reader_thread.set(std::thread::current().id());
     let mut heartbeat = heartbeat;
+    let mut inbox = Inbox::new(buf);
     loop {
-        let lost = serve(&inner, &mut stream, &mut buf, heartbeat);
+        let lost = serve(&inner, &mut stream, &mut inbox, heartbeat);
         let fails_over = inner.config.reconnect_attempts > 0 && lost.resumable;
         if !fails_over || inner.closing.load(Ordering::Acquire) {
             inner.end(lost.why);
@@ -586,7 +587,7 @@ fn read_loop(inner: Arc<Inner>, mut stream: ReadHalf, mut buf: BytesMut, heartbe
         match failover(&inner, &lost.why.why) {
             Ok((reader, leftover, interval)) => {
                 stream = reader;
-                buf = leftover;
+                inbox.buf = leftover;
                 heartbeat = interval;
             }
             Err(why) => {
@@ -606,12 +607,52 @@ fn read_loop(inner: Arc<Inner>, mut stream: ReadHalf, mut buf: BytesMut, heartbe
 const FIRST_READ: usize = 64 * 1024;
 const MAX_READ: usize = 256 * 1024;
 
+/// The reader's buffers: the scratch space the socket is read into and
+/// the bytes read and not yet decoded. What a busy stretch or a large
+/// message grew them to is given back once the connection has read
+/// nothing for `SHRINK_AFTER`.
+struct Inbox {
+    scratch: Vec<u8>,
+    buf: BytesMut,
+}
+
+impl Inbox {
+    fn new(buf: BytesMut) -> Inbox {
+        Inbox {
+            scratch: vec![0u8; FIRST_READ],
+            buf,
+        }
+    }
+
+    /// Reads once from `stream` onto the undecoded bytes.
+    fn read(&mut self, stream: &mut impl Read) -> io::Result<usize> {
+        let n = stream.read(&mut self.scratch)?;
+        self.buf.extend_from_slice(&self.scratch[..n]);
+        if n == self.scratch.len() && n < MAX_READ {
+            // More was waiting: a busy connection reads more at a time.
+            self.scratch.resize(MAX_READ, 0);
+        }
+        Ok(n)
+    }
+
+    /// Nothing was read for a while: back to the first sizes (the bytes
+    /// of a frame not yet whole are kept).
+    fn idle(&mut self) {
+        if self.scratch.len() > FIRST_READ {
+            self.scratch = vec![0u8; FIRST_READ];
+        }
+        if self.buf.capacity() > FIRST_READ && self.buf.len() <= FIRST_READ {
+            self.buf = BytesMut::from(&self.buf[..]);
+        }
+    }
+}
+
 /// Decodes, dispatches and keeps the heart beating until the session
 /// ends.
 fn serve(
     inner: &Arc<Inner>,
     stream: &mut ReadHalf,
-    buf: &mut BytesMut,
+    inbox: &mut Inbox,
     heartbeat: Duration,
 ) -> Lost {
     let decoder = Decoder::new(MAX_INBOUND_FRAME);
@@ -627,10 +668,9 @@ fn serve(
     let mut deadline_check = Instant::now();
     let mut last_read = Instant::now();
     let mut last_ping = Instant::now();
-    let mut scratch = vec![0u8; FIRST_READ];
     let mut last = LastConsumer::default();
     // Frames that came with CONNECTED.
-    if let Err(lost) = dispatch_all(inner, &decoder, buf, &mut last) {
+    if let Err(lost) = dispatch_all(inner, &decoder, &mut inbox.buf, &mut last) {
         return lost;
     }
     loop {
@@ -649,17 +689,11 @@ fn serve(
                 return Lost::network(format!("cannot configure the socket: {e}"));
             }
         }
-        match stream.read(&mut scratch) {
+        match inbox.read(stream) {
             Ok(0) => return Lost::network("the server closed the connection".to_owned()),
-            Ok(n) => {
+            Ok(_) => {
                 last_read = Instant::now();
-                buf.extend_from_slice(&scratch[..n]);
-                if n == scratch.len() && n < MAX_READ {
-                    // More was waiting: a busy connection reads more at a
-                    // time.
-                    scratch.resize(MAX_READ, 0);
-                }
-                if let Err(lost) = dispatch_all(inner, &decoder, buf, &mut last) {
+                if let Err(lost) = dispatch_all(inner, &decoder, &mut inbox.buf, &mut last) {
                     return lost;
                 }
                 inner.flush_lazy_acks();
@@ -674,6 +708,9 @@ fn serve(
             Err(e) => return Lost::network(format!("read failed: {e}")),
         }
         let now = Instant::now();
+        if now.duration_since(last_read) >= SHRINK_AFTER {
+            inbox.idle();
+        }
         if shortest != 0 && now.duration_since(deadline_check) >= every {
             deadline_check = now;
             inner.check_deadlines(now);
@@ -927,5 +964,45 @@ impl std::fmt::Debug for Connection {
             .field("client_id", &self.client_id())
             .field("closed", &self.is_closed())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A stream fills the first scratch buffer, so the reads grow to the
+    /// larger one; a second without reading gives back both buffers'
+    /// growth and keeps the part of a frame not yet whole.
+    #[test]
+    fn the_inbox_grows_for_a_stream_and_shrinks_when_idle() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut writer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut reader, _) = listener.accept().unwrap();
+        let sent: Vec<u8> = (0..3 * MAX_READ).map(|i| (i % 251) as u8).collect();
+        let feeding = {
+            let sent = sent.clone();
+            std::thread::spawn(move || writer.write_all(&sent).map(|()| writer))
+        };
+        let mut inbox = Inbox::new(BytesMut::new());
+        while inbox.buf.len() < sent.len() {
+            assert!(inbox.read(&mut reader).unwrap() > 0);
+        }
+        let _writer = feeding.join().unwrap().unwrap();
+        assert_eq!(&inbox.buf[..], &sent[..]);
+        assert_eq!(inbox.scratch.len(), MAX_READ);
+        // All decoded but a frame's first 100 bytes.
+        inbox.buf.clear();
+        inbox.buf.extend_from_slice(&sent[..100]);
+        assert!(inbox.buf.capacity() > FIRST_READ);
+        inbox.idle();
+        assert_eq!(inbox.scratch.len(), FIRST_READ);
+        assert!(
+            inbox.buf.capacity() <= FIRST_READ,
+            "{}",
+            inbox.buf.capacity()
+        );
+        assert_eq!(&inbox.buf[..], &sent[..100]);
     }
 }

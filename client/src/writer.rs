@@ -37,7 +37,10 @@ const MAX_BUFFERED: usize = 1 << 20;
 /// Each buffer's capacity when idle: what a burst or a large message grew
 /// it to beyond this is given back after `SHRINK_AFTER` without a write.
 const KEPT_CAPACITY: usize = 64 * 1024;
-const SHRINK_AFTER: Duration = Duration::from_secs(1);
+
+/// How long a connection's writer or reader has nothing to do before it
+/// gives back what its buffers grew to.
+pub(crate) const SHRINK_AFTER: Duration = Duration::from_secs(1);
 
 /// A frame sent this long after the last write is a lone one: its sender
 /// writes it itself. Shorter gaps mean a stream, which the flusher batches.
