@@ -174,3 +174,59 @@ fn bodies_of_every_size_arrive_whole_and_in_order() {
     }
     assert_nothing(&consumer);
 }
+
+/// A consumer nobody reads holds at most `pending_bytes` of bodies (and
+/// always one message, however large): the rest is dropped and counted,
+/// and what is read makes room again.
+#[test]
+fn a_consumer_holds_at_most_pending_bytes_of_bodies() {
+    let server = start();
+    let factory = ConnectionFactory::from_config(FactoryConfig {
+        url: format!("herald://{}", server.local_addr()),
+        pending_bytes: 100_000,
+        ..FactoryConfig::default()
+    })
+    .unwrap();
+    let connection = factory.create_connection().unwrap();
+    let s = connection.create_session(AckMode::Auto).unwrap();
+    let topic = Destination::topic("heavy");
+    let consumer = s.create_consumer(&topic).unwrap();
+    let producer = s.create_producer(&topic).unwrap();
+    let numbered = |n: u8, size: usize| Message::bytes(vec![n; size]);
+    for n in 0..10 {
+        producer.send_with_receipt(numbered(n, 30_000)).unwrap();
+    }
+    // 3 × 30,000 fit in 100,000; the other 7 do not.
+    wait_until("seven are dropped", || consumer.dropped() == 7);
+    for n in 0..3 {
+        let Body::Bytes(b) = next(&consumer).body else {
+            panic!()
+        };
+        assert_eq!((b.len(), b[0]), (30_000, n));
+    }
+    assert_nothing(&consumer);
+    // Emptied, it takes one larger than the whole limit, then nothing more.
+    producer.send_with_receipt(numbered(20, 200_000)).unwrap();
+    producer.send_with_receipt(numbered(21, 10)).unwrap();
+    wait_until("the small one after it is dropped", || {
+        consumer.dropped() == 8
+    });
+    let Body::Bytes(b) = next(&consumer).body else {
+        panic!()
+    };
+    assert_eq!((b.len(), b[0]), (200_000, 20));
+    assert_nothing(&consumer);
+
+    let refused = ConnectionFactory::from_config(FactoryConfig {
+        pending_bytes: 0,
+        ..FactoryConfig::default()
+    });
+    let Err(e) = refused else {
+        panic!("a limit of 0 was taken")
+    };
+    assert!(
+        e.to_string()
+            .contains("pending_bytes must be greater than 0"),
+        "{e}"
+    );
+}

@@ -2,9 +2,9 @@
 //! `receive(timeout)`.
 //!
 //! Without a listener, messages wait in the consumer's own queue, at most
-//! `pending_messages` of them; past that new ones are dropped and counted
-//! ([`Consumer::dropped`]), so a consumer nobody reads cannot grow without
-//! bound. With a listener, the connection's reader thread calls it for each
+//! `pending_messages` of them and `pending_bytes` of their bodies; past
+//! that new ones are dropped and counted ([`Consumer::dropped`]), so a
+//! consumer nobody reads cannot grow without bound. With a listener, the connection's reader thread calls it for each
 //! message in order; a listener that panics is logged and the reader goes on.
 
 use std::collections::{HashMap, VecDeque};
@@ -14,7 +14,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use herald_protocol::frame::{Settle, Subscribe, Unsubscribe};
-use herald_protocol::{Destination, Frame, Message};
+use herald_protocol::{Body, Destination, Frame, Message, Value};
 
 use crate::connection::Inner;
 use crate::error::{Error, Result};
@@ -28,7 +28,37 @@ const FOREVER: Duration = Duration::from_secs(24 * 3600);
 
 struct Queue {
     messages: VecDeque<Message>,
+    /// What the messages weigh against `pending_bytes` ([`weight`]).
+    bytes: usize,
     closed: bool,
+}
+
+impl Queue {
+    fn pop_front(&mut self) -> Option<Message> {
+        let m = self.messages.pop_front()?;
+        self.bytes -= weight(&m);
+        Some(m)
+    }
+
+    fn take_all(&mut self) -> VecDeque<Message> {
+        self.bytes = 0;
+        std::mem::take(&mut self.messages)
+    }
+}
+
+/// What a waiting message counts against `pending_bytes`: its body's
+/// bytes (a map's names and string values, and eight for any other value).
+fn weight(m: &Message) -> usize {
+    let value = |v: &Value| match v {
+        Value::String(s) => s.len(),
+        _ => 8,
+    };
+    match &m.body {
+        Body::Empty => 0,
+        Body::Bytes(b) => b.len(),
+        Body::Text(t) => t.len(),
+        Body::Map(entries) => entries.iter().map(|(k, v)| k.len() + value(v)).sum(),
+    }
 }
 
 /// The part of a consumer the reader thread delivers to.
@@ -38,7 +68,8 @@ pub(crate) struct ConsumerShared {
     listener: Mutex<Option<Listener>>,
     queue: Mutex<Queue>,
     ready: Condvar,
-    limit: usize,
+    /// `pending_messages` and `pending_bytes`.
+    limit: (usize, usize),
     dropped: AtomicU64,
     /// The session, for consumers whose deliveries the server tracks.
     session: Option<Arc<SessionShared>>,
@@ -116,7 +147,7 @@ fn call(listener: &mut Listener, message: Message) -> bool {
 
 impl ConsumerShared {
     pub(crate) fn new(
-        limit: usize,
+        limit: (usize, usize),
         session: Option<Arc<SessionShared>>,
         subscribe: Option<Subscribe>,
         deadline: Option<Duration>,
@@ -125,6 +156,7 @@ impl ConsumerShared {
             listener: Mutex::new(None),
             queue: Mutex::new(Queue {
                 messages: VecDeque::new(),
+                bytes: 0,
                 closed: false,
             }),
             ready: Condvar::new(),
@@ -205,7 +237,11 @@ impl ConsumerShared {
             return;
         }
         let mut q = lock(&self.queue);
-        if q.messages.len() >= self.limit {
+        let weight = weight(&message);
+        let (messages, bytes) = self.limit;
+        let full = q.messages.len() >= messages
+            || (!q.messages.is_empty() && q.bytes.saturating_add(weight) > bytes);
+        if full {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             drop(q);
             // A tracked message is not lost: the server redelivers it.
@@ -221,12 +257,13 @@ impl ConsumerShared {
             .rposition(|m| m.priority >= message.priority)
             .map_or(0, |i| i + 1);
         q.messages.insert(at, message);
+        q.bytes += weight;
         self.ready.notify_one();
     }
 
     /// Takes every queued message (browsing, recovery).
     pub(crate) fn take_all(&self) -> Vec<Message> {
-        lock(&self.queue).messages.drain(..).collect()
+        lock(&self.queue).take_all().into()
     }
 
     /// No more messages will come; wakes every `receive`.
@@ -273,7 +310,7 @@ impl Consumer {
     ) -> Result<()> {
         let mut listener: Listener = Box::new(listener);
         let mut slot = lock(&self.shared.listener);
-        let waiting = std::mem::take(&mut lock(&self.shared.queue).messages);
+        let waiting = lock(&self.shared.queue).take_all();
         // The reader thread waits on `slot` meanwhile: these listener
         // calls must not wait for anything it reads.
         self.inner.as_listener(|| {
@@ -298,7 +335,7 @@ impl Consumer {
         let mut q = lock(&self.shared.queue);
         let mut flushed = false;
         loop {
-            if let Some(m) = q.messages.pop_front() {
+            if let Some(m) = q.pop_front() {
                 drop(q);
                 if let Some(s) = &self.shared.session {
                     s.handing_out(m.delivery_id, self.id);

@@ -50,6 +50,10 @@ pub struct FactoryConfig {
     /// Messages a consumer without a listener buffers.
     #[serde(default = "defaults::pending_messages")]
     pub pending_messages: usize,
+    /// Bytes of message bodies a consumer without a listener buffers; it
+    /// always takes one message, however large.
+    #[serde(default = "defaults::pending_bytes")]
+    pub pending_bytes: usize,
     /// Failover: times a lost connection is dialled again (every server,
     /// in order, each time) before it is given up; 0 = never.
     #[serde(default)]
@@ -80,6 +84,7 @@ impl Default for FactoryConfig {
             heartbeat_ms: defaults::heartbeat_ms(),
             request_timeout_ms: defaults::request_timeout_ms(),
             pending_messages: defaults::pending_messages(),
+            pending_bytes: defaults::pending_bytes(),
             reconnect_attempts: 0,
             reconnect_delay_ms: defaults::reconnect_delay_ms(),
             reconnect_max_delay_ms: defaults::reconnect_max_delay_ms(),
@@ -100,6 +105,9 @@ mod defaults {
     }
     pub fn pending_messages() -> usize {
         65_536
+    }
+    pub fn pending_bytes() -> usize {
+        64 << 20
     }
     pub fn reconnect_delay_ms() -> u64 {
         100
@@ -192,6 +200,7 @@ impl ConnectionFactory {
             ("connect_timeout_ms", config.connect_timeout_ms),
             ("request_timeout_ms", config.request_timeout_ms),
             ("pending_messages", config.pending_messages as u64),
+            ("pending_bytes", config.pending_bytes as u64),
             ("reconnect_delay_ms", config.reconnect_delay_ms),
             ("reconnect_max_delay_ms", config.reconnect_max_delay_ms),
             ("send_timeout_ms", config.send_timeout_ms),
@@ -428,6 +437,7 @@ mod tests {
         let f = ConnectionFactory::lookup(path, "default").unwrap();
         assert_eq!(f.address(), "127.0.0.1:7777");
         assert_eq!(f.config().heartbeat_ms, 30_000);
+        assert_eq!(f.config().pending_bytes, 64 << 20);
         let fast = ConnectionFactory::lookup(path, "local-fast").unwrap();
         assert_eq!(fast.config().request_timeout_ms, 2000);
         let e = ConnectionFactory::lookup(path, "nope")
@@ -453,6 +463,10 @@ mod tests {
             (
                 "[factories.a]\nurl = \"herald://h\"\nrequest_timeout_ms = 0\n",
                 "request_timeout_ms",
+            ),
+            (
+                "[factories.a]\nurl = \"herald://h\"\npending_bytes = -1\n",
+                "pending_bytes",
             ),
             ("[factories.a]\nurl = \"nats://h\"\n", "herald://"),
         ] {

@@ -504,7 +504,7 @@ impl Session {
             best_effort: options.best_effort,
         };
         let consumer = Arc::new(ConsumerShared::new(
-            inner.config.pending_messages,
+            (inner.config.pending_messages, inner.config.pending_bytes),
             tracked.then(|| self.shared.clone()),
             Some(subscribe.clone()),
             options.deadline,
@@ -712,7 +712,12 @@ impl QueueBrowser {
     pub fn messages(&self) -> Result<Vec<Message>> {
         let inner = &self.inner;
         let id = inner.next_subscription_id();
-        let snapshot = Arc::new(ConsumerShared::new(usize::MAX, None, None, None));
+        let snapshot = Arc::new(ConsumerShared::new(
+            (usize::MAX, usize::MAX),
+            None,
+            None,
+            None,
+        ));
         inner.consumers.insert(id, snapshot.clone());
         let frame = Frame::Browse(Browse {
             subscription_id: id,
