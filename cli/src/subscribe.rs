@@ -95,7 +95,9 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
     eprintln!("subscribed to {destination}");
     let mut seen = 0;
     let mut last = Instant::now();
+    let mut dropped = Dropped::default();
     while args.count.is_none_or(|n| seen < n) {
+        dropped.report(consumer.dropped(), false);
         while let Ok(e) = lost_rx.try_recv() {
             match e {
                 // News of a failover, not its end.
@@ -118,8 +120,37 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
             None => {}
         }
     }
+    dropped.report(consumer.dropped(), true);
     session.close()?;
     connection.close()
+}
+
+/// Says on stderr, at most once a second and once more at the end, how
+/// many messages the client dropped because they came faster than this
+/// printed them: a silent gap would look like the server's loss.
+#[derive(Default)]
+struct Dropped {
+    told: u64,
+    at: Option<Instant>,
+}
+
+impl Dropped {
+    fn report(&mut self, dropped: u64, last: bool) {
+        let due = last
+            || self
+                .at
+                .is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
+        if dropped > self.told && due {
+            eprintln!(
+                "herald: {dropped} message(s) dropped so far: they came faster than this printed \
+                 them and the client holds at most pending_messages of them, and pending_bytes of \
+                 their bodies (config/client.toml); a topic's are lost to this subscriber, a \
+                 queue's come again"
+            );
+            self.told = dropped;
+            self.at = Some(Instant::now());
+        }
+    }
 }
 
 /// `herald browse QUEUE [--selector EXPR]`.

@@ -1084,3 +1084,53 @@ fn a_refusal_is_named_in_words_and_its_code_shown_with_verbose() {
     let e = fails(herald().args(["--server", &url, "-v", "pub", "news.x", "y"]));
     assert!(e.trim_end().ends_with("(server error code 10)"), "{e}");
 }
+
+#[test]
+fn sub_says_how_many_messages_its_client_dropped() {
+    let server = start();
+    let url = format!("herald://{}", server.local_addr());
+    let dir = temp_dir("sub-dropped");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("client.toml");
+    std::fs::write(
+        &config,
+        format!("[factories.tight]\nurl = \"{url}\"\npending_messages = 1\n"),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let (sub, mut err) = subscribed(&[
+        "--client-config",
+        config,
+        "--factory",
+        "tight",
+        "sub",
+        "burst",
+        "--timeout",
+        "1s",
+    ]);
+    run_ok(&["--server", &url, "pub", "burst", "x", "--count", "2000"]);
+    let out = sub.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let printed = String::from_utf8(out.stdout).unwrap().lines().count() as u64;
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut err, &mut said).unwrap();
+    // The last report counts every message that did not print.
+    let dropped = said
+        .lines()
+        .rev()
+        .find_map(|l| {
+            l.strip_prefix("herald: ")?
+                .split(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap_or(0);
+    assert!(
+        dropped > 0,
+        "one waiting message at most, 2,000 in a burst: {said}"
+    );
+    assert_eq!(printed + dropped, 2000, "{said}");
+    assert!(said.contains("pending_messages"), "{said}");
+    let _ = std::fs::remove_dir_all(dir);
+}
