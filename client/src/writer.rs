@@ -394,17 +394,17 @@ fn keep_plain_sends(buf: &[u8]) -> BytesMut {
 mod tests {
     use super::*;
     use herald_protocol::codec::encode_frame;
+    use std::io::Read;
+    use std::net::TcpStream;
+    use std::sync::Arc;
+    use std::thread::JoinHandle;
 
-    /// Senders that write lone frames themselves and a flusher that
-    /// batches streams share the socket: every frame arrives, each
-    /// sender's in its order.
-    #[test]
-    fn frames_from_many_senders_arrive_whole_and_in_order() {
-        use std::io::Read;
-        use std::sync::Arc;
+    /// A writer to a socket over loopback with its flusher running, and
+    /// the socket's other end.
+    fn writer_with_flusher() -> (Arc<Writer>, JoinHandle<()>, TcpStream) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let socket = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (mut peer, _) = listener.accept().unwrap();
+        let socket = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (peer, _) = listener.accept().unwrap();
         let writer = Arc::new(Writer::new(
             Duration::from_secs(1),
             WriteHalf::Plain(socket),
@@ -413,6 +413,15 @@ mod tests {
             let w = writer.clone();
             std::thread::spawn(move || w.run_flusher())
         };
+        (writer, flusher, peer)
+    }
+
+    /// Senders that write lone frames themselves and a flusher that
+    /// batches streams share the socket: every frame arrives, each
+    /// sender's in its order.
+    #[test]
+    fn frames_from_many_senders_arrive_whole_and_in_order() {
+        let (writer, flusher, mut peer) = writer_with_flusher();
         const SENDERS: u32 = 4;
         const EACH: u32 = 5_000;
         let senders: Vec<_> = (0..SENDERS)
@@ -459,19 +468,7 @@ mod tests {
     /// write gives that memory back, and the connection writes on.
     #[test]
     fn a_burst_grows_the_buffers_and_idleness_gives_it_back() {
-        use std::io::Read;
-        use std::sync::Arc;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let socket = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (mut peer, _) = listener.accept().unwrap();
-        let writer = Arc::new(Writer::new(
-            Duration::from_secs(1),
-            WriteHalf::Plain(socket),
-        ));
-        let flusher = {
-            let w = writer.clone();
-            std::thread::spawn(move || w.run_flusher())
-        };
+        let (writer, flusher, mut peer) = writer_with_flusher();
         let reader = std::thread::spawn(move || {
             let mut bytes = Vec::new();
             peer.read_to_end(&mut bytes).unwrap();
