@@ -57,7 +57,10 @@ if [ "$FUZZ_RUNS" -gt 0 ]; then
   done
 fi
 
-cargo build --locked --bins
+# The drills and the interoperability tests run the binaries that `cargo
+# test --workspace` built for the end-to-end tests, in target/debug (a
+# `cargo build` would build them again: without the dev-dependencies its
+# features differ, a minute on 2 cores).
 echo "== cluster fault drills (short ones: scripts/cluster-drill.sh)"
 scripts/cluster-drill.sh --duration 24 --rate 200 --bin target/debug
 scripts/cluster-drill.sh --duration 24 --rate 200 --bin target/debug --redis-cluster
