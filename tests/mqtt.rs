@@ -173,6 +173,51 @@ fn a_persistent_session_keeps_its_subscriptions_and_their_messages_while_away() 
 }
 
 #[test]
+fn subscribing_again_on_a_resumed_session_delivers_what_it_kept_once() {
+    let server = start();
+    for (version, qos) in [
+        (Version::V311, QoS::ExactlyOnce),
+        (Version::V5, QoS::ExactlyOnce),
+        (Version::V311, QoS::AtLeastOnce),
+        (Version::V5, QoS::AtLeastOnce),
+    ] {
+        let mut connect = MqttClient::connect_packet(version, "dev3");
+        connect.clean = false;
+        if version == Version::V5 {
+            connect.properties = Properties(vec![Property::SessionExpiry(3600)]);
+        }
+        let (mut c, _) = MqttClient::connect_with(&server, connect.clone());
+        c.subscribe("plant3/#", qos);
+        c.disconnect();
+        let mut p = MqttClient::connected(&server, version, "p");
+        for i in 0..3 {
+            let publish = p.publish_packet("plant3/a", format!("{i}").as_bytes(), qos);
+            assert_eq!(p.publish(publish), 0);
+        }
+        // What mosquitto_sub -c and paho's on_connect do: subscribe again
+        // at once, while the kept messages come.
+        let (mut c, ack) = MqttClient::connect_with(&server, connect.clone());
+        assert!(ack.session_present);
+        c.subscribe("plant3/#", qos);
+        for i in 0..3 {
+            let got = c.receive();
+            assert_eq!(got.payload, format!("{i}"), "{version:?} {qos:?}");
+            assert!(!got.dup, "{version:?} {qos:?}: {got:?}");
+        }
+        assert!(
+            c.read_within(Duration::from_millis(500)).is_none(),
+            "{version:?} {qos:?}: a message came twice"
+        );
+        // A clean start ends the session for the next round.
+        c.disconnect();
+        connect.clean = true;
+        connect.properties = Properties::default();
+        MqttClient::connect_with(&server, connect).0.disconnect();
+        p.disconnect();
+    }
+}
+
+#[test]
 fn retained_messages_go_to_new_subscribers_flagged_and_an_empty_one_deletes() {
     let server = start();
     let mut p = MqttClient::connected(&server, Version::V5, "p");

@@ -268,7 +268,8 @@ impl MqttClient {
         assert_eq!(code, qos as u8, "SUBACK for {filter}");
     }
 
-    /// Subscribes to one filter; the SUBACK's code.
+    /// Subscribes to one filter; the SUBACK's code. Deliveries that come
+    /// first (a resumed session's) are kept for [`receive`](Self::receive).
     pub fn subscribe_with(&mut self, filter: &str, options: SubscribeOptions) -> u8 {
         let packet_id = self.packet_id();
         self.send(&Packet::Subscribe(Subscribe {
@@ -276,7 +277,7 @@ impl MqttClient {
             properties: Properties::default(),
             filters: vec![(filter.to_owned(), options)],
         }));
-        match self.read() {
+        match self.read_answer() {
             Some(Packet::SubAck(ack)) if ack.packet_id == packet_id => ack.codes[0],
             other => panic!("expected SUBACK, got {other:?}"),
         }

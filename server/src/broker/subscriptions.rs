@@ -274,6 +274,38 @@ impl Broker {
         }
     }
 
+    /// Gives a topic subscription that goes on the retained messages of
+    /// its `pattern` again, as a new one gets them (MQTT's SUBSCRIBE that
+    /// repeats a subscription with retain handling 0).
+    pub fn resend_retained(
+        &self,
+        handle: &SubscriptionHandle,
+        pattern: &Pattern,
+        sub: Subscriber,
+        out: &mut Deliveries,
+    ) {
+        let queue = match handle {
+            SubscriptionHandle::Topic { queue, .. } => queue.as_ref(),
+            SubscriptionHandle::Durable { queue, .. } => Some(queue),
+            SubscriptionHandle::Queue(_) => return,
+        };
+        for block in self.retained.kept_for(pattern, None) {
+            match queue {
+                None => out.push(sub, block),
+                // Kept messages are not persistent copies.
+                Some(q) => {
+                    let _ = self.enqueue(
+                        q,
+                        &block,
+                        (DeliveryMode::NonPersistent, Room::Refuse),
+                        &mut Written::default(),
+                        out,
+                    );
+                }
+            }
+        }
+    }
+
     /// Returns a delivery that never reached its subscriber.
     pub fn release(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) {
         let mut dispatches = Vec::new();

@@ -93,6 +93,29 @@ pub fn subscribe(
     Ok(())
 }
 
+/// Sends subscription `subscription_id`, which goes on, the retained
+/// messages of `pattern` (which it was made with) again.
+pub fn resend_retained(
+    subscription_id: u32,
+    pattern: &str,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) {
+    let handle = session
+        .traffic_ref()
+        .and_then(|t| t.subscriptions.get(&subscription_id));
+    let (Some(handle), Ok(pattern)) = (handle, Pattern::parse(pattern)) else {
+        return;
+    };
+    let subscriber = Subscriber {
+        conn: ctx.me,
+        subscription_id,
+    };
+    ctx.shared
+        .broker
+        .resend_retained(handle, &pattern, subscriber, ctx.deliveries);
+}
+
 /// Refuses a subscription the user lacks a permission for: `consume` on
 /// the destination, and `durable` for a durable one. A connection's own
 /// temporary queues and topics need none.

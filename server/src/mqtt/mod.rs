@@ -36,8 +36,8 @@ use crate::broker::SubscribeRequest;
 use crate::frontend::chunks::Chunks;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{
-    admit, check_id_length, publish, subscribe, take_over, Context, Flow, PacketIds, Published,
-    Refusal, TakeOver, Welcome,
+    admit, check_id_length, publish, resend_retained, subscribe, take_over, Context, Flow,
+    PacketIds, Published, Refusal, TakeOver, Welcome,
 };
 use crate::session::{Phase, Session};
 use crate::websocket;
@@ -534,6 +534,15 @@ fn subscribe_one(
         }
         None => String::new(),
     };
+    // [MQTT-3.8.4-3]: the same filter again replaces the subscription,
+    // losing nothing. One asked for on the same terms goes on as it is,
+    // with what it has in flight, which ending it would send again.
+    if let Some(number) = mqtt.same_subscription(filter, &options, identifier, &durable_name) {
+        if resumed == Resumed::No && options.retain_handling == 0 {
+            resend_retained(number, &pattern, session, ctx);
+        }
+        return Ok(options.qos);
+    }
     let existed = mqtt.end_subscription(filter, &durable_name, session, ctx);
     let limit = ctx
         .shared

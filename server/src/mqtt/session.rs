@@ -426,6 +426,29 @@ impl MqttSession {
     /// durable subscription unless that is named `keep` (a subscription
     /// to the same filter with the same options takes it over, with what
     /// it kept); whether there was one.
+    /// The number of the subscription to `filter` if it has these terms
+    /// (a Subscription Identifier aside, which it takes, unless it is in
+    /// a durable subscription's name).
+    pub(super) fn same_subscription(
+        &mut self,
+        filter: &str,
+        options: &SubscribeOptions,
+        identifier: Option<u32>,
+        durable_name: &str,
+    ) -> Option<u32> {
+        let ex = self.ex.as_deref_mut()?;
+        let number = *ex.numbers.get(filter)?;
+        let sub = ex.subs.get_mut(&number)?;
+        let same = sub.qos == options.qos
+            && sub.no_local == options.no_local
+            && sub.retain_as_published == options.retain_as_published
+            && sub.durable_name == durable_name;
+        if same {
+            sub.identifier = identifier;
+        }
+        same.then_some(number)
+    }
+
     pub(super) fn end_subscription(
         &mut self,
         filter: &str,
