@@ -87,7 +87,8 @@ fn a_damaged_journal_stops_the_server_until_told_to_recover_and_then_loses_one_m
     config.journal.recover_corrupt = true;
     let server = start_with(config);
     let health = call(&server, "GET", "/api/health", None, None).json();
-    assert_eq!(health["status"], "recovered_damage", "{health}");
+    assert_eq!(health["status"], "ok", "{health}");
+    assert_eq!(health["warnings"][0], "recovered_damage", "{health}");
     assert_eq!(health["journal"]["damaged_records_skipped"], 1, "{health}");
     let got = drain(&server, "big");
     assert_eq!(got.len(), 199, "one lost, every other one kept");
@@ -348,7 +349,11 @@ fn after_a_failed_sync_persistent_sends_fail_until_a_restart_and_health_says_so(
     let e = p.send_with_receipt(numbered(3)).unwrap_err();
     assert!(e.to_string().contains("could not sync"), "{e}");
     let health = call(&server, "GET", "/api/health", None, None).json();
-    assert_eq!(health["status"], "journal_stopped", "{health}");
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert_eq!(
+        health["reasons"][0]["reason"], "journal_stopped",
+        "{health}"
+    );
     // Non-persistent traffic goes on, and so do consumers.
     p.send_with_receipt(Message::text("m").with_property("n", 4))
         .unwrap();
@@ -414,7 +419,7 @@ fn below_the_free_space_floor_persistent_sends_are_refused_and_go_on_once_space_
     assert!(disk.room.load(Ordering::SeqCst) > 0, "never actually full");
     assert!(receipted.len() > 100, "{} receipted", receipted.len());
     let h = health(&server);
-    assert_eq!(h["status"], "disk_low", "{h}");
+    assert_eq!(h["reasons"][0]["reason"], "disk_low", "{h}");
     assert_eq!(h["journal"]["low_space"], true, "{h}");
     let metrics = call(&server, "GET", "/metrics", None, None).body;
     assert!(metrics.contains("herald_journal_low_space 1"), "{metrics}");
@@ -446,7 +451,7 @@ fn a_blocked_persistent_send_goes_on_by_itself_when_space_comes_back() {
         floored(&temp_dir("floor-block"), FullPolicy::Block),
         Arc::new(disk.clone()),
     );
-    assert_eq!(health(&server)["status"], "disk_low");
+    assert_eq!(health(&server)["reasons"][0]["reason"], "disk_low");
     let (_c, s) = connect(&server);
     let p = s.create_producer(&Destination::queue("q")).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -483,7 +488,7 @@ fn a_server_restarted_on_a_full_disk_starts_serves_consumers_and_resumes_by_itse
     disk.room.store(0, Ordering::SeqCst);
     let server = start_on(config, Arc::new(disk.clone()));
     let h = health(&server);
-    assert_eq!(h["status"], "disk_low", "{h}");
+    assert_eq!(h["reasons"][0]["reason"], "disk_low", "{h}");
     assert_eq!(h["journal"]["reserve_released"], true, "{h}");
     let (_c, s) = connect(&server);
     let p = s.create_producer(&Destination::queue("big")).unwrap();

@@ -636,7 +636,7 @@ fn queued_messages_are_bounded_by_a_global_memory_limit() {
     );
     assert!((4..40).contains(&sent), "{sent} sent");
     let h = health(&server);
-    assert_eq!(h["status"], "memory_limit", "{h}");
+    assert_eq!(h["reasons"][0]["reason"], "memory_limit", "{h}");
     assert_eq!(h["memory"]["publishers_blocked"], true, "{h}");
     let metrics = call(&server, "GET", "/metrics", None, None).body;
     assert!(metrics.contains("herald_memory_blocked 1"), "{metrics}");
@@ -668,7 +668,7 @@ fn over_the_memory_limit_a_blocked_publisher_waits_then_goes_on() {
             .unwrap();
     }
     wait_until("the limit is reached", || {
-        health(&server)["status"] == "memory_limit"
+        health(&server)["reasons"][0]["reason"] == "memory_limit"
     });
     let sender = std::thread::spawn(move || {
         p.send_with_receipt(Message::text("held")).unwrap();

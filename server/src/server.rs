@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use mio::net::TcpListener;
 use mio::{Poll, Waker};
@@ -45,6 +46,9 @@ pub enum StartError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
 }
+
+/// How long a shutdown waits for the acceptor and the workers to stop.
+const THREADS_STOP: Duration = Duration::from_secs(5);
 
 /// The entry point.
 pub struct Server;
@@ -336,6 +340,9 @@ pub struct Stats {
     /// Named queues: (name, messages waiting, deliveries unacknowledged),
     /// sorted by name.
     pub queues: Vec<(String, usize, usize)>,
+    /// Time each worker spent working rather than waiting for events,
+    /// in nanoseconds, by worker index.
+    pub worker_busy_ns: Vec<u64>,
 }
 
 /// A running server.
@@ -478,6 +485,11 @@ impl ServerHandle {
                 .into_iter()
                 .map(|q| (q.name, q.depth, q.in_flight))
                 .collect(),
+            worker_busy_ns: s
+                .stats
+                .iter()
+                .map(|w| w.busy_ns.load(Ordering::Relaxed))
+                .collect(),
         }
     }
 
@@ -500,9 +512,21 @@ impl ServerHandle {
         for w in self.workers.iter() {
             w.send(Command::Shutdown);
         }
+        // Whatever a thread is doing, shutdown ends: one that has not
+        // stopped in time is left behind (its process exits after this).
+        let deadline = Instant::now() + THREADS_STOP;
+        while self.threads.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         for t in self.threads.drain(..) {
-            if t.join().is_err() {
-                log::error!("a server thread panicked");
+            let name = t.thread().name().unwrap_or("a server thread").to_owned();
+            if !t.is_finished() {
+                log::error!(
+                    "{name} did not stop within {} s of the shutdown; left running",
+                    THREADS_STOP.as_secs()
+                );
+            } else if t.join().is_err() {
+                log::error!("{name} panicked");
             }
         }
         if let Some(cluster) = self.cluster.take() {

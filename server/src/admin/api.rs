@@ -22,6 +22,9 @@ use crate::sync::lock;
 
 type ApiResult = Result<Json<Json_>, ApiError>;
 
+/// How long the connection list waits for the workers to describe theirs.
+const DESCRIBE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Messages a replay by id may name in one request.
 const MAX_REPLAY_IDS: usize = 1000;
 
@@ -242,9 +245,51 @@ fn nodes(c: &crate::cluster::Cluster) -> serde_json::Value {
     json!(list)
 }
 
-/// Liveness, and what an operator must know: publishers held back by the
-/// memory limit, and what the journal's replay skipped past damage.
-async fn health(State(state): State<AppState>) -> ApiResult {
+/// What keeps the server from doing its whole job now, each as a word
+/// and what it means: health says `degraded` with them, and readiness is
+/// false while any is there.
+fn problems(state: &AppState) -> Vec<(&'static str, String)> {
+    let mut found = Vec::new();
+    for (index, w) in state.shared.stats.iter().enumerate() {
+        if w.stalled.load(Ordering::Relaxed) {
+            let why = format!(
+                "herald-worker-{index} has made no progress for over {} s",
+                crate::net::watchdog::STALL.as_secs()
+            );
+            found.push(("worker_stalled", why));
+        }
+    }
+    if let Some(j) = &state.journal {
+        if j.stopped.load(Ordering::Relaxed) {
+            let why = "a journal sync failed: persistent messages are refused";
+            found.push(("journal_stopped", why.to_owned()));
+        } else if j.space.low.load(Ordering::Relaxed) {
+            let why = "the journal's disk is below journal.min_free_bytes: persistent messages are refused";
+            found.push(("disk_low", why.to_owned()));
+        }
+    }
+    if let Some(c) = state.cluster.as_deref() {
+        if !c.stats.connected() {
+            let why =
+                "a link to Redis is down: shared queues, topics across nodes and receipts wait";
+            found.push(("redis_unreachable", why.to_owned()));
+        }
+    }
+    let memory = state.shared.broker.memory();
+    if memory.over() {
+        let why = format!(
+            "queues hold {} bytes, more than queues.max_memory_bytes ({})",
+            memory.used(),
+            memory.limit()
+        );
+        found.push(("memory_limit", why));
+    }
+    found
+}
+
+/// Liveness, and what an operator must know: `ok`, or `degraded` (503)
+/// with the reasons; what the journal's replay skipped past damage.
+async fn health(State(state): State<AppState>) -> (StatusCode, Json<Json_>) {
     let memory = state.shared.broker.memory();
     let damage = state.journal.as_ref().map(|j| j.damage).unwrap_or_default();
     let stopped = state
@@ -256,20 +301,26 @@ async fn health(State(state): State<AppState>) -> ApiResult {
         .as_ref()
         .map(|j| j.space.clone())
         .unwrap_or_default();
-    let low = space.low.load(Ordering::Relaxed);
-    let status = if stopped {
-        "journal_stopped"
-    } else if low {
-        "disk_low"
-    } else if memory.over() {
-        "memory_limit"
-    } else if damage.segments > 0 {
-        "recovered_damage"
-    } else {
-        "ok"
+    let problems = problems(&state);
+    let (code, status) = match problems.is_empty() {
+        true => (StatusCode::OK, "ok"),
+        false => (StatusCode::SERVICE_UNAVAILABLE, "degraded"),
     };
-    Ok(Json(json!({
+    let warnings: Vec<&str> = (damage.segments > 0)
+        .then_some("recovered_damage")
+        .into_iter()
+        .collect();
+    let body = json!({
         "status": status,
+        "reasons": problems.iter().map(|(reason, detail)| json!({
+            "reason": reason,
+            "detail": detail,
+        })).collect::<Vec<_>>(),
+        "warnings": warnings,
+        "workers": state.shared.stats.iter().map(|w| json!({
+            "stalled": w.stalled.load(Ordering::Relaxed),
+            "stalls": w.stalls.load(Ordering::Relaxed),
+        })).collect::<Vec<_>>(),
         "cluster": state.cluster.as_deref().map(|c| json!({
             "connected": c.stats.connected(),
             "primary": primary(c),
@@ -281,7 +332,7 @@ async fn health(State(state): State<AppState>) -> ApiResult {
         },
         "journal": {
             "stopped": stopped,
-            "low_space": low,
+            "low_space": space.low.load(Ordering::Relaxed),
             "free_bytes": space.free.load(Ordering::Relaxed),
             "min_free_bytes": space.floor,
             "reserve_released": space.reserve_released.load(Ordering::Relaxed),
@@ -289,9 +340,13 @@ async fn health(State(state): State<AppState>) -> ApiResult {
             "damaged_bytes_skipped": damage.bytes,
             "damaged_records_skipped": damage.records,
         },
-    })))
+    });
+    (code, Json(body))
 }
 
+/// Whether a load balancer should send this server new connections: not
+/// at the connection limit, and nothing in [`problems`] but the memory
+/// limit (which holds publishers back, not connections).
 async fn ready(State(state): State<AppState>) -> ApiResult {
     let s = &state.shared;
     let open = s.open_connections.load(Ordering::Relaxed);
@@ -301,6 +356,13 @@ async fn ready(State(state): State<AppState>) -> ApiResult {
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{open} connections open, the most allowed"),
         ));
+    }
+    let problems = problems(&state);
+    if let Some((_, why)) = problems
+        .iter()
+        .find(|(reason, _)| *reason != "memory_limit")
+    {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why.clone()));
     }
     Ok(Json(json!({"ready": true})))
 }
@@ -582,10 +644,12 @@ async fn describe_all(state: &AppState) -> Vec<ConnView> {
         }
     }
     let mut list = Vec::new();
+    let deadline = tokio::time::Instant::now() + DESCRIBE_WAIT;
     for rx in answers {
         // A worker that stops meanwhile drops the question: its
-        // connections are closing.
-        if let Ok(views) = rx.await {
+        // connections are closing. One that does not answer in time is
+        // stuck (the watchdog says so): the others' connections are shown.
+        if let Ok(Ok(views)) = tokio::time::timeout_at(deadline, rx).await {
             list.extend(views);
         }
     }

@@ -161,6 +161,27 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     );
     counter(
         &mut r,
+        "herald_slow_consumers_disconnected",
+        "Connections cut off for reading too slowly (slow_consumer = \"disconnect\")",
+        sum(|w| &w.slow_consumers),
+    );
+    counter(
+        &mut r,
+        "herald_worker_stalls",
+        "Times a worker was found making no progress for seconds",
+        sum(|w| &w.stalls),
+    );
+    gauge(
+        &mut r,
+        "herald_workers_stalled",
+        "Workers making no progress now: their connections are not served",
+        s.stats
+            .iter()
+            .filter(|w| w.stalled.load(std::sync::atomic::Ordering::Relaxed))
+            .count() as i64,
+    );
+    counter(
+        &mut r,
         "herald_publisher_pauses",
         "Times a publisher paused while a subscriber drained a backlog",
         sum(|w| &w.publisher_pauses),

@@ -2,7 +2,7 @@
 //! finishes off the connection's worker comes back to it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use herald_protocol::DestinationKind;
@@ -367,6 +367,16 @@ pub struct WorkerStats {
     pub busy_ns: AtomicU64,
     /// Share of its time it worked over its last tick, in thousandths.
     pub load: AtomicU32,
+    /// Slow consumers it disconnected (policy disconnect).
+    pub slow_consumers: AtomicU64,
+    /// When its loop last turned, in nanoseconds of the process's clock
+    /// (`net::stamp`): a worker whose loop stops turning makes no
+    /// progress, and the acceptor's watchdog says so.
+    pub last_turn: AtomicU64,
+    /// Whether the watchdog found it stuck, and has not seen it turn since.
+    pub stalled: AtomicBool,
+    /// Times the watchdog found it stuck.
+    pub stalls: AtomicU64,
     /// Messages and bytes published by its connections, and deliveries
     /// routed, per destination.
     pub destinations: std::sync::Mutex<HashMap<(DestinationKind, String), DestinationCounts>>,

@@ -1,6 +1,7 @@
 //! The acceptor thread: one `mio::Poll` watching every listener (native and
 //! STOMP), handing each new connection, with its protocol, to a worker,
-//! round-robin.
+//! round-robin; between accepts, about once a second, it runs the workers'
+//! watchdog.
 
 use std::io::{self, Write};
 use std::sync::atomic::Ordering;
@@ -14,6 +15,7 @@ use herald_protocol::{ErrorCode, Frame};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
+use super::watchdog::Watchdog;
 use super::{Command, WorkerHandle, WAKER};
 use crate::frontend::{Protocol, Shared};
 
@@ -34,8 +36,10 @@ pub fn run(
     // After an accept error (out of file descriptors, say) a listener may
     // still hold connections but will not signal again: retry on a timer.
     let mut retry = None;
+    let mut watchdog = Watchdog::default();
     loop {
-        if let Err(e) = poll.poll(&mut events, retry) {
+        let wait = retry.map_or(watchdog.due_in(), |r: Duration| r.min(watchdog.due_in()));
+        if let Err(e) = poll.poll(&mut events, Some(wait)) {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
@@ -43,6 +47,11 @@ pub fn run(
         }
         if events.iter().any(|e| e.token() == WAKER) {
             return Ok(());
+        }
+        watchdog.look(&shared.stats);
+        // Woken for the watchdog only: no listener to retry.
+        if events.is_empty() && retry.is_none() {
+            continue;
         }
         retry = None;
         for (listener, protocol) in &listeners {

@@ -53,8 +53,10 @@ pub enum ReadState {
     Paused(Box<(Arc<Backlog>, Instant)>),
     /// No more reading: close once what is queued (owed answers included)
     /// is written. What it waited for is dropped: a held send was never
-    /// receipted, so its client knows it did not go.
-    Closing,
+    /// receipted, so its client knows it did not go. Since when its
+    /// worker first saw it closing: it is closed whatever it still owes
+    /// once that is `CLOSING_LINGER` ago.
+    Closing(Option<Stamp>),
 }
 
 /// The other worker all of a connection's recent publishes were
@@ -252,7 +254,7 @@ impl Connection {
             (Front::Mqtt(mqtt), result) => {
                 let (answer, flow) = mqtt.answer_bytes(request_id, result);
                 if let Flow::Close = flow {
-                    self.read = ReadState::Closing;
+                    self.close_soon();
                 }
                 answer
             }
@@ -282,7 +284,7 @@ impl Connection {
             Front::Stomp(stomp) => stomp.receipt(&mut self.out, request_id),
             Front::Mqtt(mqtt) => {
                 if let Flow::Close = mqtt.settle_request(&mut self.out, request_id, Ok(())) {
-                    self.read = ReadState::Closing;
+                    self.close_soon();
                 }
             }
             Front::Amqp(amqp) => amqp.settle_request(&mut self.out, request_id, Ok(())),
@@ -297,19 +299,19 @@ impl Connection {
             Front::Native => handlers::reply_error(&mut self.out, request_id, code, fatal, message),
             Front::Stomp(stomp) => {
                 stomp.error(&mut self.out, request_id, code, &message);
-                self.read = ReadState::Closing;
+                self.close_soon();
             }
             Front::Mqtt(mqtt) => {
                 mqtt.error(&mut self.out, self.session.phase, code, &message);
-                self.read = ReadState::Closing;
+                self.close_soon();
             }
             Front::Amqp(amqp) => {
                 amqp.error(&mut self.out, code, &message, self.serial);
-                self.read = ReadState::Closing;
+                self.close_soon();
             }
         }
         if fatal {
-            self.read = ReadState::Closing;
+            self.close_soon();
         }
     }
 
@@ -319,7 +321,7 @@ impl Connection {
         match (&mut self.front, why) {
             (Front::Mqtt(mqtt), Closing::TakenOver) => {
                 mqtt.taken_over(&mut self.out, self.session.phase, self.serial);
-                self.read = ReadState::Closing;
+                self.close_soon();
             }
             (_, Closing::TakenOver) => {
                 let why = "another connection took its client id over".to_owned();
@@ -347,7 +349,7 @@ impl Connection {
             }
         };
         if matches!(flow, Flow::Close) {
-            self.read = ReadState::Closing;
+            self.close_soon();
         }
     }
 
@@ -358,7 +360,14 @@ impl Connection {
 
     /// Whether it is told to close.
     pub fn closing(&self) -> bool {
-        matches!(self.read, ReadState::Closing)
+        matches!(self.read, ReadState::Closing(_))
+    }
+
+    /// Stops reading it: it closes once what is queued is written.
+    pub fn close_soon(&mut self) {
+        if !self.closing() {
+            self.read = ReadState::Closing(None);
+        }
     }
 
     /// Whether it is read now.

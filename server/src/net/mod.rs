@@ -8,6 +8,7 @@ pub mod acceptor;
 mod connection;
 mod stamp;
 pub mod tls;
+pub mod watchdog;
 pub mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};

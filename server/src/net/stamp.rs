@@ -34,6 +34,17 @@ impl Stamp {
     pub fn elapsed(self) -> Duration {
         Stamp::now().since(self)
     }
+
+    /// Its nanoseconds, to keep in an atomic.
+    pub fn nanos(self) -> u64 {
+        self.0.get()
+    }
+
+    /// The stamp whose [`Stamp::nanos`] were `nanos` (0, never set,
+    /// reads as the first stamp).
+    pub fn from_nanos(nanos: u64) -> Stamp {
+        Stamp(NonZeroU64::new(nanos).unwrap_or(NonZeroU64::MIN))
+    }
 }
 
 #[cfg(test)]

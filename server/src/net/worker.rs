@@ -59,6 +59,9 @@ const SETTLE: Duration = Duration::from_secs(1);
 /// ...and that worker was busy less than this share of its last tick, in
 /// thousandths: a busy worker keeps its work spread.
 const MOVE_MAX_LOAD: u32 = 500;
+/// How long a connection told to close may take to write its last words
+/// (an ERROR, a RECEIPT) to a peer that reads slowly, or not at all.
+const CLOSING_LINGER: Duration = Duration::from_secs(5);
 
 /// One worker's state, owned by its thread.
 pub struct Worker {
@@ -103,6 +106,10 @@ impl Worker {
         let config = &shared.config;
         // The tick bounds how late a silent connection is noticed.
         let tick = Duration::from_millis((config.min_heartbeat_ms / 2).clamp(10, 100).into());
+        // Turning from now on, as far as the watchdog knows.
+        shared.stats[index]
+            .last_turn
+            .store(Stamp::now().nanos(), Ordering::Relaxed);
         Worker {
             index,
             poll,
@@ -142,6 +149,10 @@ impl Worker {
         // When the loop last woke from `poll`: the busy-time clock.
         let mut awake = Instant::now();
         while self.running {
+            // The watchdog's sign of progress: a loop that stops turning
+            // (a worker stuck in one turn) stops renewing it.
+            let turn = Stamp::at(awake).nanos();
+            self.stats().last_turn.store(turn, Ordering::Relaxed);
             let timeout = if !self.unfinished.is_empty() {
                 Duration::ZERO
             } else if !self.paused.is_empty() {
@@ -425,7 +436,7 @@ impl Worker {
         }
         conn.release_read_buffer();
         match outcome {
-            Ok(Flow::Close) => conn.read = ReadState::Closing,
+            Ok(Flow::Close) => conn.close_soon(),
             Ok(_) => {}
             Err(None) => {
                 log::debug!("connection {} closed by peer", conn.serial);
@@ -759,14 +770,17 @@ impl Worker {
                 // Routed to it and now here, even if not delivered.
                 run.arrived += d.message.len();
             }
-            let conn = live(&mut self.conns, target);
-            let live = conn.filter(|c| {
-                // The slot may have been reused, or the subscription
-                // dropped, since the message was routed.
-                !c.closing() && c.session.has_subscription(subscription_id)
-            });
-            let Some(conn) = live else {
-                // A queue's message must not vanish with its consumer.
+            // The slot may have been reused, or the subscription dropped,
+            // since the message was routed.
+            let closing = live(&mut self.conns, target).map(|c| c.closing());
+            if closing == Some(true) {
+                self.detach(target.slot);
+            }
+            let conn = live(&mut self.conns, target)
+                .filter(|c| !c.closing() && c.session.has_subscription(subscription_id));
+            let Some(conn) = conn else {
+                // A queue's message must not vanish with its consumer, and
+                // goes to another: this one is off its queues now.
                 if let Some(ack) = &d.ack {
                     self.shared.broker.release(ack, &d.to, &mut self.deliveries);
                 }
@@ -838,6 +852,8 @@ impl Worker {
                     true,
                     format!("more than {max_pending} bytes waiting to be written: the connection reads too slowly"),
                 );
+                self.stats().slow_consumers.fetch_add(1, Ordering::Relaxed);
+                self.detach(target.slot);
             }
             self.mark_dirty(target.slot);
         }
@@ -1013,6 +1029,25 @@ impl Worker {
         for slot in owed {
             self.mark_dirty(slot);
         }
+        let lingering: Vec<usize> = self
+            .conns
+            .iter_mut()
+            .filter_map(|(slot, c)| match &mut c.read {
+                ReadState::Closing(since) => {
+                    let since = *since.get_or_insert(stamp);
+                    (stamp.since(since) >= CLOSING_LINGER).then_some(slot)
+                }
+                _ => None,
+            })
+            .collect();
+        for slot in lingering {
+            log::info!(
+                "connection {}: its last words not written within {} s of closing; closed",
+                self.conns[slot].serial,
+                CLOSING_LINGER.as_secs()
+            );
+            self.close(slot);
+        }
         // A blocked connection is not read, so its silence proves nothing.
         let silent: Vec<usize> = self
             .conns
@@ -1085,22 +1120,12 @@ impl Worker {
             slot,
             serial: conn.serial,
         };
-        // Unsettled deliveries go back to their queues, counted as
-        // delivered: the client may have seen them.
-        let mut temporary_queues = Vec::new();
-        if let Some(traffic) = conn.session.traffic_mut() {
-            traffic.unacked.clear();
-            for (subscription_id, handle) in traffic.subscriptions.drain() {
-                let sub = Subscriber {
-                    conn: me,
-                    subscription_id,
-                };
-                self.shared
-                    .broker
-                    .unsubscribe(handle, &sub, &[], &mut self.deliveries);
-            }
-            temporary_queues = std::mem::take(&mut traffic.temporary_queues);
-        }
+        detach_all(&mut conn, me, &self.shared, &mut self.deliveries);
+        let temporary_queues = conn
+            .session
+            .traffic_mut()
+            .map(|t| std::mem::take(&mut t.temporary_queues))
+            .unwrap_or_default();
         // Its subscriptions detached: a session that ends with the
         // connection can delete its durable ones.
         if let Front::Mqtt(m) = &mut conn.front {
@@ -1116,6 +1141,21 @@ impl Worker {
         self.stats().connections.fetch_sub(1, Ordering::Relaxed);
         self.shared.open_connections.fetch_sub(1, Ordering::AcqRel);
         log::debug!("connection {} closed", conn.serial);
+    }
+
+    /// Takes a closing connection off every queue and topic at once,
+    /// though its last bytes may take a while to drain: a queue that
+    /// still counted it a consumer would hand it again each message it
+    /// gives back, for ever.
+    fn detach(&mut self, slot: usize) {
+        if let Some(conn) = self.conns.get_mut(slot) {
+            let me = ConnectionRef {
+                worker: self.index,
+                slot,
+                serial: conn.serial,
+            };
+            detach_all(conn, me, &self.shared, &mut self.deliveries);
+        }
     }
 
     fn close_all(&mut self) {
@@ -1163,6 +1203,23 @@ impl Run {
 
 /// The connection `target` names, if it is still the one in its slot (a
 /// slot is reused once its connection closes).
+/// Ends every subscription of `conn` (which is `me`): unsettled
+/// deliveries go back to their queues, counted as delivered, since the
+/// client may have seen them.
+fn detach_all(conn: &mut Connection, me: ConnectionRef, shared: &Shared, out: &mut Deliveries) {
+    let Some(traffic) = conn.session.traffic_mut() else {
+        return;
+    };
+    traffic.unacked.clear();
+    for (subscription_id, handle) in traffic.subscriptions.drain() {
+        let sub = Subscriber {
+            conn: me,
+            subscription_id,
+        };
+        shared.broker.unsubscribe(handle, &sub, &[], out);
+    }
+}
+
 fn live(conns: &mut Slab<Connection>, target: ConnectionRef) -> Option<&mut Connection> {
     conns
         .get_mut(target.slot)
@@ -1195,7 +1252,7 @@ fn pulled(conn: &mut Connection, seen: Seen, me: usize, shared: &Shared) -> Opti
 fn stop(conn: &mut Connection, flow: Flow) {
     match flow {
         Flow::Continue => {}
-        Flow::Close => conn.read = ReadState::Closing,
+        Flow::Close => conn.close_soon(),
         Flow::Park(parked) => {
             conn.wait_for(ReadState::Parked(Box::new(parked)));
         }
