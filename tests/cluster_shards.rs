@@ -297,6 +297,97 @@ fn a_shard_failover_loses_nothing_receipted_and_the_other_shards_go_on() {
 }
 
 #[test]
+fn losing_the_first_seed_and_the_clusters_own_keys_ends_in_a_failover_without_a_reconnect_storm() {
+    let mut cluster = RedisCluster::start(3, 1);
+    // The primary that holds the cluster's own keys, named first in the
+    // URL: the worst one to lose.
+    let victim = cluster.primary_of("herald:{herald}:");
+    let other = cluster
+        .ports()
+        .into_iter()
+        .find(|&p| p != victim)
+        .expect("another node");
+    let url = format!("redis+cluster://127.0.0.1:{victim},127.0.0.1:{other}");
+    let nodes: Vec<TestServer> = ["a", "b"]
+        .iter()
+        .map(|id| {
+            let mut config = test_config();
+            config.cluster.redis = url.clone();
+            config.cluster.node_id = (*id).into();
+            config.cluster.claim_idle_ms = 1000;
+            // One replica each: the promoted one has none.
+            config.cluster.min_replicas = Some(0);
+            start_with(config)
+        })
+        .collect();
+    let (_c, session) = connect(&nodes[0]);
+    let names: Vec<String> = (0..30).map(|i| format!("orders.{i}")).collect();
+    let doomed = names
+        .iter()
+        .find(|q| cluster.primary_of(&stream(q)) == victim)
+        .expect("a queue on the victim's shard");
+    let safe = names
+        .iter()
+        .find(|q| cluster.primary_of(&stream(q)) != victim)
+        .expect("a queue elsewhere");
+    let queues = [doomed, safe];
+    let producers: Vec<Producer> = queues
+        .iter()
+        .map(|q| {
+            session
+                .create_producer(&Destination::queue(q.as_str()))
+                .unwrap()
+        })
+        .collect();
+    let (_cb, on_b) = connect(&nodes[1]);
+    let consumers: Vec<Consumer> = queues
+        .iter()
+        .map(|q| {
+            on_b.create_consumer(&Destination::queue(q.as_str()))
+                .unwrap()
+        })
+        .collect();
+    let reconnects = || -> u64 {
+        nodes
+            .iter()
+            .map(|n| n.cluster().expect("cluster mode").stats.reconnects())
+            .sum()
+    };
+    let mut tally = Tally::default();
+    tally.burst(&producers, 1..9);
+    let before = reconnects();
+    cluster.kill(victim);
+    let killed_at = Instant::now();
+    let mut k = 8i64;
+    let back_after = loop {
+        tally.burst(&producers, k + 1..k + 9);
+        k += 8;
+        if tally.receipted[0].contains(&k) {
+            break killed_at.elapsed();
+        }
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(60),
+            "no receipt from the failed-over shard in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let reconnected = reconnects() - before;
+    eprintln!(
+        "receipts again {back_after:?} after the kill; {reconnected} reconnections meanwhile"
+    );
+    // Each reconnection backs off: a few a second at most per thread,
+    // where without it there were 25,000.
+    let most = 3 * 2 * (back_after.as_secs() + 2) * 4;
+    assert!(
+        reconnected <= most,
+        "{reconnected} reconnections in {back_after:?}"
+    );
+    for (i, consumer) in consumers.iter().enumerate() {
+        tally.check(i, queues[i], consumer, false);
+    }
+}
+
+#[test]
 fn a_redis_that_is_no_cluster_or_a_cluster_with_unserved_slots_stops_the_start() {
     let plain = Redis::start();
     let partial = RedisCluster::nodes(1);

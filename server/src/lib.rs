@@ -22,6 +22,7 @@
 //! - [`cluster`]: nodes sharing topics, queues and durable subscriptions
 //!   through Redis.
 //! - [`sync`]: locks that a panicking holder does not put out of use.
+//! - [`log_limit`]: lines that could repeat, said at most once an interval.
 //! - [`websocket`]: the WebSocket upgrade and framing STOMP and MQTT ride in.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -36,6 +37,7 @@ pub mod collections;
 pub mod config;
 pub mod frontend;
 pub mod handlers;
+pub mod log_limit;
 pub mod mqtt;
 pub mod net;
 pub mod origins;

@@ -274,6 +274,13 @@ fn problems(state: &AppState) -> Vec<(&'static str, String)> {
                 "a link to Redis is down: shared queues, topics across nodes and receipts wait";
             found.push(("redis_unreachable", why.to_owned()));
         }
+        if c.stats.replicas_short.load(Ordering::Relaxed) {
+            let why = format!(
+                "Redis confirms fewer replicas than cluster.min_replicas ({}): persistent sends are refused",
+                c.min_replicas()
+            );
+            found.push(("replicas_short", why));
+        }
     }
     let memory = state.shared.broker.memory();
     if memory.over() {

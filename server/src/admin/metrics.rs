@@ -94,6 +94,33 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         for (name, help, value) in rows {
             counter(&mut r, name, help, value.load(Ordering::Relaxed));
         }
+        family::<Counter, _>(
+            &mut r,
+            "herald_cluster_receipts_refused",
+            "Receipts refused by the cluster, by why: Redis unreachable, a write not taken, too few replicas",
+            crate::cluster::Refused::ALL
+                .iter()
+                .zip(&st.receipts_refused)
+                .map(|(why, n)| {
+                    let n = n.load(Ordering::Relaxed);
+                    (vec![("reason", why.name().to_owned())], move |c: &Counter| {
+                        c.inc_by(n);
+                    })
+                })
+                .collect(),
+        );
+        gauge(
+            &mut r,
+            "herald_cluster_replicas_short",
+            "1 while a Redis shard confirms fewer replicas than cluster.min_replicas",
+            i64::from(st.replicas_short.load(Ordering::Relaxed)),
+        );
+        counter(
+            &mut r,
+            "herald_cluster_reconnects",
+            "Times a cluster thread connected to Redis again after a failure",
+            st.reconnects(),
+        );
         if let Some(primary) = c.link.primary() {
             counter(
                 &mut r,

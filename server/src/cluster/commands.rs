@@ -110,6 +110,37 @@ pub(super) struct Outcomes {
     pub(super) next: Vec<Command>,
     /// Topic messages lost.
     pub(super) dropped: u64,
+    /// Receipts refused, by why (see [`Refused`]).
+    pub(super) refused: [u64; Refused::ALL.len()],
+}
+
+/// Why a receipt (a persistent send's, or a settlement's) was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Redis could not be reached, or broke the connection.
+    Unreachable,
+    /// Redis refused a write the receipt answers for.
+    NotTaken,
+    /// Fewer replicas than `cluster.min_replicas` confirmed it in time.
+    Unreplicated,
+}
+
+impl Refused {
+    /// Every reason, in the order of [`Outcomes::refused`].
+    pub const ALL: [Refused; 3] = [
+        Refused::Unreachable,
+        Refused::NotTaken,
+        Refused::Unreplicated,
+    ];
+
+    /// Its name in the metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Refused::Unreachable => "unreachable",
+            Refused::NotTaken => "not_taken",
+            Refused::Unreplicated => "unreplicated",
+        }
+    }
 }
 
 /// The Redis connection id that stands for "Redis did not take it": no

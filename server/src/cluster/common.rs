@@ -1,8 +1,8 @@
 //! What every cluster thread uses: stream names, pipelined round trips,
 //! re-reading what changed, and the state of its link to Redis.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
@@ -195,32 +195,86 @@ pub(super) fn reread<T>(
     }
 }
 
-/// Sleeps before reconnecting, longer each time up to two seconds; false
-/// if the cluster stops meanwhile.
-pub(super) fn back_off(stop: &AtomicBool, attempt: &mut u32) -> bool {
-    let delay = Duration::from_millis(100u64 << (*attempt).min(4)).min(Duration::from_secs(2));
-    *attempt += 1;
-    let mut slept = Duration::ZERO;
-    while slept < delay {
-        if stop.load(Ordering::Acquire) {
-            return false;
+/// A cluster thread's reconnections. Each waits longer than the last
+/// (50 ms, doubled up to a second) until a connection has lasted
+/// [`STABLE`]: a link that breaks as soon as it is made (its slot map
+/// still names a dead primary) is not made again in a loop.
+#[derive(Default)]
+pub(super) struct Reconnect {
+    attempt: u32,
+    since: Option<Instant>,
+}
+
+/// How long a connection must last for the next failure to be retried at
+/// once.
+const STABLE: Duration = Duration::from_secs(5);
+
+impl Reconnect {
+    /// A connection is made.
+    pub(super) fn connected(&mut self) {
+        self.since = Some(Instant::now());
+    }
+
+    /// Whether the last try failed: what it knew of the cluster is to be
+    /// read again.
+    pub(super) fn again(&self) -> bool {
+        self.attempt > 0
+    }
+
+    /// After a failure: waits before the next try (counted in `link`);
+    /// false if `stop` is set meanwhile.
+    pub(super) fn wait(&mut self, stop: &AtomicBool, link: &LinkState) -> bool {
+        if self.since.take().is_some_and(|at| at.elapsed() >= STABLE) {
+            self.attempt = 0;
         }
-        std::thread::sleep(Duration::from_millis(20));
-        slept += Duration::from_millis(20);
+        link.reconnects.fetch_add(1, Ordering::Relaxed);
+        let delay = Duration::from_millis(50u64 << self.attempt.min(5)).min(Duration::from_secs(1));
+        self.attempt += 1;
+        let deadline = Instant::now() + delay;
+        while Instant::now() < deadline {
+            if stop.load(Ordering::Acquire) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20).min(delay));
+        }
+        !stop.load(Ordering::Acquire)
     }
-    !stop.load(Ordering::Acquire)
 }
 
-/// Marks one side of the link up, and says so when it changes.
-pub(super) fn link_up(flag: &AtomicBool, side: &str) {
-    if !flag.swap(true, Ordering::AcqRel) {
-        log::info!("cluster: {side} connected to Redis");
-    }
+/// One cluster thread's link to Redis: whether it is up, how often it was
+/// made again, and the limit on saying so in the log (a link that breaks
+/// as soon as it is made would say it thousands of times a second).
+#[derive(Debug, Default)]
+pub struct LinkState {
+    up: AtomicBool,
+    /// Times the thread tried to connect again after a failure.
+    pub reconnects: AtomicU64,
+    log: crate::log_limit::LogLimit,
 }
 
-/// See [`link_up`].
-pub(super) fn link_down(flag: &AtomicBool, side: &str, why: impl std::fmt::Display) {
-    if flag.swap(false, Ordering::AcqRel) {
-        log::warn!("cluster: {side} lost Redis ({why}); reconnecting");
+impl LinkState {
+    /// Whether it is connected now.
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// Marks it up, and says so when it changes.
+    pub(super) fn set_up(&self, side: &str) {
+        if !self.up.swap(true, Ordering::AcqRel) {
+            if let Some(held) = self.log.allow() {
+                let held = crate::log_limit::held_back(held);
+                log::info!("cluster: {side} connected to Redis{held}");
+            }
+        }
+    }
+
+    /// Marks it down, and says so when it changes.
+    pub(super) fn set_down(&self, side: &str, why: impl std::fmt::Display) {
+        if self.up.swap(false, Ordering::AcqRel) {
+            if let Some(held) = self.log.allow() {
+                let held = crate::log_limit::held_back(held);
+                log::warn!("cluster: {side} lost Redis ({why}); reconnecting{held}");
+            }
+        }
     }
 }

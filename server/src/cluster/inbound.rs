@@ -3,7 +3,7 @@
 //! announcements, and routes the topic messages they send here to this
 //! node's subscribers.
 
-use super::common::{back_off, link_down, link_up};
+use super::common::Reconnect;
 use super::link::Link;
 use super::outbound::BUNDLE;
 use super::resp::{Item, Subscriber};
@@ -40,7 +40,8 @@ pub(super) const HAND_OUT_AFTER: Duration = Duration::from_micros(100);
 pub(super) const LONE_AFTER: Duration = Duration::from_micros(50);
 
 pub(super) fn run_inbound(cluster: &Cluster, shared: &Weak<Shared>) {
-    let mut attempt = 0;
+    let mut reconnect = Reconnect::default();
+    let link = &cluster.stats.connected_in;
     // The last sequence number routed from each origin.
     let mut last: HashMap<Vec<u8>, u64> = HashMap::new();
     let mut out = None;
@@ -51,7 +52,7 @@ pub(super) fn run_inbound(cluster: &Cluster, shared: &Weak<Shared>) {
     let sharded = matches!(cluster.link, Link::Cluster { .. });
     let verb: &[u8] = if sharded { b"SSUBSCRIBE" } else { b"SUBSCRIBE" };
     while !cluster.stop.load(Ordering::Acquire) {
-        let result = subscriber_for(cluster, &inbox, attempt > 0).and_then(|mut sub| {
+        let result = subscriber_for(cluster, &inbox, reconnect.again()).and_then(|mut sub| {
             // With Sentinel: the primary this connection is to.
             let primary = cluster.primary_now();
             sub.send(&[verb, inbox.as_bytes()])?;
@@ -65,8 +66,8 @@ pub(super) fn run_inbound(cluster: &Cluster, shared: &Weak<Shared>) {
             }
             // What changed while this node was away.
             cluster.others_changed.store(true, Ordering::Relaxed);
-            attempt = 0;
-            link_up(&cluster.stats.connected_in, "subscriber");
+            reconnect.connected();
+            link.set_up("subscriber");
             let to = Connected {
                 sub: &mut sub,
                 primary,
@@ -77,8 +78,8 @@ pub(super) fn run_inbound(cluster: &Cluster, shared: &Weak<Shared>) {
         match result {
             Ok(()) => return,
             Err(e) => {
-                link_down(&cluster.stats.connected_in, "subscriber", &e);
-                if !back_off(&cluster.stop, &mut attempt) {
+                link.set_down("subscriber", &e);
+                if !reconnect.wait(&cluster.stop, link) {
                     return;
                 }
             }

@@ -61,9 +61,11 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
+use crate::log_limit::LogLimit;
+pub use commands::Refused;
 use commands::{Command, Outcomes, OUTBOUND_HIGH, OUTBOUND_LOW};
-pub use common::Keys;
 use common::{query_pipeline, reread, scan_prefix};
+pub use common::{Keys, LinkState};
 use interest::{Inboxes, Others, INTEREST_REFRESH, INTEREST_TTL_S, WANTED_CACHE};
 use link::Link;
 
@@ -98,24 +100,41 @@ pub struct ClusterStats {
     /// Runs of a batch's commands sent again where a redirection (MOVED,
     /// ASK: a resharding or a failover on a Redis Cluster) said.
     pub redirected: AtomicU64,
-    /// Both threads are connected to Redis.
-    pub connected_out: AtomicBool,
-    /// See `connected_out`.
-    pub connected_in: AtomicBool,
-    /// See `connected_out`.
-    pub connected_queues: AtomicBool,
+    /// Receipts refused, by why ([`Refused::ALL`]'s order).
+    pub receipts_refused: [AtomicU64; Refused::ALL.len()],
+    /// The last `WAIT` of a shard saw fewer replicas than
+    /// `cluster.min_replicas`: persistent sends there are refused.
+    pub replicas_short: AtomicBool,
+    /// The limit on saying that `replicas_short` changed.
+    pub replicas_log: LogLimit,
+    /// The publisher thread's link to Redis.
+    pub connected_out: LinkState,
+    /// The subscriber thread's.
+    pub connected_in: LinkState,
+    /// The queue reader thread's.
+    pub connected_queues: LinkState,
 }
 
 impl ClusterStats {
     /// Whether every thread of the link is connected to Redis.
     pub fn connected(&self) -> bool {
+        self.links().iter().all(|l| l.is_up())
+    }
+
+    /// Times the threads connected to Redis again after a failure.
+    pub fn reconnects(&self) -> u64 {
+        self.links()
+            .iter()
+            .map(|l| l.reconnects.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    fn links(&self) -> [&LinkState; 3] {
         [
             &self.connected_out,
             &self.connected_in,
             &self.connected_queues,
         ]
-        .iter()
-        .all(|c| c.load(Ordering::Relaxed))
     }
 }
 
@@ -200,6 +219,11 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// Replicas that must have what a receipt confirms.
+    pub fn min_replicas(&self) -> u32 {
+        self.min_replicas
+    }
+
     /// With Sentinel, the primary the node uses now, to remember when a
     /// thread connects.
     fn primary_now(&self) -> Option<String> {
@@ -598,7 +622,7 @@ impl Cluster {
     /// Raises the backlog signal when `queued` commands wait (while Redis
     /// is there to take them); returns it while it is up.
     fn pressure(&self, queued: usize) -> Option<Arc<Backlog>> {
-        if queued > OUTBOUND_HIGH && self.stats.connected_out.load(Ordering::Relaxed) {
+        if queued > OUTBOUND_HIGH && self.stats.connected_out.is_up() {
             self.backlog.set(true);
         }
         self.backlog.is_high().then(|| self.backlog.clone())
@@ -608,6 +632,10 @@ impl Cluster {
     fn count_dropped(&self, outcomes: &mut Outcomes) {
         let n = std::mem::take(&mut outcomes.dropped);
         self.stats.dropped.fetch_add(n, Ordering::Relaxed);
+        let refused = std::mem::take(&mut outcomes.refused);
+        for (count, n) in self.stats.receipts_refused.iter().zip(refused) {
+            count.fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     /// `n` commands left the outbound queue.
@@ -616,7 +644,7 @@ impl Cluster {
             .queued
             .fetch_sub(n, Ordering::Relaxed)
             .saturating_sub(n);
-        if left <= OUTBOUND_LOW || !self.stats.connected_out.load(Ordering::Relaxed) {
+        if left <= OUTBOUND_LOW || !self.stats.connected_out.is_up() {
             self.backlog.set(false);
         }
     }

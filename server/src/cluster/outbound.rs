@@ -5,8 +5,8 @@
 //! receipt, and the barrier that answers a receipt once Redis has
 //! answered everything before it.
 
-use super::commands::{Command, Outcomes, Uncovered, NOT_TAKEN};
-use super::common::{back_off, link_down, link_up, Keys};
+use super::commands::{Command, Outcomes, Refused, Uncovered, NOT_TAKEN};
+use super::common::{Keys, Reconnect};
 use super::interest::INTEREST_REFRESH;
 use super::shards::{broken, Redis};
 use super::slots::key_slot;
@@ -131,6 +131,7 @@ impl Command {
             } => {
                 // It fails anyway: what it covers is answered for.
                 let _ = outcomes.cover(from.map(|c| c.serial), covers, |_| true);
+                outcomes.refused[Refused::Unreachable as usize] += 1;
                 done(Err(StoreError::Unconfirmed(why.to_owned())));
             }
             forget @ Command::Forget { .. } => forget.done(outcomes, |_| true, why),
@@ -173,13 +174,18 @@ impl Command {
             return;
         }
         if let Command::Barrier { from, covers, done } = self {
-            done(
-                match outcomes.cover(from.map(|c| c.serial), covers, confirmed) {
-                    Ok(()) => Ok(()),
-                    Err(Uncovered::NotTaken) => Err(StoreError::Refused),
-                    Err(Uncovered::Unreplicated) => Err(StoreError::Unconfirmed(short.to_owned())),
-                },
-            )
+            let answer = match outcomes.cover(from.map(|c| c.serial), covers, confirmed) {
+                Ok(()) => Ok(()),
+                Err(Uncovered::NotTaken) => Err((Refused::NotTaken, StoreError::Refused)),
+                Err(Uncovered::Unreplicated) => Err((
+                    Refused::Unreplicated,
+                    StoreError::Unconfirmed(short.to_owned()),
+                )),
+            };
+            done(answer.map_err(|(why, e)| {
+                outcomes.refused[why as usize] += 1;
+                e
+            }))
         }
     }
 }
@@ -193,21 +199,22 @@ pub(super) fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &W
         batch: Vec::with_capacity(BATCH),
         retry_at: None,
     };
-    let mut attempt = 0;
+    let mut reconnect = Reconnect::default();
+    let link = &cluster.stats.connected_out;
     while !cluster.stop.load(Ordering::Acquire) {
-        let mut redis = match Redis::connect(&cluster.link, &cluster.keys) {
+        let mut redis = match Redis::connect(&cluster.link, &cluster.keys, reconnect.again()) {
             Ok(redis) => redis,
             Err(e) => {
-                link_down(&cluster.stats.connected_out, "publisher", &e);
+                link.set_down("publisher", &e);
                 writer.fail_waiting(&e.to_string());
-                if !back_off(&cluster.stop, &mut attempt) {
+                if !reconnect.wait(&cluster.stop, link) {
                     return;
                 }
                 continue;
             }
         };
-        attempt = 0;
-        link_up(&cluster.stats.connected_out, "publisher");
+        reconnect.connected();
+        link.set_up("publisher");
         if writer.serve(&mut redis) == Served::Stopped {
             // The node leaves the list at once rather than in a minute.
             let withdrawn = redis
@@ -217,6 +224,11 @@ pub(super) fn run_outbound(cluster: &Cluster, rx: &Receiver<Command>, shared: &W
                 log::debug!("cluster: this node's entry stays until it expires: {e}");
             }
             return;
+        }
+        // What waits is sent on the next connection, or fails if none
+        // can be made.
+        if !reconnect.wait(&cluster.stop, link) {
+            break;
         }
     }
     // Stopping: what is left fails, so that nobody waits for it.
@@ -394,7 +406,7 @@ impl Writer<'_> {
                 looked = Instant::now();
                 if cluster.primary_moved(&primary) {
                     let e = "the node follows the primary elsewhere";
-                    link_down(&cluster.stats.connected_out, "publisher", e);
+                    cluster.stats.connected_out.set_down("publisher", e);
                     return Served::LinkLost;
                 }
             }
@@ -405,7 +417,7 @@ impl Writer<'_> {
                 cluster.sync_settings(con, self.shared)
             });
             if let Err(e) = synced {
-                link_down(&cluster.stats.connected_out, "publisher", &e);
+                cluster.stats.connected_out.set_down("publisher", &e);
                 return Served::LinkLost;
             }
             match self.fill() {
@@ -416,7 +428,7 @@ impl Writer<'_> {
             let mut asked = self.pipeline(redis);
             let answered = self.send(redis, &mut asked);
             if let Err(e) = self.answer(redis, answered, &asked) {
-                link_down(&cluster.stats.connected_out, "publisher", &e);
+                cluster.stats.connected_out.set_down("publisher", &e);
                 return Served::LinkLost;
             }
         }
@@ -684,6 +696,27 @@ impl Writer<'_> {
                 (replicas >= i64::from(min)).then_some(*id)
             })
             .collect();
+        if asked.wait {
+            // Health says so while a shard's WAIT sees too few replicas.
+            let short = answers
+                .iter()
+                .any(|(a, id)| a.is_ok() && !confirmed.contains(id));
+            let stats = &cluster.stats;
+            if stats.replicas_short.swap(short, Ordering::Relaxed) != short {
+                if let Some(held) = stats.replicas_log.allow() {
+                    let held = crate::log_limit::held_back(held);
+                    match short {
+                        true => log::warn!(
+                            "cluster: Redis confirms fewer replicas than cluster.min_replicas = {min}: \
+                             persistent sends are refused until it does{held}"
+                        ),
+                        false => log::info!(
+                            "cluster: Redis confirms cluster.min_replicas = {min} replicas again{held}"
+                        ),
+                    }
+                }
+            }
+        }
         let short = format!(
             "a Redis shard did not confirm cluster.min_replicas = {min} replicas within {} ms",
             REPLICA_WAIT.as_millis()

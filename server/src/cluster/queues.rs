@@ -34,7 +34,7 @@ use herald_protocol::{DestinationKind, MessageView};
 use redis::Value;
 
 use super::commands::Command;
-use super::common::{back_off, link_down, link_up, Keys};
+use super::common::{Keys, Reconnect};
 use super::replies::{array, consumers, entries, int, pending_entries, streams, Fields, GROUP};
 use super::requests::{Consumed, Held, Request};
 use super::shards::{Redis, Routed};
@@ -122,11 +122,13 @@ fn consumer(cluster: &Cluster) -> String {
 /// consumers for, until the cluster stops.
 pub(super) fn run(cluster: &Cluster, requests: &Receiver<Request>, shared: &Weak<Shared>) {
     let me = consumer(cluster);
-    let mut attempt = 0;
+    let mut reconnect = Reconnect::default();
+    let link = &cluster.stats.connected_queues;
     while !cluster.stop_queues.load(Ordering::Acquire) {
-        let result = Redis::connect(&cluster.link, &cluster.keys).and_then(|mut shards| {
-            link_up(&cluster.stats.connected_queues, "queue reader");
-            attempt = 0;
+        let connected = Redis::connect(&cluster.link, &cluster.keys, reconnect.again());
+        let result = connected.and_then(|mut shards| {
+            link.set_up("queue reader");
+            reconnect.connected();
             let mut reader = Reader {
                 cluster,
                 keys: &cluster.keys,
@@ -148,12 +150,12 @@ pub(super) fn run(cluster: &Cluster, requests: &Receiver<Request>, shared: &Weak
         match result {
             Ok(()) => return,
             Err(e) => {
-                link_down(&cluster.stats.connected_queues, "queue reader", &e);
+                link.set_down("queue reader", &e);
                 let why = e.to_string();
                 for request in requests.try_iter() {
                     request.fail(&why);
                 }
-                if !back_off(&cluster.stop_queues, &mut attempt) {
+                if !reconnect.wait(&cluster.stop_queues, link) {
                     return;
                 }
             }

@@ -73,9 +73,15 @@ pub(super) fn broken(e: &RedisError) -> bool {
 
 impl<'a> Redis<'a> {
     /// Connects: to the one server at once; to a cluster's primaries as
-    /// each is first needed, once the slots are known.
-    pub(super) fn connect(link: &'a Link, keys: &'a Keys) -> RedisResult<Redis<'a>> {
-        match link.slots()? {
+    /// each is first needed, once the slots are known (read anew from any
+    /// node that answers if `again`: the last connection failed, maybe on
+    /// a primary that a failover has replaced since).
+    pub(super) fn connect(link: &'a Link, keys: &'a Keys, again: bool) -> RedisResult<Redis<'a>> {
+        let mut slots = link.slots()?;
+        if again && slots.is_some() {
+            slots = Some(link.read_slots()?);
+        }
+        match slots {
             Some((map, generation)) => Ok(Redis {
                 link,
                 keys,

@@ -227,7 +227,7 @@ pub fn start(section: &ClusterSection, shared: &Arc<Shared>) -> std::io::Result<
     let weak = Arc::downgrade(shared);
     // The other nodes' interest too, so that the first messages published
     // here reach them.
-    let loaded = Redis::connect(&cluster.link, &cluster.keys).and_then(|mut shards| {
+    let loaded = Redis::connect(&cluster.link, &cluster.keys, false).and_then(|mut shards| {
         if let Some(n) = inbox_heard(&mut shards, &cluster.node_id)? {
             return Ok(Some(std::io::Error::new(
                 std::io::ErrorKind::AddrInUse,
