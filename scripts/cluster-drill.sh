@@ -2,7 +2,7 @@
 # A fault drill for cluster mode, that anyone can run:
 #
 #   scripts/cluster-drill.sh [--duration SECONDS] [--rate MSGS_PER_S] [--bin DIR] [--keep]
-#                            [--redis-cluster]
+#                            [--redis-cluster [--kill-control]]
 #
 # It starts a Redis primary, one replica and three sentinels (Debian's
 # redis-server, in its normal and --sentinel modes) and two Herald nodes on
@@ -26,6 +26,14 @@
 # shard that holds the drill's queue (named so that it is not the shard of
 # the cluster's own keys); once Redis Cluster has promoted its replica,
 # the old primary is restarted and rejoins as the new one's replica.
+# With --kill-control it SIGKILLs instead the primary that holds the
+# cluster's own keys (the `{herald}` tag), named first in the nodes' URL:
+# the worst shard to lose, since every node's sends wait for it.
+#
+# Whatever the faults, a node's log says that its links to Redis broke or
+# came back at most once in 10 s a side: the script fails if either node
+# wrote more than 40 such lines, and prints each node's count and CPU
+# time.
 #
 # Binaries come from --bin (default target/release, built if missing).
 # Everything it starts is stopped by process id when it ends; --keep
@@ -38,16 +46,22 @@ rate=500
 bin=target/release
 keep=false
 redis_cluster=false
+kill_control=false
 while [ $# -gt 0 ]; do
   case "$1" in
     --redis-cluster) redis_cluster=true; shift ;;
+    --kill-control) kill_control=true; shift ;;
     --duration) duration="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
     --keep) keep=true; shift ;;
-    *) echo "usage: $0 [--duration SECONDS] [--rate MSGS_PER_S] [--bin DIR] [--keep] [--redis-cluster]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--duration SECONDS] [--rate MSGS_PER_S] [--bin DIR] [--keep] [--redis-cluster [--kill-control]]" >&2; exit 2 ;;
   esac
 done
+if $kill_control && ! $redis_cluster; then
+  echo "--kill-control goes with --redis-cluster" >&2
+  exit 2
+fi
 if [ "$duration" -lt 16 ]; then
   echo "--duration must be at least 16 seconds: room for both faults and their recovery" >&2
   exit 2
@@ -85,6 +99,15 @@ wait_port() {
   exit 1
 }
 started=$(date +%s)
+# The Herald nodes' CPU time so far, in seconds.
+cpu_seconds() {
+  local total=0 pid
+  for pid in "${node_pid[@]}"; do
+    [ -r "/proc/$pid/stat" ] || continue
+    total=$((total + $(awk '{ print $14 + $15 }' "/proc/$pid/stat")))
+  done
+  awk -v t="$total" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }'
+}
 say() { printf '[drill +%3ss] %s\n' "$(($(date +%s) - started))" "$*"; }
 
 # Redis: pid by port; with --redis-cluster, the cluster bus port too.
@@ -130,7 +153,11 @@ if $redis_cluster; then
   for port in "${ports[@]}"; do
     until redis-cli -p "$port" CLUSTER INFO | grep -q cluster_state:ok; do sleep 0.1; done
   done
+  control=$(primary_of_slot "${ports[0]}" "$(redis-cli -p "${ports[0]}" CLUSTER KEYSLOT 'herald:{herald}:')")
+  other=${ports[0]}
+  [ "$other" = "$control" ] && other=${ports[1]}
   url="redis+cluster://127.0.0.1:${ports[0]},127.0.0.1:${ports[1]}"
+  $kill_control && url="redis+cluster://127.0.0.1:$control,127.0.0.1:$other"
   say "Redis Cluster of three primaries with a replica each: ${ports[*]}"
 else
   primary=$(free_port)
@@ -198,7 +225,6 @@ say "Herald nodes a :${node_port[a]} and b :${node_port[b]} on $url"
 # on, so sends to the queue fail one by one rather than all waiting.
 name="drill$$"
 if $redis_cluster; then
-  control=$(primary_of_slot "${ports[0]}" "$(redis-cli -p "${ports[0]}" CLUSTER KEYSLOT 'herald:{herald}:')")
   for i in $(seq 100); do
     slot=$(redis-cli -p "${ports[0]}" CLUSTER KEYSLOT "herald:q:{$name.queue}")
     [ "$(primary_of_slot "${ports[0]}" "$slot")" != "$control" ] && break
@@ -233,14 +259,16 @@ say "restarted Herald node a (pid ${node_pid[a]})"
 
 at $((duration * 11 / 20))
 if $redis_cluster; then
-  slot=$(redis-cli -p "${ports[0]}" CLUSTER KEYSLOT "herald:q:{$name.queue}")
-  old=$(primary_of_slot "${ports[0]}" "$slot")
+  key="herald:q:{$name.queue}"
+  $kill_control && key='herald:{herald}:'
+  slot=$(redis-cli -p "$other" CLUSTER KEYSLOT "$key")
+  old=$(primary_of_slot "$other" "$slot")
+  cpu_at_kill=$(cpu_seconds)
   kill -9 "${redis_pid[$old]}"
   wait "${redis_pid[$old]}" 2>/dev/null || true
   echo "$(now_ms) SIGKILL Redis primary :$old" >>"$faults"
-  say "killed :$old, the primary of the queue's slot $slot (pid ${redis_pid[$old]})"
-  asked=${ports[0]}
-  [ "$asked" = "$old" ] && asked=${ports[1]}
+  say "killed :$old, the primary of $key's slot $slot (pid ${redis_pid[$old]})"
+  asked=$other
   new=""
   for _ in $(seq 600); do
     new=$(primary_of_slot "$asked" "$slot")
@@ -258,6 +286,7 @@ if $redis_cluster; then
   say "restarted :$old, which rejoins as a replica"
 else
   old=$(redis-cli -p "${sentinels[0]##*:}" SENTINEL get-master-addr-by-name herald | tail -n 1)
+  cpu_at_kill=$(cpu_seconds)
   kill -9 "${redis_pid[$old]}"
   wait "${redis_pid[$old]}" 2>/dev/null || true
   echo "$(now_ms) SIGKILL Redis primary :$old" >>"$faults"
@@ -278,4 +307,14 @@ fi
 status=0
 wait "$drill" || status=$?
 $redis_cluster || say "the nodes' view of the primary: $(grep -h 'primary' "$work"/a.log "$work"/b.log | tail -n 1 | cut -c1-160)"
+say "the nodes' CPU time from the Redis kill to the end: $(awk -v a="$cpu_at_kill" -v b="$(cpu_seconds)" 'BEGIN { printf "%.2f", b - a }') s"
+for n in a b; do
+  links=$(grep -c -E 'lost Redis|connected to Redis' "$work/$n.log" || true)
+  say "node $n: $(wc -l <"$work/$n.log") log lines, $links about its links to Redis"
+  if [ "$links" -gt 40 ]; then
+    echo "node $n said $links times that a link to Redis broke or came back: not rate-limited; logs in $work" >&2
+    keep=true
+    status=1
+  fi
+done
 exit "$status"

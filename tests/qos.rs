@@ -106,6 +106,46 @@ fn expired_messages_are_never_delivered_and_go_to_the_expiry_queue() {
 }
 
 #[test]
+fn messages_leave_a_queue_without_consumers_when_they_expire_and_are_counted() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("idle")).unwrap();
+    for i in 0..3 {
+        let mut m = Message::text("x").with_property("n", i);
+        m.expiration = now_ms() + 300;
+        p.send_with_receipt(m).unwrap();
+    }
+    let mut kept = Message::text("kept");
+    kept.expiration = now_ms() + 60_000;
+    p.send_with_receipt(kept).unwrap();
+    // No consumer ever comes: they leave anyway, once expired.
+    wait_until("the expired messages reach the expiry queue", || {
+        server
+            .stats()
+            .queues
+            .iter()
+            .any(|q| q.0 == "ExpiryQueue" && q.1 == 3)
+    });
+    let depth = |name: &str| {
+        server
+            .stats()
+            .queues
+            .iter()
+            .find(|q| q.0 == name)
+            .map(|q| q.1)
+    };
+    assert_eq!(depth("idle"), Some(1));
+    let listed = call(&server, "GET", "/api/queues/idle/messages", None, None).json();
+    assert_eq!(
+        listed["messages"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+    let metrics = call(&server, "GET", "/metrics", None, None).body;
+    assert!(metrics.contains("herald_expired_total 3"), "{metrics}");
+}
+
+#[test]
 fn expired_messages_can_be_dropped_instead() {
     let mut config = test_config();
     config.queues.expiry_queue = String::new();

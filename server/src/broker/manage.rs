@@ -9,6 +9,7 @@ use herald_protocol::{DestinationKind, Message, MessageView};
 use super::delivery::Deliveries;
 use super::request::{QueueError, RepublishError, TopicError};
 use super::stats::{BrokerCounters, QueueStats, SubscriptionView};
+use super::timers::Timed;
 use super::{Broker, Room, SharedQueue};
 use crate::store::Record;
 use crate::sync::{lock, read, write};
@@ -208,10 +209,14 @@ impl Broker {
         }
         let mut dispatches = Vec::new();
         let mut q = lock(&queue);
-        for m in stay {
-            q.push(m.block, m.journal_id, &mut dispatches);
-        }
+        let due: Vec<i64> = stay
+            .into_iter()
+            .filter_map(|m| q.push(m.block, m.journal_id, &mut dispatches))
+            .collect();
         drop(q);
+        for due in due {
+            self.timers.schedule(due, Timed::Queue(queue.clone()));
+        }
         self.settled(&queue, dispatches, out);
         Some(moved)
     }

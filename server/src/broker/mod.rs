@@ -620,14 +620,21 @@ impl Broker {
     }
 
     /// Runs what has come due: messages whose delivery time has arrived
-    /// are dispatched. Called on every worker's tick.
+    /// are dispatched, and expired ones go to the expiry queue. Called on
+    /// every worker's tick.
     pub fn tick(&self, out: &mut Deliveries) {
         self.memory.sample(std::time::Instant::now());
         for what in self.timers.due(queue::now_ms()) {
             match what {
                 Timed::Queue(queue) => {
                     let mut dispatches = Vec::new();
-                    lock(&queue).dispatch_due(&mut dispatches);
+                    let mut q = lock(&queue);
+                    let again = q.sweep_expired();
+                    q.dispatch_due(&mut dispatches);
+                    drop(q);
+                    if let Some(due) = again {
+                        self.timers.schedule(due, Timed::Queue(queue.clone()));
+                    }
                     self.settled(&queue, dispatches, out);
                 }
                 Timed::Direct(sub, block) => out.push(sub, block),

@@ -31,6 +31,9 @@ pub use super::queued::{EntryId, QueuedMessage};
 use super::ready::{Ready, ReadyKey};
 use crate::store::Holder;
 
+/// A queue sweeps out its expired messages at most this often.
+const SWEEP_EVERY_MS: i64 = 1000;
+
 /// Milliseconds since the epoch.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -112,6 +115,11 @@ pub struct Queue {
     ready: Ready,
     /// Messages found expired, for the broker to move or drop.
     expired: Vec<QueuedMessage>,
+    /// When a sweep for expired messages is scheduled (see
+    /// [`Queue::sweep_for`]).
+    sweep_at: Option<i64>,
+    /// When the last sweep ran.
+    swept_at: i64,
     /// Messages with a delivery time still to come, by (time, sequence).
     scheduled: BTreeMap<(i64, u64), QueuedMessage>,
     in_flight: FastMap<u64, (Subscriber, QueuedMessage)>,
@@ -137,6 +145,8 @@ impl Queue {
             limits,
             ready: Ready::default(),
             expired: Vec::new(),
+            sweep_at: None,
+            swept_at: 0,
             scheduled: BTreeMap::new(),
             in_flight: FastMap::default(),
             consumers: Vec::new(),
@@ -377,15 +387,59 @@ impl Queue {
     }
 
     /// Takes in message `m`, numbered by [`Queue::message`]: ready, or
-    /// scheduled for its delivery time (returned if still to come).
+    /// scheduled for its delivery time. Returns when the queue wants its
+    /// tick ([`Queue::sweep_expired`] and a dispatch) for it, if it does:
+    /// at its delivery time, or to set it aside once it expires.
     fn admit(&mut self, m: QueuedMessage) -> Option<i64> {
         let due = delivery_time(&m.block);
+        let sweep = match m.expiration {
+            0 => None,
+            expiration => self.sweep_for(expiration.max(due)),
+        };
         if due != 0 && due > now_ms() {
             self.scheduled.insert((due, m.seq), m);
-            return Some(due);
+            return Some(sweep.map_or(due, |s| s.min(due)));
         }
         self.insert_ready(m);
-        None
+        sweep
+    }
+
+    /// When to sweep for a message that expires at `expiration` (0:
+    /// never), unless a sweep is due by then already: at most one a
+    /// [`SWEEP_EVERY_MS`], so that messages expiring one after another
+    /// cost one pass over the queue a second, not one each.
+    fn sweep_for(&mut self, expiration: i64) -> Option<i64> {
+        if expiration == 0 {
+            return None;
+        }
+        let at = expiration.max(self.swept_at + SWEEP_EVERY_MS);
+        if self.sweep_at.is_some_and(|t| t <= at) {
+            return None;
+        }
+        self.sweep_at = Some(at);
+        Some(at)
+    }
+
+    /// If a sweep is due, sets aside every waiting message that has
+    /// expired (for [`Queue::take_expired`]), whether or not a consumer
+    /// would have come for it; returns when the next sweep is due.
+    pub fn sweep_expired(&mut self) -> Option<i64> {
+        let now = now_ms();
+        if self.sweep_at.is_none_or(|t| t > now) {
+            return None;
+        }
+        (self.sweep_at, self.swept_at) = (None, now);
+        let (mut expired, next) = self.ready.take_expired(now);
+        self.expired.append(&mut expired);
+        // Scheduled ones are swept once they are due and still expired.
+        let later = self
+            .scheduled
+            .iter()
+            .filter(|(_, m)| m.expiration != 0)
+            .map(|((due, _), m)| m.expiration.max(*due))
+            .min();
+        let next = [next, later].into_iter().flatten().min()?;
+        self.sweep_for(next)
     }
 
     /// A message of this queue's, numbered in its order.

@@ -132,6 +132,35 @@ impl Ready {
         }
     }
 
+    /// Takes out the messages expired at `now_ms`, in delivery order, and
+    /// says when the first of those left expires.
+    pub fn take_expired(&mut self, now_ms: i64) -> (Vec<QueuedMessage>, Option<i64>) {
+        let mut expired = Vec::new();
+        let mut next: Option<i64> = None;
+        if self.expiring == 0 {
+            return (expired, next);
+        }
+        for queue in self.by_priority.iter_mut().rev() {
+            if !queue.iter().any(|m| m.expiration != 0) {
+                continue;
+            }
+            for m in std::mem::take(queue) {
+                if m.expired(now_ms) {
+                    self.len -= 1;
+                    self.bytes -= m.block.len();
+                    self.expiring -= 1;
+                    expired.push(m);
+                } else {
+                    if m.expiration != 0 {
+                        next = Some(next.map_or(m.expiration, |n| n.min(m.expiration)));
+                    }
+                    queue.push_back(m);
+                }
+            }
+        }
+        (expired, next)
+    }
+
     /// Takes every waiting message, in delivery order.
     pub fn take_all(&mut self) -> Vec<QueuedMessage> {
         let all = std::mem::take(&mut self.by_priority);
@@ -181,6 +210,27 @@ mod tests {
         assert_eq!((r.len(), r.live(200), r.expiring), (1, 0, 1));
         r.take_all();
         assert_eq!((r.live(0), r.expiring), (0, 0));
+    }
+
+    #[test]
+    fn taking_the_expired_keeps_the_order_and_says_when_the_next_expires() {
+        let expiring = |seq, priority, at| QueuedMessage {
+            expiration: at,
+            ..message(seq, priority)
+        };
+        let mut r = Ready::default();
+        r.insert(message(1, 4));
+        r.insert(expiring(2, 9, 100));
+        r.insert(expiring(3, 4, 300));
+        r.insert(expiring(4, 4, 150));
+        r.insert(expiring(5, 1, 500));
+        let (gone, next) = r.take_expired(200);
+        assert_eq!(gone.iter().map(|m| m.seq).collect::<Vec<_>>(), [2, 4]);
+        assert_eq!(next, Some(300));
+        assert_eq!(order(&r), [1, 3, 5]);
+        assert_eq!((r.len(), r.expiring, r.live(200)), (3, 2, 3));
+        let (gone, next) = r.take_expired(1000);
+        assert_eq!((gone.len(), next, r.expiring), (2, None, 0));
     }
 
     #[test]
