@@ -10,8 +10,8 @@
 # missing.
 # Every server a test starts listens on 127.0.0.1 ephemeral ports and is
 # stopped by the test. Two short cluster fault drills (two nodes, a node
-# and a Redis primary killed: on Redis Sentinel, then on a Redis Cluster)
-# follow the Rust tests. Between the two, each fuzz target in fuzz/ runs
+# and a Redis primary killed: on Redis Sentinel, then on a Redis Cluster,
+# the primary of the cluster's own keys) follow the Rust tests. Between the two, each fuzz target in fuzz/ runs
 # FUZZ_RUNS inputs (300,000 by default; 0 skips them) from a fixed seed,
 # so that a run is repeatable, with cargo-fuzz on the nightly toolchain,
 # installing cargo-fuzz if it is missing. Longer searches from random
@@ -63,7 +63,7 @@ fi
 # features differ, a minute on 2 cores).
 echo "== cluster fault drills (short ones: scripts/cluster-drill.sh)"
 scripts/cluster-drill.sh --duration 24 --rate 200 --bin target/debug
-scripts/cluster-drill.sh --duration 24 --rate 200 --bin target/debug --redis-cluster
+scripts/cluster-drill.sh --duration 24 --rate 200 --bin target/debug --redis-cluster --kill-control
 
 echo "== interoperability tests"
 (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)

@@ -196,7 +196,7 @@ pub(super) fn reread<T>(
 }
 
 /// A cluster thread's reconnections. Each waits longer than the last
-/// (50 ms, doubled up to a second) until a connection has lasted
+/// (50 ms, doubled up to half a second) until a connection has lasted
 /// [`STABLE`]: a link that breaks as soon as it is made (its slot map
 /// still names a dead primary) is not made again in a loop.
 #[derive(Default)]
@@ -204,6 +204,10 @@ pub(super) struct Reconnect {
     attempt: u32,
     since: Option<Instant>,
 }
+
+/// The longest wait between two tries: a failover is followed within it
+/// of its end.
+const RECONNECT_MAX: Duration = Duration::from_millis(500);
 
 /// How long a connection must last for the next failure to be retried at
 /// once.
@@ -228,7 +232,7 @@ impl Reconnect {
             self.attempt = 0;
         }
         link.reconnects.fetch_add(1, Ordering::Relaxed);
-        let delay = Duration::from_millis(50u64 << self.attempt.min(5)).min(Duration::from_secs(1));
+        let delay = Duration::from_millis(50u64 << self.attempt.min(4)).min(RECONNECT_MAX);
         self.attempt += 1;
         let deadline = Instant::now() + delay;
         while Instant::now() < deadline {
