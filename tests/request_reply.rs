@@ -42,6 +42,13 @@ fn a_request_nobody_answers_times_out() {
         .request(Message::text("hello?"), Duration::from_millis(200))
         .unwrap_err();
     assert!(matches!(e, herald_client::Error::Timeout { .. }), "{e}");
+    // The request expired with its timeout: it leaves the queue, and a
+    // server that comes later is not asked what nobody waits for.
+    wait_until("the unanswered request expires", || {
+        let queues = server.stats().queues;
+        queues.iter().any(|q| q.0 == "nobody" && q.1 == 0)
+            && queues.iter().any(|q| q.0 == "ExpiryQueue" && q.1 == 1)
+    });
 }
 
 #[test]

@@ -40,10 +40,13 @@ pub(crate) fn call_with(
         )));
     }
     let url = format!("{base}{path}");
+    let mut agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(10));
+    if base.starts_with("https://") {
+        let ca = target.tls_ca.as_deref().map(std::path::Path::new);
+        agent = agent.tls_config(herald_client::tls_client_config(ca)?);
+    }
     // X-Herald: the server takes changes only with it (or as JSON).
-    let mut request = ureq::request(method, &url)
-        .timeout(Duration::from_secs(10))
-        .set("X-Herald", "cli");
+    let mut request = agent.build().request(method, &url).set("X-Herald", "cli");
     if let Some(user) = &target.user {
         use base64::Engine;
         let password = target.password.clone().unwrap_or_default();
@@ -64,11 +67,16 @@ pub(crate) fn call_with(
         }
         Err(ureq::Error::Transport(t)) => {
             let why = match sniff(base) {
-                Some(other) => format!(
+                Some("TLS") if base.starts_with("http://") => format!(
+                    "that port speaks TLS: use --admin {} (and --tls-ca FILE if the system \
+                     does not trust its certificate's CA)",
+                    base.replacen("http://", "https://", 1)
+                ),
+                Some(other) if !base.starts_with("https://") => format!(
                     "that port speaks {other}, not HTTP: the management API listens on \
                      127.0.0.1:8161 unless [admin] listen says otherwise"
                 ),
-                None => transport_failure(&t),
+                _ => transport_failure(&t),
             };
             return Err(fail(why));
         }
@@ -101,6 +109,14 @@ fn sniff(base: &str) -> Option<&'static str> {
 /// to do.
 fn transport_failure(t: &ureq::Transport) -> String {
     use ureq::ErrorKind;
+    let text = format!("{t} {:?}", std::error::Error::source(t));
+    if text.contains("certificate") || text.contains("UnknownIssuer") {
+        return format!(
+            "the server's certificate is not trusted ({}): name the CA that signed it with \
+             --tls-ca FILE",
+            t.message().unwrap_or("TLS handshake failed")
+        );
+    }
     match t.kind() {
         ErrorKind::ConnectionFailed => {
             "nothing answers there (connection refused): is the server running with its \
@@ -115,9 +131,10 @@ fn transport_failure(t: &ureq::Transport) -> String {
         }
         ErrorKind::InvalidUrl | ErrorKind::UnknownScheme => {
             "not a URL the CLI can use: it reaches the management API at http://HOST:PORT \
-             (not over HTTPS)"
+             or https://HOST:PORT"
                 .into()
         }
+
         _ => match t.message() {
             Some(m) => format!("{}: {m}", t.kind()),
             None => t.kind().to_string(),

@@ -15,7 +15,10 @@ pub enum Format {
     /// then the body: text as text, other bytes escaped.
     #[default]
     Text,
-    /// The body alone, as it came.
+    /// The body alone, byte for byte as it came: nothing added, not even
+    /// a newline, so that `herald sub --format raw > file` keeps a file
+    /// (on a terminal, a body that does not end a line is followed by
+    /// one).
     Raw,
     /// Like text, with the body in hexadecimal.
     Hex,
@@ -24,14 +27,22 @@ pub enum Format {
     Json,
 }
 
-/// Writes `m` to stdout in `format`, with a newline.
+/// Writes `m` to stdout in `format`: a line, or the raw body alone.
 pub fn print(m: &Message, format: Format) {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
     let result = match format {
-        Format::Raw => out
-            .write_all(&raw_body(m))
-            .and_then(|()| out.write_all(b"\n")),
+        // Flushed at once: a body need not end a line.
+        Format::Raw => {
+            let body = raw_body(m);
+            let newline = std::io::IsTerminal::is_terminal(&out) && !body.ends_with(b"\n");
+            out.write_all(&body)
+                .and_then(|()| match newline {
+                    true => out.write_all(b"\n"),
+                    false => Ok(()),
+                })
+                .and_then(|()| out.flush())
+        }
         _ => writeln!(out, "{}", line(m, format)),
     };
     // A closed pipe (`herald sub | head`) ends the output, quietly.

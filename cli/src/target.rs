@@ -32,12 +32,13 @@ pub struct Target {
     /// Client id for the connection (durable subscriptions need one).
     #[arg(long, global = true)]
     pub client_id: Option<String>,
-    /// For a herald+tls:// server whose certificate the system does not
-    /// trust: PEM file of the CA that signed it.
+    /// For a herald+tls:// server, or an https:// management API, whose
+    /// certificate the system does not trust: PEM file of the CA that
+    /// signed it.
     #[arg(long, global = true, value_name = "FILE")]
     pub tls_ca: Option<String>,
-    /// Management API of the server, for topics, queues, connections,
-    /// purge, reload and stats.
+    /// Management API of the server (http:// or https://), for topics,
+    /// queues, connections, purge, reload and stats.
     #[arg(long, global = true, default_value = "http://127.0.0.1:8161")]
     pub admin: String,
     /// User name to log in as.

@@ -159,3 +159,4 @@ pub use herald_protocol::{
 pub use producer::Producer;
 pub use requestor::{reply, Requestor};
 pub use session::{AckMode, ConsumerOptions, QueueBrowser, Session};
+pub use transport::client_config as tls_client_config;

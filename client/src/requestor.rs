@@ -2,7 +2,7 @@
 //! wait for the reply that carries the request's correlation id.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use herald_protocol::{Destination, Message};
 
@@ -35,8 +35,17 @@ impl Requestor {
     }
 
     /// Sends `request` and returns the reply to it; other messages on the
-    /// reply queue (late replies to earlier requests) are skipped.
+    /// reply queue (late replies to earlier requests) are skipped. A
+    /// request without an expiration of its own expires with `timeout`:
+    /// nobody waits for its answer after that, so it does not stay in a
+    /// queue that nobody serves.
     pub fn request(&self, mut request: Message, timeout: Duration) -> Result<Message> {
+        if request.expiration == 0 {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            request.expiration = now.saturating_add(timeout.as_millis() as i64);
+        }
         let id = format!(
             "{}-{}",
             self.reply_to.name,

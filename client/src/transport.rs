@@ -23,8 +23,10 @@ use crate::error::{Error, Result};
 use crate::sync::lock;
 
 /// TLS settings that trust the certificate authorities in a PEM file, or
-/// the system's (`None`).
-pub(crate) fn client_config(ca: Option<&Path>) -> Result<Arc<ClientConfig>> {
+/// the system's (`None`): what `herald+tls://` connections use, and what
+/// an HTTPS client of the management interface can use
+/// (`herald_client::tls_client_config`).
+pub fn client_config(ca: Option<&Path>) -> Result<Arc<ClientConfig>> {
     let roots = match ca {
         Some(ca) => roots_from_file(ca)?,
         None => system_roots()?,
