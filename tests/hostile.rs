@@ -634,6 +634,11 @@ fn queued_messages_are_bounded_by_a_global_memory_limit() {
         refusal.to_string().contains("max_memory_bytes"),
         "{refusal}"
     );
+    // Refused, not held: the reason says which.
+    assert!(
+        refusal.to_string().contains("refused (queues.full_policy"),
+        "{refusal}"
+    );
     assert!((4..40).contains(&sent), "{sent} sent");
     let h = health(&server);
     assert_eq!(h["reasons"][0]["reason"], "memory_limit", "{h}");

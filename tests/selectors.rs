@@ -134,6 +134,31 @@ fn a_queue_consumer_takes_only_matching_messages_and_leaves_the_rest() {
 }
 
 #[test]
+fn a_selector_on_jmsx_delivery_count_takes_only_redeliveries() {
+    let server = start();
+    let (c, first) = connect(&server);
+    let q = Destination::queue("retries");
+    let producer = first.create_producer(&q).unwrap();
+    let acking = c.create_session(herald_client::AckMode::Client).unwrap();
+    let careless = acking.create_consumer(&q).unwrap();
+    producer
+        .send_with_receipt(Message::text("failed once"))
+        .unwrap();
+    assert_eq!(next(&careless).delivery_count, 1);
+    // Closed without an acknowledgement: it goes back, delivered once.
+    careless.close().unwrap();
+    let (_c2, second) = connect(&server);
+    let retrier = second
+        .create_consumer_with_selector(&q, "JMSXDeliveryCount > 1")
+        .unwrap();
+    let m = next(&retrier);
+    assert_eq!((m.body_text(), m.delivery_count), (Some("failed once"), 2));
+    // A first delivery is not for it.
+    producer.send_with_receipt(Message::text("new")).unwrap();
+    assert_nothing(&retrier);
+}
+
+#[test]
 fn headers_are_selectable() {
     let server = start();
     let (_c, s) = connect(&server);

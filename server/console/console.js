@@ -291,7 +291,7 @@ $("publish").addEventListener("submit", async (event) => {
       body: $("publish-body").value,
       persistent: $("publish-persistent").checked,
     });
-    $("publish-result").textContent = `published to ${result.destination}: ${result.delivered} delivered`;
+    $("publish-result").textContent = `published to ${result.destination}: routed to ${result.routed} subscription(s) and queue(s)`;
     await refresh();
   } catch (e) {
     $("publish-result").textContent = `refused: ${e.message}`;

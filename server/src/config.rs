@@ -703,6 +703,44 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Every listener's address, with its key.
+    fn listeners_mut(&mut self) -> [(&'static str, &mut SocketAddr); 11] {
+        [
+            ("listen", &mut self.listen),
+            ("tls.listen", &mut self.tls.listen),
+            ("stomp.listen", &mut self.stomp.listen),
+            ("stomp.websocket_listen", &mut self.stomp.websocket_listen),
+            ("mqtt.listen", &mut self.mqtt.listen),
+            ("mqtt.tls_listen", &mut self.mqtt.tls_listen),
+            ("mqtt.websocket_listen", &mut self.mqtt.websocket_listen),
+            ("amqp.listen", &mut self.amqp.listen),
+            ("amqp.tls_listen", &mut self.amqp.tls_listen),
+            ("amqp.websocket_listen", &mut self.amqp.websocket_listen),
+            ("admin.listen", &mut self.admin.listen),
+        ]
+    }
+
+    /// Moves every listener's port up by `offset` (one chosen by the
+    /// system, port 0, stays so): a second server beside the first in
+    /// one flag. Fails naming the listener whose port would pass 65535.
+    pub fn offset_ports(&mut self, offset: u16) -> Result<(), ConfigError> {
+        for (key, addr) in self.listeners_mut() {
+            if addr.port() == 0 {
+                continue;
+            }
+            let port = addr
+                .port()
+                .checked_add(offset)
+                .ok_or_else(|| ConfigError::Invalid {
+                    path: "--port-offset".into(),
+                    key,
+                    reason: format!("port {} + {offset} is past 65535", addr.port()),
+                })?;
+            addr.set_port(port);
+        }
+        Ok(())
+    }
+
     /// Reads and checks a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -966,6 +1004,21 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_offset_moves_every_listener_but_those_the_system_picks() {
+        let mut config = Config::parse(DEFAULT_TOML, "embedded").unwrap();
+        config.stomp.listen.set_port(0);
+        let before: Vec<u16> = config.listeners_mut().map(|(_, a)| a.port()).to_vec();
+        config.offset_ports(10).unwrap();
+        let after: Vec<u16> = config.listeners_mut().map(|(_, a)| a.port()).to_vec();
+        for (b, a) in before.iter().zip(&after) {
+            assert_eq!(*a, if *b == 0 { 0 } else { b + 10 });
+        }
+        assert_eq!(config.listen.port(), 7787);
+        let e = config.offset_ports(u16::MAX).unwrap_err().to_string();
+        assert!(e.contains("listen") && e.contains("65535"), "{e}");
+    }
 
     /// docs/operations.md links every key of the embedded config to the
     /// line that documents it: none is missing, and no link points at a

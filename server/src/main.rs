@@ -116,14 +116,20 @@ mod glibc {
     }
 }
 
-/// The Herald event notification server.
+/// The Herald event notification server: one process, on its embedded
+/// defaults without a config file.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Configuration file; without it the embedded defaults
     /// (config/herald.toml) apply.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Moves every listener's port (those of the config, before the
+    /// flags below) up by this much: `--port-offset 1 --data-dir d2` runs a
+    /// second server beside one on the defaults.
+    #[arg(long, value_name = "N")]
+    port_offset: Option<u16>,
     /// Address to listen on, overriding the config.
     #[arg(long)]
     listen: Option<SocketAddr>,
@@ -210,6 +216,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(offset) = args.port_offset {
+        if let Err(e) = config.offset_ports(offset) {
+            eprintln!("herald-server: {e}");
+            return ExitCode::from(2);
+        }
+    }
     if let Some(listen) = args.listen {
         config.listen = listen;
     }

@@ -108,6 +108,28 @@ fn bad_configs_are_refused_naming_the_key_and_file() {
     let out = server(&["--workers", "5000"]).0.output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("workers"));
+    // A port offset that takes a default listener past 65535 names it.
+    let out = Command::new(env!("CARGO_BIN_EXE_herald-server"))
+        .args(["--port-offset", "65000"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("listen") && err.contains("65535"), "{err}");
+}
+
+#[test]
+fn help_says_what_the_binary_is() {
+    let out = Command::new(env!("CARGO_BIN_EXE_herald-server"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.starts_with("The Herald event notification server"),
+        "{help}"
+    );
+    assert!(help.contains("--port-offset"), "{help}");
 }
 
 /// A cluster URL that cannot work stops the start with a reason and a

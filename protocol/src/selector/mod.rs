@@ -11,8 +11,11 @@
 //!
 //! Header identifiers: `JMSDeliveryMode` ('PERSISTENT' or
 //! 'NON_PERSISTENT'), `JMSPriority`, `JMSMessageID`, `JMSTimestamp`,
-//! `JMSExpiration`, `JMSCorrelationID`, `JMSType`. Any other identifier
-//! names a property.
+//! `JMSExpiration`, `JMSCorrelationID`, `JMSType`, and the JMS-defined
+//! `JMSXDeliveryCount` (the delivery the message would be: 1 for the
+//! first; see [`Selector::matches_delivery`]). Any other identifier names
+//! a property (`JMSXGroupID`, `JMSXGroupSeq` and `JMSXUserID` are
+//! properties a message carries).
 
 mod eval;
 mod lexer;
@@ -105,6 +108,7 @@ enum Header {
     Expiration,
     CorrelationId,
     Type,
+    DeliveryCount,
 }
 
 impl Header {
@@ -117,11 +121,12 @@ impl Header {
             "JMSExpiration" => Header::Expiration,
             "JMSCorrelationID" => Header::CorrelationId,
             "JMSType" => Header::Type,
+            "JMSXDeliveryCount" => Header::DeliveryCount,
             _ => return None,
         })
     }
 
-    fn value<'a>(self, m: &MessageRef<'a>) -> FieldValue<'a> {
+    fn value<'a>(self, m: &MessageRef<'a>, delivery_count: u32) -> FieldValue<'a> {
         let opt = |s: Option<&'a str>| s.map_or(FieldValue::Null, FieldValue::Str);
         match self {
             Header::DeliveryMode => FieldValue::Str(match m.delivery_mode() {
@@ -134,6 +139,7 @@ impl Header {
             Header::Expiration => FieldValue::Long(m.expiration),
             Header::CorrelationId => opt(m.correlation_id),
             Header::Type => opt(m.message_type),
+            Header::DeliveryCount => FieldValue::Long(delivery_count.into()),
         }
     }
 }
@@ -168,9 +174,9 @@ impl Slots {
 
     /// Puts each identifier's value in its slot; a property that appears
     /// twice takes its first value.
-    fn fill<'a>(&self, m: &MessageRef<'a>, values: &mut [FieldValue<'a>]) {
+    fn fill<'a>(&self, m: &MessageRef<'a>, delivery_count: u32, values: &mut [FieldValue<'a>]) {
         for &(slot, h) in &self.headers {
-            values[slot] = h.value(m);
+            values[slot] = h.value(m, delivery_count);
         }
         let mut missing = self.properties.len();
         if missing == 0 {
@@ -328,9 +334,16 @@ impl Selector {
         })
     }
 
-    /// Whether it selects this message. A message whose evaluation would
-    /// exceed the selector's evaluation budget is not selected.
+    /// Whether it selects this message for its first delivery. A message
+    /// whose evaluation would exceed the selector's evaluation budget is
+    /// not selected.
     pub fn matches(&self, m: &MessageRef<'_>) -> bool {
+        self.matches_delivery(m, 1)
+    }
+
+    /// Whether it selects this message for its `delivery_count`th
+    /// delivery (`JMSXDeliveryCount`).
+    pub fn matches_delivery(&self, m: &MessageRef<'_>, delivery_count: u32) -> bool {
         let mut inline = [FieldValue::Null; INLINE_SLOTS];
         let mut heap = Vec::new();
         let values = if self.slots.count <= INLINE_SLOTS {
@@ -339,7 +352,7 @@ impl Selector {
             heap.resize(self.slots.count, FieldValue::Null);
             &mut heap[..]
         };
-        self.slots.fill(m, values);
+        self.slots.fill(m, delivery_count, values);
         let mut budget = Budget::new(self.eval_budget);
         let result = eval::eval(&self.expr, values, &mut budget);
         result == FieldValue::Bool(true) && !budget.exhausted()

@@ -161,6 +161,19 @@ fn headers_are_visible() {
 }
 
 #[test]
+fn the_delivery_count_is_the_delivery_being_made() {
+    let s = Selector::parse("JMSXDeliveryCount > 1").unwrap();
+    let block = message(&[("JMSXGroupID", Value::String("g1".into()))]);
+    let r = MessageRef::parse(&block).unwrap();
+    assert!(!s.matches(&r), "a first delivery counts 1");
+    assert!(s.matches_delivery(&r, 2));
+    assert!(sel(
+        "JMSXGroupID = 'g1'",
+        &[("JMSXGroupID", Value::String("g1".into()))]
+    ));
+}
+
+#[test]
 fn strings_keywords_and_regexes() {
     assert!(sel("name = 'O''Brien'", &[("name", s("O'Brien"))]));
     assert!(sel(

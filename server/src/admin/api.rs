@@ -67,7 +67,7 @@ pub(crate) fn routes() -> Vec<Route> {
         with_body(r(Method::POST, "/api/queues/{name}/messages/{id}/copy", "Copy one waiting message, as a new message: {\"to\": ...}", post(messages::copy_message))),
         r(Method::GET, "/api/connections", "Open connections", get(connections)),
         r(Method::DELETE, "/api/connections/{id}", "Close a connection", delete(close_connection)),
-        with_body(r(Method::POST, "/api/publish", "Publish a message: {\"destination\", \"body\", \"properties\", \"persistent\", \"priority\", \"ttl_ms\"}", post(publish))),
+        with_body(r(Method::POST, "/api/publish", "Publish a message: {\"destination\", \"body\", \"properties\", \"persistent\", \"priority\", \"ttl_ms\"}; answers how many subscriptions and queues it was routed to", post(publish))),
         r(Method::POST, "/api/reload", "Re-read users, permissions and limits from the config file", post(reload)),
         r(Method::GET, "/api/users", "Users (no password hashes) and roles in force, and whether this interface may change them", get(users::users)),
         with_body(r(Method::PUT, "/api/users/{name}", "Add or replace a user: {\"password\": the password (hashed with Argon2 here) or an Argon2 PHC hash, none to keep it; \"roles\": [...]}; written to the config file and reloaded, or in a cluster made on every node", put(users::put_user))),
@@ -846,9 +846,10 @@ async fn publish(
             .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the journal stopped"))?
             .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, why.to_string()))?;
     }
+    // Routed, not delivered: a queue takes it with or without a consumer.
     Ok(Json(json!({
         "destination": destination.to_string(),
-        "delivered": routed.delivered,
+        "routed": routed.delivered,
         "persistent": routed.journaled,
     })))
 }

@@ -88,7 +88,7 @@ pub(super) async fn browse(
         })));
     }
     let selects = |m: &crate::broker::queue::QueuedMessage| {
-        crate::broker::queue::selects(selector.as_deref(), &m.block)
+        crate::broker::queue::selects_queued(selector.as_deref(), m)
     };
     let (total, held) = broker
         .queue_messages(&name, selects, (params.offset, limit))

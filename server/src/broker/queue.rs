@@ -239,7 +239,7 @@ impl Queue {
                 !self
                     .consumers
                     .iter()
-                    .any(|c| selects(c.selector.as_deref(), &m.block))
+                    .any(|c| selects_queued(c.selector.as_deref(), m))
             })
             .map(|m| m.seq)
             .collect()
@@ -591,7 +591,7 @@ impl Queue {
         let now = now_ms();
         self.ready
             .iter()
-            .filter(|m| !m.expired(now) && selects(selector, &m.block))
+            .filter(|m| !m.expired(now) && selects_queued(selector, m))
             .cloned()
             .collect()
     }
@@ -724,7 +724,7 @@ impl Queue {
             let n = self.consumers.len();
             let chosen = (0..n).map(|k| (self.rr + k) % n).find(|&k| {
                 let c = &self.consumers[k];
-                c.in_flight < c.prefetch && selects(c.selector.as_deref(), &m.block)
+                c.in_flight < c.prefetch && selects_queued(c.selector.as_deref(), m)
             });
             let Some(k) = chosen else {
                 from = Some(key);
@@ -752,11 +752,22 @@ impl Queue {
 
 /// Whether `selector` (none = all) selects the message in `block`.
 pub fn selects(selector: Option<&Selector>, block: &[u8]) -> bool {
+    selects_delivery(selector, block, 1)
+}
+
+/// Whether `selector` selects queued message `m` for its next delivery
+/// (`JMSXDeliveryCount` is the count that delivery would report).
+pub fn selects_queued(selector: Option<&Selector>, m: &QueuedMessage) -> bool {
+    let count = m.deliveries + 1 + u32::from(m.restored);
+    selects_delivery(selector, &m.block, count)
+}
+
+fn selects_delivery(selector: Option<&Selector>, block: &[u8], delivery_count: u32) -> bool {
     match selector {
         None => true,
         // Blocks were validated on the way in; one that no longer parses
         // is selected by nothing.
-        Some(s) => MessageRef::read(block).is_ok_and(|r| s.matches(&r)),
+        Some(s) => MessageRef::read(block).is_ok_and(|r| s.matches_delivery(&r, delivery_count)),
     }
 }
 

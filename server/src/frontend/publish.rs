@@ -129,8 +129,14 @@ fn route(
     let routed = if let Some(why) = disk {
         Err(why)
     } else if for_server {
+        let then = match block {
+            true => "publishing waits until consumers drain them",
+            false => {
+                "publishes are refused (queues.full_policy = \"fail\") until consumers drain them"
+            }
+        };
         Err(format!(
-            "the server's queues hold {} bytes, more than queues.max_memory_bytes ({}): publishing waits until consumers drain them",
+            "the server's queues hold {} bytes, more than queues.max_memory_bytes ({}): {then}",
             memory.used(),
             memory.limit()
         ))

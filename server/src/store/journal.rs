@@ -189,6 +189,19 @@ pub enum JournalError {
     /// Another server holds the data directory.
     #[error("data directory {0} is in use by another server")]
     Locked(PathBuf),
+    /// A segment was written by a newer build, in a format this one
+    /// does not know: not damage, and nothing to recover.
+    #[error(
+        "journal segment {path} was written by a newer version of Herald (journal format \
+         {version}; this build reads format {VERSION}). Nothing was changed on disk: run \
+         the newer version, or restore this data directory from a backup taken before it"
+    )]
+    Newer {
+        /// The segment.
+        path: PathBuf,
+        /// Its format version.
+        version: u8,
+    },
     /// A segment is damaged, and recovery was not asked for.
     #[error(
         "the journal is damaged: {0}. Nothing was changed on disk. To start anyway, skipping \
@@ -474,6 +487,19 @@ impl Writer {
             })
             .collect();
         seqs.sort_unstable();
+        // Before anything is cut or set aside: a newer build's journal is
+        // left whole.
+        for &seq in &seqs {
+            let path = dir.join(segment_name(seq));
+            let mut head = [0u8; 5];
+            let read = File::open(&path).and_then(|mut f| f.read_exact(&mut head));
+            if read.is_ok() && &head[..4] == MAGIC && head[4] > VERSION {
+                return Err(JournalError::Newer {
+                    path,
+                    version: head[4],
+                });
+            }
+        }
         let mut recovered = Recovered::default();
         let mut live: BTreeMap<u64, (Record, u64, u64, u32)> = BTreeMap::new();
         let mut segments = VecDeque::new();
@@ -1460,6 +1486,21 @@ mod tests {
                 assert_eq!(r.damage.records, u64::from(part != "length"), "{part}");
             }
         }
+    }
+
+    #[test]
+    fn a_segment_of_a_newer_format_is_named_as_such_and_left_alone() {
+        let dir = TempDir::new("newer");
+        let path = three_records(&dir);
+        let mut data = fs::read(&path).unwrap();
+        data[4] = VERSION + 1;
+        fs::write(&path, &data).unwrap();
+        let e = Journal::open(config(&dir)).err().expect("refused");
+        let text = e.to_string();
+        assert!(matches!(e, JournalError::Newer { .. }), "{text}");
+        assert!(text.contains("newer version"), "{text}");
+        assert!(!text.contains("damaged"), "{text}");
+        assert_eq!(fs::read(&path).unwrap(), data, "left as it was");
     }
 
     #[test]
