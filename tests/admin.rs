@@ -1089,6 +1089,41 @@ fn a_move_needs_the_right_to_publish_where_it_goes() {
 }
 
 #[test]
+fn metrics_come_as_openmetrics_to_who_asks_and_as_classic_text_otherwise() {
+    let server = start();
+    let url = format!("http://{}/metrics", server.admin_addr().unwrap());
+    let scrape = |accept: Option<&str>| {
+        let mut request = ureq::get(&url);
+        if let Some(accept) = accept {
+            request = request.set("Accept", accept);
+        }
+        let answer = request.call().unwrap();
+        let kind = answer.content_type().to_owned();
+        (kind, answer.into_string().unwrap())
+    };
+    // As Prometheus asks.
+    let (kind, open) = scrape(Some(
+        "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+    ));
+    assert_eq!(kind, "application/openmetrics-text");
+    assert!(open.ends_with("# EOF\n"));
+    assert!(
+        open.contains("# TYPE herald_messages_in counter\n"),
+        "{open}"
+    );
+    for accept in [Some("text/plain;version=0.0.4"), None] {
+        let (kind, text) = scrape(accept);
+        assert_eq!(kind, "text/plain", "{accept:?}");
+        assert!(!text.contains("# EOF"), "{accept:?}");
+        // Each TYPE names the samples that follow it.
+        assert!(
+            text.contains("# TYPE herald_messages_in_total counter\nherald_messages_in_total 0\n"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
 fn the_monitoring_files_name_only_metrics_the_server_exports() {
     let server = start();
     let (_c, s) = connect(&server);

@@ -1,5 +1,6 @@
-//! `/metrics`: the broker's figures in the Prometheus text format, encoded
-//! by `prometheus-client` from a registry filled at each scrape.
+//! `/metrics`: the broker's figures, encoded by `prometheus-client` from a
+//! registry filled at each scrape, as OpenMetrics for a scraper that asks
+//! for it and in the Prometheus text format 0.0.4 otherwise.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -42,7 +43,10 @@ where
     registry.register(name, help, f);
 }
 
-pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
+pub(crate) async fn metrics(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Response {
     let s = &state.shared;
     let mut r = Registry::default();
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -404,12 +408,86 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     if let Err(e) = encode(&mut text, &r) {
         return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
     }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response()
+    if wants_openmetrics(&headers) {
+        let kind = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+        return ([(header::CONTENT_TYPE, kind)], text).into_response();
+    }
+    let kind = "text/plain; version=0.0.4; charset=utf-8";
+    ([(header::CONTENT_TYPE, kind)], classic(&text)).into_response()
+}
+
+/// Whether the scraper asked for OpenMetrics (Prometheus does, first);
+/// anything else, `Accept: text/plain;version=0.0.4` or none, gets the
+/// classic text format that promtool and older parsers read.
+fn wants_openmetrics(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"))
+}
+
+/// The OpenMetrics text `open` in the Prometheus text format 0.0.4: a
+/// counter's HELP and TYPE name its `_total` sample, as its samples do;
+/// no `# UNIT` and no `# EOF`; the types 0.0.4 lacks are `untyped`.
+fn classic(open: &str) -> String {
+    let counters: std::collections::HashSet<&str> = open
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(open.len() + 64 * counters.len());
+    for line in open.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| Some((p, line.strip_prefix(p)?)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let name = match counters.contains(name) {
+                    true => format!("{name}_total"),
+                    false => name.to_owned(),
+                };
+                let tail = match (prefix, tail) {
+                    ("# TYPE ", "info" | "stateset" | "gaugehistogram" | "unknown") => "untyped",
+                    _ => tail,
+                };
+                out.push_str(prefix);
+                out.push_str(&name);
+                out.push(' ');
+                out.push_str(tail);
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_classic_format_names_counters_by_their_samples_and_has_no_eof() {
+        let open = "# HELP herald_messages_in Messages published.\n\
+                    # TYPE herald_messages_in counter\n\
+                    herald_messages_in_total 11\n\
+                    # HELP herald_queued_bytes Bytes.\n\
+                    # TYPE herald_queued_bytes gauge\n\
+                    # UNIT herald_queued_bytes bytes\n\
+                    herald_queued_bytes 3\n\
+                    # EOF\n";
+        assert_eq!(
+            classic(open),
+            "# HELP herald_messages_in_total Messages published.\n\
+             # TYPE herald_messages_in_total counter\n\
+             herald_messages_in_total 11\n\
+             # HELP herald_queued_bytes Bytes.\n\
+             # TYPE herald_queued_bytes gauge\n\
+             herald_queued_bytes 3\n"
+        );
+    }
 }
