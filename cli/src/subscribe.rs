@@ -98,20 +98,37 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
     let mut dropped = Dropped::default();
     while args.count.is_none_or(|n| seen < n) {
         dropped.report(consumer.dropped(), false);
+        // What ends a connection that fails over (a shutdown, an
+        // administrator, a failover) is news: it goes on, until it is
+        // closed for good.
+        let rides_out = |e: &Error| {
+            !args.no_reconnect && !connection.is_closed() && !matches!(e, Error::Closed)
+        };
         while let Ok(e) = lost_rx.try_recv() {
             match e {
-                // News of a failover, not its end.
-                Error::Interrupted(_) | Error::Resumed(_) => eprintln!("herald: {e}"),
+                e if rides_out(&e) => eprintln!("herald: {e}"),
                 e => return Err(e),
             }
         }
         match consumer.receive(Duration::from_millis(100))? {
             Some(m) => {
                 show::print(&m, args.format);
-                match mode {
-                    AckMode::Client => session.acknowledge()?,
-                    AckMode::Individual => session.acknowledge_message(&m)?,
-                    _ => {}
+                let acked = match mode {
+                    AckMode::Client => session.acknowledge(),
+                    AckMode::Individual => session.acknowledge_message(&m),
+                    _ => Ok(()),
+                };
+                match acked {
+                    Ok(()) => {}
+                    // Its delivery ended with the connection: the server
+                    // delivers the message again, marked redelivered,
+                    // unless the acknowledgement reached it.
+                    Err(e) if rides_out(&e) => eprintln!(
+                        "herald: the acknowledgement of {} may not have reached the server ({e}): \
+                         it may come again, marked redelivered",
+                        m.message_id()
+                    ),
+                    Err(e) => return Err(e),
                 }
                 seen += 1;
                 last = Instant::now();

@@ -985,6 +985,50 @@ fn sub_outlives_a_server_restart_unless_told_not_to() {
 }
 
 #[test]
+fn a_busy_acknowledging_sub_rides_out_its_connection_closed_under_it() {
+    let server = start();
+    let url = format!("herald://{}", server.local_addr());
+    run_ok(&[
+        "--server", &url, "pub", "--queue", "work", "job", "--count", "3000",
+    ]);
+    let (mut sub, mut err) = subscribed(&[
+        "--server",
+        &url,
+        "sub",
+        "--queue",
+        "work",
+        "--ack",
+        "individual",
+        "--count",
+        "3000",
+    ]);
+    // Closed by an administrator (then by the server's restart of it,
+    // as a graceful shutdown or a failover would) while acknowledgements
+    // are on their way, twice.
+    for _ in 0..2 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let list = call(&server, "GET", "/api/connections", None, None).json();
+        for c in list.as_array().unwrap() {
+            let id = c["id"].as_u64().unwrap();
+            call(
+                &server,
+                "DELETE",
+                &format!("/api/connections/{id}"),
+                None,
+                None,
+            );
+        }
+    }
+    let status = sub.wait().unwrap();
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut err, &mut said).unwrap();
+    assert!(status.success(), "{said}");
+    let mut out = String::new();
+    std::io::Read::read_to_string(sub.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert_eq!(out.lines().count(), 3000, "{said}");
+}
+
+#[test]
 fn mistakes_get_one_clear_line_naming_the_flag() {
     let server = start();
     let url = format!("herald://{}", server.local_addr());

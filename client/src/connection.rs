@@ -923,12 +923,17 @@ fn dispatch(
             let answered = request_id != 0 && inner.complete(request_id, Err(error()));
             if e.fatal {
                 // The server closes next: end with its reason, not with
-                // "the server closed the connection". A server going away
-                // or timing this side out is a reason to fail over; a
-                // refusal is not.
-                let away = [ErrorCode::ServerShutdown, ErrorCode::HeartbeatTimeout]
-                    .map(|c| c as u32)
-                    .contains(&e.code);
+                // "the server closed the connection". A server going away,
+                // timing this side out or closed by its administrator (as
+                // a restart would) is a reason to fail over, as RabbitMQ's
+                // clients recover; a refusal is not.
+                let away = [
+                    ErrorCode::ServerShutdown,
+                    ErrorCode::HeartbeatTimeout,
+                    ErrorCode::ClosedByAdmin,
+                ]
+                .map(|c| c as u32)
+                .contains(&e.code);
                 return Err(Lost {
                     why: Ending::server(e.code, &e.message),
                     resumable: away,

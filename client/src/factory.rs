@@ -235,7 +235,8 @@ impl ConnectionFactory {
         self
     }
 
-    /// Fails over: a lost connection is dialled again up to `attempts`
+    /// Fails over: a lost connection (the server gone, shut down, silent,
+    /// or an administrator's close) is dialled again up to `attempts`
     /// times, waiting `delay` before the first and twice as long before
     /// each next (at most `reconnect_max_delay_ms`).
     pub fn with_reconnect(mut self, attempts: u32, delay: Duration) -> ConnectionFactory {
