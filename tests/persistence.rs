@@ -57,6 +57,49 @@ fn persistent_queue_messages_survive_a_restart_and_non_persistent_ones_do_not() 
 }
 
 #[test]
+fn after_a_clean_restart_only_what_was_delivered_comes_back_redelivered() {
+    let config = test_config();
+    let dir = config.data_dir.clone();
+    let server = start_with(config);
+    {
+        let (c, s) = connect(&server);
+        let p = s.create_producer(&Destination::queue("backlog")).unwrap();
+        for i in 0..5 {
+            p.send_with_receipt(numbered(i).persistent()).unwrap();
+        }
+        let acking = c.create_session(AckMode::Individual).unwrap();
+        let consumer = acking
+            .create_consumer_with(
+                &Destination::queue("backlog"),
+                herald_client::ConsumerOptions::default().prefetch(2),
+            )
+            .unwrap();
+        let first = next(&consumer);
+        acking.acknowledge_message(&first).unwrap();
+        // The second is delivered and never acknowledged.
+        assert_eq!(
+            next(&consumer).property("n").and_then(|v| v.as_i64()),
+            Some(1)
+        );
+    }
+    let server = restart(server, &dir);
+    let (_c, s) = connect(&server);
+    let consumer = s.create_consumer(&Destination::queue("backlog")).unwrap();
+    let got: Vec<(i64, bool, u32)> = (1..5)
+        .map(|_| {
+            let m = next(&consumer);
+            let n = m.property("n").and_then(|v| v.as_i64()).unwrap();
+            (n, m.redelivered, m.delivery_count)
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [(1, true, 2), (2, false, 1), (3, false, 1), (4, false, 1)]
+    );
+    assert_nothing(&consumer);
+}
+
+#[test]
 fn a_durable_subscription_and_its_persistent_messages_survive_a_restart() {
     let config = test_config();
     let dir = config.data_dir.clone();

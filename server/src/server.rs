@@ -146,9 +146,15 @@ impl Server {
             recovered.segments,
             recovered.records.len()
         );
+        let delivered = crate::store::shutdown::take(&config.data_dir, journal.next_record_id());
+        if delivered.is_none() && !recovered.records.is_empty() {
+            log::info!(
+                "no clean-shutdown note: the kept messages may have been delivered, and are marked redelivered"
+            );
+        }
         let journal = Arc::new(journal);
         let broker = Broker::new(&config, journal.clone());
-        broker.restore(recovered);
+        broker.restore(recovered, delivered);
 
         let mut worker_parts = Vec::with_capacity(n);
         let mut handles = Vec::with_capacity(n);
@@ -518,6 +524,7 @@ impl ServerHandle {
         while self.threads.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
+        let mut clean = true;
         for t in self.threads.drain(..) {
             let name = t.thread().name().unwrap_or("a server thread").to_owned();
             if !t.is_finished() {
@@ -525,8 +532,10 @@ impl ServerHandle {
                     "{name} did not stop within {} s of the shutdown; left running",
                     THREADS_STOP.as_secs()
                 );
+                clean = false;
             } else if t.join().is_err() {
                 log::error!("{name} panicked");
+                clean = false;
             }
         }
         if let Some(cluster) = self.cluster.take() {
@@ -535,6 +544,22 @@ impl ServerHandle {
         // Last: what the workers appended is written before the journal
         // thread ends.
         self.journal.shutdown();
+        // Then how often each kept message was delivered, if every part
+        // stopped as it should: the next start marks redelivered only
+        // those that were.
+        let stopped = self.journal.metrics().stopped.load(Ordering::Relaxed);
+        if clean && !stopped {
+            let next_id = self.journal.next_record_id();
+            let delivered = self.shared.broker.kept_deliveries();
+            if let Err(e) =
+                crate::store::shutdown::write(&self.shared.config.data_dir, next_id, &delivered)
+            {
+                log::warn!(
+                    "the clean-shutdown note was not written ({e}): the next start marks every \
+                     kept message redelivered"
+                );
+            }
+        }
         log::info!("server on {} stopped", self.local_addr);
     }
 }

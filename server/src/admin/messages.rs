@@ -106,7 +106,10 @@ pub(super) async fn browse(
 /// One message of a queue as the API shows it (see [`message_view`]).
 fn view(held: &HeldMessage) -> Json_ {
     let m = &held.message;
-    message_view(&m.block, m.deliveries, Some(held.held.as_str()))
+    // As its consumer will count them: one kept over a crash may have
+    // been delivered before.
+    let deliveries = m.deliveries + u32::from(m.restored);
+    message_view(&m.block, deliveries, Some(held.held.as_str()))
 }
 
 /// One message as the API shows it: headers, properties, a preview of its

@@ -314,8 +314,10 @@ impl Broker {
     }
 
     /// Rebuilds durable subscriptions and queues from what the store kept,
-    /// before any client connects.
-    pub fn restore(&self, recovered: Recovered) {
+    /// before any client connects. `delivered`, after a clean stop, says
+    /// how often each kept message had been delivered (one not in it had
+    /// not been); without it, every kept message may have been.
+    pub fn restore(&self, recovered: Recovered, delivered: Option<HashMap<u64, u32>>) {
         let (mut messages, mut durables, mut retained, mut queues) = (0, 0, 0, 0);
         for record in recovered.records {
             match record {
@@ -369,7 +371,9 @@ impl Broker {
                     };
                     match queue {
                         Some(q) => {
-                            if let Some(due) = lock(&q).restore(block, Some(id)) {
+                            let count =
+                                delivered.as_ref().map(|d| d.get(&id).copied().unwrap_or(0));
+                            if let Some(due) = lock(&q).restore(block, Some(id), count) {
                                 self.timers.schedule(due, Timed::Queue(q.clone()));
                             }
                             messages += 1;
@@ -389,6 +393,22 @@ impl Broker {
                 "restored {messages} persistent messages, {durables} durable subscriptions, {retained} retained messages and {queues} created queues"
             );
         }
+    }
+
+    /// Each kept message of every queue and durable subscription that may
+    /// have been delivered, by its record id, with how many times: what a
+    /// clean stop notes down (`store::shutdown`).
+    pub fn kept_deliveries(&self) -> Vec<(u64, u32)> {
+        let durables: Vec<SharedQueue> = lock(&self.durables)
+            .values()
+            .map(|d| d.queue.clone())
+            .collect();
+        let queues: Vec<SharedQueue> = read(&self.queues).values().cloned().collect();
+        let mut all = Vec::new();
+        for q in queues.iter().chain(&durables) {
+            all.extend(lock(q).kept_deliveries());
+        }
+        all
     }
 
     /// Appends a record to the store, or to the `commit` in progress.

@@ -335,14 +335,29 @@ impl Queue {
     }
 
     /// Adds a message kept from before a restart, whatever the limit: a
-    /// persistent message is never dropped. It may have been delivered
-    /// before the restart: it is reported redelivered (see
-    /// [`QueuedMessage::restored`]). Returns its delivery time if that is
-    /// still to come.
-    pub fn restore(&mut self, block: Bytes, journal_id: Option<u64>) -> Option<i64> {
-        let mut m = self.message(block, journal_id, None, 0);
-        m.restored = true;
+    /// persistent message is never dropped. `delivered` is how often it
+    /// had been delivered, if the server stopped cleanly and so knows
+    /// (`store::shutdown`); if not, it may have been delivered, and is
+    /// reported redelivered (see [`QueuedMessage::restored`]). Returns
+    /// when the queue wants its tick for it, if it does.
+    pub fn restore(
+        &mut self,
+        block: Bytes,
+        journal_id: Option<u64>,
+        delivered: Option<u32>,
+    ) -> Option<i64> {
+        let mut m = self.message(block, journal_id, None, delivered.unwrap_or(0));
+        m.restored = delivered.is_none();
         self.admit(m)
+    }
+
+    /// Each held message kept in the store with how often it may have been
+    /// delivered, if it may have been: what a clean stop notes down.
+    pub fn kept_deliveries(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.held().filter_map(|(m, _)| {
+            let count = m.deliveries + u32::from(m.restored);
+            Some((m.journal_id?, count)).filter(|_| count > 0)
+        })
     }
 
     /// Adds a message read from the queue's stream in Redis, delivered
@@ -882,8 +897,9 @@ mod tests {
     fn a_message_kept_from_before_a_restart_is_marked_redelivered() {
         let mut q = queue();
         let mut out = Vec::new();
-        q.restore(block(0), Some(7));
+        q.restore(block(0), Some(7), None);
         q.enqueue(block(1), None, &mut out).unwrap();
+        assert_eq!(q.kept_deliveries().collect::<Vec<_>>(), [(7, 1)]);
         q.add_consumer(sub(1), None, 1, &mut out);
         // It may have been delivered before: the first delivery says so.
         // Its nacks count as ever, against max_deliveries (3).
@@ -895,6 +911,18 @@ mod tests {
         }
         // A message that came after the restart is not marked.
         assert_eq!(out.pop().unwrap().delivery_count, 1);
+    }
+
+    #[test]
+    fn after_a_clean_stop_a_kept_message_keeps_its_count() {
+        let mut q = queue();
+        let mut out = Vec::new();
+        q.restore(block(0), Some(7), Some(0));
+        q.restore(block(1), Some(8), Some(2));
+        assert_eq!(q.kept_deliveries().collect::<Vec<_>>(), [(8, 2)]);
+        q.add_consumer(sub(1), None, 2, &mut out);
+        let counts: Vec<u32> = out.iter().map(|d| d.delivery_count).collect();
+        assert_eq!(counts, [1, 3]);
     }
 
     #[test]

@@ -333,6 +333,12 @@ impl Journal {
         }
     }
 
+    /// The id the next record will get: every record written so far has
+    /// a lower one.
+    pub fn next_record_id(&self) -> u64 {
+        self.next_id.load(Ordering::Relaxed)
+    }
+
     /// Latencies of its writes and syncs.
     pub fn metrics(&self) -> &JournalMetrics {
         &self.metrics

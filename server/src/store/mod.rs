@@ -13,6 +13,7 @@
 pub mod disk;
 pub mod journal;
 mod record;
+pub mod shutdown;
 pub mod space;
 
 pub use journal::{
