@@ -2,9 +2,10 @@
 # A fault drill for cluster mode, that anyone can run:
 #
 #   scripts/cluster-drill.sh [--duration SECONDS] [--rate MSGS_PER_S] [--bin DIR] [--keep]
-#                            [--redis-cluster [--kill-control]]
+#                            [--replicas N | --redis-cluster [--kill-control]]
 #
-# It starts a Redis primary, one replica and three sentinels (Debian's
+# It starts a Redis primary, one replica (--replicas N: N) and three
+# sentinels (Debian's
 # redis-server, in its normal and --sentinel modes) and two Herald nodes on
 # the sentinel URL, all on free 127.0.0.1 ports, then runs `herald drill`:
 # a producer on each node sends numbered persistent messages with receipts
@@ -47,15 +48,17 @@ bin=target/release
 keep=false
 redis_cluster=false
 kill_control=false
+replicas=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --redis-cluster) redis_cluster=true; shift ;;
     --kill-control) kill_control=true; shift ;;
+    --replicas) replicas="$2"; shift 2 ;;
     --duration) duration="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
     --keep) keep=true; shift ;;
-    *) echo "usage: $0 [--duration SECONDS] [--rate MSGS_PER_S] [--bin DIR] [--keep] [--redis-cluster [--kill-control]]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--duration SECONDS] [--rate MSGS_PER_S] [--bin DIR] [--keep] [--replicas N | --redis-cluster [--kill-control]]" >&2; exit 2 ;;
   esac
 done
 if $kill_control && ! $redis_cluster; then
@@ -161,10 +164,14 @@ if $redis_cluster; then
   say "Redis Cluster of three primaries with a replica each: ${ports[*]}"
 else
   primary=$(free_port)
-  replica=$(free_port)
   start_redis "$primary"
-  start_redis "$replica" "$primary"
-  until [ "$(redis-cli -p "$primary" WAIT 1 100)" = 1 ]; do sleep 0.1; done
+  replica_ports=()
+  for _ in $(seq "$replicas"); do
+    replica=$(free_port)
+    start_redis "$replica" "$primary"
+    replica_ports+=("$replica")
+  done
+  until [ "$(redis-cli -p "$primary" WAIT "$replicas" 100)" = "$replicas" ]; do sleep 0.1; done
   sentinels=()
   for _ in 1 2 3; do
     port=$(free_port)
@@ -182,7 +189,7 @@ EOF
     sentinels+=("127.0.0.1:$port")
   done
   url="redis+sentinel://$(IFS=,; echo "${sentinels[*]}")/herald"
-  say "Redis primary :$primary, replica :$replica, sentinels ${sentinels[*]}"
+  say "Redis primary :$primary, replica(s) :${replica_ports[*]}, sentinels ${sentinels[*]}"
 fi
 
 # Herald nodes: pid and port by name.

@@ -163,7 +163,12 @@ fn cut_redis_connections_lose_nothing_receipted_and_mark_what_comes_twice() {
                 unmarked_twice.push(k);
             }
             *seen += 1;
-            on_b.acknowledge().unwrap();
+            // An acknowledgement cut off with the link has an unknown
+            // outcome, as a send's has: its message may come again, marked
+            // redelivered (checked above). Any other refusal is a failure.
+            if let Err(e) = on_b.acknowledge() {
+                assert!(e.to_string().contains("Redis did not confirm"), "{e}");
+            }
         }
     };
     for k in 0..total {

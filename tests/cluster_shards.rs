@@ -297,7 +297,8 @@ fn a_shard_failover_loses_nothing_receipted_and_the_other_shards_go_on() {
 }
 
 #[test]
-fn losing_the_first_seed_and_the_clusters_own_keys_ends_in_a_failover_without_a_reconnect_storm() {
+fn losing_the_first_seed_and_the_clusters_own_keys_then_an_inbox_ends_in_failovers_without_a_reconnect_storm(
+) {
     let mut cluster = RedisCluster::start(3, 1);
     // The primary that holds the cluster's own keys, named first in the
     // URL: the worst one to lose.
@@ -308,7 +309,14 @@ fn losing_the_first_seed_and_the_clusters_own_keys_ends_in_a_failover_without_a_
         .find(|&p| p != victim)
         .expect("another node");
     let url = format!("redis+cluster://127.0.0.1:{victim},127.0.0.1:{other}");
-    let nodes: Vec<TestServer> = ["a", "b"]
+    // Node b's inbox on another shard, to be killed in turn.
+    let inbox = |id: &str| cluster.primary_of(&format!("herald:in:{{{id}}}"));
+    let b = (0..100)
+        .map(|i| format!("b{i}"))
+        .find(|id| inbox(id) != victim)
+        .expect("an id whose inbox is elsewhere");
+    let b_inbox = inbox(&b);
+    let nodes: Vec<TestServer> = ["a", b.as_str()]
         .iter()
         .map(|id| {
             let mut config = test_config();
@@ -385,6 +393,34 @@ fn losing_the_first_seed_and_the_clusters_own_keys_ends_in_a_failover_without_a_
     for (i, consumer) in consumers.iter().enumerate() {
         tally.check(i, queues[i], consumer, false);
     }
+
+    // Then the subscriber's link: the primary of node b's inbox. Topic
+    // messages from a reach b again once its replica took over.
+    let feed = on_b.create_consumer(&Destination::topic("feed")).unwrap();
+    heard(&session, "feed", &feed);
+    let before = reconnects();
+    cluster.kill(b_inbox);
+    let killed_at = Instant::now();
+    let producer = session
+        .create_producer(&Destination::topic("feed"))
+        .unwrap();
+    let heard_after = loop {
+        producer.send(Message::text("after")).unwrap();
+        if feed.receive(Duration::from_millis(50)).unwrap().is_some() {
+            break killed_at.elapsed();
+        }
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(60),
+            "node b never heard node a again"
+        );
+    };
+    let reconnected = reconnects() - before;
+    eprintln!("b hears a again {heard_after:?} after its inbox's primary died; {reconnected} reconnections");
+    let most = 3 * 2 * (heard_after.as_secs() + 2) * 4;
+    assert!(
+        reconnected <= most,
+        "{reconnected} reconnections in {heard_after:?}"
+    );
 }
 
 #[test]

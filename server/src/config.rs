@@ -250,16 +250,22 @@ impl ClusterSection {
     }
 }
 
+/// A `cluster.key_prefix` that is not 1 to 32 letters, digits, '-' and
+/// '_'.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{0:?}: 1 to 32 letters, digits, '-' and '_'")]
+pub struct KeyPrefixError(pub String);
+
 /// Checks a `cluster.key_prefix`: 1 to 32 letters, digits, '-' and '_'
 /// (no character that Redis reads in a key's hash tag or a glob).
-pub fn check_key_prefix(prefix: &str) -> Result<(), String> {
+pub fn check_key_prefix(prefix: &str) -> Result<(), KeyPrefixError> {
     let fits = (1..=32).contains(&prefix.len())
         && prefix
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'));
     match fits {
         true => Ok(()),
-        false => Err(format!("{prefix:?}: 1 to 32 letters, digits, '-' and '_'")),
+        false => Err(KeyPrefixError(prefix.to_owned())),
     }
 }
 
@@ -872,7 +878,7 @@ impl Config {
             );
         }
         if let Err(why) = check_key_prefix(&self.cluster.key_prefix) {
-            return invalid("cluster.key_prefix", why);
+            return invalid("cluster.key_prefix", why.to_string());
         }
         if !(300..=3_600_000).contains(&self.cluster.claim_idle_ms) {
             return invalid(

@@ -40,8 +40,8 @@ pub enum StartError {
     #[error(transparent)]
     Journal(#[from] JournalError),
     /// The TLS certificate or key cannot be used.
-    #[error("{0}")]
-    Tls(String),
+    #[error(transparent)]
+    Tls(#[from] crate::net::tls::TlsError),
     /// The config has a bad value.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
@@ -121,10 +121,10 @@ impl Server {
             || config.amqp.tls_enabled
             || (config.admin.enabled && config.admin.tls)
         {
-            true => Some(
-                crate::net::tls::server_config(&config.tls.cert, &config.tls.key)
-                    .map_err(StartError::Tls)?,
-            ),
+            true => Some(crate::net::tls::server_config(
+                &config.tls.cert,
+                &config.tls.key,
+            )?),
             false => None,
         };
         let n = config.worker_count();

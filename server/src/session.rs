@@ -268,13 +268,19 @@ impl Held {
     }
 
     /// Its work in the order held, or why it can no longer commit.
-    pub fn into_ops(self) -> Result<Vec<Deferred>, String> {
+    pub fn into_ops(self) -> Result<Vec<Deferred>, Doomed> {
         match self.doomed {
-            Some(why) => Err(why),
+            Some(why) => Err(Doomed(why)),
             None => Ok(self.ops),
         }
     }
 }
+
+/// A transaction that can no longer commit, and why (what made it fail
+/// while it was open): its COMMIT rolls it back.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{0}")]
+pub struct Doomed(pub String);
 
 /// A transaction refused for a connection's limits (both
 /// `ErrorCode::LimitExceeded` on the wire).

@@ -286,7 +286,7 @@ pub(super) async fn replay_shared(
     for id in ids {
         match replay_one(state, cluster, name, id).await {
             Ok(()) => moved += 1,
-            Err(why) => failed.push((id.clone(), why)),
+            Err(why) => failed.push((id.clone(), why.to_string())),
         }
     }
     (moved, failed)
@@ -295,37 +295,43 @@ pub(super) async fn replay_shared(
 /// Replays dead letter `id` of shared queue `name`: to a shared queue in
 /// one step in Redis, elsewhere (a topic) taken out, sent, and given back
 /// if it cannot go.
+/// Why one dead letter of a shared queue was not replayed.
+#[derive(Debug, thiserror::Error)]
+enum ReplayError {
+    /// Taking it from its queue, or moving it in Redis, failed.
+    #[error("{}", .0.message())]
+    Api(ApiError),
+    /// It cannot go back where it came from.
+    #[error(transparent)]
+    Republish(#[from] crate::broker::RepublishError),
+}
+
 async fn replay_one(
     state: &AppState,
     cluster: &Cluster,
     name: &str,
     id: &str,
-) -> Result<(), String> {
-    let message = |e: ApiError| e.message().to_owned();
+) -> Result<(), ReplayError> {
     let held = pick_shared(cluster, name, id, false)
         .await
-        .map_err(message)?;
-    let view = state
-        .shared
-        .broker
-        .replayed(&held.block)
-        .map_err(|e| e.to_string())?;
+        .map_err(ReplayError::Api)?;
+    let view = state.shared.broker.replayed(&held.block)?;
     let to = view.destination();
     if view.destination_kind == DestinationKind::Queue && shared_queue(state, to).is_some() {
         return move_shared(cluster, (name, id), held, (to, view.block()))
             .await
-            .map_err(message);
+            .map_err(ReplayError::Api);
     }
     let held = pick_shared(cluster, name, id, true)
         .await
-        .map_err(message)?;
+        .map_err(ReplayError::Api)?;
     let mut out = state.deliveries();
     let room = crate::broker::Room::Refuse;
     let sent = state.shared.broker.publish(&view, room, None, &mut out);
     state.route(out);
     sent.map(drop).map_err(|why| {
         cluster.give_back(name, vec![held]);
-        why.to_string()
+        crate::broker::RepublishError::from(why).into()
     })
 }
 

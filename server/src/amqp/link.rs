@@ -81,7 +81,7 @@ pub(super) fn performative(
         }
         Performative::Disposition(d) => {
             sender::disposition(amqp, channel, &d, session, out, ctx)
-                .map_err(|why| Fatal(condition::INVALID_FIELD, why))?;
+                .map_err(|why| Fatal(condition::INVALID_FIELD, why.to_string()))?;
             Ok(Flow::Continue)
         }
         other => Err(Fatal(

@@ -398,6 +398,29 @@ fn send_flow(
     amqp.perform(out, channel, Performative::Flow(flow));
 }
 
+/// Why a disposition the client sent cannot be carried out (the
+/// connection closes with `amqp:invalid-field`).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum DispositionError {
+    /// Its state does not decode.
+    #[error(transparent)]
+    State(#[from] herald_protocol::amqp::AmqpError),
+    /// It names more deliveries than a connection may have.
+    #[error("a disposition of deliveries {first} to {last}")]
+    Range {
+        /// The first.
+        first: u32,
+        /// The last.
+        last: u32,
+    },
+    /// A state that settles nothing for a receiver.
+    #[error("{0} is not an outcome a receiver gives")]
+    NotAnOutcome(String),
+    /// Its transaction refuses it.
+    #[error("{}", .0.message())]
+    Transaction(Refusal),
+}
+
 /// What the client says of deliveries this side sent.
 pub(super) fn disposition(
     amqp: &mut AmqpSession,
@@ -406,15 +429,18 @@ pub(super) fn disposition(
     session: &mut Session,
     out: &mut Outbound,
     ctx: &mut Context<'_>,
-) -> Result<(), String> {
+) -> Result<(), DispositionError> {
     if !d.role_receiver {
         // About deliveries the client sent: this side settles those.
         return Ok(());
     }
-    let state = DeliveryState::from_value(d.state.clone()).map_err(|e| e.to_string())?;
+    let state = DeliveryState::from_value(d.state.clone())?;
     let last = d.last.unwrap_or(d.first);
     if last.wrapping_sub(d.first) > 1 << 20 {
-        return Err(format!("a disposition of deliveries {} to {last}", d.first));
+        return Err(DispositionError::Range {
+            first: d.first,
+            last,
+        });
     }
     let Some(ch) = amqp.channels.get_mut(&channel) else {
         return Ok(());
@@ -446,10 +472,11 @@ pub(super) fn disposition(
         }) => Outcome::Redeliver,
         Some(DeliveryState::Released | DeliveryState::Modified { .. }) => Outcome::Release,
         Some(DeliveryState::Rejected(_)) => Outcome::Reject,
-        Some(other) => return Err(format!("{other:?} is not an outcome a receiver gives")),
+        Some(other) => return Err(DispositionError::NotAnOutcome(format!("{other:?}"))),
     };
     match txn {
-        Some(txn) if !ids.is_empty() => super::txn::settle(&txn, ids, outcome, session, ctx)?,
+        Some(txn) if !ids.is_empty() => super::txn::settle(&txn, ids, outcome, session, ctx)
+            .map_err(DispositionError::Transaction)?,
         Some(_) => {}
         None => settle_as(ids, outcome, session, ctx),
     }

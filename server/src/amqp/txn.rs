@@ -120,9 +120,9 @@ pub(super) fn settle(
     outcome: Outcome,
     session: &mut Session,
     ctx: &mut Context<'_>,
-) -> Result<(), String> {
-    let id = txn_id(bytes, session).ok_or_else(|| unknown(bytes).message().to_owned())?;
-    hold(id, Deferred::Settle(ids, outcome), session, ctx).map_err(|r| r.message().to_owned())
+) -> Result<(), Refusal> {
+    let id = txn_id(bytes, session).ok_or_else(|| unknown(bytes))?;
+    hold(id, Deferred::Settle(ids, outcome), session, ctx)
 }
 
 /// Holds work in transaction `id`, within the connection's limits; a

@@ -758,9 +758,10 @@ impl Broker {
         &self,
         pattern: &str,
         selector: &str,
-    ) -> Result<(Pattern, Option<Arc<Selector>>), String> {
-        let pattern = Pattern::parse(pattern).map_err(|e| e.to_string())?;
-        let selector = self.parse_selector(selector).map_err(|e| e.to_string())?;
+    ) -> Result<(Pattern, Option<Arc<Selector>>), SubscribeError> {
+        let pattern =
+            Pattern::parse(pattern).map_err(|e| SubscribeError::Destination(e.to_string()))?;
+        let selector = self.parse_selector(selector)?;
         Ok((pattern, selector))
     }
 

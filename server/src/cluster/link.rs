@@ -210,7 +210,7 @@ impl Link {
             reply => reply?,
         };
         let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-        SlotMap::parse(&reply, host).map_err(|e| error("unreadable CLUSTER SLOTS", e))
+        SlotMap::parse(&reply, host).map_err(|e| error("unreadable CLUSTER SLOTS", e.to_string()))
     }
 
     /// A client for the server to use now: the one server, or the primary

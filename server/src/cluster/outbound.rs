@@ -273,7 +273,7 @@ pub(super) struct Asked {
     pub(super) parts: Vec<Part>,
     /// Per command of the batch, the parts it went in, or why it could
     /// not go (no primary serves its slot).
-    pub(super) placed: Vec<Result<Vec<usize>, String>>,
+    pub(super) placed: Vec<Result<Vec<usize>, NotSent>>,
     /// The part that reads the epoch.
     pub(super) epoch: Option<usize>,
 }
@@ -298,6 +298,25 @@ pub(super) struct Group {
     pub(super) key: String,
 }
 
+/// Why a batch command was not sent (it fails, and is not retried).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum NotSent {
+    /// No primary serves the slot of its key.
+    #[error("no primary serves slot {slot} (key {key})")]
+    Uncovered {
+        /// The slot.
+        slot: u16,
+        /// The key.
+        key: String,
+    },
+    /// Redirected more often than a command follows.
+    #[error("redirected too many times")]
+    Redirected,
+    /// Sent by `ASK` to a node that is not a primary this node knows.
+    #[error("ASK names {0}, which is not a primary this node knows")]
+    UnknownNode(String),
+}
+
 /// A batch's parts, being made.
 struct Parts<'r, 'l> {
     redis: &'r Redis<'l>,
@@ -308,15 +327,18 @@ struct Parts<'r, 'l> {
 
 impl Parts<'_, '_> {
     /// The index of the part for `key`'s shard, made if need be.
-    fn for_key(&mut self, key: &str) -> Result<usize, String> {
-        let shard = self.redis.shard_of(key).map_err(|e| e.to_string())?;
+    fn for_key(&mut self, key: &str) -> Result<usize, NotSent> {
+        let shard = self.redis.shard_of(key).map_err(|_| NotSent::Uncovered {
+            slot: key_slot(key.as_bytes()),
+            key: key.to_owned(),
+        })?;
         Ok(self.for_shard(shard))
     }
 
     /// Adds batch command `i` to the part for its shard; `None` for one
     /// that sends nothing of its own. With one Redis there is one shard,
     /// and no key to work out (and allocate) per message.
-    fn add_command(&mut self, i: usize, command: &Command) -> Option<Result<usize, String>> {
+    fn add_command(&mut self, i: usize, command: &Command) -> Option<Result<usize, NotSent>> {
         if !self.redis.sharded() {
             let at = command.sends().then(|| self.for_shard(0))?;
             command.add_to(&mut self.parts[at].pipe, self.redis.keys());
@@ -342,7 +364,7 @@ impl Parts<'_, '_> {
     }
 
     /// Adds what `add` writes to the part for `key`; returns its index.
-    fn add(&mut self, key: &str, add: impl FnOnce(&mut redis::Pipeline)) -> Result<usize, String> {
+    fn add(&mut self, key: &str, add: impl FnOnce(&mut redis::Pipeline)) -> Result<usize, NotSent> {
         let at = self.for_key(key)?;
         add(&mut self.parts[at].pipe);
         Ok(at)
@@ -355,7 +377,7 @@ impl Parts<'_, '_> {
         key: String,
         commands: &[usize],
         add: impl FnOnce(&mut redis::Pipeline),
-    ) -> Result<usize, String> {
+    ) -> Result<usize, NotSent> {
         let at = self.for_key(&key)?;
         let part = &mut self.parts[at];
         let start = part.pipe.len();
@@ -495,7 +517,7 @@ impl Writer<'_> {
             parts: Vec::new(),
         };
         let mut published = 0;
-        let mut placed: Vec<Result<Vec<usize>, String>> = Vec::with_capacity(self.batch.len());
+        let mut placed: Vec<Result<Vec<usize>, NotSent>> = Vec::with_capacity(self.batch.len());
         let mut settled: HashMap<&str, (Vec<EntryId>, Vec<usize>)> = HashMap::new();
         let mut bundles: HashMap<&str, (Bundle, Vec<usize>)> = HashMap::new();
         for (i, command) in self.batch.iter().enumerate() {
@@ -758,7 +780,7 @@ impl Writer<'_> {
             let parts = match went(placed, &failed) {
                 Err((why, retry)) => {
                     let before = self.outcomes.retry.len();
-                    command.fail(why, &mut self.outcomes);
+                    command.fail(&why, &mut self.outcomes);
                     // A refusal would be refused again.
                     if !retry {
                         self.outcomes.retry.truncate(before);
@@ -797,14 +819,14 @@ impl Writer<'_> {
 
 /// Whether a command `placed` so went through: the first failure among
 /// its parts (`failed`, per part), and whether it may be retried.
-fn went<'a>(
-    placed: &'a Result<Vec<usize>, String>,
-    failed: &'a [Option<(String, bool)>],
-) -> Result<(), (&'a str, bool)> {
+fn went(
+    placed: &Result<Vec<usize>, NotSent>,
+    failed: &[Option<(String, bool)>],
+) -> Result<(), (String, bool)> {
     match placed {
-        Err(why) => Err((why, true)),
+        Err(why) => Err((why.to_string(), true)),
         Ok(parts) => match parts.iter().find_map(|&p| failed[p].as_ref()) {
-            Some((why, retry)) => Err((why, *retry)),
+            Some((why, retry)) => Err((why.clone(), *retry)),
             None => Ok(()),
         },
     }
@@ -813,7 +835,7 @@ fn went<'a>(
 /// Adds a committed transaction's changes, batch command `i`, to `parts`:
 /// one MULTI/EXEC per slot (one for the one Redis). Returns the parts it
 /// went in.
-fn commit(parts: &mut Parts, i: usize, changes: &SharedChanges) -> Result<Vec<usize>, String> {
+fn commit(parts: &mut Parts, i: usize, changes: &SharedChanges) -> Result<Vec<usize>, NotSent> {
     let (sharded, keys) = (parts.redis.sharded(), parts.redis.keys());
     let slot = |queue: &str| match sharded {
         true => key_slot(keys.stream(queue).as_bytes()),

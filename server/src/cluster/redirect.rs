@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, Value};
 
-use super::outbound::{Answers, Asked, Group, Part, REPLICA_WAIT};
+use super::outbound::{Answers, Asked, Group, NotSent, Part, REPLICA_WAIT};
 use super::shards::{Redis, REDIRECTS};
 
 /// Where a group is to go again.
@@ -61,7 +61,7 @@ pub(super) fn send(
                             continue;
                         }
                         let commands = asked.parts[p].groups[g].commands.clone();
-                        fail(asked, &commands, "redirected too many times");
+                        fail(asked, &commands, &NotSent::Redirected);
                     }
                 }
             }
@@ -80,10 +80,13 @@ pub(super) fn send(
         for (p, g, to) in again {
             let key = asked.parts[p].groups[g].key.clone();
             let target = match &to {
-                Redirect::Ask(addr) => redis.shard_at(addr).ok_or_else(|| {
-                    format!("ASK names {addr}, which is not a primary this node knows")
+                Redirect::Ask(addr) => redis
+                    .shard_at(addr)
+                    .ok_or_else(|| NotSent::UnknownNode(addr.clone())),
+                Redirect::Moved => redis.shard_of(&key).map_err(|_| NotSent::Uncovered {
+                    slot: super::slots::key_slot(key.as_bytes()),
+                    key: key.clone(),
                 }),
-                Redirect::Moved => redis.shard_of(&key).map_err(|e| e.to_string()),
             };
             let shard = match target {
                 Ok(shard) => shard,
@@ -205,9 +208,9 @@ fn named(cmd: &Cmd, name: &[u8]) -> bool {
 
 /// Fails batch commands `commands`: they did not run, and are not sent
 /// again.
-fn fail(asked: &mut Asked, commands: &[usize], why: &str) {
+fn fail(asked: &mut Asked, commands: &[usize], why: &NotSent) {
     for &c in commands {
-        asked.placed[c] = Err(why.to_owned());
+        asked.placed[c] = Err(why.clone());
     }
 }
 

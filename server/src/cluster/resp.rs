@@ -24,7 +24,13 @@ pub enum Item {
 }
 
 /// A reply, or why Redis refused a command.
-pub type Reply = Result<Vec<Item>, String>;
+pub type Reply = Result<Vec<Item>, Refusal>;
+
+/// Redis's error reply (`-ERR ...`): its refusal of a command, as it said
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
 
 /// An element while its reply is still being checked: a bulk string is
 /// where it lies in the buffer.
@@ -58,7 +64,7 @@ pub fn parse(buf: &mut BytesMut) -> io::Result<Option<Reply>> {
             }
             Ok(items)
         }
-        b'-' => Err(String::from_utf8_lossy(rest).into_owned()),
+        b'-' => Err(Refusal(String::from_utf8_lossy(rest).into_owned())),
         _ => {
             at = 0;
             match element(buf, &mut at)? {
@@ -285,7 +291,7 @@ mod tests {
         let mut b = BytesMut::from(&b"-NOAUTH Authentication required.\r\n"[..]);
         assert_eq!(
             parse(&mut b).unwrap().unwrap(),
-            Err("NOAUTH Authentication required.".into())
+            Err(Refusal("NOAUTH Authentication required.".into()))
         );
         for garbage in [&b"?what\r\n"[..], b"*x\r\n", b"*1\r\n$5\r\nabcdefg\r\n"] {
             assert!(parse(&mut BytesMut::from(garbage)).is_err(), "{garbage:?}");

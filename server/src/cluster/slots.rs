@@ -71,13 +71,41 @@ pub struct SlotMap {
 
 const NONE: u16 = u16::MAX;
 
+/// A `CLUSTER SLOTS` answer that does not read, with what was there.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SlotsError {
+    /// The answer is not a list of ranges.
+    #[error("CLUSTER SLOTS answered {0}, not a list")]
+    NotAList(String),
+    /// A range that is not a list.
+    #[error("a slot range that is not a list: {0}")]
+    RangeNotAList(String),
+    /// A range without start, end and primary.
+    #[error("a slot range without its primary: {0}")]
+    NoPrimary(String),
+    /// Slots outside 0 to 16383, or backwards.
+    #[error("slots {start}-{end} are not within 0-16383")]
+    OutOfRange {
+        /// The first.
+        start: i64,
+        /// The last.
+        end: i64,
+    },
+    /// A primary without a host.
+    #[error("a primary without a host: {0}")]
+    NoHost(String),
+    /// A primary without a port.
+    #[error("the primary {0} has no port")]
+    NoPort(String),
+}
+
 impl SlotMap {
     /// Reads a `CLUSTER SLOTS` answer. A primary whose host is empty (the
     /// node does not know the address it is reached at) is taken to be on
     /// `asked_host`, the host that answered.
-    pub fn parse(reply: &Value, asked_host: &str) -> Result<SlotMap, String> {
+    pub fn parse(reply: &Value, asked_host: &str) -> Result<SlotMap, SlotsError> {
         let Value::Array(ranges) = reply else {
-            return Err(format!("CLUSTER SLOTS answered {reply:?}, not a list"));
+            return Err(SlotsError::NotAList(format!("{reply:?}")));
         };
         let mut map = SlotMap {
             primaries: Vec::new(),
@@ -85,25 +113,25 @@ impl SlotMap {
         };
         for range in ranges {
             let Value::Array(fields) = range else {
-                return Err(format!("a slot range that is not a list: {range:?}"));
+                return Err(SlotsError::RangeNotAList(format!("{range:?}")));
             };
             let (start, end, primary) = match &fields[..] {
                 [Value::Int(start), Value::Int(end), Value::Array(primary), ..] => {
                     (*start, *end, primary)
                 }
-                _ => return Err(format!("a slot range without its primary: {fields:?}")),
+                _ => return Err(SlotsError::NoPrimary(format!("{fields:?}"))),
             };
             let in_range = |s: i64| usize::try_from(s).is_ok_and(|s| s < SLOTS);
             if !in_range(start) || !in_range(end) || start > end {
-                return Err(format!("slots {start}-{end} are not within 0-16383"));
+                return Err(SlotsError::OutOfRange { start, end });
             }
             let host = match primary.first() {
                 Some(Value::BulkString(h)) if !h.is_empty() => String::from_utf8_lossy(h).into(),
                 Some(Value::BulkString(_)) | Some(Value::Nil) => asked_host.to_owned(),
-                other => return Err(format!("a primary without a host: {other:?}")),
+                other => return Err(SlotsError::NoHost(format!("{other:?}"))),
             };
             let Some(Value::Int(port)) = primary.get(1) else {
-                return Err(format!("the primary {host} has no port"));
+                return Err(SlotsError::NoPort(host));
             };
             let addr = format!("{host}:{port}");
             let index = match map.primaries.iter().position(|p| *p == addr) {

@@ -98,7 +98,7 @@ pub fn commit(
     ctx: &mut Context<'_>,
 ) -> Result<Written, Refusal> {
     let rolled_back = |why: String| Refusal::soft(ErrorCode::TransactionRolledBack, why);
-    let ops = held.into_ops().map_err(rolled_back)?;
+    let ops = held.into_ops().map_err(|doomed| rolled_back(doomed.0))?;
     let broker = &ctx.shared.broker;
     let mut per_queue: HashMap<&str, usize> = HashMap::new();
     for op in &ops {

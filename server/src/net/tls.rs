@@ -9,29 +9,60 @@
 //! the connection is next flushed, which the worker does after every read.
 
 use std::io::{self, IoSlice, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ServerConfig, ServerConnection};
 
+/// Why the TLS settings cannot be used, naming the file and the key.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The certificate file does not read as PEM certificates.
+    #[error("tls.cert {path}: {source}")]
+    Cert {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: rustls::pki_types::pem::Error,
+    },
+    /// The certificate file holds no certificate.
+    #[error("tls.cert {0}: no certificate in it")]
+    NoCert(PathBuf),
+    /// The key file does not read as a PEM private key.
+    #[error("tls.key {path}: {source}")]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: rustls::pki_types::pem::Error,
+    },
+    /// The certificate and key do not make a TLS configuration.
+    #[error("tls: {0}")]
+    Config(#[from] rustls::Error),
+}
+
 /// The server's TLS settings from a PEM certificate chain and key.
-pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, String> {
+pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
     let chain = CertificateDer::pem_file_iter(cert)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("tls.cert {}: {e}", cert.display()))?;
+        .map_err(|source| TlsError::Cert {
+            path: cert.to_owned(),
+            source,
+        })?;
     if chain.is_empty() {
-        return Err(format!("tls.cert {}: no certificate in it", cert.display()));
+        return Err(TlsError::NoCert(cert.to_owned()));
     }
-    let key =
-        PrivateKeyDer::from_pem_file(key).map_err(|e| format!("tls.key {}: {e}", key.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|source| TlsError::Key {
+        path: key.to_owned(),
+        source,
+    })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    ServerConfig::builder_with_provider(provider)
+    let config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
-        .map(Arc::new)
-        .map_err(|e| format!("tls: {e}"))
+        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))?;
+    Ok(Arc::new(config))
 }
 
 /// PEM files for trying TLS without a real certificate authority: a new

@@ -96,29 +96,48 @@ pub fn take(dir: &Path, next_id: u64) -> Option<HashMap<u64, u32>> {
     }
 }
 
-fn read(data: &[u8], next_id: u64) -> Result<HashMap<u64, u32>, String> {
+/// Why a note is not believed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NoteError {
+    #[error("not a clean-shutdown note")]
+    NotANote,
+    #[error("format {0} (this build reads {VERSION})")]
+    Format(u8),
+    #[error("its checksum does not match")]
+    Checksum,
+    #[error("the journal has records up to id {next_id}, written after it (id {written_at})")]
+    Stale { next_id: u64, written_at: u64 },
+    #[error("{entries} entries announced, {bytes} bytes of them")]
+    Length { entries: usize, bytes: usize },
+}
+
+fn read(data: &[u8], next_id: u64) -> Result<HashMap<u64, u32>, NoteError> {
     if data.len() < HEAD + 4 || &data[..4] != MAGIC {
-        return Err("not a clean-shutdown note".into());
+        return Err(NoteError::NotANote);
     }
     if data[4] != VERSION {
-        return Err(format!("format {} (this build reads {VERSION})", data[4]));
+        return Err(NoteError::Format(data[4]));
     }
     let (body, crc) = data.split_at(data.len() - 4);
     if crc32c::crc32c(body) != u32::from_be_bytes([crc[0], crc[1], crc[2], crc[3]]) {
-        return Err("its checksum does not match".into());
+        return Err(NoteError::Checksum);
     }
     let mut b = &body[8..];
     let written_at = b.get_u64();
     if next_id > written_at {
-        return Err(format!(
-            "the journal has records up to id {next_id}, written after it (id {written_at})"
-        ));
+        return Err(NoteError::Stale {
+            next_id,
+            written_at,
+        });
     }
-    let n = b.get_u32() as usize;
-    if b.len() != 12 * n {
-        return Err(format!("{n} entries announced, {} bytes of them", b.len()));
+    let entries = b.get_u32() as usize;
+    if b.len() != 12 * entries {
+        return Err(NoteError::Length {
+            entries,
+            bytes: b.len(),
+        });
     }
-    Ok((0..n).map(|_| (b.get_u64(), b.get_u32())).collect())
+    Ok((0..entries).map(|_| (b.get_u64(), b.get_u32())).collect())
 }
 
 #[cfg(test)]
