@@ -53,6 +53,36 @@ fn a_durable_message_is_accepted_once_the_journal_has_it_and_read_natively() {
 }
 
 #[test]
+fn the_open_names_the_broker_and_what_it_offers() {
+    let server = start();
+    let mut c = AmqpClient::connect(&server);
+    assert_eq!(c.sasl("ANONYMOUS", b""), 0);
+    c.write(&ProtocolHeader::Amqp.bytes());
+    assert!(matches!(c.next(true), Got::Header(ProtocolHeader::Amqp)));
+    c.perform(0, Performative::Open(amqp_open("who")));
+    let Got::Amqp(0, Performative::Open(o)) = c.next(false) else {
+        panic!("no open");
+    };
+    let Value::Map(properties) = &o.properties else {
+        panic!("{:?}", o.properties);
+    };
+    let product = (
+        Value::Symbol("product".into()),
+        Value::String("herald".into()),
+    );
+    assert!(properties.contains(&product), "{properties:?}");
+    assert!(
+        properties
+            .iter()
+            .any(|(k, _)| *k == Value::Symbol("version".into())),
+        "{properties:?}"
+    );
+    for cap in ["ANONYMOUS-RELAY", "DELAYED_DELIVERY", "SHARED-SUBS"] {
+        assert!(o.offered_capabilities.iter().any(|c| c == cap), "{o:?}");
+    }
+}
+
+#[test]
 fn broken_rules_get_a_close_or_detach_that_names_them() {
     let mut config = test_config();
     config.amqp.link_credit = 2;

@@ -368,6 +368,7 @@ fn amqp_messages_accepted_before_a_sigkill_are_all_there_after_it_once() {
         idle_time_out: 0,
         offered_capabilities: vec![],
         desired_capabilities: vec![],
+        properties: Value::Null,
     };
     let begin = Begin {
         remote_channel: None,

@@ -339,6 +339,7 @@ pub fn open(container: &str) -> Open {
         idle_time_out: 0,
         offered_capabilities: vec![],
         desired_capabilities: vec![],
+        properties: Value::Null,
     }
 }
 

@@ -360,3 +360,19 @@ def test_a_transaction_routes_its_messages_when_committed_and_none_when_aborted(
     assert [m["body"] for m in got] == ["True 0", "True 1", "True 2"]
     # And nothing of the aborted one.
     assert server.herald("sub", "queue://txq", "--count", "1", "--timeout", "300ms") == ""
+
+
+def test_the_broker_names_itself_and_its_capabilities_and_takes_an_empty_array(server):
+    from proton import Array, UNDESCRIBED
+    c = amqp(server)
+    props = c.conn.remote_properties
+    assert props[symbol("product")] == "herald", props
+    assert props[symbol("version")], props
+    caps = c.conn.remote_offered_capabilities
+    names = {str(x) for x in getattr(caps, "elements", caps)}
+    assert {"ANONYMOUS-RELAY", "DELAYED_DELIVERY", "SHARED-SUBS"} <= names, names
+    # Proton writes an empty array with its element constructor (null):
+    # a valid encoding, accepted (not rejected as a decode error).
+    sender = c.create_sender("queue://arrays")
+    sender.send(Message(body=Array(UNDESCRIBED, Data.NULL)))
+    c.close()

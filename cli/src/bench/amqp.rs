@@ -276,6 +276,7 @@ fn connect(addr: SocketAddr, link: Attach) -> Result<(BufWriter<TcpStream>, Fram
         idle_time_out: 0,
         offered_capabilities: vec![],
         desired_capabilities: vec![],
+        properties: Value::Null,
     };
     perform(&mut w, Performative::Open(open))?;
     let begin = Begin {

@@ -35,6 +35,9 @@ pub struct Open {
     pub offered_capabilities: Vec<String>,
     /// Capabilities desired.
     pub desired_capabilities: Vec<String>,
+    /// What the sender says about itself (a map with symbol keys, such as
+    /// `product` and `version`; null if none).
+    pub properties: Value,
 }
 
 /// `begin`: a session's terms.
@@ -321,6 +324,7 @@ impl Performative {
                     idle_time_out: f.uint(4, "idle-time-out")?.unwrap_or(0),
                     offered_capabilities: f.symbols(7, "offered-capabilities")?,
                     desired_capabilities: f.symbols(8, "desired-capabilities")?,
+                    properties: f.value(9),
                 })
             }
             Some(0x11) => {
@@ -426,6 +430,7 @@ impl Performative {
                     Value::Null,
                     symbols(&o.offered_capabilities),
                     symbols(&o.desired_capabilities),
+                    o.properties.clone(),
                 ],
             ),
             Performative::Begin(b) => composite(
@@ -532,6 +537,10 @@ mod tests {
             idle_time_out: 30_000,
             offered_capabilities: vec!["ANONYMOUS-RELAY".into()],
             desired_capabilities: vec![],
+            properties: Value::Map(vec![(
+                Value::Symbol("product".into()),
+                Value::String("herald".into()),
+            )]),
         }));
         round_trip(Performative::Begin(Begin {
             remote_channel: Some(0),

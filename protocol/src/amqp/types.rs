@@ -246,7 +246,9 @@ impl<'a> Reader<'a> {
             ARRAY8 | ARRAY32 => {
                 let (count, mut inner) = self.compound(c == ARRAY32, "array")?;
                 let mut items = Vec::new();
-                if count > 0 {
+                // The element constructor is there even with no element
+                // (proton writes `40`, null); an encoder may leave it out.
+                if count > 0 || inner.remaining() > 0 {
                     let element = inner.constructor(depth + 1)?;
                     if zero_width(&element) && count > MAX_EMPTY_ELEMENTS {
                         return Err(AmqpError::Invalid(format!(
@@ -435,7 +437,8 @@ impl<'a> Reader<'a> {
             }
             ARRAY8 | ARRAY32 => {
                 let (count, mut inner) = self.compound(c == ARRAY32, "array")?;
-                if count > 0 {
+                // As when decoding: a constructor even with no element.
+                if count > 0 || inner.remaining() > 0 {
                     let element = inner.skip_constructor(depth + 1)?;
                     if zero_width_code(element) && count > MAX_EMPTY_ELEMENTS {
                         return Err(AmqpError::Invalid(format!(
@@ -880,9 +883,11 @@ fn encode_array(out: &mut impl BufMut, items: &[Value]) {
     out.put_slice(&body);
 }
 
-/// The element constructor and bodies of an array.
+/// The element constructor and bodies of an array; an empty one has a
+/// constructor too (null), as the type's layout says.
 fn array_body(body: &mut Vec<u8>, items: &[Value]) {
     let Some(first) = items.first() else {
+        body.put_u8(code::NULL);
         return;
     };
     if let Value::Described(descriptor, _) = first {
@@ -977,6 +982,23 @@ mod tests {
         let many: Vec<Value> = (0..300).map(Value::Uint).collect();
         assert_eq!(round_trip(Value::List(many.clone()))[0], 0xd0);
         assert_eq!(round_trip(Value::Array(many))[0], 0xf0);
+    }
+
+    #[test]
+    fn an_empty_array_has_its_element_constructor_both_ways() {
+        // As proton writes it: array32, count 0, constructor null.
+        let proton = [0xf0, 0, 0, 0, 5, 0, 0, 0, 0, 0x40];
+        assert_eq!(Value::decode(&proton).unwrap(), (Value::Array(vec![]), 10));
+        // A symbol constructor, and none at all, read as well.
+        assert_eq!(
+            Value::decode(&[0xe0, 0x02, 0x00, 0xb3]).unwrap(),
+            (Value::Array(vec![]), 4)
+        );
+        assert_eq!(
+            Value::decode(&[0xe0, 0x01, 0x00]).unwrap(),
+            (Value::Array(vec![]), 3)
+        );
+        assert_eq!(round_trip(Value::Array(vec![])), [0xe0, 0x02, 0x00, 0x40]);
     }
 
     fn any_value() -> impl proptest::strategy::Strategy<Value = Value> {

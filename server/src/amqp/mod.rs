@@ -43,6 +43,12 @@ pub use link::attached;
 pub use state::AmqpSession;
 use state::{condition, Channel, Fatal, Stage, HANDSHAKE_FRAME, WINDOW};
 
+/// What this broker offers on a connection, each what Qpid JMS looks for
+/// and the server does: the anonymous relay (a sender without a target),
+/// delivery delays (`x-opt-delivery-time`, `x-opt-delivery-delay`), and
+/// shared subscriptions (links with the `shared` capability).
+const OFFERED: [&str; 3] = ["ANONYMOUS-RELAY", "DELAYED_DELIVERY", "SHARED-SUBS"];
+
 /// Handles what arrived in `buf`: the WebSocket upgrade and framing if the
 /// connection is one, then protocol headers and every whole frame.
 pub fn receive(
@@ -358,8 +364,18 @@ fn open_connection(
             max_frame_size: config.max_frame_size,
             channel_max: config.amqp.max_sessions - 1,
             idle_time_out: idle,
-            offered_capabilities: vec!["ANONYMOUS-RELAY".into()],
+            offered_capabilities: OFFERED.iter().map(|&c| c.to_owned()).collect(),
             desired_capabilities: Vec::new(),
+            properties: Value::Map(vec![
+                (
+                    Value::Symbol("product".into()),
+                    Value::String("herald".into()),
+                ),
+                (
+                    Value::Symbol("version".into()),
+                    Value::String(env!("CARGO_PKG_VERSION").into()),
+                ),
+            ]),
         }),
     );
     Ok(Flow::Continue)

@@ -631,6 +631,7 @@ fn server_open_minimal() -> Open {
         idle_time_out: 0,
         offered_capabilities: Vec::new(),
         desired_capabilities: Vec::new(),
+        properties: Value::Null,
     }
 }
 
