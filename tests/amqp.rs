@@ -77,7 +77,12 @@ fn the_open_names_the_broker_and_what_it_offers() {
             .any(|(k, _)| *k == Value::Symbol("version".into())),
         "{properties:?}"
     );
-    for cap in ["ANONYMOUS-RELAY", "DELAYED_DELIVERY", "SHARED-SUBS"] {
+    for cap in [
+        "ANONYMOUS-RELAY",
+        "DELAYED_DELIVERY",
+        "SHARED-SUBS",
+        "sole-connection-for-container",
+    ] {
         assert!(o.offered_capabilities.iter().any(|c| c == cap), "{o:?}");
     }
 }

@@ -1,9 +1,10 @@
 """The AMQP 1.0 listener with a client this project did not write:
 python-qpid-proton (its blocking API). What is built so far: sending to
 queues and topics, pre-settled and not, persistent messages, the
-anonymous relay; receiving from queues and topics with selectors, under
-the client's credit, and every outcome (accepted, released, modified,
-rejected), and the no-local filter; messages crossing between AMQP,
+anonymous relay; receiving from queues and topics (and topic patterns)
+with selectors, under the client's credit, and every outcome (accepted,
+released, modified, rejected), and the no-local filter; what the broker's
+open says of it; messages crossing between AMQP,
 stomp.py and the herald CLI with their properties; bad input refused by
 name."""
 
@@ -370,9 +371,32 @@ def test_the_broker_names_itself_and_its_capabilities_and_takes_an_empty_array(s
     assert props[symbol("version")], props
     caps = c.conn.remote_offered_capabilities
     names = {str(x) for x in getattr(caps, "elements", caps)}
-    assert {"ANONYMOUS-RELAY", "DELAYED_DELIVERY", "SHARED-SUBS"} <= names, names
+    assert {"ANONYMOUS-RELAY", "DELAYED_DELIVERY", "SHARED-SUBS", "sole-connection-for-container"} <= names, names
     # Proton writes an empty array with its element constructor (null):
     # a valid encoding, accepted (not rejected as a decode error).
     sender = c.create_sender("queue://arrays")
     sender.send(Message(body=Array(UNDESCRIBED, Data.NULL)))
     c.close()
+
+
+def test_receivers_take_wildcards_plain_durable_and_shared(server):
+    plain = amqp(server)
+    everything = plain.create_receiver("topic://sales.#")
+    regions = plain.create_receiver("topic://sales.*.phones")
+    kept = amqp(server, container_id="wild")
+    durable = kept.create_receiver("topic://sales.#", name="all-sales", options=DurableSubscription())
+    shared = kept.create_receiver("topic://sales.eu.#", name="eu",
+                                  options=SourceCapabilities("topic", "shared", "global"))
+    sender = plain.create_sender("topic://sales.eu.phones", options=TopicTarget())
+    sender.send(Message(body="sold"))
+    for r in (everything, regions, durable, shared):
+        m = r.receive(timeout=PATIENCE)
+        assert m.body == "sold"
+        r.accept()
+    # A queue is a name, not a pattern.
+    with pytest.raises(LinkDetached) as refused:
+        plain.create_receiver("queue://sales.#")
+    assert "wildcard" in str(refused.value), refused.value
+    durable.close()
+    kept.close()
+    plain.close()

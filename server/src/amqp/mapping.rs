@@ -57,6 +57,27 @@ pub fn destination(
     address: &str,
     capabilities: &[String],
 ) -> Result<Destination, herald_protocol::Error> {
+    let d = named(address, capabilities)?;
+    herald_protocol::destination::validate_name(&d.name)?;
+    Ok(d)
+}
+
+/// What a receiving link's source names: as [`destination`], but a topic
+/// may be a pattern (`topic://sales.#`), since a receiver of a topic is a
+/// subscription, as on every other front-end.
+pub fn source(
+    address: &str,
+    capabilities: &[String],
+) -> Result<Destination, herald_protocol::Error> {
+    let d = named(address, capabilities)?;
+    match d.kind {
+        DestinationKind::Topic => herald_protocol::Pattern::parse(&d.name).map(drop)?,
+        DestinationKind::Queue => herald_protocol::destination::validate_name(&d.name)?,
+    }
+    Ok(d)
+}
+
+fn named(address: &str, capabilities: &[String]) -> Result<Destination, herald_protocol::Error> {
     let bare = match capabilities
         .iter()
         .any(|c| c == "topic" || c == "temporary-topic")
@@ -64,9 +85,7 @@ pub fn destination(
         true => DestinationKind::Topic,
         false => DestinationKind::Queue,
     };
-    let d = Destination::from_uri_or(address, bare)?;
-    herald_protocol::destination::validate_name(&d.name)?;
-    Ok(d)
+    Destination::from_uri_or(address, bare)
 }
 
 /// The kind a JMS annotation gives (0 or 2 a queue, 1 or 3 a topic).

@@ -45,9 +45,15 @@ use state::{condition, Channel, Fatal, Stage, HANDSHAKE_FRAME, WINDOW};
 
 /// What this broker offers on a connection, each what Qpid JMS looks for
 /// and the server does: the anonymous relay (a sender without a target),
-/// delivery delays (`x-opt-delivery-time`, `x-opt-delivery-delay`), and
-/// shared subscriptions (links with the `shared` capability).
-const OFFERED: [&str; 3] = ["ANONYMOUS-RELAY", "DELAYED_DELIVERY", "SHARED-SUBS"];
+/// delivery delays (`x-opt-delivery-time`, `x-opt-delivery-delay`), shared
+/// subscriptions (links with the `shared` capability), and one connection
+/// per container id (a second is refused with `amqp:invalid-field`).
+const OFFERED: [&str; 4] = [
+    "ANONYMOUS-RELAY",
+    "DELAYED_DELIVERY",
+    "SHARED-SUBS",
+    "sole-connection-for-container",
+];
 
 /// Handles what arrived in `buf`: the WebSocket upgrade and framing if the
 /// connection is one, then protocol headers and every whole frame.

@@ -79,8 +79,7 @@ pub(super) fn attach(
                     "the source has no address".to_owned(),
                 )
             })?;
-            mapping::destination(address, caps)
-                .map_err(|e| (condition::INVALID_FIELD, e.to_string()))?
+            mapping::source(address, caps).map_err(|e| (condition::INVALID_FIELD, e.to_string()))?
         }
     };
     let queue = destination.kind == DestinationKind::Queue;
