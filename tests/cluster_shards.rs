@@ -39,6 +39,30 @@ fn drain(consumer: &Consumer, into: &mut BTreeMap<i64, u32>) {
     }
 }
 
+/// A consumer of each of `queues`, on `session`.
+fn consumers_of<Q: AsRef<str>>(session: &Session, queues: &[Q]) -> Vec<Consumer> {
+    queues
+        .iter()
+        .map(|q| {
+            session
+                .create_consumer(&Destination::queue(q.as_ref()))
+                .unwrap()
+        })
+        .collect()
+}
+
+/// A producer to each of `queues`, on `session`.
+fn producers_of<Q: AsRef<str>>(session: &Session, queues: &[Q]) -> Vec<Producer> {
+    queues
+        .iter()
+        .map(|q| {
+            session
+                .create_producer(&Destination::queue(q.as_ref()))
+                .unwrap()
+        })
+        .collect()
+}
+
 /// Publishes on `topic` from `from` until `consumer` hears it.
 fn heard(from: &Session, topic: &str, consumer: &Consumer) {
     let producer = from.create_producer(&Destination::topic(topic)).unwrap();
@@ -125,13 +149,7 @@ fn queues_spread_over_the_shards_and_topics_and_transactions_cross_them() {
     assert_eq!(shards.len(), 3, "nine queues over the three primaries");
 
     // Sent on a, consumed on b: every message once.
-    let consumers: Vec<Consumer> = names
-        .iter()
-        .map(|q| {
-            on_b.create_consumer(&Destination::queue(q.as_str()))
-                .unwrap()
-        })
-        .collect();
+    let consumers = consumers_of(&on_b, &names);
     for (i, q) in names.iter().enumerate() {
         let producer = on_a.create_producer(&Destination::queue(q)).unwrap();
         for k in 0..40 {
@@ -244,20 +262,8 @@ fn a_shard_failover_loses_nothing_receipted_and_the_other_shards_go_on() {
         .iter()
         .partition(|q| cluster.primary_of(&stream(q)) == victim);
     let queues = [doomed[0], safe[0]];
-    let consumers: Vec<Consumer> = queues
-        .iter()
-        .map(|q| {
-            on_b.create_consumer(&Destination::queue(q.as_str()))
-                .unwrap()
-        })
-        .collect();
-    let producers: Vec<_> = queues
-        .iter()
-        .map(|q| {
-            on_a.create_producer(&Destination::queue(q.as_str()))
-                .unwrap()
-        })
-        .collect();
+    let consumers = consumers_of(&on_b, &queues);
+    let producers = producers_of(&on_a, &queues);
     let mut tally = Tally::default();
     let mut killed_at = None;
     let started = Instant::now();
@@ -339,22 +345,9 @@ fn losing_the_first_seed_and_the_clusters_own_keys_then_an_inbox_ends_in_failove
         .find(|q| cluster.primary_of(&stream(q)) != victim)
         .expect("a queue elsewhere");
     let queues = [doomed, safe];
-    let producers: Vec<Producer> = queues
-        .iter()
-        .map(|q| {
-            session
-                .create_producer(&Destination::queue(q.as_str()))
-                .unwrap()
-        })
-        .collect();
+    let producers = producers_of(&session, &queues);
     let (_cb, on_b) = connect(&nodes[1]);
-    let consumers: Vec<Consumer> = queues
-        .iter()
-        .map(|q| {
-            on_b.create_consumer(&Destination::queue(q.as_str()))
-                .unwrap()
-        })
-        .collect();
+    let consumers = consumers_of(&on_b, &queues);
     let reconnects = || -> u64 {
         nodes
             .iter()

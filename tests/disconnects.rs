@@ -112,72 +112,66 @@ fn all_delivered_once(server: &TestServer, count: usize) {
         .is_none());
 }
 
+/// A consumer holding `count` deliveries (its heart-beat header as given)
+/// is taken away by `end`, which gives back the client if it is to stay
+/// open; then the queue forgets it, its worker goes idle and a new
+/// consumer gets every message once.
+fn taken_away(
+    heart_beat: &str,
+    count: usize,
+    end: impl FnOnce(&TestServer, StompClient) -> Option<StompClient>,
+) {
+    let server = server();
+    let holder = holder(&server, heart_beat);
+    publish(&server, count);
+    let _kept = end(&server, holder);
+    settles(&server);
+    all_delivered_once(&server, count);
+}
+
+/// Waits until every delivery is in flight to the holder.
+fn held(server: &TestServer, count: usize) {
+    wait_until("the deliveries to be in flight", || {
+        queue_view(server).1 == count as u64
+    });
+}
+
 #[test]
 fn a_slow_queue_consumer_cut_off_leaves_its_worker_idle_and_its_messages_to_others() {
-    let server = server();
-    let _slow = holder(&server, "0,0");
     // 24 MB for a reader that reads nothing: past its socket buffers and
     // the 1 MiB pending limit.
-    publish(&server, 400);
-    settles(&server);
-    all_delivered_once(&server, 400);
+    taken_away("0,0", 400, |_, slow| Some(slow));
 }
 
 #[test]
 fn a_silent_queue_consumer_closed_leaves_its_messages_to_others() {
-    let server = server();
     // It promises a heart-beat every 100 ms and sends none.
-    let _silent = holder(&server, "100,0");
-    publish(&server, 20);
-    settles(&server);
-    all_delivered_once(&server, 20);
+    taken_away("100,0", 20, |_, silent| Some(silent));
 }
 
 #[test]
 fn a_queue_consumer_closed_by_an_administrator_leaves_its_messages_to_others() {
-    let server = server();
-    let _closed = holder(&server, "0,0");
-    publish(&server, 20);
-    wait_until("the deliveries to be in flight", || {
-        queue_view(&server).1 == 20
+    taken_away("0,0", 20, |server, closed| {
+        held(server, 20);
+        close_all_connections(server);
+        Some(closed)
     });
-    let connections = call(&server, "GET", "/api/connections", None, None).json();
-    for c in connections.as_array().unwrap() {
-        let id = c["id"].as_u64().unwrap();
-        call(
-            &server,
-            "DELETE",
-            &format!("/api/connections/{id}"),
-            None,
-            None,
-        );
-    }
-    settles(&server);
-    all_delivered_once(&server, 20);
 }
 
 #[test]
 fn a_queue_consumer_that_breaks_the_protocol_leaves_its_messages_to_others() {
-    let server = server();
-    let mut broken = holder(&server, "0,0");
-    publish(&server, 20);
-    wait_until("the deliveries to be in flight", || {
-        queue_view(&server).1 == 20
+    taken_away("0,0", 20, |server, mut broken| {
+        held(server, 20);
+        broken.write(b"NOT-A-COMMAND\n\n\0");
+        Some(broken)
     });
-    broken.write(b"NOT-A-COMMAND\n\n\0");
-    settles(&server);
-    all_delivered_once(&server, 20);
 }
 
 #[test]
 fn a_killed_queue_consumer_leaves_its_messages_to_others() {
-    let server = server();
-    let killed = holder(&server, "0,0");
-    publish(&server, 20);
-    wait_until("the deliveries to be in flight", || {
-        queue_view(&server).1 == 20
+    taken_away("0,0", 20, |server, killed| {
+        held(server, 20);
+        drop(killed);
+        None
     });
-    drop(killed);
-    settles(&server);
-    all_delivered_once(&server, 20);
 }

@@ -1007,17 +1007,7 @@ fn a_busy_acknowledging_sub_rides_out_its_connection_closed_under_it() {
     // are on their way, twice.
     for _ in 0..2 {
         std::thread::sleep(std::time::Duration::from_millis(100));
-        let list = call(&server, "GET", "/api/connections", None, None).json();
-        for c in list.as_array().unwrap() {
-            let id = c["id"].as_u64().unwrap();
-            call(
-                &server,
-                "DELETE",
-                &format!("/api/connections/{id}"),
-                None,
-                None,
-            );
-        }
+        close_all_connections(&server);
     }
     let status = sub.wait().unwrap();
     let mut said = String::new();

@@ -516,6 +516,22 @@ impl Answer {
     }
 }
 
+/// Closes every connection of `server` through the management
+/// interface, as an administrator would.
+pub fn close_all_connections(server: &TestServer) {
+    let list = call(server, "GET", "/api/connections", None, None).json();
+    for c in list.as_array().expect("a list") {
+        let id = c["id"].as_u64().expect("an id");
+        call(
+            server,
+            "DELETE",
+            &format!("/api/connections/{id}"),
+            None,
+            None,
+        );
+    }
+}
+
 /// Calls the management interface of `server`, with basic auth if
 /// given.
 pub fn call(
