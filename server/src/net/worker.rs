@@ -772,15 +772,14 @@ impl Worker {
             }
             // The slot may have been reused, or the subscription dropped,
             // since the message was routed.
-            let closing = live(&mut self.conns, target).map(|c| c.closing());
-            if closing == Some(true) {
-                self.detach(target.slot);
-            }
             let conn = live(&mut self.conns, target)
                 .filter(|c| !c.closing() && c.session.has_subscription(subscription_id));
             let Some(conn) = conn else {
                 // A queue's message must not vanish with its consumer, and
-                // goes to another: this one is off its queues now.
+                // goes to another: a closing one leaves its queues first.
+                if live(&mut self.conns, target).is_some_and(|c| c.closing()) {
+                    self.detach(target.slot);
+                }
                 if let Some(ack) = &d.ack {
                     self.shared.broker.release(ack, &d.to, &mut self.deliveries);
                 }
