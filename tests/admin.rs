@@ -575,7 +575,7 @@ fn with_users_reading_needs_monitor_and_changing_needs_admin() {
     assert!(!s.body.contains("argon2"), "{}", s.body);
     let settings = &s.json()["settings"];
     assert_eq!(settings["auth"]["users"][0]["password"], "(hidden)");
-    assert_eq!(settings["max_frame_size"], 1 << 20);
+    assert_eq!(settings["max_frame_size"], 16 << 20);
     assert_eq!(s.json()["journal"]["fsync"], "batch");
     let a = call(
         &server,

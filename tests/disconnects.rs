@@ -19,6 +19,7 @@ const BODY: usize = 60 * 1024;
 fn server() -> TestServer {
     let mut config = test_config();
     config.max_pending_bytes = 1 << 20;
+    config.max_frame_size = 64 * 1024;
     config.workers = 1;
     start_with(config)
 }

@@ -329,6 +329,7 @@ fn rss() -> u64 {
 fn with_drop_oldest_a_stalled_subscriber_loses_old_messages_and_memory_stays_bounded() {
     let mut config = test_config();
     config.max_pending_bytes = 2 << 20;
+    config.max_frame_size = 64 * 1024;
     config.slow_consumer = herald_server::config::SlowConsumerPolicy::DropOldest;
     let server = start_with(config);
     let mut stalled = RawClient::connected(&server, 0);

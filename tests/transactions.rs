@@ -174,6 +174,7 @@ fn a_commit_that_cannot_succeed_does_nothing_and_says_why() {
 #[test]
 fn a_transaction_over_the_byte_limit_is_rolled_back() {
     let mut config = test_config();
+    config.max_frame_size = 1 << 20;
     config.max_transaction_bytes = config.max_frame_size as usize;
     let server = start_with(config);
     let (c, s) = transacted(&server);

@@ -676,7 +676,7 @@ impl Default for Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 7777)),
             workers: 0,
-            max_frame_size: 1 << 20,
+            max_frame_size: 16 << 20,
             max_connect_frame_size: 8192,
             max_connections: 100_000,
             max_subscriptions_per_connection: 10_000,
@@ -1143,7 +1143,10 @@ mod tests {
             ("[tls]\nenabled = true\ncert = \"c.pem\"", "tls.key"),
             ("max_pending_receipts = 0", "max_pending_receipts"),
             ("max_connect_frame_size = 100", "max_connect_frame_size"),
-            ("max_connect_frame_size = 2000000", "max_connect_frame_size"),
+            (
+                "max_connect_frame_size = 20000000",
+                "max_connect_frame_size",
+            ),
             ("max_heartbeat_ms = 50", "max_heartbeat_ms"),
             ("max_id_length = 0", "max_id_length"),
             (

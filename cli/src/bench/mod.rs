@@ -85,7 +85,7 @@ pub enum Mode {
     Soak,
     /// 64 KiB and 1 MiB bodies, 1 -> 1 and 1 -> --fanout, in MB/s against
     /// a plain socket pair over loopback (and NATS with --compare-nats).
-    /// The server's max_frame_size must be above 1 MiB.
+    /// The server's max_frame_size must be above 1 MiB (the default is).
     Large,
     /// The disk's fdatasync latency (in --sync-dir), then a synchronous
     /// persistent send's, its floor's (a socket round trip around a write
@@ -694,8 +694,6 @@ fn embedded_config(workers: usize, fsync: FsyncPolicy, cluster: Option<(&str, &s
             enabled: false,
             ..Default::default()
         },
-        // Room for --mode large's 1 MiB bodies and their headers.
-        max_frame_size: 2 << 20,
         ..Config::default()
     };
     if let Some((redis, node)) = cluster {

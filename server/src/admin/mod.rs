@@ -171,9 +171,15 @@ fn router(state: AppState) -> Router {
     for (path, handler) in by_path {
         router = router.route(path, handler);
     }
+    // A published message may be as large as any client's (a JSON string
+    // escapes some bytes: twice that, and room for the rest).
+    let max_frame = state.shared.config.max_frame_size as usize;
     router
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            2 * max_frame + (1 << 20),
+        ))
         .with_state(state)
 }
 
