@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use herald_client::{Destination, Message};
 use herald_tests::*;
@@ -73,9 +74,14 @@ fn messages_cross_workers_in_order() {
 /// Sends `count` numbered messages one at a time, each alone on the wire
 /// (a pause after each), so that the server reads them one by one.
 fn trickle(producer: &herald_client::Producer, from: u32, count: u32) {
+    trickle_every(producer, (from, count), Duration::from_micros(300));
+}
+
+/// [`trickle`] with `pause` after each message.
+fn trickle_every(producer: &herald_client::Producer, (from, count): (u32, u32), pause: Duration) {
     for i in from..from + count {
         producer.send(Message::text(i.to_string())).unwrap();
-        std::thread::sleep(std::time::Duration::from_micros(300));
+        std::thread::sleep(pause);
     }
 }
 
@@ -154,10 +160,14 @@ fn the_connection_listing_misses_none_while_publishers_move() {
         .map(|(_, s)| {
             let producer = s.create_producer(&Destination::topic("listed")).unwrap();
             let stop = stop.clone();
+            // Twelve publishers at the single one's pace would keep the
+            // subscriber's worker over half busy, and a publisher moves
+            // only to a worker under that (MOVE_MAX_LOAD): on a slow or
+            // busy machine none ever moved. Each goes at a tenth of it.
             std::thread::spawn(move || {
                 let mut sent = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    trickle(&producer, sent, 10);
+                    trickle_every(&producer, (sent, 10), Duration::from_millis(3));
                     sent += 10;
                 }
             })
