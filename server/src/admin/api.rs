@@ -353,7 +353,11 @@ async fn health(State(state): State<AppState>) -> (StatusCode, Json<Json_>) {
 
 /// Whether a load balancer should send this server new connections: not
 /// at the connection limit, and nothing in [`problems`] but the memory
-/// limit (which holds publishers back, not connections).
+/// limit (which holds publishers back, not connections) and too few
+/// replicas. That one is learned from the receipts' `WAIT`s: a node
+/// taken out of rotation for it would get no persistent send to learn
+/// that the replicas came back, and in a cluster every node would be out
+/// at once; health says it.
 async fn ready(State(state): State<AppState>) -> ApiResult {
     let s = &state.shared;
     let open = s.open_connections.load(Ordering::Relaxed);
@@ -367,7 +371,7 @@ async fn ready(State(state): State<AppState>) -> ApiResult {
     let problems = problems(&state);
     if let Some((_, why)) = problems
         .iter()
-        .find(|(reason, _)| *reason != "memory_limit")
+        .find(|(reason, _)| !matches!(*reason, "memory_limit" | "replicas_short"))
     {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why.clone()));
     }
