@@ -9,7 +9,8 @@
 //! ```text
 //! u8 flags | u8 priority | u8 dest kind | str16 destination | str16 message id
 //! i64 timestamp | i64 expiration | [str16 correlation id] [u8 kind, str16 reply-to]
-//! [str16 type] | u16 property count, (str16 name, value)* | u8 body kind, body
+//! [str16 type] [i64 delivery time] [u8 protocol, u32 length, origin bytes]
+//! u16 property count, (str16 name, value)* | u8 body kind, body
 //! ```
 
 use std::ops::Range;
@@ -34,13 +35,9 @@ const FLAG_RETAIN: u8 = 0x20;
 /// Set by the server on a copy it delivers from its retained store, not
 /// live: MQTT's retain flag on delivery.
 const FLAG_KEPT: u8 = 0x40;
-const KNOWN_FLAGS: u8 = FLAG_PERSISTENT
-    | FLAG_CORRELATION
-    | FLAG_REPLY_TO
-    | FLAG_TYPE
-    | FLAG_DELIVERY_TIME
-    | FLAG_RETAIN
-    | FLAG_KEPT;
+/// The block carries the message as its publisher's protocol wrote it
+/// ([`Origin`]).
+const FLAG_ORIGIN: u8 = 0x80;
 
 /// Highest JMS priority.
 pub const MAX_PRIORITY: u8 = 9;
@@ -51,6 +48,25 @@ pub const DEFAULT_PRIORITY: u8 = 4;
 /// publisher gave it: STOMP's `content-type` header, MQTT 5.0's content
 /// type. Every protocol hands it on as it came.
 pub const CONTENT_TYPE_PROPERTY: &str = "HeraldContentType";
+
+/// The message as the protocol it was published with wrote it, kept
+/// beside the fields it maps to, so that consumers of that protocol get
+/// it exactly as it was sent (AMQP 1.0's bare message is immutable from
+/// sender to receiver). Its bytes are the front-end's business; other
+/// consumers read the mapped fields and never see them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Origin {
+    /// Which protocol wrote it: [`Origin::AMQP`] is the only one so far.
+    pub protocol: u8,
+    /// What that protocol's front-end kept.
+    pub bytes: Bytes,
+}
+
+impl Origin {
+    /// AMQP 1.0: the server's AMQP front-end keeps the sections of the
+    /// bare message it did not map exactly.
+    pub const AMQP: u8 = 1;
+}
 
 /// Whether the server must keep a message across its own restart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -129,6 +145,9 @@ pub struct Message {
     properties: Vec<(String, Value)>,
     /// The body.
     pub body: Body,
+    /// As its publisher's protocol wrote it, if a front-end kept that;
+    /// boxed, since most messages have none.
+    origin: Option<Box<Origin>>,
 }
 
 /// A string header: as an application set it, or where it is in the
@@ -249,6 +268,7 @@ impl Message {
             delivery_id: 0,
             properties: Vec::new(),
             body,
+            origin: None,
         }
     }
 
@@ -420,6 +440,17 @@ impl Message {
         self.with_property(CONTENT_TYPE_PROPERTY, content_type.into())
     }
 
+    /// The message as its publisher's protocol wrote it, if its front-end
+    /// kept that.
+    pub fn origin(&self) -> Option<&Origin> {
+        self.origin.as_deref()
+    }
+
+    /// Sets or clears what the publisher's protocol wrote.
+    pub fn set_origin(&mut self, origin: Option<Origin>) {
+        self.origin = origin.map(Box::new);
+    }
+
     /// The body as text, if it is a text body.
     pub fn body_text(&self) -> Option<&str> {
         match &self.body {
@@ -474,6 +505,9 @@ impl Message {
         if self.retain {
             flags |= FLAG_RETAIN;
         }
+        if self.origin.is_some() {
+            flags |= FLAG_ORIGIN;
+        }
         let properties = u16::try_from(self.properties.len()).map_err(|_| {
             Error::invalid(
                 "properties",
@@ -499,6 +533,13 @@ impl Message {
         }
         if stamp.delivery_time != 0 {
             dst.put_i64(stamp.delivery_time);
+        }
+        if let Some(origin) = &self.origin {
+            let len = u32::try_from(origin.bytes.len())
+                .map_err(|_| Error::invalid("origin", "longer than 4 GiB"))?;
+            dst.put_u8(origin.protocol);
+            dst.put_u32(len);
+            dst.put_slice(&origin.bytes);
         }
         dst.put_u16(properties);
         encode_entries(&self.properties, dst)?;
@@ -550,9 +591,16 @@ impl Message {
             reply_to,
             message_type,
             delivery_time,
+            origin,
             properties,
             body,
         } = walk(&block, |c| c.str16_at("destination"), Cursor::str16_at)?;
+        let origin = origin.map(|(protocol, bytes)| {
+            Box::new(Origin {
+                protocol,
+                bytes: block.slice_ref(bytes),
+            })
+        });
         let body = match body {
             BodyRef::Empty => Body::Empty,
             BodyRef::Bytes(range) => Body::Bytes(block.slice(range)),
@@ -593,6 +641,7 @@ impl Message {
             delivery_id: 0,
             properties,
             body,
+            origin,
         })
     }
 }
@@ -615,6 +664,7 @@ impl PartialEq for Message {
             delivery_id,
             properties,
             body,
+            origin,
         } = self;
         self.message_id() == other.message_id()
             && self.destination() == other.destination()
@@ -633,6 +683,7 @@ impl PartialEq for Message {
             && *delivery_id == other.delivery_id
             && *properties == other.properties
             && *body == other.body
+            && *origin == other.origin
     }
 }
 
@@ -656,6 +707,7 @@ impl std::fmt::Debug for Message {
             .field("delivery_id", &self.delivery_id)
             .field("properties", &self.properties)
             .field("body", &self.body)
+            .field("origin", &self.origin)
             .finish()
     }
 }
@@ -866,6 +918,9 @@ pub struct MessageRef<'a> {
     pub properties: EntriesRef<'a>,
     /// The body.
     pub body: BodyRef<'a>,
+    /// What its publisher's protocol wrote, if kept: the protocol
+    /// ([`Origin::AMQP`]) and the bytes.
+    pub origin: Option<(u8, &'a [u8])>,
 }
 
 /// A message block's fields, its destination as `D` and its other string
@@ -883,6 +938,7 @@ struct Fields<'a, D, S> {
     reply_to: Option<(DestinationKind, S)>,
     message_type: Option<S>,
     delivery_time: i64,
+    origin: Option<(u8, &'a [u8])>,
     properties: EntriesRef<'a>,
     body: BodyRef<'a>,
 }
@@ -897,12 +953,7 @@ fn walk<'a, D, S>(
 ) -> Result<Fields<'a, D, S>, Error> {
     let mut c = Cursor::new(block);
     let flags = c.u8("flags")?;
-    if flags & !KNOWN_FLAGS != 0 {
-        return Err(Error::invalid(
-            "flags",
-            format!("unknown bits 0x{:02x}", flags & !KNOWN_FLAGS),
-        ));
-    }
+    // Every bit of `flags` has its meaning: none is unknown.
     let priority = c.u8("priority")?;
     if priority > MAX_PRIORITY {
         return Err(Error::invalid(
@@ -932,6 +983,19 @@ fn walk<'a, D, S>(
     } else {
         0
     };
+    let origin = if flags & FLAG_ORIGIN != 0 {
+        let protocol = c.u8("origin protocol")?;
+        if protocol != Origin::AMQP {
+            return Err(Error::invalid(
+                "origin protocol",
+                format!("unknown protocol {protocol}"),
+            ));
+        }
+        let len = c.u32("origin length")?;
+        Some((protocol, c.bytes(len as usize, "origin")?))
+    } else {
+        None
+    };
     let properties = EntriesRef::parse(&mut c, "property count")?;
     let body = match c.u8("body kind")? {
         0 => BodyRef::Empty,
@@ -957,6 +1021,7 @@ fn walk<'a, D, S>(
         reply_to,
         message_type,
         delivery_time,
+        origin,
         properties,
         body,
     })
@@ -1024,6 +1089,7 @@ impl<'a> MessageRef<'a> {
             delivery_time: f.delivery_time,
             properties: f.properties,
             body: f.body,
+            origin: f.origin,
         })
     }
 
@@ -1210,6 +1276,10 @@ mod tests {
         m.set_reply_to(Some(Destination::topic("replies")));
         m.set_message_type(Some("sale".into()));
         m.delivery_time = 1_700_000_001_000;
+        m.set_origin(Some(Origin {
+            protocol: Origin::AMQP,
+            bytes: Bytes::from_static(b"\x00\x00\x53\x77\xa1\x06sold 3"),
+        }));
         m
     }
 
@@ -1366,9 +1436,15 @@ mod tests {
             MessageView::parse(b.freeze()).is_err(),
             "wildcard destination"
         );
-        let mut b = BytesMut::from(&encode(&full())[..]);
-        b[0] = 0x80;
-        assert!(MessageView::parse(b.freeze()).is_err(), "unknown flag");
+        let mut m = full();
+        m.set_origin(Some(Origin {
+            protocol: 9,
+            bytes: Bytes::from_static(b"?"),
+        }));
+        assert!(
+            MessageView::parse(encode(&m)).is_err(),
+            "unknown origin protocol"
+        );
         assert!(
             Message::text("x").encode(&mut BytesMut::new()).is_err(),
             "no destination"

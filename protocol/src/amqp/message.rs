@@ -335,6 +335,14 @@ pub struct Sections<'a> {
     /// The application properties: a map (of string names and simple
     /// values), or null.
     pub application_properties: Raw<'a>,
+    /// The message annotations, properties and application properties
+    /// sections, as they came: the part of the message after the header
+    /// and delivery annotations and before the body, which a broker
+    /// passes on unchanged.
+    pub middle: &'a [u8],
+    /// The message annotations section as it came, the start of
+    /// `middle` (empty if there is none).
+    pub annotations_section: &'a [u8],
     /// The body's sections, as they came.
     pub body: &'a [u8],
     /// What the body is.
@@ -365,6 +373,7 @@ impl<'a> Sections<'a> {
         // but for more `data` or `amqp-sequence` sections of one body.
         let mut last = 0;
         let mut body = None::<(usize, usize)>;
+        let mut middle = None::<(usize, usize)>;
         let mut pos = 0;
         while pos < buf.len() {
             let (raw, used) = Raw::read(&buf[pos..])?;
@@ -388,6 +397,7 @@ impl<'a> Sections<'a> {
                 0x72 => {
                     check_map(inner, "message-annotations")?;
                     s.message_annotations = inner;
+                    s.annotations_section = &buf[pos..pos + used];
                 }
                 0x73 => {
                     let f = RawFields::list(inner, "properties")?;
@@ -427,10 +437,16 @@ impl<'a> Sections<'a> {
             if is_body(code) {
                 body = Some((body.map_or(pos, |(start, _)| start), pos + used));
             }
+            if (MESSAGE_ANNOTATIONS.0..=APPLICATION_PROPERTIES.0).contains(&code) {
+                middle = Some((middle.map_or(pos, |(start, _)| start), pos + used));
+            }
             pos += used;
         }
         if let Some((start, end)) = body {
             s.body = &buf[start..end];
+        }
+        if let Some((start, end)) = middle {
+            s.middle = &buf[start..end];
         }
         Ok(s)
     }

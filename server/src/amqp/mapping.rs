@@ -3,7 +3,7 @@
 //! subject, JMSXGroupID the group id, the JMS annotations say a
 //! destination's kind and the body's type).
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use herald_protocol::amqp::message::{
     Body as AmqpBody, BodyKind, Message as AmqpMessage, Sections,
 };
@@ -13,8 +13,10 @@ use herald_protocol::message::{BodyRef, MessageRef, CONTENT_TYPE_PROPERTY};
 use herald_protocol::value::ValueRef;
 
 use crate::frontend::chunks::Chunks;
+use crate::frontend::correlation::{hex, set_correlation_data, unhex, CORRELATION_HEX_PROPERTY};
 use herald_protocol::{
-    Body, DeliveryMode, Destination, DestinationKind, Message, MessageId, MessageView, Stamp, Value,
+    Body, DeliveryMode, Destination, DestinationKind, Message, MessageId, MessageView, Origin,
+    Stamp, Value,
 };
 
 /// Qpid JMS's annotation of a destination's kind (`x-opt-jms-dest`, and
@@ -27,10 +29,50 @@ pub const JMS_REPLY_TYPE: &str = "x-opt-jms-reply-type";
 pub const DELIVERY_TIME: &str = "x-opt-delivery-time";
 /// How long after it was sent it is to be delivered (ms).
 pub const DELIVERY_DELAY: &str = "x-opt-delivery-delay";
-/// The property that keeps a body Herald has no type for (an
-/// `amqp-sequence`, an `amqp-value` other than text, bytes or a map), as
-/// its AMQP encoding, so that an AMQP consumer gets it as it was sent.
+/// The property that marks a bytes body as the AMQP encoding of a body
+/// Herald has no type for (an `amqp-sequence`, an `amqp-value` other than
+/// text, bytes or a map of JMS values), which AMQP consumers get as it
+/// was sent and others as those bytes.
 pub const AMQP_BODY_PROPERTY: &str = "HeraldAmqpBody";
+
+/// What the broker adds to a message, kept in Herald properties, and the
+/// message annotations that carry them to an AMQP consumer of a message
+/// an AMQP client sent (whose application properties are the sender's).
+const BROKER_ANNOTATIONS: [(&str, &str); 2] = [
+    (
+        "HeraldOriginalDestination",
+        "x-opt-herald-original-destination",
+    ),
+    ("HeraldDeadLetterReason", "x-opt-herald-dead-letter-reason"),
+];
+
+/// How the origin of a message an AMQP client sent ([`Origin::AMQP`])
+/// holds its body: the origin's first byte, before the message
+/// annotations, properties and application properties as they came.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum KeptBody {
+    /// The body's sections follow, as they came (none if none came).
+    AsSent = 0,
+    /// One `data` section of the Herald body's bytes.
+    Data = 1,
+    /// An `amqp-value` of the Herald body: binary, a string or null.
+    Value = 2,
+    /// The Herald body's bytes are the body's sections.
+    InBody = 3,
+}
+
+impl KeptBody {
+    fn from_u8(code: u8) -> Option<KeptBody> {
+        [
+            KeptBody::AsSent,
+            KeptBody::Data,
+            KeptBody::Value,
+            KeptBody::InBody,
+        ]
+        .into_iter()
+        .find(|k| *k as u8 == code)
+    }
+}
 
 /// Milliseconds since the epoch.
 pub fn now_ms() -> i64 {
@@ -116,10 +158,6 @@ fn id_text(v: Raw<'_>) -> Option<String> {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn uuid_text(u: &[u8; 16]) -> String {
     let h = hex(u);
     format!(
@@ -160,8 +198,8 @@ fn property(v: Raw<'_>) -> Option<Value> {
     })
 }
 
-/// A map body with string keys and simple values, as a JMS MapMessage;
-/// `None` if it is not one.
+/// A map body with string keys (not empty) and simple values, as a JMS
+/// MapMessage; `None` if it is not one.
 fn map_body(map: Raw<'_>) -> Option<Vec<(String, Value)>> {
     if !map.is_map() {
         return None;
@@ -171,7 +209,7 @@ fn map_body(map: Raw<'_>) -> Option<Vec<(String, Value)>> {
     while let (Some(k), Some(v)) = (items.next(), items.next()) {
         match (k, v) {
             (_, Raw::Encoded(_) | Raw::Binary(_) | Raw::Null) => return None,
-            (Raw::String(k), v) => entries.push((k.to_owned(), property(v)?)),
+            (Raw::String(k), v) if !k.is_empty() => entries.push((k.to_owned(), property(v)?)),
             _ => return None,
         }
     }
@@ -189,7 +227,9 @@ fn annotated(address: &str, annotation: Option<Raw<'_>>) -> Result<Destination, 
 /// What an AMQP message becomes: the Herald message, its block encoded
 /// with destination `to` (the link's target, else the message's `to`),
 /// id `id` unless it has one of its own, at `now` (ms since the epoch),
-/// its block cut from `chunks`.
+/// its block cut from `chunks`. The block keeps, as its origin, what the
+/// mapped fields do not say exactly (the bare message, less a body the
+/// Herald body holds as it came), for AMQP consumers.
 pub fn message_from(
     m: &Sections<'_>,
     to: Option<&Destination>,
@@ -220,7 +260,10 @@ pub fn message_from(
     if let Some(at) = props.absolute_expiry_time.filter(|t| *t > 0) {
         h.expiration = at;
     }
-    h.set_correlation_id(id_text(props.correlation_id));
+    match props.correlation_id {
+        Raw::Binary(data) => set_correlation_data(&mut h, data),
+        id => h.set_correlation_id(id_text(id)),
+    }
     if let Some(reply) = props.reply_to {
         h.set_reply_to(Some(annotated(reply, m.annotation(JMS_REPLY_TYPE))?));
     }
@@ -244,26 +287,45 @@ pub fn message_from(
     if let Some(seq) = props.group_sequence {
         h.set_property("JMSXGroupSeq", i64::from(seq));
     }
-    let kept = |h: &mut Message| {
-        // Kept whole, for AMQP consumers; others see its bytes.
+    let in_body = |h: &mut Message| {
         h.set_property(AMQP_BODY_PROPERTY, true);
-        Body::Bytes(Bytes::copy_from_slice(m.body))
+        (
+            Body::Bytes(Bytes::copy_from_slice(m.body)),
+            KeptBody::InBody,
+        )
     };
-    h.body = match m.body_kind {
-        BodyKind::Empty | BodyKind::Value(Raw::Null) => Body::Empty,
-        BodyKind::Data(bytes) | BodyKind::Value(Raw::Binary(bytes)) => {
-            Body::Bytes(Bytes::copy_from_slice(bytes))
-        }
-        BodyKind::Value(Raw::String(s)) => Body::Text(s.to_owned()),
-        BodyKind::Value(map) => map_body(map).map_or_else(|| kept(&mut h), Body::Map),
+    let copy = |bytes: &[u8]| Body::Bytes(Bytes::copy_from_slice(bytes));
+    let kept;
+    (h.body, kept) = match m.body_kind {
+        BodyKind::Empty => (Body::Empty, KeptBody::AsSent),
+        BodyKind::Value(Raw::Null) => (Body::Empty, KeptBody::Value),
+        BodyKind::Data(bytes) => (copy(bytes), KeptBody::Data),
+        BodyKind::Value(Raw::Binary(bytes)) => (copy(bytes), KeptBody::Value),
+        BodyKind::Value(Raw::String(s)) => (Body::Text(s.to_owned()), KeptBody::Value),
+        BodyKind::Value(map) => match map_body(map) {
+            Some(entries) => (Body::Map(entries), KeptBody::AsSent),
+            None => in_body(&mut h),
+        },
         BodyKind::Other => match AmqpMessage::decode(m.body) {
             Ok(AmqpMessage {
                 body: AmqpBody::Data(parts),
                 ..
-            }) => Body::Bytes(parts.concat().into()),
-            _ => kept(&mut h),
+            }) => (Body::Bytes(parts.concat().into()), KeptBody::AsSent),
+            _ => in_body(&mut h),
         },
     };
+    let as_sent = match kept {
+        KeptBody::AsSent => m.body,
+        _ => &[],
+    };
+    let origin = chunks.room(1 + m.middle.len() + as_sent.len());
+    origin.put_u8(kept as u8);
+    origin.extend_from_slice(m.middle);
+    origin.extend_from_slice(as_sent);
+    h.set_origin(Some(Origin {
+        protocol: Origin::AMQP,
+        bytes: chunks.cut(),
+    }));
     let own_id = id_text(props.message_id);
     let message_id = match &own_id {
         Some(given) => MessageId::Whole(given),
@@ -276,8 +338,8 @@ pub fn message_from(
         timestamp: creation,
         delivery_time: h.delivery_time,
     };
-    // Room for the headers as well as the body.
-    let block = chunks.room(m.body.len() + 2 * target.name.len() + 256);
+    // Room for the headers and the origin as well as the body.
+    let block = chunks.room(2 * (m.body.len() + m.middle.len() + target.name.len()) + 256);
     if let Err(e) = h.encode_stamped(&stamp, block) {
         block.clear();
         return Err(e.into());
@@ -357,8 +419,8 @@ struct Special<'a> {
     content_type: Option<&'a str>,
     group_id: Option<&'a str>,
     group_sequence: Option<u32>,
-    /// The body is an AMQP body kept as it came ([`AMQP_BODY_PROPERTY`]).
-    kept_body: bool,
+    /// Correlation data that is not text, in hex.
+    correlation_hex: Option<&'a str>,
     /// Properties that are none of these.
     others: usize,
 }
@@ -370,7 +432,9 @@ impl<'a> Special<'a> {
             (CONTENT_TYPE_PROPERTY, ValueRef::String(ct)) => self.content_type = Some(ct),
             ("JMSXGroupID", ValueRef::String(g)) => self.group_id = Some(g),
             ("JMSXGroupSeq", ValueRef::I64(n)) => self.group_sequence = u32::try_from(n).ok(),
-            (AMQP_BODY_PROPERTY, ValueRef::Bool(b)) => self.kept_body = b,
+            (CORRELATION_HEX_PROPERTY, ValueRef::String(h)) => self.correlation_hex = Some(h),
+            // An AMQP body kept in bytes: what it is says so.
+            (AMQP_BODY_PROPERTY, _) => {}
             _ => return false,
         }
         true
@@ -379,22 +443,120 @@ impl<'a> Special<'a> {
 
 /// The sections after the header of a Herald message to an AMQP
 /// receiver (the same for every delivery of it), written straight from
-/// the message block: message annotations (the JMS ones), properties,
-/// application properties and the body.
+/// the message block: as an AMQP client sent them if one did, else
+/// mapped from Herald's fields.
 pub fn sections_to(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
+    if let Some((Origin::AMQP, origin)) = m.origin {
+        let at = out.len();
+        if as_sent(m, origin, block, out) {
+            return;
+        }
+        out.truncate(at);
+        // Only a client that wrote the origin itself gets here.
+        log::debug!(
+            "message {}: its AMQP sections do not read, so they are mapped from its fields",
+            m.message_id
+        );
+    }
+    mapped(m, block, out);
+}
+
+/// The sections an AMQP client sent (the `origin` it left, and the
+/// Herald body where that holds its body), and in message annotations
+/// of the broker's own what the broker added since ([`BROKER_ANNOTATIONS`]);
+/// `false` if the origin does not read as sections that agree with the
+/// message.
+fn as_sent(m: &MessageRef<'_>, origin: &[u8], block: &Bytes, out: &mut BytesMut) -> bool {
+    let Some((kept, sections)) = origin
+        .split_first()
+        .and_then(|(code, rest)| Some((KeptBody::from_u8(*code)?, rest)))
+    else {
+        return false;
+    };
+    let Ok(s) = Sections::read(sections) else {
+        return false;
+    };
+    let bytes = match &m.body {
+        BodyRef::Bytes(range) => Some(&block[range.clone()]),
+        _ => None,
+    };
+    let agrees = s.middle.len() + s.body.len() == sections.len()
+        && match kept {
+            KeptBody::AsSent => true,
+            KeptBody::Data => s.body.is_empty() && bytes.is_some(),
+            KeptBody::Value => s.body.is_empty() && !matches!(m.body, BodyRef::Map(_)),
+            KeptBody::InBody => {
+                s.body.is_empty()
+                    && bytes.is_some_and(|b| {
+                        Sections::read(b).is_ok_and(|k| !b.is_empty() && k.body.len() == b.len())
+                    })
+            }
+        };
+    if !agrees {
+        return false;
+    }
+    let added: Vec<(&str, &str)> = m
+        .properties
+        .clone()
+        .filter_map(|(name, value)| {
+            let (_, annotation) = BROKER_ANNOTATIONS.iter().find(|(p, _)| *p == name)?;
+            match value {
+                ValueRef::String(v) => Some((*annotation, v)),
+                _ => None,
+            }
+        })
+        .collect();
+    match added.is_empty() {
+        true => out.extend_from_slice(s.middle),
+        false => {
+            put::described(out, 0x72);
+            let mut a = Compound::map(out);
+            let mut sender = s.message_annotations.items().into_iter().flatten();
+            while let (Some(k), Some(v)) = (sender.next(), sender.next()) {
+                a.put(out, |o| k.to_value().encode(o));
+                a.put(out, |o| v.to_value().encode(o));
+            }
+            for (name, value) in added {
+                a.put(out, |o| put::symbol(o, name));
+                a.put(out, |o| put::string(o, value));
+            }
+            a.close(out);
+            out.extend_from_slice(&s.middle[s.annotations_section.len()..]);
+        }
+    }
+    match (kept, &m.body, bytes) {
+        (KeptBody::AsSent, _, _) => out.extend_from_slice(s.body),
+        (KeptBody::InBody, _, Some(sections)) => out.extend_from_slice(sections),
+        (KeptBody::Data, _, Some(b)) => {
+            put::described(out, 0x75);
+            put::binary(out, b);
+        }
+        (_, _, Some(b)) => {
+            put::described(out, 0x77);
+            put::binary(out, b);
+        }
+        (_, BodyRef::Text(t), _) => {
+            put::described(out, 0x77);
+            put::string(out, t);
+        }
+        _ => {
+            put::described(out, 0x77);
+            put::null(out);
+        }
+    }
+    true
+}
+
+/// The sections of a message no AMQP client sent, mapped from its
+/// fields: message annotations (the JMS ones), properties, application
+/// properties and the body.
+fn mapped(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
     let mut special = Special::default();
     for (name, value) in m.properties.clone() {
         if !special.take(name, value) {
             special.others += 1;
         }
     }
-    // A kept body is used only if it still reads as AMQP sections.
-    let kept = match (&m.body, special.kept_body) {
-        (BodyRef::Bytes(range), true) => {
-            Some(&block[range.clone()]).filter(|b| Sections::read(b).is_ok())
-        }
-        _ => None,
-    };
     let jms_type = match &m.body {
         BodyRef::Empty => 0,
         BodyRef::Text(_) => 5,
@@ -416,9 +578,7 @@ pub fn sections_to(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
     if m.delivery_time > 0 {
         annotate(out, DELIVERY_TIME, &|o| put::timestamp(o, m.delivery_time));
     }
-    if kept.is_none() {
-        annotate(out, JMS_MSG_TYPE, &|o| put::byte(o, jms_type));
-    }
+    annotate(out, JMS_MSG_TYPE, &|o| put::byte(o, jms_type));
     a.close(out);
     put::described(out, 0x73);
     let mut p = Compound::list(out);
@@ -434,7 +594,11 @@ pub fn sections_to(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
         Some((kind, name)) => p.put(out, |o| address(o, kind, name)),
         None => p.skip(out),
     }
-    text(out, &mut p, m.correlation_id);
+    match (m.correlation_id, special.correlation_hex.and_then(unhex)) {
+        (Some(c), _) => p.put(out, |o| put::string(o, c)),
+        (None, Some(data)) => p.put(out, |o| put::binary(o, &data)),
+        (None, None) => p.skip(out),
+    }
     match special.content_type {
         Some(ct) => p.put(out, |o| put::symbol(o, ct)),
         None => p.skip(out),
@@ -463,21 +627,20 @@ pub fn sections_to(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
         }
         a.close(out);
     }
-    match (&m.body, kept) {
-        (_, Some(sections)) => out.extend_from_slice(sections),
-        (BodyRef::Empty, _) => {
+    match &m.body {
+        BodyRef::Empty => {
             put::described(out, 0x77);
             put::null(out);
         }
-        (BodyRef::Text(t), _) => {
+        BodyRef::Text(t) => {
             put::described(out, 0x77);
             put::string(out, t);
         }
-        (BodyRef::Bytes(range), _) => {
+        BodyRef::Bytes(range) => {
             put::described(out, 0x75);
             put::binary(out, &block[range.clone()]);
         }
-        (BodyRef::Map(entries), _) => {
+        BodyRef::Map(entries) => {
             put::described(out, 0x77);
             let mut map = Compound::map(out);
             for (k, v) in entries.clone() {
@@ -485,6 +648,260 @@ pub fn sections_to(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
                 map.put(out, |o| put_value(o, v));
             }
             map.close(out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herald_protocol::amqp::message::{Header, Properties};
+    use herald_protocol::amqp::types::Value as V;
+    use herald_protocol::message::MessageRef;
+
+    fn sym(s: &str) -> V {
+        V::Symbol(s.into())
+    }
+
+    /// What a message sent as `amqp` gives its AMQP receivers after the
+    /// header, and the Herald message others get.
+    fn through(amqp: &AmqpMessage) -> (Vec<u8>, Message) {
+        let mut wire = Vec::new();
+        amqp.encode(&mut wire);
+        let sections = Sections::read(&wire).unwrap();
+        let to = Destination::queue("q");
+        let view = message_from(
+            &sections,
+            Some(&to),
+            ("ID:n-", 1),
+            1_000,
+            &mut Chunks::default(),
+        )
+        .unwrap();
+        let m = MessageRef::read(view.block()).unwrap();
+        let mut out = BytesMut::new();
+        sections_to(&m, view.block(), &mut out);
+        (out.to_vec(), Message::decode(view.block(), 1).unwrap())
+    }
+
+    /// The message's bytes from its message annotations on.
+    fn bare(amqp: &AmqpMessage) -> Vec<u8> {
+        let mut wire = Vec::new();
+        AmqpMessage {
+            header: None,
+            delivery_annotations: Vec::new(),
+            footer: Vec::new(),
+            ..amqp.clone()
+        }
+        .encode(&mut wire);
+        wire
+    }
+
+    fn with_body(body: AmqpBody) -> AmqpMessage {
+        AmqpMessage {
+            body,
+            ..AmqpMessage::default()
+        }
+    }
+
+    #[test]
+    fn an_amqp_message_reaches_amqp_receivers_byte_for_byte() {
+        let uuid = *b"0123456789abcdef";
+        let every_kind = vec![
+            ("null", V::Null),
+            ("bool", V::Bool(true)),
+            ("ubyte", V::Ubyte(200)),
+            ("ushort", V::Ushort(60_000)),
+            ("uint", V::Uint(4_000_000_000)),
+            ("ulong", V::Ulong(u64::MAX)),
+            ("byte", V::Byte(-1)),
+            ("short", V::Short(-2)),
+            ("int", V::Int(-3)),
+            ("long", V::Long(-4)),
+            ("float", V::Float(1.5)),
+            ("double", V::Double(-2.5)),
+            ("decimal32", V::Decimal32([1, 2, 3, 4])),
+            ("decimal64", V::Decimal64([1; 8])),
+            ("decimal128", V::Decimal128([2; 16])),
+            ("char", V::Char('é')),
+            ("timestamp", V::Timestamp(1_700_000_000_000)),
+            ("uuid", V::Uuid(uuid)),
+            ("binary", V::Binary(Bytes::from_static(&[0, 0xff]))),
+            ("string", V::String("s".into())),
+            ("symbol", sym("y")),
+        ];
+        let full = AmqpMessage {
+            header: Some(Header {
+                durable: true,
+                ..Header::default()
+            }),
+            delivery_annotations: vec![(sym("x-hop"), V::Int(1))],
+            message_annotations: vec![
+                (sym("x-opt-jms-msg-type"), V::Byte(2)),
+                (sym("x-opt-app"), V::List(vec![V::Int(1)])),
+            ],
+            properties: Some(Properties {
+                message_id: Some(V::Ulong(1)),
+                reply_to: Some("t_aaa".into()),
+                correlation_id: Some(V::Binary(Bytes::from_static(&[0, 0xff]))),
+                ..Properties::default()
+            }),
+            application_properties: every_kind
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+            body: AmqpBody::Value(V::Binary(Bytes::from_static(&[1, 2]))),
+            footer: vec![(sym("x-crc"), V::Uint(7))],
+        };
+        let bodies = [
+            AmqpBody::Empty,
+            AmqpBody::Data(vec![Bytes::from_static(b"bytes")]),
+            AmqpBody::Data(vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]),
+            AmqpBody::Sequence(vec![vec![V::Int(1)], vec![]]),
+            AmqpBody::Value(V::Null),
+            AmqpBody::Value(V::String("text".into())),
+            AmqpBody::Value(V::Map(vec![(V::String("k".into()), V::Char('c'))])),
+            AmqpBody::Value(V::Map(vec![(V::String(String::new()), V::Int(1))])),
+            AmqpBody::Value(V::Map(vec![(V::Int(1), V::Binary(Bytes::new()))])),
+            AmqpBody::Value(V::Map(Vec::new())),
+            AmqpBody::Value(V::Array(Vec::new())),
+            AmqpBody::Value(V::List(Vec::new())),
+            AmqpBody::Value(V::Ulong(7)),
+        ];
+        for body in bodies
+            .into_iter()
+            .chain(every_kind.into_iter().map(|(_, v)| AmqpBody::Value(v)))
+        {
+            for m in [
+                with_body(body.clone()),
+                AmqpMessage {
+                    body: body.clone(),
+                    ..full.clone()
+                },
+            ] {
+                let (out, _) = through(&m);
+                assert_eq!(out, bare(&m), "{m:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn others_get_the_mapped_fields() {
+        let m = AmqpMessage {
+            properties: Some(Properties {
+                message_id: Some(V::Ulong(1)),
+                correlation_id: Some(V::Binary(Bytes::from_static(&[0, 0xff]))),
+                reply_to: Some("t_aaa".into()),
+                ..Properties::default()
+            }),
+            application_properties: vec![("u".into(), V::Ubyte(200))],
+            ..with_body(AmqpBody::Value(V::Map(vec![(
+                V::String("k".into()),
+                V::Char('c'),
+            )])))
+        };
+        let (_, h) = through(&m);
+        assert_eq!(h.message_id(), "1");
+        assert_eq!(h.correlation_id(), None);
+        let hex = h
+            .property(CORRELATION_HEX_PROPERTY)
+            .and_then(|v| v.as_str());
+        assert_eq!(hex, Some("00ff"));
+        assert_eq!(h.reply_to(), Some(&Destination::queue("t_aaa")));
+        assert_eq!(h.property("u"), Some(&Value::I16(200)));
+        assert_eq!(
+            h.body,
+            Body::Map(vec![("k".into(), Value::String("c".into()))])
+        );
+        // A map that is no JMS map: its AMQP encoding, marked.
+        let (_, h) = through(&with_body(AmqpBody::Value(V::Map(vec![(
+            V::String(String::new()),
+            V::Int(1),
+        )]))));
+        assert_eq!(h.property(AMQP_BODY_PROPERTY), Some(&Value::Bool(true)));
+        assert!(matches!(h.body, Body::Bytes(_)));
+    }
+
+    #[test]
+    fn what_the_broker_adds_goes_in_its_own_annotations() {
+        let sent = AmqpMessage {
+            message_annotations: vec![(sym("x-opt-jms-msg-type"), V::Byte(5))],
+            properties: Some(Properties {
+                message_id: Some(V::Ulong(1)),
+                ..Properties::default()
+            }),
+            application_properties: vec![("k".into(), V::Int(1))],
+            ..with_body(AmqpBody::Value(V::String("text".into())))
+        };
+        let mut wire = Vec::new();
+        sent.encode(&mut wire);
+        let to = Destination::queue("q");
+        let view = message_from(
+            &Sections::read(&wire).unwrap(),
+            Some(&to),
+            ("ID:n-", 1),
+            1_000,
+            &mut Chunks::default(),
+        )
+        .unwrap();
+        // Dead-lettered, as the broker's refile does.
+        let mut dead = Message::decode(view.block(), 1).unwrap();
+        dead.set_property("HeraldOriginalDestination", "queue://q");
+        dead.set_property("HeraldDeadLetterReason", "rejected");
+        dead.set_destination(Some(Destination::queue("DLQ.q")));
+        let mut block = BytesMut::new();
+        dead.encode(&mut block).unwrap();
+        let block = block.freeze();
+        let mut out = BytesMut::new();
+        sections_to(&MessageRef::read(&block).unwrap(), &block, &mut out);
+        let got = AmqpMessage::decode(&out).unwrap();
+        assert_eq!(got.properties, sent.properties);
+        assert_eq!(got.application_properties, sent.application_properties);
+        assert_eq!(got.body, sent.body);
+        assert_eq!(
+            got.message_annotations,
+            vec![
+                (sym("x-opt-jms-msg-type"), V::Byte(5)),
+                (
+                    sym("x-opt-herald-original-destination"),
+                    V::String("queue://q".into())
+                ),
+                (
+                    sym("x-opt-herald-dead-letter-reason"),
+                    V::String("rejected".into())
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_origin_that_does_not_read_is_mapped_instead() {
+        let mut m = Message::text("hello").with_destination(Destination::queue("q"));
+        m.set_message_id("ID:1");
+        for bad in [
+            &b""[..],
+            b"\x09",
+            b"\x00\x40",
+            b"\x01",
+            b"\x00\x00\x53\x77\xa1",
+        ] {
+            m.set_origin(Some(Origin {
+                protocol: Origin::AMQP,
+                bytes: Bytes::copy_from_slice(bad),
+            }));
+            let mut block = BytesMut::new();
+            m.encode(&mut block).unwrap();
+            let block = block.freeze();
+            let mut out = BytesMut::new();
+            sections_to(&MessageRef::read(&block).unwrap(), &block, &mut out);
+            let got = AmqpMessage::decode(&out).unwrap();
+            assert_eq!(
+                got.body,
+                AmqpBody::Value(V::String("hello".into())),
+                "{bad:?}"
+            );
+            let id = got.properties.and_then(|p| p.message_id);
+            assert_eq!(id, Some(V::String("ID:1".into())));
         }
     }
 }

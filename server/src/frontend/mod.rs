@@ -20,6 +20,7 @@ use crate::session::Phase;
 mod away;
 pub mod chunks;
 mod context;
+pub mod correlation;
 mod login;
 pub mod outbound;
 mod publish;

@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 use crate::frontend::chunks::Chunks;
+use crate::frontend::correlation::{set_correlation_data, unhex, CORRELATION_HEX_PROPERTY};
 use herald_protocol::message::CONTENT_TYPE_PROPERTY;
 use herald_protocol::message::{BodyRef, MessageRef};
 use herald_protocol::mqtt::{topic, Properties, Property, Publish, QoS, Version};
@@ -19,9 +20,6 @@ use herald_protocol::{
 /// MQTT subscriber at QoS 2 gets it at 2 (any other persistent message is
 /// QoS 1, a non-persistent one QoS 0).
 pub const QOS_PROPERTY: &str = "HeraldMqttQoS";
-/// The property that holds MQTT correlation data that is not UTF-8, in
-/// hex (a JMS correlation id is a string).
-pub const CORRELATION_HEX_PROPERTY: &str = "HeraldCorrelationDataHex";
 
 /// Why a PUBLISH does not make a message; each has its 5.0 reason code.
 #[derive(Debug, thiserror::Error)]
@@ -73,10 +71,7 @@ pub fn message_from(
                 let (kind, name) = topic::to_destination(t);
                 m.set_reply_to(Some(Destination { kind, name }))
             }
-            Property::CorrelationData(data) => match std::str::from_utf8(data) {
-                Ok(text) => m.set_correlation_id(Some(text.to_owned())),
-                Err(_) => m.set_property(CORRELATION_HEX_PROPERTY, hex(data)),
-            },
+            Property::CorrelationData(data) => set_correlation_data(&mut m, data),
             Property::MessageExpiry(secs) => {
                 m.expiration = now.saturating_add(i64::from(*secs) * 1000)
             }
@@ -217,21 +212,6 @@ pub fn publish_from(
         properties: Properties(properties),
         payload,
     }
-}
-
-fn hex(data: &[u8]) -> String {
-    data.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Bytes> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect::<Option<Vec<u8>>>()
-        .map(Bytes::from)
 }
 
 #[cfg(test)]
