@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use bytes::Bytes;
 use herald_protocol::amqp::delivery::{DeliveryState, TxnControl};
 use herald_protocol::amqp::message::{Body, Header, Message as AmqpMessage};
-use herald_protocol::amqp::performative::{Attach, Begin, Detach, Disposition, Transfer};
+use herald_protocol::amqp::performative::{Attach, Begin, Detach, Disposition, Open, Transfer};
 use herald_protocol::amqp::terminus::{LinkTarget, Source};
 use herald_protocol::amqp::{FrameHeader, FrameKind, Performative, ProtocolHeader, Sasl, Value};
 use herald_server::auth::hash_password;
@@ -180,13 +180,20 @@ fn broken_rules_get_a_close_or_detach_that_names_them() {
         }
     }
 
-    // A second connection with a container id in use is refused.
+    // A second connection with a container id in use is refused if it
+    // asks to be the container's only one (a JMS client id), and goes in
+    // beside the first if not (a container with several connections).
     let _holder = AmqpClient::opened(&server, "taken");
+    let _beside = AmqpClient::opened(&server, "taken");
     let mut c = AmqpClient::connect(&server);
     assert_eq!(c.sasl("ANONYMOUS", b""), 0);
     c.write(&ProtocolHeader::Amqp.bytes());
     assert!(matches!(c.next(true), Got::Header(_)));
-    c.perform(0, Performative::Open(amqp_open("taken")));
+    let sole = Open {
+        desired_capabilities: vec!["sole-connection-for-container".into()],
+        ..amqp_open("taken")
+    };
+    c.perform(0, Performative::Open(sole));
     let (condition, _) = c.error();
     assert_eq!(condition, "amqp:invalid-field");
 

@@ -36,7 +36,7 @@ use herald_protocol::amqp::{FrameHeader, FrameKind, Performative, ProtocolHeader
 
 use crate::auth::Principal;
 use crate::frontend::outbound::Outbound;
-use crate::frontend::{admit, check_id_length, Context, Flow, Welcome};
+use crate::frontend::{admit, admit_alongside, check_id_length, Context, Flow, Welcome};
 use crate::session::{Phase, Session};
 use crate::websocket;
 pub use link::attached;
@@ -47,13 +47,18 @@ use state::{condition, Channel, Fatal, Stage, HANDSHAKE_FRAME, WINDOW};
 /// and the server does: the anonymous relay (a sender without a target),
 /// delivery delays (`x-opt-delivery-time`, `x-opt-delivery-delay`), shared
 /// subscriptions (links with the `shared` capability), and one connection
-/// per container id (a second is refused with `amqp:invalid-field`).
+/// per container id to a client that desires it (a second is refused with
+/// `amqp:invalid-field`).
 const OFFERED: [&str; 4] = [
     "ANONYMOUS-RELAY",
     "DELAYED_DELIVERY",
     "SHARED-SUBS",
-    "sole-connection-for-container",
+    SOLE_CONNECTION,
 ];
+
+/// The capability a client desires when its container id is a JMS client
+/// id, to be held by one connection at a time.
+const SOLE_CONNECTION: &str = "sole-connection-for-container";
 
 /// Handles what arrived in `buf`: the WebSocket upgrade and framing if the
 /// connection is one, then protocol headers and every whole frame.
@@ -350,9 +355,17 @@ fn open_connection(
         return Err(Fatal(condition::UNAUTHORIZED, "no login".into()));
     };
     session.set_client_id(&open.container_id);
-    if let Err(refusal) = admit(session, *principal, ctx.shared, ctx.me.serial) {
-        let (_, _, why) = refusal.into_parts();
-        return Err(Fatal(condition::INVALID_FIELD, why));
+    if open
+        .desired_capabilities
+        .iter()
+        .any(|c| c == SOLE_CONNECTION)
+    {
+        if let Err(refusal) = admit(session, *principal, ctx.shared, ctx.me.serial) {
+            let (_, _, why) = refusal.into_parts();
+            return Err(Fatal(condition::INVALID_FIELD, why));
+        }
+    } else {
+        admit_alongside(session, *principal, ctx.shared, ctx.me.serial);
     }
     session.phase = Phase::Connected;
     let idle = config.amqp.idle_timeout_ms;

@@ -51,6 +51,21 @@ pub fn admit(
     Ok(())
 }
 
+/// Admits an AMQP connection that did not ask to be the only one of its
+/// container (`sole-connection-for-container`, which Qpid JMS asks for
+/// when the application sets a client id): an AMQP container may open
+/// several connections, and each goes in with the container id as its
+/// client id, held by the first. A durable subscription is still one
+/// consumer's at a time.
+pub fn admit_alongside(session: &mut Session, principal: Principal, shared: &Shared, serial: u64) {
+    if !session.client_id.is_empty() {
+        lock(&shared.client_ids)
+            .entry(session.client_id.clone())
+            .or_insert(serial);
+    }
+    session.principal = principal;
+}
+
 /// Frees the client id of a connection that ends, if it held it; a
 /// connection waiting to take it over goes on with its login.
 pub fn release_client_id(session: &Session, shared: &Shared, serial: u64) {

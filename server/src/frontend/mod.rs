@@ -30,7 +30,7 @@ mod subscription;
 
 pub use away::{AwaySessions, Due, PacketIds};
 pub use context::{authorize, await_journal, Context, Flow, Parked, Refusal, Welcome};
-pub use login::{admit, check_id_length, release_client_id, take_over, TakeOver};
+pub use login::{admit, admit_alongside, check_id_length, release_client_id, take_over, TakeOver};
 pub use publish::{authorize as authorize_publish, publish, Published};
 pub use settle::{commit, settle};
 pub use shared::{
