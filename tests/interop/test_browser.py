@@ -5,7 +5,7 @@ application over WebSocket, and the server's management console."""
 import os
 import subprocess
 
-from conftest import BIN_DIR
+from conftest import BIN_DIR, Server
 
 BROWSER_DIR = os.path.join(os.path.dirname(__file__), "..", "browser")
 
@@ -54,3 +54,30 @@ def test_rhea_talks_amqp_with_native_clients(server):
         HERALD_AMQP_WS=f"ws://{server.amqp_ws[0]}:{server.amqp_ws[1]}/",
         HERALD_NATIVE=f"herald://{server.native}",
     )
+
+
+# The user bob, password bob (`herald passwd`), with every permission;
+# anonymous connections may connect too.
+BOB = """
+[auth]
+required = false
+[[auth.users]]
+name = "bob"
+password = "$argon2id$v=19$m=19456,t=2,p=1$cdgbZMZ/uOullTm+Y549Rg$xtqa/56vruzpIA+al94ikRxhddf4XNu2HI0XZuN0Mhs"
+roles = ["all"]
+[auth.roles.all]
+publish = ["queue:#", "topic:#"]
+consume = ["queue:#", "topic:#"]
+"""
+
+
+def test_rheas_examples_run_against_the_broker(server):
+    users = Server(config=BOB)
+    try:
+        run_node(
+            "amqp_examples.test.mjs",
+            HERALD_AMQP=f"{server.amqp[0]}:{server.amqp[1]}",
+            HERALD_AMQP_USERS=f"{users.amqp[0]}:{users.amqp[1]}",
+        )
+    finally:
+        users.stop()
