@@ -46,7 +46,12 @@ if [ "$FUZZ_RUNS" -gt 0 ]; then
   mkdir -p target
   for target in $(cargo +nightly fuzz list --fuzz-dir fuzz); do
     log="target/fuzz-$target.log"
-    if cargo +nightly fuzz run --fuzz-dir fuzz "$target" -- \
+    # Starting from fuzz/seeds/<target> where there is one (the forms a
+    # specification lists); new inputs go to the untracked corpus.
+    corpus=("fuzz/corpus/$target")
+    mkdir -p "${corpus[0]}"
+    [ -d "fuzz/seeds/$target" ] && corpus+=("fuzz/seeds/$target")
+    if cargo +nightly fuzz run --fuzz-dir fuzz "$target" "${corpus[@]}" -- \
       -seed=1 -runs="$FUZZ_RUNS" >"$log" 2>&1; then
       echo "$target: $(tail -n 1 "$log")"
     else

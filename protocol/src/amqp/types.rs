@@ -984,6 +984,221 @@ mod tests {
         assert_eq!(round_trip(Value::Array(many))[0], 0xf0);
     }
 
+    /// Bytes from hex, spaces ignored.
+    fn hex(text: &str) -> Vec<u8> {
+        let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+        digits
+            .chunks(2)
+            .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn every_format_code_of_the_spec_decodes_in_every_width() {
+        let s = |t: &str| Value::String(t.into());
+        let sym = |t: &str| Value::Symbol(t.into());
+        // AMQP 1.0 part 1, 1.6: each code, in its wider forms too, as
+        // other encoders may choose them for small values.
+        let cases: Vec<(&str, Value)> = vec![
+            ("40", Value::Null),
+            ("56 00", Value::Bool(false)),
+            ("41", Value::Bool(true)),
+            ("42", Value::Bool(false)),
+            ("50 ff", Value::Ubyte(255)),
+            ("60 ff fe", Value::Ushort(65534)),
+            ("70 00 00 00 07", Value::Uint(7)),
+            ("52 07", Value::Uint(7)),
+            ("43", Value::Uint(0)),
+            ("80 00 00 00 00 00 00 00 07", Value::Ulong(7)),
+            ("53 07", Value::Ulong(7)),
+            ("44", Value::Ulong(0)),
+            ("51 80", Value::Byte(-128)),
+            ("61 80 00", Value::Short(-32768)),
+            ("71 ff ff ff fe", Value::Int(-2)),
+            ("54 fe", Value::Int(-2)),
+            ("81 ff ff ff ff ff ff ff fe", Value::Long(-2)),
+            ("55 fe", Value::Long(-2)),
+            ("72 3f c0 00 00", Value::Float(1.5)),
+            ("82 3f f8 00 00 00 00 00 00", Value::Double(1.5)),
+            ("74 30 40 00 0a", Value::Decimal32([0x30, 0x40, 0, 0x0a])),
+            (
+                "84 30 c0 00 00 00 00 00 64",
+                Value::Decimal64([0x30, 0xc0, 0, 0, 0, 0, 0, 0x64]),
+            ),
+            ("94 30 40 00 00 00 00 00 00 00 00 00 00 00 00 00 01", {
+                let mut d = [0; 16];
+                (d[0], d[1], d[15]) = (0x30, 0x40, 1);
+                Value::Decimal128(d)
+            }),
+            ("73 00 00 00 e9", Value::Char('é')),
+            ("73 00 01 f6 00", Value::Char('😀')),
+            (
+                "83 00 00 01 8b cf e5 68 7b",
+                Value::Timestamp(1_700_000_000_123),
+            ),
+            (
+                "98 0f 8f ad 5b d9 cb 46 9f a1 65 70 86 77 28 95 0e",
+                Value::Uuid([
+                    0x0f, 0x8f, 0xad, 0x5b, 0xd9, 0xcb, 0x46, 0x9f, 0xa1, 0x65, 0x70, 0x86, 0x77,
+                    0x28, 0x95, 0x0e,
+                ]),
+            ),
+            ("a0 00", Value::Binary(Bytes::new())),
+            ("b0 00 00 00 01 09", Value::Binary(Bytes::from_static(&[9]))),
+            ("a1 00", s("")),
+            ("b1 00 00 00 02 c3 a9", s("é")),
+            ("a3 01 78", sym("x")),
+            ("b3 00 00 00 01 78", sym("x")),
+            ("45", Value::List(vec![])),
+            ("c0 01 00", Value::List(vec![])),
+            ("d0 00 00 00 04 00 00 00 00", Value::List(vec![])),
+            ("c1 01 00", Value::Map(vec![])),
+            ("d1 00 00 00 04 00 00 00 00", Value::Map(vec![])),
+            // A map's keys may be of any type, and repeat no rule of
+            // application properties: null, a list, an empty string.
+            (
+                "c1 08 06 40 41 45 42 a1 00 43",
+                Value::Map(vec![
+                    (Value::Null, Value::Bool(true)),
+                    (Value::List(vec![]), Value::Bool(false)),
+                    (s(""), Value::Uint(0)),
+                ]),
+            ),
+            // Arrays of each element kind, 8 and 32 bits wide.
+            (
+                "e0 04 02 56 01 00",
+                Value::Array(vec![Value::Bool(true), Value::Bool(false)]),
+            ),
+            (
+                "e0 04 02 50 01 02",
+                Value::Array(vec![Value::Ubyte(1), Value::Ubyte(2)]),
+            ),
+            ("e0 04 01 60 00 03", Value::Array(vec![Value::Ushort(3)])),
+            (
+                "e0 06 01 70 00 00 00 04",
+                Value::Array(vec![Value::Uint(4)]),
+            ),
+            ("e0 03 01 52 05", Value::Array(vec![Value::Uint(5)])),
+            ("e0 02 03 43", Value::Array(vec![Value::Uint(0); 3])),
+            (
+                "e0 0a 01 80 00 00 00 00 00 00 00 06",
+                Value::Array(vec![Value::Ulong(6)]),
+            ),
+            ("e0 03 01 53 06", Value::Array(vec![Value::Ulong(6)])),
+            ("e0 03 01 51 ff", Value::Array(vec![Value::Byte(-1)])),
+            ("e0 04 01 61 ff ff", Value::Array(vec![Value::Short(-1)])),
+            (
+                "e0 06 01 71 ff ff ff ff",
+                Value::Array(vec![Value::Int(-1)]),
+            ),
+            ("e0 03 01 54 ff", Value::Array(vec![Value::Int(-1)])),
+            (
+                "e0 0a 01 81 ff ff ff ff ff ff ff ff",
+                Value::Array(vec![Value::Long(-1)]),
+            ),
+            ("e0 03 01 55 ff", Value::Array(vec![Value::Long(-1)])),
+            (
+                "e0 06 01 72 3f c0 00 00",
+                Value::Array(vec![Value::Float(1.5)]),
+            ),
+            (
+                "e0 0a 01 82 3f f8 00 00 00 00 00 00",
+                Value::Array(vec![Value::Double(1.5)]),
+            ),
+            (
+                "e0 06 01 74 00 00 00 01",
+                Value::Array(vec![Value::Decimal32([0, 0, 0, 1])]),
+            ),
+            (
+                "e0 0a 01 84 00 00 00 00 00 00 00 01",
+                Value::Array(vec![Value::Decimal64([0, 0, 0, 0, 0, 0, 0, 1])]),
+            ),
+            (
+                "e0 12 01 94 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 01",
+                {
+                    let mut d = [0; 16];
+                    d[15] = 1;
+                    Value::Array(vec![Value::Decimal128(d)])
+                },
+            ),
+            (
+                "e0 06 01 73 00 00 00 78",
+                Value::Array(vec![Value::Char('x')]),
+            ),
+            (
+                "e0 0a 01 83 00 00 00 00 00 00 00 01",
+                Value::Array(vec![Value::Timestamp(1)]),
+            ),
+            (
+                "e0 12 01 98 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 02",
+                Value::Array(vec![Value::Uuid({
+                    let mut u = [0; 16];
+                    u[15] = 2;
+                    u
+                })]),
+            ),
+            (
+                "e0 05 02 a0 00 01 07",
+                Value::Array(vec![
+                    Value::Binary(Bytes::new()),
+                    Value::Binary(Bytes::from_static(&[7])),
+                ]),
+            ),
+            (
+                "e0 07 01 b0 00 00 00 01 07",
+                Value::Array(vec![Value::Binary(Bytes::from_static(&[7]))]),
+            ),
+            ("e0 05 02 a1 01 61 00", Value::Array(vec![s("a"), s("")])),
+            ("e0 07 01 b1 00 00 00 01 61", Value::Array(vec![s("a")])),
+            ("e0 04 01 a3 01 61", Value::Array(vec![sym("a")])),
+            (
+                "e0 06 02 c0 01 00 01 00",
+                Value::Array(vec![Value::List(vec![]), Value::List(vec![])]),
+            ),
+            (
+                "e0 06 01 c1 03 02 40 40",
+                Value::Array(vec![Value::Map(vec![(Value::Null, Value::Null)])]),
+            ),
+            (
+                "e0 05 01 e0 02 00 40",
+                Value::Array(vec![Value::Array(vec![])]),
+            ),
+            ("e0 02 02 40", Value::Array(vec![Value::Null, Value::Null])),
+            (
+                "f0 00 00 00 06 00 00 00 01 52 09",
+                Value::Array(vec![Value::Uint(9)]),
+            ),
+            // Described elements: one descriptor for all.
+            (
+                "e0 07 02 00 53 24 52 01 02",
+                Value::Array(vec![
+                    Value::Described(Box::new(Value::Ulong(0x24)), Box::new(Value::Uint(1))),
+                    Value::Described(Box::new(Value::Ulong(0x24)), Box::new(Value::Uint(2))),
+                ]),
+            ),
+            // Described values, by code and by name.
+            (
+                "00 a3 03 61 3a 62 41",
+                Value::Described(Box::new(sym("a:b")), Box::new(Value::Bool(true))),
+            ),
+            (
+                "00 80 00 00 00 00 00 00 00 77 a1 01 78",
+                Value::Described(Box::new(Value::Ulong(0x77)), Box::new(s("x"))),
+            ),
+        ];
+        for (encoded, value) in cases {
+            let wire = hex(encoded);
+            let (back, used) = Value::decode(&wire).unwrap_or_else(|e| panic!("{encoded}: {e}"));
+            assert_eq!((back, used), (value.clone(), wire.len()), "{encoded}");
+            let (raw, used) = Raw::read(&wire).unwrap_or_else(|e| panic!("{encoded}: {e}"));
+            assert_eq!(
+                (raw.to_value(), used),
+                (value, wire.len()),
+                "{encoded} in place"
+            );
+        }
+    }
+
     #[test]
     fn an_empty_array_has_its_element_constructor_both_ways() {
         // As proton writes it: array32, count 0, constructor null.
