@@ -369,6 +369,9 @@ def test_the_broker_names_itself_and_its_capabilities_and_takes_an_empty_array(s
     props = c.conn.remote_properties
     assert props[symbol("product")] == "herald", props
     assert props[symbol("version")], props
+    # Qpid JMS prefixes queue and topic names with these, and strips them.
+    assert props[symbol("queue-prefix")] == "queue://", props
+    assert props[symbol("topic-prefix")] == "topic://", props
     caps = c.conn.remote_offered_capabilities
     names = {str(x) for x in getattr(caps, "elements", caps)}
     assert {"ANONYMOUS-RELAY", "DELAYED_DELIVERY", "SHARED-SUBS", "sole-connection-for-container"} <= names, names

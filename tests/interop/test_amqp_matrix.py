@@ -143,7 +143,7 @@ def cases():
         properties=[["region", v("string", "EU")], ["units", v("int", 2)],
                     ["ok", v("bool", True)], ["price", v("double", 9.5)]],
     )
-    dest = [["x-opt-jms-dest", v("byte", 0)], ["x-opt-jms-reply-type", v("byte", 0)]]
+    dest = [["x-opt-jms-dest", v("byte", 0)], ["x-opt-jms-reply-to", v("byte", 0)]]
     for kind, content_type, body in [
         (5, None, {"section": "value", "v": v("string", "text")}),
         (3, "application/octet-stream", {"section": "data", "v": ["0001"]}),

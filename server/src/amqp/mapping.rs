@@ -20,11 +20,17 @@ use herald_protocol::{
 };
 
 /// Qpid JMS's annotation of a destination's kind (`x-opt-jms-dest`, and
-/// `x-opt-jms-reply-type` for the reply-to): 0 queue, 1 topic, 2 a
-/// temporary queue, 3 a temporary topic.
+/// `x-opt-jms-reply-to` for the reply-to, as its `AmqpDestinationHelper`
+/// names them): a byte, 0 queue, 1 topic, 2 a temporary queue, 3 a
+/// temporary topic.
 pub const JMS_DEST: &str = "x-opt-jms-dest";
 /// See [`JMS_DEST`].
-pub const JMS_REPLY_TYPE: &str = "x-opt-jms-reply-type";
+pub const JMS_REPLY_TO: &str = "x-opt-jms-reply-to";
+/// The string annotations older JMS clients wrote instead
+/// (`"queue"`, `"topic"`, `"temporary"`, comma-separated), still read.
+const LEGACY_DEST: &str = "x-opt-to-type";
+/// See [`LEGACY_DEST`].
+const LEGACY_REPLY_TO: &str = "x-opt-reply-type";
 /// When the message is to be delivered (ms since the epoch).
 pub const DELIVERY_TIME: &str = "x-opt-delivery-time";
 /// How long after it was sent it is to be delivered (ms).
@@ -130,13 +136,22 @@ fn named(address: &str, capabilities: &[String]) -> Result<Destination, herald_p
     Destination::from_uri_or(address, bare)
 }
 
-/// The kind a JMS annotation gives (0 or 2 a queue, 1 or 3 a topic).
+/// The kind a JMS annotation gives: 0 or 2 a queue, 1 or 3 a topic; or,
+/// in the legacy string form, `queue` or `topic` among its attributes.
 fn annotated_kind(v: Option<Raw<'_>>) -> Option<DestinationKind> {
     let n = match v? {
         Raw::Byte(n) => i64::from(n),
         Raw::Ubyte(n) => i64::from(n),
         Raw::Int(n) => i64::from(n),
         Raw::Long(n) => n,
+        Raw::String(s) | Raw::Symbol(s) => {
+            let has = |a: &str| s.split(',').any(|x| x.trim() == a);
+            return match (has("queue"), has("topic")) {
+                (true, _) => Some(DestinationKind::Queue),
+                (_, true) => Some(DestinationKind::Topic),
+                _ => None,
+            };
+        }
         _ => return None,
     };
     match n {
@@ -242,7 +257,8 @@ pub fn message_from(
     let target = match (to, props.to) {
         (Some(d), _) => d,
         (None, Some(address)) => {
-            addressed = annotated(address, m.annotation(JMS_DEST))?;
+            let kind = m.annotation(JMS_DEST).or(m.annotation(LEGACY_DEST));
+            addressed = annotated(address, kind)?;
             &addressed
         }
         (None, None) => return Err(MappingError::NoAddress),
@@ -265,7 +281,8 @@ pub fn message_from(
         id => h.set_correlation_id(id_text(id)),
     }
     if let Some(reply) = props.reply_to {
-        h.set_reply_to(Some(annotated(reply, m.annotation(JMS_REPLY_TYPE))?));
+        let kind = m.annotation(JMS_REPLY_TO).or(m.annotation(LEGACY_REPLY_TO));
+        h.set_reply_to(Some(annotated(reply, kind)?));
     }
     h.set_message_type(props.subject.map(str::to_owned));
     h.delivery_time = match (m.annotation(DELIVERY_TIME), m.annotation(DELIVERY_DELAY)) {
@@ -573,7 +590,7 @@ fn mapped(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
     annotate(out, JMS_DEST, &|o| put::byte(o, dest));
     if let Some((kind, name)) = m.reply_to {
         let reply = kind_annotation(kind, name);
-        annotate(out, JMS_REPLY_TYPE, &|o| put::byte(o, reply));
+        annotate(out, JMS_REPLY_TO, &|o| put::byte(o, reply));
     }
     if m.delivery_time > 0 {
         annotate(out, DELIVERY_TIME, &|o| put::timestamp(o, m.delivery_time));
@@ -872,6 +889,78 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn destinations_are_named_and_typed_as_qpid_jms_writes_and_reads_them() {
+        let sym_byte = |name: &str, kind: i8| (sym(name), V::Byte(kind));
+        // What Qpid JMS sends, with the server's prefixes: the anonymous
+        // relay's `to`, its kind, a reply-to of a bare name typed topic.
+        let sent = AmqpMessage {
+            message_annotations: vec![sym_byte(JMS_DEST, 1), sym_byte(JMS_REPLY_TO, 1)],
+            properties: Some(Properties {
+                to: Some("topic://prices".into()),
+                reply_to: Some("answers".into()),
+                ..Properties::default()
+            }),
+            ..with_body(AmqpBody::Value(V::String("x".into())))
+        };
+        let mut wire = Vec::new();
+        sent.encode(&mut wire);
+        let view = message_from(
+            &Sections::read(&wire).unwrap(),
+            None,
+            ("ID:n-", 1),
+            1_000,
+            &mut Chunks::default(),
+        )
+        .unwrap();
+        let h = Message::decode(view.block(), 1).unwrap();
+        assert_eq!(h.destination(), Some(&Destination::topic("prices")));
+        assert_eq!(h.reply_to(), Some(&Destination::topic("answers")));
+        // The legacy string annotations of older clients.
+        let legacy = AmqpMessage {
+            message_annotations: vec![
+                (sym(LEGACY_DEST), V::String("topic".into())),
+                (sym(LEGACY_REPLY_TO), V::Symbol("temporary, topic".into())),
+            ],
+            properties: Some(Properties {
+                to: Some("news".into()),
+                reply_to: Some("back".into()),
+                ..Properties::default()
+            }),
+            ..AmqpMessage::default()
+        };
+        let mut wire = Vec::new();
+        legacy.encode(&mut wire);
+        let view = message_from(
+            &Sections::read(&wire).unwrap(),
+            None,
+            ("ID:n-", 1),
+            1_000,
+            &mut Chunks::default(),
+        )
+        .unwrap();
+        let h = Message::decode(view.block(), 1).unwrap();
+        assert_eq!(h.destination(), Some(&Destination::topic("news")));
+        assert_eq!(h.reply_to(), Some(&Destination::topic("back")));
+        // What a native message gives an AMQP receiver: prefixed names
+        // and their kinds, under the names Qpid JMS reads.
+        let mut native = Message::text("x").with_destination(Destination::queue("orders"));
+        native.set_message_id("ID:1");
+        native.set_reply_to(Some(Destination::topic("replies")));
+        let mut block = BytesMut::new();
+        native.encode(&mut block).unwrap();
+        let block = block.freeze();
+        let mut out = BytesMut::new();
+        sections_to(&MessageRef::read(&block).unwrap(), &block, &mut out);
+        let got = AmqpMessage::decode(&out).unwrap();
+        let p = got.properties.clone().unwrap();
+        assert_eq!(p.to.as_deref(), Some("queue://orders"));
+        assert_eq!(p.reply_to.as_deref(), Some("topic://replies"));
+        assert_eq!(got.annotation(JMS_DEST), Some(&V::Byte(0)));
+        assert_eq!(got.annotation(JMS_REPLY_TO), Some(&V::Byte(1)));
+        assert_eq!(got.annotation(JMS_MSG_TYPE), Some(&V::Byte(5)));
     }
 
     #[test]

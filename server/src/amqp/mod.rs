@@ -394,6 +394,18 @@ fn open_connection(
                     Value::Symbol("version".into()),
                     Value::String(env!("CARGO_PKG_VERSION").into()),
                 ),
+                // Qpid JMS puts these before a queue's or topic's name in
+                // the addresses it sends, and takes them off those it
+                // receives: Herald's own URIs, so that a JMS name is
+                // Herald's name.
+                (
+                    Value::Symbol("queue-prefix".into()),
+                    Value::String("queue://".into()),
+                ),
+                (
+                    Value::Symbol("topic-prefix".into()),
+                    Value::String("topic://".into()),
+                ),
             ]),
         }),
     );
