@@ -221,8 +221,9 @@ if (mode === "send") {
   receiver.on("message", (c) => {
     out.push(received(c.message.raw));
     if (out.length === Number(count)) {
-      process.stdout.write(JSON.stringify(out));
-      connection.close();
+      // Closed once written: a pipe is written asynchronously, and the
+      // close ends the process.
+      process.stdout.write(JSON.stringify(out), () => connection.close());
     }
   });
 }

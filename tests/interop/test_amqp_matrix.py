@@ -379,3 +379,20 @@ def test_binary_correlation_ids_stay_bytes_between_amqp_and_mqtt_5(server):
     c.close()
     sub.close()
     pub.close()
+
+
+def test_bodies_of_1_and_10_mib_pass_on_the_default_config(server):
+    bodies = [bytes(i % 251 for i in range(n)) for n in (1 << 20, 10 << 20)]
+    proton_send(server, "queue://large", [
+        bare(body={"section": "data", "v": [b.hex()]}) for b in bodies])
+    c = BlockingConnection("amqp://%s:%d" % server.amqp, timeout=PATIENCE)
+    r = c.create_receiver("queue://large", credit=2)
+    for b in bodies:
+        m = r.receive(timeout=PATIENCE)
+        assert bytes(m.body) == b
+        r.accept()
+    c.close()
+    # rhea, both ends, 1 MiB.
+    rhea_send(server, "queue://large.rhea", [bare(body={"section": "data", "v": [bodies[0].hex()]})])
+    got = rhea_receive(server, "queue://large.rhea", 1)
+    assert got[0]["body"] == {"section": "data", "v": [bodies[0].hex()]}
