@@ -871,3 +871,47 @@ fn a_no_local_receiver_gets_what_others_send_and_not_what_its_connection_does() 
     assert_eq!(condition, "amqp:not-implemented");
     assert!(why.contains("no-local"), "{why}");
 }
+
+#[test]
+fn a_native_client_forwards_an_amqp_message_whole_and_cannot_forge_one() {
+    use herald_client::{Destination, Message, Origin};
+    let server = start();
+    let mut c = AmqpClient::opened(&server, "fwd");
+    c.attach_sender(0, "queue://fwd.in");
+    assert!(matches!(
+        c.next(false),
+        Got::Amqp(0, Performative::Attach(_))
+    ));
+    let mut sent = AmqpMessage {
+        body: Body::Value(Value::Binary(Bytes::from_static(b"\x01\x02"))),
+        ..AmqpMessage::default()
+    };
+    sent.properties = Some(herald_protocol::amqp::message::Properties {
+        message_id: Some(Value::Ulong(7)),
+        ..Default::default()
+    });
+    c.transfer(0, 0, true, &sent);
+    // A native client takes it and sends it on as it came.
+    let (_conn, s) = connect(&server);
+    let m = next(&s.create_consumer(&Destination::queue("fwd.in")).unwrap());
+    assert_eq!(m.message_id(), "7");
+    assert!(m.origin().is_some());
+    let out = s.create_producer(&Destination::queue("fwd.out")).unwrap();
+    out.send_with_receipt(m).unwrap();
+    c.attach_receiver(1, "queue://fwd.out");
+    c.flow(1, 0, 10, false);
+    let (_, got, _) = c.delivery(1 << 20);
+    let id = got.properties.as_ref().and_then(|p| p.message_id.clone());
+    assert_eq!(id, Some(Value::Ulong(7)));
+    assert_eq!(got.body, sent.body);
+    // One it wrote itself that does not read is refused, and the
+    // connection goes on.
+    let mut forged = Message::text("x");
+    forged.set_origin(Some(Origin {
+        protocol: Origin::AMQP,
+        bytes: Bytes::from_static(&[2, 0, 0, 0, 0, 0, 0, 0, 1, 0x40]),
+    }));
+    let e = out.send_with_receipt(forged).unwrap_err().to_string();
+    assert!(e.contains("AMQP origin"), "{e}");
+    out.send_with_receipt(Message::text("after")).unwrap();
+}

@@ -154,7 +154,7 @@ pub use factory::{ConnectionFactory, FactoryConfig};
 /// What the wire codec reports, inside [`Error::Protocol`].
 pub use herald_protocol::Error as ProtocolError;
 pub use herald_protocol::{
-    Body, DeliveryMode, Destination, DestinationKind, ErrorCode, Message, Value,
+    Body, DeliveryMode, Destination, DestinationKind, ErrorCode, Message, Origin, Value,
 };
 pub use producer::Producer;
 pub use requestor::{reply, Requestor};

@@ -1115,6 +1115,12 @@ pub fn asks_retain(block: &[u8]) -> bool {
     block.first().is_some_and(|flags| flags & FLAG_RETAIN != 0)
 }
 
+/// Whether a message block carries an origin ([`Origin`]), read from its
+/// first byte.
+pub fn has_origin(block: &[u8]) -> bool {
+    block.first().is_some_and(|flags| flags & FLAG_ORIGIN != 0)
+}
+
 /// A validated message block's copy marked as delivered from the retained
 /// store.
 pub fn mark_kept(block: &[u8]) -> Bytes {

@@ -18,6 +18,7 @@ const APPLICATION_PROPERTIES: (u64, &str) = (0x74, "amqp:application-properties:
 const DATA: (u64, &str) = (0x75, "amqp:data:binary");
 const SEQUENCE: (u64, &str) = (0x76, "amqp:amqp-sequence:list");
 const SEQUENCE_CODE: u64 = SEQUENCE.0;
+const DATA_CODE: u64 = DATA.0;
 const AMQP_VALUE: (u64, &str) = (0x77, "amqp:value:*");
 const FOOTER: (u64, &str) = (0x78, "amqp:footer:map");
 
@@ -492,10 +493,10 @@ impl Message {
             let (raw, used) = Raw::read(rest)?;
             rest = &rest[used..];
             match (section(raw), &mut body) {
-                (Some((_, Raw::Binary(b))), Body::Data(parts)) => {
+                (Some((DATA_CODE, Raw::Binary(b))), Body::Data(parts)) => {
                     parts.push(Bytes::copy_from_slice(b))
                 }
-                (Some((_, Raw::Binary(b))), body) => {
+                (Some((DATA_CODE, Raw::Binary(b))), body) => {
                     *body = Body::Data(vec![Bytes::copy_from_slice(b)])
                 }
                 (Some((SEQUENCE_CODE, list)), body) => {
@@ -625,6 +626,7 @@ mod tests {
             Body::Data(vec![Bytes::from_static(b"a"), Bytes::from_static(b"bc")]),
             Body::Sequence(vec![vec![Value::Int(1)], vec![Value::Null]]),
             Body::Value(Value::Map(vec![(Value::String("k".into()), Value::Int(1))])),
+            Body::Value(Value::Binary(Bytes::from_static(b"\x01\x02"))),
             Body::Empty,
         ] {
             round_trip(&Message {

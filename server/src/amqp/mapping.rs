@@ -53,8 +53,12 @@ const BROKER_ANNOTATIONS: [(&str, &str); 2] = [
 ];
 
 /// How the origin of a message an AMQP client sent ([`Origin::AMQP`])
-/// holds its body: the origin's first byte, before the message
-/// annotations, properties and application properties as they came.
+/// holds its body: the origin's first byte. Its layout is
+/// `u8 kept body | u32 annotations length | u32 middle length | middle |
+/// body sections` (the body only if [`KeptBody::AsSent`]), the middle
+/// being the message annotations, properties and application properties
+/// as they came, the message annotations first: read by the lengths at
+/// each delivery, checked whole where a client may have written it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum KeptBody {
     /// The body's sections follow, as they came (none if none came).
@@ -335,8 +339,11 @@ pub fn message_from(
         KeptBody::AsSent => m.body,
         _ => &[],
     };
-    let origin = chunks.room(1 + m.middle.len() + as_sent.len());
+    let origin = chunks.room(ORIGIN_HEAD + m.middle.len() + as_sent.len());
     origin.put_u8(kept as u8);
+    // Within a frame of at most 4 GiB.
+    origin.put_u32(m.annotations_section.len() as u32);
+    origin.put_u32(m.middle.len() as u32);
     origin.extend_from_slice(m.middle);
     origin.extend_from_slice(as_sent);
     h.set_origin(Some(Origin {
@@ -478,40 +485,98 @@ pub fn sections_to(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
     mapped(m, block, out);
 }
 
+/// The bytes before an AMQP origin's sections: the kept body's code and
+/// two lengths.
+const ORIGIN_HEAD: usize = 9;
+
+/// An AMQP origin, split by its lengths (bounds checked, nothing else).
+struct Kept<'a> {
+    body: KeptBody,
+    /// The message annotations section, if the sender wrote one.
+    annotations: &'a [u8],
+    /// The properties and application properties sections.
+    after_annotations: &'a [u8],
+    /// The body's sections, for [`KeptBody::AsSent`].
+    body_sections: &'a [u8],
+}
+
+impl<'a> Kept<'a> {
+    fn split(origin: &'a [u8]) -> Option<Kept<'a>> {
+        let body = KeptBody::from_u8(*origin.first()?)?;
+        let length = |at: usize| -> Option<usize> {
+            let b: [u8; 4] = origin.get(at..at + 4)?.try_into().ok()?;
+            Some(u32::from_be_bytes(b) as usize)
+        };
+        let (annotations, middle) = (length(1)?, length(5)?);
+        let rest = origin.get(ORIGIN_HEAD..)?;
+        let (middle, body_sections) = (rest.get(..middle)?, rest.get(middle..)?);
+        let (annotations, after_annotations) =
+            (middle.get(..annotations)?, middle.get(annotations..)?);
+        Some(Kept {
+            body,
+            annotations,
+            after_annotations,
+            body_sections,
+        })
+    }
+
+    /// Whether the kept body fits the Herald body: checked at each
+    /// delivery, since it costs nothing.
+    fn fits(&self, m: &MessageRef<'_>) -> bool {
+        let bytes = matches!(m.body, BodyRef::Bytes(_));
+        match self.body {
+            KeptBody::AsSent => true,
+            KeptBody::Data | KeptBody::InBody => self.body_sections.is_empty() && bytes,
+            KeptBody::Value => self.body_sections.is_empty() && !matches!(m.body, BodyRef::Map(_)),
+        }
+    }
+
+    /// Whether each part reads as the AMQP sections its place says: the
+    /// message annotations alone, then properties and application
+    /// properties, then body sections (in the Herald body for
+    /// [`KeptBody::InBody`]).
+    fn reads(&self, m: &MessageRef<'_>, block: &[u8]) -> bool {
+        let read = |b: &[u8], ok: &dyn Fn(&Sections<'_>) -> bool| {
+            b.is_empty() || Sections::read(b).is_ok_and(|s| ok(&s))
+        };
+        let body = match (&m.body, self.body) {
+            (BodyRef::Bytes(range), KeptBody::InBody) => &block[range.clone()],
+            _ => self.body_sections,
+        };
+        self.fits(m)
+            && read(self.annotations, &|s| {
+                s.annotations_section.len() == self.annotations.len()
+            })
+            && read(self.after_annotations, &|s| {
+                s.annotations_section.is_empty() && s.middle.len() == self.after_annotations.len()
+            })
+            && read(body, &|s| s.body.len() == body.len())
+            && (self.body != KeptBody::InBody || !body.is_empty())
+    }
+}
+
+/// Whether the AMQP origin of `m`, which a client gave in a native SEND
+/// (forwarding a message it received, or writing one), reads as the AMQP
+/// front-end writes one: deliveries to AMQP receivers copy it unchecked.
+pub fn origin_reads(m: &MessageRef<'_>, block: &[u8]) -> bool {
+    match m.origin {
+        Some((Origin::AMQP, origin)) => Kept::split(origin).is_some_and(|k| k.reads(m, block)),
+        _ => true,
+    }
+}
+
 /// The sections an AMQP client sent (the `origin` it left, and the
 /// Herald body where that holds its body), and in message annotations
 /// of the broker's own what the broker added since ([`BROKER_ANNOTATIONS`]);
-/// `false` if the origin does not read as sections that agree with the
-/// message.
+/// `false` if the origin does not fit the message.
 fn as_sent(m: &MessageRef<'_>, origin: &[u8], block: &Bytes, out: &mut BytesMut) -> bool {
-    let Some((kept, sections)) = origin
-        .split_first()
-        .and_then(|(code, rest)| Some((KeptBody::from_u8(*code)?, rest)))
-    else {
-        return false;
-    };
-    let Ok(s) = Sections::read(sections) else {
+    let Some(kept) = Kept::split(origin).filter(|k| k.fits(m)) else {
         return false;
     };
     let bytes = match &m.body {
         BodyRef::Bytes(range) => Some(&block[range.clone()]),
         _ => None,
     };
-    let agrees = s.middle.len() + s.body.len() == sections.len()
-        && match kept {
-            KeptBody::AsSent => true,
-            KeptBody::Data => s.body.is_empty() && bytes.is_some(),
-            KeptBody::Value => s.body.is_empty() && !matches!(m.body, BodyRef::Map(_)),
-            KeptBody::InBody => {
-                s.body.is_empty()
-                    && bytes.is_some_and(|b| {
-                        Sections::read(b).is_ok_and(|k| !b.is_empty() && k.body.len() == b.len())
-                    })
-            }
-        };
-    if !agrees {
-        return false;
-    }
     let added: Vec<(&str, &str)> = m
         .properties
         .clone()
@@ -523,26 +588,31 @@ fn as_sent(m: &MessageRef<'_>, origin: &[u8], block: &Bytes, out: &mut BytesMut)
             }
         })
         .collect();
-    match added.is_empty() {
-        true => out.extend_from_slice(s.middle),
-        false => {
-            put::described(out, 0x72);
-            let mut a = Compound::map(out);
-            let mut sender = s.message_annotations.items().into_iter().flatten();
-            while let (Some(k), Some(v)) = (sender.next(), sender.next()) {
-                a.put(out, |o| k.to_value().encode(o));
-                a.put(out, |o| v.to_value().encode(o));
-            }
-            for (name, value) in added {
-                a.put(out, |o| put::symbol(o, name));
-                a.put(out, |o| put::string(o, value));
-            }
-            a.close(out);
-            out.extend_from_slice(&s.middle[s.annotations_section.len()..]);
+    if added.is_empty() {
+        out.extend_from_slice(kept.annotations);
+    } else {
+        // The sender's annotations with the broker's after them: a
+        // dead letter's, now and then.
+        let sender = Raw::read(kept.annotations)
+            .ok()
+            .and_then(|(section, _)| section.described())
+            .map(|(_, map)| map);
+        put::described(out, 0x72);
+        let mut a = Compound::map(out);
+        let mut items = sender.and_then(Raw::items).into_iter().flatten();
+        while let (Some(k), Some(v)) = (items.next(), items.next()) {
+            a.put(out, |o| k.to_value().encode(o));
+            a.put(out, |o| v.to_value().encode(o));
         }
+        for (name, value) in added {
+            a.put(out, |o| put::symbol(o, name));
+            a.put(out, |o| put::string(o, value));
+        }
+        a.close(out);
     }
-    match (kept, &m.body, bytes) {
-        (KeptBody::AsSent, _, _) => out.extend_from_slice(s.body),
+    out.extend_from_slice(kept.after_annotations);
+    match (kept.body, &m.body, bytes) {
+        (KeptBody::AsSent, _, _) => out.extend_from_slice(kept.body_sections),
         (KeptBody::InBody, _, Some(sections)) => out.extend_from_slice(sections),
         (KeptBody::Data, _, Some(b)) => {
             put::described(out, 0x75);
@@ -961,6 +1031,75 @@ mod tests {
         assert_eq!(got.annotation(JMS_DEST), Some(&V::Byte(0)));
         assert_eq!(got.annotation(JMS_REPLY_TO), Some(&V::Byte(1)));
         assert_eq!(got.annotation(JMS_MSG_TYPE), Some(&V::Byte(5)));
+    }
+
+    #[test]
+    fn an_origin_a_client_writes_is_checked_whole() {
+        let sent = AmqpMessage {
+            message_annotations: vec![(sym("x-opt-a"), V::Int(1))],
+            application_properties: vec![("k".into(), V::Int(1))],
+            ..with_body(AmqpBody::Sequence(vec![vec![V::Int(1)]]))
+        };
+        let mut wire = Vec::new();
+        sent.encode(&mut wire);
+        let view = message_from(
+            &Sections::read(&wire).unwrap(),
+            Some(&Destination::queue("q")),
+            ("ID:n-", 1),
+            1_000,
+            &mut Chunks::default(),
+        )
+        .unwrap();
+        let good = MessageRef::read(view.block()).unwrap();
+        assert!(origin_reads(&good, view.block()));
+        let text = Message::text("x").with_destination(Destination::queue("q"));
+        let bytes = Message::bytes(&b"not sections"[..]).with_destination(Destination::queue("q"));
+        let mut annotations_last = vec![KeptBody::AsSent as u8, 0, 0, 0, 3, 0, 0, 0, 3];
+        annotations_last.extend([0x00, 0x53, 0x74, 0xc1, 0x01, 0x00]);
+        for (m, origin) in [
+            // Lengths past the end, a code of no kept body.
+            (&text, vec![KeptBody::Value as u8, 0, 0, 0, 9, 0, 0, 0, 9]),
+            (&text, vec![7, 0, 0, 0, 0, 0, 0, 0, 0]),
+            // Not sections; a header where the middle goes.
+            (
+                &text,
+                vec![KeptBody::Value as u8, 0, 0, 0, 0, 0, 0, 0, 1, 0x40],
+            ),
+            (
+                &text,
+                vec![
+                    KeptBody::Value as u8,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    4,
+                    0x00,
+                    0x53,
+                    0x70,
+                    0x45,
+                ],
+            ),
+            // Application properties said to be the annotations.
+            (&text, annotations_last),
+            // A data body kept for a text one; a body kept in bytes that
+            // are no sections.
+            (&text, vec![KeptBody::Data as u8, 0, 0, 0, 0, 0, 0, 0, 0]),
+            (&bytes, vec![KeptBody::InBody as u8, 0, 0, 0, 0, 0, 0, 0, 0]),
+        ] {
+            let mut m = m.clone();
+            m.set_origin(Some(Origin {
+                protocol: Origin::AMQP,
+                bytes: Bytes::from(origin.clone()),
+            }));
+            let mut block = BytesMut::new();
+            m.encode(&mut block).unwrap();
+            let r = MessageRef::read(&block).unwrap();
+            assert!(!origin_reads(&r, &block), "{origin:02x?}");
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@
 //! the connection closes it with one. Either names the problem.
 
 mod link;
-mod mapping;
+pub(crate) mod mapping;
 mod sender;
 mod state;
 mod txn;

@@ -23,7 +23,9 @@ pub fn tx_send(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Refusal> {
-    if let Err(refusal) = crate::frontend::authorize_publish(session, &f.message, ctx) {
+    if let Err(refusal) = super::send::check_origin(&f.message)
+        .and_then(|()| crate::frontend::authorize_publish(session, &f.message, ctx))
+    {
         let (code, _, why) = refusal.into_parts();
         let why = format!("transaction {} is rolled back: {why}", f.transaction_id);
         let max_open = ctx.shared.config.max_transactions_per_connection;
