@@ -750,25 +750,39 @@ mod tests {
         V::Symbol(s.into())
     }
 
-    /// What a message sent as `amqp` gives its AMQP receivers after the
-    /// header, and the Herald message others get.
-    fn through(amqp: &AmqpMessage) -> (Vec<u8>, Message) {
+    /// The message block an AMQP client's `amqp` makes, sent to `to`
+    /// (else to its own `to`).
+    fn taken(amqp: &AmqpMessage, to: Option<&Destination>) -> MessageView {
         let mut wire = Vec::new();
         amqp.encode(&mut wire);
         let sections = Sections::read(&wire).unwrap();
-        let to = Destination::queue("q");
-        let view = message_from(
-            &sections,
-            Some(&to),
-            ("ID:n-", 1),
-            1_000,
-            &mut Chunks::default(),
-        )
-        .unwrap();
-        let m = MessageRef::read(view.block()).unwrap();
+        message_from(&sections, to, ("ID:n-", 1), 1_000, &mut Chunks::default()).unwrap()
+    }
+
+    /// The sections after the header that an AMQP receiver of `block` is
+    /// sent.
+    fn given(block: &[u8]) -> Vec<u8> {
+        let block = Bytes::copy_from_slice(block);
         let mut out = BytesMut::new();
-        sections_to(&m, view.block(), &mut out);
-        (out.to_vec(), Message::decode(view.block(), 1).unwrap())
+        sections_to(&MessageRef::read(&block).unwrap(), &block, &mut out);
+        out.to_vec()
+    }
+
+    /// The block of `m`, encoded.
+    fn block_of(m: &Message) -> Bytes {
+        let mut block = BytesMut::new();
+        m.encode(&mut block).unwrap();
+        block.freeze()
+    }
+
+    /// What a message sent as `amqp` gives its AMQP receivers after the
+    /// header, and the Herald message others get.
+    fn through(amqp: &AmqpMessage) -> (Vec<u8>, Message) {
+        let view = taken(amqp, Some(&Destination::queue("q")));
+        (
+            given(view.block()),
+            Message::decode(view.block(), 1).unwrap(),
+        )
     }
 
     /// The message's bytes from its message annotations on.
@@ -920,28 +934,13 @@ mod tests {
             application_properties: vec![("k".into(), V::Int(1))],
             ..with_body(AmqpBody::Value(V::String("text".into())))
         };
-        let mut wire = Vec::new();
-        sent.encode(&mut wire);
-        let to = Destination::queue("q");
-        let view = message_from(
-            &Sections::read(&wire).unwrap(),
-            Some(&to),
-            ("ID:n-", 1),
-            1_000,
-            &mut Chunks::default(),
-        )
-        .unwrap();
+        let view = taken(&sent, Some(&Destination::queue("q")));
         // Dead-lettered, as the broker's refile does.
         let mut dead = Message::decode(view.block(), 1).unwrap();
         dead.set_property("HeraldOriginalDestination", "queue://q");
         dead.set_property("HeraldDeadLetterReason", "rejected");
         dead.set_destination(Some(Destination::queue("DLQ.q")));
-        let mut block = BytesMut::new();
-        dead.encode(&mut block).unwrap();
-        let block = block.freeze();
-        let mut out = BytesMut::new();
-        sections_to(&MessageRef::read(&block).unwrap(), &block, &mut out);
-        let got = AmqpMessage::decode(&out).unwrap();
+        let got = AmqpMessage::decode(&given(&block_of(&dead))).unwrap();
         assert_eq!(got.properties, sent.properties);
         assert_eq!(got.application_properties, sent.application_properties);
         assert_eq!(got.body, sent.body);
@@ -975,17 +974,7 @@ mod tests {
             }),
             ..with_body(AmqpBody::Value(V::String("x".into())))
         };
-        let mut wire = Vec::new();
-        sent.encode(&mut wire);
-        let view = message_from(
-            &Sections::read(&wire).unwrap(),
-            None,
-            ("ID:n-", 1),
-            1_000,
-            &mut Chunks::default(),
-        )
-        .unwrap();
-        let h = Message::decode(view.block(), 1).unwrap();
+        let h = Message::decode(taken(&sent, None).block(), 1).unwrap();
         assert_eq!(h.destination(), Some(&Destination::topic("prices")));
         assert_eq!(h.reply_to(), Some(&Destination::topic("answers")));
         // The legacy string annotations of older clients.
@@ -1001,17 +990,7 @@ mod tests {
             }),
             ..AmqpMessage::default()
         };
-        let mut wire = Vec::new();
-        legacy.encode(&mut wire);
-        let view = message_from(
-            &Sections::read(&wire).unwrap(),
-            None,
-            ("ID:n-", 1),
-            1_000,
-            &mut Chunks::default(),
-        )
-        .unwrap();
-        let h = Message::decode(view.block(), 1).unwrap();
+        let h = Message::decode(taken(&legacy, None).block(), 1).unwrap();
         assert_eq!(h.destination(), Some(&Destination::topic("news")));
         assert_eq!(h.reply_to(), Some(&Destination::topic("back")));
         // What a native message gives an AMQP receiver: prefixed names
@@ -1019,12 +998,7 @@ mod tests {
         let mut native = Message::text("x").with_destination(Destination::queue("orders"));
         native.set_message_id("ID:1");
         native.set_reply_to(Some(Destination::topic("replies")));
-        let mut block = BytesMut::new();
-        native.encode(&mut block).unwrap();
-        let block = block.freeze();
-        let mut out = BytesMut::new();
-        sections_to(&MessageRef::read(&block).unwrap(), &block, &mut out);
-        let got = AmqpMessage::decode(&out).unwrap();
+        let got = AmqpMessage::decode(&given(&block_of(&native))).unwrap();
         let p = got.properties.clone().unwrap();
         assert_eq!(p.to.as_deref(), Some("queue://orders"));
         assert_eq!(p.reply_to.as_deref(), Some("topic://replies"));
@@ -1040,16 +1014,7 @@ mod tests {
             application_properties: vec![("k".into(), V::Int(1))],
             ..with_body(AmqpBody::Sequence(vec![vec![V::Int(1)]]))
         };
-        let mut wire = Vec::new();
-        sent.encode(&mut wire);
-        let view = message_from(
-            &Sections::read(&wire).unwrap(),
-            Some(&Destination::queue("q")),
-            ("ID:n-", 1),
-            1_000,
-            &mut Chunks::default(),
-        )
-        .unwrap();
+        let view = taken(&sent, Some(&Destination::queue("q")));
         let good = MessageRef::read(view.block()).unwrap();
         assert!(origin_reads(&good, view.block()));
         let text = Message::text("x").with_destination(Destination::queue("q"));
@@ -1095,8 +1060,7 @@ mod tests {
                 protocol: Origin::AMQP,
                 bytes: Bytes::from(origin.clone()),
             }));
-            let mut block = BytesMut::new();
-            m.encode(&mut block).unwrap();
+            let block = block_of(&m);
             let r = MessageRef::read(&block).unwrap();
             assert!(!origin_reads(&r, &block), "{origin:02x?}");
         }
@@ -1117,12 +1081,7 @@ mod tests {
                 protocol: Origin::AMQP,
                 bytes: Bytes::copy_from_slice(bad),
             }));
-            let mut block = BytesMut::new();
-            m.encode(&mut block).unwrap();
-            let block = block.freeze();
-            let mut out = BytesMut::new();
-            sections_to(&MessageRef::read(&block).unwrap(), &block, &mut out);
-            let got = AmqpMessage::decode(&out).unwrap();
+            let got = AmqpMessage::decode(&given(&block_of(&m))).unwrap();
             assert_eq!(
                 got.body,
                 AmqpBody::Value(V::String("hello".into())),
