@@ -476,7 +476,8 @@ pub fn sections_to(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
             return;
         }
         out.truncate(at);
-        // Only a client that wrote the origin itself gets here.
+        // Checked where a client could write it: only damaged stored
+        // data gets here.
         log::debug!(
             "message {}: its AMQP sections do not read, so they are mapped from its fields",
             m.message_id
