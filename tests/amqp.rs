@@ -915,3 +915,53 @@ fn a_native_client_forwards_an_amqp_message_whole_and_cannot_forge_one() {
     assert!(e.contains("AMQP origin"), "{e}");
     out.send_with_receipt(Message::text("after")).unwrap();
 }
+
+#[test]
+fn a_persistent_amqp_message_comes_back_as_sent_after_a_restart() {
+    use herald_protocol::amqp::message::Properties;
+    let config = test_config();
+    let dir = config.data_dir.clone();
+    let server = start_with(config);
+    let sent = AmqpMessage {
+        header: Some(Header {
+            durable: true,
+            ..Header::default()
+        }),
+        properties: Some(Properties {
+            message_id: Some(Value::Ulong(7)),
+            correlation_id: Some(Value::Uuid([3; 16])),
+            ..Default::default()
+        }),
+        application_properties: vec![("u".into(), Value::Ubyte(200))],
+        body: Body::Value(Value::Binary(Bytes::from_static(b"\x01\x02"))),
+        ..AmqpMessage::default()
+    };
+    let mut c = AmqpClient::opened(&server, "kept");
+    c.attach_sender(0, "queue://kept");
+    assert!(matches!(
+        c.next(false),
+        Got::Amqp(0, Performative::Attach(_))
+    ));
+    c.transfer(0, 0, false, &sent);
+    // Accepted once the journal has it.
+    loop {
+        match c.next(false) {
+            Got::Amqp(_, Performative::Disposition(d)) => break assert_eq!(d.first, 0),
+            Got::Closed => panic!("closed"),
+            _ => {}
+        }
+    }
+    drop(c);
+    server.stop_keeping_data();
+    let mut config = test_config();
+    config.data_dir = dir;
+    let server = start_with(config);
+    let mut c = AmqpClient::opened(&server, "back");
+    c.attach_receiver(0, "queue://kept");
+    c.flow(0, 0, 10, false);
+    let (_, got, _) = c.delivery(1 << 20);
+    assert_eq!(got.properties, sent.properties);
+    assert_eq!(got.application_properties, sent.application_properties);
+    assert_eq!(got.body, sent.body);
+    assert!(got.header.is_some_and(|h| h.durable));
+}
