@@ -21,11 +21,7 @@ use herald_tests::*;
 fn a_durable_message_is_accepted_once_the_journal_has_it_and_read_natively() {
     let server = start();
     let mut c = AmqpClient::opened(&server, "raw-1");
-    c.attach_sender(0, "queue://raw");
-    assert!(matches!(
-        c.next(false),
-        Got::Amqp(0, Performative::Attach(_))
-    ));
+    c.sender(0, "queue://raw");
     match c.next(false) {
         Got::Amqp(0, Performative::Flow(f)) => assert_eq!(f.link_credit, Some(1000)),
         other => panic!("{other:?}"),
@@ -126,11 +122,7 @@ fn broken_rules_get_a_close_or_detach_that_names_them() {
     // Credit is renewed as messages arrive: five go through a link given
     // two at a time, each half spent renewed by a flow.
     let mut c = AmqpClient::opened(&server, "raw-5");
-    c.attach_sender(0, "queue://credit");
-    assert!(matches!(
-        c.next(false),
-        Got::Amqp(0, Performative::Attach(_))
-    ));
+    c.sender(0, "queue://credit");
     for id in 0..5 {
         match c.next(false) {
             Got::Amqp(0, Performative::Flow(f)) => assert_eq!(f.link_credit, Some(2)),
@@ -202,11 +194,7 @@ fn broken_rules_get_a_close_or_detach_that_names_them() {
     c.write(&[0, 0, 1, 0, 2, 0]);
     drop(c);
     let mut c = AmqpClient::opened(&server, "raw-8");
-    c.attach_sender(0, "queue://after");
-    assert!(matches!(
-        c.next(false),
-        Got::Amqp(0, Performative::Attach(_))
-    ));
+    c.sender(0, "queue://after");
 }
 
 #[test]
@@ -261,11 +249,7 @@ fn sasl_plain_checks_herald_users_and_anonymous_is_not_offered_when_logins_are_r
     let (condition, why) = c.error();
     assert_eq!(condition, "amqp:unauthorized-access");
     assert!(why.contains("theirs"), "{why}");
-    c.attach_sender(1, "queue://mine");
-    assert!(matches!(
-        c.next(false),
-        Got::Amqp(0, Performative::Attach(_))
-    ));
+    c.sender(1, "queue://mine");
 }
 
 #[test]
@@ -469,20 +453,12 @@ fn a_ten_mebibyte_message_goes_through_in_pieces_and_one_cut_off_goes_nowhere() 
     let server = start();
     // Cut off mid-message: nothing is routed, nothing else disturbed.
     let mut c = AmqpClient::opened(&server, "cut");
-    c.attach_sender(0, "queue://big");
-    assert!(matches!(
-        c.next(false),
-        Got::Amqp(0, Performative::Attach(_))
-    ));
+    c.sender(0, "queue://big");
     send_in_pieces(&mut c, 0, &vec![7u8; 1 << 20], 60_000, false);
     drop(c);
     let body: Vec<u8> = (0..10 << 20).map(|i| (i % 251) as u8).collect();
     let mut c = AmqpClient::opened(&server, "whole");
-    c.attach_sender(0, "queue://big");
-    assert!(matches!(
-        c.next(false),
-        Got::Amqp(0, Performative::Attach(_))
-    ));
+    c.sender(0, "queue://big");
     send_in_pieces(&mut c, 0, &body, 60_000, true);
     loop {
         match c.next(false) {
@@ -877,11 +853,7 @@ fn a_native_client_forwards_an_amqp_message_whole_and_cannot_forge_one() {
     use herald_client::{Destination, Message, Origin};
     let server = start();
     let mut c = AmqpClient::opened(&server, "fwd");
-    c.attach_sender(0, "queue://fwd.in");
-    assert!(matches!(
-        c.next(false),
-        Got::Amqp(0, Performative::Attach(_))
-    ));
+    c.sender(0, "queue://fwd.in");
     let mut sent = AmqpMessage {
         body: Body::Value(Value::Binary(Bytes::from_static(b"\x01\x02"))),
         ..AmqpMessage::default()
@@ -937,11 +909,7 @@ fn a_persistent_amqp_message_comes_back_as_sent_after_a_restart() {
         ..AmqpMessage::default()
     };
     let mut c = AmqpClient::opened(&server, "kept");
-    c.attach_sender(0, "queue://kept");
-    assert!(matches!(
-        c.next(false),
-        Got::Amqp(0, Performative::Attach(_))
-    ));
+    c.sender(0, "queue://kept");
     c.transfer(0, 0, false, &sent);
     // Accepted once the journal has it.
     loop {

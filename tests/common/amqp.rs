@@ -177,6 +177,17 @@ impl AmqpClient {
         }
     }
 
+    /// Attaches a sender to `address` and reads the server's attach
+    /// back.
+    pub fn sender(&mut self, handle: u32, address: &str) {
+        self.attach_sender(handle, address);
+        assert!(matches!(
+            self.next(false),
+            Got::Amqp(0, Performative::Attach(_))
+        ));
+    }
+
+    /// Attaches a sender to `address` (the answer is the caller's to read).
     pub fn attach_sender(&mut self, handle: u32, address: &str) {
         let target = LinkTarget::Target(Target {
             address: Some(address.into()),
