@@ -536,6 +536,7 @@ fn local_transactions_hold_sends_until_a_commit_and_drop_them_on_a_rollback() {
             max_message_size: 0,
             offered_capabilities: vec![],
             desired_capabilities: vec![],
+            properties: Value::Null,
         })),
     );
     assert!(matches!(

@@ -636,7 +636,9 @@ fn queued_messages_are_bounded_by_a_global_memory_limit() {
     );
     // Refused, not held: the reason says which.
     assert!(
-        refusal.to_string().contains("refused (queues.full_policy"),
+        refusal
+            .to_string()
+            .contains("are refused until consumers drain it"),
         "{refusal}"
     );
     assert!((4..40).contains(&sent), "{sent} sent");

@@ -159,6 +159,25 @@ fn show(
             text(&q["acknowledged"]),
         );
     }
+    // The settings of its address in force (a queue only Redis holds, in
+    // a cluster, has none here).
+    if let Ok(detail) = call(target, "GET", &path) {
+        if let Some(full) = detail["full"].as_str() {
+            println!("full: it {full}");
+        }
+        if let Some(settings) = detail["settings"].as_object() {
+            let shown: Vec<String> = settings
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "destination" | "matched"))
+                .map(|(k, v)| format!("{k}={}", text(v)))
+                .collect();
+            println!("settings: {}", shown.join(" "));
+            if let Some(matched) = settings["matched"].as_array().filter(|m| !m.is_empty()) {
+                let names: Vec<String> = matched.iter().map(text).collect();
+                println!("from [[addresses]]: {}", names.join(", "));
+            }
+        }
+    }
     let messages = page["messages"].as_array().cloned().unwrap_or_default();
     let rows = messages.iter().map(message_row).collect();
     table(

@@ -1077,14 +1077,19 @@ fn queues_and_their_messages_are_operated_from_the_command_line() {
         lines[0].starts_with("jobs: 3 waiting, 0 scheduled"),
         "{shown}"
     );
-    assert!(lines[1].starts_with("ID"), "{shown}");
-    let ids: Vec<&str> = lines[2..]
+    // The settings of its address in force.
+    assert!(
+        lines[1].starts_with("settings: ") && lines[1].contains(" max_deliveries=1 "),
+        "{shown}"
+    );
+    assert!(lines[2].starts_with("ID"), "{shown}");
+    let ids: Vec<&str> = lines[3..]
         .iter()
         .map(|l| l.split_whitespace().next().unwrap())
         .collect();
     assert_eq!(ids.len(), 3, "{shown}");
     assert!(
-        lines[2].contains("n=1") && lines[2].ends_with("job 1"),
+        lines[3].contains("n=1") && lines[3].ends_with("job 1"),
         "{shown}"
     );
     let json = herald_at(&["queue", "show", "jobs", "--selector", "n > 1", "--json"]);

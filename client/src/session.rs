@@ -295,9 +295,19 @@ pub struct ConsumerOptions {
     /// connection's exception listener hears [`Error::DeadlineMissed`]
     /// (again each period while none comes).
     pub deadline: Option<std::time::Duration>,
+    /// Its priority among the consumers of a queue (Artemis's consumer
+    /// priority, RabbitMQ's `x-priority`): while a higher one has credit
+    /// and takes a message, lower ones are not given it. 0 by default.
+    pub priority: i32,
 }
 
 impl ConsumerOptions {
+    /// Sets the consumer's priority (see [`ConsumerOptions::priority`]).
+    pub fn priority(mut self, priority: i32) -> ConsumerOptions {
+        self.priority = priority;
+        self
+    }
+
     /// Sets the selector.
     pub fn selector(mut self, selector: impl Into<String>) -> ConsumerOptions {
         self.selector = Some(selector.into());
@@ -502,6 +512,7 @@ impl Session {
             shared: options.shared,
             durable: options.shared_durable,
             best_effort: options.best_effort,
+            priority: options.priority,
         };
         let consumer = Arc::new(ConsumerShared::new(
             (inner.config.pending_messages, inner.config.pending_bytes),

@@ -1145,6 +1145,75 @@ pub fn priority_and_expiration(block: &[u8]) -> Option<(u8, i64)> {
     Some((priority, expiration))
 }
 
+/// The cursor of a validated block, past its header fields to its
+/// property count, and the position of its expiration: without walking
+/// the body.
+fn to_properties(block: &[u8]) -> Option<(Cursor<'_>, usize)> {
+    let mut c = Cursor::new(block);
+    let flags = c.u8("flags").ok()?;
+    c.u8("priority").ok()?;
+    c.u8("destination kind").ok()?;
+    c.skip16("destination").ok()?;
+    c.skip16("message id").ok()?;
+    c.i64("timestamp").ok()?;
+    let expiration_at = c.position();
+    c.i64("expiration").ok()?;
+    if flags & FLAG_CORRELATION != 0 {
+        c.skip16("correlation id").ok()?;
+    }
+    if flags & FLAG_REPLY_TO != 0 {
+        c.u8("reply-to kind").ok()?;
+        c.skip16("reply-to").ok()?;
+    }
+    if flags & FLAG_TYPE != 0 {
+        c.skip16("type").ok()?;
+    }
+    if flags & FLAG_DELIVERY_TIME != 0 {
+        c.i64("delivery time").ok()?;
+    }
+    if flags & FLAG_ORIGIN != 0 {
+        c.u8("origin protocol").ok()?;
+        let len = c.u32("origin length").ok()?;
+        c.bytes(len as usize, "origin").ok()?;
+    }
+    Some((c, expiration_at))
+}
+
+/// Property `name` of a validated message block, read without walking
+/// the body (what a queue groups and keys its messages by).
+pub fn property_of<'a>(block: &'a [u8], name: &str) -> Option<ValueRef<'a>> {
+    let (mut c, _) = to_properties(block)?;
+    let count = c.u16("property count").ok()?;
+    for _ in 0..count {
+        let key = c.str16("property name").ok()?;
+        let value = ValueRef::decode(&mut c).ok()?;
+        if key == name {
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// A validated message block's copy with its priority and expiration
+/// replaced where given (an address's default priority and time to live);
+/// the same block if neither is.
+pub fn restamp(block: &Bytes, priority: Option<u8>, expiration: Option<i64>) -> Bytes {
+    if priority.is_none() && expiration.is_none() {
+        return block.clone();
+    }
+    let Some((_, expiration_at)) = to_properties(block) else {
+        return block.clone();
+    };
+    let mut copy = block.to_vec();
+    if let Some(p) = priority.filter(|p| *p <= MAX_PRIORITY) {
+        copy[1] = p;
+    }
+    if let Some(e) = expiration {
+        copy[expiration_at..expiration_at + 8].copy_from_slice(&e.to_be_bytes());
+    }
+    Bytes::from(copy)
+}
+
 /// Whether a message block is persistent (its first byte says).
 pub fn is_persistent(block: &[u8]) -> bool {
     block
@@ -1287,6 +1356,37 @@ mod tests {
             bytes: Bytes::from_static(b"\x00\x00\x53\x77\xa1\x06sold 3"),
         }));
         m
+    }
+
+    #[test]
+    fn a_property_and_the_restamped_fields_are_found_past_every_header() {
+        let mut b = BytesMut::new();
+        full().encode(&mut b).unwrap();
+        let block = b.freeze();
+        assert_eq!(property_of(&block, "region"), Some(ValueRef::String("EU")));
+        assert_eq!(property_of(&block, "d"), Some(ValueRef::F64(0.25)));
+        assert_eq!(property_of(&block, "absent"), None);
+        assert_eq!(property_of(&block[..40], "region"), None, "truncated");
+        let same = restamp(&block, None, None);
+        assert_eq!(same, block);
+        let changed = restamp(&block, Some(2), Some(42));
+        let m = MessageRef::parse(&changed).unwrap();
+        assert_eq!((m.priority, m.expiration), (2, 42));
+        assert_eq!(m.properties.count(), 8);
+        assert_eq!(priority_and_expiration(&changed), Some((2, 42)));
+        // The rest is as it was.
+        let (a, b) = (
+            Message::decode(&block, 0).unwrap(),
+            Message::decode(&changed, 0).unwrap(),
+        );
+        assert_eq!(
+            Message {
+                priority: 9,
+                expiration: a.expiration,
+                ..b
+            },
+            a
+        );
     }
 
     fn encode(m: &Message) -> Bytes {

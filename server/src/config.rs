@@ -8,6 +8,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 // `[auth]` is defined with the users and roles it configures.
+// `[queues]` is the defaults of the settings per address.
+pub use crate::addresses::{AddressRule, FullPolicy, QueuesConfig};
 pub use crate::auth::{AuthSection, RoleEntry, UserEntry};
 use crate::store::FsyncPolicy;
 use herald_protocol::selector::SelectorLimits;
@@ -43,15 +45,15 @@ pub enum ConfigError {
     Invalid {
         /// The file.
         path: String,
-        /// The key.
-        key: &'static str,
+        /// The key (`addresses[2].max_deliveries` for an entry of a list).
+        key: String,
         /// What is wrong with its value.
         reason: String,
     },
 }
 
 /// The server's settings. Field docs are in `config/herald.toml`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Address of the native-protocol listener.
@@ -99,6 +101,8 @@ pub struct Config {
     pub topics: TopicsConfig,
     /// Queues and acknowledged subscriptions.
     pub queues: QueuesConfig,
+    /// Settings per address, over `queues`.
+    pub addresses: Vec<AddressRule>,
     /// The STOMP listener.
     pub stomp: StompSection,
     /// The MQTT listeners.
@@ -599,55 +603,6 @@ impl Default for JournalSection {
     }
 }
 
-/// `[queues]`: limits and dead letters.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct QueuesConfig {
-    /// Deliveries after which a message goes to the dead-letter queue.
-    pub max_deliveries: u32,
-    /// Messages one queue holds (waiting and unacknowledged).
-    pub max_messages: usize,
-    /// Bytes of messages all queues together hold before publishers are
-    /// held or refused; 0 = no limit.
-    pub max_memory_bytes: usize,
-    /// The dead-letter queue of destination D is this prefix + D.
-    pub dead_letter_prefix: String,
-    /// Where expired messages go; empty = they are dropped.
-    pub expiry_queue: String,
-    /// Unacknowledged deliveries a consumer may hold when it asks for 0.
-    pub default_prefetch: u32,
-    /// What a send to a full queue does.
-    pub full_policy: FullPolicy,
-    /// How long a blocked send waits for room before it fails.
-    pub block_timeout_ms: u32,
-}
-
-/// What a send to a full queue does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FullPolicy {
-    /// The producer waits: the server stops reading its connection until
-    /// the queue has room (or `block_timeout_ms` passes).
-    Block,
-    /// The send is refused with an ERROR at once.
-    Fail,
-}
-
-impl Default for QueuesConfig {
-    fn default() -> QueuesConfig {
-        QueuesConfig {
-            max_deliveries: 10,
-            max_messages: 100_000,
-            max_memory_bytes: 1 << 30,
-            dead_letter_prefix: "DLQ.".into(),
-            expiry_queue: "ExpiryQueue".into(),
-            default_prefetch: 1000,
-            full_policy: FullPolicy::Block,
-            block_timeout_ms: 30_000,
-        }
-    }
-}
-
 /// `[topics]`: strict mode and the declared topic tree.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -694,6 +649,7 @@ impl Default for Config {
             journal: JournalSection::default(),
             topics: TopicsConfig::default(),
             queues: QueuesConfig::default(),
+            addresses: Vec::new(),
             stomp: StompSection::default(),
             mqtt: MqttSection::default(),
             amqp: AmqpSection::default(),
@@ -739,7 +695,7 @@ impl Config {
                 .checked_add(offset)
                 .ok_or_else(|| ConfigError::Invalid {
                     path: "--port-offset".into(),
-                    key,
+                    key: key.into(),
                     reason: format!("port {} + {offset} is past 65535", addr.port()),
                 })?;
             addr.set_port(port);
@@ -768,6 +724,21 @@ impl Config {
         Ok(config)
     }
 
+    /// The `[[addresses]]` entries over `[queues]`, or why an entry is
+    /// wrong: (index, key, reason).
+    pub fn address_book(
+        &self,
+    ) -> Result<crate::addresses::AddressBook, (usize, &'static str, String)> {
+        crate::addresses::AddressBook::new(&self.addresses, &self.queues)
+    }
+
+    /// [`Config::address_book`] of a config that was validated; one built
+    /// in code keeps only `[queues]` if its entries do not hold.
+    pub fn addresses(&self) -> crate::addresses::AddressBook {
+        self.address_book()
+            .unwrap_or_else(|_| crate::addresses::AddressBook::plain(&self.queues))
+    }
+
     /// The worker count with 0 resolved to the number of cores.
     pub fn worker_count(&self) -> usize {
         match self.workers {
@@ -778,10 +749,10 @@ impl Config {
 
     /// Checks ranges that the types alone do not.
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
-        let invalid = |key, reason: String| {
+        let invalid = |key: &str, reason: String| {
             Err(ConfigError::Invalid {
                 path: origin.to_owned(),
-                key,
+                key: key.to_owned(),
                 reason,
             })
         };
@@ -939,6 +910,9 @@ impl Config {
         let prefix = &self.queues.dead_letter_prefix;
         if let Err(e) = herald_protocol::destination::validate_name(&format!("{prefix}x")) {
             return invalid("queues.dead_letter_prefix", e.to_string());
+        }
+        if let Err((i, key, why)) = self.address_book() {
+            return invalid(&format!("addresses[{i}].{key}"), why);
         }
         if self.mqtt.receive_maximum == 0 {
             return invalid(

@@ -17,7 +17,8 @@
 //! - [`stomp`]: the STOMP front-end, on `frontend` like `handlers`.
 //! - [`mqtt`]: the MQTT 3.1.1 and 5.0 front-end, on `frontend` too.
 //! - [`auth`]: users, passwords and permissions.
-//! - [`config`]: the settings of `herald.toml`.
+//! - [`config`]: the settings of `herald.toml`; [`addresses`]: the
+//!   settings per address in it.
 //! - [`admin`]: the management interface: JSON API, metrics, console.
 //! - [`cluster`]: nodes sharing topics, queues and durable subscriptions
 //!   through Redis.
@@ -27,6 +28,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod addresses;
 pub mod admin;
 pub mod amqp;
 pub mod auth;

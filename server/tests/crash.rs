@@ -393,6 +393,7 @@ fn amqp_messages_accepted_before_a_sigkill_are_all_there_after_it_once() {
         max_message_size: 0,
         offered_capabilities: vec![],
         desired_capabilities: vec![],
+        properties: Value::Null,
     };
     for p in [
         Performative::Open(open),

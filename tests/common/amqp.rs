@@ -207,6 +207,7 @@ impl AmqpClient {
                 max_message_size: 0,
                 offered_capabilities: vec![],
                 desired_capabilities: vec![],
+                properties: Value::Null,
             })),
         );
     }
@@ -238,6 +239,7 @@ impl AmqpClient {
                 max_message_size: 0,
                 offered_capabilities: vec![],
                 desired_capabilities: vec![],
+                properties: Value::Null,
             })),
         );
     }

@@ -347,6 +347,7 @@ fn link(name: &str, receiver: bool, address: &str) -> Attach {
         max_message_size: 0,
         offered_capabilities: vec![],
         desired_capabilities: vec![],
+        properties: Value::Null,
     }
 }
 

@@ -82,6 +82,9 @@ pub struct Attach {
     pub offered_capabilities: Vec<String>,
     /// Capabilities desired.
     pub desired_capabilities: Vec<String>,
+    /// The link's properties (a map keyed by symbols, such as a
+    /// consumer's `priority`), or null.
+    pub properties: Value,
 }
 
 /// `flow`: windows and credit.
@@ -351,6 +354,7 @@ impl Performative {
                     max_message_size: f.ulong(10, "max-message-size")?.unwrap_or(0),
                     offered_capabilities: f.symbols(11, "offered-capabilities")?,
                     desired_capabilities: f.symbols(12, "desired-capabilities")?,
+                    properties: f.value(13),
                 }))
             }
             Some(0x13) => {
@@ -459,6 +463,7 @@ impl Performative {
                     opt(Some(a.max_message_size).filter(|m| *m != 0), Value::Ulong),
                     symbols(&a.offered_capabilities),
                     symbols(&a.desired_capabilities),
+                    a.properties.clone(),
                 ],
             ),
             Performative::Flow(f) => composite(
@@ -561,6 +566,7 @@ mod tests {
             max_message_size: 0,
             offered_capabilities: vec![],
             desired_capabilities: vec!["queue".into()],
+            properties: Value::Map(vec![(Value::Symbol("priority".into()), Value::Int(5))]),
         })));
         round_trip(Performative::Flow(Flow {
             next_incoming_id: Some(0),

@@ -234,6 +234,7 @@ mod tests {
                 shared: true,
                 durable: true,
                 best_effort: true,
+                priority: -7,
             }),
             Frame::Ack(Settle {
                 delivery_ids: vec![1, 2, u64::MAX],

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! u32 subscription id | u8 destination kind | str16 pattern | str16 selector
-//! u8 flags | u32 prefetch | str16 durable name
+//! u8 flags | u32 prefetch | str16 durable name | [i32 priority]
 //! ```
 //!
 //! The subscription id is the client's choice, unique on its connection;
@@ -12,7 +12,10 @@
 //! queue is a temporary queue of this connection; bit 2, *shared*; bit 3,
 //! *durable* (of a shared subscription); bit 4, *best effort*: a plain
 //! topic subscription whose messages the server may drop when the client
-//! falls behind, rather than slow anyone down or disconnect it.
+//! falls behind, rather than slow anyone down or disconnect it; bit 5,
+//! *priority*: the consumer's priority follows (higher ones are given
+//! messages while they have credit, lower ones only otherwise; 0 when
+//! absent).
 
 use bytes::{BufMut, BytesMut};
 
@@ -25,6 +28,7 @@ const FLAG_TEMPORARY: u8 = 0x02;
 const FLAG_SHARED: u8 = 0x04;
 const FLAG_DURABLE: u8 = 0x08;
 const FLAG_BEST_EFFORT: u8 = 0x10;
+const FLAG_PRIORITY: u8 = 0x20;
 
 /// Starts a subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +61,9 @@ pub struct Subscribe {
     /// DDS's best-effort reliability: messages may be dropped when this
     /// subscriber falls behind. Only for plain topic subscriptions.
     pub best_effort: bool,
+    /// The consumer's priority among the consumers of its queue: higher
+    /// ones are given messages while they have credit. 0 by default.
+    pub priority: i32,
 }
 
 impl Subscribe {
@@ -78,6 +85,7 @@ impl Subscribe {
             shared: false,
             durable: false,
             best_effort: false,
+            priority: 0,
         }
     }
 
@@ -88,26 +96,37 @@ impl Subscribe {
         let pattern = c.str16("pattern")?.to_owned();
         let selector = c.str16("selector")?.to_owned();
         let flags = c.u8("flags")?;
-        let known =
-            FLAG_ACKNOWLEDGED | FLAG_TEMPORARY | FLAG_SHARED | FLAG_DURABLE | FLAG_BEST_EFFORT;
+        let known = FLAG_ACKNOWLEDGED
+            | FLAG_TEMPORARY
+            | FLAG_SHARED
+            | FLAG_DURABLE
+            | FLAG_BEST_EFFORT
+            | FLAG_PRIORITY;
         if flags & !known != 0 {
             return Err(Error::invalid(
                 "flags",
                 format!("unknown bits 0x{flags:02x}"),
             ));
         }
+        let prefetch = c.u32("prefetch")?;
+        let durable_name = c.str16("durable name")?.to_owned();
+        let priority = match flags & FLAG_PRIORITY {
+            0 => 0,
+            _ => c.u32("priority")? as i32,
+        };
         let f = Subscribe {
             subscription_id,
             kind,
             pattern,
             selector,
             acknowledged: flags & FLAG_ACKNOWLEDGED != 0,
-            prefetch: c.u32("prefetch")?,
-            durable_name: c.str16("durable name")?.to_owned(),
+            prefetch,
+            durable_name,
             temporary: flags & FLAG_TEMPORARY != 0,
             shared: flags & FLAG_SHARED != 0,
             durable: flags & FLAG_DURABLE != 0,
             best_effort: flags & FLAG_BEST_EFFORT != 0,
+            priority,
         };
         c.finish()?;
         Ok(f)
@@ -134,8 +153,15 @@ impl Subscribe {
         if self.best_effort {
             flags |= FLAG_BEST_EFFORT;
         }
+        if self.priority != 0 {
+            flags |= FLAG_PRIORITY;
+        }
         d.put_u8(flags);
         d.put_u32(self.prefetch);
-        put_str16(d, &self.durable_name, "durable name")
+        put_str16(d, &self.durable_name, "durable name")?;
+        if self.priority != 0 {
+            d.put_i32(self.priority);
+        }
+        Ok(())
     }
 }

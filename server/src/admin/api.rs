@@ -58,6 +58,7 @@ pub(crate) fn routes() -> Vec<Route> {
         r(Method::DELETE, "/api/subscriptions/{client_id}/{name}", "Delete a durable subscription without a consumer", delete(delete_subscription)),
         r(Method::GET, "/api/queues", "Queues with depth, in flight, consumers, rates", get(queues)),
         with_body(r(Method::POST, "/api/queues", "Create a queue: {\"name\": ...}", post(messages::create_queue))),
+        r(Method::GET, "/api/queues/{name}", "A queue: its figures, the memory bound it is at if any, and the settings of its address in force", get(super::addresses::queue)),
         r(Method::DELETE, "/api/queues/{name}", "Delete a queue without consumers, and the messages it holds", delete(messages::delete_queue)),
         r(Method::POST, "/api/queues/{name}/purge", "Drop the waiting messages of a queue", post(purge)),
         with_body(r(Method::POST, "/api/queues/{name}/replay", "Move a dead-letter queue's messages back where they came from: all, or {\"ids\": [...]}", post(replay))),
@@ -65,10 +66,11 @@ pub(crate) fn routes() -> Vec<Route> {
         r(Method::DELETE, "/api/queues/{name}/messages/{id}", "Delete one waiting message", delete(messages::delete_message)),
         with_body(r(Method::POST, "/api/queues/{name}/messages/{id}/move", "Move one waiting message: {\"to\": \"queue://NAME\" or \"topic://NAME\"}", post(messages::move_message))),
         with_body(r(Method::POST, "/api/queues/{name}/messages/{id}/copy", "Copy one waiting message, as a new message: {\"to\": ...}", post(messages::copy_message))),
+        r(Method::GET, "/api/addresses", "The [[addresses]] entries in force, least specific first; ?destination=queue://NAME or topic://NAME adds the settings they give it", get(super::addresses::addresses)),
         r(Method::GET, "/api/connections", "Open connections", get(connections)),
         r(Method::DELETE, "/api/connections/{id}", "Close a connection", delete(close_connection)),
         with_body(r(Method::POST, "/api/publish", "Publish a message: {\"destination\", \"body\", \"properties\", \"persistent\", \"priority\", \"ttl_ms\"}; answers how many subscriptions and queues it was routed to", post(publish))),
-        r(Method::POST, "/api/reload", "Re-read users, permissions and limits from the config file", post(reload)),
+        r(Method::POST, "/api/reload", "Re-read users, permissions, limits and settings per address from the config file", post(reload)),
         r(Method::GET, "/api/users", "Users (no password hashes) and roles in force, and whether this interface may change them", get(users::users)),
         with_body(r(Method::PUT, "/api/users/{name}", "Add or replace a user: {\"password\": the password (hashed with Argon2 here) or an Argon2 PHC hash, none to keep it; \"roles\": [...]}; written to the config file and reloaded, or in a cluster made on every node", put(users::put_user))),
         r(Method::DELETE, "/api/users/{name}", "Remove a user: from the config file, or in a cluster one added through this interface", delete(users::delete_user)),
@@ -502,18 +504,10 @@ async fn queues(State(state): State<AppState>) -> ApiResult {
         .into_iter()
         .map(|q| {
             let (enqueue_rate, dequeue_rate) = rates.get(&q.name).copied().unwrap_or_default();
-            let mut row = json!({
-                "name": q.name,
-                "depth": q.depth,
-                "scheduled": q.scheduled,
-                "dead_letter": state.shared.broker.is_dead_letter_queue(&q.name),
-                "in_flight": q.in_flight,
-                "consumers": q.consumers,
-                "enqueued": q.enqueued,
-                "acknowledged": q.acknowledged,
-                "enqueue_rate": enqueue_rate,
-                "dequeue_rate": dequeue_rate,
-            });
+            let dead_letter = state.shared.broker.is_dead_letter_queue(&q.name);
+            let mut row = super::addresses::queue_row(&q, dead_letter);
+            row["enqueue_rate"] = json!(enqueue_rate);
+            row["dequeue_rate"] = json!(dequeue_rate);
             if let Some((length, unacknowledged)) = streams.get(&q.name) {
                 row["cluster"] = json!({
                     "stream_length": length,
@@ -827,6 +821,7 @@ async fn publish(
     state.route(out);
     let routed = routed.map_err(|e| match e {
         RouteError::Undeclared(why) => ApiError::conflict(why.to_string()),
+        missing @ RouteError::NoQueue(_) => ApiError::not_found(missing.to_string()),
         full @ RouteError::QueueFull { .. } => ApiError::conflict(full.to_string()),
     })?;
     // Counted like a message from a client, with the first worker's (the

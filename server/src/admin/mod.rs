@@ -18,6 +18,7 @@
 //! `admin`, and changing anything `admin`. Without users, the interface
 //! only runs on loopback (the config refuses anything else) and is open.
 
+mod addresses;
 mod api;
 mod console;
 mod history;

@@ -282,8 +282,9 @@ pub enum ReloadError {
 }
 
 /// Re-reads the config file the server was started with and applies what
-/// can change without a restart: users, roles and permissions, and the
-/// limits. A file that does not load is refused with the reason, and the
+/// can change without a restart: users, roles and permissions, the
+/// limits, and the settings per address (with the `[queues]` values they
+/// fall back on). A file that does not load is refused with the reason, and the
 /// old config stays. Returns the file read.
 pub fn reload(shared: &Shared, cluster: Option<&Cluster>) -> Result<String, ReloadError> {
     let Some(path) = &shared.config.source else {
@@ -296,8 +297,9 @@ pub fn reload(shared: &Shared, cluster: Option<&Cluster>) -> Result<String, Relo
         None => shared.auth.reload(&config.auth)?,
     }
     shared.limits.set(&config);
+    shared.broker.set_address_book(config.addresses());
     log::info!(
-        "reloaded users, permissions and limits from {}",
+        "reloaded users, permissions, limits and settings per address from {}",
         path.display()
     );
     Ok(path.display().to_string())

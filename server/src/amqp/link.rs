@@ -10,7 +10,7 @@ use herald_protocol::amqp::delivery::{DeliveryState, TxnControl};
 use herald_protocol::amqp::message::{Message as AmqpMessage, Sections};
 use herald_protocol::amqp::performative::{Attach, Detach, Flow as AmqpFlow, Transfer};
 use herald_protocol::amqp::terminus::LinkTarget;
-use herald_protocol::amqp::Performative;
+use herald_protocol::amqp::{Performative, Value};
 use herald_protocol::Destination;
 
 use super::mapping::{self, MappingError};
@@ -210,6 +210,7 @@ fn attach(
             rcv_settle_mode: 0,
             offered_capabilities: Vec::new(),
             desired_capabilities: Vec::new(),
+            properties: Value::Null,
             ..a
         };
         match kept {
@@ -235,6 +236,7 @@ fn attach(
         max_message_size: u64::from(ctx.shared.config.max_frame_size),
         offered_capabilities: Vec::new(),
         desired_capabilities: Vec::new(),
+        properties: Value::Null,
         // Settled on arrival, as a receiver does in mode first.
         rcv_settle_mode: 0,
         ..a

@@ -116,6 +116,7 @@ pub(super) fn attach(
         false => session.client_id.clone(),
     };
     let user = session.principal.user.clone();
+    let priority = consumer_priority(&a.properties)?;
     let request = SubscribeRequest {
         kind: destination.kind,
         destination: &destination.name,
@@ -131,6 +132,7 @@ pub(super) fn attach(
         backlog: None,
         kept: false,
         no_local,
+        priority,
     };
     // The link first: what the subscription has already is routed to it
     // after this frame.
@@ -544,4 +546,34 @@ pub(super) fn end_durable((client_id, name): &(String, String), ctx: &mut Contex
             false
         }
     }
+}
+
+/// The consumer priority an attach's properties give (`priority`, as
+/// Artemis and Qpid JMS write it); 0 without one.
+fn consumer_priority(properties: &Value) -> Result<i32, (&'static str, String)> {
+    let Value::Map(entries) = properties else {
+        return Ok(0);
+    };
+    let Some((_, value)) = entries
+        .iter()
+        .find(|(k, _)| matches!(k, Value::Symbol(s) if s == "priority"))
+    else {
+        return Ok(0);
+    };
+    let wide = match *value {
+        Value::Byte(n) => i64::from(n),
+        Value::Short(n) => i64::from(n),
+        Value::Int(n) => i64::from(n),
+        Value::Long(n) => n,
+        Value::Ubyte(n) => i64::from(n),
+        Value::Ushort(n) => i64::from(n),
+        Value::Uint(n) => i64::from(n),
+        _ => i64::MAX,
+    };
+    i32::try_from(wide).map_err(|_| {
+        (
+            condition::INVALID_FIELD,
+            format!("the link property priority {value:?} is not an int"),
+        )
+    })
 }

@@ -39,7 +39,8 @@ impl Broker {
             ),
             Kept::Cluster { stream, .. } => (stream.clone(), None),
         };
-        let queue = self.shared_queue(Queue::new(queue_name, holder, self.limits));
+        let settings = self.settings(DestinationKind::Topic, &pattern.to_string());
+        let queue = self.shared_queue(Queue::new(queue_name, holder, settings));
         let target = match &kept {
             Kept::Cluster { stream, .. } => Target::Stream(stream.clone()),
             _ => Target::Queue(queue.clone()),
@@ -173,6 +174,7 @@ impl Broker {
         if req.kind != DestinationKind::Topic {
             return Err(SubscribeError::DurableQueue);
         }
+        let priority = req.priority;
         if is_temporary(req.destination) {
             return Err(SubscribeError::Destination(format!(
                 "'{}': a temporary topic has no durable or shared subscriptions",
@@ -272,7 +274,7 @@ impl Broker {
             }
         }
         let mut dispatches = Vec::new();
-        lock(&queue).add_consumer(sub, None, prefetch, &mut dispatches);
+        lock(&queue).add_consumer(sub, None, (prefetch, priority), &mut dispatches);
         self.settled(&queue, dispatches, out);
         if let (Some(stream), Some(peers)) = (stream, self.peers.get()) {
             peers.consuming(&stream, &queue, true);

@@ -36,6 +36,9 @@ impl Broker {
                     consumers: q.consumer_count(),
                     enqueued,
                     acknowledged,
+                    bytes: q.bytes(),
+                    over: q.over(),
+                    dropped: q.dropped(),
                 }
             })
             .collect();
@@ -178,11 +181,12 @@ impl Broker {
     }
 
     /// Whether `name` is a queue that dead or expired messages are moved
-    /// to: a dead-letter queue (`queues.dead_letter_prefix`) or the expiry
-    /// queue. Only their messages say where they came from.
+    /// to (see [`AddressBook::is_dead_letter_queue`]). Only their messages
+    /// say where they came from.
+    ///
+    /// [`AddressBook::is_dead_letter_queue`]: crate::addresses::AddressBook::is_dead_letter_queue
     pub fn is_dead_letter_queue(&self, name: &str) -> bool {
-        name.starts_with(&self.dead_letter_prefix)
-            || (!self.expiry_queue.is_empty() && name == self.expiry_queue)
+        self.address_book().is_dead_letter_queue(name)
     }
 
     /// Moves the messages of a dead-letter or expiry queue back to the

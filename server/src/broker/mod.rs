@@ -46,7 +46,7 @@ pub use backlog::Backlog;
 pub use declared_topics::{DeclaredTopics, Undeclared};
 pub use peers::{BrowseDone, PeerError, Peers};
 pub use pending::{Atomic, SharedChanges};
-pub use queue::{AckRef, Held, Queue, QueueLimits, SharedQueue};
+pub use queue::{AckRef, Held, Limit, Queue, QueueFull, SharedQueue};
 pub use registry::{durable_field, has_own_slot, is_durable_stream, DurableRecord};
 pub use request::{
     QueueError, RepublishError, Room, RouteError, Routed, SubscribeError, SubscribeRequest,
@@ -66,16 +66,17 @@ use bytes::Bytes;
 use herald_protocol::destination::{
     temporary_owner, temporary_prefix, PatternWord, TEMPORARY_PREFIX,
 };
-use herald_protocol::message::MessageRef;
+use herald_protocol::message::{priority_and_expiration, restamp, MessageRef, DEFAULT_PRIORITY};
 use herald_protocol::selector::{IndexKey, Selector, SelectorLimits};
-use herald_protocol::{DeliveryMode, Pattern};
+use herald_protocol::{DeliveryMode, DestinationKind, Pattern};
 
-use crate::config::Config;
+use crate::addresses::{AddressBook, AddressSettings};
+use crate::config::{Config, FullPolicy};
 use crate::store::{Completion, Holder, Record, Recovered, Store};
 use delivery::Deliveries;
 use pending::Pending;
 pub use queue::EntryId;
-use queue::{Dispatch, QueueFull, QueuedMessage};
+use queue::{Dispatch, QueuedMessage};
 use registry::{Durable, Kept};
 use retained::Retained;
 use timers::{Timed, Timers};
@@ -137,10 +138,8 @@ pub struct Broker {
     /// that keeps each across restarts (empty or not) until it is deleted.
     created: Mutex<HashMap<String, u64>>,
     next_key: AtomicU64,
-    limits: QueueLimits,
-    dead_letter_prefix: String,
-    /// Where expired messages go; empty = dropped.
-    expiry_queue: String,
+    /// Settings per address; replaced whole on reload.
+    addresses: RwLock<Arc<AddressBook>>,
     default_prefetch: u32,
     /// What a client's selector may cost.
     selector_limits: SelectorLimits,
@@ -207,6 +206,23 @@ fn heard_from_peers(entry: &TopicEntry, pattern: &Pattern) -> bool {
     !matches!(entry.target, Target::Stream(_)) && shared_with_peers(pattern)
 }
 
+/// `block` as its address's defaults make it: the default priority for a
+/// message sent with the default one, the default time to live for one
+/// sent without; `None` if they change nothing (most addresses have
+/// neither, and pay no parse).
+fn defaults_applied(settings: &AddressSettings, block: &Bytes) -> Option<Bytes> {
+    if settings.default_priority.is_none() && settings.default_ttl == 0 {
+        return None;
+    }
+    let (priority, expiration) = priority_and_expiration(block)?;
+    let priority = settings
+        .default_priority
+        .filter(|_| priority == DEFAULT_PRIORITY);
+    let expiration = (settings.default_ttl > 0 && expiration == 0)
+        .then(|| queue::now_ms().saturating_add(settings.default_ttl as i64));
+    (priority.is_some() || expiration.is_some()).then(|| restamp(block, priority, expiration))
+}
+
 /// Wakes the senders blocked on `q` if it now has room.
 fn wake_blocked(q: &mut Queue, out: &mut Deliveries) {
     for conn in q.take_waiters_if_room() {
@@ -242,12 +258,7 @@ impl Broker {
             durables: Mutex::new(HashMap::new()),
             created: Mutex::new(HashMap::new()),
             next_key: AtomicU64::new(1),
-            limits: QueueLimits {
-                max_deliveries: config.queues.max_deliveries,
-                max_messages: config.queues.max_messages,
-            },
-            dead_letter_prefix: config.queues.dead_letter_prefix.clone(),
-            expiry_queue: config.queues.expiry_queue.clone(),
+            addresses: RwLock::new(Arc::new(config.addresses())),
             default_prefetch: config.queues.default_prefetch,
             selector_limits: config.selectors.limits(),
             memory: memory::Memory::new(config.queues.max_memory_bytes),
@@ -257,6 +268,30 @@ impl Broker {
             retained: Retained::new(&config.topics.retain),
             peers: OnceLock::new(),
             sink: OnceLock::new(),
+        }
+    }
+
+    /// The settings in force for destination `name` of `kind` (for a
+    /// topic subscription's queue, its pattern).
+    pub fn settings(&self, kind: DestinationKind, name: &str) -> Arc<AddressSettings> {
+        Arc::new(read(&self.addresses).resolve(kind, name))
+    }
+
+    /// The settings per address now in force.
+    pub fn address_book(&self) -> Arc<AddressBook> {
+        read(&self.addresses).clone()
+    }
+
+    /// Puts new settings per address in force (a reload): every queue
+    /// takes those of its address.
+    pub fn set_address_book(&self, book: AddressBook) {
+        let book = Arc::new(book);
+        *write(&self.addresses) = book.clone();
+        for queue in self.memory.queues() {
+            let mut q = lock(&queue);
+            let to = &q.settings().destination;
+            let settings = Arc::new(book.resolve(to.kind, &to.name));
+            q.set_settings(settings);
         }
     }
 
@@ -300,6 +335,15 @@ impl Broker {
         }))
     }
 
+    /// Whether a client may send to or consume from queue `name`: it
+    /// exists (here, or in a cluster as a shared queue), or its address
+    /// creates queues on first use.
+    pub(super) fn may_open(&self, name: &str) -> bool {
+        self.find_queue(name).is_some()
+            || self.sharing(name).is_some()
+            || self.settings(DestinationKind::Queue, name).auto_create
+    }
+
     fn queue(&self, name: &str) -> SharedQueue {
         if let Some(q) = self.find_queue(name) {
             return q;
@@ -308,7 +352,8 @@ impl Broker {
             .entry(name.to_owned())
             .or_insert_with(|| {
                 let holder = Holder::Queue(name.to_owned());
-                self.shared_queue(Queue::new(name, Some(holder), self.limits))
+                let settings = self.settings(DestinationKind::Queue, name);
+                self.shared_queue(Queue::new(name, Some(holder), settings))
             })
             .clone()
     }
@@ -373,8 +418,14 @@ impl Broker {
                         Some(q) => {
                             let count =
                                 delivered.as_ref().map(|d| d.get(&id).copied().unwrap_or(0));
-                            if let Some(due) = lock(&q).restore(block, Some(id), count) {
+                            let mut kept = lock(&q);
+                            if let Some(due) = kept.restore(block, Some(id), count) {
                                 self.timers.schedule(due, Timed::Queue(q.clone()));
+                            }
+                            // Replaced by a later last value (a crash came
+                            // before its record ended).
+                            for m in kept.take_replaced() {
+                                self.ended(kept.name(), &m, None);
                             }
                             messages += 1;
                         }
@@ -535,11 +586,12 @@ impl Broker {
         let full = match self.find_queue(queue) {
             Some(q) => lock(&q).check_room_for(n),
             // Created on first use, empty.
-            None => Queue::new(queue, None, self.limits).check_room_for(n),
+            None => Queue::new(queue, None, self.settings(DestinationKind::Queue, queue))
+                .check_room_for(n),
         };
-        full.map_err(|f| RouteError::QueueFull {
+        full.map_err(|full| RouteError::QueueFull {
             queue: queue.to_owned(),
-            max: f.max_messages,
+            full,
         })
     }
 
@@ -558,20 +610,28 @@ impl Broker {
         written: &mut Written,
         out: &mut Deliveries,
     ) -> Result<bool, QueueFull> {
-        let q = lock(queue);
-        if let Err(full) = q.check_room() {
-            match room {
-                Room::Overfill => {}
-                Room::Refuse => return Err(full),
-                Room::Wait(conn) => {
-                    // Registered under the same lock as the check, so room
-                    // freed a moment later cannot go unnoticed.
-                    let mut q = q;
-                    q.add_waiter(conn);
-                    return Err(full);
+        let mut q = lock(queue);
+        let room_for = match room {
+            Room::Overfill => Ok(()),
+            // Moved by the server, not sent: memory bounds do not refuse it.
+            Room::Move => q.check_room(),
+            Room::Refuse | Room::Wait(_) => q.check_publish(),
+        };
+        if let Err(full) = room_for {
+            match (full.policy, room) {
+                (FullPolicy::Drop, Room::Refuse | Room::Wait(_)) => {
+                    q.count_dropped();
+                    return Ok(false);
                 }
+                // Registered under the same lock as the check, so room
+                // freed a moment later cannot go unnoticed.
+                (FullPolicy::Block, Room::Wait(conn)) => q.add_waiter(conn),
+                _ => {}
             }
+            return Err(full);
         }
+        let stamped = defaults_applied(q.settings(), block);
+        let block = stamped.as_ref().unwrap_or(block);
         let in_commit = out.commit.is_some();
         let journal_id = match (mode, q.holder()) {
             (DeliveryMode::Persistent, Some(holder)) => {
@@ -632,6 +692,10 @@ impl Broker {
         let mut dispatches = Vec::new();
         let due = q.push(block, journal_id, &mut dispatches);
         let expired = q.take_expired();
+        // A last-value queue's message replaced by this one is done with.
+        for m in q.take_replaced() {
+            self.ended(q.name(), &m, out.commit.as_mut());
+        }
         drop(q);
         if let Some(due) = due {
             self.timers.schedule(due, Timed::Queue(queue.clone()));
@@ -643,7 +707,9 @@ impl Broker {
     /// are dispatched, and expired ones go to the expiry queue. Called on
     /// every worker's tick.
     pub fn tick(&self, out: &mut Deliveries) {
-        self.memory.sample(std::time::Instant::now());
+        for conn in self.memory.sample(std::time::Instant::now()) {
+            out.wake(conn);
+        }
         for what in self.timers.due(queue::now_ms()) {
             match what {
                 Timed::Queue(queue) => {
@@ -674,7 +740,7 @@ impl Broker {
                 _ => Err(SubscribeError::NotOwner(name.to_owned())),
             };
         }
-        let mut q = Queue::new(name, None, self.limits);
+        let mut q = Queue::new(name, None, self.settings(DestinationKind::Queue, name));
         q.set_owner(owner);
         let q = self.shared_queue(q);
         queues.insert(name.to_owned(), q.clone());

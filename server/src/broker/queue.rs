@@ -20,15 +20,19 @@ use crate::collections::FastMap;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use herald_protocol::message::{
-    delivery_time, priority_and_expiration, MessageRef, DEFAULT_PRIORITY,
+    delivery_time, priority_and_expiration, property_of, MessageRef, DEFAULT_PRIORITY,
 };
 use herald_protocol::selector::Selector;
+use herald_protocol::value::ValueRef;
+use herald_protocol::Message;
 
 use super::address::{ConnectionRef, Subscriber};
 pub use super::queued::{EntryId, QueuedMessage};
 use super::ready::{Ready, ReadyKey};
+use crate::addresses::AddressSettings;
+use crate::config::FullPolicy;
 use crate::store::Holder;
 
 /// A queue sweeps out its expired messages at most this often.
@@ -62,25 +66,78 @@ struct Consumer {
     sub: Subscriber,
     selector: Option<Arc<Selector>>,
     prefetch: u32,
+    /// Higher ones are given messages first (the consumers are kept in
+    /// this order, highest first, then by when they came).
+    priority: i32,
     in_flight: u32,
     /// Dispatches to it so far.
     dispatched: u64,
 }
 
-/// Limits that apply to one queue.
-#[derive(Debug, Clone, Copy)]
-pub struct QueueLimits {
-    /// Deliveries after which a message that comes back is dead.
-    pub max_deliveries: u32,
-    /// Messages held (waiting and in flight) at most.
-    pub max_messages: usize,
+/// The property that puts a message in a group (JMS).
+pub const GROUP_PROPERTY: &str = "JMSXGroupID";
+
+/// Set on the first message of a group that a consumer is given, so that
+/// it knows the group is its own now.
+pub const GROUP_FIRST_PROPERTY: &str = "JMSXGroupFirstForConsumer";
+
+/// The key of a value of a message property: a hash of its type and
+/// value. Groups and last values are keyed by hash, so that a long id costs
+/// no copy; two ids that collide share a consumer or replace each other's
+/// waiting message, which a 64-bit hash makes vanishingly rare.
+fn value_key(value: ValueRef<'_>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    match value {
+        ValueRef::Bool(b) => (0u8, b).hash(&mut h),
+        ValueRef::I8(n) => (1u8, i64::from(n)).hash(&mut h),
+        ValueRef::I16(n) => (1u8, i64::from(n)).hash(&mut h),
+        ValueRef::I32(n) => (1u8, i64::from(n)).hash(&mut h),
+        ValueRef::I64(n) => (1u8, n).hash(&mut h),
+        ValueRef::F32(f) => (2u8, f64::from(f).to_bits()).hash(&mut h),
+        ValueRef::F64(f) => (2u8, f.to_bits()).hash(&mut h),
+        ValueRef::String(s) => (3u8, s).hash(&mut h),
+    }
+    h.finish()
+}
+
+/// The group of a message block, if it has one.
+fn group_of(block: &[u8]) -> Option<u64> {
+    property_of(block, GROUP_PROPERTY).map(value_key)
+}
+
+/// Why the queue takes no more messages now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// It holds `max_messages`.
+    Messages(usize),
+    /// It holds more than its `max_size_bytes`.
+    Bytes(usize),
+    /// It is among the largest queues while all of them together hold
+    /// more than `queues.max_memory_bytes`.
+    Memory(usize),
 }
 
 /// The queue is holding all the messages it may.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueFull {
-    /// The limit.
-    pub max_messages: usize,
+    /// The limit it is at.
+    pub limit: Limit,
+    /// What its address does with a send now.
+    pub policy: FullPolicy,
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Limit::Messages(max) => write!(f, "holds {max} messages, the most it may (max_messages)"),
+            Limit::Bytes(max) => write!(f, "holds more than its max_size_bytes ({max})"),
+            Limit::Memory(max) => write!(
+                f,
+                "is among the largest queues while all together hold more than queues.max_memory_bytes ({max})"
+            ),
+        }
+    }
 }
 
 /// Where a message is in its queue.
@@ -111,7 +168,23 @@ pub struct Queue {
     /// How its persistent messages are filed in the store; `None` for a
     /// queue that lives and dies with one connection.
     holder: Option<Holder>,
-    limits: QueueLimits,
+    settings: Arc<AddressSettings>,
+    /// Over a memory bound ([`Limit::Bytes`] or [`Limit::Memory`]) when
+    /// last weighed: publishers wait or are refused.
+    over: Option<Limit>,
+    /// When a message given back with a redelivery delay is due, for the
+    /// broker to wake the queue then ([`Queue::take_wake`]).
+    wake: Option<i64>,
+    /// Sends dropped because it was full (`full_policy = "drop"`).
+    dropped: u64,
+    /// Which consumer each message group is with.
+    groups: FastMap<u64, Subscriber>,
+    /// A last-value queue's waiting message for each key value: its
+    /// sequence number, priority and delivery time (0 if ready).
+    last_values: FastMap<u64, (u64, u8, i64)>,
+    /// Messages a newer one with the same last value replaced, for the
+    /// broker to end their store records.
+    replaced: Vec<QueuedMessage>,
     ready: Ready,
     /// Messages found expired, for the broker to move or drop.
     expired: Vec<QueuedMessage>,
@@ -138,11 +211,21 @@ pub struct Queue {
 
 impl Queue {
     /// An empty queue; `holder` files its persistent messages in the store.
-    pub fn new(name: impl Into<String>, holder: Option<Holder>, limits: QueueLimits) -> Queue {
+    pub fn new(
+        name: impl Into<String>,
+        holder: Option<Holder>,
+        settings: Arc<AddressSettings>,
+    ) -> Queue {
         Queue {
             name: name.into(),
             holder,
-            limits,
+            settings,
+            over: None,
+            wake: None,
+            dropped: 0,
+            groups: FastMap::default(),
+            last_values: FastMap::default(),
+            replaced: Vec::new(),
             ready: Ready::default(),
             expired: Vec::new(),
             sweep_at: None,
@@ -157,6 +240,48 @@ impl Queue {
             waiters: Vec::new(),
             owner: None,
         }
+    }
+
+    /// The settings of its address in force.
+    pub fn settings(&self) -> &Arc<AddressSettings> {
+        &self.settings
+    }
+
+    /// Puts new settings in force (a reload); what it holds stays.
+    pub fn set_settings(&mut self, settings: Arc<AddressSettings>) {
+        self.settings = settings;
+    }
+
+    /// Marks the queue over a memory bound, or not; `None` clears it.
+    pub fn set_over(&mut self, over: Option<Limit>) {
+        self.over = over;
+    }
+
+    /// The memory bound it was over when last weighed.
+    pub fn over(&self) -> Option<Limit> {
+        self.over
+    }
+
+    /// Counts a send dropped because the queue was full.
+    pub fn count_dropped(&mut self) {
+        self.dropped += 1;
+    }
+
+    /// Sends dropped because it was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Takes the messages replaced by newer ones with the same last value
+    /// since the last call.
+    pub fn take_replaced(&mut self) -> Vec<QueuedMessage> {
+        std::mem::take(&mut self.replaced)
+    }
+
+    /// When a message it put aside to wait for its redelivery delay is
+    /// due, once: the broker wakes the queue then.
+    pub fn take_wake(&mut self) -> Option<i64> {
+        self.wake.take()
     }
 
     /// The connection a temporary queue belongs to.
@@ -178,7 +303,7 @@ impl Queue {
 
     /// The blocked connections, if there is room for them to try again.
     pub fn take_waiters_if_room(&mut self) -> Vec<ConnectionRef> {
-        if self.waiters.is_empty() || self.check_room().is_err() {
+        if self.waiters.is_empty() || self.check_room().is_err() || self.over.is_some() {
             return Vec::new();
         }
         std::mem::take(&mut self.waiters)
@@ -290,20 +415,36 @@ impl Queue {
             + self.expired.iter().map(len).sum::<usize>()
     }
 
-    /// Fails if one more message would exceed the limit.
+    /// Fails if one more message would exceed `max_messages`.
     pub fn check_room(&self) -> Result<(), QueueFull> {
         self.check_room_for(1)
     }
 
-    /// Whether `n` more messages fit under the limit.
+    /// Whether `n` more messages fit under `max_messages`.
     pub fn check_room_for(&self, n: usize) -> Result<(), QueueFull> {
         let held = self.ready.len() + self.in_flight.len() + self.scheduled.len();
-        if held.saturating_add(n) > self.limits.max_messages {
-            return Err(QueueFull {
-                max_messages: self.limits.max_messages,
-            });
+        let max = self.settings.max_messages;
+        if held.saturating_add(n) > max {
+            return Err(self.full(Limit::Messages(max)));
         }
         Ok(())
+    }
+
+    /// [`Queue::check_room`], and whether a publisher may add to it now:
+    /// not while it is over a memory bound.
+    pub fn check_publish(&self) -> Result<(), QueueFull> {
+        self.check_room()?;
+        match self.over {
+            Some(limit) => Err(self.full(limit)),
+            None => Ok(()),
+        }
+    }
+
+    fn full(&self, limit: Limit) -> QueueFull {
+        QueueFull {
+            limit,
+            policy: self.settings.full_policy,
+        }
     }
 
     /// Adds a message (with its store record, if persistent) and
@@ -371,7 +512,7 @@ impl Queue {
         deliveries: u32,
         out: &mut Vec<Dispatch>,
     ) -> Result<Option<i64>, QueuedMessage> {
-        if deliveries >= self.limits.max_deliveries {
+        if deliveries >= self.settings.max_deliveries {
             return Err(self.message(block, None, Some(entry), deliveries));
         }
         let m = self.message(block, None, Some(entry), deliveries);
@@ -407,6 +548,9 @@ impl Queue {
     /// at its delivery time, or to set it aside once it expires.
     fn admit(&mut self, m: QueuedMessage) -> Option<i64> {
         let due = delivery_time(&m.block);
+        if !self.settings.last_value_key.is_empty() {
+            self.replace_last_value(&m, due);
+        }
         let sweep = match m.expiration {
             0 => None,
             expiration => self.sweep_for(expiration.max(due)),
@@ -417,6 +561,36 @@ impl Queue {
         }
         self.insert_ready(m);
         sweep
+    }
+
+    /// In a last-value queue, takes out the waiting message that `m`
+    /// (due at `due`) replaces, if one has the same value of the key; one
+    /// in flight stays with its consumer.
+    fn replace_last_value(&mut self, m: &QueuedMessage, due: i64) {
+        let Some(value) = property_of(&m.block, &self.settings.last_value_key) else {
+            return;
+        };
+        let key = value_key(value);
+        let waiting = if due != 0 && due > now_ms() { due } else { 0 };
+        let Some((seq, priority, at)) = self.last_values.insert(key, (m.seq, m.priority, waiting))
+        else {
+            return;
+        };
+        let old = match at {
+            0 => self.ready.remove(ReadyKey::new(priority, seq)),
+            at => self.scheduled.remove(&(at, seq)),
+        };
+        self.replaced.extend(old);
+        // Keys whose message has left linger; past twice what waits, they
+        // are swept, so that unique keys cannot grow the map unbounded.
+        let waiting = self.ready.len() + self.scheduled.len();
+        if self.last_values.len() > 2 * waiting + 1024 {
+            let (ready, scheduled) = (&self.ready, &self.scheduled);
+            self.last_values.retain(|_, (seq, priority, at)| match *at {
+                0 => ready.contains(ReadyKey::new(*priority, *seq)),
+                at => scheduled.contains_key(&(at, *seq)),
+            });
+        }
     }
 
     /// When to sweep for a message that expires at `expiration` (0:
@@ -472,6 +646,7 @@ impl Queue {
             priority_and_expiration(&block).unwrap_or((DEFAULT_PRIORITY, 0));
         QueuedMessage {
             seq,
+            group: group_of(&block),
             block,
             deliveries,
             journal_id,
@@ -494,20 +669,27 @@ impl Queue {
     }
 
     /// Attaches a consumer and dispatches to it what waits.
+    /// `priority` places it among the others: higher ones are given
+    /// messages first, equal ones in turn.
     pub fn add_consumer(
         &mut self,
         sub: Subscriber,
         selector: Option<Arc<Selector>>,
-        prefetch: u32,
+        (prefetch, priority): (u32, i32),
         out: &mut Vec<Dispatch>,
     ) {
-        self.consumers.push(Consumer {
-            sub,
-            selector,
-            prefetch: prefetch.max(1),
-            in_flight: 0,
-            dispatched: 0,
-        });
+        let at = self.consumers.partition_point(|c| c.priority >= priority);
+        self.consumers.insert(
+            at,
+            Consumer {
+                sub,
+                selector,
+                prefetch: prefetch.max(1),
+                priority,
+                in_flight: 0,
+                dispatched: 0,
+            },
+        );
         self.dispatch(out);
     }
 
@@ -524,6 +706,8 @@ impl Queue {
         out: &mut Vec<Dispatch>,
     ) -> Vec<QueuedMessage> {
         self.consumers.retain(|c| c.sub != *sub);
+        // Its groups go to whoever is given their next message.
+        self.groups.retain(|_, owner| owner != sub);
         let seqs: Vec<u64> = self
             .in_flight
             .iter()
@@ -589,6 +773,21 @@ impl Queue {
     pub fn release(&mut self, sub: &Subscriber, seq: u64, out: &mut Vec<Dispatch>) {
         self.released(sub, seq);
         self.dispatch(out);
+    }
+
+    /// The consumer gives the delivery back unprocessed without counting
+    /// it as failed (AMQP's `released`): it returns uncounted, after the
+    /// address's first redelivery delay.
+    /// False if `sub` does not hold that delivery.
+    pub fn give_up(&mut self, sub: &Subscriber, seq: u64, out: &mut Vec<Dispatch>) -> bool {
+        let Some(mut m) = self.take_in_flight(sub, seq) else {
+            return false;
+        };
+        m.deliveries -= 1;
+        let wait = self.settings.redelivery_wait(1);
+        self.return_after(m, wait);
+        self.dispatch(out);
+        true
     }
 
     /// [`Queue::release`] without dispatching: for a consumer that is
@@ -695,12 +894,26 @@ impl Queue {
         Some(m)
     }
 
+    /// Takes back a delivery its consumer did not process: dead if it
+    /// was delivered as often as it may be, else waiting again, after its
+    /// redelivery delay if the address has one.
     fn give_back(&mut self, m: QueuedMessage, dead: &mut Vec<QueuedMessage>) {
-        if m.deliveries >= self.limits.max_deliveries {
+        if m.deliveries >= self.settings.max_deliveries {
             dead.push(m);
         } else {
-            self.insert_ready(m);
+            let wait = self.settings.redelivery_wait(m.deliveries);
+            self.return_after(m, wait);
         }
+    }
+
+    /// Makes `m` wait again: at once, or `wait` ms from now.
+    fn return_after(&mut self, m: QueuedMessage, wait: u64) {
+        if wait == 0 {
+            return self.insert_ready(m);
+        }
+        let due = now_ms().saturating_add(wait as i64);
+        self.wake = Some(self.wake.map_or(due, |w| w.min(due)));
+        self.scheduled.insert((due, m.seq), m);
     }
 
     fn insert_ready(&mut self, m: QueuedMessage) {
@@ -736,16 +949,24 @@ impl Queue {
                 }
                 continue;
             }
-            let n = self.consumers.len();
-            let chosen = (0..n).map(|k| (self.rr + k) % n).find(|&k| {
-                let c = &self.consumers[k];
-                c.in_flight < c.prefetch && selects_queued(c.selector.as_deref(), m)
-            });
+            let takes =
+                |c: &Consumer| c.in_flight < c.prefetch && selects_queued(c.selector.as_deref(), m);
+            let exclusive = self.settings.exclusive;
+            // A group's messages go to its consumer alone, in order; an
+            // exclusive queue has one consumer at a time anyway.
+            let group = m.group.filter(|_| !exclusive);
+            let owner = group
+                .and_then(|g| self.groups.get(&g))
+                .and_then(|o| self.consumers.iter().position(|c| c.sub == *o));
+            let chosen = match owner {
+                Some(k) => Some(k).filter(|&k| takes(&self.consumers[k])),
+                None => choose(&self.consumers, self.rr, exclusive, takes),
+            };
             let Some(k) = chosen else {
                 from = Some(key);
                 continue;
             };
-            self.rr = (k + 1) % n;
+            self.rr = (k + 1) % self.consumers.len();
             let Some(mut m) = self.ready.remove(key) else {
                 return;
             };
@@ -753,15 +974,73 @@ impl Queue {
             let c = &mut self.consumers[k];
             c.in_flight += 1;
             c.dispatched += 1;
+            let block = match (group, owner) {
+                (Some(g), None) => {
+                    self.groups.insert(g, c.sub);
+                    first_of_group(&m.block)
+                }
+                _ => m.block.clone(),
+            };
             out.push(Dispatch {
                 to: c.sub,
                 seq: m.seq,
-                block: m.block.clone(),
+                block,
                 delivery_count: m.deliveries + u32::from(m.restored),
                 order: c.dispatched,
             });
             self.in_flight.insert(m.seq, (c.sub, m));
         }
+    }
+}
+
+/// The consumer to give a waiting message to, of those `takes` allows:
+/// among the highest priority that can take it, the next in turn from
+/// `rr`; for an exclusive queue, the first consumer (the highest priority,
+/// then the earliest) or none.
+fn choose(
+    consumers: &[Consumer],
+    rr: usize,
+    exclusive: bool,
+    takes: impl Fn(&Consumer) -> bool,
+) -> Option<usize> {
+    if exclusive {
+        return consumers.first().filter(|c| takes(c)).map(|_| 0);
+    }
+    let mut start = 0;
+    while let Some(first) = consumers.get(start) {
+        // Most queues have one priority: then the run is all of them.
+        let len = match consumers.last() {
+            Some(last) if last.priority == first.priority => consumers.len() - start,
+            _ => consumers[start..]
+                .iter()
+                .take_while(|c| c.priority == first.priority)
+                .count(),
+        };
+        // In turn: from the one after the last chosen, if it is of this
+        // run, else from the run's first.
+        let offset = rr.clamp(start, start + len) - start;
+        let found = (0..len)
+            .map(|k| start + (offset + k) % len)
+            .find(|&k| takes(&consumers[k]));
+        if found.is_some() {
+            return found;
+        }
+        start += len;
+    }
+    None
+}
+
+/// A copy of `block` marked as the first of its group for the consumer
+/// given it ([`GROUP_FIRST_PROPERTY`]).
+fn first_of_group(block: &Bytes) -> Bytes {
+    let Ok(mut m) = Message::decode(block, 0) else {
+        return block.clone();
+    };
+    m.set_property(GROUP_FIRST_PROPERTY, true);
+    let mut copy = BytesMut::with_capacity(block.len() + 40);
+    match m.encode(&mut copy) {
+        Ok(()) => copy.freeze(),
+        Err(_) => block.clone(),
     }
 }
 
@@ -825,23 +1104,22 @@ mod tests {
         b.freeze()
     }
 
+    fn settings(max_deliveries: u32, max_messages: usize) -> Arc<AddressSettings> {
+        let mut s = AddressSettings::defaults(&Default::default(), &Destination::queue("q"));
+        (s.max_deliveries, s.max_messages) = (max_deliveries, max_messages);
+        Arc::new(s)
+    }
+
     fn queue() -> Queue {
-        Queue::new(
-            "q",
-            None,
-            QueueLimits {
-                max_deliveries: 3,
-                max_messages: 100,
-            },
-        )
+        Queue::new("q", None, settings(3, 100))
     }
 
     #[test]
     fn competing_consumers_alternate_within_their_credit() {
         let mut q = queue();
         let mut out = Vec::new();
-        q.add_consumer(sub(1), None, 2, &mut out);
-        q.add_consumer(sub(2), None, 2, &mut out);
+        q.add_consumer(sub(1), None, (2, 0), &mut out);
+        q.add_consumer(sub(2), None, (2, 0), &mut out);
         for i in 0..6 {
             q.enqueue(block(i), None, &mut out).unwrap();
         }
@@ -862,13 +1140,13 @@ mod tests {
     fn returned_messages_keep_their_place_and_count() {
         let mut q = queue();
         let mut out = Vec::new();
-        q.add_consumer(sub(1), None, 1, &mut out);
+        q.add_consumer(sub(1), None, (1, 0), &mut out);
         q.enqueue(block(0), None, &mut out).unwrap();
         q.enqueue(block(1), None, &mut out).unwrap();
         assert_eq!(out.len(), 1);
         let d = out.pop().unwrap();
         assert!(q.remove_consumer(&sub(1), &[], &mut out).is_empty());
-        q.add_consumer(sub(2), None, 10, &mut out);
+        q.add_consumer(sub(2), None, (10, 0), &mut out);
         assert_eq!(
             out.iter()
                 .map(|d| (d.seq, d.delivery_count))
@@ -881,7 +1159,7 @@ mod tests {
     fn too_many_deliveries_make_a_message_dead() {
         let mut q = queue();
         let mut out = Vec::new();
-        q.add_consumer(sub(1), None, 1, &mut out);
+        q.add_consumer(sub(1), None, (1, 0), &mut out);
         q.enqueue(block(0), None, &mut out).unwrap();
         for round in 1..=3 {
             let d = out.pop().unwrap();
@@ -900,7 +1178,7 @@ mod tests {
         q.restore(block(0), Some(7), None);
         q.enqueue(block(1), None, &mut out).unwrap();
         assert_eq!(q.kept_deliveries().collect::<Vec<_>>(), [(7, 1)]);
-        q.add_consumer(sub(1), None, 1, &mut out);
+        q.add_consumer(sub(1), None, (1, 0), &mut out);
         // It may have been delivered before: the first delivery says so.
         // Its nacks count as ever, against max_deliveries (3).
         for round in 1..=3 {
@@ -920,7 +1198,7 @@ mod tests {
         q.restore(block(0), Some(7), Some(0));
         q.restore(block(1), Some(8), Some(2));
         assert_eq!(q.kept_deliveries().collect::<Vec<_>>(), [(8, 2)]);
-        q.add_consumer(sub(1), None, 2, &mut out);
+        q.add_consumer(sub(1), None, (2, 0), &mut out);
         let counts: Vec<u32> = out.iter().map(|d| d.delivery_count).collect();
         assert_eq!(counts, [1, 3]);
     }
@@ -930,14 +1208,14 @@ mod tests {
         let mut q = queue();
         let mut out = Vec::new();
         let even = Arc::new(Selector::parse("i / 2 * 2 = i").unwrap());
-        q.add_consumer(sub(1), Some(even), 10, &mut out);
+        q.add_consumer(sub(1), Some(even), (10, 0), &mut out);
         for i in 0..4 {
             q.enqueue(block(i), None, &mut out).unwrap();
         }
         assert_eq!(out.len(), 2);
         assert_eq!(q.depth(), 2);
         out.clear();
-        q.add_consumer(sub(2), None, 10, &mut out);
+        q.add_consumer(sub(2), None, (10, 0), &mut out);
         assert_eq!(out.len(), 2);
         assert!(out.iter().all(|d| d.to == sub(2)));
     }
@@ -957,7 +1235,7 @@ mod tests {
         let mut q = queue();
         let mut out = Vec::new();
         let even = Arc::new(Selector::parse("i / 2 * 2 = i").unwrap());
-        q.add_consumer(sub(1), Some(even), 2, &mut out);
+        q.add_consumer(sub(1), Some(even), (2, 0), &mut out);
         for i in [1, 3, 5] {
             q.enqueue(block(i), None, &mut out).unwrap();
         }
@@ -969,7 +1247,7 @@ mod tests {
         assert_eq!(taken.len(), 2);
         assert_eq!(q.depth(), 1);
         // A consumer without a selector takes everything.
-        q.add_consumer(sub(2), None, 10, &mut out);
+        q.add_consumer(sub(2), None, (10, 0), &mut out);
         assert!(q.unselected().is_empty());
     }
 
@@ -980,7 +1258,7 @@ mod tests {
         for p in [4, 9, 0, 9, 4] {
             q.enqueue(block_with(p, 0), None, &mut out).unwrap();
         }
-        q.add_consumer(sub(1), None, 10, &mut out);
+        q.add_consumer(sub(1), None, (10, 0), &mut out);
         let order: Vec<(u8, u64)> = out
             .iter()
             .map(|d| (priority_and_expiration(&d.block).unwrap().0, d.seq))
@@ -998,7 +1276,7 @@ mod tests {
             .unwrap();
         q.enqueue(block_with(4, 0), None, &mut out).unwrap();
         assert_eq!(q.browse(None).len(), 2, "browsing skips the expired one");
-        q.add_consumer(sub(1), None, 10, &mut out);
+        q.add_consumer(sub(1), None, (10, 0), &mut out);
         assert_eq!(out.len(), 2);
         let expired = q.take_expired();
         assert_eq!(expired.len(), 1);
@@ -1007,16 +1285,9 @@ mod tests {
 
     #[test]
     fn a_released_delivery_is_not_counted_and_limits_hold() {
-        let mut q = Queue::new(
-            "q",
-            None,
-            QueueLimits {
-                max_deliveries: 3,
-                max_messages: 2,
-            },
-        );
+        let mut q = Queue::new("q", None, settings(3, 2));
         let mut out = Vec::new();
-        q.add_consumer(sub(1), None, 5, &mut out);
+        q.add_consumer(sub(1), None, (5, 0), &mut out);
         q.enqueue(block(0), None, &mut out).unwrap();
         let d = out.pop().unwrap();
         q.release(&sub(1), d.seq, &mut out);
@@ -1024,7 +1295,10 @@ mod tests {
         q.enqueue(block(1), None, &mut out).unwrap();
         assert_eq!(
             q.enqueue(block(2), None, &mut out),
-            Err(QueueFull { max_messages: 2 })
+            Err(QueueFull {
+                limit: Limit::Messages(2),
+                policy: FullPolicy::Block
+            })
         );
         assert_eq!(q.browse(None).len(), 0, "both in flight");
     }
@@ -1033,17 +1307,181 @@ mod tests {
     fn a_leaving_consumer_returns_what_it_never_read_uncounted_and_the_rest_counted() {
         let mut q = queue();
         let mut out = Vec::new();
-        q.add_consumer(sub(1), None, 5, &mut out);
+        q.add_consumer(sub(1), None, (5, 0), &mut out);
         for i in 0..3 {
             q.enqueue(block(i), None, &mut out).unwrap();
         }
         let seqs: Vec<u64> = out.drain(..).map(|d| d.seq).collect();
-        q.add_consumer(sub(2), None, 5, &mut out);
+        q.add_consumer(sub(2), None, (5, 0), &mut out);
         // The first one read, the other two not: they come back as they
         // were, and none to the consumer leaving.
         assert!(q.remove_consumer(&sub(1), &seqs[1..], &mut out).is_empty());
         let counts: Vec<(u64, u32)> = out.iter().map(|d| (d.seq, d.delivery_count)).collect();
         assert_eq!(counts, [(seqs[0], 2), (seqs[1], 1), (seqs[2], 1)]);
         assert!(out.iter().all(|d| d.to == sub(2)));
+    }
+
+    fn with(change: impl FnOnce(&mut AddressSettings)) -> Queue {
+        let mut s = (*settings(3, 100)).clone();
+        change(&mut s);
+        Queue::new("q", None, Arc::new(s))
+    }
+
+    fn tagged(i: i32, name: &str, value: &str) -> Bytes {
+        let mut m = Message::text(i.to_string()).with_property(name, value);
+        m.set_destination(Some(Destination::queue("q")));
+        let mut b = BytesMut::new();
+        m.encode(&mut b).unwrap();
+        b.freeze()
+    }
+
+    fn text(d: &Dispatch) -> String {
+        let m = Message::decode(&d.block, 1).unwrap();
+        m.body_text().unwrap().to_owned()
+    }
+
+    #[test]
+    fn a_higher_priority_consumer_is_served_first_while_it_has_credit() {
+        let mut q = queue();
+        let mut out = Vec::new();
+        q.add_consumer(sub(1), None, (10, 0), &mut out);
+        q.add_consumer(sub(2), None, (2, 5), &mut out);
+        q.add_consumer(sub(3), None, (10, 0), &mut out);
+        for i in 0..6 {
+            q.enqueue(block(i), None, &mut out).unwrap();
+        }
+        let to: Vec<u32> = out.iter().map(|d| d.to.subscription_id).collect();
+        // Two to the high one (its credit), then the rest in turn.
+        assert_eq!(to, [2, 2, 1, 3, 1, 3]);
+        // Credit back: the high one again.
+        let d = out.iter().find(|d| d.to == sub(2)).unwrap().seq;
+        q.ack(&sub(2), d, &mut Vec::new());
+        q.enqueue(block(6), None, &mut out).unwrap();
+        assert_eq!(out.last().unwrap().to, sub(2));
+    }
+
+    #[test]
+    fn an_exclusive_queue_delivers_to_one_consumer_until_it_goes() {
+        let mut q = with(|s| s.exclusive = true);
+        let mut out = Vec::new();
+        q.add_consumer(sub(1), None, (2, 0), &mut out);
+        q.add_consumer(sub(2), None, (10, 0), &mut out);
+        for i in 0..4 {
+            q.enqueue(block(i), None, &mut out).unwrap();
+        }
+        assert!(out.iter().all(|d| d.to == sub(1)), "{out:?}");
+        assert_eq!(
+            (out.len(), q.depth()),
+            (2, 2),
+            "the rest wait for its credit"
+        );
+        let unread = out[1].seq;
+        out.clear();
+        // It goes having read the first: everything moves to the next, in
+        // order, the read one marked as delivered before.
+        q.remove_consumer(&sub(1), &[unread], &mut out);
+        let got: Vec<(String, u32)> = out.iter().map(|d| (text(d), d.delivery_count)).collect();
+        assert_eq!(
+            got,
+            [
+                ("0".into(), 2),
+                ("1".into(), 1),
+                ("2".into(), 1),
+                ("3".into(), 1)
+            ]
+        );
+        assert!(out.iter().all(|d| d.to == sub(2)));
+    }
+
+    #[test]
+    fn a_group_stays_with_one_consumer_and_moves_when_it_goes() {
+        let mut q = queue();
+        let mut out = Vec::new();
+        q.add_consumer(sub(1), None, (100, 0), &mut out);
+        q.add_consumer(sub(2), None, (100, 0), &mut out);
+        for i in 0..8 {
+            let group = if i % 2 == 0 { "g1" } else { "g2" };
+            q.enqueue(tagged(i, GROUP_PROPERTY, group), None, &mut out)
+                .unwrap();
+        }
+        let of = |out: &[Dispatch], c: u32| -> Vec<String> {
+            out.iter().filter(|d| d.to == sub(c)).map(text).collect()
+        };
+        let (one, two) = (of(&out, 1), of(&out, 2));
+        assert_eq!(one, ["0", "2", "4", "6"], "g1 whole at one consumer");
+        assert_eq!(two, ["1", "3", "5", "7"], "g2 whole at the other");
+        let firsts: Vec<String> = out
+            .iter()
+            .filter(|d| {
+                Message::decode(&d.block, 1)
+                    .unwrap()
+                    .property(GROUP_FIRST_PROPERTY)
+                    .is_some()
+            })
+            .map(text)
+            .collect();
+        assert_eq!(firsts, ["0", "1"]);
+        // The second consumer goes with g2 unacknowledged: the group moves
+        // to the first, in order, its first message marked again.
+        let seqs: Vec<u64> = out
+            .iter()
+            .filter(|d| d.to == sub(2))
+            .map(|d| d.seq)
+            .collect();
+        out.clear();
+        q.remove_consumer(&sub(2), &seqs, &mut out);
+        assert_eq!(of(&out, 1), ["1", "3", "5", "7"]);
+        let first = Message::decode(&out[0].block, 1).unwrap();
+        assert_eq!(
+            first
+                .property(GROUP_FIRST_PROPERTY)
+                .and_then(|v| v.as_bool()),
+            Some(true)
+        );
+        // A group whose consumer has no credit waits; others pass it.
+        let mut q = queue();
+        q.add_consumer(sub(1), None, (1, 0), &mut out);
+        q.add_consumer(sub(2), None, (5, 0), &mut out);
+        out.clear();
+        for (i, group) in [(0, "a"), (1, "a"), (2, "b")] {
+            q.enqueue(tagged(i, GROUP_PROPERTY, group), None, &mut out)
+                .unwrap();
+        }
+        let got: Vec<(u32, String)> = out
+            .iter()
+            .map(|d| (d.to.subscription_id, text(d)))
+            .collect();
+        assert_eq!(got, [(1, "0".into()), (2, "2".into())]);
+        assert_eq!(q.depth(), 1, "a's second waits for its consumer");
+    }
+
+    #[test]
+    fn a_last_value_replaces_the_waiting_message_with_the_same_key() {
+        let mut q = with(|s| s.last_value_key = "ticker".into());
+        let mut out = Vec::new();
+        for (i, ticker) in [(0, "ACME"), (1, "INIT"), (2, "ACME"), (3, "ACME")] {
+            q.enqueue(tagged(i, "ticker", ticker), None, &mut out)
+                .unwrap();
+        }
+        q.enqueue(block(4), None, &mut out).unwrap();
+        let replaced: Vec<String> = q
+            .take_replaced()
+            .iter()
+            .map(|m| {
+                Message::decode(&m.block, 0)
+                    .unwrap()
+                    .body_text()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(replaced, ["0", "2"]);
+        q.add_consumer(sub(1), None, (1, 0), &mut out);
+        assert_eq!(out.iter().map(text).collect::<Vec<_>>(), ["1"]);
+        // One in flight is not replaced; the next value waits behind it.
+        q.enqueue(tagged(5, "ticker", "INIT"), None, &mut out)
+            .unwrap();
+        assert!(q.take_replaced().is_empty());
+        assert_eq!(q.depth(), 3, "3, 4 (no key) and 5");
     }
 }

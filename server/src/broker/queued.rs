@@ -11,6 +11,8 @@ pub struct QueuedMessage {
     pub seq: u64,
     /// The encoded message block.
     pub block: Bytes,
+    /// Its message group (a key of its `JMSXGroupID`), if it has one.
+    pub group: Option<u64>,
     /// Times it has been delivered so far.
     pub deliveries: u32,
     /// Its record in the store, for a persistent message.

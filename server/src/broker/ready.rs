@@ -23,6 +23,16 @@ pub struct ReadyKey {
     seq: u64,
 }
 
+impl ReadyKey {
+    /// The key of the message with this priority and sequence number.
+    pub fn new(priority: u8, seq: u64) -> ReadyKey {
+        ReadyKey {
+            priority: priority.min(MAX_PRIORITY),
+            seq,
+        }
+    }
+}
+
 /// Waiting messages, by priority and then sequence number.
 #[derive(Default)]
 pub struct Ready {
@@ -108,6 +118,13 @@ impl Ready {
         taken
     }
 
+    /// Whether the message at `key` is waiting.
+    pub fn contains(&self, key: ReadyKey) -> bool {
+        self.by_priority[key.priority as usize]
+            .binary_search_by_key(&key.seq, |m| m.seq)
+            .is_ok()
+    }
+
     /// Every waiting message, in delivery order.
     pub fn iter(&self) -> impl Iterator<Item = &QueuedMessage> {
         self.by_priority.iter().rev().flatten()
@@ -179,6 +196,7 @@ mod tests {
     fn message(seq: u64, priority: u8) -> QueuedMessage {
         QueuedMessage {
             seq,
+            group: None,
             block: Bytes::new(),
             deliveries: 0,
             journal_id: None,

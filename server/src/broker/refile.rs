@@ -6,7 +6,9 @@
 use super::delivery::Deliveries;
 use super::queue::{Dispatch, QueuedMessage, SharedQueue};
 use super::request::Room;
+use super::timers::Timed;
 use super::{deliver_from, wake_blocked, Broker};
+use crate::addresses::AddressSettings;
 use crate::sync::lock;
 use bytes::{Bytes, BytesMut};
 use herald_protocol::{Destination, DestinationKind, Message};
@@ -29,7 +31,19 @@ impl Broker {
         dispatches: Vec<Dispatch>,
         out: &mut Deliveries,
     ) {
-        let expired = lock(queue).take_expired();
+        let (expired, wake) = {
+            let mut q = lock(queue);
+            // A last-value queue's message replaced by one that arrived
+            // (in a cluster, from the queue's stream) is done with.
+            for m in q.take_replaced() {
+                self.ended(q.name(), &m, out.commit.as_mut());
+            }
+            (q.take_expired(), q.take_wake())
+        };
+        // A delivery given back to wait out its redelivery delay.
+        if let Some(due) = wake {
+            self.timers.schedule(due, Timed::Queue(queue.clone()));
+        }
         self.settled_apart(queue, (dispatches, expired), out);
     }
 
@@ -75,21 +89,24 @@ impl Broker {
         if messages.is_empty() {
             return;
         }
-        let from_name = lock(from).name().to_owned();
+        let (from_name, settings) = {
+            let q = lock(from);
+            (q.name().to_owned(), q.settings().clone())
+        };
         for m in messages {
             // The copy is written before the original's record ends: a
             // crash between keeps both, not none.
-            self.refile_one(&from_name, &m, why, out);
+            self.refile_one((&from_name, &settings), &m, why, out);
             self.ended(&from_name, &m, out.commit.as_mut());
         }
         wake_blocked(&mut lock(from), out);
     }
 
-    /// Moves one message out of queue `from_name` for good (see
-    /// [`Broker::refile`]).
+    /// Moves one message out of queue `from_name`, whose address has
+    /// `settings`, for good (see [`Broker::refile`]).
     pub(super) fn refile_one(
         &self,
-        from_name: &str,
+        (from_name, settings): (&str, &AddressSettings),
         m: &QueuedMessage,
         why: Refile<'_>,
         out: &mut Deliveries,
@@ -103,29 +120,36 @@ impl Broker {
             .unwrap_or_else(|| Destination::queue(from_name));
         let (target, reason) = match why {
             Refile::Dead(reason) => {
-                if original.kind == DestinationKind::Queue
-                    && original.name.starts_with(&self.dead_letter_prefix)
-                {
+                let book = self.address_book();
+                let prefix = book.defaults().dead_letter_prefix.as_str();
+                if from_name.starts_with(prefix) || settings.dead_letter == from_name {
                     log::warn!(
-                        "message {} failed in dead-letter queue {}: dropped",
+                        "message {} failed in dead-letter queue {from_name}: dropped",
                         message.message_id(),
-                        original.name
                     );
                     return;
                 }
-                let target = format!("{}{}", self.dead_letter_prefix, original.name);
+                let target = match settings.destination.kind {
+                    DestinationKind::Queue => settings.dead_letter.clone(),
+                    // A subscription's queue: by the message's topic, as
+                    // before settings per address.
+                    DestinationKind::Topic => self
+                        .settings(original.kind, &original.name)
+                        .dead_letter
+                        .clone(),
+                };
                 (target, format!("{reason} ({} deliveries)", m.deliveries))
             }
             Refile::Expired => {
                 self.counters.expired.fetch_add(1, Ordering::Relaxed);
-                if self.expiry_queue.is_empty() {
+                if settings.expiry.is_empty() {
                     log::debug!("message {} expired: dropped", message.message_id());
                     return;
                 }
                 // It must not expire again where it goes.
                 message.expiration = 0;
                 (
-                    self.expiry_queue.clone(),
+                    settings.expiry.clone(),
                     format!(
                         "expired at {}",
                         herald_protocol::utc::format_ms(m.expiration)
@@ -145,7 +169,7 @@ impl Broker {
                 &target,
                 &Bytes::from(block),
                 message.delivery_mode,
-                Room::Refuse,
+                Room::Move,
                 None,
                 out,
             )

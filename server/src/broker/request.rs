@@ -10,7 +10,7 @@ use herald_protocol::DestinationKind;
 use super::address::ConnectionRef;
 use super::backlog::Backlog;
 use super::declared_topics::Undeclared;
-use super::queue::SharedQueue;
+use super::queue::{QueueFull, SharedQueue};
 use crate::store::{Completion, StoreError};
 use crate::sync::lock;
 
@@ -66,6 +66,10 @@ pub enum Room {
     /// Take it anyway: a committing transaction, whose room was checked
     /// beforehand, is not refused halfway.
     Overfill,
+    /// A message the server moves (a dead letter, an expired one): only
+    /// `max_messages` refuses it, not a memory bound, which holds back
+    /// publishers.
+    Move,
 }
 
 /// What a connection must remember to undo a subscription.
@@ -96,13 +100,17 @@ pub enum RouteError {
     /// Strict mode and the topic is not in the declared tree.
     #[error(transparent)]
     Undeclared(#[from] Undeclared),
-    /// The queue is at its limit.
-    #[error("queue '{queue}' holds {max} messages, the most it may")]
+    /// The queue does not exist and its address does not create queues on
+    /// first use.
+    #[error("queue '{0}' does not exist, and its address does not create queues on first use (auto_create = false)")]
+    NoQueue(String),
+    /// The queue is at a limit.
+    #[error("queue '{queue}' {}", full.limit)]
     QueueFull {
         /// The queue.
         queue: String,
-        /// Its limit.
-        max: usize,
+        /// Which limit, and what its address does now.
+        full: QueueFull,
     },
 }
 
@@ -166,6 +174,9 @@ pub struct SubscribeRequest<'a> {
     /// filter, JMS's noLocal): for a topic subscription of a connection,
     /// not a durable or shared one.
     pub no_local: bool,
+    /// The consumer's priority among those of its queue (see
+    /// [`Queue::add_consumer`](super::Queue::add_consumer)).
+    pub priority: i32,
 }
 
 impl SubscribeRequest<'_> {

@@ -64,11 +64,14 @@ impl Broker {
         let block = message.block();
         let mode = message.delivery_mode;
         match message.destination_kind {
+            DestinationKind::Queue if !self.may_open(name) => {
+                Err(RouteError::NoQueue(name.to_owned()))
+            }
             DestinationKind::Queue => self
                 .send_to_queue(name, block, mode, room, from, out)
-                .map_err(|f| RouteError::QueueFull {
+                .map_err(|full| RouteError::QueueFull {
                     queue: name.to_owned(),
-                    max: f.max_messages,
+                    full,
                 }),
             DestinationKind::Topic => {
                 let mut routed = self.route_topic(message, name, from, true, out)?;
@@ -178,6 +181,7 @@ impl Broker {
             // Expired before routing: no subscriber sees it.
             let expired = QueuedMessage {
                 seq: 0,
+                group: None,
                 block: block.clone(),
                 deliveries: 0,
                 journal_id: None,
@@ -186,7 +190,8 @@ impl Broker {
                 entry: None,
                 restored: false,
             };
-            self.refile_one(name, &expired, Refile::Expired, out);
+            let settings = self.settings(DestinationKind::Topic, name);
+            self.refile_one((name, &settings), &expired, Refile::Expired, out);
             return Ok(Routed::default());
         }
         // Parsed at most once, and only if a selector needs it.
@@ -231,7 +236,9 @@ impl Broker {
                 routed.backlog = entry.backlog.as_ref().filter(|b| b.is_high()).cloned();
             }
             match &entry.target {
-                Target::Direct(sub) if delayed => self.timers.schedule(due, Timed::Direct(*sub, block.clone())),
+                Target::Direct(sub) if delayed => self
+                    .timers
+                    .schedule(due, Timed::Direct(*sub, block.clone())),
                 Target::Direct(sub) => out.push(*sub, block.clone()),
                 Target::Stream(stream) => {
                     if let (Some(peers), true) = (self.peers.get(), local) {
@@ -246,20 +253,17 @@ impl Broker {
                         }
                     }
                 }
-                Target::Queue(queue) => match self.enqueue(
-                    queue,
-                    block,
-                    (mode, Room::Refuse),
-                    &mut routed.written,
-                    out,
-                ) {
-                    Ok(written) => routed.journaled |= written,
-                    Err(full) => log::warn!(
-                        "subscription queue '{}' is full ({} messages): a message on {name} is not kept for it",
-                        lock(queue).name(),
-                        full.max_messages
-                    ),
-                },
+                Target::Queue(queue) => {
+                    match self.enqueue(queue, block, (mode, Room::Refuse), &mut routed.written, out)
+                    {
+                        Ok(written) => routed.journaled |= written,
+                        Err(full) => log::warn!(
+                            "subscription queue '{}' {}: a message on {name} is not kept for it",
+                            lock(queue).name(),
+                            full.limit
+                        ),
+                    }
+                }
             }
         };
         match cached {

@@ -1,5 +1,6 @@
 //! What the broker counts and shows the management interface.
 
+use super::queue::Limit;
 use std::sync::atomic::AtomicU64;
 
 use herald_protocol::DestinationKind;
@@ -101,6 +102,12 @@ pub struct QueueStats {
     pub enqueued: u64,
     /// Messages ever acknowledged.
     pub acknowledged: u64,
+    /// Bytes of the messages it holds, when last weighed.
+    pub bytes: usize,
+    /// The memory bound it is over, if it is.
+    pub over: Option<Limit>,
+    /// Sends dropped because it was full (`full_policy = "drop"`).
+    pub dropped: u64,
 }
 
 impl QueueStats {

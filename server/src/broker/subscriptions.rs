@@ -5,7 +5,9 @@ use super::address::Subscriber;
 use super::delivery::Deliveries;
 use super::queue::{AckRef, Queue, QueuedMessage, SharedQueue};
 use super::registry::{is_durable_stream, Kept};
-use super::request::{Room, SubscribeError, SubscribeRequest, SubscriptionHandle, Written};
+use super::request::{
+    Room, RouteError, SubscribeError, SubscribeRequest, SubscriptionHandle, Written,
+};
 use super::stats::LiveSubscription;
 use super::topic_tree::{Target, TopicEntry};
 use super::{wake_blocked, Broker};
@@ -55,13 +57,17 @@ impl Broker {
         let attach =
             |queue: &SharedQueue, selector: Option<Arc<Selector>>, out: &mut Deliveries| {
                 let mut dispatches = Vec::new();
-                lock(queue).add_consumer(sub, selector, prefetch, &mut dispatches);
+                lock(queue).add_consumer(sub, selector, (prefetch, req.priority), &mut dispatches);
                 self.settled(queue, dispatches, out);
             };
         match req.kind {
             DestinationKind::Queue => {
                 let queue = match req.temporary {
                     true => self.temporary_queue(req.destination, sub.conn.serial)?,
+                    false if !self.may_open(req.destination) => {
+                        let missing = RouteError::NoQueue(req.destination.to_owned());
+                        return Err(SubscribeError::Destination(missing.to_string()));
+                    }
                     false => self.queue(req.destination),
                 };
                 if lock(&queue).owner().is_some_and(|o| o != sub.conn.serial) {
@@ -82,7 +88,8 @@ impl Broker {
                 let (target, queue, backlog) = if req.acknowledged {
                     let name = format!("subscription.{}.{}", sub.conn.serial, sub.subscription_id);
                     // Lives and dies with its connection: nothing to keep.
-                    let queue = self.shared_queue(Queue::new(name, None, self.limits));
+                    let settings = self.settings(DestinationKind::Topic, req.destination);
+                    let queue = self.shared_queue(Queue::new(name, None, settings));
                     attach(&queue, None, out);
                     (Target::Queue(queue.clone()), Some(queue), None)
                 } else {
@@ -311,6 +318,16 @@ impl Broker {
         let mut dispatches = Vec::new();
         lock(&ack.queue).release(sub, ack.seq, &mut dispatches);
         self.settled(&ack.queue, dispatches, out);
+    }
+
+    /// Takes back a delivery its subscriber gave up unprocessed without
+    /// failing it (AMQP's `released`): uncounted, after the redelivery
+    /// delay (see [`Queue::give_up`]).
+    pub fn give_up(&self, ack: &AckRef, sub: &Subscriber, out: &mut Deliveries) -> bool {
+        let mut dispatches = Vec::new();
+        let held = lock(&ack.queue).give_up(sub, ack.seq, &mut dispatches);
+        self.settled(&ack.queue, dispatches, out);
+        held
     }
 
     /// The messages waiting in a queue that `selector` matches.

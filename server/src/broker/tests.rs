@@ -170,6 +170,7 @@ fn request(kind: DestinationKind, pattern: &str) -> SubscribeRequest<'_> {
         backlog: None,
         kept: true,
         no_local: false,
+        priority: 0,
     }
 }
 

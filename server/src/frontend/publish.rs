@@ -83,6 +83,14 @@ pub fn publish(
     }
 }
 
+/// Why a send to a full queue is held or refused, and what then.
+fn full_reason(full: &RouteError, block: bool) -> String {
+    match block {
+        true => format!("{full}: publishing waits until consumers drain it"),
+        false => format!("{full}: publishes to it are refused until consumers drain it"),
+    }
+}
+
 /// What routing did with a send.
 enum Routing {
     /// Routed: its RECEIPT goes now, or once the journal has it.
@@ -113,52 +121,45 @@ fn route(
             format!("{most} requests of this connection already wait for the journal (max_pending_receipts)"),
         ));
     }
-    let config = &ctx.shared.config.queues;
-    let block = config.full_policy == FullPolicy::Block;
-    let room = if block {
-        Room::Wait(ctx.me)
-    } else {
-        Room::Refuse
-    };
-    let memory = ctx.shared.broker.memory();
     let disk = match persistent {
         true => ctx.shared.broker.refusing_persistent(),
         false => None,
     };
-    let for_server = memory.over() || disk.is_some();
-    let routed = if let Some(why) = disk {
-        Err(why)
-    } else if for_server {
-        let then = match block {
-            true => "publishing waits until consumers drain them",
-            false => {
-                "publishes are refused (queues.full_policy = \"fail\") until consumers drain them"
-            }
-        };
-        Err(format!(
-            "the server's queues hold {} bytes, more than queues.max_memory_bytes ({}): {then}",
-            memory.used(),
-            memory.limit()
-        ))
-    } else {
-        match ctx
-            .shared
-            .broker
-            .publish_to(message, name, room, Some(ctx.me), ctx.deliveries)
-        {
+    let for_server = disk.is_some();
+    let routed = match disk {
+        Some(why) => Err((
+            why,
+            ctx.shared.config.queues.full_policy == FullPolicy::Block,
+        )),
+        None => match ctx.shared.broker.publish_to(
+            message,
+            name,
+            Room::Wait(ctx.me),
+            Some(ctx.me),
+            ctx.deliveries,
+        ) {
             Ok(routed) => Ok(routed),
             Err(RouteError::Undeclared(why)) => {
                 return Err(Refusal::soft(ErrorCode::UndeclaredTopic, why.to_string()))
             }
-            Err(full @ RouteError::QueueFull { .. }) => Err(full.to_string()),
-        }
+            Err(missing @ RouteError::NoQueue(_)) => {
+                return Err(Refusal::soft(
+                    ErrorCode::InvalidDestination,
+                    missing.to_string(),
+                ))
+            }
+            Err(full @ RouteError::QueueFull { .. }) => {
+                let block = matches!(&full, RouteError::QueueFull { full: f, .. } if f.policy == FullPolicy::Block);
+                Err((full_reason(&full, block), block))
+            }
+        },
     };
-    // Full, a queue or the server: held back for a while, or refused.
+    // Full, a queue or the disk: held back for a while, or refused.
     let routed = match routed {
         Ok(routed) => routed,
-        Err(why) => {
+        Err((why, block)) => {
             let since = since.unwrap_or_else(Instant::now);
-            let limit = Duration::from_millis(config.block_timeout_ms.into());
+            let limit = Duration::from_millis(ctx.shared.config.queues.block_timeout_ms.into());
             if block && since.elapsed() < limit {
                 return Ok(Routing::Hold { since, for_server });
             }

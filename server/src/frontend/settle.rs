@@ -44,10 +44,7 @@ pub fn settle(
             Outcome::Processed => None,
             Outcome::Redeliver => Some(broker.nack(&u.ack, &sub, ctx.deliveries)),
             Outcome::Reject => Some(broker.reject(&u.ack, &sub, ctx.deliveries)),
-            Outcome::Release => {
-                broker.release(&u.ack, &sub, ctx.deliveries);
-                Some(true)
-            }
+            Outcome::Release => Some(broker.give_up(&u.ack, &sub, ctx.deliveries)),
         };
         if let Some(held) = held {
             if !held {

@@ -72,6 +72,7 @@ pub fn handle(
         backlog: (!f.best_effort).then(|| session.backlog()),
         kept: true,
         no_local: false,
+        priority: f.priority,
     };
     // The RECEIPT is queued before any message the subscription may
     // already have waiting: deliveries are routed after this frame.

@@ -589,6 +589,7 @@ fn subscribe_one(
         backlog: Some(session.backlog()),
         kept,
         no_local: false,
+        priority: 0,
     };
     let refused = |r: Refusal| (suback_reason(r.code()), r.message().to_owned());
     subscribe(number, request, session, ctx).map_err(refused)?;

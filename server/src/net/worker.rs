@@ -979,12 +979,11 @@ impl Worker {
         let now = Instant::now();
         let block_timeout =
             Duration::from_millis(self.shared.config.queues.block_timeout_ms.into());
-        // Sends held back while the server's queues were over the memory
-        // limit, or its journal's disk below the free-space floor, wait for
-        // no queue in particular: they try again each tick once that is
-        // over. One held for a full queue waits for its Wake.
-        let broker = &self.shared.broker;
-        let server_ok = !broker.memory().over() && broker.refusing_persistent().is_none();
+        // Sends held back while the journal's disk was below the
+        // free-space floor wait for no queue in particular: they try again
+        // each tick once that is over. One held for a full queue (at a
+        // memory bound too) waits for its Wake.
+        let server_ok = self.shared.broker.refusing_persistent().is_none();
         let expired: Vec<ConnectionRef> = self
             .conns
             .iter()

@@ -590,9 +590,22 @@ fn subscribe(
         None => mapping::destination(destination)
             .map_err(|e| (ErrorCode::InvalidDestination, e.to_string()))?,
     };
+    let priority = match frame
+        .get("priority")
+        .or_else(|| frame.get("activemq.priority"))
+    {
+        None => 0,
+        Some(text) => text.parse().map_err(|_| {
+            (
+                ErrorCode::Malformed,
+                format!("priority '{text}' is not a whole number (a consumer's priority)"),
+            )
+        })?,
+    };
     let options = Options {
         selector: frame.get("selector").unwrap_or_default(),
         durable_name: durable_name(frame).unwrap_or_default(),
+        priority,
     };
     subscribe_to(id, &target, ack, options, stomp, session, ctx)
 }
@@ -618,6 +631,9 @@ fn durable_name(frame: &StompFrame) -> Option<&str> {
 struct Options<'a> {
     selector: &'a str,
     durable_name: &'a str,
+    /// The consumer's priority among those of its queue (the `priority`
+    /// header, or ActiveMQ's `activemq.priority`).
+    priority: i32,
 }
 
 /// Subscribes STOMP id `id` to `target`.
@@ -667,6 +683,7 @@ fn subscribe_to(
         backlog: Some(session.backlog()),
         kept: true,
         no_local: false,
+        priority: options.priority,
     };
     start(number, request, session, ctx).map_err(refused)?;
     stomp.subscriptions.insert(id.to_owned(), (number, ack));

@@ -1,0 +1,451 @@
+//! Settings per address (`[[addresses]]`): matched by pattern, shown by
+//! the management interface, changed by a reload; memory bounds that hold
+//! back only the publishers of the full queue; redelivery delays.
+
+use std::time::{Duration, Instant};
+
+use herald_client::{AckMode, Destination, ErrorCode, Message};
+use herald_server::config::{AddressRule, FullPolicy};
+use herald_server::Config;
+use herald_tests::*;
+
+fn rule(pattern: &str) -> AddressRule {
+    AddressRule {
+        pattern: pattern.into(),
+        ..AddressRule::default()
+    }
+}
+
+fn get(server: &TestServer, path: &str) -> serde_json::Value {
+    let a = call(server, "GET", path, None, None);
+    assert_eq!(a.status, 200, "{path}: {}", a.body);
+    a.json()
+}
+
+#[test]
+fn one_full_queue_holds_back_its_own_publishers_and_no_one_else() {
+    let mut config = test_config();
+    config.queues.max_memory_bytes = 1_000_000;
+    config.queues.full_policy = FullPolicy::Fail;
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let listener = subscribe(&s, "prices.#");
+    let stuck = s.create_producer(&Destination::queue("stuck")).unwrap();
+    let body = "x".repeat(27_000);
+    let mut sent = 0;
+    let refusal = loop {
+        match stuck.send_with_receipt(Message::text(body.as_str())) {
+            Ok(()) => sent += 1,
+            Err(e) => break e,
+        }
+        assert!(sent < 500, "never refused");
+        // The queues are weighed ten times a second.
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(
+        refusal.server_code(),
+        Some(ErrorCode::QueueFull),
+        "{refusal}"
+    );
+    let text = refusal.to_string();
+    assert!(
+        text.contains("'stuck'") && text.contains("max_memory_bytes"),
+        "{text}"
+    );
+    assert!(text.contains("refused"), "{text}");
+    // Everyone else goes on: another queue, and a topic.
+    let other = s.create_producer(&Destination::queue("other")).unwrap();
+    for i in 0..20 {
+        other
+            .send_with_receipt(Message::text(i.to_string()))
+            .unwrap();
+        publish(&s, "prices.eu", &i.to_string());
+        assert_eq!(next(&listener).body_text(), Some(i.to_string().as_str()));
+    }
+    let q = get(&server, "/api/queues/stuck");
+    assert!(
+        q["full"].as_str().unwrap().contains("max_memory_bytes"),
+        "{q}"
+    );
+    assert_eq!(
+        get(&server, "/api/queues/other")["full"],
+        serde_json::Value::Null
+    );
+    // Drained, the queue takes messages again.
+    let consumer = s.create_consumer(&Destination::queue("stuck")).unwrap();
+    for _ in 0..sent {
+        next(&consumer);
+    }
+    wait_until("the mark is lifted", || {
+        stuck.send_with_receipt(Message::text("again")).is_ok()
+    });
+}
+
+#[test]
+fn an_address_of_its_own_size_blocks_fails_or_drops_as_it_says() {
+    let mut config = test_config();
+    let mut capped = rule("queue://capped.#");
+    capped.max_size_bytes = Some(50_000);
+    capped.full_policy = Some(FullPolicy::Drop);
+    let mut failing = rule("queue://capped.fail");
+    failing.full_policy = Some(FullPolicy::Fail);
+    config.addresses = vec![capped, failing];
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let body = "y".repeat(10_000);
+    let fill = |name: &str| {
+        let p = s.create_producer(&Destination::queue(name)).unwrap();
+        let mut results = Vec::new();
+        for _ in 0..40 {
+            results.push(p.send_with_receipt(Message::text(body.as_str())));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        results
+    };
+    // Drop: every send is accepted, and those past the bound are counted.
+    assert!(fill("capped.drop").iter().all(Result::is_ok));
+    let q = get(&server, "/api/queues/capped.drop");
+    let (dropped, depth) = (q["dropped"].as_u64().unwrap(), q["depth"].as_u64().unwrap());
+    assert!(dropped > 0 && depth + dropped == 40, "{q}");
+    assert!(depth < 20, "{q}");
+    assert_eq!(q["settings"]["full_policy"], "drop");
+    // Fail, on a more specific entry: refused naming the bound.
+    let results = fill("capped.fail");
+    let refused = results
+        .iter()
+        .find_map(|r| r.as_ref().err())
+        .expect("refused");
+    assert!(
+        refused.to_string().contains("max_size_bytes (50000)"),
+        "{refused}"
+    );
+    // A queue no entry bounds takes them all.
+    assert!(fill("free").iter().all(Result::is_ok));
+    assert_eq!(get(&server, "/api/queues/free")["depth"], 40);
+}
+
+#[test]
+fn dead_letters_go_where_the_address_says_after_its_max_deliveries() {
+    let mut config = test_config();
+    let mut orders = rule("queue://orders.#");
+    orders.max_deliveries = Some(2);
+    orders.dead_letter = Some("queue://failed.orders".into());
+    config.addresses = vec![orders];
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    s.create_producer(&Destination::queue("orders.eu"))
+        .unwrap()
+        .send_with_receipt(Message::text("bad"))
+        .unwrap();
+    let c = factory(&server).create_connection().unwrap();
+    let client = c.create_session(AckMode::Client).unwrap();
+    let consumer = client
+        .create_consumer(&Destination::queue("orders.eu"))
+        .unwrap();
+    for _ in 0..2 {
+        next(&consumer);
+        client.recover().unwrap();
+    }
+    let dead = s
+        .create_consumer(&Destination::queue("failed.orders"))
+        .unwrap();
+    let m = next(&dead);
+    assert_eq!(m.body_text(), Some("bad"));
+    assert!(dead_letter_reason(&m).contains("2 deliveries"), "{m:?}");
+    let settings = &get(&server, "/api/queues/orders.eu")["settings"];
+    assert_eq!(settings["max_deliveries"], 2, "{settings}");
+    assert_eq!(settings["dead_letter"], "queue://failed.orders");
+    assert_eq!(settings["matched"], serde_json::json!(["queue://orders.#"]));
+    let queues = get(&server, "/api/queues");
+    let row = queues
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "failed.orders");
+    assert_eq!(row.unwrap()["dead_letter"], true, "{queues}");
+}
+
+#[test]
+fn a_redelivery_waits_its_delay_and_the_delay_grows() {
+    let mut config = test_config();
+    let mut slow = rule("queue://retry");
+    slow.redelivery_delay = Some(herald_server::addresses::Millis(300));
+    slow.redelivery_multiplier = Some(2.0);
+    config.addresses = vec![slow];
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    s.create_producer(&Destination::queue("retry"))
+        .unwrap()
+        .send_with_receipt(Message::text("again"))
+        .unwrap();
+    let c = factory(&server).create_connection().unwrap();
+    let client = c.create_session(AckMode::Client).unwrap();
+    let consumer = client
+        .create_consumer(&Destination::queue("retry"))
+        .unwrap();
+    next(&consumer);
+    // Not before its delay, whatever the machine's speed: 300 ms, then
+    // 600 ms.
+    for (attempt, delay) in [(2, 300), (3, 600)] {
+        let given_back = Instant::now();
+        client.recover().unwrap();
+        let m = next(&consumer);
+        assert!(
+            given_back.elapsed() >= Duration::from_millis(delay),
+            "delivery {attempt} came back after {:?}",
+            given_back.elapsed()
+        );
+        assert_eq!(m.delivery_count, attempt);
+    }
+    // Meanwhile it shows as scheduled.
+    client.recover().unwrap();
+    let q = get(&server, "/api/queues/retry");
+    assert_eq!(q["scheduled"], 1, "{q}");
+    assert_eq!(q["settings"]["redelivery_delay"], "300ms");
+    assert_eq!(q["settings"]["max_redelivery_delay"], "3s");
+}
+
+#[test]
+fn a_reload_puts_new_settings_in_force_and_a_bad_entry_is_refused() {
+    let dir = temp_dir("addresses-reload");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("herald.toml");
+    let write = |max_deliveries: u32| {
+        let text = format!(
+            "[[addresses]]\nmatch = \"queue://jobs.#\"\nmax_deliveries = {max_deliveries}\n"
+        );
+        std::fs::write(&file, text).unwrap();
+    };
+    write(4);
+    let mut config = Config::load(&file).unwrap();
+    let base = test_config();
+    (config.listen, config.admin.listen, config.data_dir) =
+        (base.listen, base.admin.listen, base.data_dir.clone());
+    (config.stomp, config.mqtt, config.amqp) = (base.stomp, base.mqtt, base.amqp);
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    s.create_producer(&Destination::queue("jobs.a"))
+        .unwrap()
+        .send_with_receipt(Message::text("j"))
+        .unwrap();
+    let deliveries = |server: &TestServer| {
+        get(server, "/api/queues/jobs.a")["settings"]["max_deliveries"].clone()
+    };
+    assert_eq!(deliveries(&server), 4);
+    write(7);
+    let a = call(&server, "POST", "/api/reload", None, None);
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(
+        deliveries(&server),
+        7,
+        "an existing queue takes the new settings"
+    );
+    let resolved = get(&server, "/api/addresses?destination=queue://jobs.new");
+    assert_eq!(resolved["settings"]["max_deliveries"], 7, "{resolved}");
+    assert_eq!(resolved["entries"][0]["match"], "queue://jobs.#");
+    // Refused naming the entry and the key; the old settings stay.
+    std::fs::write(
+        &file,
+        "[[addresses]]\nmatch = \"queue://jobs.#\"\nredelivery_delay = \"5 parsecs\"\n",
+    )
+    .unwrap();
+    let a = call(&server, "POST", "/api/reload", None, None);
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert!(a.error().contains("redelivery_delay"), "{}", a.body);
+    std::fs::write(
+        &file,
+        "[[addresses]]\nmatch = \"queue://jobs.#\"\nmax_deliveries = 0\n",
+    )
+    .unwrap();
+    let a = call(&server, "POST", "/api/reload", None, None);
+    assert!(
+        a.error().contains("addresses[0].max_deliveries"),
+        "{}",
+        a.body
+    );
+    assert_eq!(deliveries(&server), 7);
+    let bad = call(
+        &server,
+        "GET",
+        "/api/addresses?destination=nowhere://x",
+        None,
+        None,
+    );
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn groups_stay_whole_and_in_order_when_a_consumer_goes_halfway() {
+    const GROUPS: i64 = 100;
+    const MESSAGES: i64 = 10_000;
+    let server = start();
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("grouped")).unwrap();
+    let send = |range: std::ops::Range<i64>| {
+        for i in range {
+            let m = Message::text(i.to_string())
+                .with_property("JMSXGroupID", format!("g{}", i % GROUPS))
+                .with_property("n", i);
+            p.send(m).unwrap();
+        }
+        p.send_with_receipt(Message::text("sync").with_property("n", -1i64))
+            .unwrap();
+    };
+    // (consumer, group, n) in the order each consumer got them.
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, i64)>();
+    let consumers: Vec<_> = (0..4)
+        .map(|k| {
+            let (c, s) = connect(&server);
+            let consumer = s
+                .create_consumer_with(
+                    &Destination::queue("grouped"),
+                    herald_client::ConsumerOptions::default().prefetch(50),
+                )
+                .unwrap();
+            let tx = tx.clone();
+            consumer
+                .set_message_listener(move |m: Message| {
+                    let n = m.property("n").and_then(|v| v.as_i64()).unwrap();
+                    tx.send((k, n)).unwrap();
+                })
+                .unwrap();
+            (c, s, consumer)
+        })
+        .collect();
+    drop(tx);
+    send(0..MESSAGES / 2);
+    let mut got: Vec<(usize, i64)> = Vec::new();
+    let take = |until: i64, got: &mut Vec<(usize, i64)>| {
+        while got.iter().filter(|(_, n)| *n >= 0).count() < until as usize {
+            got.push(rx.recv_timeout(PATIENCE).expect("every message arrives"));
+        }
+    };
+    take(MESSAGES / 2, &mut got);
+    consumers[0].2.close().unwrap();
+    send(MESSAGES / 2..MESSAGES);
+    take(MESSAGES, &mut got);
+    got.retain(|(_, n)| *n >= 0);
+    let mut seen = std::collections::HashSet::new();
+    let duplicates = got.iter().filter(|(_, n)| !seen.insert(*n)).count();
+    assert_eq!((seen.len() as i64, duplicates), (MESSAGES, 0), "each once");
+    for g in 0..GROUPS {
+        let of_group: Vec<(usize, i64)> = got
+            .iter()
+            .copied()
+            .filter(|(_, n)| n % GROUPS == g)
+            .collect();
+        let order: Vec<i64> = of_group.iter().map(|(_, n)| *n).collect();
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "group {g} out of order: {order:?}"
+        );
+        let mut owners: Vec<usize> = of_group.iter().map(|(k, _)| *k).collect();
+        owners.dedup();
+        assert!(
+            owners.len() == 1 || (owners.len() == 2 && owners[0] == 0),
+            "group {g} moved between {owners:?}"
+        );
+    }
+}
+
+#[test]
+fn exclusive_queues_and_consumer_priorities_choose_the_consumer() {
+    let mut config = test_config();
+    let mut single = rule("queue://single");
+    single.exclusive = Some(true);
+    config.addresses = vec![single];
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let options = herald_client::ConsumerOptions::default;
+    // Exclusive: the first consumer has everything until it goes.
+    let (_c1, s1) = connect(&server);
+    let first = s1.create_consumer(&Destination::queue("single")).unwrap();
+    let second = s.create_consumer(&Destination::queue("single")).unwrap();
+    let p = s.create_producer(&Destination::queue("single")).unwrap();
+    for i in 0..10 {
+        p.send_with_receipt(Message::text(i.to_string())).unwrap();
+    }
+    for i in 0..5 {
+        assert_eq!(next(&first).body_text(), Some(i.to_string().as_str()));
+    }
+    assert_nothing(&second);
+    first.close().unwrap();
+    drop(s1);
+    for i in 5..10 {
+        assert_eq!(next(&second).body_text(), Some(i.to_string().as_str()));
+    }
+    // Priority: the higher consumer takes all while it has credit.
+    let low = s
+        .create_consumer_with(&Destination::queue("ranked"), options().priority(-1))
+        .unwrap();
+    let (_c2, s2) = connect(&server);
+    let high = s2
+        .create_consumer_with(
+            &Destination::queue("ranked"),
+            options().priority(9).prefetch(5),
+        )
+        .unwrap();
+    let p = s.create_producer(&Destination::queue("ranked")).unwrap();
+    for i in 0..4 {
+        p.send_with_receipt(Message::text(i.to_string())).unwrap();
+    }
+    for _ in 0..4 {
+        next(&high);
+    }
+    assert_nothing(&low);
+}
+
+#[test]
+fn address_defaults_last_values_and_auto_create_apply_on_send() {
+    let mut config = test_config();
+    let mut prices = rule("queue://prices");
+    prices.last_value_key = Some("ticker".into());
+    let mut urgent = rule("queue://urgent");
+    urgent.default_priority = Some(8);
+    urgent.default_ttl = Some(herald_server::addresses::Millis(60_000));
+    let mut fixed = rule("queue://fixed.#");
+    fixed.auto_create = Some(false);
+    config.addresses = vec![prices, urgent, fixed];
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("prices")).unwrap();
+    for (ticker, price) in [("ACME", 1), ("INIT", 7), ("ACME", 2), ("ACME", 3)] {
+        let m = Message::text(price.to_string()).with_property("ticker", ticker);
+        p.send_with_receipt(m).unwrap();
+    }
+    p.send_with_receipt(Message::text("no key")).unwrap();
+    let c = s.create_consumer(&Destination::queue("prices")).unwrap();
+    let got: Vec<String> = (0..3)
+        .map(|_| next(&c).body_text().unwrap().to_owned())
+        .collect();
+    assert_eq!(got, ["7", "3", "no key"]);
+    assert_nothing(&c);
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let p = s.create_producer(&Destination::queue("urgent")).unwrap();
+    p.send_with_receipt(Message::text("u")).unwrap();
+    let m = next(&s.create_consumer(&Destination::queue("urgent")).unwrap());
+    assert_eq!(m.priority, 8);
+    assert!(m.expiration >= before + 60_000, "{}", m.expiration);
+    // Not made on first use: refused until it is created.
+    let p = s.create_producer(&Destination::queue("fixed.a")).unwrap();
+    let e = p.send_with_receipt(Message::text("x")).unwrap_err();
+    assert_eq!(e.server_code(), Some(ErrorCode::InvalidDestination), "{e}");
+    assert!(e.to_string().contains("auto_create = false"), "{e}");
+    let e = s
+        .create_consumer(&Destination::queue("fixed.a"))
+        .unwrap_err();
+    assert_eq!(e.server_code(), Some(ErrorCode::InvalidDestination), "{e}");
+    let a = call(
+        &server,
+        "POST",
+        "/api/queues",
+        Some(serde_json::json!({"name": "fixed.a"})),
+        None,
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    p.send_with_receipt(Message::text("x")).unwrap();
+}
