@@ -449,3 +449,129 @@ fn address_defaults_last_values_and_auto_create_apply_on_send() {
     assert_eq!(a.status, 200, "{}", a.body);
     p.send_with_receipt(Message::text("x")).unwrap();
 }
+
+fn divert(name: &str, from: &str, to: &str) -> herald_server::config::DivertRule {
+    herald_server::config::DivertRule {
+        name: name.into(),
+        from: from.into(),
+        to: to.into(),
+        selector: String::new(),
+        exclusive: false,
+    }
+}
+
+#[test]
+fn diverts_file_copies_in_the_broker_and_keep_them_across_a_restart() {
+    let mut config = test_config();
+    let mut eu = divert("eu", "topic://sales.#", "queue://eu-orders");
+    eu.selector = "region = 'EU'".into();
+    let mut audit = divert("audit", "queue://payments", "queue://audited");
+    audit.exclusive = true;
+    config.diverts = vec![eu, audit];
+    let dir = config.data_dir.clone();
+    let server = start_with(config.clone());
+    let (_c, s) = connect(&server);
+    let live = subscribe(&s, "sales.#");
+    let p = s.create_producer(&Destination::topic("sales.eu")).unwrap();
+    for (n, region) in [(1, "EU"), (2, "US"), (3, "EU")] {
+        let m = Message::text(n.to_string())
+            .with_property("region", region)
+            .persistent();
+        p.send_with_receipt(m).unwrap();
+    }
+    // The topic's own subscribers have every message, the divert's queue
+    // the selected ones, nobody holding a subscription for it.
+    let heard: Vec<String> = (0..3)
+        .map(|_| next(&live).body_text().unwrap().to_owned())
+        .collect();
+    assert_eq!(heard, ["1", "2", "3"]);
+    // Exclusive: the queue it was sent to never has it.
+    s.create_producer(&Destination::queue("payments"))
+        .unwrap()
+        .send_with_receipt(Message::text("pay").persistent())
+        .unwrap();
+    assert_eq!(get(&server, "/api/queues/audited")["depth"], 1);
+    assert!(call(&server, "GET", "/api/queues/payments", None, None).status == 404);
+    let topics = get(&server, "/api/topics");
+    assert_eq!(topics["diverts"][0]["name"], "eu", "{topics}");
+    drop((live, p, s, _c));
+    server.stop_keeping_data();
+    config.data_dir = dir;
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let queue = s.create_consumer(&Destination::queue("eu-orders")).unwrap();
+    for n in ["1", "3"] {
+        let m = next(&queue);
+        assert_eq!(m.body_text(), Some(n));
+        let from = m.property("HeraldDivertedFrom").and_then(|v| v.as_str());
+        assert_eq!(from, Some("topic://sales.eu"));
+        assert_eq!(m.destination(), Some(&Destination::queue("eu-orders")));
+    }
+    assert_nothing(&queue);
+    let audited = s.create_consumer(&Destination::queue("audited")).unwrap();
+    assert_eq!(next(&audited).body_text(), Some("pay"));
+}
+
+#[test]
+fn diverts_are_changed_through_the_api_and_a_loop_is_refused() {
+    let dir = temp_dir("diverts-api");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("herald.toml");
+    std::fs::write(&file, "# diverts come and go through the API\n").unwrap();
+    let mut config = Config::load(&file).unwrap();
+    let base = test_config();
+    (config.listen, config.admin.listen, config.data_dir) =
+        (base.listen, base.admin.listen, base.data_dir.clone());
+    (config.stomp, config.mqtt, config.amqp) = (base.stomp, base.mqtt, base.amqp);
+    let server = start_with(config);
+    let put = |name: &str, body: serde_json::Value| {
+        call(
+            &server,
+            "PUT",
+            &format!("/api/diverts/{name}"),
+            Some(body),
+            None,
+        )
+    };
+    let a = put(
+        "ab",
+        serde_json::json!({"from": "queue://a", "to": "queue://b"}),
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    let (_c, s) = connect(&server);
+    s.create_producer(&Destination::queue("a"))
+        .unwrap()
+        .send_with_receipt(Message::text("x"))
+        .unwrap();
+    assert_eq!(get(&server, "/api/queues/b")["depth"], 1);
+    // b -> a would close a loop: refused, naming it; nothing changes.
+    let a = put(
+        "ba",
+        serde_json::json!({"from": "queue://b", "to": "queue://a"}),
+    );
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert!(a.error().contains("loop"), "{}", a.body);
+    let a = put(
+        "bad",
+        serde_json::json!({"from": "queue://a", "to": "queue://c", "selector": "x = = 1"}),
+    );
+    assert!(a.error().contains("selector"), "{}", a.body);
+    let a = put("bad", serde_json::json!({"from": "queue://a"}));
+    assert_eq!(a.status, 400, "{}", a.body);
+    let listed = get(&server, "/api/diverts");
+    assert_eq!(listed["diverts"].as_array().unwrap().len(), 1, "{listed}");
+    assert!(std::fs::read_to_string(&file)
+        .unwrap()
+        .contains("[[diverts]]"));
+    let a = call(&server, "DELETE", "/api/diverts/ab", None, None);
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(
+        call(&server, "DELETE", "/api/diverts/ab", None, None).status,
+        404
+    );
+    assert!(get(&server, "/api/diverts")["diverts"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    let _ = std::fs::remove_dir_all(dir);
+}

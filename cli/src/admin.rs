@@ -202,6 +202,16 @@ pub fn topics(target: &Target) -> Result<()> {
         &["PATTERN", "SUBSCRIBERS"],
         rows(&t["patterns"], &["pattern", "subscribers"]),
     );
+    if t["diverts"].as_array().is_some_and(|d| !d.is_empty()) {
+        println!();
+        table(
+            &["DIVERT", "FROM", "TO", "SELECTOR", "EXCLUSIVE"],
+            rows(
+                &t["diverts"],
+                &["name", "from", "to", "selector", "exclusive"],
+            ),
+        );
+    }
     if t["strict"] == Value::Bool(true) {
         let declared = t["declared"].as_array().cloned().unwrap_or_default();
         println!("\ndeclared (strict mode): {}", declared.len());

@@ -255,6 +255,8 @@ async function refresh() {
     tr.append(linkCell(t.name, `#/topic/${encodeURIComponent(t.name)}`), cell(t.messages_in, true), cell(t.deliveries, true), cell(rate(t.rate), true));
   });
   fill("patterns", topics.patterns, (tr, p) => tr.append(nameCell(p.pattern), cell(p.subscribers, true)));
+  fill("diverts", topics.diverts || [], (tr, d) => tr.append(nameCell(d.name), nameCell(d.from),
+    nameCell(d.to), nameCell(d.selector || ""), cell(d.exclusive ? "yes" : "no")));
   fill("subscriptions", subscriptions, (tr, s) => {
     tr.append(cell(s.kind), nameCell(s.pattern), nameCell(s.selector), nameCell(s.name),
       nameCell(s.client_id), cell(s.connection), cell(s.backlog, true));

@@ -1,5 +1,5 @@
-//! Users and roles changed in the config file itself, as the management
-//! interface of a single node does: the file is edited in place (its
+//! Users, roles and diverts changed in the config file itself, as the
+//! management interface of a single node does: the file is edited in place (its
 //! comments, order and layout kept), the result is checked as a whole
 //! config before it replaces the file, and the file is replaced at once
 //! (written beside it, then renamed), so that a crash leaves the old
@@ -11,7 +11,7 @@ use thiserror::Error;
 use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, Value};
 
 use crate::auth::{AuthSection, RoleEntry, UserEntry, Users};
-use crate::config::Config;
+use crate::config::{Config, DivertRule};
 
 /// Why a change was not made; the file is as it was.
 #[derive(Debug, Error)]
@@ -128,6 +128,74 @@ fn edit(
     path: &Path,
     change: impl FnOnce(&mut Table) -> Result<(), EditError>,
 ) -> Result<AuthSection, EditError> {
+    let edited = |doc: &mut DocumentMut| {
+        let auth = doc
+            .entry("auth")
+            .or_insert_with(|| Item::Table(Table::new()))
+            .as_table_mut()
+            .ok_or_else(|| shape("[auth] is not a table"))?;
+        change(auth)
+    };
+    let users_hold = |config: &Config| {
+        Users::from_config(&config.auth)
+            .map(drop)
+            .map_err(|e| EditError::Invalid(e.to_string()))
+    };
+    Ok(edit_config(path, edited, users_hold)?.auth)
+}
+
+/// Adds `divert`, or replaces the divert of its name.
+pub fn put_divert(path: &Path, divert: &DivertRule) -> Result<Config, EditError> {
+    let edited = |doc: &mut DocumentMut| {
+        let mut entry = Table::new();
+        entry.insert("name", toml_edit::value(&divert.name));
+        entry.insert("from", toml_edit::value(&divert.from));
+        entry.insert("to", toml_edit::value(&divert.to));
+        if !divert.selector.is_empty() {
+            entry.insert("selector", toml_edit::value(&divert.selector));
+        }
+        entry.insert("exclusive", toml_edit::value(divert.exclusive));
+        let list = diverts(doc)?;
+        let at = list
+            .iter()
+            .position(|t| has_name(t.get("name"), &divert.name));
+        match at.and_then(|i| list.get_mut(i)) {
+            Some(t) => *t = entry,
+            None => list.push(entry),
+        }
+        Ok(())
+    };
+    edit_config(path, edited, |_| Ok(()))
+}
+
+/// Removes the divert `name`.
+pub fn remove_divert(path: &Path, name: &str) -> Result<Config, EditError> {
+    let edited = |doc: &mut DocumentMut| {
+        let list = diverts(doc)?;
+        let before = list.len();
+        list.retain(|t| !has_name(t.get("name"), name));
+        (list.len() < before)
+            .then_some(())
+            .ok_or_else(|| EditError::Missing("divert", name.to_owned()))
+    };
+    edit_config(path, edited, |_| Ok(()))
+}
+
+/// The file's `[[diverts]]`, made if it has none.
+fn diverts(doc: &mut DocumentMut) -> Result<&mut ArrayOfTables, EditError> {
+    doc.entry("diverts")
+        .or_insert_with(|| Item::ArrayOfTables(ArrayOfTables::new()))
+        .as_array_of_tables_mut()
+        .ok_or_else(|| shape("diverts is not a list of [[diverts]] tables"))
+}
+
+/// Reads the file, makes `change` to it, checks the result as a whole
+/// config and by `check`, and writes it; returns the new config.
+fn edit_config(
+    path: &Path,
+    change: impl FnOnce(&mut DocumentMut) -> Result<(), EditError>,
+    check: impl FnOnce(&Config) -> Result<(), EditError>,
+) -> Result<Config, EditError> {
     let io = |source| EditError::Io {
         path: path.display().to_string(),
         source,
@@ -136,18 +204,13 @@ fn edit(
     let mut doc: DocumentMut = text
         .parse()
         .map_err(|e| shape(&format!("the config file does not parse: {e}")))?;
-    let auth = doc
-        .entry("auth")
-        .or_insert_with(|| Item::Table(Table::new()))
-        .as_table_mut()
-        .ok_or_else(|| shape("[auth] is not a table"))?;
-    change(auth)?;
+    change(&mut doc)?;
     let text = doc.to_string();
     let config = Config::parse(&text, &path.display().to_string())
         .map_err(|e| EditError::Invalid(e.to_string()))?;
-    Users::from_config(&config.auth).map_err(|e| EditError::Invalid(e.to_string()))?;
+    check(&config)?;
     replace(path, &text).map_err(io)?;
-    Ok(config.auth)
+    Ok(config)
 }
 
 /// Writes `text` beside `path`, with its permissions, and renames it over.

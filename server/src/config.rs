@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 // `[queues]` is the defaults of the settings per address.
 pub use crate::addresses::{AddressRule, FullPolicy, QueuesConfig};
 pub use crate::auth::{AuthSection, RoleEntry, UserEntry};
+pub use crate::diverts::DivertRule;
 use crate::store::FsyncPolicy;
 use herald_protocol::selector::SelectorLimits;
 
@@ -103,6 +104,8 @@ pub struct Config {
     pub queues: QueuesConfig,
     /// Settings per address, over `queues`.
     pub addresses: Vec<AddressRule>,
+    /// Copies of messages filed elsewhere by the broker.
+    pub diverts: Vec<DivertRule>,
     /// The STOMP listener.
     pub stomp: StompSection,
     /// The MQTT listeners.
@@ -650,6 +653,7 @@ impl Default for Config {
             topics: TopicsConfig::default(),
             queues: QueuesConfig::default(),
             addresses: Vec::new(),
+            diverts: Vec::new(),
             stomp: StompSection::default(),
             mqtt: MqttSection::default(),
             amqp: AmqpSection::default(),
@@ -730,6 +734,18 @@ impl Config {
         &self,
     ) -> Result<crate::addresses::AddressBook, (usize, &'static str, String)> {
         crate::addresses::AddressBook::new(&self.addresses, &self.queues)
+    }
+
+    /// The `[[diverts]]`, parsed, or why one is wrong: (index, key,
+    /// reason).
+    pub fn divert_list(&self) -> Result<crate::diverts::Diverts, (usize, &'static str, String)> {
+        crate::diverts::Diverts::new(&self.diverts, &self.selectors.limits())
+    }
+
+    /// [`Config::divert_list`] of a config that was validated; one built
+    /// in code has none if its entries do not hold.
+    pub fn diverts(&self) -> crate::diverts::Diverts {
+        self.divert_list().unwrap_or_default()
     }
 
     /// [`Config::address_book`] of a config that was validated; one built
@@ -913,6 +929,9 @@ impl Config {
         }
         if let Err((i, key, why)) = self.address_book() {
             return invalid(&format!("addresses[{i}].{key}"), why);
+        }
+        if let Err((i, key, why)) = self.divert_list() {
+            return invalid(&format!("diverts[{i}].{key}"), why);
         }
         if self.mqtt.receive_maximum == 0 {
             return invalid(

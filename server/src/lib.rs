@@ -18,7 +18,8 @@
 //! - [`mqtt`]: the MQTT 3.1.1 and 5.0 front-end, on `frontend` too.
 //! - [`auth`]: users, passwords and permissions.
 //! - [`config`]: the settings of `herald.toml`; [`addresses`]: the
-//!   settings per address in it.
+//!   settings per address in it; [`diverts`]: the copies the broker files
+//!   itself.
 //! - [`admin`]: the management interface: JSON API, metrics, console.
 //! - [`cluster`]: nodes sharing topics, queues and durable subscriptions
 //!   through Redis.
@@ -37,6 +38,7 @@ pub mod broker;
 pub mod cluster;
 pub mod collections;
 pub mod config;
+pub mod diverts;
 pub mod frontend;
 pub mod handlers;
 pub mod log_limit;

@@ -1,8 +1,9 @@
-//! The settings per address as the management interface shows them: one
+//! The settings per address as the management interface shows them (one
 //! queue with the settings in force for it, the `[[addresses]]` entries,
-//! and what they resolve to for any destination.
+//! and what they resolve to for any destination), and the diverts, which
+//! it lists and changes in the config file.
 
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use herald_protocol::Destination;
@@ -10,8 +11,11 @@ use serde::Deserialize;
 use serde_json::{json, Value as Json_};
 
 use super::state::{ApiError, AppState};
+use super::users::edited;
 use crate::addresses::{AddressSettings, Millis};
+use crate::auth_file;
 use crate::broker::QueueStats;
+use crate::config::DivertRule;
 use crate::sync::lock;
 
 type ApiResult = Result<Json<Json_>, ApiError>;
@@ -99,4 +103,66 @@ pub(super) async fn addresses(
         answer["settings"] = settings_json(&book.resolve(to.kind, &to.name));
     }
     Ok(Json(answer))
+}
+
+/// `GET /api/diverts`: the diverts in force.
+pub(super) async fn diverts(State(state): State<AppState>) -> ApiResult {
+    let diverts = state.shared.broker.diverts();
+    let list: Vec<&DivertRule> = diverts.rules().collect();
+    let list = serde_json::to_value(list).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(Json(json!({
+        "diverts": list,
+        "editable": state.shared.config.source.is_some(),
+    })))
+}
+
+/// The body of `PUT /api/diverts/{name}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DivertBody {
+    from: String,
+    to: String,
+    #[serde(default)]
+    selector: String,
+    #[serde(default)]
+    exclusive: bool,
+}
+
+/// `PUT /api/diverts/{name}`: adds or replaces a divert in the config
+/// file, and reloads it.
+pub(super) async fn put_divert(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Result<Json<DivertBody>, JsonRejection>,
+) -> ApiResult {
+    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let rule = DivertRule {
+        name: name.clone(),
+        from: body.from,
+        to: body.to,
+        selector: body.selector,
+        exclusive: body.exclusive,
+    };
+    let path = config_file(&state)?;
+    edited(&state, auth_file::put_divert(&path, &rule))?;
+    Ok(Json(json!({ "divert": name })))
+}
+
+/// `DELETE /api/diverts/{name}`.
+pub(super) async fn delete_divert(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult {
+    let path = config_file(&state)?;
+    edited(&state, auth_file::remove_divert(&path, &name))?;
+    Ok(Json(json!({ "removed": name })))
+}
+
+/// The config file diverts are kept in: each node's own, cluster or not.
+fn config_file(state: &AppState) -> Result<std::path::PathBuf, ApiError> {
+    state.shared.config.source.clone().ok_or_else(|| {
+        ApiError::conflict(
+            "this server runs on its embedded defaults, with no config file to keep diverts in: start it with --config FILE",
+        )
+    })
 }

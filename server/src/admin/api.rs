@@ -67,6 +67,9 @@ pub(crate) fn routes() -> Vec<Route> {
         with_body(r(Method::POST, "/api/queues/{name}/messages/{id}/move", "Move one waiting message: {\"to\": \"queue://NAME\" or \"topic://NAME\"}", post(messages::move_message))),
         with_body(r(Method::POST, "/api/queues/{name}/messages/{id}/copy", "Copy one waiting message, as a new message: {\"to\": ...}", post(messages::copy_message))),
         r(Method::GET, "/api/addresses", "The [[addresses]] entries in force, least specific first; ?destination=queue://NAME or topic://NAME adds the settings they give it", get(super::addresses::addresses)),
+        r(Method::GET, "/api/diverts", "The diverts in force: a copy of each message a divert's from matches (and its selector selects) filed into its to by the broker", get(super::addresses::diverts)),
+        with_body(r(Method::PUT, "/api/diverts/{name}", "Add or replace a divert: {\"from\": \"topic://PATTERN\", \"to\": \"queue://NAME\", \"selector\", \"exclusive\"}; written to the config file and reloaded", put(super::addresses::put_divert))),
+        r(Method::DELETE, "/api/diverts/{name}", "Remove a divert from the config file", delete(super::addresses::delete_divert)),
         r(Method::GET, "/api/connections", "Open connections", get(connections)),
         r(Method::DELETE, "/api/connections/{id}", "Close a connection", delete(close_connection)),
         with_body(r(Method::POST, "/api/publish", "Publish a message: {\"destination\", \"body\", \"properties\", \"persistent\", \"priority\", \"ttl_ms\"}; answers how many subscriptions and queues it was routed to", post(publish))),
@@ -411,11 +414,14 @@ async fn topics(State(state): State<AppState>) -> ApiResult {
         .map(|(pattern, subscribers)| json!({"pattern": pattern, "subscribers": subscribers}))
         .collect();
     let declared = state.shared.broker.declared_topics();
+    let diverts = state.shared.broker.diverts();
+    let diverts: Vec<&crate::config::DivertRule> = diverts.rules().collect();
     Ok(Json(json!({
         "strict": declared.is_some(),
         "declared": declared.unwrap_or_default(),
         "topics": topics,
         "patterns": patterns,
+        "diverts": diverts,
     })))
 }
 

@@ -283,8 +283,8 @@ pub enum ReloadError {
 
 /// Re-reads the config file the server was started with and applies what
 /// can change without a restart: users, roles and permissions, the
-/// limits, and the settings per address (with the `[queues]` values they
-/// fall back on). A file that does not load is refused with the reason, and the
+/// limits, the settings per address (with the `[queues]` values they
+/// fall back on) and the diverts. A file that does not load is refused with the reason, and the
 /// old config stays. Returns the file read.
 pub fn reload(shared: &Shared, cluster: Option<&Cluster>) -> Result<String, ReloadError> {
     let Some(path) = &shared.config.source else {
@@ -298,8 +298,9 @@ pub fn reload(shared: &Shared, cluster: Option<&Cluster>) -> Result<String, Relo
     }
     shared.limits.set(&config);
     shared.broker.set_address_book(config.addresses());
+    shared.broker.set_diverts(config.diverts());
     log::info!(
-        "reloaded users, permissions, limits and settings per address from {}",
+        "reloaded users, permissions, limits, settings per address and diverts from {}",
         path.display()
     );
     Ok(path.display().to_string())

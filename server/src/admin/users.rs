@@ -190,13 +190,14 @@ fn config_file(state: &AppState) -> Result<Option<PathBuf>, ApiError> {
 
 /// After an edit of the config file: reloads it, so that the change is in
 /// force once the request is answered.
-fn edited(state: &AppState, edit: Result<AuthSection, EditError>) -> Result<(), ApiError> {
+pub(super) fn edited<T>(state: &AppState, edit: Result<T, EditError>) -> Result<(), ApiError> {
     edit.map_err(|e| match e {
         EditError::Missing(..) => ApiError::not_found(e.to_string()),
         EditError::Invalid(_) => ApiError::bad_request(e.to_string()),
         EditError::Io { .. } | EditError::Shape(_) => ApiError::conflict(e.to_string()),
     })?;
-    reload(&state.shared, None).map_err(|e| ApiError::conflict(e.to_string()))?;
+    reload(&state.shared, state.cluster.as_deref())
+        .map_err(|e| ApiError::conflict(e.to_string()))?;
     lock(&state.logins).clear();
     Ok(())
 }

@@ -21,6 +21,7 @@ mod address;
 mod backlog;
 mod declared_topics;
 pub mod delivery;
+mod divert;
 mod durables;
 mod manage;
 pub mod memory;
@@ -59,7 +60,7 @@ use crate::collections::FastMap;
 use crate::sync::{lock, read, write};
 use std::cell::OnceCell;
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use bytes::Bytes;
@@ -72,6 +73,7 @@ use herald_protocol::{DeliveryMode, DestinationKind, Pattern};
 
 use crate::addresses::{AddressBook, AddressSettings};
 use crate::config::{Config, FullPolicy};
+use crate::diverts::Diverts;
 use crate::store::{Completion, Holder, Record, Recovered, Store};
 use delivery::Deliveries;
 use pending::Pending;
@@ -140,6 +142,10 @@ pub struct Broker {
     next_key: AtomicU64,
     /// Settings per address; replaced whole on reload.
     addresses: RwLock<Arc<AddressBook>>,
+    /// Copies the broker files itself; replaced whole on reload.
+    diverts: RwLock<Arc<Diverts>>,
+    /// Whether there are any diverts: a publish without reads only this.
+    diverting: AtomicBool,
     default_prefetch: u32,
     /// What a client's selector may cost.
     selector_limits: SelectorLimits,
@@ -259,6 +265,8 @@ impl Broker {
             created: Mutex::new(HashMap::new()),
             next_key: AtomicU64::new(1),
             addresses: RwLock::new(Arc::new(config.addresses())),
+            diverting: AtomicBool::new(!config.diverts.is_empty()),
+            diverts: RwLock::new(Arc::new(config.diverts())),
             default_prefetch: config.queues.default_prefetch,
             selector_limits: config.selectors.limits(),
             memory: memory::Memory::new(config.queues.max_memory_bytes),
@@ -335,9 +343,9 @@ impl Broker {
         }))
     }
 
-    /// Whether a client may send to or consume from queue `name`: it
-    /// exists (here, or in a cluster as a shared queue), or its address
-    /// creates queues on first use.
+    /// Whether a client may consume from queue `name`: it exists (here,
+    /// or in a cluster as a shared queue), or its address creates queues
+    /// on first use.
     pub(super) fn may_open(&self, name: &str) -> bool {
         self.find_queue(name).is_some()
             || self.sharing(name).is_some()

@@ -166,7 +166,7 @@ impl Broker {
         }
         if self
             .send_to_queue(
-                &target,
+                (&target, true),
                 &Bytes::from(block),
                 message.delivery_mode,
                 Room::Move,

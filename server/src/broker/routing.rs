@@ -7,12 +7,13 @@ use super::backlog::Backlog;
 use super::delivery::Deliveries;
 use super::peers::Peers;
 use super::pending::Pending;
-use super::queue::{EntryId, QueueFull, QueuedMessage, SharedQueue};
+use super::queue::{EntryId, QueuedMessage, SharedQueue};
 use super::refile::Refile;
 use super::request::{Room, RouteError, Routed, Written};
 use super::timers::Timed;
 use super::topic_tree::{Target, TopicEntry};
 use super::{key_of, queue, takes, Broker};
+use crate::diverts::Divert;
 use crate::store::{Completion, Holder, Record};
 use crate::sync::lock;
 use bytes::Bytes;
@@ -61,18 +62,32 @@ impl Broker {
         from: Option<ConnectionRef>,
         out: &mut Deliveries,
     ) -> Result<Routed, RouteError> {
+        if self.diverting.load(std::sync::atomic::Ordering::Relaxed) {
+            let diverts = self.diverts();
+            let kind = message.destination_kind;
+            let taking: Vec<&Divert> = diverts.taking(kind, name, message.block()).collect();
+            if !taking.is_empty() {
+                return self.publish_diverted(message, name, &taking, (room, from), out);
+            }
+        }
+        self.route(message, name, room, from, out)
+    }
+
+    /// Routes a message where it was sent (see [`Broker::publish`]).
+    pub(super) fn route(
+        &self,
+        message: &MessageView,
+        name: &str,
+        room: Room,
+        from: Option<ConnectionRef>,
+        out: &mut Deliveries,
+    ) -> Result<Routed, RouteError> {
         let block = message.block();
         let mode = message.delivery_mode;
         match message.destination_kind {
-            DestinationKind::Queue if !self.may_open(name) => {
-                Err(RouteError::NoQueue(name.to_owned()))
+            DestinationKind::Queue => {
+                self.send_to_queue((name, false), block, mode, room, from, out)
             }
-            DestinationKind::Queue => self
-                .send_to_queue(name, block, mode, room, from, out)
-                .map_err(|full| RouteError::QueueFull {
-                    queue: name.to_owned(),
-                    full,
-                }),
             DestinationKind::Topic => {
                 let mut routed = self.route_topic(message, name, from, true, out)?;
                 if let Some(peers) = self.peers.get() {
@@ -88,20 +103,33 @@ impl Broker {
     }
 
     /// Puts a message into the named queue: here, or in a cluster into
-    /// the queue's stream in Redis (inside a commit, at its end).
+    /// the queue's stream in Redis (inside a commit, at its end). A queue
+    /// that does not exist is made if `make` (the server moves a message)
+    /// or its address creates queues on first use.
     pub(super) fn send_to_queue(
         &self,
-        name: &str,
+        (name, make): (&str, bool),
         block: &Bytes,
         mode: DeliveryMode,
         room: Room,
         from: Option<ConnectionRef>,
         out: &mut Deliveries,
-    ) -> Result<Routed, QueueFull> {
+    ) -> Result<Routed, RouteError> {
         let Some(peers) = self.sharing(name) else {
+            let queue = match self.find_queue(name) {
+                Some(queue) => queue,
+                None if make || self.settings(DestinationKind::Queue, name).auto_create => {
+                    self.queue(name)
+                }
+                None => return Err(RouteError::NoQueue(name.to_owned())),
+            };
             let mut written = Written::default();
-            let journaled =
-                self.enqueue(&self.queue(name), block, (mode, room), &mut written, out)?;
+            let journaled = self
+                .enqueue(&queue, block, (mode, room), &mut written, out)
+                .map_err(|full| RouteError::QueueFull {
+                    queue: name.to_owned(),
+                    full,
+                })?;
             return Ok(Routed {
                 journaled,
                 written,
