@@ -16,6 +16,17 @@ fn rule(pattern: &str) -> AddressRule {
     }
 }
 
+/// A server started from config file `file` (so that it reloads and
+/// edits it), on the test's ephemeral ports.
+fn from_file(file: &std::path::Path) -> TestServer {
+    let mut config = Config::load(file).unwrap();
+    let base = test_config();
+    (config.listen, config.admin.listen, config.data_dir) =
+        (base.listen, base.admin.listen, base.data_dir.clone());
+    (config.stomp, config.mqtt, config.amqp) = (base.stomp, base.mqtt, base.amqp);
+    start_with(config)
+}
+
 fn get(server: &TestServer, path: &str) -> serde_json::Value {
     let a = call(server, "GET", path, None, None);
     assert_eq!(a.status, 200, "{path}: {}", a.body);
@@ -217,12 +228,7 @@ fn a_reload_puts_new_settings_in_force_and_a_bad_entry_is_refused() {
         std::fs::write(&file, text).unwrap();
     };
     write(4);
-    let mut config = Config::load(&file).unwrap();
-    let base = test_config();
-    (config.listen, config.admin.listen, config.data_dir) =
-        (base.listen, base.admin.listen, base.data_dir.clone());
-    (config.stomp, config.mqtt, config.amqp) = (base.stomp, base.mqtt, base.amqp);
-    let server = start_with(config);
+    let server = from_file(&file);
     let (_c, s) = connect(&server);
     s.create_producer(&Destination::queue("jobs.a"))
         .unwrap()
@@ -518,12 +524,7 @@ fn diverts_are_changed_through_the_api_and_a_loop_is_refused() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("herald.toml");
     std::fs::write(&file, "# diverts come and go through the API\n").unwrap();
-    let mut config = Config::load(&file).unwrap();
-    let base = test_config();
-    (config.listen, config.admin.listen, config.data_dir) =
-        (base.listen, base.admin.listen, base.data_dir.clone());
-    (config.stomp, config.mqtt, config.amqp) = (base.stomp, base.mqtt, base.amqp);
-    let server = start_with(config);
+    let server = from_file(&file);
     let put = |name: &str, body: serde_json::Value| {
         call(
             &server,
