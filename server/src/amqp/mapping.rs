@@ -44,12 +44,17 @@ pub const AMQP_BODY_PROPERTY: &str = "HeraldAmqpBody";
 /// What the broker adds to a message, kept in Herald properties, and the
 /// message annotations that carry them to an AMQP consumer of a message
 /// an AMQP client sent (whose application properties are the sender's).
-const BROKER_ANNOTATIONS: [(&str, &str); 2] = [
+const BROKER_ANNOTATIONS: [(&str, &str); 4] = [
     (
         "HeraldOriginalDestination",
         "x-opt-herald-original-destination",
     ),
     ("HeraldDeadLetterReason", "x-opt-herald-dead-letter-reason"),
+    ("HeraldDivertedFrom", "x-opt-herald-diverted-from"),
+    (
+        "JMSXGroupFirstForConsumer",
+        "x-opt-herald-group-first-for-consumer",
+    ),
 ];
 
 /// How the origin of a message an AMQP client sent ([`Origin::AMQP`])
@@ -578,22 +583,19 @@ fn as_sent(m: &MessageRef<'_>, origin: &[u8], block: &Bytes, out: &mut BytesMut)
         BodyRef::Bytes(range) => Some(&block[range.clone()]),
         _ => None,
     };
-    let added: Vec<(&str, &str)> = m
+    let added: Vec<(&str, ValueRef<'_>)> = m
         .properties
         .clone()
         .filter_map(|(name, value)| {
             let (_, annotation) = BROKER_ANNOTATIONS.iter().find(|(p, _)| *p == name)?;
-            match value {
-                ValueRef::String(v) => Some((*annotation, v)),
-                _ => None,
-            }
+            Some((*annotation, value))
         })
         .collect();
     if added.is_empty() {
         out.extend_from_slice(kept.annotations);
     } else {
         // The sender's annotations with the broker's after them: a
-        // dead letter's, now and then.
+        // dead letter's, a diverted copy's, a group's first message's.
         let sender = Raw::read(kept.annotations)
             .ok()
             .and_then(|(section, _)| section.described())
@@ -607,7 +609,7 @@ fn as_sent(m: &MessageRef<'_>, origin: &[u8], block: &Bytes, out: &mut BytesMut)
         }
         for (name, value) in added {
             a.put(out, |o| put::symbol(o, name));
-            a.put(out, |o| put::string(o, value));
+            a.put(out, |o| put_value(o, value));
         }
         a.close(out);
     }
