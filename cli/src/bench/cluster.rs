@@ -27,6 +27,9 @@ pub fn run(redis: &str, workers: usize, fsync: FsyncPolicy, size: usize, count: 
         persistent: true,
         window: 1000,
         ack_every: 0,
+        groups: 0,
+        tagged: 0,
+        priorities: false,
     };
     let mut rows = Vec::new();
     for (setup, publish, consume) in [

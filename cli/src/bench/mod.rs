@@ -159,6 +159,14 @@ pub struct Args {
     /// messages at once; 0 = AUTO, each one.
     #[arg(long, default_value_t = 0)]
     ack_every: u32,
+    /// --mode queue: also run with the messages in this many JMSXGroupID
+    /// groups, side by side with the plain queue, --rounds times.
+    #[arg(long, default_value_t = 0)]
+    groups: usize,
+    /// --mode queue: also run with each consumer at a priority of its
+    /// own, side by side with the plain queue, --rounds times.
+    #[arg(long)]
+    priorities: bool,
     /// The embedded server's journal fsync policy: always, batch or never.
     #[arg(long, default_value = "batch")]
     fsync: String,
@@ -513,13 +521,20 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             persistent: args.persistent,
             window: args.window,
             ack_every: args.ack_every,
+            groups: 0,
+            tagged: 0,
+            priorities: false,
         };
         let other = args
             .subscriber_server
             .as_deref()
             .map(ConnectionFactory::new)
             .transpose()?;
-        queue::run(&factory, other.as_ref().unwrap_or(&factory), &plan)?;
+        let consumers_at = other.as_ref().unwrap_or(&factory);
+        match args.groups > 0 || args.priorities {
+            true => queue_variants(&factory, consumers_at, plan, &args)?,
+            false => drop(queue::run(&factory, consumers_at, &plan)?),
+        }
     }
     if args.mode == Mode::Shards {
         shards::run(args.workers, fsync, args.size, args.count)?;
@@ -535,6 +550,54 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
     if let Some(server) = embedded {
         server.shutdown();
         let _ = std::fs::remove_dir_all(embedded_data_dir());
+    }
+    Ok(())
+}
+
+/// The plain queue and its variants (groups, consumer priorities) in
+/// turn, `--rounds` times, and the ratio of each variant's median rate to
+/// the plain queue's.
+fn queue_variants(
+    factory: &ConnectionFactory,
+    consumers_at: &ConnectionFactory,
+    plain: queue::Plan,
+    args: &Args,
+) -> Result<()> {
+    // With groups, the plain queue's messages carry a property as long.
+    let plain = queue::Plan {
+        tagged: args.groups,
+        ..plain
+    };
+    let mut variants = vec![("plain", plain.clone())];
+    if args.groups > 0 {
+        let grouped = queue::Plan {
+            groups: args.groups,
+            tagged: 0,
+            ..plain.clone()
+        };
+        variants.push(("groups", grouped));
+    }
+    if args.priorities {
+        let ranked = queue::Plan {
+            priorities: true,
+            ..plain.clone()
+        };
+        variants.push(("priorities", ranked));
+    }
+    let mut rates = vec![Vec::new(); variants.len()];
+    for _ in 0..args.rounds {
+        for (i, (_, plan)) in variants.iter().enumerate() {
+            rates[i].push(queue::run(factory, consumers_at, plan)?);
+        }
+    }
+    let base = median(rates[0].clone());
+    for ((name, _), rates) in variants.iter().zip(rates) {
+        let m = median(rates);
+        println!(
+            "queue {name}: median {m:.0} msgs/s over {} rounds, {:.2} x plain",
+            args.rounds,
+            m / base
+        );
     }
     Ok(())
 }

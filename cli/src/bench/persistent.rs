@@ -232,6 +232,9 @@ pub fn run(factory: &ConnectionFactory, plan: &Plan) -> Result<()> {
                             persistent: true,
                             window,
                             ack_every: 0,
+                            groups: 0,
+                            tagged: 0,
+                            priorities: false,
                         },
                     )
                 })

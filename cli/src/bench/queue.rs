@@ -18,6 +18,7 @@ use super::progress::Progress;
 use super::{bench_topic, wait_for};
 
 /// What one run is asked to do.
+#[derive(Clone)]
 pub struct Plan {
     pub producers: usize,
     pub consumers: usize,
@@ -30,6 +31,14 @@ pub struct Plan {
     pub window: usize,
     /// 0: AUTO acknowledgements; otherwise CLIENT, every this many.
     pub ack_every: u32,
+    /// Messages go in this many JMSXGroupID groups, in turn; 0 = none.
+    pub groups: usize,
+    /// Messages carry a property as long as a group's that puts them in
+    /// no group: a plain queue's baseline for a grouped one, so that the
+    /// two differ in what the server does only.
+    pub tagged: usize,
+    /// Each consumer has a priority of its own (the first the highest).
+    pub priorities: bool,
 }
 
 /// A counting gate for in-flight sends.
@@ -99,7 +108,10 @@ pub fn run(
             AckMode::Client
         };
         let session = Arc::new(connection.create_session(mode)?);
-        let options = ConsumerOptions::default().prefetch(every.saturating_mul(2));
+        let mut options = ConsumerOptions::default().prefetch(every.saturating_mul(2));
+        if plan.priorities {
+            options = options.priority(-(c as i32));
+        }
         let consumer = session.create_consumer_with(destination, options)?;
         let (r, l, s) = (received.clone(), last.clone(), session.clone());
         let mut unacked = 0;
@@ -132,14 +144,25 @@ pub fn run(
             let factory = factory.clone();
             let (receipted, failed) = (receipted.clone(), failed.clone());
             let (size, persistent, window) = (plan.size, plan.persistent, plan.window);
+            // Group names made once: the send loop only clones them.
+            let (property, tags) = match plan.groups {
+                0 => ("XJMSGroupID", plan.tagged),
+                n => ("JMSXGroupID", n),
+            };
+            let groups: Vec<herald_client::Value> = (0..tags)
+                .map(|g| herald_client::Value::from(format!("g{g}")))
+                .collect();
             std::thread::spawn(move || -> Result<()> {
                 let connection = factory.create_connection()?;
                 let session = connection.create_session(AckMode::Auto)?;
                 let producer = session.create_producer(&destination)?;
                 let gate = Arc::new(Window::new(window));
                 let body = Bytes::from(vec![7u8; size]);
-                for _ in 0..n {
-                    let message = Message::bytes(body.clone());
+                for i in 0..n as usize {
+                    let mut message = Message::bytes(body.clone());
+                    if !groups.is_empty() {
+                        message.set_property(property, groups[i % groups.len()].clone());
+                    }
                     if !persistent {
                         producer.send(message)?;
                         continue;

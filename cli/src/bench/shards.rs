@@ -154,6 +154,9 @@ pub fn run(workers: usize, fsync: FsyncPolicy, size: usize, count: u64) -> Resul
         persistent: true,
         window: 100,
         ack_every: 0,
+        groups: 0,
+        tagged: 0,
+        priorities: false,
     };
     let one = [redis("redis", false)?];
     let shards = redis_cluster()?;

@@ -9,12 +9,21 @@
 //! time). A message given back for redelivery goes to its place by
 //! sequence number, and one taken from the middle (a selector passed over
 //! what was before it) is found by binary search.
+//!
+//! Of a message group, only the first waiting message is in those queues;
+//! the rest wait behind it, by sequence number, and the next steps in when
+//! it goes. A group's messages go to one consumer at a time, so a dispatch
+//! often passes over a group whose consumer has no credit: it passes over
+//! one message per group, not each of their backlogs, which made a grouped
+//! queue quadratic (15,000 against 450,000 messages a second).
 
+use std::cmp::Reverse;
 use std::collections::VecDeque;
 
 use herald_protocol::message::MAX_PRIORITY;
 
 use super::queued::QueuedMessage;
+use crate::collections::FastMap;
 
 /// Where a waiting message is in the delivery order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +47,11 @@ impl ReadyKey {
 pub struct Ready {
     /// Index = priority.
     by_priority: [VecDeque<QueuedMessage>; MAX_PRIORITY as usize + 1],
+    /// For each message group with waiting messages: where its first one
+    /// is in `by_priority`, and the others, by sequence number.
+    groups: FastMap<u64, (ReadyKey, VecDeque<QueuedMessage>)>,
+    /// Messages waiting behind the first of their group.
+    behind: usize,
     len: usize,
     /// The messages' blocks' bytes, for the server's memory limit.
     bytes: usize,
@@ -50,6 +64,15 @@ pub struct Ready {
 /// could be out of range).
 fn priority(m: &QueuedMessage) -> u8 {
     m.priority.min(MAX_PRIORITY)
+}
+
+fn key_of(m: &QueuedMessage) -> ReadyKey {
+    ReadyKey::new(m.priority, m.seq)
+}
+
+/// Delivery order: higher priority first, then by sequence number.
+fn order(m: &QueuedMessage) -> (Reverse<u8>, u64) {
+    (Reverse(priority(m)), m.seq)
 }
 
 impl Ready {
@@ -67,6 +90,32 @@ impl Ready {
     pub fn insert(&mut self, m: QueuedMessage) {
         self.bytes += m.block.len();
         self.expiring += usize::from(m.expiration != 0);
+        self.len += 1;
+        let Some(group) = m.group else {
+            return self.place(m);
+        };
+        let Some((first, rest)) = self.groups.get_mut(&group) else {
+            self.groups.insert(group, (key_of(&m), VecDeque::new()));
+            return self.place(m);
+        };
+        self.behind += 1;
+        if first.seq < m.seq {
+            let at = rest.partition_point(|x| x.seq < m.seq);
+            rest.insert(at, m);
+            return;
+        }
+        // Given back ahead of the group's first: it steps in front.
+        let old = *first;
+        *first = key_of(&m);
+        let stepped_back = take_at(&mut self.by_priority, old);
+        if let (Some(old), Some((_, rest))) = (stepped_back, self.groups.get_mut(&group)) {
+            rest.push_front(old);
+        }
+        self.place(m);
+    }
+
+    /// Files `m` in its priority's queue by sequence number.
+    fn place(&mut self, m: QueuedMessage) {
         let queue = &mut self.by_priority[priority(&m) as usize];
         match queue.back() {
             Some(last) if last.seq > m.seq => {
@@ -75,11 +124,10 @@ impl Ready {
             }
             _ => queue.push_back(m),
         }
-        self.len += 1;
     }
 
     /// The first message in delivery order after `key` (from the start if
-    /// `None`), with its key.
+    /// `None`), with its key. Of a group, only its first waiting message.
     pub fn next_after(&self, key: Option<ReadyKey>) -> Option<(ReadyKey, &QueuedMessage)> {
         let (top, skip_to) = match key {
             None => (MAX_PRIORITY, None),
@@ -102,42 +150,90 @@ impl Ready {
         None
     }
 
-    /// Takes out the message at `key`.
+    /// Takes out the message at `key` (the first of a group lets the next
+    /// step in); one waiting behind the first of its group is found too.
     pub fn remove(&mut self, key: ReadyKey) -> Option<QueuedMessage> {
-        let queue = &mut self.by_priority[key.priority as usize];
-        let taken = match queue.front() {
-            Some(first) if first.seq == key.seq => queue.pop_front(),
-            _ => {
-                let at = queue.binary_search_by_key(&key.seq, |m| m.seq).ok()?;
-                queue.remove(at)
+        let taken = match take_at(&mut self.by_priority, key) {
+            Some(m) => {
+                if let Some(group) = m.group {
+                    self.step_up(group);
+                }
+                Some(m)
             }
+            None => self.take_behind(key),
         };
-        self.len -= usize::from(taken.is_some());
-        self.bytes -= taken.as_ref().map_or(0, |m| m.block.len());
-        self.expiring -= usize::from(taken.as_ref().is_some_and(|m| m.expiration != 0));
-        taken
+        let m = taken?;
+        self.len -= 1;
+        self.bytes -= m.block.len();
+        self.expiring -= usize::from(m.expiration != 0);
+        Some(m)
+    }
+
+    /// The first of `group` has gone: the next of it, if any, takes its
+    /// place.
+    fn step_up(&mut self, group: u64) {
+        let Some((first, rest)) = self.groups.get_mut(&group) else {
+            return;
+        };
+        match rest.pop_front() {
+            Some(next) => {
+                *first = key_of(&next);
+                self.behind -= 1;
+                self.place(next);
+            }
+            None => {
+                self.groups.remove(&group);
+            }
+        }
+    }
+
+    /// Takes out the message at `key` from behind the first of its group.
+    fn take_behind(&mut self, key: ReadyKey) -> Option<QueuedMessage> {
+        if self.behind == 0 {
+            return None;
+        }
+        let taken = self.groups.values_mut().find_map(|(_, rest)| {
+            let at = rest.binary_search_by_key(&key.seq, |m| m.seq).ok()?;
+            rest.remove(at)
+        })?;
+        self.behind -= 1;
+        Some(taken)
     }
 
     /// Whether the message at `key` is waiting.
     pub fn contains(&self, key: ReadyKey) -> bool {
-        self.by_priority[key.priority as usize]
-            .binary_search_by_key(&key.seq, |m| m.seq)
-            .is_ok()
+        let found = |queue: &VecDeque<QueuedMessage>| {
+            queue.binary_search_by_key(&key.seq, |m| m.seq).is_ok()
+        };
+        found(&self.by_priority[key.priority as usize])
+            || (self.behind > 0 && self.groups.values().any(|(_, rest)| found(rest)))
     }
 
-    /// Every waiting message, in delivery order.
+    /// Every waiting message, in delivery order (those behind the first
+    /// of their group in their place too).
     pub fn iter(&self) -> impl Iterator<Item = &QueuedMessage> {
-        self.by_priority.iter().rev().flatten()
+        let mut behind: Vec<&QueuedMessage> = match self.behind {
+            0 => Vec::new(),
+            _ => self.groups.values().flat_map(|(_, rest)| rest).collect(),
+        };
+        behind.sort_by_key(|m| order(m));
+        let mut front = self.by_priority.iter().rev().flatten().peekable();
+        let mut behind = behind.into_iter().peekable();
+        std::iter::from_fn(move || match (front.peek(), behind.peek()) {
+            (Some(a), Some(b)) if order(b) < order(a) => behind.next(),
+            (Some(_), _) => front.next(),
+            (None, _) => behind.next(),
+        })
     }
 
     /// Keeps the messages `keep` says to keep.
     pub fn retain(&mut self, mut keep: impl FnMut(&QueuedMessage) -> bool) {
-        for queue in &mut self.by_priority {
-            queue.retain(&mut keep);
+        let all = self.take_all();
+        for m in all {
+            if keep(&m) {
+                self.insert(m);
+            }
         }
-        self.len = self.by_priority.iter().map(VecDeque::len).sum();
-        self.bytes = self.iter().map(|m| m.block.len()).sum();
-        self.expiring = self.iter().filter(|m| m.expiration != 0).count();
     }
 
     /// Waiting messages that have not expired at `now_ms` (expired ones
@@ -157,34 +253,42 @@ impl Ready {
         if self.expiring == 0 {
             return (expired, next);
         }
-        for queue in self.by_priority.iter_mut().rev() {
-            if !queue.iter().any(|m| m.expiration != 0) {
+        for m in self.take_all() {
+            if m.expired(now_ms) {
+                expired.push(m);
                 continue;
             }
-            for m in std::mem::take(queue) {
-                if m.expired(now_ms) {
-                    self.len -= 1;
-                    self.bytes -= m.block.len();
-                    self.expiring -= 1;
-                    expired.push(m);
-                } else {
-                    if m.expiration != 0 {
-                        next = Some(next.map_or(m.expiration, |n| n.min(m.expiration)));
-                    }
-                    queue.push_back(m);
-                }
+            if m.expiration != 0 {
+                next = Some(next.map_or(m.expiration, |n| n.min(m.expiration)));
             }
+            self.insert(m);
         }
         (expired, next)
     }
 
     /// Takes every waiting message, in delivery order.
     pub fn take_all(&mut self) -> Vec<QueuedMessage> {
-        let all = std::mem::take(&mut self.by_priority);
-        self.len = 0;
-        self.bytes = 0;
-        self.expiring = 0;
-        all.into_iter().rev().flatten().collect()
+        let front = std::mem::take(&mut self.by_priority);
+        let groups = std::mem::take(&mut self.groups);
+        let mut all: Vec<QueuedMessage> = front.into_iter().rev().flatten().collect();
+        if self.behind > 0 {
+            all.extend(groups.into_values().flat_map(|(_, rest)| rest));
+            all.sort_by_key(order);
+        }
+        (self.len, self.bytes, self.expiring, self.behind) = (0, 0, 0, 0);
+        all
+    }
+}
+
+/// Takes the message at `key` out of the priority queues.
+fn take_at(by_priority: &mut [VecDeque<QueuedMessage>], key: ReadyKey) -> Option<QueuedMessage> {
+    let queue = &mut by_priority[key.priority as usize];
+    match queue.front() {
+        Some(first) if first.seq == key.seq => queue.pop_front(),
+        _ => {
+            let at = queue.binary_search_by_key(&key.seq, |m| m.seq).ok()?;
+            queue.remove(at)
+        }
     }
 }
 
@@ -209,6 +313,50 @@ mod tests {
 
     fn order(r: &Ready) -> Vec<u64> {
         r.iter().map(|m| m.seq).collect()
+    }
+
+    fn grouped(seq: u64, group: u64) -> QueuedMessage {
+        QueuedMessage {
+            group: Some(group),
+            ..message(seq, 4)
+        }
+    }
+
+    /// The sequence numbers a dispatch walks past, from the start.
+    fn walked(r: &Ready) -> Vec<u64> {
+        std::iter::successors(r.next_after(None), |(k, _)| r.next_after(Some(*k)))
+            .map(|(_, m)| m.seq)
+            .collect()
+    }
+
+    #[test]
+    fn a_group_shows_its_first_message_and_the_next_steps_in() {
+        let mut r = Ready::default();
+        for (seq, group) in [(1, 7), (2, 8), (3, 7), (5, 7), (6, 8)] {
+            r.insert(grouped(seq, group));
+        }
+        r.insert(message(4, 4));
+        assert_eq!(walked(&r), [1, 2, 4], "one per group, and the rest");
+        assert_eq!(order(&r), [1, 2, 3, 4, 5, 6], "every message, in order");
+        assert_eq!((r.len(), r.behind), (6, 3));
+        let first = r.next_after(None).unwrap().0;
+        assert_eq!(r.remove(first).map(|m| m.seq), Some(1));
+        assert_eq!(walked(&r), [2, 3, 4]);
+        // Given back ahead of its group's first: it steps in front of it.
+        r.insert(grouped(1, 7));
+        assert_eq!(walked(&r), [1, 2, 4]);
+        assert_eq!(order(&r), [1, 2, 3, 4, 5, 6]);
+        // Taken from behind (a last value replaced), and found.
+        assert!(r.contains(ReadyKey::new(4, 5)));
+        assert_eq!(r.remove(ReadyKey::new(4, 5)).map(|m| m.seq), Some(5));
+        assert!(!r.contains(ReadyKey::new(4, 5)));
+        r.retain(|m| m.seq != 1);
+        assert_eq!((walked(&r), r.len(), r.behind), (vec![2, 3, 4], 4, 1));
+        assert_eq!(
+            r.take_all().iter().map(|m| m.seq).collect::<Vec<_>>(),
+            [2, 3, 4, 6]
+        );
+        assert_eq!((r.len(), r.behind, r.groups.len()), (0, 0, 0));
     }
 
     #[test]
