@@ -43,6 +43,10 @@ pub struct Args {
     /// Messages the server may send ahead unacknowledged (0 = its default).
     #[arg(long, default_value_t = 0)]
     prefetch: u32,
+    /// This consumer's priority among those of its queue: while a higher
+    /// one has credit, lower ones are not given messages.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    priority: i32,
     /// Exit after this many messages.
     #[arg(long)]
     count: Option<u64>,
@@ -85,6 +89,7 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
         selector: args.selector,
         prefetch: args.prefetch,
         durable_name: args.durable,
+        priority: args.priority,
         ..ConsumerOptions::default()
     };
     let consumer = session.create_consumer_with(&destination, options)?;

@@ -1092,6 +1092,25 @@ fn queues_and_their_messages_are_operated_from_the_command_line() {
         lines[3].contains("n=1") && lines[3].ends_with("job 1"),
         "{shown}"
     );
+    // A group id from the command line, and a consumer's priority.
+    herald_at(&["pub", "queue://grouped", "g", "-P", "JMSXGroupID=g1"]);
+    let got = herald_at(&[
+        "sub",
+        "--queue",
+        "grouped",
+        "--priority",
+        "-3",
+        "--count",
+        "1",
+        "--format",
+        "json",
+    ]);
+    let got: serde_json::Value = serde_json::from_str(got.trim()).unwrap();
+    assert_eq!(got["properties"]["JMSXGroupID"], "g1", "{got}");
+    assert_eq!(
+        got["properties"]["JMSXGroupFirstForConsumer"], true,
+        "{got}"
+    );
     let json = herald_at(&["queue", "show", "jobs", "--selector", "n > 1", "--json"]);
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&json).unwrap()["total"],
