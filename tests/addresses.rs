@@ -576,3 +576,63 @@ fn diverts_are_changed_through_the_api_and_a_loop_is_refused() {
         .is_empty());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_paging_queue_holds_its_overflow_on_disk_in_order_and_across_a_restart() {
+    const N: i64 = 2000;
+    let mut config = test_config();
+    let mut big = rule("queue://big");
+    big.max_size_bytes = Some(200_000);
+    big.full_policy = Some(FullPolicy::Page);
+    config.addresses = vec![big];
+    let dir = config.data_dir.clone();
+    let server = start_with(config.clone());
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("big")).unwrap();
+    let other = s.create_producer(&Destination::queue("other")).unwrap();
+    let body = "p".repeat(1000);
+    for n in 0..N {
+        let m = Message::text(body.as_str())
+            .with_property("n", n)
+            .persistent();
+        p.send_with_receipt(m).unwrap();
+        if n % 100 == 0 {
+            // Nobody else is held back meanwhile.
+            other.send_with_receipt(Message::text("o")).unwrap();
+        }
+    }
+    let q = get(&server, "/api/queues/big");
+    assert_eq!(q["depth"], N, "{q}");
+    let paged = q["paged"].as_u64().unwrap();
+    assert!(paged >= 1500, "{q}");
+    assert!(q["bytes"].as_u64().unwrap() < 500_000, "memory held: {q}");
+    assert_eq!(q["settings"]["full_policy"], "page");
+    assert!(q["paged_bytes"].as_u64().unwrap() > paged * 1000, "{q}");
+    drop((p, other, s, _c));
+    server.stop_keeping_data();
+    config.data_dir = dir;
+    let server = start_with(config);
+    let q = get(&server, "/api/queues/big");
+    assert_eq!(q["depth"], N, "every receipted message is back: {q}");
+    assert!(
+        q["paged"].as_u64().unwrap() >= 1500,
+        "paged again as it was kept: {q}"
+    );
+    let (_c, s) = connect(&server);
+    let consumer = s.create_consumer(&Destination::queue("big")).unwrap();
+    for n in 0..N {
+        let m = next(&consumer);
+        assert_eq!(
+            m.property("n").and_then(|v| v.as_i64()),
+            Some(n),
+            "in order, once"
+        );
+    }
+    assert_nothing(&consumer);
+    let q = get(&server, "/api/queues/big");
+    assert_eq!(
+        (q["depth"].as_u64(), q["paged"].as_u64()),
+        (Some(0), Some(0)),
+        "{q}"
+    );
+}

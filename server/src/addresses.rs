@@ -47,6 +47,9 @@ pub enum FullPolicy {
     Fail,
     /// The message is accepted and dropped, and counted.
     Drop,
+    /// The message goes to the queue's page files on disk, in order, and
+    /// comes back as consumers drain the queue.
+    Page,
 }
 
 impl FullPolicy {
@@ -56,6 +59,7 @@ impl FullPolicy {
             FullPolicy::Block => "block",
             FullPolicy::Fail => "fail",
             FullPolicy::Drop => "drop",
+            FullPolicy::Page => "page",
         }
     }
 }

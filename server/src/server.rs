@@ -128,6 +128,7 @@ impl Server {
             false => None,
         };
         let n = config.worker_count();
+        let paging = crate::store::page::PagingRoot::new(&config.data_dir, disk.clone());
         let (journal, recovered) = Journal::open(JournalConfig {
             recover_corrupt: config.journal.recover_corrupt,
             min_free_bytes: config.journal.min_free_bytes,
@@ -154,6 +155,7 @@ impl Server {
         }
         let journal = Arc::new(journal);
         let broker = Broker::new(&config, journal.clone());
+        broker.set_paging(paging);
         broker.restore(recovered, delivered);
 
         let mut worker_parts = Vec::with_capacity(n);

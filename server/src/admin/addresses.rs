@@ -59,6 +59,8 @@ pub(super) fn queue_row(q: &QueueStats, dead_letter: bool) -> Json_ {
         "bytes": q.bytes,
         "full": q.over.map(|limit| limit.to_string()),
         "dropped": q.dropped,
+        "paged": q.paged,
+        "paged_bytes": q.paged_bytes,
     })
 }
 

@@ -39,6 +39,8 @@ impl Broker {
                     bytes: q.bytes(),
                     over: q.over(),
                     dropped: q.dropped(),
+                    paged: q.paged().0,
+                    paged_bytes: q.paged().1,
                 }
             })
             .collect();

@@ -60,7 +60,7 @@ use crate::collections::FastMap;
 use crate::sync::{lock, read, write};
 use std::cell::OnceCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use bytes::Bytes;
@@ -74,6 +74,7 @@ use herald_protocol::{DeliveryMode, DestinationKind, Pattern};
 use crate::addresses::{AddressBook, AddressSettings};
 use crate::config::{Config, FullPolicy};
 use crate::diverts::Diverts;
+use crate::store::page::PagingRoot;
 use crate::store::{Completion, Holder, Record, Recovered, Store};
 use delivery::Deliveries;
 use pending::Pending;
@@ -142,6 +143,8 @@ pub struct Broker {
     next_key: AtomicU64,
     /// Settings per address; replaced whole on reload.
     addresses: RwLock<Arc<AddressBook>>,
+    /// Where queues page, once the server says (see [`Broker::set_paging`]).
+    paging: OnceLock<PagingRoot>,
     /// Copies the broker files itself; replaced whole on reload.
     diverts: RwLock<Arc<Diverts>>,
     /// Whether there are any diverts: a publish without reads only this.
@@ -265,6 +268,7 @@ impl Broker {
             created: Mutex::new(HashMap::new()),
             next_key: AtomicU64::new(1),
             addresses: RwLock::new(Arc::new(config.addresses())),
+            paging: OnceLock::new(),
             diverting: AtomicBool::new(!config.diverts.is_empty()),
             diverts: RwLock::new(Arc::new(config.diverts())),
             default_prefetch: config.queues.default_prefetch,
@@ -277,6 +281,13 @@ impl Broker {
             peers: OnceLock::new(),
             sink: OnceLock::new(),
         }
+    }
+
+    /// Lets queues page to files under `root` (before [`Broker::restore`],
+    /// so that a queue restored over its bound pages too). Without it
+    /// (a broker without a server), `full_policy = "page"` blocks.
+    pub fn set_paging(&self, root: PagingRoot) {
+        let _ = self.paging.set(root);
     }
 
     /// The settings in force for destination `name` of `kind` (for a
@@ -625,6 +636,12 @@ impl Broker {
             Room::Move => q.check_room(),
             Room::Refuse | Room::Wait(_) => q.check_publish(),
         };
+        let room_for = match room_for {
+            // A queue that pages takes it: its page files hold what
+            // memory does not.
+            Err(full) if full.policy == FullPolicy::Page && q.can_page() => Ok(()),
+            other => other,
+        };
         if let Err(full) = room_for {
             match (full.policy, room) {
                 (FullPolicy::Drop, Room::Refuse | Room::Wait(_)) => {
@@ -700,6 +717,11 @@ impl Broker {
         let mut dispatches = Vec::new();
         let due = q.push(block, journal_id, &mut dispatches);
         let expired = q.take_expired();
+        // Paged messages read back with a time of their own.
+        let due = match (due, q.take_wake()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         // A last-value queue's message replaced by this one is done with.
         for m in q.take_replaced() {
             self.ended(q.name(), &m, out.commit.as_mut());
@@ -810,7 +832,12 @@ impl Broker {
     }
 
     /// Shares a new queue, counting it against the memory limit.
-    fn shared_queue(&self, queue: Queue) -> SharedQueue {
+    fn shared_queue(&self, mut queue: Queue) -> SharedQueue {
+        if let Some(root) = self.paging.get() {
+            // Named by number: a queue's name may hold any character.
+            let n = self.next_key.fetch_add(1, Ordering::Relaxed);
+            queue.set_paging(root.clone(), n.to_string());
+        }
         let queue = Arc::new(Mutex::new(queue));
         self.memory.register(&queue);
         queue

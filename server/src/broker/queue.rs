@@ -33,7 +33,16 @@ pub use super::queued::{EntryId, QueuedMessage};
 use super::ready::{Ready, ReadyKey};
 use crate::addresses::AddressSettings;
 use crate::config::FullPolicy;
+use crate::store::page::{Paged, Pager, PagingRoot};
 use crate::store::Holder;
+
+/// A paging queue reads messages back from its page files while fewer
+/// than this many wait in memory.
+const PAGE_IN_BELOW: usize = 1000;
+
+/// Paging that fails (a full disk) is said at most once an interval.
+static PAGING_FAILED: crate::log_limit::LogLimit =
+    crate::log_limit::LogLimit::new(std::time::Duration::from_secs(10));
 
 /// A queue sweeps out its expired messages at most this often.
 const SWEEP_EVERY_MS: i64 = 1000;
@@ -185,6 +194,11 @@ pub struct Queue {
     /// Messages a newer one with the same last value replaced, for the
     /// broker to end their store records.
     replaced: Vec<QueuedMessage>,
+    /// Where it may page (`full_policy = "page"`), and the name of its
+    /// directory there.
+    paging: Option<(PagingRoot, String)>,
+    /// Its page files, once it has paged.
+    pager: Option<Pager>,
     ready: Ready,
     /// Messages found expired, for the broker to move or drop.
     expired: Vec<QueuedMessage>,
@@ -226,6 +240,8 @@ impl Queue {
             groups: FastMap::default(),
             last_values: FastMap::default(),
             replaced: Vec::new(),
+            paging: None,
+            pager: None,
             ready: Ready::default(),
             expired: Vec::new(),
             sweep_at: None,
@@ -270,6 +286,117 @@ impl Queue {
     /// Sends dropped because it was full.
     pub fn dropped(&self) -> u64 {
         self.dropped
+    }
+
+    /// Lets it page under `root`, in directory `dir`.
+    pub fn set_paging(&mut self, root: PagingRoot, dir: String) {
+        self.paging = Some((root, dir));
+    }
+
+    /// Whether it can page (the server gave it somewhere to).
+    pub fn can_page(&self) -> bool {
+        self.paging.is_some()
+    }
+
+    /// Messages in its page files, and their bytes there.
+    pub fn paged(&self) -> (usize, u64) {
+        self.pager
+            .as_ref()
+            .map_or((0, 0), |p| (p.count(), p.bytes()))
+    }
+
+    /// Messages held in memory, waiting, scheduled and in flight.
+    fn held_in_memory(&self) -> usize {
+        self.ready.len() + self.in_flight.len() + self.scheduled.len()
+    }
+
+    /// Whether a message that arrives now goes to the page files: once
+    /// one has, every one after it does until they are read back (the
+    /// order holds); before, while the queue pages and is over a bound.
+    fn pages_now(&self) -> bool {
+        if self.pager.as_ref().is_some_and(|p| p.count() > 0) {
+            return true;
+        }
+        self.settings.full_policy == FullPolicy::Page
+            && self.paging.is_some()
+            && (self.over.is_some() || self.held_in_memory() >= self.settings.max_messages)
+    }
+
+    /// Writes a message to the page files; gives it back if that failed
+    /// (the log says why), to be held in memory instead.
+    fn page_out(&mut self, m: Paged) -> Result<(), Paged> {
+        let Some((root, dir)) = &self.paging else {
+            return Err(m);
+        };
+        let pager = self.pager.get_or_insert_with(|| Pager::new(root, dir));
+        match pager.append(&m) {
+            Ok(()) => {
+                self.enqueued += 1;
+                Ok(())
+            }
+            Err(e) => {
+                if let Some(held) = PAGING_FAILED.allow() {
+                    log::warn!(
+                        "queue {}: a message could not be paged ({e}): it is held in memory{}",
+                        self.name,
+                        crate::log_limit::held_back(held)
+                    );
+                }
+                Err(m)
+            }
+        }
+    }
+
+    /// Reads paged messages back while few wait in memory: at most
+    /// [`PAGE_IN_BELOW`] waiting, and half the address's
+    /// `max_size_bytes` if it has one.
+    fn page_in(&mut self) {
+        let Some(mut pager) = self.pager.take() else {
+            return;
+        };
+        let max = self.settings.max_size_bytes;
+        while pager.count() > 0
+            && self.ready.len() < PAGE_IN_BELOW
+            && (max == 0 || self.ready.bytes() < max / 2)
+        {
+            match pager.read() {
+                Ok(Some(p)) => {
+                    let mut m = self.message(p.block, p.journal_id, None, p.deliveries);
+                    m.restored = p.restored;
+                    if let Some(due) = self.admit(m) {
+                        self.wake = Some(self.wake.map_or(due, |w| w.min(due)));
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    // A persistent message is still in the journal and
+                    // comes back at the next start; the rest are lost.
+                    log::error!(
+                        "queue {}: its page files cannot be read ({e}): {} paged message(s) dropped from this run",
+                        self.name,
+                        pager.count()
+                    );
+                    return;
+                }
+            }
+        }
+        self.pager = Some(pager);
+    }
+
+    /// Every paged message, read back (a purge, a deletion).
+    fn page_in_all(&mut self) -> Vec<QueuedMessage> {
+        let mut all = Vec::new();
+        while let Some(p) = self
+            .pager
+            .as_mut()
+            .and_then(|pager| pager.read().ok().flatten())
+        {
+            let mut m = self.message(p.block, p.journal_id, None, p.deliveries);
+            m.restored = p.restored;
+            all.push(m);
+        }
+        self.pager = None;
+        all
     }
 
     /// Takes the messages replaced by newer ones with the same last value
@@ -322,7 +449,7 @@ impl Queue {
     /// Messages waiting for a consumer, not counting those that have
     /// expired and wait to be set aside.
     pub fn depth(&self) -> usize {
-        self.ready.live(now_ms())
+        self.ready.live(now_ms()) + self.paged().0
     }
 
     /// Messages waiting for their delivery time.
@@ -469,6 +596,19 @@ impl Queue {
         journal_id: Option<u64>,
         out: &mut Vec<Dispatch>,
     ) -> Option<i64> {
+        let block = match self.pages_now() {
+            true => match self.page_out(Paged {
+                block,
+                journal_id,
+                deliveries: 0,
+                restored: false,
+            }) {
+                Ok(()) => return None,
+                Err(kept) => kept.block,
+            },
+            false => block,
+        };
+        self.enqueued += 1;
         let m = self.message(block, journal_id, None, 0);
         let due = self.admit(m);
         self.dispatch(out);
@@ -487,7 +627,25 @@ impl Queue {
         journal_id: Option<u64>,
         delivered: Option<u32>,
     ) -> Option<i64> {
-        let mut m = self.message(block, journal_id, None, delivered.unwrap_or(0));
+        let deliveries = delivered.unwrap_or(0);
+        let max = self.settings.max_size_bytes;
+        // Over its bound as it was kept: paged again, in the same order.
+        let block = match self.settings.full_policy == FullPolicy::Page
+            && (self.pages_now() || (max != 0 && self.ready.bytes() >= max))
+        {
+            true => match self.page_out(Paged {
+                block,
+                journal_id,
+                deliveries,
+                restored: delivered.is_none(),
+            }) {
+                Ok(()) => return None,
+                Err(kept) => kept.block,
+            },
+            false => block,
+        };
+        self.enqueued += 1;
+        let mut m = self.message(block, journal_id, None, deliveries);
         m.restored = delivered.is_none();
         self.admit(m)
     }
@@ -512,6 +670,7 @@ impl Queue {
         deliveries: u32,
         out: &mut Vec<Dispatch>,
     ) -> Result<Option<i64>, QueuedMessage> {
+        self.enqueued += 1;
         if deliveries >= self.settings.max_deliveries {
             return Err(self.message(block, None, Some(entry), deliveries));
         }
@@ -526,6 +685,7 @@ impl Queue {
     /// dispatches what can be. Returns its delivery time if that is still
     /// to come.
     pub fn put_back(&mut self, m: QueuedMessage, out: &mut Vec<Dispatch>) -> Option<i64> {
+        self.enqueued += 1;
         let mut again = self.message(m.block, m.journal_id, m.entry, m.deliveries);
         again.restored = m.restored;
         let due = self.admit(again);
@@ -641,7 +801,6 @@ impl Queue {
     ) -> QueuedMessage {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.enqueued += 1;
         let (priority, expiration) =
             priority_and_expiration(&block).unwrap_or((DEFAULT_PRIORITY, 0));
         QueuedMessage {
@@ -851,6 +1010,7 @@ impl Queue {
     /// Takes the waiting messages (not those in flight).
     pub fn purge(&mut self) -> Vec<QueuedMessage> {
         let mut all = self.ready.take_all();
+        all.append(&mut self.page_in_all());
         all.extend(std::mem::take(&mut self.scheduled).into_values());
         all.append(&mut self.expired);
         all
@@ -860,6 +1020,7 @@ impl Queue {
     /// deleted).
     pub fn drain(&mut self) -> Vec<QueuedMessage> {
         let mut all = self.ready.take_all();
+        all.append(&mut self.page_in_all());
         all.extend(std::mem::take(&mut self.scheduled).into_values());
         all.append(&mut self.expired);
         all.extend(self.in_flight.drain().map(|(_, (_, m))| m));
@@ -923,6 +1084,9 @@ impl Queue {
     /// Gives waiting messages, in delivery order, to consumers with credit
     /// whose selectors take them; expired ones are set aside instead.
     fn dispatch(&mut self, out: &mut Vec<Dispatch>) {
+        if self.pager.is_some() {
+            self.page_in();
+        }
         // The clock is read only if a message has a time to compare: most
         // have neither a delivery time nor an expiration.
         let mut clock = None;

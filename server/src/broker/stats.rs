@@ -108,6 +108,10 @@ pub struct QueueStats {
     pub over: Option<Limit>,
     /// Sends dropped because it was full (`full_policy = "drop"`).
     pub dropped: u64,
+    /// Messages in its page files.
+    pub paged: usize,
+    /// Their bytes there.
+    pub paged_bytes: u64,
 }
 
 impl QueueStats {

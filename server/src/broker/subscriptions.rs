@@ -9,6 +9,7 @@ use super::request::{
     Room, RouteError, SubscribeError, SubscribeRequest, SubscriptionHandle, Written,
 };
 use super::stats::LiveSubscription;
+use super::timers::Timed;
 use super::topic_tree::{Target, TopicEntry};
 use super::{wake_blocked, Broker};
 use crate::sync::lock;
@@ -246,6 +247,9 @@ impl Broker {
         q.dispatch_due(&mut dispatches);
         wake_blocked(&mut q, out);
         let expired = q.take_expired();
+        if let Some(due) = q.take_wake() {
+            self.timers.schedule(due, Timed::Queue(queue.clone()));
+        }
         drop(q);
         self.settled_apart(queue, (dispatches, expired), out);
     }

@@ -12,6 +12,7 @@
 
 pub mod disk;
 pub mod journal;
+pub mod page;
 mod record;
 pub mod shutdown;
 pub mod space;
