@@ -30,6 +30,8 @@ pub fn run(redis: &str, workers: usize, fsync: FsyncPolicy, size: usize, count: 
         groups: 0,
         tagged: 0,
         priorities: false,
+        paged: false,
+        fill_first: false,
     };
     let mut rows = Vec::new();
     for (setup, publish, consume) in [

@@ -167,6 +167,11 @@ pub struct Args {
     /// own, side by side with the plain queue, --rounds times.
     #[arg(long)]
     priorities: bool,
+    /// --mode queue: fill the queue, then drain it, in memory and paging
+    /// to disk (a queue under bench.paged., which the embedded server
+    /// pages past 1 MiB), side by side, --rounds times.
+    #[arg(long)]
+    paged: bool,
     /// The embedded server's journal fsync policy: always, batch or never.
     #[arg(long, default_value = "batch")]
     fsync: String,
@@ -524,6 +529,8 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             groups: 0,
             tagged: 0,
             priorities: false,
+            paged: false,
+            fill_first: false,
         };
         let other = args
             .subscriber_server
@@ -531,7 +538,7 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             .map(ConnectionFactory::new)
             .transpose()?;
         let consumers_at = other.as_ref().unwrap_or(&factory);
-        match args.groups > 0 || args.priorities {
+        match args.groups > 0 || args.priorities || args.paged {
             true => queue_variants(&factory, consumers_at, plan, &args)?,
             false => drop(queue::run(&factory, consumers_at, &plan)?),
         }
@@ -568,7 +575,18 @@ fn queue_variants(
         tagged: args.groups,
         ..plain
     };
+    let plain = queue::Plan {
+        fill_first: args.paged,
+        ..plain
+    };
     let mut variants = vec![("plain", plain.clone())];
+    if args.paged {
+        let paged = queue::Plan {
+            paged: true,
+            ..plain.clone()
+        };
+        variants.push(("paged", paged));
+    }
     if args.groups > 0 {
         let grouped = queue::Plan {
             groups: args.groups,
@@ -759,6 +777,13 @@ fn embedded_config(workers: usize, fsync: FsyncPolicy, cluster: Option<(&str, &s
         },
         ..Config::default()
     };
+    // The queues of `--mode queue --paged` page past 1 MiB.
+    config.addresses = vec![herald_server::config::AddressRule {
+        pattern: "queue://bench.paged.#".into(),
+        max_size_bytes: Some(1 << 20),
+        full_policy: Some(herald_server::config::FullPolicy::Page),
+        ..Default::default()
+    }];
     if let Some((redis, node)) = cluster {
         config.cluster.redis = redis.to_owned();
         config.cluster.node_id = node.to_owned();

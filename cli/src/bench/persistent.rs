@@ -235,6 +235,8 @@ pub fn run(factory: &ConnectionFactory, plan: &Plan) -> Result<()> {
                             groups: 0,
                             tagged: 0,
                             priorities: false,
+                            paged: false,
+                            fill_first: false,
                         },
                     )
                 })

@@ -39,6 +39,13 @@ pub struct Plan {
     pub tagged: usize,
     /// Each consumer has a priority of its own (the first the highest).
     pub priorities: bool,
+    /// The queue is named under `bench.paged.`, which the embedded server
+    /// pages past 1 MiB (a server of one's own needs that
+    /// `[[addresses]]` entry).
+    pub paged: bool,
+    /// The producers fill the queue before the consumers start: the rate
+    /// in, then the rate out, of a queue that holds all of it.
+    pub fill_first: bool,
 }
 
 /// A counting gate for in-flight sends.
@@ -88,7 +95,7 @@ pub fn run(
     consumers_at: &ConnectionFactory,
     plan: &Plan,
 ) -> Result<f64> {
-    let base = bench_topic("queue");
+    let base = bench_topic(if plan.paged { "paged" } else { "queue" });
     let destinations: Vec<Destination> = match plan.queues {
         0 | 1 => vec![Destination::queue(base)],
         n => (0..n)
@@ -97,43 +104,16 @@ pub fn run(
     };
     let received = Arc::new(AtomicU64::new(0));
     let last = Arc::new(Mutex::new(None::<Instant>));
-    let mut consumers = Vec::new();
-    for c in 0..plan.consumers {
-        let destination = &destinations[c % destinations.len()];
-        let connection = consumers_at.create_connection()?;
-        let every = plan.ack_every;
-        let mode = if every == 0 {
-            AckMode::Auto
-        } else {
-            AckMode::Client
-        };
-        let session = Arc::new(connection.create_session(mode)?);
-        let mut options = ConsumerOptions::default().prefetch(every.saturating_mul(2));
-        if plan.priorities {
-            options = options.priority(-(c as i32));
-        }
-        let consumer = session.create_consumer_with(destination, options)?;
-        let (r, l, s) = (received.clone(), last.clone(), session.clone());
-        let mut unacked = 0;
-        consumer.set_message_listener(move |_| {
-            r.fetch_add(1, Ordering::Relaxed);
-            *l.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-            unacked += 1;
-            if every != 0 && unacked == every {
-                unacked = 0;
-                if let Err(e) = s.acknowledge() {
-                    eprintln!("acknowledge failed: {e}");
-                }
-            }
-        })?;
-        consumers.push((connection, session, consumer));
-    }
-
+    let attach = || attach(consumers_at, plan, &destinations, (&received, &last));
+    let mut consumers = match plan.fill_first {
+        true => Vec::new(),
+        false => attach()?,
+    };
     let receipted = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
+    let mut started = Instant::now();
     let per = plan.count / plan.producers as u64;
-    let threads: Vec<_> = (0..plan.producers)
+    let mut threads: Vec<_> = (0..plan.producers)
         .map(|p| {
             let n = if p == 0 {
                 plan.count - per * (plan.producers as u64 - 1)
@@ -182,6 +162,21 @@ pub fn run(
             })
         })
         .collect();
+    if plan.fill_first {
+        for t in std::mem::take(&mut threads) {
+            t.join().map_err(|_| {
+                herald_client::Error::InvalidArgument("a producer thread panicked".into())
+            })??;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        println!(
+            "queue filled: {} messages in {seconds:.3} s: {:.0} msgs/s in",
+            plan.count,
+            plan.count as f64 / seconds
+        );
+        started = Instant::now();
+        consumers = attach()?;
+    }
     let mut progress = Progress::new("queue", plan.count);
     let got = wait_for(plan.count, &mut progress, || {
         received.load(Ordering::Relaxed)
@@ -237,4 +232,53 @@ pub fn run(
         connection.close()?;
     }
     Ok(rate)
+}
+
+/// The consumers of `plan` on `destinations`, counting into `received`
+/// and noting when the last message came.
+#[allow(clippy::type_complexity)]
+fn attach(
+    consumers_at: &ConnectionFactory,
+    plan: &Plan,
+    destinations: &[Destination],
+    (received, last): (&Arc<AtomicU64>, &Arc<Mutex<Option<Instant>>>),
+) -> Result<
+    Vec<(
+        herald_client::Connection,
+        Arc<herald_client::Session>,
+        herald_client::Consumer,
+    )>,
+> {
+    let mut consumers = Vec::new();
+    for c in 0..plan.consumers {
+        let destination = &destinations[c % destinations.len()];
+        let connection = consumers_at.create_connection()?;
+        let every = plan.ack_every;
+        let mode = if every == 0 {
+            AckMode::Auto
+        } else {
+            AckMode::Client
+        };
+        let session = Arc::new(connection.create_session(mode)?);
+        let mut options = ConsumerOptions::default().prefetch(every.saturating_mul(2));
+        if plan.priorities {
+            options = options.priority(-(c as i32));
+        }
+        let consumer = session.create_consumer_with(destination, options)?;
+        let (r, l, s) = (received.clone(), last.clone(), session.clone());
+        let mut unacked = 0;
+        consumer.set_message_listener(move |_| {
+            r.fetch_add(1, Ordering::Relaxed);
+            *l.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+            unacked += 1;
+            if every != 0 && unacked == every {
+                unacked = 0;
+                if let Err(e) = s.acknowledge() {
+                    eprintln!("acknowledge failed: {e}");
+                }
+            }
+        })?;
+        consumers.push((connection, session, consumer));
+    }
+    Ok(consumers)
 }

@@ -157,6 +157,8 @@ pub fn run(workers: usize, fsync: FsyncPolicy, size: usize, count: u64) -> Resul
         groups: 0,
         tagged: 0,
         priorities: false,
+        paged: false,
+        fill_first: false,
     };
     let one = [redis("redis", false)?];
     let shards = redis_cluster()?;
