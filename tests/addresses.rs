@@ -636,3 +636,27 @@ fn a_paging_queue_holds_its_overflow_on_disk_in_order_and_across_a_restart() {
         "{q}"
     );
 }
+
+#[test]
+fn by_default_a_queue_over_the_servers_memory_bound_pages_and_its_publisher_goes_on() {
+    let mut config = test_config();
+    config.queues.max_memory_bytes = 1_000_000;
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("deep")).unwrap();
+    let body = "d".repeat(20_000);
+    for n in 0..150 {
+        let m = Message::text(body.as_str()).with_property("n", n);
+        p.send_with_receipt(m).unwrap();
+        // The queues are weighed ten times a second.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let q = get(&server, "/api/queues/deep");
+    assert!(q["paged"].as_u64().unwrap() > 0, "{q}");
+    assert_eq!(q["depth"], 150, "{q}");
+    let consumer = s.create_consumer(&Destination::queue("deep")).unwrap();
+    for n in 0..150 {
+        let m = next(&consumer);
+        assert_eq!(m.property("n").and_then(|v| v.as_i64()), Some(n));
+    }
+}

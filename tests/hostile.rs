@@ -666,6 +666,7 @@ fn queued_messages_are_bounded_by_a_global_memory_limit() {
 fn over_the_memory_limit_a_blocked_publisher_waits_then_goes_on() {
     let mut config = test_config();
     config.queues.max_memory_bytes = 2 << 20;
+    config.queues.full_policy = herald_server::config::FullPolicy::Block;
     let server = start_with(config);
     let (_c, s) = connect(&server);
     let p = s.create_producer(&Destination::queue("big")).unwrap();

@@ -229,6 +229,7 @@ fn a_queue_consumer_in_client_mode_holds_its_credit_until_it_acknowledges() {
 fn a_send_to_a_full_queue_waits_for_room_when_blocking() {
     let mut config = test_config();
     config.queues.max_messages = 2;
+    config.queues.full_policy = herald_server::config::FullPolicy::Block;
     let server = start_with(config);
     let (_c, s) = connect(&server);
     let producer = s.create_producer(&Destination::queue("narrow")).unwrap();
@@ -267,6 +268,7 @@ fn a_blocked_send_fails_after_the_block_timeout_and_the_connection_goes_on() {
     let mut config = test_config();
     config.queues.max_messages = 1;
     config.queues.block_timeout_ms = 200;
+    config.queues.full_policy = herald_server::config::FullPolicy::Block;
     let server = start_with(config);
     let (_c, s) = connect(&server);
     let producer = s.create_producer(&Destination::queue("stuck")).unwrap();

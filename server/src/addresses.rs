@@ -73,7 +73,7 @@ impl Default for QueuesConfig {
             dead_letter_prefix: "DLQ.".into(),
             expiry_queue: "ExpiryQueue".into(),
             default_prefetch: 1000,
-            full_policy: FullPolicy::Block,
+            full_policy: FullPolicy::Page,
             block_timeout_ms: 30_000,
         }
     }

@@ -128,7 +128,11 @@ impl Server {
             false => None,
         };
         let n = config.worker_count();
-        let paging = crate::store::page::PagingRoot::new(&config.data_dir, disk.clone());
+        let paging = crate::store::page::PagingRoot::new(
+            &config.data_dir,
+            disk.clone(),
+            config.journal.min_free_bytes,
+        );
         let (journal, recovered) = Journal::open(JournalConfig {
             recover_corrupt: config.journal.recover_corrupt,
             min_free_bytes: config.journal.min_free_bytes,

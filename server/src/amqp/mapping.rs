@@ -44,17 +44,16 @@ pub const AMQP_BODY_PROPERTY: &str = "HeraldAmqpBody";
 /// What the broker adds to a message, kept in Herald properties, and the
 /// message annotations that carry them to an AMQP consumer of a message
 /// an AMQP client sent (whose application properties are the sender's).
-const BROKER_ANNOTATIONS: [(&str, &str); 4] = [
+/// A group's first message for a consumer is not marked so: the marker
+/// is per delivery, and an AMQP receiver gets a message it may compare
+/// with what was sent (Qpid JMS does not read the marker either).
+const BROKER_ANNOTATIONS: [(&str, &str); 3] = [
     (
         "HeraldOriginalDestination",
         "x-opt-herald-original-destination",
     ),
     ("HeraldDeadLetterReason", "x-opt-herald-dead-letter-reason"),
     ("HeraldDivertedFrom", "x-opt-herald-diverted-from"),
-    (
-        "JMSXGroupFirstForConsumer",
-        "x-opt-herald-group-first-for-consumer",
-    ),
 ];
 
 /// How the origin of a message an AMQP client sent ([`Origin::AMQP`])
@@ -595,7 +594,7 @@ fn as_sent(m: &MessageRef<'_>, origin: &[u8], block: &Bytes, out: &mut BytesMut)
         out.extend_from_slice(kept.annotations);
     } else {
         // The sender's annotations with the broker's after them: a
-        // dead letter's, a diverted copy's, a group's first message's.
+        // dead letter's, a diverted copy's.
         let sender = Raw::read(kept.annotations)
             .ok()
             .and_then(|(section, _)| section.described())

@@ -108,7 +108,7 @@ impl Memory {
                     self.over.store(now_over, Ordering::Relaxed);
                     match now_over {
                     true => log::warn!(
-                        "queued messages hold {used} bytes, over queues.max_memory_bytes ({}): publishers to the largest queues are held back",
+                        "queued messages hold {used} bytes, over queues.max_memory_bytes ({}): the largest queues are marked full (they page, or hold back or refuse their publishers, as their full_policy says)",
                         self.limit
                     ),
                     false => log::info!("queued messages hold {used} bytes: publishers go on"),

@@ -650,7 +650,7 @@ impl Broker {
                 }
                 // Registered under the same lock as the check, so room
                 // freed a moment later cannot go unnoticed.
-                (FullPolicy::Block, Room::Wait(conn)) => q.add_waiter(conn),
+                (FullPolicy::Block | FullPolicy::Page, Room::Wait(conn)) => q.add_waiter(conn),
                 _ => {}
             }
             return Err(full);

@@ -293,9 +293,11 @@ impl Queue {
         self.paging = Some((root, dir));
     }
 
-    /// Whether it can page (the server gave it somewhere to).
+    /// Whether it can page: the server gave it somewhere to, and its page
+    /// files take messages (not after a failed write, or at the disk's
+    /// free-space floor, until one is read back).
     pub fn can_page(&self) -> bool {
-        self.paging.is_some()
+        self.paging.is_some() && self.pager.as_ref().is_none_or(Pager::takes)
     }
 
     /// Messages in its page files, and their bytes there.
@@ -1461,7 +1463,7 @@ mod tests {
             q.enqueue(block(2), None, &mut out),
             Err(QueueFull {
                 limit: Limit::Messages(2),
-                policy: FullPolicy::Block
+                policy: FullPolicy::Page
             })
         );
         assert_eq!(q.browse(None).len(), 0, "both in flight");

@@ -127,9 +127,14 @@ fn route(
     };
     let for_server = disk.is_some();
     let routed = match disk {
+        // Paging does not help a full disk: a paging queue's publishers
+        // wait, as blocked ones do.
         Some(why) => Err((
             why,
-            ctx.shared.config.queues.full_policy == FullPolicy::Block,
+            matches!(
+                ctx.shared.config.queues.full_policy,
+                FullPolicy::Block | FullPolicy::Page
+            ),
         )),
         None => match ctx.shared.broker.publish_to(
             message,
@@ -149,7 +154,13 @@ fn route(
                 ))
             }
             Err(full @ RouteError::QueueFull { .. }) => {
-                let block = matches!(&full, RouteError::QueueFull { full: f, .. } if f.policy == FullPolicy::Block);
+                // A queue that cannot page (a broker without page files)
+                // holds its publishers back instead.
+                let block = matches!(
+                    &full,
+                    RouteError::QueueFull { full: f, .. }
+                        if matches!(f.policy, FullPolicy::Block | FullPolicy::Page)
+                );
                 Err((full_reason(&full, block), block))
             }
         },

@@ -57,15 +57,25 @@ pub struct PagingRoot {
     pub root: PathBuf,
     /// The journal's disk, so that faults reach paging too.
     pub disk: Arc<dyn Disk>,
+    /// Free bytes the disk keeps (`journal.min_free_bytes`): page files
+    /// stop short of them, so that the journal is not starved by them.
+    pub min_free_bytes: u64,
+    /// The data directory, whose file system's free space that is.
+    pub data_dir: PathBuf,
 }
 
 impl PagingRoot {
     /// Paging under `data_dir/paging`, whose files of an earlier run are
-    /// deleted (see the module's doc).
-    pub fn new(data_dir: &Path, disk: Arc<dyn Disk>) -> PagingRoot {
+    /// deleted (see the module's doc), short of `min_free_bytes` free.
+    pub fn new(data_dir: &Path, disk: Arc<dyn Disk>, min_free_bytes: u64) -> PagingRoot {
         let root = data_dir.join("paging");
         let _ = std::fs::remove_dir_all(&root);
-        PagingRoot { root, disk }
+        PagingRoot {
+            root,
+            disk,
+            min_free_bytes,
+            data_dir: data_dir.to_owned(),
+        }
     }
 }
 
@@ -73,6 +83,11 @@ impl PagingRoot {
 pub struct Pager {
     dir: PathBuf,
     disk: Arc<dyn Disk>,
+    min_free_bytes: u64,
+    data_dir: PathBuf,
+    /// A write failed, or would have gone below the free-space floor:
+    /// nothing more is paged until a message is read back.
+    failed: bool,
     /// Numbers of the files written to, oldest first; the last is being
     /// written.
     files: VecDeque<u64>,
@@ -94,6 +109,9 @@ impl Pager {
         Pager {
             dir: root.root.join(name),
             disk: root.disk.clone(),
+            min_free_bytes: root.min_free_bytes,
+            data_dir: root.data_dir.clone(),
+            failed: false,
             files: VecDeque::new(),
             next_file: 0,
             writer: None,
@@ -119,8 +137,32 @@ impl Pager {
         self.dir.join(format!("{file:08}.page"))
     }
 
+    /// Whether it takes messages now: not since a write failed or the
+    /// disk came near its floor, until a message is read back.
+    pub fn takes(&self) -> bool {
+        !self.failed
+    }
+
     /// Appends a message after those paged before it.
     pub fn append(&mut self, m: &Paged) -> io::Result<()> {
+        let appended = self.try_append(m);
+        self.failed |= appended.is_err();
+        appended
+    }
+
+    fn try_append(&mut self, m: &Paged) -> io::Result<()> {
+        // Once a batch: the batch and the next one must fit above the
+        // free-space floor.
+        if self.batch.is_empty() {
+            let free = self.disk.free_space(&self.data_dir)?;
+            let needed = self.min_free_bytes.saturating_add(2 * BATCH_BYTES as u64);
+            if free < needed.saturating_add(m.block.len() as u64) {
+                return Err(io::Error::other(format!(
+                    "{free} bytes free on its disk, journal.min_free_bytes is {}",
+                    self.min_free_bytes
+                )));
+            }
+        }
         if self.writer.is_none() || self.written >= FILE_BYTES {
             self.flush()?;
             if self.files.is_empty() {
@@ -142,11 +184,20 @@ impl Pager {
         let crc = crc32c::crc32c(&self.batch[start..]);
         self.batch.put_u32(crc);
         let size = (self.batch.len() - start) as u64;
+        if self.batch.len() >= BATCH_BYTES {
+            if let Err(e) = self.flush() {
+                // This one is not paged (its queue keeps it in memory);
+                // those before it stay in the batch for the next write,
+                // the file cut back to where they go.
+                if let Some(w) = self.writer.as_mut() {
+                    let _ = w.rewind_to(self.written - start as u64);
+                }
+                self.batch.truncate(start);
+                return Err(e);
+            }
+        }
         (self.written, self.bytes, self.count) =
             (self.written + size, self.bytes + size, self.count + 1);
-        if self.batch.len() >= BATCH_BYTES {
-            self.flush()?;
-        }
         Ok(())
     }
 
@@ -183,6 +234,7 @@ impl Pager {
             match read_record(reader)? {
                 Some((m, size)) => {
                     (self.count, self.bytes) = (self.count - 1, self.bytes.saturating_sub(size));
+                    self.failed = false;
                     if self.count == 0 {
                         self.clear();
                     }
@@ -272,7 +324,8 @@ mod tests {
 
     fn root(label: &str) -> PagingRoot {
         let dir = std::env::temp_dir().join(format!("herald-page-{label}-{}", std::process::id()));
-        PagingRoot::new(&dir, Arc::new(RealDisk))
+        std::fs::create_dir_all(&dir).unwrap();
+        PagingRoot::new(&dir, Arc::new(RealDisk), 0)
     }
 
     #[test]
@@ -323,5 +376,43 @@ mod tests {
         let e = p.read().unwrap_err();
         assert!(e.to_string().contains("checksum"), "{e}");
         let _ = std::fs::remove_dir_all(root.root.parent().unwrap());
+    }
+
+    /// The real disk, reporting as free what the test says.
+    struct Tight(std::sync::atomic::AtomicU64);
+
+    impl Disk for Tight {
+        fn create(&self, path: &Path) -> io::Result<Box<dyn SegmentFile>> {
+            RealDisk.create(path)
+        }
+
+        fn free_space(&self, _: &Path) -> io::Result<u64> {
+            Ok(self.0.load(std::sync::atomic::Ordering::Relaxed))
+        }
+    }
+
+    #[test]
+    fn paging_stops_at_the_free_space_floor_until_a_message_is_read_back() {
+        use std::sync::atomic::Ordering;
+        let dir = std::env::temp_dir().join(format!("herald-page-floor-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let disk = Arc::new(Tight(std::sync::atomic::AtomicU64::new(u64::MAX)));
+        let root = PagingRoot::new(&dir, disk.clone(), 1 << 20);
+        let mut p = Pager::new(&root, "q");
+        let big = Paged {
+            block: Bytes::from(vec![1u8; BATCH_BYTES]),
+            ..paged(0)
+        };
+        p.append(&big).unwrap();
+        assert!(p.takes());
+        disk.0.store(1 << 20, Ordering::Relaxed);
+        let e = p.append(&big).unwrap_err();
+        assert!(e.to_string().contains("min_free_bytes"), "{e}");
+        assert!(!p.takes(), "no more until one is read back");
+        disk.0.store(u64::MAX, Ordering::Relaxed);
+        // The one that failed is not in the files; the first comes back.
+        assert_eq!(p.read().unwrap(), Some(big.clone()));
+        assert!(p.takes());
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
