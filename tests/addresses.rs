@@ -660,3 +660,27 @@ fn by_default_a_queue_over_the_servers_memory_bound_pages_and_its_publisher_goes
         assert_eq!(m.property("n").and_then(|v| v.as_i64()), Some(n));
     }
 }
+
+#[test]
+fn a_transaction_commits_into_a_paging_queue_at_its_message_limit() {
+    let mut config = test_config();
+    config.queues.max_messages = 3;
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("tx")).unwrap();
+    for n in 0..3 {
+        p.send_with_receipt(Message::text(n.to_string())).unwrap();
+    }
+    let c = factory(&server).create_connection().unwrap();
+    let t = c.create_session(AckMode::Transacted).unwrap();
+    let out = t.create_producer(&Destination::queue("tx")).unwrap();
+    for n in 3..6 {
+        out.send(Message::text(n.to_string())).unwrap();
+    }
+    t.commit().unwrap();
+    assert_eq!(get(&server, "/api/queues/tx")["paged"], 3);
+    let consumer = s.create_consumer(&Destination::queue("tx")).unwrap();
+    for n in 0..6 {
+        assert_eq!(next(&consumer).body_text(), Some(n.to_string().as_str()));
+    }
+}

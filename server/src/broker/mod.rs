@@ -603,7 +603,14 @@ impl Broker {
             return Ok(());
         }
         let full = match self.find_queue(queue) {
-            Some(q) => lock(&q).check_room_for(n),
+            Some(q) => {
+                let q = lock(&q);
+                match q.check_room_for(n) {
+                    // Its page files take what memory does not.
+                    Err(full) if full.policy == FullPolicy::Page && q.can_page() => Ok(()),
+                    other => other,
+                }
+            }
             // Created on first use, empty.
             None => Queue::new(queue, None, self.settings(DestinationKind::Queue, queue))
                 .check_room_for(n),

@@ -1074,7 +1074,9 @@ impl Queue {
         if wait == 0 {
             return self.insert_ready(m);
         }
-        let due = now_ms().saturating_add(wait as i64);
+        // A millisecond more: the clock is read in whole milliseconds, and
+        // the message must not come back before its delay.
+        let due = now_ms().saturating_add(wait as i64 + 1);
         self.wake = Some(self.wake.map_or(due, |w| w.min(due)));
         self.scheduled.insert((due, m.seq), m);
     }
