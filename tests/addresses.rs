@@ -118,7 +118,6 @@ fn an_address_of_its_own_size_blocks_fails_or_drops_as_it_says() {
     let q = get(&server, "/api/queues/capped.drop");
     let (dropped, depth) = (q["dropped"].as_u64().unwrap(), q["depth"].as_u64().unwrap());
     assert!(dropped > 0 && depth + dropped == 40, "{q}");
-    assert!(depth < 20, "{q}");
     assert_eq!(q["settings"]["full_policy"], "drop");
     // Fail, on a more specific entry: refused naming the bound.
     let results = fill("capped.fail");
