@@ -318,6 +318,37 @@ impl RedisCluster {
         panic!("no primary serves slot {slot}: {shards}")
     }
 
+    /// Waits until the replicas of the primary on `port` have every write
+    /// it took: a primary killed before that loses what they lack, when
+    /// nothing waited for them (`cluster.min_replicas = 0`).
+    pub fn wait_replicated(&self, port: u16) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let info = RedisCluster::cli(port, &["INFO", "replication"]);
+            let field = |line: &str, key: &str| -> Option<u64> {
+                line.split(',')
+                    .find_map(|kv| kv.trim().strip_prefix(key))
+                    .and_then(|v| v.trim().parse().ok())
+            };
+            let primary = info.lines().find_map(|l| field(l, "master_repl_offset:"));
+            let replicas: Vec<u64> = info
+                .lines()
+                .filter(|l| l.starts_with("slave"))
+                .filter_map(|l| field(l.split_once(':').map_or(l, |(_, v)| v), "offset="))
+                .collect();
+            if let Some(primary) = primary {
+                if !replicas.is_empty() && replicas.iter().all(|&r| r >= primary) {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replicas never caught up: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Kills the node on `port` (SIGKILL).
     pub fn kill(&mut self, port: u16) {
         for node in &mut self.nodes {
