@@ -388,14 +388,28 @@ impl Queue {
     /// Every paged message, read back (a purge, a deletion).
     fn page_in_all(&mut self) -> Vec<QueuedMessage> {
         let mut all = Vec::new();
-        while let Some(p) = self
-            .pager
-            .as_mut()
-            .and_then(|pager| pager.read().ok().flatten())
-        {
-            let mut m = self.message(p.block, p.journal_id, None, p.deliveries);
-            m.restored = p.restored;
-            all.push(m);
+        let Some(mut pager) = self.pager.take() else {
+            return all;
+        };
+        loop {
+            match pager.read() {
+                Ok(Some(p)) => {
+                    let mut m = self.message(p.block, p.journal_id, None, p.deliveries);
+                    m.restored = p.restored;
+                    all.push(m);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    // As in page_in: a persistent one comes back from the
+                    // journal at the next start.
+                    log::error!(
+                        "queue {}: its page files cannot be read ({e}): {} paged message(s) dropped from this run",
+                        self.name,
+                        pager.count()
+                    );
+                    break;
+                }
+            }
         }
         self.pager = None;
         all
