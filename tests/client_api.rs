@@ -31,6 +31,44 @@ fn message_builders_carry_their_headers_to_the_consumer() {
 }
 
 #[test]
+fn producer_defaults_fill_the_headers_a_message_did_not_choose() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let q = Destination::queue("defaulted");
+    let consumer = s.create_consumer(&q).unwrap();
+    let mut p = s.create_producer(&q).unwrap();
+    p.set_delivery_mode(herald_client::DeliveryMode::NonPersistent);
+    p.set_priority(7).unwrap();
+    p.set_time_to_live(Duration::from_secs(60));
+    let e = p.set_priority(10).unwrap_err();
+    assert!(e.to_string().contains("priority 10"), "{e}");
+    assert_eq!(p.priority(), 7);
+    p.send(Message::text("defaulted")).unwrap();
+    p.send(
+        Message::text("chosen")
+            .with_priority(4)
+            .with_ttl(Duration::ZERO)
+            .persistent(),
+    )
+    .unwrap();
+    let defaulted = next(&consumer);
+    assert_eq!(defaulted.priority, 7);
+    let lives = defaulted.expiration - defaulted.timestamp;
+    assert!((59_000..=61_000).contains(&lives), "lives {lives} ms");
+    assert_eq!(
+        defaulted.delivery_mode,
+        herald_client::DeliveryMode::NonPersistent
+    );
+    let chosen = next(&consumer);
+    assert_eq!(chosen.body_text(), Some("chosen"));
+    assert_eq!((chosen.priority, chosen.expiration), (4, 0));
+    assert_eq!(
+        chosen.delivery_mode,
+        herald_client::DeliveryMode::Persistent
+    );
+}
+
+#[test]
 fn a_message_with_a_short_ttl_expires_and_one_with_a_delay_waits() {
     let server = start();
     let (_c, s) = connect(&server);

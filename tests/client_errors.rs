@@ -113,8 +113,8 @@ fn a_refused_fire_and_forget_send_names_its_message_and_producer() {
     });
     let _other = s.create_producer(&Destination::queue("elsewhere")).unwrap();
     let p = s.create_producer(&Destination::queue("tiny")).unwrap();
-    p.send(Message::text("fits")).unwrap();
-    p.send(Message::text("refused")).unwrap();
+    p.send(Message::text("fits").non_persistent()).unwrap();
+    p.send(Message::text("refused").non_persistent()).unwrap();
     let told = rx.recv_timeout(PATIENCE).expect("told");
     match &told {
         Error::SendRefused {

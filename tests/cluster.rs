@@ -142,7 +142,7 @@ fn nodes_reconnect_to_a_restarted_redis_and_say_so() {
     // A publish while Redis is away finds the link down.
     let producer = on_a.create_producer(&Destination::topic("feed")).unwrap();
     wait_until("the nodes notice Redis is gone", || {
-        let _ = producer.send(Message::text("lost"));
+        let _ = producer.send(Message::text("lost").non_persistent());
         !linked(&a) && !linked(&b)
     });
     // Meanwhile what needs no Redis flows: a topic between one node's

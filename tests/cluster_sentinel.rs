@@ -265,7 +265,8 @@ fn a_receipt_waits_for_a_replica_and_fails_without_one() {
         "{metrics}"
     );
     // Traffic that needs no receipt goes on.
-    p.send(Message::text("fire and forget")).unwrap();
+    p.send(Message::text("fire and forget").non_persistent())
+        .unwrap();
 }
 
 #[test]

@@ -355,7 +355,7 @@ fn after_a_failed_sync_persistent_sends_fail_until_a_restart_and_health_says_so(
         "{health}"
     );
     // Non-persistent traffic goes on, and so do consumers.
-    p.send_with_receipt(Message::text("m").with_property("n", 4))
+    p.send_with_receipt(Message::text("m").with_property("n", 4).non_persistent())
         .unwrap();
     assert_eq!(drain(&server, "q"), BTreeSet::from([1, 4]));
     // A restart recovers from the journal and takes persistent sends again.
@@ -425,7 +425,7 @@ fn below_the_free_space_floor_persistent_sends_are_refused_and_go_on_once_space_
     assert!(metrics.contains("herald_journal_low_space 1"), "{metrics}");
     // Non-persistent messages and transactions without persistent ones go
     // on; a transaction with one is rolled back whole.
-    p.send_with_receipt(Message::text("m").with_property("n", -1))
+    p.send_with_receipt(Message::text("m").with_property("n", -1).non_persistent())
         .unwrap();
     let (tc, _ts) = connect(&server);
     let tx = tc.create_session(AckMode::Transacted).unwrap();

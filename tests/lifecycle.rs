@@ -233,7 +233,7 @@ fn a_subscriber_that_never_reads_is_cut_off_and_others_get_everything() {
     for i in 0..4096 + AHEAD {
         if i < 4096 {
             producer
-                .send_with_receipt(Message::text(body.clone()))
+                .send_with_receipt(Message::text(body.clone()).non_persistent())
                 .unwrap();
         }
         if i >= AHEAD {

@@ -25,7 +25,7 @@ fn persistent_queue_messages_survive_a_restart_and_non_persistent_ones_do_not() 
         let p = s.create_producer(&Destination::queue("orders")).unwrap();
         for i in 0..100 {
             p.send(numbered(i).persistent()).unwrap();
-            p.send(Message::text("volatile")).unwrap();
+            p.send(Message::text("volatile").non_persistent()).unwrap();
         }
         // Consume and acknowledge the first ten persistent ones.
         let (_c2, s2) = {
@@ -115,10 +115,10 @@ fn a_durable_subscription_and_its_persistent_messages_survive_a_restart() {
         for i in 0..5 {
             p.send(numbered(i).persistent()).unwrap();
         }
-        p.send(Message::text("volatile")).unwrap();
+        p.send(Message::text("volatile").non_persistent()).unwrap();
         ps.create_producer(&Destination::topic("sales.eu"))
             .unwrap()
-            .send_with_receipt(Message::text("sync"))
+            .send_with_receipt(Message::text("sync").non_persistent())
             .unwrap();
     }
     let server = restart(server, &dir);
@@ -184,4 +184,40 @@ fn dead_letters_and_redelivered_messages_are_kept_too() {
             .and_then(|v| v.as_str()),
         Some("queue://q")
     );
+}
+
+#[test]
+fn a_producer_sends_persistent_by_default_as_in_jms_and_a_message_choice_wins() {
+    let config = test_config();
+    let dir = config.data_dir.clone();
+    let server = start_with(config);
+    {
+        let (_c, s) = connect(&server);
+        let q = Destination::queue("defaults");
+        let kept = s.create_producer(&q).unwrap();
+        assert_eq!(
+            kept.delivery_mode(),
+            herald_client::DeliveryMode::Persistent
+        );
+        kept.send(numbered(0)).unwrap();
+        kept.send(numbered(1).non_persistent()).unwrap();
+        let mut plain = s.create_producer(&q).unwrap();
+        plain.set_delivery_mode(herald_client::DeliveryMode::NonPersistent);
+        plain.send(numbered(2)).unwrap();
+        plain.send_with_receipt(numbered(3).persistent()).unwrap();
+        // The anonymous producer is a producer too.
+        s.send(&q, numbered(4)).unwrap();
+    }
+    let server = restart(server, &dir);
+    let (_c, s) = connect(&server);
+    let consumer = s.create_consumer(&Destination::queue("defaults")).unwrap();
+    let mut kept = Vec::new();
+    while let Some(m) = consumer
+        .receive(std::time::Duration::from_millis(300))
+        .unwrap()
+    {
+        assert_eq!(m.delivery_mode, herald_client::DeliveryMode::Persistent);
+        kept.push(m.property("n").and_then(|v| v.as_i64()).unwrap());
+    }
+    assert_eq!(kept, [0, 3, 4]);
 }

@@ -5,7 +5,9 @@ use std::io::{BufRead, Read};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use herald_client::{AckMode, Body, DestinationKind, Error, Message, Producer, Result, Value};
+use herald_client::{
+    AckMode, Body, DeliveryMode, DestinationKind, Error, Message, Producer, Result, Value,
+};
 
 use crate::destination;
 use crate::duration;
@@ -163,13 +165,7 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
     if let Some(ct) = &args.content_type {
         template = template.with_content_type(ct.clone());
     }
-    if args.persistent {
-        template = template.persistent();
-    }
     template.retain = args.retain;
-    if let Some(priority) = args.priority {
-        template.priority = priority;
-    }
     template.set_reply_to(match &args.reply_to {
         Some(r) => Some(destination::parse(r, DestinationKind::Topic)?),
         None => None,
@@ -183,11 +179,19 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
     };
     let connection = target.connect()?;
     let session = connection.create_session(AckMode::Auto)?;
+    // The CLI's default is not JMS's: a message is persistent only when
+    // asked to be.
     let mut producer = session.create_producer(&destination)?;
-    if let Some(delay) = args.delay {
-        producer.set_delivery_delay(delay);
+    producer.set_delivery_mode(match args.persistent {
+        true => DeliveryMode::Persistent,
+        false => DeliveryMode::NonPersistent,
+    });
+    if let Some(priority) = args.priority {
+        producer.set_priority(priority)?;
     }
-    let mut sender = Sender::new(producer, args.ttl);
+    producer.set_time_to_live(args.ttl.unwrap_or_default());
+    producer.set_delivery_delay(args.delay.unwrap_or_default());
+    let mut sender = Sender::new(producer);
     let sending = match input {
         Input::Whole(body) => {
             template.body = body;
@@ -212,28 +216,23 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
 /// destination) is reported, not lost; collects the answers.
 struct Sender {
     producer: Producer,
-    ttl: Option<Duration>,
     answers: mpsc::Sender<Result<()>>,
     answered: mpsc::Receiver<Result<()>>,
     sent: u64,
 }
 
 impl Sender {
-    fn new(producer: Producer, ttl: Option<Duration>) -> Sender {
+    fn new(producer: Producer) -> Sender {
         let (answers, answered) = mpsc::channel();
         Sender {
             producer,
-            ttl,
             answers,
             answered,
             sent: 0,
         }
     }
 
-    fn send(&mut self, mut m: Message) -> Result<()> {
-        if let Some(ttl) = self.ttl {
-            m = m.with_ttl(ttl);
-        }
+    fn send(&mut self, m: Message) -> Result<()> {
         let answers = self.answers.clone();
         self.producer
             .send_async(m, move |result| drop(answers.send(result)))?;

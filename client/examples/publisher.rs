@@ -4,14 +4,17 @@
 //! `cargo run --release -p herald-client --example publisher` with a server on
 //! `herald://127.0.0.1:7777` (or set `HERALD_URL`).
 
-use herald_client::{AckMode, ConnectionFactory, Destination, Message};
+use herald_client::{AckMode, ConnectionFactory, DeliveryMode, Destination, Message};
 
 fn main() -> herald_client::Result<()> {
     let url = std::env::var("HERALD_URL").unwrap_or_else(|_| "herald://127.0.0.1:7777".into());
     let connection = ConnectionFactory::new(&url)?.create_connection()?;
     let session = connection.create_session(AckMode::Auto)?;
 
-    let sales = session.create_producer(&Destination::topic("sales.europe.smartphone"))?;
+    let mut sales = session.create_producer(&Destination::topic("sales.europe.smartphone"))?;
+    // A producer sends persistent messages unless told otherwise, as in
+    // JMS; these events need no disk.
+    sales.set_delivery_mode(DeliveryMode::NonPersistent);
     for (region, units) in [("EU", 3), ("UK", 1), ("EU", 7)] {
         let sale = Message::text(format!("sold {units}"))
             .with_property("region", region)

@@ -7,7 +7,7 @@ use bytes::{BufMut, BytesMut};
 use herald_protocol::{DeliveryMode, Destination, FrameKind, Message, MessageId, Stamp};
 
 use crate::connection::Inner;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::writer::MessageIds;
 
 /// Sends messages to one destination ([`Session::send`](crate::Session::send)
@@ -16,23 +16,32 @@ use crate::writer::MessageIds;
 /// ```no_run
 /// use std::sync::atomic::{AtomicU64, Ordering};
 /// use std::sync::Arc;
-/// use herald_client::{AckMode, ConnectionFactory, Destination, Message};
+/// use herald_client::{AckMode, ConnectionFactory, DeliveryMode, Destination, Message};
 /// # fn main() -> herald_client::Result<()> {
 /// let connection = ConnectionFactory::new("herald://127.0.0.1:7777")?.create_connection()?;
 /// let session = connection.create_session(AckMode::Auto)?;
 /// let producer = session.create_producer(&Destination::queue("invoices"))?;
-/// // Waits until the server has it on disk.
-/// producer.send(Message::text("invoice 1").persistent())?;
+/// // Persistent, as a JMS producer's messages are by default: this waits
+/// // until the server has it on disk.
+/// producer.send(Message::text("invoice 1"))?;
 /// // Many in flight at once, each confirmed on the reader thread.
 /// let confirmed = Arc::new(AtomicU64::new(0));
 /// for n in 2..=100 {
 ///     let confirmed = confirmed.clone();
-///     producer.send_async(Message::text(format!("invoice {n}")).persistent(), move |r| {
+///     producer.send_async(Message::text(format!("invoice {n}")), move |r| {
 ///         if r.is_ok() {
 ///             confirmed.fetch_add(1, Ordering::Relaxed);
 ///         }
 ///     })?;
 /// }
+/// // Events nobody must wait for: sent without a receipt, gone if the
+/// // server stops before it delivers them.
+/// let mut ticks = session.create_producer(&Destination::topic("ticks"))?;
+/// ticks.set_delivery_mode(DeliveryMode::NonPersistent);
+/// ticks.set_time_to_live(std::time::Duration::from_secs(5));
+/// ticks.send(Message::text("EURUSD 1.0841"))?;
+/// // A message's own choice wins over the producer's.
+/// ticks.send(Message::text("market closed").persistent().with_priority(9))?;
 /// # Ok(()) }
 /// ```
 pub struct Producer {
@@ -40,6 +49,12 @@ pub struct Producer {
     /// Its number on the connection, which its message ids carry.
     number: u32,
     destination: Destination,
+    /// JMS's producer defaults, for the messages that do not choose
+    /// their own ([`Message::or_defaults`]).
+    delivery_mode: DeliveryMode,
+    priority: u8,
+    /// Zero: messages never expire.
+    time_to_live: Duration,
     /// JMS 2.0 delivery delay: messages become visible this long after
     /// they are sent.
     delivery_delay: Duration,
@@ -57,9 +72,23 @@ impl Producer {
             number: inner.next_producer(),
             inner,
             destination,
+            delivery_mode: DeliveryMode::Persistent,
+            priority: herald_protocol::message::DEFAULT_PRIORITY,
+            time_to_live: Duration::ZERO,
             delivery_delay: Duration::ZERO,
             transaction,
         }
+    }
+
+    /// `message` with this producer's defaults in the headers it did not
+    /// choose, as JMS sends it.
+    fn defaulted(&self, mut message: Message) -> Message {
+        let expiration = match self.time_to_live.is_zero() {
+            true => 0,
+            false => now_millis().saturating_add(self.time_to_live.as_millis() as i64),
+        };
+        message.or_defaults(self.delivery_mode, self.priority, expiration);
+        message
     }
 
     /// The frame a message goes in (TX_SEND in a transacted session) and
@@ -76,9 +105,7 @@ impl Producer {
             ) -> std::result::Result<(), herald_protocol::Error>
             + 'a,
     ) {
-        let timestamp = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let timestamp = now_millis();
         // The message's own delay, or the producer's if that ends later.
         let delivery_time = match self.delivery_delay.is_zero() {
             true => message.delivery_time,
@@ -126,14 +153,60 @@ impl Producer {
         self.delivery_delay = delay;
     }
 
-    /// Sends a message. A non-persistent one is queued for the
-    /// connection's flusher and this returns at once (errors the server
-    /// reports later reach the exception listener). A persistent one waits,
-    /// as in JMS, until the server has it in its journal. In a transacted
-    /// session every send returns at once: the commit waits.
+    /// Sets the delivery mode of the messages sent from now on that do not
+    /// choose their own ([`Message::persistent`],
+    /// [`Message::non_persistent`]). Persistent by default, as in JMS.
+    pub fn set_delivery_mode(&mut self, mode: DeliveryMode) {
+        self.delivery_mode = mode;
+    }
+
+    /// The delivery mode of messages that do not choose their own.
+    pub fn delivery_mode(&self) -> DeliveryMode {
+        self.delivery_mode
+    }
+
+    /// Sets the priority, 0 (lowest) to 9 (highest), of the messages sent
+    /// from now on that do not choose their own; 4 by default. Above 9 is
+    /// refused.
+    pub fn set_priority(&mut self, priority: u8) -> Result<()> {
+        if priority > herald_protocol::message::MAX_PRIORITY {
+            return Err(Error::InvalidArgument(format!(
+                "priority {priority}: a priority is 0 to {}",
+                herald_protocol::message::MAX_PRIORITY
+            )));
+        }
+        self.priority = priority;
+        Ok(())
+    }
+
+    /// The priority of messages that do not choose their own.
+    pub fn priority(&self) -> u8 {
+        self.priority
+    }
+
+    /// Sets how long the messages sent from now on that do not choose
+    /// their own ([`Message::with_ttl`]) live: they expire this long after
+    /// they are sent. Zero, the default, means never.
+    pub fn set_time_to_live(&mut self, ttl: Duration) {
+        self.time_to_live = ttl;
+    }
+
+    /// How long messages that do not choose their own live; zero = ever.
+    pub fn time_to_live(&self) -> Duration {
+        self.time_to_live
+    }
+
+    /// Sends a message, with this producer's defaults (delivery mode,
+    /// priority, time to live) for the headers it did not choose. A
+    /// non-persistent one is queued for the connection's flusher and this
+    /// returns at once (errors the server reports later reach the
+    /// exception listener). A persistent one waits, as in JMS, until the
+    /// server has it in its journal. In a transacted session every send
+    /// returns at once: the commit waits.
     pub fn send(&self, message: Message) -> Result<()> {
+        let message = self.defaulted(message);
         if message.delivery_mode == DeliveryMode::Persistent && self.transaction.is_none() {
-            return self.send_with_receipt(message);
+            return self.request(&message);
         }
         let (kind, encode) = self.framed(&message);
         self.inner.writer.send_stamped(kind, 0, encode)
@@ -150,6 +223,7 @@ impl Producer {
         message: Message,
         completion: impl FnOnce(Result<()>) + Send + 'static,
     ) -> Result<()> {
+        let message = self.defaulted(message);
         let (kind, encode) = self.framed(&message);
         self.inner
             .request_async(kind, encode, Box::new(completion))
@@ -160,15 +234,31 @@ impl Producer {
     /// and for a persistent one written it to its journal (or refuses it,
     /// which is returned as an error).
     pub fn send_with_receipt(&self, message: Message) -> Result<()> {
-        let (kind, encode) = self.framed(&message);
+        self.request(&self.defaulted(message))
+    }
+
+    /// Sends `message`, defaults applied, and waits for its receipt.
+    fn request(&self, message: &Message) -> Result<()> {
+        let (kind, encode) = self.framed(message);
         self.inner.request_with(kind, "the SEND receipt", encode)
     }
+}
+
+/// Milliseconds since the Unix epoch.
+fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl std::fmt::Debug for Producer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Producer")
             .field("destination", &self.destination)
+            .field("delivery_mode", &self.delivery_mode)
+            .field("priority", &self.priority)
+            .field("time_to_live", &self.time_to_live)
+            .field("delivery_delay", &self.delivery_delay)
             .finish()
     }
 }

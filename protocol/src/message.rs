@@ -148,7 +148,17 @@ pub struct Message {
     /// As its publisher's protocol wrote it, if a front-end kept that;
     /// boxed, since most messages have none.
     origin: Option<Box<Origin>>,
+    /// Which of the headers a producer defaults ([`Message::or_defaults`])
+    /// the application chose for this message: `CHOSE_*` bits.
+    chosen: u8,
 }
+
+/// The application chose the delivery mode.
+const CHOSE_MODE: u8 = 1;
+/// The application chose the priority.
+const CHOSE_PRIORITY: u8 = 2;
+/// The application chose the time to live.
+const CHOSE_TTL: u8 = 4;
 
 /// A string header: as an application set it, or where it is in the
 /// block a delivery brought (checked as UTF-8 when it arrived).
@@ -269,6 +279,7 @@ impl Message {
             properties: Vec::new(),
             body,
             origin: None,
+            chosen: 0,
         }
     }
 
@@ -308,24 +319,56 @@ impl Message {
         self
     }
 
-    /// Builder: persistent delivery.
+    /// Builder: persistent delivery, whatever the producer's default.
     pub fn persistent(mut self) -> Message {
         self.delivery_mode = DeliveryMode::Persistent;
+        self.chosen |= CHOSE_MODE;
         self
     }
 
-    /// Builder: the priority, 0 (lowest) to 9 (highest); a send of a
-    /// higher one is refused.
+    /// Builder: non-persistent delivery, whatever the producer's default.
+    pub fn non_persistent(mut self) -> Message {
+        self.delivery_mode = DeliveryMode::NonPersistent;
+        self.chosen |= CHOSE_MODE;
+        self
+    }
+
+    /// Builder: the priority, 0 (lowest) to 9 (highest), whatever the
+    /// producer's default; a send of a higher one is refused.
     pub fn with_priority(mut self, priority: u8) -> Message {
         self.priority = priority;
+        self.chosen |= CHOSE_PRIORITY;
         self
     }
 
     /// Builder: the message expires `ttl` from now, and is not delivered
-    /// after that.
+    /// after that, whatever the producer's default; zero means never.
     pub fn with_ttl(mut self, ttl: Duration) -> Message {
-        self.expiration = from_now(ttl);
+        self.expiration = match ttl.is_zero() {
+            true => 0,
+            false => from_now(ttl),
+        };
+        self.chosen |= CHOSE_TTL;
         self
+    }
+
+    /// Sets the delivery mode, the priority and the expiration that this
+    /// message did not choose itself, as a JMS producer does on send with
+    /// its own defaults. A header counts as chosen when a builder set it
+    /// ([`Message::persistent`], [`Message::non_persistent`],
+    /// [`Message::with_priority`], [`Message::with_ttl`]) or when it holds
+    /// other than the default value (persistent, a priority other than 4,
+    /// an expiration).
+    pub fn or_defaults(&mut self, delivery_mode: DeliveryMode, priority: u8, expiration: i64) {
+        if self.chosen & CHOSE_MODE == 0 && self.delivery_mode == DeliveryMode::NonPersistent {
+            self.delivery_mode = delivery_mode;
+        }
+        if self.chosen & CHOSE_PRIORITY == 0 && self.priority == DEFAULT_PRIORITY {
+            self.priority = priority;
+        }
+        if self.chosen & CHOSE_TTL == 0 && self.expiration == 0 {
+            self.expiration = expiration;
+        }
     }
 
     /// Builder: the message is not delivered sooner than `delay` from now
@@ -642,6 +685,7 @@ impl Message {
             properties,
             body,
             origin,
+            chosen: 0,
         })
     }
 }
@@ -665,6 +709,7 @@ impl PartialEq for Message {
             properties,
             body,
             origin,
+            chosen: _,
         } = self;
         self.message_id() == other.message_id()
             && self.destination() == other.destination()
@@ -1462,6 +1507,39 @@ mod tests {
             delivery_time: 0,
         };
         assert!(m.encode_stamped(&stamp, &mut BytesMut::new()).is_err());
+    }
+
+    #[test]
+    fn producer_defaults_fill_only_what_a_message_did_not_choose() {
+        let defaults = (DeliveryMode::Persistent, 7, 1_000);
+        let fill = |mut m: Message| {
+            m.or_defaults(defaults.0, defaults.1, defaults.2);
+            (m.delivery_mode, m.priority, m.expiration)
+        };
+        assert_eq!(fill(Message::text("x")), defaults);
+        // Chosen by a builder, even at the default value.
+        let chosen = Message::text("x")
+            .non_persistent()
+            .with_priority(DEFAULT_PRIORITY)
+            .with_ttl(Duration::ZERO);
+        assert_eq!(
+            fill(chosen),
+            (DeliveryMode::NonPersistent, DEFAULT_PRIORITY, 0)
+        );
+        // Set through the fields to other than the default.
+        let mut set = Message::text("x");
+        (set.priority, set.expiration) = (2, 5);
+        assert_eq!(fill(set), (DeliveryMode::Persistent, 2, 5));
+        // A received message chose nothing: a producer that sends it on
+        // stamps its own, as JMS does.
+        let mut b = BytesMut::new();
+        Message::text("x")
+            .non_persistent()
+            .with_destination(Destination::queue("q"))
+            .encode(&mut b)
+            .unwrap();
+        let received = Message::decode(&b.freeze(), 1).unwrap();
+        assert_eq!(fill(received), defaults);
     }
 
     #[test]

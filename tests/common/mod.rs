@@ -207,12 +207,13 @@ pub fn subscribe(session: &Session, pattern: &str) -> Consumer {
         .expect("subscribes")
 }
 
-/// Sends a text message to a topic and waits for its receipt.
+/// Sends a non-persistent text message to a topic and waits for its
+/// receipt.
 pub fn publish(session: &Session, topic: &str, text: &str) {
     session
         .create_producer(&Destination::topic(topic))
         .expect("producer")
-        .send_with_receipt(Message::text(text))
+        .send_with_receipt(Message::text(text).non_persistent())
         .expect("published");
 }
 

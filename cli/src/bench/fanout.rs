@@ -254,7 +254,7 @@ struct HeraldSender<'a>(herald_client::Producer, &'a herald_client::Connection);
 impl Sender for HeraldSender<'_> {
     fn send(&mut self, body: &[u8]) -> Result<()> {
         self.0
-            .send(Message::bytes(bytes::Bytes::copy_from_slice(body)))
+            .send(Message::bytes(bytes::Bytes::copy_from_slice(body)).non_persistent())
     }
 
     fn drain(&mut self) -> Result<()> {

@@ -191,7 +191,7 @@ pub fn run(
     let pub_session = pub_connection.create_session(AckMode::Auto)?;
     let producer = pub_session.create_producer(&destination)?;
     let report = timing.run("herald", rate, size, count, |body| {
-        producer.send(Message::bytes(Bytes::copy_from_slice(body)))
+        producer.send(Message::bytes(Bytes::copy_from_slice(body)).non_persistent())
     })?;
     pub_connection.close()?;
     sub_connection.close()?;

@@ -165,7 +165,7 @@ fn sync_sends(
             let message = Message::bytes(body.clone());
             producer.send_with_receipt(match persistent {
                 true => message.persistent(),
-                false => message,
+                false => message.non_persistent(),
             })?;
             Ok(began.elapsed())
         })

@@ -144,7 +144,7 @@ pub fn run(
                         message.set_property(property, groups[i % groups.len()].clone());
                     }
                     if !persistent {
-                        producer.send(message)?;
+                        producer.send(message.non_persistent())?;
                         continue;
                     }
                     gate.acquire();

@@ -93,7 +93,7 @@ impl Producer {
                     sent += 1;
                     published.fetch_add(1, Ordering::Relaxed);
                     if !self.persistent {
-                        if producer.send(message).is_err() {
+                        if producer.send(message.non_persistent()).is_err() {
                             self.stream.failed(n);
                         }
                         continue;

@@ -161,7 +161,8 @@ pub fn run_topic(
                     body[8..12].copy_from_slice(&(index as u32).to_be_bytes());
                     for seq in 0..count {
                         body[..8].copy_from_slice(&seq.to_be_bytes());
-                        producer.send(Message::bytes(Bytes::copy_from_slice(&body)))?;
+                        producer
+                            .send(Message::bytes(Bytes::copy_from_slice(&body)).non_persistent())?;
                         if index == 0 && seq % 65_536 == 0 {
                             progress
                                 .lock()
