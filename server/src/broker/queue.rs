@@ -81,6 +81,15 @@ struct Consumer {
     in_flight: u32,
     /// Dispatches to it so far.
     dispatched: u64,
+    /// In a dispatch, the last first message of its groups it passed over
+    /// (its selector did not take it).
+    passed: Option<ReadyKey>,
+}
+
+impl Consumer {
+    fn has_credit(&self) -> bool {
+        self.in_flight < self.prefetch
+    }
 }
 
 /// The property that puts a message in a group (JMS).
@@ -186,8 +195,6 @@ pub struct Queue {
     wake: Option<i64>,
     /// Sends dropped because it was full (`full_policy = "drop"`).
     dropped: u64,
-    /// Which consumer each message group is with.
-    groups: FastMap<u64, Subscriber>,
     /// A last-value queue's waiting message for each key value: its
     /// sequence number, priority and delivery time (0 if ready).
     last_values: FastMap<u64, (u64, u8, i64)>,
@@ -237,7 +244,6 @@ impl Queue {
             over: None,
             wake: None,
             dropped: 0,
-            groups: FastMap::default(),
             last_values: FastMap::default(),
             replaced: Vec::new(),
             paging: None,
@@ -863,6 +869,7 @@ impl Queue {
                 priority,
                 in_flight: 0,
                 dispatched: 0,
+                passed: None,
             },
         );
         self.dispatch(out);
@@ -882,7 +889,7 @@ impl Queue {
     ) -> Vec<QueuedMessage> {
         self.consumers.retain(|c| c.sub != *sub);
         // Its groups go to whoever is given their next message.
-        self.groups.retain(|_, owner| owner != sub);
+        self.ready.disown(sub);
         let seqs: Vec<u64> = self
             .in_flight
             .iter()
@@ -1116,13 +1123,32 @@ impl Queue {
             let m = entry.remove();
             self.insert_ready(m);
         }
-        // Messages before `from` were looked at and no consumer took them.
+        // Messages before `from` in the shared order were looked at and
+        // no consumer took them.
         let mut from: Option<ReadyKey> = None;
+        for c in &mut self.consumers {
+            c.passed = None;
+        }
         loop {
-            if !self.consumers.iter().any(|c| c.in_flight < c.prefetch) {
+            if !self.consumers.iter().any(Consumer::has_credit) {
                 return;
             }
-            let Some((key, m)) = self.ready.next_after(from) else {
+            let shared = self.ready.next_after(from).map(|(key, _)| key);
+            let owned = self.next_owned();
+            // The earlier of the next shared message and the first of the
+            // owned groups of a consumer with credit.
+            let (key, owner) = match (shared, owned) {
+                (_, Some((key, k))) if shared.is_none_or(|s| key < s) => (key, Some(k)),
+                (Some(key), _) => (key, None),
+                (None, _) => return,
+            };
+            let found = match owner {
+                Some(k) => self
+                    .ready
+                    .next_owned(&self.consumers[k].sub, self.consumers[k].passed),
+                None => self.ready.next_after(from),
+            };
+            let Some((_, m)) = found else {
                 return;
             };
             if m.expiration != 0 && m.expired(now()) {
@@ -1131,22 +1157,28 @@ impl Queue {
                 }
                 continue;
             }
-            let takes =
-                |c: &Consumer| c.in_flight < c.prefetch && selects_queued(c.selector.as_deref(), m);
+            let takes = |c: &Consumer| c.has_credit() && selects_queued(c.selector.as_deref(), m);
             let exclusive = self.settings.exclusive;
-            // A group's messages go to its consumer alone, in order; an
-            // exclusive queue has one consumer at a time anyway.
-            let group = m.group.filter(|_| !exclusive);
-            let owner = group
-                .and_then(|g| self.groups.get(&g))
-                .and_then(|o| self.consumers.iter().position(|c| c.sub == *o));
             let chosen = match owner {
                 Some(k) => Some(k).filter(|&k| takes(&self.consumers[k])),
                 None => choose(&self.consumers, self.rr, exclusive, takes),
             };
             let Some(k) = chosen else {
-                from = Some(key);
+                match owner {
+                    Some(k) => self.consumers[k].passed = Some(key),
+                    None => from = Some(key),
+                }
                 continue;
+            };
+            // A group's messages go to its consumer alone, in order (an
+            // exclusive queue has one consumer at a time anyway): the
+            // first a consumer is given makes the group its own.
+            let first = match m.group.filter(|_| !exclusive && owner.is_none()) {
+                Some(group) => {
+                    self.ready.set_owner(group, self.consumers[k].sub);
+                    true
+                }
+                None => false,
             };
             self.rr = (k + 1) % self.consumers.len();
             let Some(mut m) = self.ready.remove(key) else {
@@ -1156,22 +1188,32 @@ impl Queue {
             let c = &mut self.consumers[k];
             c.in_flight += 1;
             c.dispatched += 1;
-            let block = match (group, owner) {
-                (Some(g), None) => {
-                    self.groups.insert(g, c.sub);
-                    first_of_group(&m.block)
-                }
-                _ => m.block.clone(),
-            };
             out.push(Dispatch {
                 to: c.sub,
                 seq: m.seq,
-                block,
+                block: match first {
+                    true => first_of_group(&m.block),
+                    false => m.block.clone(),
+                },
                 delivery_count: m.deliveries + u32::from(m.restored),
                 order: c.dispatched,
             });
             self.in_flight.insert(m.seq, (c.sub, m));
         }
+    }
+
+    /// The earliest first message of the owned groups of the consumers
+    /// with credit, past what each passed over, and whose it is.
+    fn next_owned(&self) -> Option<(ReadyKey, usize)> {
+        if !self.ready.any_owned() {
+            return None;
+        }
+        self.consumers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.has_credit())
+            .filter_map(|(k, c)| Some((self.ready.next_owned(&c.sub, c.passed)?.0, k)))
+            .min()
     }
 }
 
