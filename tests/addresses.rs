@@ -216,6 +216,48 @@ fn a_redelivery_waits_its_delay_and_the_delay_grows() {
 }
 
 #[test]
+fn a_kept_message_waits_out_its_redelivery_delay_across_a_restart() {
+    let config = || {
+        let mut config = test_config();
+        let mut slow = rule("queue://retry.kept");
+        slow.redelivery_delay = Some(herald_server::addresses::Millis(1500));
+        config.addresses = vec![slow];
+        config
+    };
+    let first = config();
+    let dir = first.data_dir.clone();
+    let server = start_with(first);
+    let (_c, s) = connect(&server);
+    s.send(&Destination::queue("retry.kept"), Message::text("later"))
+        .unwrap();
+    let c = factory(&server).create_connection().unwrap();
+    let client = c.create_session(AckMode::Client).unwrap();
+    let consumer = client
+        .create_consumer(&Destination::queue("retry.kept"))
+        .unwrap();
+    next(&consumer);
+    let given_back = Instant::now();
+    client.recover().unwrap();
+    drop((c, _c));
+    server.stop_keeping_data();
+    let mut again = config();
+    again.data_dir = dir;
+    let server = start_with(again);
+    let (_c, s) = connect(&server);
+    let consumer = s
+        .create_consumer(&Destination::queue("retry.kept"))
+        .unwrap();
+    let m = next(&consumer);
+    assert!(
+        given_back.elapsed() >= Duration::from_millis(1500),
+        "came back {:?} after it was given back",
+        given_back.elapsed()
+    );
+    assert_eq!((m.body_text(), m.delivery_count), (Some("later"), 2));
+    assert_nothing(&consumer);
+}
+
+#[test]
 fn a_reload_puts_new_settings_in_force_and_a_bad_entry_is_refused() {
     let dir = temp_dir("addresses-reload");
     std::fs::create_dir_all(&dir).unwrap();

@@ -218,6 +218,65 @@ fn a_truncated_or_bit_flipped_last_segment_is_recovered_from() {
     }
 }
 
+/// A kept message given back to wait out its redelivery delay waits it
+/// out after a SIGKILL too, and comes back marked redelivered, once.
+#[test]
+fn a_redelivery_delay_holds_across_a_sigkill() {
+    let data = TempDir::new("redelay");
+    let etc = TempDir::new("redelay-config");
+    std::fs::create_dir_all(&etc.0).unwrap();
+    let config = etc.0.join("herald.toml");
+    std::fs::write(
+        &config,
+        "[[addresses]]\nmatch = \"queue://retry\"\nredelivery_delay = \"2s\"\n",
+    )
+    .unwrap();
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let start = || {
+        let (child, addr) = common::spawn(&data.0, &args);
+        let factory = ConnectionFactory::new(&format!("herald://{addr}")).unwrap();
+        (child, factory)
+    };
+    let (mut server, factory) = start();
+    let c = factory.create_connection().unwrap();
+    let s = c.create_session(AckMode::Client).unwrap();
+    s.send(
+        &Destination::queue("retry"),
+        Message::text("later").with_property("n", 1),
+    )
+    .unwrap();
+    let consumer = s.create_consumer(&Destination::queue("retry")).unwrap();
+    assert!(consumer.receive(Duration::from_secs(10)).unwrap().is_some());
+    let given_back = Instant::now();
+    s.recover().unwrap();
+    // A persistent send receipted after the recover: the journal has
+    // everything before it on disk.
+    s.send(&Destination::queue("barrier"), Message::text("b"))
+        .unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let (_server, factory) = start();
+    let c = factory.create_connection().unwrap();
+    let s = c.create_session(AckMode::Auto).unwrap();
+    let consumer = s.create_consumer(&Destination::queue("retry")).unwrap();
+    let m = consumer.receive(Duration::from_secs(30)).unwrap().unwrap();
+    assert!(
+        given_back.elapsed() >= Duration::from_secs(2),
+        "came back {:?} after it was given back",
+        given_back.elapsed()
+    );
+    assert_eq!((n(&m), m.redelivered), (1, true));
+    assert!(consumer
+        .receive(Duration::from_millis(500))
+        .unwrap()
+        .is_none());
+}
+
 /// Transactions that move messages from one queue to another (consume ten,
 /// send ten, commit) while the server is killed: afterwards every message
 /// is in exactly one of the two queues. A commit is all or nothing, its

@@ -701,6 +701,26 @@ impl Broker {
         Ok(journal_id.is_some())
     }
 
+    /// When `q` wants to be woken for a message given back to wait out
+    /// its redelivery delay, if it does; the kept ones among those are
+    /// filed again with their time first (the old record ended in the
+    /// same entry), so that the delay holds across a restart.
+    fn wake_of(&self, q: &mut Queue) -> Option<i64> {
+        if let Some(holder) = q.holder().cloned() {
+            q.refile_redated(|old, block| {
+                let id = self.store.next_id();
+                let enqueue = Record::Enqueue {
+                    id,
+                    holder: holder.clone(),
+                    block,
+                };
+                self.journal(Record::Batch(vec![enqueue, Record::End { id: old }]), None);
+                id
+            });
+        }
+        q.take_wake()
+    }
+
     /// Puts an admitted message into its queue and dispatches.
     fn insert(
         &self,
@@ -725,7 +745,7 @@ impl Broker {
         let due = q.push(block, journal_id, &mut dispatches);
         let expired = q.take_expired();
         // Paged messages read back with a time of their own.
-        let due = match (due, q.take_wake()) {
+        let due = match (due, self.wake_of(&mut q)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };

@@ -195,6 +195,10 @@ pub struct Queue {
     wake: Option<i64>,
     /// Sends dropped because it was full (`full_policy = "drop"`).
     dropped: u64,
+    /// Kept messages given back to wait out a redelivery delay, for the
+    /// broker to file again with their time ([`Queue::refile_redated`]):
+    /// the old record's id, when it is due, its sequence number.
+    redated: Vec<(u64, i64, u64)>,
     /// A last-value queue's waiting message for each key value: its
     /// sequence number, priority and delivery time (0 if ready).
     last_values: FastMap<u64, (u64, u8, i64)>,
@@ -244,6 +248,7 @@ impl Queue {
             over: None,
             wake: None,
             dropped: 0,
+            redated: Vec::new(),
             last_values: FastMap::default(),
             replaced: Vec::new(),
             paging: None,
@@ -1090,8 +1095,11 @@ impl Queue {
         }
     }
 
-    /// Makes `m` wait again: at once, or `wait` ms from now.
-    fn return_after(&mut self, m: QueuedMessage, wait: u64) {
+    /// Makes `m` wait again: at once, or `wait` ms from now. A kept
+    /// message's block then carries that time, and is filed again
+    /// ([`Queue::refile_redated`]), so that the wait holds across a
+    /// restart.
+    fn return_after(&mut self, mut m: QueuedMessage, wait: u64) {
         if wait == 0 {
             return self.insert_ready(m);
         }
@@ -1099,7 +1107,33 @@ impl Queue {
         // the message must not come back before its delay.
         let due = now_ms().saturating_add(wait as i64 + 1);
         self.wake = Some(self.wake.map_or(due, |w| w.min(due)));
+        if let Some(id) = m.journal_id {
+            m.block = rewritten(&m.block, |m| m.delivery_time = due);
+            self.redated.push((id, due, m.seq));
+        }
+        // A last value waits with its time, to be found when replaced.
+        if let Some(at) = Some(&self.settings.last_value_key)
+            .filter(|key| !key.is_empty())
+            .and_then(|key| property_of(&m.block, key))
+            .and_then(|value| self.last_values.get_mut(&value_key(value)))
+            .filter(|(seq, ..)| *seq == m.seq)
+        {
+            at.2 = due;
+        }
         self.scheduled.insert((due, m.seq), m);
+    }
+
+    /// Files again each kept message given back to wait out a redelivery
+    /// delay since the last call, its block now carrying its delivery
+    /// time: `file` takes the old record's id and the new block and gives
+    /// the new record's id.
+    pub fn refile_redated(&mut self, mut file: impl FnMut(u64, Bytes) -> u64) {
+        for (old, due, seq) in std::mem::take(&mut self.redated) {
+            // Delivered meanwhile, it was filed at its ack or will be.
+            if let Some(m) = self.scheduled.get_mut(&(due, seq)) {
+                m.journal_id = Some(file(old, m.block.clone()));
+            }
+        }
     }
 
     fn insert_ready(&mut self, m: QueuedMessage) {
@@ -1257,10 +1291,16 @@ fn choose(
 /// A copy of `block` marked as the first of its group for the consumer
 /// given it ([`GROUP_FIRST_PROPERTY`]).
 fn first_of_group(block: &Bytes) -> Bytes {
+    rewritten(block, |m| m.set_property(GROUP_FIRST_PROPERTY, true))
+}
+
+/// A copy of `block` with the message `change`d (the block itself if it
+/// does not decode, which a validated block does).
+fn rewritten(block: &Bytes, change: impl FnOnce(&mut Message)) -> Bytes {
     let Ok(mut m) = Message::decode(block, 0) else {
         return block.clone();
     };
-    m.set_property(GROUP_FIRST_PROPERTY, true);
+    change(&mut m);
     let mut copy = BytesMut::with_capacity(block.len() + 40);
     match m.encode(&mut copy) {
         Ok(()) => copy.freeze(),
@@ -1707,5 +1747,25 @@ mod tests {
             .unwrap();
         assert!(q.take_replaced().is_empty());
         assert_eq!(q.depth(), 3, "3, 4 (no key) and 5");
+    }
+
+    #[test]
+    fn a_last_value_waiting_out_its_redelivery_delay_is_replaced_too() {
+        let mut q = with(|s| {
+            s.last_value_key = "ticker".into();
+            (s.redelivery_delay, s.max_redelivery_delay) = (60_000, 60_000);
+        });
+        let mut out = Vec::new();
+        q.add_consumer(sub(1), None, (1, 0), &mut out);
+        q.enqueue(tagged(0, "ticker", "ACME"), None, &mut out)
+            .unwrap();
+        let seq = out.pop().unwrap().seq;
+        q.nack(&sub(1), seq, &mut out).unwrap();
+        assert_eq!((q.scheduled(), out.len()), (1, 0), "waits its delay");
+        q.enqueue(tagged(1, "ticker", "ACME"), None, &mut out)
+            .unwrap();
+        assert_eq!(q.take_replaced().len(), 1);
+        assert_eq!(out.iter().map(text).collect::<Vec<_>>(), ["1"]);
+        assert_eq!((q.scheduled(), q.depth()), (0, 0));
     }
 }

@@ -38,7 +38,7 @@ impl Broker {
             for m in q.take_replaced() {
                 self.ended(q.name(), &m, out.commit.as_mut());
             }
-            (q.take_expired(), q.take_wake())
+            (q.take_expired(), self.wake_of(&mut q))
         };
         // A delivery given back to wait out its redelivery delay.
         if let Some(due) = wake {

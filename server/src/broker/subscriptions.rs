@@ -247,7 +247,7 @@ impl Broker {
         q.dispatch_due(&mut dispatches);
         wake_blocked(&mut q, out);
         let expired = q.take_expired();
-        if let Some(due) = q.take_wake() {
+        if let Some(due) = self.wake_of(&mut q) {
             self.timers.schedule(due, Timed::Queue(queue.clone()));
         }
         drop(q);
