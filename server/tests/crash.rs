@@ -585,3 +585,220 @@ fn amqp_messages_accepted_before_a_sigkill_are_all_there_after_it_once() {
     assert_eq!(got.len(), unique.len(), "a message came twice");
     assert!(unique.iter().all(|n| *n >= 0 && *n < i64::from(sent)));
 }
+
+/// The server's resident memory in bytes, from `/proc`.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+type Receipted = Arc<Mutex<BTreeSet<i64>>>;
+
+/// Sends numbered persistent messages of `size` bytes to `queue` with
+/// 64 in flight until `stop`, recording each receipted number in
+/// `receipted` and, while the server is up, each refusal.
+fn flood(
+    factory: &ConnectionFactory,
+    (queue, size): (&str, usize),
+    receipted: Receipted,
+    (stop, killed): (Arc<AtomicBool>, Arc<AtomicBool>),
+) -> std::thread::JoinHandle<Vec<String>> {
+    let c = factory.create_connection().unwrap();
+    let s = c.create_session(AckMode::Auto).unwrap();
+    let p = s.create_producer(&Destination::queue(queue)).unwrap();
+    std::thread::spawn(move || {
+        let refused = Arc::new(Mutex::new(Vec::new()));
+        let window = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
+        let body = "x".repeat(size);
+        for i in 0.. {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            {
+                let (n, cv) = &*window;
+                let mut n = n.lock().unwrap();
+                while *n >= 64 && !stop.load(Ordering::Relaxed) {
+                    n = cv.wait_timeout(n, Duration::from_millis(50)).unwrap().0;
+                }
+                *n += 1;
+            }
+            let (r, f, w, k) = (
+                receipted.clone(),
+                refused.clone(),
+                window.clone(),
+                killed.clone(),
+            );
+            let sent = p.send_async(
+                Message::text(body.clone()).with_property("n", i),
+                move |result| {
+                    match result {
+                        Ok(()) => drop(r.lock().unwrap().insert(i)),
+                        Err(e) if !k.load(Ordering::Relaxed) => {
+                            f.lock().unwrap().push(e.to_string())
+                        }
+                        Err(_) => {}
+                    }
+                    *w.0.lock().unwrap() -= 1;
+                    w.1.notify_one();
+                },
+            );
+            if sent.is_err() {
+                break;
+            }
+        }
+        drop(c);
+        let refused = refused.lock().unwrap().clone();
+        refused
+    })
+}
+
+/// Paging under fault (issue 50): a queue filled to ten times its
+/// `max_size_bytes` with no consumer, while another queue and a topic
+/// carry traffic without a refusal; SIGKILL mid-run; after the restart
+/// every receipted message of both queues is there once, in order. The
+/// server's resident memory grows by less than the bound and a fixed
+/// overhead meanwhile.
+#[test]
+fn a_paging_queue_keeps_its_receipted_messages_through_a_sigkill_in_bounded_memory() {
+    const BOUND: u64 = 8 << 20;
+    const SIZE: usize = 8 * 1024;
+    let data = TempDir::new("page-kill");
+    let etc = TempDir::new("page-kill-config");
+    std::fs::create_dir_all(&etc.0).unwrap();
+    let config = etc.0.join("herald.toml");
+    let rule = format!("[[addresses]]\nmatch = \"queue://paged\"\nmax_size_bytes = {BOUND}\n");
+    std::fs::write(&config, rule).unwrap();
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let start = || {
+        let (child, addr) = common::spawn(&data.0, &args);
+        let factory = ConnectionFactory::new(&format!("herald://{addr}")).unwrap();
+        (child, factory)
+    };
+    let (mut server, factory) = start();
+    let pid = server.id();
+    let (stop, killed) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let flags = || (stop.clone(), killed.clone());
+    // The busy queue's consumer and the topic's subscriber keep up.
+    let busy_seen = Arc::new(Mutex::new(Vec::new()));
+    let c = factory.create_connection().unwrap();
+    let s = c.create_session(AckMode::Auto).unwrap();
+    let seen = busy_seen.clone();
+    let busy_consumer = s.create_consumer(&Destination::queue("busy")).unwrap();
+    busy_consumer
+        .set_message_listener(move |m| seen.lock().unwrap().push(n(&m)))
+        .unwrap();
+    let heard = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let h = heard.clone();
+    let ticks = s.create_consumer(&Destination::topic("ticks")).unwrap();
+    ticks
+        .set_message_listener(move |_| {
+            h.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+    let base = rss(pid);
+    let most = Arc::new(std::sync::atomic::AtomicU64::new(base));
+    let sampler = {
+        let (most, stop) = (most.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                most.fetch_max(rss(pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let (paged_receipted, busy_receipted) = (Receipted::default(), Receipted::default());
+    let paged = flood(&factory, ("paged", SIZE), paged_receipted.clone(), flags());
+    let busy = flood(&factory, ("busy", SIZE), busy_receipted.clone(), flags());
+    let ticker = {
+        let (stop, killed) = flags();
+        let c = factory.create_connection().unwrap();
+        let p = c
+            .create_session(AckMode::Auto)
+            .unwrap()
+            .create_producer(&Destination::topic("ticks"))
+            .unwrap();
+        std::thread::spawn(move || {
+            let mut refused = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                if let Err(e) = p.send_with_receipt(Message::text("tick").non_persistent()) {
+                    if !killed.load(Ordering::Relaxed) {
+                        refused.push(e.to_string());
+                    }
+                }
+            }
+            drop(c);
+            refused
+        })
+    };
+    // Ten times the bound into the paging queue, then the kill.
+    let target = 10 * BOUND as usize / SIZE;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while paged_receipted.lock().unwrap().len() < target
+        && !paged.is_finished()
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    killed.store(true, Ordering::Relaxed);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().unwrap();
+    let (paged_refused, busy_refused) = (paged.join().unwrap(), busy.join().unwrap());
+    let paged_receipted = paged_receipted.lock().unwrap().clone();
+    let busy_receipted = busy_receipted.lock().unwrap().clone();
+    let ticks_refused = ticker.join().unwrap();
+    drop((busy_consumer, ticks, c));
+    let grown = most.load(Ordering::Relaxed).saturating_sub(base);
+    eprintln!(
+        "paged {} receipted, busy {}, ticks heard {}, RSS grew {} KiB",
+        paged_receipted.len(),
+        busy_receipted.len(),
+        heard.load(Ordering::Relaxed),
+        grown >> 10
+    );
+    assert!(
+        paged_refused.is_empty() && busy_refused.is_empty() && ticks_refused.is_empty(),
+        "refused: {paged_refused:?} {busy_refused:?} {ticks_refused:?}"
+    );
+    assert!(
+        paged_receipted.len() >= target,
+        "{} receipted",
+        paged_receipted.len()
+    );
+    assert!(grown < BOUND + (24 << 20), "RSS grew by {grown} bytes");
+
+    let (_server, factory) = start();
+    let check = |queue: &str, receipted: &BTreeSet<i64>, consumed: &[i64]| {
+        let after = drain(&factory, queue);
+        assert!(
+            after.windows(2).all(|w| w[0] < w[1]),
+            "{queue}: out of order or twice"
+        );
+        let after: BTreeSet<i64> = after.into_iter().collect();
+        let lost: Vec<_> = receipted
+            .iter()
+            .filter(|i| !after.contains(i) && !consumed.contains(i))
+            .collect();
+        assert!(
+            lost.is_empty(),
+            "{queue}: {} lost, first {:?}",
+            lost.len(),
+            &lost[..lost.len().min(10)]
+        );
+    };
+    check("paged", &paged_receipted, &[]);
+    check("busy", &busy_receipted, &busy_seen.lock().unwrap());
+}
