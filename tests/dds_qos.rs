@@ -43,7 +43,8 @@ fn a_best_effort_subscriber_that_never_reads_loses_messages_not_its_connection()
     const AHEAD: usize = 16;
     for i in 0..N + AHEAD {
         if i < N {
-            p.send_with_receipt(Message::text(body.clone())).unwrap();
+            p.send_with_receipt(Message::text(body.clone()).non_persistent())
+                .unwrap();
         }
         if i >= AHEAD {
             assert!(next(&healthy).body_text().is_some());

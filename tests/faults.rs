@@ -547,3 +547,61 @@ fn an_acknowledgement_that_cannot_be_written_fails_and_the_message_comes_again()
         "the acknowledgement was kept"
     );
 }
+
+#[test]
+fn a_queue_whose_page_files_reach_the_floor_says_so_in_health_and_goes_on_once_drained() {
+    let disk = SmallDisk::with_room(2 * MIB);
+    let mut config = on(&temp_dir("page-floor"));
+    config.journal.min_free_bytes = MIB as u64;
+    config.addresses = vec![herald_server::config::AddressRule {
+        pattern: "queue://paged".into(),
+        max_size_bytes: Some(16 * 1024),
+        ..Default::default()
+    }];
+    let server = start_on(config, Arc::new(disk.clone()));
+    // Non-persistent, so that only the page files take the disk's room.
+    let sender = {
+        let c = factory(&server).create_connection().unwrap();
+        std::thread::spawn(move || {
+            let s = c.create_session(AckMode::Auto).unwrap();
+            let p = s.create_producer(&Destination::queue("paged")).unwrap();
+            for n in 0..1000i64 {
+                let m = Message::text("p".repeat(3000)).with_property("n", n);
+                p.send_with_receipt(m.non_persistent()).unwrap();
+            }
+        })
+    };
+    wait_until("paging stops at the floor", || {
+        health(&server)["reasons"][0]["reason"] == "paging_stopped"
+    });
+    let h = health(&server);
+    assert!(
+        h["reasons"][0]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("queue paged")),
+        "{h}"
+    );
+    let metrics = call(&server, "GET", "/metrics", None, None).body;
+    assert!(
+        metrics.contains("herald_queue_paging_stopped{queue=\"paged\"} 1"),
+        "{metrics}"
+    );
+    let row = call(&server, "GET", "/api/queues/paged", None, None).json();
+    assert_eq!(row["paging_stopped"], true, "{row}");
+    assert!(row["paged"].as_u64().unwrap() > 50, "{row}");
+    // The bound, and at most two messages past it.
+    assert!(
+        row["bytes"].as_u64().unwrap() < 16 * 1024 + 2 * 3100,
+        "{row}"
+    );
+    // The publisher waits meanwhile; a consumer drains the queue, paging
+    // goes on, and every message arrives once, in order.
+    let (_c, s) = connect(&server);
+    let consumer = s.create_consumer(&Destination::queue("paged")).unwrap();
+    for n in 0..1000i64 {
+        let m = next(&consumer);
+        assert_eq!(m.property("n").and_then(|v| v.as_i64()), Some(n));
+    }
+    sender.join().unwrap();
+    wait_until("health is ok", || health(&server)["status"] == "ok");
+}

@@ -278,7 +278,7 @@ fn burst_to_a_slow_reader(grace_ms: u32) -> (u32, Option<Error>, u64) {
     let pad = "x".repeat(4096);
     for i in 0..COUNT {
         producer
-            .send(Message::text(format!("{i:08}{pad}")))
+            .send(Message::text(format!("{i:08}{pad}")).non_persistent())
             .unwrap();
     }
     let mut in_order = 0;
@@ -348,7 +348,7 @@ fn with_drop_oldest_a_stalled_subscriber_loses_old_messages_and_memory_stays_bou
     for i in 0..8192 + AHEAD {
         if i < 8192 {
             producer
-                .send_with_receipt(Message::text(body.clone()))
+                .send_with_receipt(Message::text(body.clone()).non_persistent())
                 .unwrap();
         }
         if i >= AHEAD {

@@ -243,7 +243,8 @@ async function refresh() {
     `${server.messages_in} in · ${server.messages_out} out`;
   fill("queues", queues, (tr, q) => {
     tr.dataset.queue = q.name;
-    tr.append(linkCell(q.name, `#/queue/${encodeURIComponent(q.name)}`), cell(q.depth, true), cell(q.in_flight, true), cell(q.consumers, true),
+    tr.append(linkCell(q.name, `#/queue/${encodeURIComponent(q.name)}`), cell(q.depth, true), cell(q.in_flight, true),
+      cell(q.paging_stopped ? `${q.paged} (stopped)` : q.paged, true), cell(q.consumers, true),
       cell(rate(q.enqueue_rate), true), cell(rate(q.dequeue_rate), true),
       button("Purge", () => api("POST", queuePath(q.name, "/purge")),
         `Purge queue ${q.name}? Its ${q.depth} waiting message(s) are dropped.`),
@@ -559,7 +560,9 @@ function showFigures(queues) {
   const q = queues.find((x) => x.name === page.queue);
   $("q-figures").textContent = q
     ? `${q.depth} waiting · ${q.scheduled || 0} scheduled · ${q.in_flight} in flight · ` +
-      `${q.consumers} consumer(s) · ${q.enqueued} enqueued · ${q.acknowledged} acknowledged`
+      `${q.consumers} consumer(s) · ${q.enqueued} enqueued · ${q.acknowledged} acknowledged · ` +
+      `${q.bytes} bytes in memory · ${q.paged} paged (${q.paged_bytes} bytes on disk)` +
+      (q.paging_stopped ? " · paging stopped: publishers wait" : "")
     : "no such queue";
   page.figures = q;
   // Only a dead-letter queue's messages know where to go back to.

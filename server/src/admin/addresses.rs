@@ -61,6 +61,7 @@ pub(super) fn queue_row(q: &QueueStats, dead_letter: bool) -> Json_ {
         "dropped": q.dropped,
         "paged": q.paged,
         "paged_bytes": q.paged_bytes,
+        "paging_stopped": q.paging_stopped,
     })
 }
 

@@ -287,6 +287,15 @@ fn problems(state: &AppState) -> Vec<(&'static str, String)> {
             found.push(("replicas_short", why));
         }
     }
+    for q in state.shared.broker.queue_stats() {
+        if q.paging_stopped {
+            let why = format!(
+                "queue {} cannot page (a page file write failed, or the disk is at journal.min_free_bytes): its publishers wait or are refused until consumers drain it",
+                q.name
+            );
+            found.push(("paging_stopped", why));
+        }
+    }
     let memory = state.shared.broker.memory();
     if memory.over() {
         let why = format!(

@@ -315,6 +315,30 @@ pub(crate) async fn metrics(
         "Consumers of a queue",
         q(|q| q.consumers as i64),
     );
+    family(
+        &mut r,
+        "herald_queue_memory_bytes",
+        "Bytes of the messages a queue holds in memory, when last weighed",
+        q(|q| q.bytes as i64),
+    );
+    family(
+        &mut r,
+        "herald_queue_paged",
+        "Messages in a queue's page files",
+        q(|q| q.paged as i64),
+    );
+    family(
+        &mut r,
+        "herald_queue_paged_bytes",
+        "Bytes of a queue's messages in its page files",
+        q(|q| q.paged_bytes as i64),
+    );
+    family(
+        &mut r,
+        "herald_queue_paging_stopped",
+        "1 while a queue would page and cannot (a write failed, or the disk is at its floor)",
+        q(|q| i64::from(q.paging_stopped)),
+    );
     let qc = |f: fn(&crate::broker::QueueStats) -> u64| {
         queues
             .iter()
@@ -336,6 +360,12 @@ pub(crate) async fn metrics(
         "herald_queue_acknowledged",
         "Messages acknowledged",
         qc(|q| q.acknowledged),
+    );
+    family(
+        &mut r,
+        "herald_queue_dropped",
+        "Sends a full queue dropped (full_policy = \"drop\")",
+        qc(|q| q.dropped),
     );
 
     let busy: Family<Labels, Counter<f64, AtomicU64>> = Family::default();

@@ -41,6 +41,7 @@ impl Broker {
                     dropped: q.dropped(),
                     paged: q.paged().0,
                     paged_bytes: q.paged().1,
+                    paging_stopped: q.paging_stopped(),
                 }
             })
             .collect();

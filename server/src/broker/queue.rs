@@ -17,7 +17,7 @@
 //! the number of `in_flight` entries that name it.
 
 use crate::collections::FastMap;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
@@ -210,6 +210,10 @@ pub struct Queue {
     paging: Option<(PagingRoot, String)>,
     /// Its page files, once it has paged.
     pager: Option<Pager>,
+    /// Messages that arrived while it paged and its page files took none
+    /// (a failed write, the disk's floor): held in memory behind the paged
+    /// ones, in order, and paged after them once the files take again.
+    unpaged: VecDeque<Paged>,
     ready: Ready,
     /// Messages found expired, for the broker to move or drop.
     expired: Vec<QueuedMessage>,
@@ -253,6 +257,7 @@ impl Queue {
             replaced: Vec::new(),
             paging: None,
             pager: None,
+            unpaged: VecDeque::new(),
             ready: Ready::default(),
             expired: Vec::new(),
             sweep_at: None,
@@ -311,6 +316,13 @@ impl Queue {
         self.paging.is_some() && self.pager.as_ref().is_none_or(Pager::takes)
     }
 
+    /// Whether it would page and cannot: its page files stopped taking
+    /// messages (a write failed, or the disk is at its free-space floor)
+    /// until one is read back.
+    pub fn paging_stopped(&self) -> bool {
+        self.paging.is_some() && self.pager.as_ref().is_some_and(|p| !p.takes())
+    }
+
     /// Messages in its page files, and their bytes there.
     pub fn paged(&self) -> (usize, u64) {
         self.pager
@@ -318,35 +330,73 @@ impl Queue {
             .map_or((0, 0), |p| (p.count(), p.bytes()))
     }
 
-    /// Messages held in memory, waiting, scheduled and in flight.
+    /// Messages held in memory, waiting, scheduled, in flight and held
+    /// behind the paged ones.
     fn held_in_memory(&self) -> usize {
-        self.ready.len() + self.in_flight.len() + self.scheduled.len()
+        self.ready.len() + self.in_flight.len() + self.scheduled.len() + self.unpaged.len()
     }
 
     /// Whether a message that arrives now goes to the page files: once
     /// one has, every one after it does until they are read back (the
-    /// order holds); before, while the queue pages and is over a bound.
+    /// order holds); before, while the queue pages and is over a bound:
+    /// the memory sampler's, or at once its waiting messages' bytes (which
+    /// it keeps count of) over its own `max_size_bytes`.
     fn pages_now(&self) -> bool {
-        if self.pager.as_ref().is_some_and(|p| p.count() > 0) {
+        if self.has_paged() {
             return true;
         }
+        let max = self.settings.max_size_bytes;
         self.settings.full_policy == FullPolicy::Page
             && self.paging.is_some()
-            && (self.over.is_some() || self.held_in_memory() >= self.settings.max_messages)
+            && (self.over.is_some()
+                || (max != 0 && self.ready.bytes() >= max)
+                || self.held_in_memory() >= self.settings.max_messages)
+    }
+
+    /// Whether messages wait paged, on disk or held behind those.
+    fn has_paged(&self) -> bool {
+        !self.unpaged.is_empty() || self.pager.as_ref().is_some_and(|p| p.count() > 0)
+    }
+
+    /// Takes `m` if it is to wait paged: into the page files, or held in
+    /// memory behind what waits there if they take none now, so that the
+    /// order holds. Gives it back if it is to wait in memory as usual.
+    fn page_or_hold(&mut self, m: Paged) -> Result<(), Paged> {
+        if !self.pages_now() {
+            return Err(m);
+        }
+        self.enqueued += 1;
+        // Those held behind go first, once the files take again.
+        while let Some(held) = self.unpaged.pop_front() {
+            if let Err(held) = self.page_out(held) {
+                self.unpaged.push_front(held);
+                break;
+            }
+        }
+        let m = match self.unpaged.is_empty() {
+            true => match self.page_out(m) {
+                Ok(()) => return Ok(()),
+                Err(kept) => kept,
+            },
+            false => m,
+        };
+        if self.has_paged() {
+            self.unpaged.push_back(m);
+            return Ok(());
+        }
+        self.enqueued -= 1;
+        Err(m)
     }
 
     /// Writes a message to the page files; gives it back if that failed
-    /// (the log says why), to be held in memory instead.
+    /// (the log says why).
     fn page_out(&mut self, m: Paged) -> Result<(), Paged> {
         let Some((root, dir)) = &self.paging else {
             return Err(m);
         };
         let pager = self.pager.get_or_insert_with(|| Pager::new(root, dir));
         match pager.append(&m) {
-            Ok(()) => {
-                self.enqueued += 1;
-                Ok(())
-            }
+            Ok(()) => Ok(()),
             Err(e) => {
                 if let Some(held) = PAGING_FAILED.allow() {
                     log::warn!(
@@ -368,11 +418,15 @@ impl Queue {
             return;
         };
         let max = self.settings.max_size_bytes;
-        while pager.count() > 0
+        while (pager.count() > 0 || !self.unpaged.is_empty())
             && self.ready.len() < PAGE_IN_BELOW
             && (max == 0 || self.ready.bytes() < max / 2)
         {
-            match pager.read() {
+            let next = match pager.count() {
+                0 => Ok(self.unpaged.pop_front()),
+                _ => pager.read(),
+            };
+            match next {
                 Ok(Some(p)) => {
                     let mut m = self.message(p.block, p.journal_id, None, p.deliveries);
                     m.restored = p.restored;
@@ -423,6 +477,11 @@ impl Queue {
             }
         }
         self.pager = None;
+        for p in std::mem::take(&mut self.unpaged) {
+            let mut m = self.message(p.block, p.journal_id, None, p.deliveries);
+            m.restored = p.restored;
+            all.push(m);
+        }
         all
     }
 
@@ -476,7 +535,7 @@ impl Queue {
     /// Messages waiting for a consumer, not counting those that have
     /// expired and wait to be set aside.
     pub fn depth(&self) -> usize {
-        self.ready.live(now_ms()) + self.paged().0
+        self.ready.live(now_ms()) + self.paged().0 + self.unpaged.len()
     }
 
     /// Messages waiting for their delivery time.
@@ -567,6 +626,7 @@ impl Queue {
             + self.scheduled.values().map(len).sum::<usize>()
             + self.in_flight.values().map(|(_, m)| len(m)).sum::<usize>()
             + self.expired.iter().map(len).sum::<usize>()
+            + self.unpaged.iter().map(|p| p.block.len()).sum::<usize>()
     }
 
     /// Fails if one more message would exceed `max_messages`.
@@ -576,7 +636,7 @@ impl Queue {
 
     /// Whether `n` more messages fit under `max_messages`.
     pub fn check_room_for(&self, n: usize) -> Result<(), QueueFull> {
-        let held = self.ready.len() + self.in_flight.len() + self.scheduled.len();
+        let held = self.held_in_memory();
         let max = self.settings.max_messages;
         if held.saturating_add(n) > max {
             return Err(self.full(Limit::Messages(max)));
@@ -585,11 +645,14 @@ impl Queue {
     }
 
     /// [`Queue::check_room`], and whether a publisher may add to it now:
-    /// not while it is over a memory bound.
+    /// not while it is over a memory bound, as the sampler last weighed it
+    /// or, at once, by the bytes of its waiting messages.
     pub fn check_publish(&self) -> Result<(), QueueFull> {
         self.check_room()?;
+        let max = self.settings.max_size_bytes;
         match self.over {
             Some(limit) => Err(self.full(limit)),
+            None if max != 0 && self.ready.bytes() >= max => Err(self.full(Limit::Bytes(max))),
             None => Ok(()),
         }
     }
@@ -623,17 +686,15 @@ impl Queue {
         journal_id: Option<u64>,
         out: &mut Vec<Dispatch>,
     ) -> Option<i64> {
-        let block = match self.pages_now() {
-            true => match self.page_out(Paged {
-                block,
-                journal_id,
-                deliveries: 0,
-                restored: false,
-            }) {
-                Ok(()) => return None,
-                Err(kept) => kept.block,
-            },
-            false => block,
+        let paged = Paged {
+            block,
+            journal_id,
+            deliveries: 0,
+            restored: false,
+        };
+        let block = match self.page_or_hold(paged) {
+            Ok(()) => return None,
+            Err(kept) => kept.block,
         };
         self.enqueued += 1;
         let m = self.message(block, journal_id, None, 0);
@@ -655,21 +716,16 @@ impl Queue {
         delivered: Option<u32>,
     ) -> Option<i64> {
         let deliveries = delivered.unwrap_or(0);
-        let max = self.settings.max_size_bytes;
         // Over its bound as it was kept: paged again, in the same order.
-        let block = match self.settings.full_policy == FullPolicy::Page
-            && (self.pages_now() || (max != 0 && self.ready.bytes() >= max))
-        {
-            true => match self.page_out(Paged {
-                block,
-                journal_id,
-                deliveries,
-                restored: delivered.is_none(),
-            }) {
-                Ok(()) => return None,
-                Err(kept) => kept.block,
-            },
-            false => block,
+        let paged = Paged {
+            block,
+            journal_id,
+            deliveries,
+            restored: delivered.is_none(),
+        };
+        let block = match self.page_or_hold(paged) {
+            Ok(()) => return None,
+            Err(kept) => kept.block,
         };
         self.enqueued += 1;
         let mut m = self.message(block, journal_id, None, deliveries);

@@ -112,6 +112,8 @@ pub struct QueueStats {
     pub paged: usize,
     /// Their bytes there.
     pub paged_bytes: u64,
+    /// It would page and cannot (see [`crate::broker::Queue::paging_stopped`]).
+    pub paging_stopped: bool,
 }
 
 impl QueueStats {
