@@ -586,6 +586,8 @@ fn a_queue_whose_page_files_reach_the_floor_says_so_in_health_and_goes_on_once_d
         metrics.contains("herald_queue_paging_stopped{queue=\"paged\"} 1"),
         "{metrics}"
     );
+    // Publishers wait; connections are still welcome.
+    assert_eq!(call(&server, "GET", "/api/ready", None, None).status, 200);
     let row = call(&server, "GET", "/api/queues/paged", None, None).json();
     assert_eq!(row["paging_stopped"], true, "{row}");
     assert!(row["paged"].as_u64().unwrap() > 50, "{row}");

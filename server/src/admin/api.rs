@@ -383,10 +383,12 @@ async fn ready(State(state): State<AppState>) -> ApiResult {
         ));
     }
     let problems = problems(&state);
-    if let Some((_, why)) = problems
-        .iter()
-        .find(|(reason, _)| !matches!(*reason, "memory_limit" | "replicas_short"))
-    {
+    if let Some((_, why)) = problems.iter().find(|(reason, _)| {
+        !matches!(
+            *reason,
+            "memory_limit" | "paging_stopped" | "replicas_short"
+        )
+    }) {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why.clone()));
     }
     Ok(Json(json!({"ready": true})))
