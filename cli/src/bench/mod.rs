@@ -28,6 +28,7 @@ mod shard_costs;
 mod shards;
 mod soak;
 mod stomp;
+mod stomp_queue;
 mod subscriptions;
 mod throughput;
 
@@ -55,6 +56,11 @@ pub enum Mode {
     Queue,
     /// Topic 1 → 1 over the native protocol, then over STOMP.
     Stomp,
+    /// A queue 1 → --consumers over STOMP on the broker at --stomp (any
+    /// STOMP broker: ActiveMQ's too), plain, then with --groups N
+    /// JMSXGroupID groups and with --priorities (consumer priorities), in
+    /// turn, --rounds times; medians and ratios to the plain queue.
+    StompQueue,
     /// Topic 1 → 1 alone, then with --subscriptions that never match.
     Subscriptions,
     /// Topic 1 → 1 and 1 → --fanout over the native protocol, then over
@@ -459,6 +465,13 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
         throughput::run(&factory, 1, 1, args.size, args.count)?.print();
         stomp::run(stomp_addr, args.size, args.count)?;
     }
+    if args.mode == Mode::StompQueue {
+        let stomp_addr = match &embedded {
+            Some(server) => server.stomp_addr().unwrap_or(args.stomp),
+            None => args.stomp,
+        };
+        stomp_queue_variants(stomp_addr, &args)?;
+    }
     if args.mode == Mode::Amqp {
         let amqp_addr = match &embedded {
             Some(server) => server.amqp_addr().unwrap_or(args.amqp),
@@ -602,22 +615,58 @@ fn queue_variants(
         };
         variants.push(("priorities", ranked));
     }
+    side_by_side("queue", &variants, args.rounds, |plan| {
+        queue::run(factory, consumers_at, plan)
+    })
+}
+
+/// Runs each variant in turn, `rounds` times, and prints each one's
+/// median rate and its ratio to the first's.
+fn side_by_side<P>(
+    label: &str,
+    variants: &[(&str, P)],
+    rounds: u32,
+    mut run: impl FnMut(&P) -> Result<f64>,
+) -> Result<()> {
     let mut rates = vec![Vec::new(); variants.len()];
-    for _ in 0..args.rounds {
+    for _ in 0..rounds {
         for (i, (_, plan)) in variants.iter().enumerate() {
-            rates[i].push(queue::run(factory, consumers_at, plan)?);
+            rates[i].push(run(plan)?);
         }
     }
     let base = median(rates[0].clone());
     for ((name, _), rates) in variants.iter().zip(rates) {
         let m = median(rates);
         println!(
-            "queue {name}: median {m:.0} msgs/s over {} rounds, {:.2} x plain",
-            args.rounds,
+            "{label} {name}: median {m:.0} msgs/s over {rounds} rounds, {:.2} x plain",
             m / base
         );
     }
     Ok(())
+}
+
+/// [`queue_variants`] over STOMP, against the broker at `addr`.
+fn stomp_queue_variants(addr: SocketAddr, args: &Args) -> Result<()> {
+    let plain = stomp_queue::Plan {
+        consumers: args.consumers,
+        size: args.size,
+        count: args.count,
+        groups: 0,
+        priorities: false,
+    };
+    let mut variants = vec![("plain", plain)];
+    if args.groups > 0 {
+        let groups = args.groups;
+        variants.push(("groups", stomp_queue::Plan { groups, ..plain }));
+    }
+    if args.priorities {
+        let priorities = true;
+        variants.push(("priorities", stomp_queue::Plan { priorities, ..plain }));
+    }
+    let label = format!("stomp queue at {addr}");
+    side_by_side(&label, &variants, args.rounds, |plan| {
+        stomp_queue::run(addr, *plan)
+    })
 }
 
 /// The topic scenarios on Herald and on NATS, one after the other, and the

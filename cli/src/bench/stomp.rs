@@ -15,11 +15,11 @@ use herald_protocol::stomp::{StompDecoder, StompFrame, StompLimits};
 use super::progress::Progress;
 use super::{bench_topic, wait_for};
 
-fn io(context: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
+pub(super) fn io(context: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |e| Error::InvalidArgument(format!("STOMP {context}: {e}"))
 }
 
-fn connect(addr: SocketAddr) -> Result<(TcpStream, StompDecoder, BytesMut)> {
+pub(super) fn connect(addr: SocketAddr) -> Result<(TcpStream, StompDecoder, BytesMut)> {
     let mut stream = TcpStream::connect(addr).map_err(io("connect"))?;
     stream.set_nodelay(true).map_err(io("connect"))?;
     let mut buf = BytesMut::new();
@@ -43,7 +43,7 @@ fn connect(addr: SocketAddr) -> Result<(TcpStream, StompDecoder, BytesMut)> {
     Ok((stream, decoder, inbound))
 }
 
-fn next_frame(
+pub(super) fn next_frame(
     stream: &mut TcpStream,
     decoder: &StompDecoder,
     buf: &mut BytesMut,
@@ -66,6 +66,22 @@ fn next_frame(
     }
 }
 
+/// Reads the RECEIPT of a SUBSCRIBE.
+pub(super) fn expect_receipt(
+    stream: &mut TcpStream,
+    decoder: &StompDecoder,
+    inbound: &mut BytesMut,
+) -> Result<()> {
+    let receipt = next_frame(stream, decoder, inbound)?;
+    if receipt.command != "RECEIPT" {
+        return Err(Error::InvalidArgument(format!(
+            "STOMP SUBSCRIBE answered with {}",
+            receipt.command
+        )));
+    }
+    Ok(())
+}
+
 /// Messages the publisher may be ahead of the subscriber.
 const WINDOW: u64 = 20_000;
 
@@ -81,13 +97,7 @@ pub fn run(addr: SocketAddr, size: usize, count: u64) -> Result<()> {
         .header("receipt", "subscribed")
         .encode(true, &mut buf);
     sub.write_all(&buf).map_err(io("SUBSCRIBE"))?;
-    let receipt = next_frame(&mut sub, &decoder, &mut inbound)?;
-    if receipt.command != "RECEIPT" {
-        return Err(Error::InvalidArgument(format!(
-            "STOMP SUBSCRIBE answered with {}",
-            receipt.command
-        )));
-    }
+    expect_receipt(&mut sub, &decoder, &mut inbound)?;
     let received = Arc::new(AtomicU64::new(0));
     let last = Arc::new(std::sync::Mutex::new(None::<Instant>));
     let reader = {
