@@ -661,7 +661,13 @@ fn stomp_queue_variants(addr: SocketAddr, args: &Args) -> Result<()> {
     }
     if args.priorities {
         let priorities = true;
-        variants.push(("priorities", stomp_queue::Plan { priorities, ..plain }));
+        variants.push((
+            "priorities",
+            stomp_queue::Plan {
+                priorities,
+                ..plain
+            },
+        ));
     }
     let label = format!("stomp queue at {addr}");
     side_by_side(&label, &variants, args.rounds, |plan| {
