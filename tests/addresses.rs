@@ -444,6 +444,50 @@ fn exclusive_queues_and_consumer_priorities_choose_the_consumer() {
 }
 
 #[test]
+fn an_exclusive_consumer_native_or_stomp_takes_every_message_while_attached() {
+    let server = start();
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("solo")).unwrap();
+    let plain = s.create_consumer(&Destination::queue("solo")).unwrap();
+    // Native: ConsumerOptions::exclusive.
+    let (_c1, s1) = connect(&server);
+    let solo = s1
+        .create_consumer_with(
+            &Destination::queue("solo"),
+            herald_client::ConsumerOptions::default().exclusive(),
+        )
+        .unwrap();
+    for i in 0..6 {
+        p.send_with_receipt(Message::text(i.to_string())).unwrap();
+    }
+    for i in 0..6 {
+        assert_eq!(next(&solo).body_text(), Some(i.to_string().as_str()));
+    }
+    assert_nothing(&plain);
+    solo.close().unwrap();
+    // STOMP: ActiveMQ's activemq.exclusive header; a bad value is refused.
+    let mut stomp = StompClient::connected(&server, &[]);
+    let subscribe = |value: &str| {
+        herald_protocol::stomp::StompFrame::new("SUBSCRIBE")
+            .header("id", "1")
+            .header("destination", "/queue/solo")
+            .header("activemq.exclusive", value)
+            .header("receipt", "r")
+    };
+    stomp.send(&subscribe("true"));
+    stomp.expect("RECEIPT");
+    for i in 6..9 {
+        p.send_with_receipt(Message::text(i.to_string())).unwrap();
+        let m = stomp.expect("MESSAGE");
+        assert_eq!(&m.body[..], i.to_string().as_bytes());
+    }
+    assert_nothing(&plain);
+    let mut bad = StompClient::connected(&server, &[]);
+    bad.send(&subscribe("yes"));
+    bad.expect_error_saying("activemq.exclusive 'yes' is not true or false");
+}
+
+#[test]
 fn address_defaults_last_values_and_auto_create_apply_on_send() {
     let mut config = test_config();
     let mut prices = rule("queue://prices");

@@ -47,6 +47,10 @@ pub struct Args {
     /// one has credit, lower ones are not given messages.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     priority: i32,
+    /// While this consumer is attached, its queue delivers to one
+    /// consumer at a time (an exclusive consumer).
+    #[arg(long)]
+    exclusive: bool,
     /// Exit after this many messages.
     #[arg(long)]
     count: Option<u64>,
@@ -90,6 +94,7 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
         prefetch: args.prefetch,
         durable_name: args.durable,
         priority: args.priority,
+        exclusive: args.exclusive,
         ..ConsumerOptions::default()
     };
     let consumer = session.create_consumer_with(&destination, options)?;

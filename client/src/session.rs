@@ -299,9 +299,22 @@ pub struct ConsumerOptions {
     /// priority, RabbitMQ's `x-priority`): while a higher one has credit
     /// and takes a message, lower ones are not given it. 0 by default.
     pub priority: i32,
+    /// While this consumer is attached, its queue delivers to one consumer
+    /// at a time (the highest priority, then the earliest), as an address
+    /// with `exclusive = true` does (ActiveMQ's exclusive consumer,
+    /// RabbitMQ's single active consumer); the next takes over when it
+    /// goes.
+    pub exclusive: bool,
 }
 
 impl ConsumerOptions {
+    /// Asks for one consumer at a time on its queue (see
+    /// [`ConsumerOptions::exclusive`]).
+    pub fn exclusive(mut self) -> ConsumerOptions {
+        self.exclusive = true;
+        self
+    }
+
     /// Sets the consumer's priority (see [`ConsumerOptions::priority`]).
     pub fn priority(mut self, priority: i32) -> ConsumerOptions {
         self.priority = priority;
@@ -513,6 +526,7 @@ impl Session {
             durable: options.shared_durable,
             best_effort: options.best_effort,
             priority: options.priority,
+            exclusive: options.exclusive,
         };
         let consumer = Arc::new(ConsumerShared::new(
             (inner.config.pending_messages, inner.config.pending_bytes),

@@ -18,14 +18,19 @@ def amqp(server):
     return BlockingConnection(f"amqp://{host}:{port}", timeout=PATIENCE)
 
 
-class Priority(LinkOption):
-    """A receiver's consumer priority, as Qpid JMS and Artemis write it."""
+class Properties(LinkOption):
+    """A receiver's link properties: its consumer priority, as Qpid JMS and
+    Artemis write it, or that it wants to be the queue's only consumer."""
 
-    def __init__(self, priority):
-        self.priority = priority
+    def __init__(self, **properties):
+        self.properties = properties
 
     def apply(self, link):
-        link.properties = PropertyDict({symbol("priority"): self.priority})
+        link.properties = PropertyDict({symbol(k): v for k, v in self.properties.items()})
+
+
+def Priority(priority):
+    return Properties(priority=priority)
 
 
 @pytest.fixture
@@ -107,6 +112,21 @@ def test_amqp_groups_and_receiver_priority(server):
     assert all(m.group_id == "batch" for m in got)
     with pytest.raises(Exception):
         low.receive(timeout=0.3)
+    c.close()
+
+
+def test_an_exclusive_amqp_receiver_takes_every_message_while_attached(server):
+    c = amqp(server)
+    plain = c.create_receiver("queue://solo", credit=100, name="plain")
+    solo = c.create_receiver("queue://solo", credit=100, name="solo", options=Properties(exclusive=True))
+    sender = c.create_sender("queue://solo")
+    for i in range(4):
+        sender.send(Message(body=str(i)))
+    got = [solo.receive(timeout=PATIENCE) for _ in range(4)]
+    solo.accept()
+    assert [m.body for m in got] == ["0", "1", "2", "3"]
+    with pytest.raises(Exception):
+        plain.receive(timeout=0.3)
     c.close()
 
 

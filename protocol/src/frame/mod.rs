@@ -235,6 +235,7 @@ mod tests {
                 durable: true,
                 best_effort: true,
                 priority: -7,
+                exclusive: true,
             }),
             Frame::Ack(Settle {
                 delivery_ids: vec![1, 2, u64::MAX],

@@ -15,7 +15,9 @@
 //! falls behind, rather than slow anyone down or disconnect it; bit 5,
 //! *priority*: the consumer's priority follows (higher ones are given
 //! messages while they have credit, lower ones only otherwise; 0 when
-//! absent).
+//! absent); bit 6, *exclusive*: while this consumer is attached, its queue
+//! delivers to one consumer at a time (as an address with `exclusive =
+//! true` does; ActiveMQ's exclusive consumer).
 
 use bytes::{BufMut, BytesMut};
 
@@ -28,6 +30,7 @@ const FLAG_TEMPORARY: u8 = 0x02;
 const FLAG_SHARED: u8 = 0x04;
 const FLAG_DURABLE: u8 = 0x08;
 const FLAG_BEST_EFFORT: u8 = 0x10;
+const FLAG_EXCLUSIVE: u8 = 0x40;
 const FLAG_PRIORITY: u8 = 0x20;
 
 /// Starts a subscription.
@@ -64,6 +67,8 @@ pub struct Subscribe {
     /// The consumer's priority among the consumers of its queue: higher
     /// ones are given messages while they have credit. 0 by default.
     pub priority: i32,
+    /// While it is attached, its queue delivers to one consumer at a time.
+    pub exclusive: bool,
 }
 
 impl Subscribe {
@@ -86,6 +91,7 @@ impl Subscribe {
             durable: false,
             best_effort: false,
             priority: 0,
+            exclusive: false,
         }
     }
 
@@ -101,7 +107,8 @@ impl Subscribe {
             | FLAG_SHARED
             | FLAG_DURABLE
             | FLAG_BEST_EFFORT
-            | FLAG_PRIORITY;
+            | FLAG_PRIORITY
+            | FLAG_EXCLUSIVE;
         if flags & !known != 0 {
             return Err(Error::invalid(
                 "flags",
@@ -127,6 +134,7 @@ impl Subscribe {
             durable: flags & FLAG_DURABLE != 0,
             best_effort: flags & FLAG_BEST_EFFORT != 0,
             priority,
+            exclusive: flags & FLAG_EXCLUSIVE != 0,
         };
         c.finish()?;
         Ok(f)
@@ -155,6 +163,9 @@ impl Subscribe {
         }
         if self.priority != 0 {
             flags |= FLAG_PRIORITY;
+        }
+        if self.exclusive {
+            flags |= FLAG_EXCLUSIVE;
         }
         d.put_u8(flags);
         d.put_u32(self.prefetch);

@@ -117,6 +117,16 @@ pub(super) fn attach(
     };
     let user = session.principal.user.clone();
     let priority = consumer_priority(&a.properties)?;
+    let exclusive = match link_property(&a.properties, "exclusive") {
+        None | Some(Value::Bool(false)) => false,
+        Some(Value::Bool(true)) => true,
+        Some(other) => {
+            return Err((
+                condition::INVALID_FIELD,
+                format!("the link property exclusive {other:?} is not a boolean"),
+            ))
+        }
+    };
     let request = SubscribeRequest {
         kind: destination.kind,
         destination: &destination.name,
@@ -133,6 +143,7 @@ pub(super) fn attach(
         kept: false,
         no_local,
         priority,
+        exclusive,
     };
     // The link first: what the subscription has already is routed to it
     // after this frame.
@@ -548,16 +559,21 @@ pub(super) fn end_durable((client_id, name): &(String, String), ctx: &mut Contex
     }
 }
 
+/// The value of an attach's property `name` (a symbol key), if it has it.
+fn link_property<'a>(properties: &'a Value, name: &str) -> Option<&'a Value> {
+    let Value::Map(entries) = properties else {
+        return None;
+    };
+    entries
+        .iter()
+        .find(|(k, _)| matches!(k, Value::Symbol(s) if s == name))
+        .map(|(_, v)| v)
+}
+
 /// The consumer priority an attach's properties give (`priority`, as
 /// Artemis and Qpid JMS write it); 0 without one.
 fn consumer_priority(properties: &Value) -> Result<i32, (&'static str, String)> {
-    let Value::Map(entries) = properties else {
-        return Ok(0);
-    };
-    let Some((_, value)) = entries
-        .iter()
-        .find(|(k, _)| matches!(k, Value::Symbol(s) if s == "priority"))
-    else {
+    let Some(value) = link_property(properties, "priority") else {
         return Ok(0);
     };
     let wide = match *value {

@@ -274,7 +274,7 @@ impl Broker {
             }
         }
         let mut dispatches = Vec::new();
-        lock(&queue).add_consumer(sub, None, (prefetch, priority), &mut dispatches);
+        lock(&queue).add_consumer(sub, None, (prefetch, priority, false), &mut dispatches);
         self.settled(&queue, dispatches, out);
         if let (Some(stream), Some(peers)) = (stream, self.peers.get()) {
             peers.consuming(&stream, &queue, true);

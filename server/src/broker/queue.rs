@@ -81,6 +81,8 @@ struct Consumer {
     in_flight: u32,
     /// Dispatches to it so far.
     dispatched: u64,
+    /// It asked that its queue deliver to one consumer at a time.
+    exclusive: bool,
     /// In a dispatch, the last first message of its groups it passed over
     /// (its selector did not take it).
     passed: Option<ReadyKey>,
@@ -912,12 +914,14 @@ impl Queue {
 
     /// Attaches a consumer and dispatches to it what waits.
     /// `priority` places it among the others: higher ones are given
-    /// messages first, equal ones in turn.
+    /// messages first, equal ones in turn. While an `exclusive` one is
+    /// attached, the queue delivers to one consumer at a time, as an
+    /// exclusive address does.
     pub fn add_consumer(
         &mut self,
         sub: Subscriber,
         selector: Option<Arc<Selector>>,
-        (prefetch, priority): (u32, i32),
+        (prefetch, priority, exclusive): (u32, i32, bool),
         out: &mut Vec<Dispatch>,
     ) {
         let at = self.consumers.partition_point(|c| c.priority >= priority);
@@ -930,6 +934,7 @@ impl Queue {
                 priority,
                 in_flight: 0,
                 dispatched: 0,
+                exclusive,
                 passed: None,
             },
         );
@@ -1219,6 +1224,7 @@ impl Queue {
         for c in &mut self.consumers {
             c.passed = None;
         }
+        let exclusive = self.settings.exclusive || self.consumers.iter().any(|c| c.exclusive);
         loop {
             if !self.consumers.iter().any(Consumer::has_credit) {
                 return;
@@ -1248,7 +1254,6 @@ impl Queue {
                 continue;
             }
             let takes = |c: &Consumer| c.has_credit() && selects_queued(c.selector.as_deref(), m);
-            let exclusive = self.settings.exclusive;
             let chosen = match owner {
                 Some(k) => Some(k).filter(|&k| takes(&self.consumers[k])),
                 None => choose(&self.consumers, self.rr, exclusive, takes),
@@ -1309,8 +1314,8 @@ impl Queue {
 
 /// The consumer to give a waiting message to, of those `takes` allows:
 /// among the highest priority that can take it, the next in turn from
-/// `rr`; for an exclusive queue, the first consumer (the highest priority,
-/// then the earliest) or none.
+/// `rr`; for an exclusive queue, the first consumer that asked for it or
+/// else the first (the highest priority, then the earliest), or none.
 fn choose(
     consumers: &[Consumer],
     rr: usize,
@@ -1318,7 +1323,8 @@ fn choose(
     takes: impl Fn(&Consumer) -> bool,
 ) -> Option<usize> {
     if exclusive {
-        return consumers.first().filter(|c| takes(c)).map(|_| 0);
+        let one = consumers.iter().position(|c| c.exclusive).unwrap_or(0);
+        return consumers.get(one).filter(|c| takes(c)).map(|_| one);
     }
     let mut start = 0;
     while let Some(first) = consumers.get(start) {
@@ -1438,8 +1444,8 @@ mod tests {
     fn competing_consumers_alternate_within_their_credit() {
         let mut q = queue();
         let mut out = Vec::new();
-        q.add_consumer(sub(1), None, (2, 0), &mut out);
-        q.add_consumer(sub(2), None, (2, 0), &mut out);
+        q.add_consumer(sub(1), None, (2, 0, false), &mut out);
+        q.add_consumer(sub(2), None, (2, 0, false), &mut out);
         for i in 0..6 {
             q.enqueue(block(i), None, &mut out).unwrap();
         }
@@ -1460,13 +1466,13 @@ mod tests {
     fn returned_messages_keep_their_place_and_count() {
         let mut q = queue();
         let mut out = Vec::new();
-        q.add_consumer(sub(1), None, (1, 0), &mut out);
+        q.add_consumer(sub(1), None, (1, 0, false), &mut out);
         q.enqueue(block(0), None, &mut out).unwrap();
         q.enqueue(block(1), None, &mut out).unwrap();
         assert_eq!(out.len(), 1);
         let d = out.pop().unwrap();
         assert!(q.remove_consumer(&sub(1), &[], &mut out).is_empty());
-        q.add_consumer(sub(2), None, (10, 0), &mut out);
+        q.add_consumer(sub(2), None, (10, 0, false), &mut out);
         assert_eq!(
             out.iter()
                 .map(|d| (d.seq, d.delivery_count))
@@ -1479,7 +1485,7 @@ mod tests {
     fn too_many_deliveries_make_a_message_dead() {
         let mut q = queue();
         let mut out = Vec::new();
-        q.add_consumer(sub(1), None, (1, 0), &mut out);
+        q.add_consumer(sub(1), None, (1, 0, false), &mut out);
         q.enqueue(block(0), None, &mut out).unwrap();
         for round in 1..=3 {
             let d = out.pop().unwrap();
@@ -1498,7 +1504,7 @@ mod tests {
         q.restore(block(0), Some(7), None);
         q.enqueue(block(1), None, &mut out).unwrap();
         assert_eq!(q.kept_deliveries().collect::<Vec<_>>(), [(7, 1)]);
-        q.add_consumer(sub(1), None, (1, 0), &mut out);
+        q.add_consumer(sub(1), None, (1, 0, false), &mut out);
         // It may have been delivered before: the first delivery says so.
         // Its nacks count as ever, against max_deliveries (3).
         for round in 1..=3 {
@@ -1518,7 +1524,7 @@ mod tests {
         q.restore(block(0), Some(7), Some(0));
         q.restore(block(1), Some(8), Some(2));
         assert_eq!(q.kept_deliveries().collect::<Vec<_>>(), [(8, 2)]);
-        q.add_consumer(sub(1), None, (2, 0), &mut out);
+        q.add_consumer(sub(1), None, (2, 0, false), &mut out);
         let counts: Vec<u32> = out.iter().map(|d| d.delivery_count).collect();
         assert_eq!(counts, [1, 3]);
     }
@@ -1528,14 +1534,14 @@ mod tests {
         let mut q = queue();
         let mut out = Vec::new();
         let even = Arc::new(Selector::parse("i / 2 * 2 = i").unwrap());
-        q.add_consumer(sub(1), Some(even), (10, 0), &mut out);
+        q.add_consumer(sub(1), Some(even), (10, 0, false), &mut out);
         for i in 0..4 {
             q.enqueue(block(i), None, &mut out).unwrap();
         }
         assert_eq!(out.len(), 2);
         assert_eq!(q.depth(), 2);
         out.clear();
-        q.add_consumer(sub(2), None, (10, 0), &mut out);
+        q.add_consumer(sub(2), None, (10, 0, false), &mut out);
         assert_eq!(out.len(), 2);
         assert!(out.iter().all(|d| d.to == sub(2)));
     }
@@ -1555,7 +1561,7 @@ mod tests {
         let mut q = queue();
         let mut out = Vec::new();
         let even = Arc::new(Selector::parse("i / 2 * 2 = i").unwrap());
-        q.add_consumer(sub(1), Some(even), (2, 0), &mut out);
+        q.add_consumer(sub(1), Some(even), (2, 0, false), &mut out);
         for i in [1, 3, 5] {
             q.enqueue(block(i), None, &mut out).unwrap();
         }
@@ -1567,7 +1573,7 @@ mod tests {
         assert_eq!(taken.len(), 2);
         assert_eq!(q.depth(), 1);
         // A consumer without a selector takes everything.
-        q.add_consumer(sub(2), None, (10, 0), &mut out);
+        q.add_consumer(sub(2), None, (10, 0, false), &mut out);
         assert!(q.unselected().is_empty());
     }
 
@@ -1578,7 +1584,7 @@ mod tests {
         for p in [4, 9, 0, 9, 4] {
             q.enqueue(block_with(p, 0), None, &mut out).unwrap();
         }
-        q.add_consumer(sub(1), None, (10, 0), &mut out);
+        q.add_consumer(sub(1), None, (10, 0, false), &mut out);
         let order: Vec<(u8, u64)> = out
             .iter()
             .map(|d| (priority_and_expiration(&d.block).unwrap().0, d.seq))
@@ -1596,7 +1602,7 @@ mod tests {
             .unwrap();
         q.enqueue(block_with(4, 0), None, &mut out).unwrap();
         assert_eq!(q.browse(None).len(), 2, "browsing skips the expired one");
-        q.add_consumer(sub(1), None, (10, 0), &mut out);
+        q.add_consumer(sub(1), None, (10, 0, false), &mut out);
         assert_eq!(out.len(), 2);
         let expired = q.take_expired();
         assert_eq!(expired.len(), 1);
@@ -1607,7 +1613,7 @@ mod tests {
     fn a_released_delivery_is_not_counted_and_limits_hold() {
         let mut q = Queue::new("q", None, settings(3, 2));
         let mut out = Vec::new();
-        q.add_consumer(sub(1), None, (5, 0), &mut out);
+        q.add_consumer(sub(1), None, (5, 0, false), &mut out);
         q.enqueue(block(0), None, &mut out).unwrap();
         let d = out.pop().unwrap();
         q.release(&sub(1), d.seq, &mut out);
@@ -1627,12 +1633,12 @@ mod tests {
     fn a_leaving_consumer_returns_what_it_never_read_uncounted_and_the_rest_counted() {
         let mut q = queue();
         let mut out = Vec::new();
-        q.add_consumer(sub(1), None, (5, 0), &mut out);
+        q.add_consumer(sub(1), None, (5, 0, false), &mut out);
         for i in 0..3 {
             q.enqueue(block(i), None, &mut out).unwrap();
         }
         let seqs: Vec<u64> = out.drain(..).map(|d| d.seq).collect();
-        q.add_consumer(sub(2), None, (5, 0), &mut out);
+        q.add_consumer(sub(2), None, (5, 0, false), &mut out);
         // The first one read, the other two not: they come back as they
         // were, and none to the consumer leaving.
         assert!(q.remove_consumer(&sub(1), &seqs[1..], &mut out).is_empty());
@@ -1664,9 +1670,9 @@ mod tests {
     fn a_higher_priority_consumer_is_served_first_while_it_has_credit() {
         let mut q = queue();
         let mut out = Vec::new();
-        q.add_consumer(sub(1), None, (10, 0), &mut out);
-        q.add_consumer(sub(2), None, (2, 5), &mut out);
-        q.add_consumer(sub(3), None, (10, 0), &mut out);
+        q.add_consumer(sub(1), None, (10, 0, false), &mut out);
+        q.add_consumer(sub(2), None, (2, 5, false), &mut out);
+        q.add_consumer(sub(3), None, (10, 0, false), &mut out);
         for i in 0..6 {
             q.enqueue(block(i), None, &mut out).unwrap();
         }
@@ -1684,8 +1690,8 @@ mod tests {
     fn an_exclusive_queue_delivers_to_one_consumer_until_it_goes() {
         let mut q = with(|s| s.exclusive = true);
         let mut out = Vec::new();
-        q.add_consumer(sub(1), None, (2, 0), &mut out);
-        q.add_consumer(sub(2), None, (10, 0), &mut out);
+        q.add_consumer(sub(1), None, (2, 0, false), &mut out);
+        q.add_consumer(sub(2), None, (10, 0, false), &mut out);
         for i in 0..4 {
             q.enqueue(block(i), None, &mut out).unwrap();
         }
@@ -1714,11 +1720,34 @@ mod tests {
     }
 
     #[test]
+    fn an_exclusive_consumer_takes_every_message_while_it_is_attached() {
+        let mut q = queue();
+        let mut out = Vec::new();
+        q.add_consumer(sub(1), None, (10, 0, false), &mut out);
+        q.add_consumer(sub(2), None, (10, 0, true), &mut out);
+        for i in 0..4 {
+            q.enqueue(block(i), None, &mut out).unwrap();
+        }
+        assert!(out.iter().all(|d| d.to == sub(2)), "{out:?}");
+        for d in std::mem::take(&mut out) {
+            q.ack(&sub(2), d.seq, &mut Vec::new());
+        }
+        // Gone, the queue shares its messages again.
+        q.remove_consumer(&sub(2), &[], &mut out);
+        q.add_consumer(sub(3), None, (10, 0, false), &mut out);
+        for i in 4..8 {
+            q.enqueue(block(i), None, &mut out).unwrap();
+        }
+        let to: Vec<_> = out.iter().map(|d| d.to).collect();
+        assert!(to.contains(&sub(1)) && to.contains(&sub(3)), "{to:?}");
+    }
+
+    #[test]
     fn a_group_stays_with_one_consumer_and_moves_when_it_goes() {
         let mut q = queue();
         let mut out = Vec::new();
-        q.add_consumer(sub(1), None, (100, 0), &mut out);
-        q.add_consumer(sub(2), None, (100, 0), &mut out);
+        q.add_consumer(sub(1), None, (100, 0, false), &mut out);
+        q.add_consumer(sub(2), None, (100, 0, false), &mut out);
         for i in 0..8 {
             let group = if i % 2 == 0 { "g1" } else { "g2" };
             q.enqueue(tagged(i, GROUP_PROPERTY, group), None, &mut out)
@@ -1760,8 +1789,8 @@ mod tests {
         );
         // A group whose consumer has no credit waits; others pass it.
         let mut q = queue();
-        q.add_consumer(sub(1), None, (1, 0), &mut out);
-        q.add_consumer(sub(2), None, (5, 0), &mut out);
+        q.add_consumer(sub(1), None, (1, 0, false), &mut out);
+        q.add_consumer(sub(2), None, (5, 0, false), &mut out);
         out.clear();
         for (i, group) in [(0, "a"), (1, "a"), (2, "b")] {
             q.enqueue(tagged(i, GROUP_PROPERTY, group), None, &mut out)
@@ -1796,7 +1825,7 @@ mod tests {
             })
             .collect();
         assert_eq!(replaced, ["0", "2"]);
-        q.add_consumer(sub(1), None, (1, 0), &mut out);
+        q.add_consumer(sub(1), None, (1, 0, false), &mut out);
         assert_eq!(out.iter().map(text).collect::<Vec<_>>(), ["1"]);
         // One in flight is not replaced; the next value waits behind it.
         q.enqueue(tagged(5, "ticker", "INIT"), None, &mut out)
@@ -1812,7 +1841,7 @@ mod tests {
             (s.redelivery_delay, s.max_redelivery_delay) = (60_000, 60_000);
         });
         let mut out = Vec::new();
-        q.add_consumer(sub(1), None, (1, 0), &mut out);
+        q.add_consumer(sub(1), None, (1, 0, false), &mut out);
         q.enqueue(tagged(0, "ticker", "ACME"), None, &mut out)
             .unwrap();
         let seq = out.pop().unwrap().seq;

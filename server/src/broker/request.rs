@@ -177,6 +177,8 @@ pub struct SubscribeRequest<'a> {
     /// The consumer's priority among those of its queue (see
     /// [`Queue::add_consumer`](super::Queue::add_consumer)).
     pub priority: i32,
+    /// While it is attached, its queue delivers to one consumer at a time.
+    pub exclusive: bool,
 }
 
 impl SubscribeRequest<'_> {

@@ -58,7 +58,8 @@ impl Broker {
         let attach =
             |queue: &SharedQueue, selector: Option<Arc<Selector>>, out: &mut Deliveries| {
                 let mut dispatches = Vec::new();
-                lock(queue).add_consumer(sub, selector, (prefetch, req.priority), &mut dispatches);
+                let rank = (prefetch, req.priority, req.exclusive);
+                lock(queue).add_consumer(sub, selector, rank, &mut dispatches);
                 self.settled(queue, dispatches, out);
             };
         match req.kind {

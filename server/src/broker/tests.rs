@@ -171,6 +171,7 @@ fn request(kind: DestinationKind, pattern: &str) -> SubscribeRequest<'_> {
         kept: true,
         no_local: false,
         priority: 0,
+        exclusive: false,
     }
 }
 

@@ -73,6 +73,7 @@ pub fn handle(
         kept: true,
         no_local: false,
         priority: f.priority,
+        exclusive: f.exclusive,
     };
     // The RECEIPT is queued before any message the subscription may
     // already have waiting: deliveries are routed after this frame.

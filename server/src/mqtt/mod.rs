@@ -590,6 +590,7 @@ fn subscribe_one(
         kept,
         no_local: false,
         priority: 0,
+        exclusive: false,
     };
     let refused = |r: Refusal| (suback_reason(r.code()), r.message().to_owned());
     subscribe(number, request, session, ctx).map_err(refused)?;

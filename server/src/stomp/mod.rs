@@ -602,10 +602,21 @@ fn subscribe(
             )
         })?,
     };
+    let exclusive = match frame.get("activemq.exclusive").unwrap_or("false") {
+        "true" => true,
+        "false" => false,
+        other => {
+            return Err((
+                ErrorCode::Malformed,
+                format!("activemq.exclusive '{other}' is not true or false"),
+            ))
+        }
+    };
     let options = Options {
         selector: frame.get("selector").unwrap_or_default(),
         durable_name: durable_name(frame).unwrap_or_default(),
         priority,
+        exclusive,
     };
     subscribe_to(id, &target, ack, options, stomp, session, ctx)
 }
@@ -634,6 +645,9 @@ struct Options<'a> {
     /// The consumer's priority among those of its queue (the `priority`
     /// header, or ActiveMQ's `activemq.priority`).
     priority: i32,
+    /// ActiveMQ's `activemq.exclusive`: its queue delivers to one consumer
+    /// at a time while it is attached.
+    exclusive: bool,
 }
 
 /// Subscribes STOMP id `id` to `target`.
@@ -684,6 +698,7 @@ fn subscribe_to(
         kept: true,
         no_local: false,
         priority: options.priority,
+        exclusive: options.exclusive,
     };
     start(number, request, session, ctx).map_err(refused)?;
     stomp.subscriptions.insert(id.to_owned(), (number, ack));
