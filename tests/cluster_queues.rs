@@ -962,3 +962,45 @@ fn chosen_dead_letters_of_a_shared_queue_are_replayed_through_any_node() {
     stayed.sort();
     assert_eq!(stayed, [1, 2, 3]);
 }
+
+#[test]
+fn a_redelivery_delay_holds_on_the_node_a_message_is_given_back_to() {
+    let redis = Redis::start();
+    let with_delay = |id| {
+        let mut config = cluster_config(&redis, id);
+        let mut rule = herald_server::config::AddressRule {
+            pattern: "queue://later".into(),
+            ..Default::default()
+        };
+        rule.redelivery_delay = Some(herald_server::addresses::Millis(1500));
+        config.addresses = vec![rule];
+        start_with(config)
+    };
+    let (a, b) = (with_delay("a"), with_delay("b"));
+    let queue = Destination::queue("later");
+    let (ca, on_a) = connect(&a);
+    on_a.create_producer(&queue)
+        .unwrap()
+        .send_with_receipt(job(1))
+        .unwrap();
+    let s = ca.create_session(AckMode::Client).unwrap();
+    let consumer = s.create_consumer(&queue).unwrap();
+    consumer.receive(Duration::from_secs(10)).unwrap().unwrap();
+    let (_cb, on_b) = connect(&b);
+    let waiting = on_b.create_consumer(&queue).unwrap();
+    // Given back to wait out its delay, then handed to another node as
+    // its consumer here leaves: the wait goes with it.
+    let given_back = Instant::now();
+    s.recover().unwrap();
+    consumer.close().unwrap();
+    let m = waiting
+        .receive(Duration::from_secs(10))
+        .unwrap()
+        .expect("redelivered on b");
+    assert!(
+        given_back.elapsed() >= Duration::from_millis(1500),
+        "came back {:?} after it was given back",
+        given_back.elapsed()
+    );
+    assert_eq!((n(&m), m.delivery_count), (1, 2));
+}

@@ -1159,7 +1159,8 @@ impl Queue {
     /// Makes `m` wait again: at once, or `wait` ms from now. A kept
     /// message's block then carries that time, and is filed again
     /// ([`Queue::refile_redated`]), so that the wait holds across a
-    /// restart.
+    /// restart; so does a cluster's, so that the wait holds on the node
+    /// it is given back to when its consumers here leave.
     fn return_after(&mut self, mut m: QueuedMessage, wait: u64) {
         if wait == 0 {
             return self.insert_ready(m);
@@ -1168,8 +1169,10 @@ impl Queue {
         // the message must not come back before its delay.
         let due = now_ms().saturating_add(wait as i64 + 1);
         self.wake = Some(self.wake.map_or(due, |w| w.min(due)));
-        if let Some(id) = m.journal_id {
+        if m.journal_id.is_some() || m.entry.is_some() {
             m.block = rewritten(&m.block, |m| m.delivery_time = due);
+        }
+        if let Some(id) = m.journal_id {
             self.redated.push((id, due, m.seq));
         }
         // A last value waits with its time, to be found when replaced.
