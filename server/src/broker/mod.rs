@@ -706,7 +706,7 @@ impl Broker {
     /// filed again with their time first (the old record ended in the
     /// same entry), so that the delay holds across a restart.
     fn wake_of(&self, q: &mut Queue) -> Option<i64> {
-        if let Some(holder) = q.holder().cloned() {
+        if let Some(holder) = q.holder().filter(|_| q.has_redated()).cloned() {
             q.refile_redated(|old, block| {
                 let id = self.store.next_id();
                 let enqueue = Record::Enqueue {

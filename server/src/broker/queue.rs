@@ -1187,6 +1187,11 @@ impl Queue {
         self.scheduled.insert((due, m.seq), m);
     }
 
+    /// Whether kept messages wait to be filed again with their time.
+    pub fn has_redated(&self) -> bool {
+        !self.redated.is_empty()
+    }
+
     /// Files again each kept message given back to wait out a redelivery
     /// delay since the last call, its block now carrying its delivery
     /// time: `file` takes the old record's id and the new block and gives
@@ -1279,7 +1284,8 @@ impl Queue {
                 None => false,
             };
             self.rr = (k + 1) % self.consumers.len();
-            let Some(mut m) = self.ready.remove(key) else {
+            let from_owner = owner.map(|k| self.consumers[k].sub);
+            let Some(mut m) = self.ready.remove_from(from_owner.as_ref(), key) else {
                 return;
             };
             m.deliveries += 1;

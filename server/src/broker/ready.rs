@@ -119,8 +119,14 @@ impl Ready {
         };
         self.behind += 1;
         if first.seq < m.seq {
-            let at = rest.partition_point(|x| x.seq < m.seq);
-            rest.insert(at, m);
+            // Most arrive after all of their group.
+            match rest.back() {
+                Some(last) if last.seq > m.seq => {
+                    let at = rest.partition_point(|x| x.seq < m.seq);
+                    rest.insert(at, m);
+                }
+                _ => rest.push_back(m),
+            }
             return;
         }
         // Given back ahead of the group's first: it steps in front.
@@ -236,7 +242,21 @@ impl Ready {
     /// Takes out the message at `key` (the first of a group lets the next
     /// step in); one waiting behind the first of its group is found too.
     pub fn remove(&mut self, key: ReadyKey) -> Option<QueuedMessage> {
-        let taken = match self.take_anywhere(key) {
+        self.remove_from(None, key)
+    }
+
+    /// [`Ready::remove`] of a message known to be the first of one of
+    /// `owner`'s groups (none: anywhere), which spares looking for it.
+    pub fn remove_from(
+        &mut self,
+        owner: Option<&Subscriber>,
+        key: ReadyKey,
+    ) -> Option<QueuedMessage> {
+        let found = match owner {
+            Some(owner) => self.take_first_of(*owner, key),
+            None => self.take_anywhere(key),
+        };
+        let taken = match found {
             Some(m) => {
                 if let Some(group) = m.group {
                     self.step_up(group);
