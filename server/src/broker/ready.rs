@@ -21,8 +21,7 @@
 //! none cost 69 % of the server with 10,000 groups.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, VecDeque};
-use std::ops::Bound;
+use std::collections::VecDeque;
 
 use herald_protocol::message::MAX_PRIORITY;
 
@@ -67,7 +66,7 @@ pub struct Ready {
     /// no consumer owns; index = priority.
     by_priority: [VecDeque<QueuedMessage>; MAX_PRIORITY as usize + 1],
     /// The first waiting message of each group a consumer owns, by owner.
-    owned: FastMap<Subscriber, BTreeMap<ReadyKey, QueuedMessage>>,
+    owned: FastMap<Subscriber, Firsts>,
     /// Which consumer each message group is with, while it is attached,
     /// whether the group has waiting messages or not.
     owners: FastMap<u64, Subscriber>,
@@ -156,7 +155,7 @@ impl Ready {
     fn put_first(&mut self, group: u64, m: QueuedMessage) {
         match self.owners.get(&group) {
             Some(owner) => {
-                self.owned.entry(*owner).or_default().insert(key_of(&m), m);
+                self.owned.entry(*owner).or_default().insert(m);
             }
             None => self.place(m),
         }
@@ -207,12 +206,8 @@ impl Ready {
         owner: &Subscriber,
         key: Option<ReadyKey>,
     ) -> Option<(ReadyKey, &QueuedMessage)> {
-        let firsts = self.owned.get(owner)?;
-        let from = key.map_or(Bound::Unbounded, Bound::Excluded);
-        firsts
-            .range((from, Bound::Unbounded))
-            .next()
-            .map(|(k, m)| (*k, m))
+        let m = self.owned.get(owner)?.after(key)?;
+        Some((key_of(m), m))
     }
 
     /// `group` is with `owner` from now on: its messages wait for it.
@@ -229,12 +224,7 @@ impl Ready {
     /// message.
     pub fn disown(&mut self, owner: &Subscriber) {
         self.owners.retain(|_, o| o != owner);
-        for m in self
-            .owned
-            .remove(owner)
-            .into_iter()
-            .flat_map(|f| f.into_values())
-        {
+        for m in self.owned.remove(owner).into_iter().flat_map(|f| f.0) {
             self.place(m);
         }
     }
@@ -281,7 +271,7 @@ impl Ready {
         let owner = self
             .owned
             .iter()
-            .find(|(_, firsts)| firsts.contains_key(&key))
+            .find(|(_, firsts)| firsts.contains(key))
             .map(|(owner, _)| *owner)?;
         self.take_first_of(owner, key)
     }
@@ -289,8 +279,8 @@ impl Ready {
     /// Takes the first of one of `owner`'s groups, at `key`.
     fn take_first_of(&mut self, owner: Subscriber, key: ReadyKey) -> Option<QueuedMessage> {
         let firsts = self.owned.get_mut(&owner)?;
-        let m = firsts.remove(&key);
-        if firsts.is_empty() {
+        let m = firsts.remove(key);
+        if firsts.0.is_empty() {
             self.owned.remove(&owner);
         }
         m
@@ -333,14 +323,14 @@ impl Ready {
             queue.binary_search_by_key(&key.seq, |m| m.seq).is_ok()
         };
         found(&self.by_priority[key.priority as usize])
-            || self.owned.values().any(|firsts| firsts.contains_key(&key))
+            || self.owned.values().any(|firsts| firsts.contains(key))
             || (self.behind > 0 && self.groups.values().any(|(_, rest)| found(rest)))
     }
 
     /// Every waiting message, in delivery order (those behind the first
     /// of their group and those of owned groups in their place too).
     pub fn iter(&self) -> impl Iterator<Item = &QueuedMessage> {
-        let mut aside: Vec<&QueuedMessage> = self.owned.values().flat_map(|f| f.values()).collect();
+        let mut aside: Vec<&QueuedMessage> = self.owned.values().flat_map(|f| &f.0).collect();
         if self.behind > 0 {
             aside.extend(self.groups.values().flat_map(|(_, rest)| rest));
         }
@@ -402,12 +392,53 @@ impl Ready {
         let owned = std::mem::take(&mut self.owned);
         let mut all: Vec<QueuedMessage> = front.into_iter().rev().flatten().collect();
         if self.behind > 0 || !owned.is_empty() {
-            all.extend(owned.into_values().flat_map(|f| f.into_values()));
+            all.extend(owned.into_values().flat_map(|f| f.0));
             all.extend(groups.into_values().flat_map(|(_, rest)| rest));
             all.sort_by_key(key_of);
         }
         (self.len, self.bytes, self.expiring, self.behind) = (0, 0, 0, 0);
         all
+    }
+}
+
+/// The first waiting messages of one consumer's groups, in delivery
+/// order. The next of a group usually comes after the others' firsts, so
+/// it is pushed at the back, and the one delivered is at the front: a
+/// double-ended queue, which cost a fifth of what a B-tree did here.
+#[derive(Default)]
+struct Firsts(VecDeque<QueuedMessage>);
+
+impl Firsts {
+    fn insert(&mut self, m: QueuedMessage) {
+        let key = key_of(&m);
+        match self.0.back() {
+            Some(last) if key_of(last) > key => {
+                let at = self.0.partition_point(|x| key_of(x) < key);
+                self.0.insert(at, m);
+            }
+            _ => self.0.push_back(m),
+        }
+    }
+
+    /// The first after `key` (from the start if `None`).
+    fn after(&self, key: Option<ReadyKey>) -> Option<&QueuedMessage> {
+        let at = key.map_or(0, |key| self.0.partition_point(|x| key_of(x) <= key));
+        self.0.get(at)
+    }
+
+    fn position(&self, key: ReadyKey) -> Option<usize> {
+        match self.0.front() {
+            Some(first) if key_of(first) == key => Some(0),
+            _ => self.0.binary_search_by_key(&key, key_of).ok(),
+        }
+    }
+
+    fn contains(&self, key: ReadyKey) -> bool {
+        self.position(key).is_some()
+    }
+
+    fn remove(&mut self, key: ReadyKey) -> Option<QueuedMessage> {
+        self.0.remove(self.position(key)?)
     }
 }
 
