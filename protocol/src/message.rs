@@ -17,7 +17,7 @@ use std::ops::Range;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{BufMut, Bytes};
+use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::cursor::{put_str16, utf8, Cursor};
 use crate::destination::{validate_name, Destination, DestinationKind};
@@ -1259,6 +1259,27 @@ pub fn restamp(block: &Bytes, priority: Option<u8>, expiration: Option<i64>) -> 
     Bytes::from(copy)
 }
 
+/// `block` with property `name` set to `value`, spliced in without
+/// decoding the message: about a tenth of a decode and an encode. `None`
+/// if the block has that property already or does not read (decode and
+/// encode it then).
+pub fn with_property(block: &[u8], name: &str, value: &Value) -> Option<Bytes> {
+    if property_of(block, name).is_some() {
+        return None;
+    }
+    let (c, _) = to_properties(block)?;
+    let at = c.position();
+    let count = block.get(at..at + 2)?;
+    let count = u16::from_be_bytes([count[0], count[1]]).checked_add(1)?;
+    let mut out = BytesMut::with_capacity(block.len() + name.len() + 16);
+    out.put_slice(&block[..at]);
+    out.put_u16(count);
+    put_str16(&mut out, name, "property name").ok()?;
+    value.encode(&mut out).ok()?;
+    out.put_slice(&block[at + 2..]);
+    Some(out.freeze())
+}
+
 /// Whether a message block is persistent (its first byte says).
 pub fn is_persistent(block: &[u8]) -> bool {
     block
@@ -1361,7 +1382,6 @@ impl MessageView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::BytesMut;
 
     #[test]
     fn a_new_message_is_the_default_with_the_default_priority_and_its_body() {
@@ -1507,6 +1527,25 @@ mod tests {
             delivery_time: 0,
         };
         assert!(m.encode_stamped(&stamp, &mut BytesMut::new()).is_err());
+    }
+
+    #[test]
+    fn a_property_spliced_in_reads_as_one_set_and_encoded() {
+        let m = full();
+        let mut block = BytesMut::new();
+        m.encode(&mut block).unwrap();
+        let block = block.freeze();
+        let spliced = with_property(&block, "added", &Value::Bool(true)).unwrap();
+        let mut expected = Message::decode(&block, 0).unwrap();
+        expected.set_property("added", true);
+        let back = Message::decode(&spliced, 0).unwrap();
+        assert_eq!(back.property("added"), Some(&Value::Bool(true)));
+        assert_eq!(back.properties().len(), expected.properties().len());
+        assert_eq!(back.body, expected.body);
+        assert_eq!(back.message_id(), expected.message_id());
+        // Once there, it is not added twice.
+        assert!(with_property(&spliced, "added", &Value::Bool(false)).is_none());
+        assert!(with_property(b"garbage", "added", &Value::Bool(true)).is_none());
     }
 
     #[test]

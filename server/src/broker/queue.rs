@@ -26,7 +26,7 @@ use herald_protocol::message::{
 };
 use herald_protocol::selector::Selector;
 use herald_protocol::value::ValueRef;
-use herald_protocol::Message;
+use herald_protocol::{Message, Value};
 
 use super::address::{ConnectionRef, Subscriber};
 pub use super::queued::{EntryId, QueuedMessage};
@@ -1362,7 +1362,9 @@ fn choose(
 /// A copy of `block` marked as the first of its group for the consumer
 /// given it ([`GROUP_FIRST_PROPERTY`]).
 fn first_of_group(block: &Bytes) -> Bytes {
-    rewritten(block, |m| m.set_property(GROUP_FIRST_PROPERTY, true))
+    let marked = Value::Bool(true);
+    herald_protocol::message::with_property(block, GROUP_FIRST_PROPERTY, &marked)
+        .unwrap_or_else(|| rewritten(block, |m| m.set_property(GROUP_FIRST_PROPERTY, true)))
 }
 
 /// A copy of `block` with the message `change`d (the block itself if it
