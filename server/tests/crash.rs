@@ -29,6 +29,32 @@ fn start(data: &Path) -> (common::Running, ConnectionFactory) {
     )
 }
 
+/// A data directory, and a directory with a config file holding `toml`
+/// for [`start_with_config`].
+fn with_config(label: &str, toml: &str) -> (TempDir, TempDir) {
+    let data = TempDir::new(label);
+    let etc = TempDir::new(&format!("{label}-config"));
+    std::fs::create_dir_all(&etc.0).unwrap();
+    std::fs::write(etc.0.join("herald.toml"), toml).unwrap();
+    (data, etc)
+}
+
+/// The binary on `data` with the config file in `etc`.
+fn start_with_config(data: &Path, etc: &Path) -> (common::Running, ConnectionFactory) {
+    let config = etc.join("herald.toml");
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let (child, addr) = common::spawn(data, &args);
+    (
+        child,
+        ConnectionFactory::new(&format!("herald://{addr}")).unwrap(),
+    )
+}
+
 fn n(m: &Message) -> i64 {
     m.property("n").and_then(|v| v.as_i64()).unwrap()
 }
@@ -222,26 +248,9 @@ fn a_truncated_or_bit_flipped_last_segment_is_recovered_from() {
 /// out after a SIGKILL too, and comes back marked redelivered, once.
 #[test]
 fn a_redelivery_delay_holds_across_a_sigkill() {
-    let data = TempDir::new("redelay");
-    let etc = TempDir::new("redelay-config");
-    std::fs::create_dir_all(&etc.0).unwrap();
-    let config = etc.0.join("herald.toml");
-    std::fs::write(
-        &config,
-        "[[addresses]]\nmatch = \"queue://retry\"\nredelivery_delay = \"2s\"\n",
-    )
-    .unwrap();
-    let args = [
-        "--listen",
-        "127.0.0.1:0",
-        "--config",
-        config.to_str().unwrap(),
-    ];
-    let start = || {
-        let (child, addr) = common::spawn(&data.0, &args);
-        let factory = ConnectionFactory::new(&format!("herald://{addr}")).unwrap();
-        (child, factory)
-    };
+    let toml = "[[addresses]]\nmatch = \"queue://retry\"\nredelivery_delay = \"2s\"\n";
+    let (data, etc) = with_config("redelay", toml);
+    let start = || start_with_config(&data.0, &etc.0);
     let (mut server, factory) = start();
     let c = factory.create_connection().unwrap();
     let s = c.create_session(AckMode::Client).unwrap();
@@ -666,23 +675,9 @@ fn flood(
 fn a_paging_queue_keeps_its_receipted_messages_through_a_sigkill_in_bounded_memory() {
     const BOUND: u64 = 8 << 20;
     const SIZE: usize = 8 * 1024;
-    let data = TempDir::new("page-kill");
-    let etc = TempDir::new("page-kill-config");
-    std::fs::create_dir_all(&etc.0).unwrap();
-    let config = etc.0.join("herald.toml");
     let rule = format!("[[addresses]]\nmatch = \"queue://paged\"\nmax_size_bytes = {BOUND}\n");
-    std::fs::write(&config, rule).unwrap();
-    let args = [
-        "--listen",
-        "127.0.0.1:0",
-        "--config",
-        config.to_str().unwrap(),
-    ];
-    let start = || {
-        let (child, addr) = common::spawn(&data.0, &args);
-        let factory = ConnectionFactory::new(&format!("herald://{addr}")).unwrap();
-        (child, factory)
-    };
+    let (data, etc) = with_config("page-kill", &rule);
+    let start = || start_with_config(&data.0, &etc.0);
     let (mut server, factory) = start();
     let pid = server.id();
     let (stop, killed) = (

@@ -85,6 +85,28 @@ pub(super) fn expect_receipt(
 /// Messages the publisher may be ahead of the subscriber.
 const WINDOW: u64 = 20_000;
 
+/// Before sending message `i`: closed loop, the publisher stays at most
+/// [`WINDOW`] messages ahead of what was `received`, so that a run
+/// measures what STOMP sustains rather than how fast the server's
+/// slow-consumer limit is hit.
+pub(super) fn within_window(
+    i: u64,
+    received: &AtomicU64,
+    out: &mut impl Write,
+    progress: &mut Progress,
+) -> Result<()> {
+    if i.is_multiple_of(1024) {
+        progress.update(received.load(Ordering::Relaxed));
+        if i >= WINDOW {
+            out.flush().map_err(io("SEND"))?;
+            while received.load(Ordering::Relaxed) + WINDOW < i {
+                std::thread::yield_now();
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Publishes `count` messages of `size` bytes over STOMP and counts them at
 /// a STOMP subscriber.
 pub fn run(addr: SocketAddr, size: usize, count: u64) -> Result<()> {
@@ -130,18 +152,7 @@ pub fn run(addr: SocketAddr, size: usize, count: u64) -> Result<()> {
     let started = Instant::now();
     let mut progress = Progress::new("stomp", count);
     for i in 0..count {
-        // Closed loop: the publisher stays at most WINDOW messages ahead
-        // of the subscriber, so the run measures what STOMP sustains
-        // rather than how fast the server's slow-consumer limit is hit.
-        if i % 1024 == 0 {
-            progress.update(received.load(Ordering::Relaxed));
-            if i >= WINDOW {
-                out.flush().map_err(io("SEND"))?;
-                while received.load(Ordering::Relaxed) + WINDOW < i {
-                    std::thread::yield_now();
-                }
-            }
-        }
+        within_window(i, &received, &mut out, &mut progress)?;
         out.write_all(&frame).map_err(io("SEND"))?;
     }
     out.flush().map_err(io("SEND"))?;

@@ -18,11 +18,9 @@ use herald_client::{Error, Result};
 use herald_protocol::stomp::StompFrame;
 
 use super::progress::Progress;
-use super::stomp::{connect, expect_receipt, io, next_frame};
+use super::stomp::{connect, expect_receipt, io, next_frame, within_window};
 use super::{bench_topic, wait_for};
 
-/// Messages the publisher may be ahead of the consumers.
-const WINDOW: u64 = 20_000;
 /// What each consumer asks the broker to send ahead.
 const PREFETCH: &str = "1000";
 
@@ -109,15 +107,7 @@ pub fn run(addr: SocketAddr, plan: Plan) -> Result<f64> {
     let mut progress = Progress::new("stomp queue", plan.count);
     let mut frame = BytesMut::new();
     for i in 0..plan.count {
-        if i % 1024 == 0 {
-            progress.update(received.load(Ordering::Relaxed));
-            if i >= WINDOW {
-                out.flush().map_err(io("SEND"))?;
-                while received.load(Ordering::Relaxed) + WINDOW < i {
-                    std::thread::yield_now();
-                }
-            }
-        }
+        within_window(i, &received, &mut out, &mut progress)?;
         let group = match plan.groups {
             0 => format!("{:0width$}", 0),
             g => format!("g{}", i % g as u64),

@@ -287,7 +287,8 @@ pub(crate) async fn metrics(
     );
 
     let queues = s.broker.queue_stats();
-    let q = |f: fn(&crate::broker::QueueStats) -> i64| {
+    type Figure = fn(&crate::broker::QueueStats) -> i64;
+    let q = |f: Figure| {
         queues
             .iter()
             .map(|q| {
@@ -297,48 +298,42 @@ pub(crate) async fn metrics(
             })
             .collect::<Vec<_>>()
     };
-    family(
-        &mut r,
-        "herald_queue_depth",
-        "Messages waiting in a queue",
-        q(|q| q.depth as i64),
-    );
-    family(
-        &mut r,
-        "herald_queue_in_flight",
-        "Deliveries not yet acknowledged",
-        q(|q| q.in_flight as i64),
-    );
-    family(
-        &mut r,
-        "herald_queue_consumers",
-        "Consumers of a queue",
-        q(|q| q.consumers as i64),
-    );
-    family(
-        &mut r,
-        "herald_queue_memory_bytes",
-        "Bytes of the messages a queue holds in memory, when last weighed",
-        q(|q| q.bytes as i64),
-    );
-    family(
-        &mut r,
-        "herald_queue_paged",
-        "Messages in a queue's page files",
-        q(|q| q.paged as i64),
-    );
-    family(
-        &mut r,
-        "herald_queue_paged_bytes",
-        "Bytes of a queue's messages in its page files",
-        q(|q| q.paged_bytes as i64),
-    );
-    family(
-        &mut r,
-        "herald_queue_paging_stopped",
-        "1 while a queue would page and cannot (a write failed, or the disk is at its floor)",
-        q(|q| i64::from(q.paging_stopped)),
-    );
+    let gauges: [(&str, &str, Figure); 7] = [
+        ("herald_queue_depth", "Messages waiting in a queue", |q| {
+            q.depth as i64
+        }),
+        (
+            "herald_queue_in_flight",
+            "Deliveries not yet acknowledged",
+            |q| q.in_flight as i64,
+        ),
+        ("herald_queue_consumers", "Consumers of a queue", |q| {
+            q.consumers as i64
+        }),
+        (
+            "herald_queue_memory_bytes",
+            "Bytes of the messages a queue holds in memory, when last weighed",
+            |q| q.bytes as i64,
+        ),
+        (
+            "herald_queue_paged",
+            "Messages in a queue's page files",
+            |q| q.paged as i64,
+        ),
+        (
+            "herald_queue_paged_bytes",
+            "Bytes of a queue's messages in its page files",
+            |q| q.paged_bytes as i64,
+        ),
+        (
+            "herald_queue_paging_stopped",
+            "1 while a queue would page and cannot (a write failed, or the disk is at its floor)",
+            |q| i64::from(q.paging_stopped),
+        ),
+    ];
+    for (name, help, f) in gauges {
+        family(&mut r, name, help, q(f));
+    }
     let qc = |f: fn(&crate::broker::QueueStats) -> u64| {
         queues
             .iter()
@@ -349,24 +344,21 @@ pub(crate) async fn metrics(
             })
             .collect::<Vec<_>>()
     };
-    family(
-        &mut r,
-        "herald_queue_enqueued",
-        "Messages enqueued",
-        qc(|q| q.enqueued),
-    );
-    family(
-        &mut r,
-        "herald_queue_acknowledged",
-        "Messages acknowledged",
-        qc(|q| q.acknowledged),
-    );
-    family(
-        &mut r,
-        "herald_queue_dropped",
-        "Sends a full queue dropped (full_policy = \"drop\")",
-        qc(|q| q.dropped),
-    );
+    type Count = fn(&crate::broker::QueueStats) -> u64;
+    let counters: [(&str, &str, Count); 3] = [
+        ("herald_queue_enqueued", "Messages enqueued", |q| q.enqueued),
+        ("herald_queue_acknowledged", "Messages acknowledged", |q| {
+            q.acknowledged
+        }),
+        (
+            "herald_queue_dropped",
+            "Sends a full queue dropped (full_policy = \"drop\")",
+            |q| q.dropped,
+        ),
+    ];
+    for (name, help, f) in counters {
+        family(&mut r, name, help, qc(f));
+    }
 
     let busy: Family<Labels, Counter<f64, AtomicU64>> = Family::default();
     for (i, w) in s.stats.iter().enumerate() {
