@@ -7,7 +7,15 @@
 //! byte, to the current segment. A crash in between leaves two copies of a
 //! record with one id, which replay treats as one.
 
-use super::*;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+use bytes::{Bytes, BytesMut};
+
+use super::error::{io_error, JournalError};
+use super::segment::*;
+use super::writer::Writer;
 
 impl Writer {
     /// Deletes old segments, oldest first, moving their live records

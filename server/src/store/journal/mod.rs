@@ -27,201 +27,30 @@
 //! thread), `compaction` (dropping and relocating old segments).
 
 mod compaction;
+mod config;
+mod error;
+mod metrics;
 mod replay;
 mod segment;
 #[cfg(test)]
 mod tests;
 mod writer;
 
-use crate::collections::FastMap;
-use crate::sync::lock;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use std::collections::{BTreeMap, VecDeque};
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::fs::{self, OpenOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{self, Sender};
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use serde::Deserialize;
-use thiserror::Error;
+use crate::sync::lock;
 
-use super::disk::{Disk, RealDisk, SegmentFile};
-use super::record::{Completion, Record, Store, StoreError};
-use super::space::{self, Space, SpaceGauge};
-use segment::*;
-use writer::*;
-
-/// When the journal makes writes durable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FsyncPolicy {
-    /// Each record is synced on its own before its completion runs.
-    Always,
-    /// Everything that queued up while the previous sync ran is synced
-    /// together (group commit); completions wait for that sync.
-    Batch,
-    /// Written but not synced: the OS flushes when it likes. A crash of
-    /// the machine (not just the server) can lose receipted messages.
-    Never,
-}
-
-/// Journal settings.
-#[derive(Clone)]
-pub struct JournalConfig {
-    /// The data directory.
-    pub dir: PathBuf,
-    /// When writes are made durable.
-    pub fsync: FsyncPolicy,
-    /// A segment is closed and a new one started past this many bytes.
-    pub segment_size: u64,
-    /// Segments kept before the oldest one's live records are moved
-    /// forward so it can be deleted.
-    pub max_segments: usize,
-    /// How segment files are written: the real disk, or in tests one that
-    /// fails on purpose.
-    pub disk: Arc<dyn Disk>,
-    /// Start even if a segment is damaged (not just torn at the tail),
-    /// skipping what does not read and setting the damaged files aside.
-    pub recover_corrupt: bool,
-    /// Free bytes below which new persistent messages wait (see
-    /// [`super::space`]); 0 = no floor.
-    pub min_free_bytes: u64,
-}
-
-impl JournalConfig {
-    /// Settings on the real disk.
-    pub fn new(
-        dir: PathBuf,
-        fsync: FsyncPolicy,
-        segment_size: u64,
-        max_segments: usize,
-    ) -> JournalConfig {
-        JournalConfig {
-            dir,
-            fsync,
-            segment_size,
-            max_segments,
-            disk: Arc::new(RealDisk),
-            recover_corrupt: false,
-            min_free_bytes: 0,
-        }
-    }
-}
-
-/// The journal could not be opened.
-#[derive(Debug, Error)]
-pub enum JournalError {
-    /// A file operation failed.
-    #[error("journal {path}: {source}")]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// Why.
-        source: io::Error,
-    },
-    /// Another server holds the data directory.
-    #[error("data directory {0} is in use by another server")]
-    Locked(PathBuf),
-    /// A segment was written by a newer build, in a format this one
-    /// does not know: not damage, and nothing to recover.
-    #[error(
-        "journal segment {path} was written by a newer version of Herald (journal format \
-         {version}; this build reads format {VERSION}). Nothing was changed on disk: run \
-         the newer version, or restore this data directory from a backup taken before it"
-    )]
-    Newer {
-        /// The segment.
-        path: PathBuf,
-        /// Its format version.
-        version: u8,
-    },
-    /// A segment is damaged, and recovery was not asked for.
-    #[error(
-        "the journal is damaged: {0}. Nothing was changed on disk. To start anyway, skipping \
-         what does not read and renaming the damaged segments to *.corrupt, set \
-         journal.recover_corrupt = true or pass --recover-corrupt (back the data \
-         directory up first)"
-    )]
-    Damaged(String),
-}
-
-fn io_error(path: &Path) -> impl FnOnce(io::Error) -> JournalError + '_ {
-    move |source| JournalError::Io {
-        path: path.to_owned(),
-        source,
-    }
-}
-
-/// What replay found live, to rebuild the broker from.
-#[derive(Debug, Default)]
-pub struct Recovered {
-    /// Live records (`Enqueue` and `Durable`), in id order.
-    pub records: Vec<Record>,
-    /// Segments read.
-    pub segments: usize,
-    /// Records read.
-    pub records_read: usize,
-    /// Bytes cut off torn segment tails.
-    pub truncated_bytes: u64,
-    /// What was skipped in damaged segments.
-    pub damage: DamageReport,
-}
-
-/// What replay skipped in damaged segments (all zero when there were none).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct DamageReport {
-    /// Damaged segments, set aside as `*.corrupt`.
-    pub segments: u64,
-    /// Bytes that did not read as records.
-    pub bytes: u64,
-    /// Records skipped whose length could be trusted; what else the
-    /// skipped bytes held is not known.
-    pub records: u64,
-}
-
-enum Request {
-    Append(Record, Option<Completion>),
-    /// Appended and reported on when written, without forcing a sync.
-    AppendLazily(Record, Completion),
-    Barrier(Completion),
-    Stop,
-}
-
-/// How long the journal's writes and syncs take, in seconds, and what
-/// replay had to skip.
-#[derive(Debug, Clone)]
-pub struct JournalMetrics {
-    /// One `write` of a group of records.
-    pub append: Histogram,
-    /// One `fdatasync`.
-    pub sync: Histogram,
-    /// What the replay at start skipped in damaged segments.
-    pub damage: DamageReport,
-    /// Set for good once a sync failed (or a failed write could not be
-    /// cut back): every persistent send fails until the server restarts.
-    pub stopped: Arc<std::sync::atomic::AtomicBool>,
-    /// Free space on the journal's disk, against its floor.
-    pub space: Arc<SpaceGauge>,
-}
-
-impl Default for JournalMetrics {
-    fn default() -> JournalMetrics {
-        // 10 µs to about 1.3 s.
-        let buckets = || exponential_buckets(0.000_01, 2.0, 18);
-        JournalMetrics {
-            append: Histogram::new(buckets()),
-            sync: Histogram::new(buckets()),
-            damage: DamageReport::default(),
-            stopped: Arc::default(),
-            space: Arc::default(),
-        }
-    }
-}
+use super::record::{Completion, Record, Store};
+pub use config::{FsyncPolicy, JournalConfig};
+use error::io_error;
+pub use error::JournalError;
+pub use metrics::{DamageReport, JournalMetrics};
+pub use replay::Recovered;
+use writer::{Request, Writer};
 
 /// The journal as the broker sees it: a channel to the journal thread.
 pub struct Journal {

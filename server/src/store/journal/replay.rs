@@ -19,7 +19,36 @@
 //!   `<name>.corrupt` (never deleted or cut), and what was skipped is
 //!   reported in the log, `/api/health` and the metrics.
 
-use super::*;
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::io::Read;
+
+use bytes::Bytes;
+
+use crate::collections::FastMap;
+
+use super::super::record::Record;
+use super::super::space::{self, Space};
+use super::config::JournalConfig;
+use super::error::{io_error, JournalError};
+use super::metrics::{DamageReport, JournalMetrics};
+use super::segment::*;
+use super::writer::Writer;
+
+/// What replay found live, to rebuild the broker from.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// Live records (`Enqueue` and `Durable`), in id order.
+    pub records: Vec<Record>,
+    /// Segments read.
+    pub segments: usize,
+    /// Records read.
+    pub records_read: usize,
+    /// Bytes cut off torn segment tails.
+    pub truncated_bytes: u64,
+    /// What was skipped in damaged segments.
+    pub damage: DamageReport,
+}
 
 impl Writer {
     /// Reads every segment, truncating a torn tail and refusing damage
@@ -49,6 +78,7 @@ impl Writer {
                 return Err(JournalError::Newer {
                     path,
                     version: head[4],
+                    reads: VERSION,
                 });
             }
         }

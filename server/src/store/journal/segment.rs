@@ -30,7 +30,17 @@
 //! that run to the end of a segment for its end, cuts them, and counts
 //! nothing as lost or damaged.
 
-use super::*;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::collections::FastMap;
+
+use super::super::disk::{Disk, SegmentFile};
+use super::super::record::Record;
+use super::error::{io_error, JournalError};
+use super::metrics::DamageReport;
 
 pub(super) const MAGIC: &[u8; 4] = b"HRLJ";
 pub(super) const VERSION: u8 = 1;

@@ -1,10 +1,19 @@
 //! The journal's tests: replay, damage, failures, compaction.
 
+use super::segment::{read_record, segment_name, HEADER_LEN, RECORD_HEAD, VERSION};
+use super::writer::{LAZY_SYNC, RESERVE};
 use super::*;
+use crate::store::disk::{Disk, SegmentFile};
 use crate::store::Holder;
+use crate::store::StoreError;
 use crate::test_util::TempDir;
+use bytes::Bytes;
+use std::fs::File;
+use std::io;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::channel;
+use std::sync::Arc;
 
 fn config(dir: &TempDir) -> JournalConfig {
     JournalConfig::new(dir.0.clone(), FsyncPolicy::Batch, 64 << 20, 4)

@@ -1,7 +1,23 @@
 //! The journal thread: group commit, rotation, and what a failed write or
 //! sync does.
 
-use super::*;
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Receiver};
+
+use bytes::BytesMut;
+
+use crate::collections::FastMap;
+
+use super::super::disk::SegmentFile;
+use super::super::record::{Completion, Record, StoreError};
+use super::super::space::{self, Space};
+use super::config::{FsyncPolicy, JournalConfig};
+use super::error::{io_error, JournalError};
+use super::metrics::JournalMetrics;
+use super::segment::*;
 
 /// How long records no one waits for may stay unsynced while the journal
 /// is idle. Losing them in a crash costs only redeliveries (an
@@ -13,6 +29,15 @@ pub(super) const LAZY_SYNC: std::time::Duration = std::time::Duration::from_mill
 /// each reservation flushes it.
 pub(super) const RESERVE: u64 = 1 << 20;
 pub(super) const MAX_BATCH: usize = 4 << 20;
+
+/// What the handle asks of the journal thread.
+pub(super) enum Request {
+    Append(Record, Option<Completion>),
+    /// Appended and reported on when written, without forcing a sync.
+    AppendLazily(Record, Completion),
+    Barrier(Completion),
+    Stop,
+}
 
 /// The journal thread's state.
 pub(super) struct Writer {
