@@ -22,9 +22,10 @@
 //! Running low on space is handled before it becomes a failure: see
 //! [`super::space`].
 //!
-//! Layout: [`segment`] (the on-disk format: segment files and the records
+//! Layout: `segment` (the on-disk format: segment files and the records
 //! in them), `replay` (reading them back at start), `writer` (the journal
-//! thread), `compaction` (dropping and relocating old segments).
+//! thread), `compaction` (dropping and relocating old segments), and the
+//! handle's `config`, `error` and `metrics`.
 
 mod compaction;
 mod config;
