@@ -430,26 +430,34 @@ impl Queue {
             };
             match next {
                 Ok(Some(p)) => {
-                    let mut m = self.message(p.block, p.journal_id, None, p.deliveries);
-                    m.restored = p.restored;
+                    let m = self.paged_back(p);
                     if let Some(due) = self.admit(m) {
                         self.wake = Some(self.wake.map_or(due, |w| w.min(due)));
                     }
                 }
                 Ok(None) => break,
-                Err(e) => {
-                    // A persistent message is still in the journal and
-                    // comes back at the next start; the rest are lost.
-                    log::error!(
-                        "queue {}: its page files cannot be read ({e}): {} paged message(s) dropped from this run",
-                        self.name,
-                        pager.count()
-                    );
-                    return;
-                }
+                Err(e) => return self.unreadable(&e, &pager),
             }
         }
         self.pager = Some(pager);
+    }
+
+    /// A message read back from the page files, numbered in its order.
+    fn paged_back(&mut self, p: Paged) -> QueuedMessage {
+        let mut m = self.message(p.block, p.journal_id, None, p.deliveries);
+        m.restored = p.restored;
+        m
+    }
+
+    /// Says that the page files cannot be read: a persistent message is
+    /// still in the journal and comes back at the next start; the rest are
+    /// lost.
+    fn unreadable(&self, e: &std::io::Error, pager: &Pager) {
+        log::error!(
+            "queue {}: its page files cannot be read ({e}): {} paged message(s) dropped from this run",
+            self.name,
+            pager.count()
+        );
     }
 
     /// Every paged message, read back (a purge, a deletion).
@@ -460,29 +468,17 @@ impl Queue {
         };
         loop {
             match pager.read() {
-                Ok(Some(p)) => {
-                    let mut m = self.message(p.block, p.journal_id, None, p.deliveries);
-                    m.restored = p.restored;
-                    all.push(m);
-                }
+                Ok(Some(p)) => all.push(self.paged_back(p)),
                 Ok(None) => break,
                 Err(e) => {
-                    // As in page_in: a persistent one comes back from the
-                    // journal at the next start.
-                    log::error!(
-                        "queue {}: its page files cannot be read ({e}): {} paged message(s) dropped from this run",
-                        self.name,
-                        pager.count()
-                    );
+                    self.unreadable(&e, &pager);
                     break;
                 }
             }
         }
         self.pager = None;
         for p in std::mem::take(&mut self.unpaged) {
-            let mut m = self.message(p.block, p.journal_id, None, p.deliveries);
-            m.restored = p.restored;
-            all.push(m);
+            all.push(self.paged_back(p));
         }
         all
     }
