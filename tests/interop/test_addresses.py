@@ -8,7 +8,7 @@ import time
 import pytest
 from proton import Message, PropertyDict, symbol
 from proton.reactor import LinkOption
-from proton.utils import BlockingConnection
+from proton.utils import BlockingConnection, LinkDetached
 
 from conftest import PATIENCE, Server, connect
 
@@ -127,6 +127,13 @@ def test_an_exclusive_amqp_receiver_takes_every_message_while_attached(server):
     assert [m.body for m in got] == ["0", "1", "2", "3"]
     with pytest.raises(Exception):
         plain.receive(timeout=0.3)
+    # Not a boolean: refused, the property named; the connection goes on.
+    with pytest.raises(LinkDetached, match="exclusive"):
+        c.create_receiver("queue://solo", name="odd", options=Properties(exclusive="yes"))
+    with pytest.raises(LinkDetached, match="priority"):
+        c.create_receiver("queue://solo", name="odd2", options=Priority("high"))
+    sender.send(Message(body="4"))
+    assert solo.receive(timeout=PATIENCE).body == "4"
     c.close()
 
 
