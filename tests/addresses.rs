@@ -747,6 +747,29 @@ fn by_default_a_queue_over_the_servers_memory_bound_pages_and_its_publisher_goes
 }
 
 #[test]
+fn a_message_paged_while_its_consumer_waits_with_credit_reaches_it() {
+    // A consumer holding the one message the queue keeps in memory: the
+    // next one is paged, and read back at once for the credit it has left.
+    let mut config = test_config();
+    let mut one = rule("queue://one");
+    one.max_messages = Some(1);
+    config.addresses = vec![one];
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let c = factory(&server).create_connection().unwrap();
+    let held = c.create_session(AckMode::Client).unwrap();
+    let consumer = held.create_consumer(&Destination::queue("one")).unwrap();
+    let p = s.create_producer(&Destination::queue("one")).unwrap();
+    for n in 0..3 {
+        p.send_with_receipt(Message::text(n.to_string())).unwrap();
+    }
+    for n in 0..3 {
+        assert_eq!(next(&consumer).body_text(), Some(n.to_string().as_str()));
+    }
+    assert!(get(&server, "/api/queues/one")["paged"].as_u64() == Some(0));
+}
+
+#[test]
 fn a_transaction_commits_into_a_paging_queue_at_its_message_limit() {
     let mut config = test_config();
     config.queues.max_messages = 3;

@@ -17,7 +17,7 @@
 //! the number of `in_flight` entries that name it.
 
 use crate::collections::FastMap;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
@@ -33,7 +33,7 @@ pub use super::queued::{EntryId, QueuedMessage};
 use super::ready::{Ready, ReadyKey};
 use crate::addresses::AddressSettings;
 use crate::config::FullPolicy;
-use crate::store::page::{Paged, Pager, PagingRoot};
+use crate::store::page::{HeldBack, Paged, Pager, PagingRoot};
 use crate::store::Holder;
 
 /// A paging queue reads messages back from its page files while fewer
@@ -215,7 +215,7 @@ pub struct Queue {
     /// Messages that arrived while it paged and its page files took none
     /// (a failed write, the disk's floor): held in memory behind the paged
     /// ones, in order, and paged after them once the files take again.
-    unpaged: VecDeque<Paged>,
+    unpaged: HeldBack,
     ready: Ready,
     /// Messages found expired, for the broker to move or drop.
     expired: Vec<QueuedMessage>,
@@ -259,7 +259,7 @@ impl Queue {
             replaced: Vec::new(),
             paging: None,
             pager: None,
-            unpaged: VecDeque::new(),
+            unpaged: HeldBack::default(),
             ready: Ready::default(),
             expired: Vec::new(),
             sweep_at: None,
@@ -477,7 +477,7 @@ impl Queue {
             }
         }
         self.pager = None;
-        for p in std::mem::take(&mut self.unpaged) {
+        for p in self.unpaged.take_all() {
             all.push(self.paged_back(p));
         }
         all
@@ -624,7 +624,7 @@ impl Queue {
             + self.scheduled.values().map(len).sum::<usize>()
             + self.in_flight.values().map(|(_, m)| len(m)).sum::<usize>()
             + self.expired.iter().map(len).sum::<usize>()
-            + self.unpaged.iter().map(|p| p.block.len()).sum::<usize>()
+            + self.unpaged.bytes()
     }
 
     /// Fails if one more message would exceed `max_messages`.
@@ -644,13 +644,15 @@ impl Queue {
 
     /// [`Queue::check_room`], and whether a publisher may add to it now:
     /// not while it is over a memory bound, as the sampler last weighed it
-    /// or, at once, by the bytes of its waiting messages.
+    /// or, at once, by the bytes of its waiting messages (those held behind
+    /// paged ones too).
     pub fn check_publish(&self) -> Result<(), QueueFull> {
         self.check_room()?;
         let max = self.settings.max_size_bytes;
+        let waiting = self.ready.bytes() + self.unpaged.bytes();
         match self.over {
             Some(limit) => Err(self.full(limit)),
-            None if max != 0 && self.ready.bytes() >= max => Err(self.full(Limit::Bytes(max))),
+            None if max != 0 && waiting >= max => Err(self.full(Limit::Bytes(max))),
             None => Ok(()),
         }
     }
@@ -691,7 +693,11 @@ impl Queue {
             restored: false,
         };
         let block = match self.page_or_hold(paged) {
-            Ok(()) => return None,
+            Ok(()) => {
+                // A consumer waiting on an empty queue reads it back now.
+                self.dispatch(out);
+                return None;
+            }
             Err(kept) => kept.block,
         };
         self.enqueued += 1;
@@ -1208,7 +1214,8 @@ impl Queue {
     /// Gives waiting messages, in delivery order, to consumers with credit
     /// whose selectors take them; expired ones are set aside instead.
     fn dispatch(&mut self, out: &mut Vec<Dispatch>) {
-        if self.pager.is_some() {
+        // Paged messages come back for consumers, not to wait in memory.
+        if self.pager.is_some() && self.consumers.iter().any(Consumer::has_credit) {
             self.page_in();
         }
         // The clock is read only if a message has a time to compare: most

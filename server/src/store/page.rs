@@ -49,6 +49,57 @@ pub struct Paged {
     pub restored: bool,
 }
 
+/// Messages held in memory behind the paged ones while the page files
+/// take none (a failed write, the disk's floor), in order, with their
+/// bytes: they count against the queue's bound at once.
+#[derive(Debug, Default)]
+pub struct HeldBack {
+    messages: VecDeque<Paged>,
+    bytes: usize,
+}
+
+impl HeldBack {
+    /// Messages held.
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// Their blocks' bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Holds `m` behind the others.
+    pub fn push_back(&mut self, m: Paged) {
+        self.bytes += m.block.len();
+        self.messages.push_back(m);
+    }
+
+    /// Puts `m`, just taken, back in front.
+    pub fn push_front(&mut self, m: Paged) {
+        self.bytes += m.block.len();
+        self.messages.push_front(m);
+    }
+
+    /// Takes the first one held.
+    pub fn pop_front(&mut self) -> Option<Paged> {
+        let m = self.messages.pop_front()?;
+        self.bytes -= m.block.len();
+        Some(m)
+    }
+
+    /// Takes every one, in order.
+    pub fn take_all(&mut self) -> VecDeque<Paged> {
+        self.bytes = 0;
+        std::mem::take(&mut self.messages)
+    }
+}
+
 /// Where page files go, and on what disk: one directory per queue under
 /// `root`.
 #[derive(Clone)]
