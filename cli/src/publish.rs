@@ -27,7 +27,8 @@ pub struct Args {
     #[arg(long)]
     queue: Option<String>,
     /// Read the body from this file (sent as text if it is UTF-8, as
-    /// bytes if not).
+    /// bytes if not). A file of more than 1 MiB is streamed as a large
+    /// message's body, byte for byte, never read whole into memory.
     #[arg(long, value_name = "PATH", conflicts_with = "body")]
     file: Option<String>,
     /// One message per line of the input (standard input, `-` or --file),
@@ -93,11 +94,16 @@ enum Source {
     File(String),
 }
 
-/// What is sent: one body (`--count` times), or a message per line.
+/// What is sent: one body (`--count` times), a file streamed as a large
+/// message's body (`--count` times), or a message per line.
 enum Input {
     Whole(Body),
+    Streamed(String, u64),
     Lines(Box<dyn BufRead>),
 }
+
+/// Files larger than this are streamed.
+const STREAM_FROM: u64 = 1 << 20;
 
 impl Source {
     /// All of it, as one body.
@@ -173,9 +179,13 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
     template.set_correlation_id(args.correlation_id.clone());
     // A whole body is read before connecting: a file that cannot be read
     // costs the server nothing. Lines are sent as they are read.
-    let input = match args.lines {
-        true => Input::Lines(source.lines()?),
-        false => Input::Whole(source.read_all()?),
+    let input = match (args.lines, &source) {
+        (true, _) => Input::Lines(source.lines()?),
+        (false, Source::File(path)) => match std::fs::metadata(path) {
+            Ok(m) if m.len() > STREAM_FROM => Input::Streamed(path.clone(), m.len()),
+            _ => Input::Whole(source.read_all()?),
+        },
+        (false, _) => Input::Whole(source.read_all()?),
     };
     let connection = target.connect()?;
     let session = connection.create_session(AckMode::Auto)?;
@@ -197,6 +207,11 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
             template.body = body;
             (0..args.count).try_for_each(|_| sender.send(template.clone()))
         }
+        Input::Streamed(path, len) => (0..args.count).try_for_each(|_| {
+            let file = std::fs::File::open(&path)
+                .map_err(|e| Error::io(format!("--file {path}: cannot open it"), e))?;
+            sender.stream(template.clone(), len, file)
+        }),
         Input::Lines(lines) => lines.lines().try_for_each(|line| {
             let line = line.map_err(|e| Error::io("cannot read a line of input", e))?;
             let mut m = template.clone();
@@ -237,6 +252,15 @@ impl Sender {
         self.producer
             .send_async(m, move |result| drop(answers.send(result)))?;
         self.sent += 1;
+        Ok(())
+    }
+
+    /// Streams a large message's body from `body`, and waits for its
+    /// answer.
+    fn stream(&mut self, m: Message, len: u64, body: impl Read) -> Result<()> {
+        self.producer.send_stream(m, len, body)?;
+        self.sent += 1;
+        let _ = self.answers.send(Ok(()));
         Ok(())
     }
 

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use base64::Engine;
-use herald_client::{Body, DeliveryMode, Message, Value};
+use herald_client::{Body, Consumer, DeliveryMode, Error, Message, Result, Value};
 use herald_protocol::message::CONTENT_TYPE_PROPERTY;
 use serde_json::json;
 
@@ -110,14 +110,35 @@ fn text_body(body: &Body) -> String {
             let items: Vec<String> = entries.iter().map(|(k, v)| format!("{k}: {v}")).collect();
             format!("{{{}}}", items.join(", "))
         }
+        Body::Stream(s) => format!("({} bytes streamed: --format raw writes them)", s.len),
     }
 }
 
-/// The body's bytes as they came (a map as its text form).
+/// The body's bytes as they came (a map as its text form; a large
+/// message's streamed body is written by [`print_streamed`]).
 fn raw_body(m: &Message) -> Vec<u8> {
     match &m.body {
         Body::Bytes(b) => b.to_vec(),
+        Body::Stream(_) => Vec::new(),
         other => text_body(other).into_bytes(),
+    }
+}
+
+/// Writes a large message's body to stdout as it arrives, for `--format
+/// raw`; in other formats its line says how long it was.
+pub fn print_streamed(m: &Message, consumer: &Consumer, format: Format) -> Result<()> {
+    use std::io::Write as _;
+    if format != Format::Raw {
+        print(m, format);
+        return Ok(());
+    }
+    let mut body = consumer.body(m)?;
+    let mut out = std::io::stdout().lock();
+    match std::io::copy(&mut body, &mut out).and_then(|_| out.flush()) {
+        Ok(()) => Ok(()),
+        // A closed pipe ends the output, quietly.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => Err(Error::io("streaming a large message's body", e)),
     }
 }
 
@@ -164,6 +185,8 @@ fn json(m: &Message) -> serde_json::Value {
                 .collect();
             o["body"] = serde_json::Value::Object(map);
         }
+        // Too large for a line: --format raw writes it.
+        Body::Stream(s) => o["body_streamed_bytes"] = json!(s.len),
     }
     o
 }

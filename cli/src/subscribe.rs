@@ -4,7 +4,7 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use herald_client::{AckMode, ConsumerOptions, DestinationKind, Error, Result};
+use herald_client::{AckMode, Body, ConsumerOptions, DestinationKind, Error, Result};
 
 use crate::show::{self, Format};
 use crate::{destination, duration};
@@ -122,7 +122,10 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
         }
         match consumer.receive(Duration::from_millis(100))? {
             Some(m) => {
-                show::print(&m, args.format);
+                match &m.body {
+                    Body::Stream(_) => show::print_streamed(&m, &consumer, args.format)?,
+                    _ => show::print(&m, args.format),
+                }
                 let acked = match mode {
                     AckMode::Client => session.acknowledge(),
                     AckMode::Individual => session.acknowledge_message(&m),

@@ -536,6 +536,9 @@ fn bench_measures_large_messages_against_the_loopback() {
         line.contains("\"size\":1048576,\"subscribers\":2"),
         "{line}"
     );
+    // And one 2 MiB body streamed, the server's memory measured.
+    assert!(line.contains("{\"streamed\":2097152,"), "{line}");
+    assert!(!line.contains("\"memory_grew\":null"), "{line}");
 }
 
 #[test]
@@ -855,6 +858,41 @@ fn bodies_come_from_stdin_files_and_lines_and_print_as_what_they_are() {
     assert_eq!(raw.stdout.len(), 300_000, "the body alone, byte for byte");
     let text = run_ok(&["--server", &url, "sub", "queue://in", "--count", "1"]);
     assert_eq!(text, "in \\x00\\xffbin\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_file_over_a_mebibyte_goes_as_a_large_message_and_comes_back_byte_for_byte() {
+    let server = start();
+    let url = format!("herald://{}", server.local_addr());
+    let dir = temp_dir("cli-large");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("big.bin");
+    let body: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&file, &body).unwrap();
+    let path = file.to_str().unwrap();
+    run_ok(&[
+        "--server",
+        &url,
+        "pub",
+        "queue://big",
+        "--file",
+        path,
+        "-P",
+        "n=1",
+    ]);
+    let line = run_ok(&["--server", &url, "browse", "big"]);
+    assert!(
+        line.contains("[n=1] (3000000 bytes streamed: --format raw writes them)"),
+        "{line}"
+    );
+    let raw = herald()
+        .args(["--server", &url, "sub", "--queue", "big", "--count", "1"])
+        .args(["--format", "raw"])
+        .output()
+        .unwrap();
+    assert!(raw.status.success(), "{raw:?}");
+    assert!(raw.stdout == body, "the body alone, byte for byte");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -22,13 +22,14 @@ use bytes::BytesMut;
 use herald_protocol::codec::DecodeError;
 use herald_protocol::destination::temporary_prefix;
 use herald_protocol::frame::{Connected, Delivery, Subscribe};
-use herald_protocol::{Decoder, ErrorCode, Frame, FrameKind, Message, RawFrame};
+use herald_protocol::{Body, Decoder, ErrorCode, Frame, FrameKind, Message, RawFrame};
 
 use crate::consumer::{ConsumerShared, Consumers, LastConsumer};
 use crate::dial::{Dialer, Link, MAX_INBOUND_FRAME};
 use crate::error::{Ending, Error, Result};
 use crate::factory::FactoryConfig;
 use crate::session::{AckMode, Session, SessionShared};
+use crate::stream::Streams;
 use crate::sync::{lock, read, write};
 use crate::transport::ReadHalf;
 use crate::writer::{MessageIds, Writer, SHRINK_AFTER};
@@ -58,6 +59,8 @@ pub(crate) struct Inner {
     pending: Mutex<HashMap<u32, Waiter>>,
     next_request: AtomicU32,
     pub(crate) consumers: Consumers,
+    /// Large messages' bodies on their way in.
+    pub(crate) streams: Streams,
     next_subscription: AtomicU32,
     next_producer: AtomicU32,
     exception_listener: Mutex<Option<ExceptionListener>>,
@@ -180,11 +183,22 @@ impl Inner {
         }
         let (tx, rx) = mpsc::sync_channel(1);
         let id = self.request_async(kind, encode, Box::new(move |r| drop(tx.try_send(r))))?;
+        self.await_answer(id, &rx, what)
+    }
+
+    /// Waits for the answer to a request `request_async` made with a
+    /// waiter that passes it on to `rx`.
+    pub(crate) fn await_answer(
+        &self,
+        request_id: u32,
+        rx: &mpsc::Receiver<Result<()>>,
+        what: &'static str,
+    ) -> Result<()> {
         let timeout = self.request_timeout();
         match rx.recv_timeout(timeout) {
             Ok(result) => result,
             Err(RecvTimeoutError::Timeout) => {
-                lock(&self.pending).remove(&id);
+                self.forget_request(request_id);
                 Err(Error::Timeout {
                     what,
                     millis: timeout.as_millis(),
@@ -192,6 +206,11 @@ impl Inner {
             }
             Err(RecvTimeoutError::Disconnected) => Err(self.end_error()),
         }
+    }
+
+    /// Stops waiting for the answer to request `request_id`: none comes.
+    pub(crate) fn forget_request(&self, request_id: u32) {
+        lock(&self.pending).remove(&request_id);
     }
 
     /// Sends a frame asking for a RECEIPT; `waiter` gets the answer later.
@@ -249,6 +268,7 @@ impl Inner {
         } else {
             self.writer.fail(&ending);
         }
+        self.streams.clear();
         let waiters: Vec<Waiter> = lock(&self.pending).drain().map(|(_, w)| w).collect();
         for waiter in waiters {
             waiter(Err(if expected {
@@ -388,6 +408,7 @@ impl Connection {
             pending: Mutex::new(HashMap::new()),
             next_request: AtomicU32::new(1),
             consumers: Consumers::default(),
+            streams: Streams::default(),
             next_subscription: AtomicU32::new(1),
             next_producer: AtomicU32::new(1),
             exception_listener: Mutex::new(None),
@@ -750,6 +771,8 @@ fn failover(
     }
     log::warn!("herald connection interrupted: {why}; reconnecting");
     inner.report(Error::Interrupted(why.to_owned()));
+    // Bodies on their way were the old session's: they are cut off.
+    inner.streams.clear();
     let waiters: Vec<Waiter> = lock(&inner.pending).drain().map(|(_, w)| w).collect();
     for waiter in waiters {
         waiter(Err(Error::ConnectionLost(format!(
@@ -901,9 +924,14 @@ fn dispatch(
         let d = Delivery::decode_head(raw.body).map_err(bad)?;
         let mut message = Message::from_block(d.message, d.delivery_count).map_err(bad)?;
         message.delivery_id = d.delivery_id;
+        let consumer = last.get(&inner.consumers, d.subscription_id);
+        if let Body::Stream(s) = &message.body {
+            let wanted = consumer.is_some_and(ConsumerShared::takes_bodies);
+            inner.streams.opened(d.delivery_id, s.len, wanted);
+        }
         // A message for a consumer closed a moment ago is dropped.
-        if let Some(c) = last.get(&inner.consumers, d.subscription_id) {
-            c.deliver(message);
+        if let Some(c) = consumer {
+            c.deliver(message, &inner.streams);
         }
         return Ok(());
     }
@@ -914,6 +942,7 @@ fn dispatch(
         Frame::Ping => {
             let _ = inner.writer.send(&Frame::Pong, request_id);
         }
+        Frame::Chunk(c) => inner.streams.chunk(c.stream, c.data),
         Frame::Error(e) => {
             let error = || Error::Server {
                 code: e.code,

@@ -143,6 +143,7 @@ pub mod factory;
 mod producer;
 mod requestor;
 mod session;
+mod stream;
 mod sync;
 mod transport;
 mod writer;
@@ -159,4 +160,5 @@ pub use herald_protocol::{
 pub use producer::Producer;
 pub use requestor::{reply, Requestor};
 pub use session::{AckMode, ConsumerOptions, QueueBrowser, Session};
+pub use stream::BodyReader;
 pub use transport::client_config as tls_client_config;

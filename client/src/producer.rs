@@ -1,13 +1,18 @@
 //! Producers: send messages to one destination.
 
-use std::sync::Arc;
+use std::io::Read;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{BufMut, BytesMut};
-use herald_protocol::{DeliveryMode, Destination, FrameKind, Message, MessageId, Stamp};
+use herald_protocol::frame::CHUNK_HEAD_LEN;
+use herald_protocol::{
+    Body, DeliveryMode, Destination, FrameKind, Message, MessageId, Stamp, Streamed,
+};
 
 use crate::connection::Inner;
 use crate::error::{Error, Result};
+use crate::stream::CHUNK_BYTES;
 use crate::writer::MessageIds;
 
 /// Sends messages to one destination ([`Session::send`](crate::Session::send)
@@ -238,6 +243,82 @@ impl Producer {
     }
 
     /// Sends `message`, defaults applied, and waits for its receipt.
+    /// Sends a large message: `message`'s headers and properties, and a
+    /// body of `len` bytes read from `body` and streamed to the server in
+    /// chunks as it is read, so that it is never whole in memory, here or
+    /// in the server (which keeps it in a file). Waits for the RECEIPT, as
+    /// [`Producer::send_with_receipt`] does, once the whole body is sent.
+    /// A receiver reads it with [`Consumer::body`](crate::Consumer::body).
+    ///
+    /// If `body` fails or ends before `len` bytes, the server is told to
+    /// drop what it has, and nothing is sent. Inside a listener, the
+    /// RECEIPT is not waited for (a refusal reaches the exception
+    /// listener).
+    pub fn send_stream(&self, message: Message, len: u64, mut body: impl Read) -> Result<()> {
+        let mut message = self.defaulted(message);
+        let stream = self.inner.streams.next_stream();
+        message.body = Body::Stream(Streamed { len, stream });
+        let (kind, encode) = self.framed(&message);
+        let (tx, rx) = mpsc::sync_channel(1);
+        let request_id = match self.inner.on_reader_thread() {
+            true => {
+                self.inner.writer.send_stamped(kind, 0, encode)?;
+                None
+            }
+            false => {
+                let waiter = Box::new(move |r| drop(tx.try_send(r)));
+                Some(self.inner.request_async(kind, encode, waiter)?)
+            }
+        };
+        let chunk = CHUNK_BYTES.min(self.inner.writer.max_body().saturating_sub(CHUNK_HEAD_LEN));
+        let mut buf = vec![0; chunk.max(1)];
+        let mut left = len;
+        while left > 0 {
+            // An answer before the whole body is a refusal: stop there.
+            if let Ok(answer) = rx.try_recv() {
+                return answer;
+            }
+            let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            let failed = match body.read(&mut buf[..want]) {
+                Ok(0) => Error::InvalidArgument(format!(
+                    "the body ended after {} of its {len} bytes: nothing was sent",
+                    len - left
+                )),
+                Ok(n) => {
+                    let data = &buf[..n];
+                    self.inner.writer.send_with(FrameKind::Chunk, 0, |d| {
+                        d.put_u64(stream);
+                        d.put_slice(data);
+                        Ok(())
+                    })?;
+                    left -= n as u64;
+                    continue;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(source) => Error::Io {
+                    context: format!(
+                        "reading the body after {} of its {len} bytes: nothing was sent",
+                        len - left
+                    ),
+                    source,
+                },
+            };
+            // Given up: the server drops what it has and answers nothing.
+            if let Some(id) = request_id {
+                self.inner.forget_request(id);
+            }
+            self.inner.writer.send_with(FrameKind::Chunk, 0, |d| {
+                d.put_u64(stream);
+                Ok(())
+            })?;
+            return Err(failed);
+        }
+        match request_id {
+            Some(id) => self.inner.await_answer(id, &rx, "the SEND receipt"),
+            None => Ok(()),
+        }
+    }
+
     fn request(&self, message: &Message) -> Result<()> {
         let (kind, encode) = self.framed(message);
         self.inner.request_with(kind, "the SEND receipt", encode)

@@ -267,6 +267,11 @@ impl Writer {
 
     /// Takes what the server said in CONNECTED into use: its largest
     /// frame body, and the connection id that message ids start with.
+    /// The largest frame body the server takes (0 before CONNECTED).
+    pub fn max_body(&self) -> usize {
+        self.lock().max_body
+    }
+
     pub fn set_connected(&self, max_body: u32, id_prefix: String) {
         let mut s = self.lock();
         s.max_body = max_body as usize;

@@ -80,6 +80,8 @@ frame_kinds! {
     Commit = 18,
     /// Client → server: roll a transaction back.
     Rollback = 19,
+    /// Either way: a piece of a large message's body.
+    Chunk = 20,
 }
 
 /// A decoded header.

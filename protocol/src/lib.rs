@@ -42,5 +42,5 @@ pub use destination::{Destination, DestinationKind, Pattern};
 pub use error::{Error, ErrorCode};
 pub use frame::Frame;
 pub use header::{FrameKind, HEADER_LEN, MAGIC, VERSION};
-pub use message::{Body, DeliveryMode, Message, MessageId, MessageView, Origin, Stamp};
+pub use message::{Body, DeliveryMode, Message, MessageId, MessageView, Origin, Stamp, Streamed};
 pub use value::Value;

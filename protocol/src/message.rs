@@ -90,6 +90,32 @@ pub enum Body {
     Text(String),
     /// Named typed values.
     Map(Vec<(String, Value)>),
+    /// A large body that travels after the message, in CHUNK frames.
+    Stream(Streamed),
+}
+
+/// A body too large to travel in one frame: `len` bytes that follow the
+/// message in CHUNK frames of stream `stream` (PROTOCOL.md, "Large
+/// messages"). The stream number is the sender's: a client's own in a
+/// SEND, the server's in a stored message, the delivery id in a MESSAGE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Streamed {
+    /// The body's length in bytes.
+    pub len: u64,
+    /// Which stream carries it.
+    pub stream: u64,
+}
+
+impl Streamed {
+    /// Bytes a streamed body takes in the block.
+    pub const ENCODED_LEN: usize = 16;
+
+    fn read(c: &mut Cursor<'_>) -> Result<Streamed, Error> {
+        Ok(Streamed {
+            len: c.u64("streamed body length")?,
+            stream: c.u64("stream")?,
+        })
+    }
 }
 
 /// A message: JMS headers, typed properties and a body.
@@ -607,6 +633,11 @@ impl Message {
                 dst.put_u16(n);
                 encode_entries(entries, dst)?;
             }
+            Body::Stream(s) => {
+                dst.put_u8(4);
+                dst.put_u64(s.len);
+                dst.put_u64(s.stream);
+            }
         }
         Ok(())
     }
@@ -649,6 +680,7 @@ impl Message {
             BodyRef::Bytes(range) => Body::Bytes(block.slice(range)),
             BodyRef::Text(t) => Body::Text(t.to_owned()),
             BodyRef::Map(m) => Body::Map(m.map(|(k, v)| (k.to_owned(), v.to_owned())).collect()),
+            BodyRef::Stream(s) => Body::Stream(s),
         };
         // Most messages have none; collecting none still cost about 80
         // instructions a message.
@@ -932,6 +964,8 @@ pub enum BodyRef<'a> {
     Text(&'a str),
     /// Map entries.
     Map(EntriesRef<'a>),
+    /// A body that travels after the message ([`Streamed`]).
+    Stream(Streamed),
 }
 
 /// A fully validated message block, borrowed: every field checked, nothing
@@ -1051,6 +1085,7 @@ fn walk<'a, D, S>(
         }
         2 => BodyRef::Text(utf8(c.rest(), "text body")?),
         3 => BodyRef::Map(EntriesRef::parse(&mut c, "map entry count")?),
+        4 => BodyRef::Stream(Streamed::read(&mut c)?),
         k => return Err(Error::invalid("body kind", format!("unknown kind {k}"))),
     };
     c.finish()?;
@@ -1237,6 +1272,27 @@ pub fn property_of<'a>(block: &'a [u8], name: &str) -> Option<ValueRef<'a>> {
         }
     }
     None
+}
+
+/// The streamed body of a validated message block, if its body is one
+/// (a large message's), read without copying anything.
+pub fn streamed_body(block: &[u8]) -> Option<Streamed> {
+    // A streamed body is the block's last bytes: most blocks are told
+    // apart by one byte.
+    let kind_at = block.len().checked_sub(1 + Streamed::ENCODED_LEN)?;
+    if block[kind_at] != 4 {
+        return None;
+    }
+    let (mut c, _) = to_properties(block)?;
+    let count = c.u16("property count").ok()?;
+    for _ in 0..count {
+        c.skip16("property name").ok()?;
+        ValueRef::decode(&mut c).ok()?;
+    }
+    match c.u8("body kind").ok()? {
+        4 => Streamed::read(&mut c).ok(),
+        _ => None,
+    }
 }
 
 /// A validated message block's copy with its priority and expiration
@@ -1605,6 +1661,10 @@ mod tests {
                 ("a".into(), Value::I32(1)),
                 ("b".into(), Value::String("x".into())),
             ]),
+            Body::Stream(Streamed {
+                len: 3 << 30,
+                stream: 7,
+            }),
         ];
         for body in bodies {
             let mut m = Message::new(body);
@@ -1613,6 +1673,21 @@ mod tests {
             assert!(back.redelivered);
             assert_eq!(back.body, m.body);
         }
+    }
+
+    #[test]
+    fn a_streamed_body_is_exactly_its_length_and_stream() {
+        let mut m = Message::new(Body::Stream(Streamed { len: 1, stream: 2 }));
+        m.set_destination(Some(Destination::queue("q")));
+        let block = encode(&m);
+        for cut in [1, 8, 15] {
+            let short = block.slice(..block.len() - cut);
+            assert!(MessageView::parse(short).is_err(), "cut {cut}");
+        }
+        let long = Bytes::from([&block[..], b"!"].concat());
+        assert!(MessageView::parse(long).is_err());
+        assert_eq!(streamed_body(&block), Some(Streamed { len: 1, stream: 2 }));
+        assert_eq!(streamed_body(&encode(&full())), None);
     }
 
     #[test]

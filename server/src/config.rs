@@ -91,6 +91,12 @@ pub struct Config {
     pub max_id_length: usize,
     /// Transactions one connection may have open at once.
     pub max_transactions_per_connection: usize,
+    /// Largest body a large message (one streamed in CHUNK frames) may
+    /// have, in bytes.
+    pub max_large_message_bytes: u64,
+    /// Large messages one connection may be sending at once; 0 refuses
+    /// them.
+    pub max_streams_per_connection: usize,
     /// Time allowed before CONNECT.
     pub connect_timeout_ms: u32,
     /// Where the journal keeps persistent messages and durable
@@ -647,6 +653,8 @@ impl Default for Config {
             max_heartbeat_ms: 300_000,
             max_id_length: 256,
             max_transactions_per_connection: 64,
+            max_large_message_bytes: 4 << 30,
+            max_streams_per_connection: 4,
             connect_timeout_ms: 10_000,
             data_dir: PathBuf::from("./data"),
             journal: JournalSection::default(),

@@ -133,6 +133,12 @@ impl Server {
             disk.clone(),
             config.journal.min_free_bytes,
         );
+        let large = crate::store::large::LargeStore::open(
+            &config.data_dir,
+            disk.clone(),
+            config.journal.min_free_bytes,
+            u64::from(config.max_frame_size),
+        );
         let (journal, recovered) = Journal::open(JournalConfig {
             recover_corrupt: config.journal.recover_corrupt,
             min_free_bytes: config.journal.min_free_bytes,
@@ -160,7 +166,9 @@ impl Server {
         let journal = Arc::new(journal);
         let broker = Broker::new(&config, journal.clone());
         broker.set_paging(paging);
+        broker.set_large(large.clone());
         broker.restore(recovered, delivered);
+        large.sweep();
 
         let mut worker_parts = Vec::with_capacity(n);
         let mut handles = Vec::with_capacity(n);
@@ -514,6 +522,10 @@ impl ServerHandle {
     fn stop(&mut self) {
         if self.stopped.swap(true, Ordering::AcqRel) {
             return;
+        }
+        // Messages are dropped from memory now, not done with.
+        if let Some(large) = self.shared.broker.large() {
+            large.stop();
         }
         if let Some(admin) = &mut self.admin {
             admin.shutdown();

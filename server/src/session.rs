@@ -2,7 +2,7 @@
 //! whether CONNECT has happened, the negotiated terms, the subscriptions.
 
 use crate::collections::FastMap;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +13,7 @@ use thiserror::Error;
 
 use crate::broker::delivery::Delivery;
 use crate::broker::{AckRef, Backlog, SubscriptionHandle};
+use crate::frontend::streams::{Incoming, Outgoing};
 
 /// A delivery the client has not settled yet.
 pub struct Unacked {
@@ -86,10 +87,33 @@ pub struct Traffic {
     /// Open native transactions, by the client's id for them; dropped
     /// (rolled back) with the connection.
     pub transactions: Transactions<u32>,
+    /// Large messages it is sending, by its number for their streams.
+    pub incoming: FastMap<u64, Incoming>,
+    /// Streams of its large messages that were refused, latest last:
+    /// their chunks still on the way are dropped.
+    refused_streams: VecDeque<u64>,
+    /// Large messages' bodies on their way to it, first first.
+    pub outgoing: VecDeque<Outgoing>,
     /// Raised while this connection drains a backlog: its direct
     /// subscriptions' publishers pause meanwhile. Made with the first
     /// subscription that hands it out.
     backlog: Option<Arc<Backlog>>,
+}
+
+impl Traffic {
+    /// Notes that the stream of a refused large message is closed: its
+    /// chunks still on the way are dropped. The latest `keep` are kept.
+    pub fn refuse_stream(&mut self, stream: u64, keep: usize) {
+        if self.refused_streams.len() >= keep {
+            self.refused_streams.pop_front();
+        }
+        self.refused_streams.push_back(stream);
+    }
+
+    /// Whether `stream` is of a refused large message.
+    pub fn was_refused(&self, stream: u64) -> bool {
+        self.refused_streams.contains(&stream)
+    }
 }
 
 /// Per-connection protocol state.

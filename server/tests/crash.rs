@@ -797,3 +797,115 @@ fn a_paging_queue_keeps_its_receipted_messages_through_a_sigkill_in_bounded_memo
     check("paged", &paged_receipted, &[]);
     check("busy", &busy_receipted, &busy_seen.lock().unwrap());
 }
+
+/// A deterministic body of `len` bytes for seed `seed`: xorshift bytes.
+struct Pattern(u64, u64);
+
+impl Read for Pattern {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(self.1 as usize);
+        for b in &mut buf[..n] {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            *b = self.0 as u8;
+        }
+        self.1 -= n as u64;
+        Ok(n)
+    }
+}
+
+/// Whether `body` reads exactly as `Pattern(seed, len)`.
+fn same_as(mut body: impl Read, seed: u64, len: u64) -> bool {
+    let mut expected = Pattern(seed, len);
+    let (mut got, mut want) = (vec![0; 1 << 20], vec![0; 1 << 20]);
+    let mut total = 0;
+    loop {
+        let n = body.read(&mut got).unwrap();
+        if n == 0 {
+            return total == len;
+        }
+        if expected.read_exact(&mut want[..n]).is_err() || got[..n] != want[..n] {
+            return false;
+        }
+        total += n as u64;
+    }
+}
+
+fn body_files(data: &Path) -> usize {
+    std::fs::read_dir(data.join("large")).map_or(0, |d| d.count())
+}
+
+/// The 1 GiB drill of #50 by hand: `HERALD_LARGE_MIB=1024 cargo test
+/// --release -p herald-server --test crash large`.
+#[test]
+fn a_large_message_passes_in_bounded_memory_and_a_sigkill_mid_stream_leaves_no_file() {
+    let len: u64 = std::env::var("HERALD_LARGE_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(192)
+        << 20;
+    let data = TempDir::new("large-kill");
+    let (mut server, factory) = start(&data.0);
+    let pid = server.id();
+    let base = rss(pid);
+    let stop = Arc::new(AtomicBool::new(false));
+    let most = Arc::new(std::sync::atomic::AtomicU64::new(base));
+    let sampler = {
+        let (most, stop) = (most.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                most.fetch_max(rss(pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let c = factory.create_connection().unwrap();
+    let s = c.create_session(AckMode::Auto).unwrap();
+    let p = s.create_producer(&Destination::queue("big")).unwrap();
+    let m = Message::text("").with_property("n", 1);
+    p.send_stream(m, len, Pattern(3, len)).unwrap();
+    let consumer = s.create_consumer(&Destination::queue("big")).unwrap();
+    let m = consumer.receive(Duration::from_secs(30)).unwrap().unwrap();
+    assert!(same_as(consumer.body(&m).unwrap(), 3, len), "byte for byte");
+    drop(consumer);
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().unwrap();
+    let grown = most.load(Ordering::Relaxed).saturating_sub(base);
+    eprintln!(
+        "{} MiB through, server RSS grew {} KiB",
+        len >> 20,
+        grown >> 10
+    );
+    assert!(grown < 32 << 20, "RSS grew by {grown} bytes");
+    // A persistent one receipted, another killed halfway.
+    p.send_stream(
+        Message::text("").with_property("n", 2),
+        1 << 20,
+        Pattern(4, 1 << 20),
+    )
+    .unwrap();
+    let cut = std::thread::spawn(move || {
+        let _ = p.send_stream(Message::text(""), len, Pattern(5, len));
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while body_files(&data.0) < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let _ = cut.join();
+    drop((s, c));
+    let (_server, factory) = start(&data.0);
+    assert_eq!(body_files(&data.0), 1, "the half-sent body is swept");
+    let c = factory.create_connection().unwrap();
+    let s = c.create_session(AckMode::Auto).unwrap();
+    let consumer = s.create_consumer(&Destination::queue("big")).unwrap();
+    let m = consumer.receive(Duration::from_secs(10)).unwrap().unwrap();
+    assert_eq!(n(&m), 2);
+    assert!(same_as(consumer.body(&m).unwrap(), 4, 1 << 20));
+    assert!(consumer
+        .receive(Duration::from_millis(200))
+        .unwrap()
+        .is_none());
+}

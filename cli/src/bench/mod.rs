@@ -420,6 +420,7 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
             fanout: args.fanout,
             rounds: args.rounds,
             nats: args.compare_nats,
+            embedded: embedded.is_some(),
         };
         large::run(&factory, &plan)?;
     } else if let Some(nats) = args.compare_nats {

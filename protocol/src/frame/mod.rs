@@ -4,6 +4,7 @@
 
 mod ack;
 mod browse;
+mod chunk;
 mod connect;
 mod connected;
 mod delivery;
@@ -16,6 +17,7 @@ mod unsubscribe_durable;
 
 pub use ack::Settle;
 pub use browse::Browse;
+pub use chunk::{Chunk, CHUNK_HEAD_LEN};
 pub use connect::Connect;
 pub use connected::Connected;
 pub use delivery::{Delivery, DELIVERY_HEAD_LEN};
@@ -75,6 +77,8 @@ pub enum Frame {
     Commit(Commit),
     /// Roll a transaction back.
     Rollback(Rollback),
+    /// A piece of a large message's body.
+    Chunk(Chunk),
 }
 
 impl Frame {
@@ -104,6 +108,7 @@ impl Frame {
             FrameKind::TxSend => TxSend::decode(body).map(Frame::TxSend),
             FrameKind::Commit => Commit::decode(&body).map(Frame::Commit),
             FrameKind::Rollback => Rollback::decode(&body).map(Frame::Rollback),
+            FrameKind::Chunk => Chunk::decode(body).map(Frame::Chunk),
         }
     }
 
@@ -129,6 +134,7 @@ impl Frame {
             Frame::TxSend(_) => FrameKind::TxSend,
             Frame::Commit(_) => FrameKind::Commit,
             Frame::Rollback(_) => FrameKind::Rollback,
+            Frame::Chunk(_) => FrameKind::Chunk,
         }
     }
 
@@ -165,6 +171,10 @@ impl Frame {
             }
             Frame::Commit(f) => f.encode(d),
             Frame::Rollback(f) => f.encode(d),
+            Frame::Chunk(f) => {
+                f.encode(d);
+                Ok(())
+            }
         }
     }
 }
@@ -283,6 +293,14 @@ mod tests {
                 delivery_count: 1,
                 message: block,
             }),
+            Frame::Chunk(Chunk {
+                stream: 3,
+                data: Bytes::from_static(b"part of a body"),
+            }),
+            Frame::Chunk(Chunk {
+                stream: u64::MAX,
+                data: Bytes::new(),
+            }),
             Frame::Ping,
             Frame::Pong,
             Frame::Disconnect,
@@ -315,7 +333,7 @@ mod tests {
             // bytes there, so only fixed-layout bodies are padded.
             if !matches!(
                 kind,
-                FrameKind::Send | FrameKind::TxSend | FrameKind::Message
+                FrameKind::Send | FrameKind::TxSend | FrameKind::Message | FrameKind::Chunk
             ) {
                 let mut padded = raw.clone();
                 padded.body = Bytes::from([&raw.body[..], b"!"].concat());
@@ -325,6 +343,7 @@ mod tests {
             // still leaves a valid (shorter) text.
             let fixed = match kind {
                 FrameKind::Send | FrameKind::TxSend | FrameKind::Message => raw.body.len() - 2,
+                FrameKind::Chunk => CHUNK_HEAD_LEN,
                 _ => raw.body.len(),
             };
             // Where an optional tail may start: UNSUBSCRIBE's list of what

@@ -181,6 +181,7 @@ fn preview(body: &Body) -> Json_ {
                 json!({"kind": "bytes", "length": b.len(), "hex": hex, "truncated": b.len() > PREVIEW_BYTES})
             }
         },
+        Body::Stream(s) => json!({"kind": "stream", "length": s.len}),
         Body::Map(entries) => {
             let map: serde_json::Map<String, Json_> =
                 entries.iter().map(|(k, v)| (k.clone(), value(v))).collect();
@@ -386,7 +387,8 @@ async fn relocate(
             to.kind == DestinationKind::Queue && shared_queue(&state, &to.name).is_some();
         if !copy && onto_shared {
             let held = pick_shared(cluster, &name, &id, false).await?;
-            let view = readdressed(&held.block, &to, None).map_err(refused)?;
+            // Shared queues carry no large messages.
+            let view = readdressed(&held.block, &to, None, None).map_err(refused)?;
             move_shared(cluster, (&name, &id), held, (&to.name, view.block())).await?;
         } else {
             // A copy only reads it; a move to a topic or a temporary queue

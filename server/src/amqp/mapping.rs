@@ -647,7 +647,9 @@ fn mapped(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
         }
     }
     let jms_type = match &m.body {
-        BodyRef::Empty => 0,
+        // A streamed body is read into the block, or marked as not
+        // carried, before a delivery gets here (`frontend::streams::inline`).
+        BodyRef::Empty | BodyRef::Stream(_) => 0,
         BodyRef::Text(_) => 5,
         BodyRef::Bytes(_) => 3,
         BodyRef::Map(_) => 2,
@@ -717,7 +719,9 @@ fn mapped(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
         a.close(out);
     }
     match &m.body {
-        BodyRef::Empty => {
+        // A streamed body is read into the block, or marked as not
+        // carried, before a delivery gets here (`frontend::streams::inline`).
+        BodyRef::Empty | BodyRef::Stream(_) => {
             put::described(out, 0x77);
             put::null(out);
         }

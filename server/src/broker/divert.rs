@@ -15,6 +15,7 @@ use super::delivery::Deliveries;
 use super::request::{Room, RouteError, Routed};
 use super::Broker;
 use crate::diverts::{Divert, Diverts};
+use crate::store::large::{keep, LargeStore};
 use crate::sync::{read, write};
 
 /// The property a diverted copy carries: the destination it was sent to,
@@ -72,7 +73,7 @@ impl Broker {
         };
         let original = format!("{}://{name}", message.destination_kind.as_str());
         for divert in taking {
-            let Some(copy) = copy_to(message, divert, &original) else {
+            let Some(copy) = copy_to(message, divert, &original, self.large()) else {
                 continue;
             };
             // A full target does not refuse the publish: the message went
@@ -97,11 +98,16 @@ impl Broker {
 /// `message` addressed to `divert`'s target, with where it was sent in
 /// [`DIVERTED_FROM_PROPERTY`]; `None` if it does not re-encode (it was
 /// validated on the way in, so it does).
-fn copy_to(message: &MessageView, divert: &Divert, original: &str) -> Option<MessageView> {
+fn copy_to(
+    message: &MessageView,
+    divert: &Divert,
+    original: &str,
+    large: Option<&Arc<LargeStore>>,
+) -> Option<MessageView> {
     let mut copy = Message::decode(message.block(), 0).ok()?;
     copy.set_destination(Some(divert.to.clone()));
     copy.set_property(DIVERTED_FROM_PROPERTY, original);
     let mut block = BytesMut::with_capacity(message.block().len() + 64);
     copy.encode(&mut block).ok()?;
-    MessageView::parse(block.freeze()).ok()
+    MessageView::parse(keep(large, block.freeze())).ok()
 }

@@ -263,7 +263,10 @@ impl Broker {
         // A new one starts with the retained messages of its topics (in a
         // cluster, its stream gets what is published from now on only).
         if created && req.kept && stream.is_none() {
-            for block in self.retained.kept_for(&pattern, selector.as_deref()) {
+            for block in self
+                .retained
+                .kept_for(&pattern, selector.as_deref(), self.large())
+            {
                 let _ = self.enqueue(
                     &queue,
                     &block,

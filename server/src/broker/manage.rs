@@ -11,6 +11,7 @@ use super::request::{QueueError, RepublishError, TopicError};
 use super::stats::{BrokerCounters, QueueStats, SubscriptionView};
 use super::timers::Timed;
 use super::{Broker, Room, SharedQueue};
+use crate::store::large::keep;
 use crate::store::Record;
 use crate::sync::{lock, read, write};
 
@@ -89,7 +90,7 @@ impl Broker {
     /// The retained messages of the topics `pattern` matches, topics in
     /// name order, oldest first within a topic, unexpired.
     pub fn retained_messages(&self, pattern: &herald_protocol::Pattern) -> Vec<Bytes> {
-        self.retained.kept_for(pattern, None)
+        self.retained.kept_for(pattern, None, self.large())
     }
 
     /// Strict mode's declared topics, or `None` when publishing is open.
@@ -248,6 +249,6 @@ impl Broker {
         message.set_destination(Some(herald_protocol::Destination::from_uri(original)?));
         let mut encoded = BytesMut::new();
         message.encode(&mut encoded)?;
-        Ok(MessageView::parse(encoded.freeze())?)
+        Ok(MessageView::parse(keep(self.large(), encoded.freeze()))?)
     }
 }

@@ -7,6 +7,8 @@
 //! a message that waits (ready or scheduled) can be taken: one in flight
 //! belongs to its consumer until it is acknowledged or comes back.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 use herald_protocol::message::MessageRef;
 use herald_protocol::{Destination, Message, MessageView};
@@ -16,6 +18,7 @@ use super::queue::Held;
 use super::queued::QueuedMessage;
 use super::request::{RepublishError, RouteError};
 use super::{Broker, Room};
+use crate::store::large::{keep, LargeStore};
 use crate::sync::lock;
 
 /// A copy of one message a queue holds, and where it is in the queue.
@@ -71,6 +74,7 @@ pub fn readdressed(
     block: &Bytes,
     to: &Destination,
     new_id: Option<String>,
+    large: Option<&Arc<LargeStore>>,
 ) -> Result<MessageView, MessageError> {
     let mut message = Message::decode(block, 0)?;
     message.set_destination(Some(to.clone()));
@@ -79,7 +83,7 @@ pub fn readdressed(
     }
     let mut encoded = BytesMut::new();
     message.encode(&mut encoded)?;
-    Ok(MessageView::parse(encoded.freeze())?)
+    Ok(MessageView::parse(keep(large, encoded.freeze()))?)
 }
 
 /// The message id of a held block ("" if it does not read).
@@ -193,7 +197,7 @@ impl Broker {
         new_id: Option<String>,
         out: &mut Deliveries,
     ) -> Result<(), MessageError> {
-        let view = readdressed(block, to, new_id)?;
+        let view = readdressed(block, to, new_id, self.large())?;
         self.publish(&view, Room::Refuse, None, out)?;
         Ok(())
     }

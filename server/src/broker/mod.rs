@@ -74,6 +74,7 @@ use herald_protocol::{DeliveryMode, DestinationKind, Pattern};
 use crate::addresses::{AddressBook, AddressSettings};
 use crate::config::{Config, FullPolicy};
 use crate::diverts::Diverts;
+use crate::store::large::{keep, LargeStore};
 use crate::store::page::PagingRoot;
 use crate::store::{Completion, Holder, Record, Recovered, Store};
 use delivery::Deliveries;
@@ -145,6 +146,9 @@ pub struct Broker {
     addresses: RwLock<Arc<AddressBook>>,
     /// Where queues page, once the server says (see [`Broker::set_paging`]).
     paging: OnceLock<PagingRoot>,
+    /// Where large messages' bodies are kept, once the server says (see
+    /// [`Broker::set_large`]).
+    large: OnceLock<Arc<LargeStore>>,
     /// Copies the broker files itself; replaced whole on reload.
     diverts: RwLock<Arc<Diverts>>,
     /// Whether there are any diverts: a publish without reads only this.
@@ -269,6 +273,7 @@ impl Broker {
             next_key: AtomicU64::new(1),
             addresses: RwLock::new(Arc::new(config.addresses())),
             paging: OnceLock::new(),
+            large: OnceLock::new(),
             diverting: AtomicBool::new(!config.diverts.is_empty()),
             diverts: RwLock::new(Arc::new(config.diverts())),
             default_prefetch: config.queues.default_prefetch,
@@ -288,6 +293,18 @@ impl Broker {
     /// (a broker without a server), `full_policy = "page"` blocks.
     pub fn set_paging(&self, root: PagingRoot) {
         let _ = self.paging.set(root);
+    }
+
+    /// Keeps large messages' bodies in `store` (before [`Broker::restore`],
+    /// which holds the bodies its messages name). Without it (a broker
+    /// without a server), large messages are refused.
+    pub fn set_large(&self, store: Arc<LargeStore>) {
+        let _ = self.large.set(store);
+    }
+
+    /// Where large messages' bodies are kept.
+    pub fn large(&self) -> Option<&Arc<LargeStore>> {
+        self.large.get()
     }
 
     /// The settings in force for destination `name` of `kind` (for a
@@ -384,6 +401,9 @@ impl Broker {
     pub fn restore(&self, recovered: Recovered, delivered: Option<HashMap<u64, u32>>) {
         let (mut messages, mut durables, mut retained, mut queues) = (0, 0, 0, 0);
         for record in recovered.records {
+            let Some(record) = self.with_body(record) else {
+                continue;
+            };
             match record {
                 Record::Queue { id, name } => {
                     self.queue(&name);
@@ -462,6 +482,26 @@ impl Broker {
             log::info!(
                 "restored {messages} persistent messages, {durables} durable subscriptions, {retained} retained messages and {queues} created queues"
             );
+        }
+    }
+
+    /// A kept message's record with its block holding the large body it
+    /// names, if it names one; `None` (its record ended) if that body is
+    /// not there as it was written.
+    fn with_body(&self, record: Record) -> Option<Record> {
+        let Some(large) = self.large() else {
+            return Some(record);
+        };
+        match record {
+            Record::Enqueue { id, holder, block } => match large.hold(block) {
+                Ok(block) => Some(Record::Enqueue { id, holder, block }),
+                Err(e) => {
+                    log::error!("kept message {id}'s large body cannot be read ({e}): dropped");
+                    self.journal(Record::End { id }, None);
+                    None
+                }
+            },
+            other => Some(other),
         }
     }
 
@@ -662,7 +702,7 @@ impl Broker {
             }
             return Err(full);
         }
-        let stamped = defaults_applied(q.settings(), block);
+        let stamped = defaults_applied(q.settings(), block).map(|b| keep(self.large(), b));
         let block = stamped.as_ref().unwrap_or(block);
         let in_commit = out.commit.is_some();
         let journal_id = match (mode, q.holder()) {
@@ -864,6 +904,9 @@ impl Broker {
             // Named by number: a queue's name may hold any character.
             let n = self.next_key.fetch_add(1, Ordering::Relaxed);
             queue.set_paging(root.clone(), n.to_string());
+        }
+        if let Some(large) = self.large() {
+            queue.set_large(large.clone());
         }
         let queue = Arc::new(Mutex::new(queue));
         self.memory.register(&queue);

@@ -33,6 +33,7 @@ pub use super::queued::{EntryId, QueuedMessage};
 use super::ready::{Ready, ReadyKey};
 use crate::addresses::AddressSettings;
 use crate::config::FullPolicy;
+use crate::store::large::{keep, LargeStore};
 use crate::store::page::{HeldBack, Paged, Pager, PagingRoot};
 use crate::store::Holder;
 
@@ -212,6 +213,8 @@ pub struct Queue {
     paging: Option<(PagingRoot, String)>,
     /// Its page files, once it has paged.
     pager: Option<Pager>,
+    /// Where large messages' bodies are kept, for a block it rewrites.
+    large: Option<Arc<LargeStore>>,
     /// Messages that arrived while it paged and its page files took none
     /// (a failed write, the disk's floor): held in memory behind the paged
     /// ones, in order, and paged after them once the files take again.
@@ -260,6 +263,7 @@ impl Queue {
             paging: None,
             pager: None,
             unpaged: HeldBack::default(),
+            large: None,
             ready: Ready::default(),
             expired: Vec::new(),
             sweep_at: None,
@@ -304,6 +308,12 @@ impl Queue {
     /// Sends dropped because it was full.
     pub fn dropped(&self) -> u64 {
         self.dropped
+    }
+
+    /// Lets it keep the bodies of the large messages whose blocks it
+    /// rewrites (a redelivery delay's new delivery time).
+    pub fn set_large(&mut self, large: Arc<LargeStore>) {
+        self.large = Some(large);
     }
 
     /// Lets it page under `root`, in directory `dir`.
@@ -1172,7 +1182,10 @@ impl Queue {
         let due = now_ms().saturating_add(wait as i64 + 1);
         self.wake = Some(self.wake.map_or(due, |w| w.min(due)));
         if m.journal_id.is_some() || m.entry.is_some() {
-            m.block = rewritten(&m.block, |m| m.delivery_time = due);
+            m.block = keep(
+                self.large.as_ref(),
+                rewritten(&m.block, |m| m.delivery_time = due),
+            );
         }
         if let Some(id) = m.journal_id {
             self.redated.push((id, due, m.seq));

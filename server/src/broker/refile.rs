@@ -9,8 +9,9 @@ use super::request::Room;
 use super::timers::Timed;
 use super::{deliver_from, wake_blocked, Broker};
 use crate::addresses::AddressSettings;
+use crate::store::large::keep;
 use crate::sync::lock;
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use herald_protocol::{Destination, DestinationKind, Message};
 use std::sync::atomic::Ordering;
 
@@ -167,7 +168,7 @@ impl Broker {
         if self
             .send_to_queue(
                 (&target, true),
-                &Bytes::from(block),
+                &keep(self.large(), block.freeze()),
                 message.delivery_mode,
                 Room::Move,
                 None,

@@ -6,7 +6,7 @@
 //! or live.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use herald_protocol::selector::Selector;
@@ -14,6 +14,7 @@ use herald_protocol::Pattern;
 
 use super::queue;
 use crate::config::RetainRule;
+use crate::store::large::{keep, LargeStore};
 use crate::sync::lock;
 
 /// Whether a message block's body is empty (of any kind).
@@ -23,6 +24,7 @@ fn is_empty(block: &[u8]) -> bool {
         Ok(BodyRef::Empty) => true,
         Ok(BodyRef::Bytes(range)) => range.is_empty(),
         Ok(BodyRef::Text(text)) => text.is_empty(),
+        Ok(BodyRef::Stream(s)) => s.len == 0,
         Ok(BodyRef::Map(_)) | Err(_) => false,
     }
 }
@@ -125,7 +127,12 @@ impl Retained {
     /// The kept messages of every topic `pattern` matches that `selector`
     /// selects, topics in name order, oldest first within a topic,
     /// unexpired.
-    pub(super) fn kept_for(&self, pattern: &Pattern, selector: Option<&Selector>) -> Vec<Bytes> {
+    pub(super) fn kept_for(
+        &self,
+        pattern: &Pattern,
+        selector: Option<&Selector>,
+        large: Option<&Arc<LargeStore>>,
+    ) -> Vec<Bytes> {
         let now = queue::now_ms();
         let kept = lock(&self.kept);
         let retained = &kept.messages;
@@ -139,7 +146,7 @@ impl Retained {
                     herald_protocol::message::priority_and_expiration(b).map_or(0, |(_, e)| e);
                 (expiration == 0 || expiration > now) && queue::selects(selector, b)
             })
-            .map(|b| herald_protocol::message::mark_kept(b))
+            .map(|b| keep(large, herald_protocol::message::mark_kept(b)))
             .collect()
     }
 }
@@ -184,10 +191,13 @@ mod tests {
         retained.keep("other", &block("other", "not kept", false), || None);
         let all = Pattern::parse("#").unwrap();
         // The larger of the covering rules' counts applies to a.b.
-        assert_eq!(bodies(retained.kept_for(&all, None)), ["b2", "b3", "z1"]);
+        assert_eq!(
+            bodies(retained.kept_for(&all, None, None)),
+            ["b2", "b3", "z1"]
+        );
         let one = Pattern::parse("a.z").unwrap();
-        assert_eq!(bodies(retained.kept_for(&one, None)), ["z1"]);
-        assert!(Retained::new(&[]).kept_for(&all, None).is_empty());
+        assert_eq!(bodies(retained.kept_for(&one, None, None)), ["z1"]);
+        assert!(Retained::new(&[]).kept_for(&all, None, None).is_empty());
     }
 
     #[test]
@@ -198,9 +208,12 @@ mod tests {
         retained.keep("t", &block("t", "live only", false), || None);
         retained.keep("t", &block("t", "two", true), || None);
         retained.keep("u", &block("u", "three", true), || None);
-        assert_eq!(bodies(retained.kept_for(&all, None)), ["two", "three"]);
+        assert_eq!(
+            bodies(retained.kept_for(&all, None, None)),
+            ["two", "three"]
+        );
         retained.keep("t", &block("t", "", true), || None);
-        assert_eq!(bodies(retained.kept_for(&all, None)), ["three"]);
+        assert_eq!(bodies(retained.kept_for(&all, None, None)), ["three"]);
     }
 
     #[test]
@@ -246,7 +259,7 @@ mod tests {
         assert_eq!(again.restore("t", block("t", "old", true), 4), None);
         assert_eq!(again.restore("t", block("t", "new", true), 5), Some(4));
         let all = Pattern::parse("#").unwrap();
-        assert_eq!(bodies(again.kept_for(&all, None)), ["new"]);
+        assert_eq!(bodies(again.kept_for(&all, None, None)), ["new"]);
         let deleted = again.keep("t", &block("t", "", true), || None);
         assert_eq!(
             deleted,

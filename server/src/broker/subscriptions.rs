@@ -108,7 +108,9 @@ impl Broker {
                 };
                 let mut tree = self.write_topics();
                 let kept = match req.kept {
-                    true => self.retained.kept_for(&pattern, selector.as_deref()),
+                    true => self
+                        .retained
+                        .kept_for(&pattern, selector.as_deref(), self.large()),
                     false => Vec::new(),
                 };
                 self.enter(&mut tree, &pattern, entry);
@@ -301,7 +303,7 @@ impl Broker {
             SubscriptionHandle::Durable { queue, .. } => Some(queue),
             SubscriptionHandle::Queue(_) => return,
         };
-        for block in self.retained.kept_for(pattern, None) {
+        for block in self.retained.kept_for(pattern, None, self.large()) {
             match queue {
                 None => out.push(sub, block),
                 // Kept messages are not persistent copies.

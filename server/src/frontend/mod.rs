@@ -26,6 +26,7 @@ pub mod outbound;
 mod publish;
 mod settle;
 mod shared;
+pub mod streams;
 mod subscription;
 
 pub use away::{AwaySessions, Due, PacketIds};

@@ -7,8 +7,10 @@ use herald_protocol::ErrorCode;
 
 use super::answer::receipt;
 use crate::frontend::outbound::Outbound;
+use crate::frontend::streams;
 use crate::frontend::{poster, subscribe_refusal as refusal, Context, Flow, Notice, Refusal};
 use crate::session::Session;
+use crate::store::large::LargeStore;
 
 /// A BROWSE frame.
 pub(super) fn handle(
@@ -63,21 +65,25 @@ pub(super) fn handle(
         .browse(&f.queue, &f.selector)
         .map_err(refusal)?;
     let messages = found.into_iter().map(|m| (m.block, m.deliveries)).collect();
-    deliver(out, session, f.subscription_id, messages);
+    let large = ctx.shared.broker.large().map(|l| &**l);
+    deliver((out, session), f.subscription_id, messages, large);
     receipt(out, request_id);
     Ok(Flow::Continue)
 }
 
 /// Queues a browse's messages (block, times delivered before) for the
-/// browser.
+/// browser; large messages' bodies follow.
 pub(crate) fn deliver(
-    out: &mut Outbound,
-    session: &mut Session,
+    (out, session): (&mut Outbound, &mut Session),
     subscription_id: u32,
     messages: Vec<(Bytes, u32)>,
+    large: Option<&LargeStore>,
 ) {
     for (block, deliveries) in messages {
         let delivery_id = session.next_delivery_id();
+        if let Some(body) = streams::body_of(&block, delivery_id, large) {
+            session.traffic().outgoing.push_back(body);
+        }
         out.push_delivery(
             subscription_id,
             delivery_id,

@@ -13,6 +13,7 @@ pub mod connect;
 mod disconnect;
 mod heartbeat;
 pub mod send;
+mod stream;
 pub mod subscribe;
 pub mod transaction;
 pub mod unsubscribe;
@@ -20,6 +21,7 @@ mod unsubscribe_durable;
 
 pub use answer::{receipt, refuse, reply_error};
 
+use herald_protocol::message::streamed_body;
 use herald_protocol::{ErrorCode, Frame, FrameKind, MessageView, RawFrame};
 
 use crate::frontend::outbound::Outbound;
@@ -41,7 +43,7 @@ pub fn dispatch(
         FrameKind::Send if session.phase == Phase::Connected => {
             MessageView::parse_known(raw.body, ctx.last_destination())
                 .map_err(malformed)
-                .and_then(|message| send::handle(message, request_id, session, out, ctx))
+                .and_then(|message| send(message, request_id, session, out, ctx))
         }
         _ => Frame::decode(raw)
             .map_err(malformed)
@@ -50,6 +52,20 @@ pub fn dispatch(
     match result {
         Ok(flow) => flow,
         Err(refusal) => refuse(refusal, out, request_id),
+    }
+}
+
+/// A SEND: routed, or, a large message's, routed once its body has come.
+fn send(
+    message: MessageView,
+    request_id: u32,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Refusal> {
+    match streamed_body(message.block()) {
+        Some(streamed) => stream::begin(message, streamed, (request_id, None), session, out, ctx),
+        None => send::handle(message, request_id, session, out, ctx),
     }
 }
 
@@ -71,7 +87,7 @@ fn handle(
     }
     match frame {
         Frame::Connect(f) => connect::handle(f, request_id, session, out, ctx),
-        Frame::Send(message) => send::handle(message, request_id, session, out, ctx),
+        Frame::Send(message) => send(message, request_id, session, out, ctx),
         Frame::Subscribe(f) => subscribe::handle(f, request_id, session, out, ctx),
         Frame::Unsubscribe(f) => unsubscribe::handle(f, request_id, session, out, ctx),
         Frame::Ping => heartbeat::ping(request_id, out),
@@ -81,12 +97,20 @@ fn handle(
         Frame::Nack(f) => ack::handle(f, Outcome::Redeliver, request_id, session, out, ctx),
         Frame::Browse(f) => browse::handle(f, request_id, session, out, ctx),
         Frame::Recover(f) => ack::recover(f, request_id, session, out, ctx),
-        Frame::TxSend(f) => transaction::tx_send(f, request_id, session, out, ctx),
+        Frame::TxSend(f) => match streamed_body(f.message.block()) {
+            // Its body is still to come; it is held once that has.
+            Some(streamed) => {
+                let at = (request_id, Some(f.transaction_id));
+                stream::begin(f.message, streamed, at, session, out, ctx)
+            }
+            None => transaction::tx_send(f, request_id, session, out, ctx),
+        },
         Frame::Commit(f) => transaction::handle_commit(f, request_id, session, out, ctx),
         Frame::Rollback(f) => transaction::handle_rollback(f, request_id, session, out, ctx),
         Frame::UnsubscribeDurable(f) => {
             unsubscribe_durable::handle(f, request_id, session, out, ctx)
         }
+        Frame::Chunk(f) => stream::chunk(f, session, out, ctx),
         Frame::Connected(_) | Frame::Error(_) | Frame::Receipt | Frame::Message(_) => {
             Err(Refusal::fatal(
                 ErrorCode::UnexpectedFrame,

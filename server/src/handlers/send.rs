@@ -10,7 +10,8 @@ use crate::frontend::outbound::Outbound;
 use crate::frontend::{publish, Context, Flow, Published, Refusal};
 use crate::session::Session;
 
-/// A native SEND.
+/// A native SEND whose message is whole: its body here or (a large
+/// message's, once it has come) in its file.
 pub fn handle(
     message: MessageView,
     request_id: u32,

@@ -9,6 +9,7 @@
 //! record. A commit that cannot succeed does nothing and says why.
 
 use herald_protocol::frame::{Commit, Rollback, TxSend};
+use herald_protocol::MessageView;
 
 use super::ack::recover_subscriptions;
 use crate::frontend::outbound::Outbound;
@@ -26,26 +27,42 @@ pub fn tx_send(
     if let Err(refusal) = super::send::check_origin(&f.message)
         .and_then(|()| crate::frontend::authorize_publish(session, &f.message, ctx))
     {
-        let (code, _, why) = refusal.into_parts();
-        let why = format!("transaction {} is rolled back: {why}", f.transaction_id);
-        let max_open = ctx.shared.config.max_transactions_per_connection;
-        session
-            .traffic()
-            .transactions
-            .doom(f.transaction_id, why.clone(), max_open);
-        return Err(Refusal::soft(code, why));
+        return Err(doom(f.transaction_id, refusal, session, ctx));
     }
+    hold(f.transaction_id, f.message, request_id, session, out, ctx)
+}
+
+/// Rolls transaction `tx` back for a send it could not take; the
+/// refusal, saying so.
+pub fn doom(tx: u32, refusal: Refusal, session: &mut Session, ctx: &Context<'_>) -> Refusal {
+    let (code, _, why) = refusal.into_parts();
+    let why = format!("transaction {tx} is rolled back: {why}");
+    let max_open = ctx.shared.config.max_transactions_per_connection;
+    session
+        .traffic()
+        .transactions
+        .doom(tx, why.clone(), max_open);
+    Refusal::soft(code, why)
+}
+
+/// Holds a message in transaction `tx` until it ends.
+pub fn hold(
+    tx: u32,
+    message: MessageView,
+    request_id: u32,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Refusal> {
     let limit = ctx
         .shared
         .limits
         .get(&ctx.shared.limits.max_transaction_bytes);
     let max_open = ctx.shared.config.max_transactions_per_connection;
-    session.traffic().transactions.hold(
-        f.transaction_id,
-        Deferred::Send(f.message),
-        limit,
-        max_open,
-    )?;
+    session
+        .traffic()
+        .transactions
+        .hold(tx, Deferred::Send(message), limit, max_open)?;
     super::answer::receipt(out, request_id);
     Ok(Flow::Continue)
 }

@@ -155,7 +155,9 @@ pub fn publish_from(
 ) -> Publish {
     let mut properties = Vec::new();
     let (payload, text) = match &m.body {
-        BodyRef::Empty => (Bytes::new(), false),
+        // A streamed body is read into the block, or marked as not
+        // carried, before a delivery gets here (`frontend::streams::inline`).
+        BodyRef::Empty | BodyRef::Stream(_) => (Bytes::new(), false),
         BodyRef::Bytes(range) => (block.slice(range.clone()), false),
         BodyRef::Text(t) => (block.slice_ref(t.as_bytes()), true),
         BodyRef::Map(entries) => {

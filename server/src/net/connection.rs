@@ -16,8 +16,10 @@ use super::stamp::Stamp;
 use super::tls::Plaintext;
 use crate::broker::Backlog;
 use crate::frontend::outbound::{encode_control, Droppable, Outbound, WriteStatus};
+use crate::frontend::streams;
 use crate::frontend::{Closing, Flow, Parked, Refusal, Welcome};
 use crate::handlers;
+use crate::store::large::LargeStore;
 use crate::store::StoreError;
 use std::sync::Arc;
 
@@ -489,17 +491,25 @@ impl Connection {
         delivery_id: u64,
         delivery_count: u32,
         message: Bytes,
-        droppable: Droppable,
+        (droppable, large): (Droppable, Option<&LargeStore>),
     ) -> bool {
         match &mut self.front {
             Front::Native => {
+                let body = streams::body_of(&message, delivery_id, large);
                 self.out.push_delivery(
                     subscription_id,
                     delivery_id,
                     delivery_count,
                     message,
-                    droppable,
+                    // A large message's chunks follow it: it stays.
+                    match body {
+                        Some(_) => Droppable::Never,
+                        None => droppable,
+                    },
                 );
+                if let Some(body) = body {
+                    self.session.traffic().outgoing.push_back(body);
+                }
                 false
             }
             Front::Stomp(stomp) => stomp.message(
@@ -507,14 +517,14 @@ impl Connection {
                 subscription_id,
                 delivery_id,
                 delivery_count,
-                &message,
+                &streams::inline(message, large, "STOMP"),
             ),
             Front::Mqtt(mqtt) => mqtt.message(
                 &mut self.out,
                 subscription_id,
                 delivery_id,
                 delivery_count,
-                &message,
+                &streams::inline(message, large, "MQTT"),
                 self.serial,
             ),
             Front::Amqp(amqp) => amqp.message(
@@ -522,7 +532,7 @@ impl Connection {
                 subscription_id,
                 delivery_id,
                 delivery_count,
-                &message,
+                &streams::inline(message, large, "AMQP"),
             ),
         }
     }
@@ -551,12 +561,23 @@ impl Connection {
         }
     }
 
+    /// Whether large messages' bodies are still on their way out: the
+    /// worker comes back to it after the others have had their turn.
+    pub fn streaming(&self) -> bool {
+        self.session
+            .traffic_ref()
+            .is_some_and(|t| !t.outgoing.is_empty())
+    }
+
     /// Writes what is queued; remembers whether the socket blocked.
     pub fn flush(&mut self) -> io::Result<WriteStatus> {
         match (&mut self.front, self.out.is_empty()) {
             (Front::Stomp(stomp), false) => stomp.wrote(Instant::now()),
             (Front::Amqp(amqp), false) => amqp.wrote(Instant::now()),
             _ => {}
+        }
+        if let Some(t) = self.session.traffic_mut() {
+            streams::refill(&mut t.outgoing, &mut self.out);
         }
         let before = self.out.pending();
         let status = self.flush_out();

@@ -153,7 +153,7 @@ impl Worker {
             // (a worker stuck in one turn) stops renewing it.
             let turn = Stamp::at(awake).nanos();
             self.stats().last_turn.store(turn, Ordering::Relaxed);
-            let timeout = if !self.unfinished.is_empty() {
+            let timeout = if !self.unfinished.is_empty() || !self.dirty.is_empty() {
                 Duration::ZERO
             } else if !self.paused.is_empty() {
                 // Paused publishers look at their subscriber's backlog
@@ -803,7 +803,7 @@ impl Worker {
                 delivery_id,
                 d.delivery_count,
                 d.message,
-                droppable,
+                (droppable, self.shared.broker.large().map(|l| &**l)),
             );
             if let Some(ack) = d.ack {
                 if server_acks {
@@ -920,10 +920,10 @@ impl Worker {
         match result {
             Ok(messages) => {
                 crate::handlers::browse::deliver(
-                    &mut conn.out,
-                    &mut conn.session,
+                    (&mut conn.out, &mut conn.session),
                     subscription_id,
                     messages,
+                    self.shared.broker.large().map(|l| &**l),
                 );
                 conn.reply_receipt(request_id);
             }
@@ -960,9 +960,12 @@ impl Worker {
                 Ok(WriteStatus::Drained) if conn.closing() && !conn.out.owes_answers() => {
                     self.close(slot)
                 }
-                Ok(_) => {
+                Ok(status) => {
                     if conn.backlogged_since.is_some() || conn.left_behind {
                         conn.check_backlog(max_pending / 8);
+                    }
+                    if status == WriteStatus::Drained && conn.streaming() {
+                        self.mark_dirty(slot);
                     }
                 }
                 Err(e) => {

@@ -174,7 +174,9 @@ pub fn frame_from(
         }
     }
     let (content_type, body) = match m.body {
-        Body::Empty => (None, None),
+        // A streamed body is read into the block, or marked as not
+        // carried, before a delivery gets here (`frontend::streams::inline`).
+        Body::Empty | Body::Stream(_) => (None, None),
         Body::Text(t) => (Some("text/plain;charset=utf-8"), Some(Bytes::from(t))),
         Body::Bytes(b) => (Some("application/octet-stream"), Some(b)),
         Body::Map(entries) => {

@@ -12,6 +12,7 @@
 
 pub mod disk;
 pub mod journal;
+pub mod large;
 pub mod page;
 mod record;
 pub mod shutdown;

@@ -25,6 +25,8 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use herald_protocol::message::streamed_body;
+
 use super::disk::{Disk, SegmentFile};
 
 /// Bytes of a record before its block.
@@ -152,6 +154,9 @@ pub struct Pager {
     reader: Option<BufReader<File>>,
     count: usize,
     bytes: u64,
+    /// The blocks of the large messages paged, in order: each holds its
+    /// body's file, which a block read back from a page file does not.
+    large: VecDeque<Bytes>,
 }
 
 impl Pager {
@@ -171,6 +176,7 @@ impl Pager {
             reader: None,
             count: 0,
             bytes: 0,
+            large: VecDeque::new(),
         }
     }
 
@@ -198,6 +204,9 @@ impl Pager {
     pub fn append(&mut self, m: &Paged) -> io::Result<()> {
         let appended = self.try_append(m);
         self.failed |= appended.is_err();
+        if appended.is_ok() && streamed_body(&m.block).is_some() {
+            self.large.push_back(m.block.clone());
+        }
         appended
     }
 
@@ -283,7 +292,14 @@ impl Pager {
             }
             let reader = self.reader.as_mut().ok_or_else(|| corrupt("no reader"))?;
             match read_record(reader)? {
-                Some((m, size)) => {
+                Some((mut m, size)) => {
+                    if streamed_body(&m.block).is_some() {
+                        // The same bytes, and the body's file with them.
+                        m.block = self
+                            .large
+                            .pop_front()
+                            .ok_or_else(|| corrupt("a large message that was not paged"))?;
+                    }
                     (self.count, self.bytes) = (self.count - 1, self.bytes.saturating_sub(size));
                     self.failed = false;
                     if self.count == 0 {
@@ -306,6 +322,7 @@ impl Pager {
 
     /// Deletes every file: nothing is paged now.
     fn clear(&mut self) {
+        self.large.clear();
         self.reader = None;
         self.writer = None;
         self.batch.clear();

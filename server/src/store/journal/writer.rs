@@ -12,6 +12,7 @@ use bytes::BytesMut;
 use crate::collections::FastMap;
 
 use super::super::disk::SegmentFile;
+use super::super::large;
 use super::super::record::{Completion, Record, StoreError};
 use super::super::space::{self, Space};
 use super::config::{FsyncPolicy, JournalConfig};
@@ -102,10 +103,20 @@ impl Writer {
             let mut next = Some(first);
             while let Some(request) = next.take() {
                 match request {
-                    Request::Append(record, completion) => {
-                        self.frame_pending(record, &mut buf, &mut pending);
-                        done.extend(completion);
-                    }
+                    Request::Append(record, completion) => match self.sync_bodies(&record) {
+                        Ok(()) => {
+                            self.frame_pending(record, &mut buf, &mut pending);
+                            done.extend(completion);
+                        }
+                        Err(e) => {
+                            log::error!("journal: a large message's body cannot be synced ({e}): its record is not written");
+                            if let Some(completion) = completion {
+                                completion(Err(StoreError::Journal(format!(
+                                    "the large message's body could not be made durable: {e}"
+                                ))));
+                            }
+                        }
+                    },
                     Request::AppendLazily(record, written) => {
                         self.frame_pending(record, &mut buf, &mut pending);
                         lazy.push(written);
@@ -159,6 +170,16 @@ impl Writer {
             self.space.check(false);
         }
         self.cut_reserve();
+    }
+
+    /// Makes the large bodies that `record`'s messages name durable, before
+    /// the record that keeps them is.
+    fn sync_bodies(&self, record: &Record) -> io::Result<()> {
+        match record {
+            Record::Enqueue { block, .. } => large::sync_named(&self.config.dir, block),
+            Record::Batch(parts) => parts.iter().try_for_each(|p| self.sync_bodies(p)),
+            _ => Ok(()),
+        }
     }
 
     /// Frames `record` into `buf`, to be written at its end.

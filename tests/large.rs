@@ -1,0 +1,358 @@
+//! Large messages: bodies streamed in CHUNK frames through a real server,
+//! kept in files under data_dir/large and never whole in memory.
+
+use std::io::Read;
+use std::path::Path;
+
+use herald_client::{Destination, Error, Message};
+use herald_protocol::frame::Chunk;
+use herald_protocol::{Body, ErrorCode, Frame, MessageView, Streamed};
+use herald_tests::*;
+
+/// A deterministic stream of `len` bytes, different for each `seed`.
+struct Pattern {
+    state: u64,
+    left: u64,
+}
+
+impl Pattern {
+    fn new(seed: u64, len: u64) -> Pattern {
+        Pattern {
+            state: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            left: len,
+        }
+    }
+}
+
+impl Read for Pattern {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(self.left as usize);
+        for b in &mut buf[..n] {
+            self.state ^= self.state << 13;
+            self.state ^= self.state >> 7;
+            self.state ^= self.state << 17;
+            *b = self.state as u8;
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// Reads `body` through, comparing it with pattern `seed`; the bytes read.
+fn check(mut body: impl Read, seed: u64, len: u64) -> u64 {
+    let mut expected = Pattern::new(seed, len);
+    let (mut got, mut want) = (vec![0; 100_000], vec![0; 100_000]);
+    let mut total = 0;
+    loop {
+        let n = body.read(&mut got).expect("the body reads");
+        if n == 0 {
+            return total;
+        }
+        expected
+            .read_exact(&mut want[..n])
+            .expect("not past the pattern");
+        assert!(got[..n] == want[..n], "bytes {total}.. differ");
+        total += n as u64;
+    }
+}
+
+/// Body files in the server's data directory.
+fn body_files(data_dir: &Path) -> usize {
+    std::fs::read_dir(data_dir.join("large")).map_or(0, |d| d.count())
+}
+
+#[test]
+fn a_large_message_streams_through_a_queue_byte_for_byte_and_its_file_goes_when_acknowledged() {
+    const LEN: u64 = 40 << 20;
+    let config = test_config();
+    let dir = config.data_dir.clone();
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("big")).unwrap();
+    let m = Message::new(Body::Empty)
+        .with_property("name", "film.mp4")
+        .non_persistent();
+    p.send_stream(m, LEN, Pattern::new(7, LEN)).unwrap();
+    assert_eq!(body_files(&dir), 1);
+    let q = call(&server, "GET", "/api/queues/big", None, None).json();
+    assert!(
+        q["bytes"].as_u64().unwrap() < 4096,
+        "the queue holds the headers only: {q}"
+    );
+    let consumer = s.create_consumer(&Destination::queue("big")).unwrap();
+    let m = next(&consumer);
+    assert_eq!(
+        m.property("name").and_then(|v| v.as_str()),
+        Some("film.mp4")
+    );
+    let Body::Stream(Streamed { len, .. }) = m.body else {
+        panic!("a streamed body: {:?}", m.body);
+    };
+    assert_eq!(len, LEN);
+    assert_eq!(check(consumer.body(&m).unwrap(), 7, LEN), LEN);
+    assert!(consumer.body(&m).is_err(), "a body is taken once");
+    wait_until("the body's file goes", || body_files(&dir) == 0);
+}
+
+#[test]
+fn a_persistent_large_message_survives_a_restart_and_a_topic_fans_it_out() {
+    const LEN: u64 = 3 << 20;
+    let config = test_config();
+    let dir = config.data_dir.clone();
+    let server = start_with(config.clone());
+    let (_c, s) = connect(&server);
+    let a = subscribe(&s, "films.#");
+    let b = subscribe(&s, "films.new");
+    let kept = s.create_producer(&Destination::queue("kept")).unwrap();
+    kept.send_stream(Message::new(Body::Empty), LEN, Pattern::new(1, LEN))
+        .unwrap();
+    let topic = s.create_producer(&Destination::topic("films.new")).unwrap();
+    topic
+        .send_stream(
+            Message::new(Body::Empty).non_persistent(),
+            LEN,
+            Pattern::new(2, LEN),
+        )
+        .unwrap();
+    for c in [&a, &b] {
+        let m = next(c);
+        assert_eq!(check(c.body(&m).unwrap(), 2, LEN), LEN);
+    }
+    drop((a, b, kept, topic, s, _c));
+    server.stop_keeping_data();
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let consumer = s.create_consumer(&Destination::queue("kept")).unwrap();
+    let m = next(&consumer);
+    assert_eq!(check(consumer.body(&m).unwrap(), 1, LEN), LEN);
+    wait_until("the body's file goes", || body_files(&dir) == 0);
+}
+
+#[test]
+fn a_body_that_fails_midway_is_dropped_and_leaves_no_file() {
+    struct Failing(Pattern);
+    impl Read for Failing {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            match self.0.left {
+                0..=1_000_000 => Err(std::io::Error::other("the disk went away")),
+                _ => self.0.read(buf),
+            }
+        }
+    }
+    let config = test_config();
+    let dir = config.data_dir.clone();
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("half")).unwrap();
+    let e = p
+        .send_stream(
+            Message::new(Body::Empty),
+            3_000_000,
+            Failing(Pattern::new(1, 3_000_000)),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("the disk went away"), "{e}");
+    // A short one too.
+    let e = p
+        .send_stream(Message::new(Body::Empty), 3_000_000, Pattern::new(1, 10))
+        .unwrap_err();
+    assert!(e.to_string().contains("ended after 10"), "{e}");
+    // The connection goes on.
+    p.send_with_receipt(Message::text("small")).unwrap();
+    let consumer = s.create_consumer(&Destination::queue("half")).unwrap();
+    assert_eq!(next(&consumer).body_text(), Some("small"));
+    assert_nothing(&consumer);
+    assert_eq!(body_files(&dir), 0);
+}
+
+/// A SEND of a large message's headers, by hand.
+fn streamed_send(stream: u64, len: u64) -> Frame {
+    let mut m = Message::new(Body::Stream(Streamed { len, stream }));
+    m.set_destination(Some(Destination::queue("raw")));
+    let mut block = bytes::BytesMut::new();
+    m.encode(&mut block).unwrap();
+    Frame::Send(MessageView::parse(block.freeze()).unwrap())
+}
+
+fn chunk(stream: u64, data: &'static [u8]) -> Frame {
+    Frame::Chunk(Chunk {
+        stream,
+        data: bytes::Bytes::from_static(data),
+    })
+}
+
+#[test]
+fn a_client_that_goes_midway_leaves_no_file_and_bad_streams_are_refused() {
+    let config = test_config();
+    let data_dir = config.data_dir.clone();
+    let server = start_with(config);
+    let mut raw = RawClient::connected(&server, 0);
+    raw.send(&streamed_send(5, 1000), 1);
+    raw.send(&chunk(5, b"part of it"), 0);
+    wait_until("the body's file is made", || body_files(&data_dir) == 1);
+    drop(raw);
+    wait_until("the body's file goes with its client", || {
+        body_files(&data_dir) == 0
+    });
+    // More than the body said it had: the connection is closed.
+    let mut raw = RawClient::connected(&server, 0);
+    raw.send(&streamed_send(1, 4), 7);
+    raw.send(&chunk(1, b"too long"), 0);
+    let e = raw.expect_fatal(ErrorCode::Malformed);
+    assert!(e.message.contains("8 more bytes, 4 were left"), "{e:?}");
+    // A chunk no SEND opened.
+    let mut raw = RawClient::connected(&server, 0);
+    raw.send(&chunk(9, b"whose?"), 0);
+    let e = raw.expect_fatal(ErrorCode::UnexpectedFrame);
+    assert!(e.message.contains("no SEND opened"), "{e:?}");
+    assert_eq!(body_files(&data_dir), 0);
+}
+
+#[test]
+fn large_messages_are_bounded_by_size_and_per_connection() {
+    let mut config = test_config();
+    config.max_large_message_bytes = 1000;
+    config.max_streams_per_connection = 1;
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("q")).unwrap();
+    let e = p
+        .send_stream(Message::new(Body::Empty), 1001, Pattern::new(1, 1001))
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Server { code, .. } if *code == ErrorCode::LimitExceeded as u32),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("max_large_message_bytes (1000)"),
+        "{e}"
+    );
+    // One open stream at a time: a second SEND before the first's body.
+    let mut raw = RawClient::connected(&server, 0);
+    raw.send(&streamed_send(1, 10), 1);
+    raw.send(&streamed_send(2, 10), 2);
+    let (e, request_id) = raw.expect_error();
+    assert_eq!(
+        (e.code, request_id),
+        (ErrorCode::LimitExceeded as u32, 2),
+        "{e:?}"
+    );
+    assert!(e.message.contains("max_streams_per_connection"), "{e:?}");
+    // The refused one's chunks are dropped; the first goes on.
+    raw.send(&chunk(2, b"0123456789"), 0);
+    raw.send(&chunk(1, b"0123456789"), 0);
+    assert!(
+        matches!(raw.read_frame(), Some((Frame::Receipt, 1))),
+        "the first is receipted"
+    );
+    let consumer = s.create_consumer(&Destination::queue("raw")).unwrap();
+    let m = next(&consumer);
+    let mut body = Vec::new();
+    consumer.body(&m).unwrap().read_to_end(&mut body).unwrap();
+    assert_eq!(body, b"0123456789");
+    // At the limit, a body goes.
+    p.send_stream(Message::new(Body::Empty), 1000, Pattern::new(3, 1000))
+        .unwrap();
+    let consumer = s.create_consumer(&Destination::queue("q")).unwrap();
+    let m = next(&consumer);
+    assert_eq!(check(consumer.body(&m).unwrap(), 3, 1000), 1000);
+}
+
+#[test]
+fn large_messages_page_die_and_wait_in_transactions_with_their_bodies() {
+    const LEN: u64 = 2 << 20;
+    let mut config = test_config();
+    config.addresses = vec![herald_server::config::AddressRule {
+        pattern: "queue://paged".into(),
+        max_messages: Some(1),
+        max_deliveries: Some(1),
+        ..Default::default()
+    }];
+    let dir = config.data_dir.clone();
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    // Over its bound of one message, the queue pages the next ones: their
+    // blocks leave memory and their bodies stay.
+    let p = s.create_producer(&Destination::queue("paged")).unwrap();
+    for seed in 1..=3 {
+        let m = Message::new(Body::Empty).with_property("n", seed as i64);
+        p.send_stream(m.non_persistent(), LEN, Pattern::new(seed, LEN))
+            .unwrap();
+    }
+    let q = call(&server, "GET", "/api/queues/paged", None, None).json();
+    assert_eq!(q["paged"], 2, "{q}");
+    let t = factory(&server).create_connection().unwrap();
+    let ts = t.create_session(herald_client::AckMode::Client).unwrap();
+    let consumer = ts.create_consumer(&Destination::queue("paged")).unwrap();
+    for seed in 1..=3 {
+        let m = next(&consumer);
+        assert_eq!(m.property("n").and_then(|v| v.as_i64()), Some(seed as i64));
+        assert_eq!(check(consumer.body(&m).unwrap(), seed, LEN), LEN);
+    }
+    // Recovered once, past max_deliveries: each dies, body and all.
+    ts.recover().unwrap();
+    drop(consumer);
+    let dead = s.create_consumer(&Destination::queue("DLQ.paged")).unwrap();
+    for seed in 1..=3 {
+        let m = next(&dead);
+        assert!(!dead_letter_reason(&m).is_empty());
+        assert_eq!(check(dead.body(&m).unwrap(), seed, LEN), LEN);
+    }
+    // In a transaction: nothing until the commit, nothing left after a
+    // rollback.
+    let tx = t
+        .create_session(herald_client::AckMode::Transacted)
+        .unwrap();
+    let tp = tx.create_producer(&Destination::queue("tx")).unwrap();
+    tp.send_stream(Message::new(Body::Empty), LEN, Pattern::new(8, LEN))
+        .unwrap();
+    tx.rollback().unwrap();
+    tp.send_stream(Message::new(Body::Empty), LEN, Pattern::new(9, LEN))
+        .unwrap();
+    let got = s.create_consumer(&Destination::queue("tx")).unwrap();
+    assert_nothing(&got);
+    tx.commit().unwrap();
+    let m = next(&got);
+    assert_eq!(check(got.body(&m).unwrap(), 9, LEN), LEN);
+    drop((got, dead));
+    wait_until("every body's file goes", || body_files(&dir) == 0);
+}
+
+#[test]
+fn a_stomp_subscriber_gets_a_large_body_within_max_frame_size_and_a_reason_past_it() {
+    use herald_protocol::stomp::StompFrame;
+    let mut config = test_config();
+    config.max_frame_size = 1 << 20;
+    let server = start_with(config);
+    let mut stomp = StompClient::connected(&server, &[]);
+    stomp.send(
+        &StompFrame::new("SUBSCRIBE")
+            .header("id", "0")
+            .header("destination", "/topic/files")
+            .header("receipt", "r"),
+    );
+    stomp.expect("RECEIPT");
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::topic("files")).unwrap();
+    let small = 300_000;
+    p.send_stream(
+        Message::new(Body::Empty).non_persistent(),
+        small,
+        Pattern::new(1, small),
+    )
+    .unwrap();
+    let m = stomp.expect("MESSAGE");
+    assert_eq!(m.body.len() as u64, small);
+    assert_eq!(check(&m.body[..], 1, small), small);
+    let big = 2 << 20;
+    p.send_stream(
+        Message::new(Body::Empty).non_persistent(),
+        big,
+        Pattern::new(2, big),
+    )
+    .unwrap();
+    let m = stomp.expect("MESSAGE");
+    assert!(m.body.is_empty());
+    let why = m.get("HeraldBodyNotCarried").unwrap_or_default();
+    assert!(why.contains("more than max_frame_size (1048576)"), "{m:?}");
+}
