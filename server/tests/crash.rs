@@ -605,6 +605,28 @@ fn rss(pid: u32) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// The server's resident memory now, and the most it has had, sampled
+/// every 10 ms until `stop` (join the thread before reading it).
+fn sample_rss(
+    pid: u32,
+    stop: &Arc<AtomicBool>,
+) -> (
+    u64,
+    Arc<std::sync::atomic::AtomicU64>,
+    std::thread::JoinHandle<()>,
+) {
+    let base = rss(pid);
+    let most = Arc::new(std::sync::atomic::AtomicU64::new(base));
+    let (m, stop) = (most.clone(), stop.clone());
+    let sampler = std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            m.fetch_max(rss(pid), Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    (base, most, sampler)
+}
+
 type Receipted = Arc<Mutex<BTreeSet<i64>>>;
 
 /// Sends numbered persistent messages of `size` bytes to `queue` with
@@ -702,17 +724,7 @@ fn a_paging_queue_keeps_its_receipted_messages_through_a_sigkill_in_bounded_memo
             h.fetch_add(1, Ordering::Relaxed);
         })
         .unwrap();
-    let base = rss(pid);
-    let most = Arc::new(std::sync::atomic::AtomicU64::new(base));
-    let sampler = {
-        let (most, stop) = (most.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                most.fetch_max(rss(pid), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
+    let (base, most, sampler) = sample_rss(pid, &stop);
     let (paged_receipted, busy_receipted) = (Receipted::default(), Receipted::default());
     let paged = flood(&factory, ("paged", SIZE), paged_receipted.clone(), flags());
     let busy = flood(&factory, ("busy", SIZE), busy_receipted.clone(), flags());
@@ -848,18 +860,8 @@ fn a_large_message_passes_in_bounded_memory_and_a_sigkill_mid_stream_leaves_no_f
     let data = TempDir::new("large-kill");
     let (mut server, factory) = start(&data.0);
     let pid = server.id();
-    let base = rss(pid);
     let stop = Arc::new(AtomicBool::new(false));
-    let most = Arc::new(std::sync::atomic::AtomicU64::new(base));
-    let sampler = {
-        let (most, stop) = (most.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                most.fetch_max(rss(pid), Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        })
-    };
+    let (base, most, sampler) = sample_rss(pid, &stop);
     let c = factory.create_connection().unwrap();
     let s = c.create_session(AckMode::Auto).unwrap();
     let p = s.create_producer(&Destination::queue("big")).unwrap();
