@@ -74,6 +74,10 @@ fn a_large_message_streams_through_a_queue_byte_for_byte_and_its_file_goes_when_
         .non_persistent();
     p.send_stream(m, LEN, Pattern::new(7, LEN)).unwrap();
     assert_eq!(body_files(&dir), 1);
+    let metrics = call(&server, "GET", "/metrics", None, None).body;
+    for line in ["herald_large_bodies 1", "herald_large_body_bytes 41943040"] {
+        assert!(metrics.contains(line), "{line}: {metrics}");
+    }
     let q = call(&server, "GET", "/api/queues/big", None, None).json();
     assert!(
         q["bytes"].as_u64().unwrap() < 4096,

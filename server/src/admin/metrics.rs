@@ -426,6 +426,29 @@ pub(crate) async fn metrics(
         }
     }
 
+    if let Some(large) = state.shared.broker.large() {
+        let (held, bytes, arriving) = large.counts();
+        for (name, help, value) in [
+            (
+                "herald_large_bodies",
+                "Large messages' bodies kept in files under data_dir/large",
+                held,
+            ),
+            (
+                "herald_large_body_bytes",
+                "Bytes of those bodies on disk",
+                bytes,
+            ),
+            (
+                "herald_large_bodies_arriving",
+                "Large messages' bodies still being sent by their clients",
+                arriving,
+            ),
+        ] {
+            gauge(&mut r, name, help, value as i64);
+        }
+    }
+
     let mut text = String::new();
     if let Err(e) = encode(&mut text, &r) {
         return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();

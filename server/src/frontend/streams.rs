@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use herald_protocol::frame::CHUNK_HEAD_LEN;
 use herald_protocol::header::Header;
 use herald_protocol::message::streamed_body;
@@ -108,41 +108,51 @@ pub const NOT_CARRIED: &str = "HeraldBodyNotCarried";
 
 /// The empty CHUNK that gives stream `stream` up.
 pub fn give_up(stream: u64) -> Bytes {
-    chunk_frame(stream, &[])
+    Bytes::copy_from_slice(&chunk_head(stream, 0))
 }
 
-fn chunk_frame(stream: u64, data: &[u8]) -> Bytes {
-    let mut b = BytesMut::with_capacity(HEADER_LEN + CHUNK_HEAD_LEN + data.len());
+/// The frame header and stream of a CHUNK of `n` bytes.
+fn chunk_head(stream: u64, n: usize) -> [u8; HEADER_LEN + CHUNK_HEAD_LEN] {
     let header = Header {
         kind: FrameKind::Chunk,
         request_id: 0,
-        len: (CHUNK_HEAD_LEN + data.len()) as u32,
+        len: (CHUNK_HEAD_LEN + n) as u32,
     };
-    b.put_slice(&header.encode());
-    b.put_u64(stream);
-    b.put_slice(data);
-    b.freeze()
+    let mut head = [0; HEADER_LEN + CHUNK_HEAD_LEN];
+    head[..HEADER_LEN].copy_from_slice(&header.encode());
+    head[HEADER_LEN..].copy_from_slice(&stream.to_be_bytes());
+    head
+}
+
+/// A CHUNK frame of the next `n` bytes of `file`, read straight into it
+/// (`read_to_end` fills the frame's spare room without zeroing it first).
+fn read_chunk(stream: u64, file: &mut File, n: usize) -> io::Result<Bytes> {
+    let mut frame = Vec::with_capacity(HEADER_LEN + CHUNK_HEAD_LEN + n);
+    frame.extend_from_slice(&chunk_head(stream, n));
+    file.take(n as u64).read_to_end(&mut frame)?;
+    if frame.len() != HEADER_LEN + CHUNK_HEAD_LEN + n {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+    }
+    Ok(Bytes::from(frame))
 }
 
 /// Queues the next chunks of the bodies leaving, first one first, while
 /// little waits to be written. A body whose file fails is given up (the
 /// client's read of it fails) and the next goes on.
 pub fn refill(outgoing: &mut VecDeque<Outgoing>, out: &mut Outbound) {
-    let mut buf = Vec::new();
     while out.pending() < REFILL_BELOW {
         let Some(front) = outgoing.front_mut() else {
             return;
         };
         let n = front.left.min(CHUNK_BYTES as u64) as usize;
-        buf.resize(n, 0);
         let read = match front.file.as_mut() {
-            Some(file) => file.read_exact(&mut buf),
+            Some(file) => read_chunk(front.stream, file, n),
             // Said when it failed to open.
             None => Err(io::Error::from(io::ErrorKind::NotFound)),
         };
         match read {
-            Ok(()) => {
-                out.push_raw(chunk_frame(front.stream, &buf));
+            Ok(frame) => {
+                out.push_raw(frame);
                 front.left -= n as u64;
                 if front.left == 0 {
                     outgoing.pop_front();

@@ -46,16 +46,36 @@ pub struct LargeStore {
     stopping: AtomicBool,
     /// The files some block holds, by number.
     live: Mutex<HashMap<u64, Weak<BodyFile>>>,
+    /// Bodies held, their bytes, and bodies arriving: for the metrics.
+    held: AtomicU64,
+    held_bytes: AtomicU64,
+    arriving: AtomicU64,
 }
 
 /// A body's file; deleted when the last block that holds it goes.
 struct BodyFile {
     id: u64,
+    len: u64,
     store: Arc<LargeStore>,
+}
+
+impl BodyFile {
+    /// Body `id` of `len` bytes, counted as held.
+    fn new(id: u64, len: u64, store: &Arc<LargeStore>) -> Arc<BodyFile> {
+        store.held.fetch_add(1, Ordering::Relaxed);
+        store.held_bytes.fetch_add(len, Ordering::Relaxed);
+        Arc::new(BodyFile {
+            id,
+            len,
+            store: store.clone(),
+        })
+    }
 }
 
 impl Drop for BodyFile {
     fn drop(&mut self) {
+        self.store.held.fetch_sub(1, Ordering::Relaxed);
+        self.store.held_bytes.fetch_sub(self.len, Ordering::Relaxed);
         if self.store.stopping.load(Ordering::Acquire) {
             return;
         }
@@ -142,6 +162,9 @@ impl LargeStore {
             max_inline,
             next: AtomicU64::new(highest.map_or(1, |n| n + 1)),
             stopping: AtomicBool::new(false),
+            held: AtomicU64::new(0),
+            held_bytes: AtomicU64::new(0),
+            arriving: AtomicU64::new(0),
             live: Mutex::new(HashMap::new()),
         })
     }
@@ -172,7 +195,9 @@ impl LargeStore {
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let file = self.disk.create(&self.path(id))?;
+        self.arriving.fetch_add(1, Ordering::Relaxed);
         Ok(Spool {
+            len,
             id,
             file,
             left: len,
@@ -201,10 +226,7 @@ impl LargeStore {
                             format!("body {} has {len} of its {} bytes", s.stream, s.len),
                         ));
                     }
-                    let file = Arc::new(BodyFile {
-                        id: s.stream,
-                        store: self.clone(),
-                    });
+                    let file = BodyFile::new(s.stream, s.len, self);
                     live.insert(s.stream, Arc::downgrade(&file));
                     file
                 }
@@ -242,6 +264,16 @@ impl LargeStore {
         }
     }
 
+    /// Bodies held by messages, their bytes on disk, and bodies still
+    /// arriving.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        (
+            self.held.load(Ordering::Relaxed),
+            self.held_bytes.load(Ordering::Relaxed),
+            self.arriving.load(Ordering::Relaxed),
+        )
+    }
+
     /// The server stops: files stay from now on (see `stopping`).
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::Release);
@@ -257,6 +289,7 @@ fn file_number(path: &Path) -> Option<u64> {
 /// its file is deleted: a sender that went away leaves nothing behind.
 pub struct Spool {
     id: u64,
+    len: u64,
     file: Box<dyn SegmentFile>,
     left: u64,
     store: Arc<LargeStore>,
@@ -298,10 +331,7 @@ impl Spool {
                 format!("{} bytes of the body are missing", self.left),
             ));
         }
-        let file = Arc::new(BodyFile {
-            id: self.id,
-            store: self.store.clone(),
-        });
+        let file = BodyFile::new(self.id, self.len, &self.store);
         lock(&self.store.live).insert(self.id, Arc::downgrade(&file));
         // The file is the held block's now, not the spool's.
         self.finished = true;
@@ -314,6 +344,7 @@ impl Spool {
 
 impl Drop for Spool {
     fn drop(&mut self) {
+        self.store.arriving.fetch_sub(1, Ordering::Relaxed);
         if self.finished {
             return;
         }
@@ -363,6 +394,7 @@ mod tests {
         let copy = store.hold(Bytes::copy_from_slice(&held)).unwrap();
         drop(held);
         assert_eq!(files(&dir), 1, "the copy holds it");
+        assert_eq!(store.counts(), (1, 6, 0));
         let mut body = String::new();
         std::io::Read::read_to_string(
             &mut store.open_body(&Streamed { len: 6, stream: id }).unwrap(),
@@ -372,6 +404,7 @@ mod tests {
         assert_eq!(body, "abcdef");
         drop(copy);
         assert_eq!(files(&dir), 0, "the last block took it along");
+        assert_eq!(store.counts(), (0, 0, 0));
         // A block without a streamed body is itself.
         let plain = Bytes::from_static(b"x");
         assert_eq!(store.hold(plain.clone()).unwrap(), plain);
