@@ -360,3 +360,54 @@ fn a_stomp_subscriber_gets_a_large_body_within_max_frame_size_and_a_reason_past_
     let why = m.get("HeraldBodyNotCarried").unwrap_or_default();
     assert!(why.contains("more than max_frame_size (1048576)"), "{m:?}");
 }
+
+#[test]
+fn a_failover_midway_fails_the_large_send_and_the_resumed_connection_goes_on() {
+    /// A body that comes slowly, and says when half of it has gone.
+    struct Slow(Pattern, std::sync::mpsc::Sender<()>, bool);
+    impl Read for Slow {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.0.left < 2_000_000 && !self.2 {
+                self.2 = true;
+                let _ = self.1.send(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            let n = buf.len().min(64 * 1024);
+            self.0.read(&mut buf[..n])
+        }
+    }
+    let config = test_config();
+    let dir = config.data_dir.clone();
+    let server = start_with(config);
+    let c = herald_client::ConnectionFactory::new(&format!("herald://{}", server.local_addr()))
+        .unwrap()
+        .with_reconnect(100, std::time::Duration::from_millis(20))
+        .create_connection()
+        .unwrap();
+    let s = c.create_session(herald_client::AckMode::Auto).unwrap();
+    let p = s.create_producer(&Destination::queue("moved")).unwrap();
+    let (half, halfway) = std::sync::mpsc::channel();
+    let sending = std::thread::spawn(move || {
+        let body = Slow(Pattern::new(1, 4_000_000), half, false);
+        let sent = p.send_stream(Message::new(Body::Empty), 4_000_000, body);
+        (p, sent)
+    });
+    halfway.recv().unwrap();
+    close_all_connections(&server);
+    let (p, sent) = sending.join().unwrap();
+    let e = sent.unwrap_err();
+    assert!(
+        matches!(e, Error::ConnectionLost(_)),
+        "the send fails, and says it may not have gone: {e}"
+    );
+    // The resumed connection was not closed by chunks of a stream it
+    // never opened, and it carries sends as before.
+    wait_until("the connection is back", || {
+        p.send_with_receipt(Message::text("after")).is_ok()
+    });
+    let consumer = s.create_consumer(&Destination::queue("moved")).unwrap();
+    assert_eq!(next(&consumer).body_text(), Some("after"));
+    assert_nothing(&consumer);
+    assert!(!c.is_closed());
+    wait_until("no body is left", || body_files(&dir) == 0);
+}

@@ -260,6 +260,8 @@ impl Producer {
         message.body = Body::Stream(Streamed { len, stream });
         let (kind, encode) = self.framed(&message);
         let (tx, rx) = mpsc::sync_channel(1);
+        // The connection the SEND goes to: its chunks go there or nowhere.
+        let generation = self.inner.writer.generation();
         let request_id = match self.inner.on_reader_thread() {
             true => {
                 self.inner.writer.send_stamped(kind, 0, encode)?;
@@ -286,11 +288,13 @@ impl Producer {
                 )),
                 Ok(n) => {
                     let data = &buf[..n];
-                    self.inner.writer.send_with(FrameKind::Chunk, 0, |d| {
-                        d.put_u64(stream);
-                        d.put_slice(data);
-                        Ok(())
-                    })?;
+                    self.inner
+                        .writer
+                        .send_within(generation, FrameKind::Chunk, |d| {
+                            d.put_u64(stream);
+                            d.put_slice(data);
+                            Ok(())
+                        })?;
                     left -= n as u64;
                     continue;
                 }
@@ -307,10 +311,12 @@ impl Producer {
             if let Some(id) = request_id {
                 self.inner.forget_request(id);
             }
-            self.inner.writer.send_with(FrameKind::Chunk, 0, |d| {
-                d.put_u64(stream);
-                Ok(())
-            })?;
+            self.inner
+                .writer
+                .send_within(generation, FrameKind::Chunk, |d| {
+                    d.put_u64(stream);
+                    Ok(())
+                })?;
             return Err(failed);
         }
         match request_id {

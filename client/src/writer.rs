@@ -22,6 +22,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use herald_protocol::message::streamed_body;
 use herald_protocol::{Frame, FrameKind, HEADER_LEN};
 
 use crate::error::{Ending, Error, Result};
@@ -172,6 +173,37 @@ impl Writer {
             &mut MessageIds,
         ) -> std::result::Result<(), herald_protocol::Error>,
     {
+        self.send_on(None, kind, request_id, encode_body)
+    }
+
+    /// Which connection frames go to now: it changes with each failover.
+    pub fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
+    /// [`Writer::send_with`], on connection `generation` only: a large
+    /// message's chunk belongs to the stream its SEND opened there, and
+    /// after a failover it fails instead.
+    pub fn send_within<F>(&self, generation: u64, kind: FrameKind, encode_body: F) -> Result<()>
+    where
+        F: FnOnce(&mut BytesMut) -> std::result::Result<(), herald_protocol::Error>,
+    {
+        self.send_on(Some(generation), kind, 0, |d, _| encode_body(d))
+    }
+
+    fn send_on<F>(
+        &self,
+        generation: Option<u64>,
+        kind: FrameKind,
+        request_id: u32,
+        encode_body: F,
+    ) -> Result<()>
+    where
+        F: FnOnce(
+            &mut BytesMut,
+            &mut MessageIds,
+        ) -> std::result::Result<(), herald_protocol::Error>,
+    {
         let mut s = self.lock();
         // Read the clock only when a failover makes the send wait.
         let mut deadline = None;
@@ -199,6 +231,13 @@ impl Writer {
         }
         if s.closed {
             return Err(Error::Closed);
+        }
+        if generation.is_some_and(|g| g != s.generation) {
+            return Err(Error::ConnectionLost(
+                "the connection failed over while a large message's body was being sent: \
+                 the server dropped what it had, and nothing was sent"
+                    .into(),
+            ));
         }
         let start = s.buf.len();
         let State { buf, ids, .. } = &mut *s;
@@ -387,7 +426,12 @@ fn keep_plain_sends(buf: &[u8]) -> BytesMut {
         let len = u32::from_be_bytes([head[8], head[9], head[10], head[11]]) as usize;
         let end = at + HEADER_LEN + len;
         let request_id = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
-        if head[3] == FrameKind::Send as u8 && request_id == 0 {
+        // Not a large message's: its body's chunks are not kept.
+        let streamed = buf
+            .get(at + HEADER_LEN..end)
+            .and_then(streamed_body)
+            .is_some();
+        if head[3] == FrameKind::Send as u8 && request_id == 0 && !streamed {
             kept.extend_from_slice(&buf[at..end.min(buf.len())]);
         }
         at = end;
