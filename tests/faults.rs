@@ -607,3 +607,76 @@ fn a_queue_whose_page_files_reach_the_floor_says_so_in_health_and_goes_on_once_d
     sender.join().unwrap();
     wait_until("health is ok", || health(&server)["status"] == "ok");
 }
+
+#[test]
+fn a_large_body_the_disk_cannot_hold_is_refused_before_or_while_it_comes_and_leaves_no_file() {
+    const MIB: usize = 1 << 20;
+    let disk = SmallDisk::with_room(8 * MIB);
+    let dir = temp_dir("large-full");
+    let server = start_on(on(&dir), Arc::new(disk.clone()));
+    let before = disk.room.load(Ordering::SeqCst);
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("big")).unwrap();
+    // More than the disk has: refused before a byte is written.
+    let zeros = || std::io::repeat(0);
+    let e = p
+        .send_stream(Message::text("").non_persistent(), 20 << 20, zeros())
+        .unwrap_err();
+    assert!(
+        matches!(&e, herald_client::Error::Server { code, .. } if *code == ErrorCode::QueueFull as u32),
+        "{e}"
+    );
+    assert!(e.to_string().contains("does not fit"), "{e}");
+    // Two that fit alone and not together: one of them fills the disk
+    // midway and is refused; the other goes.
+    let senders: Vec<_> = (0..2)
+        .map(|_| {
+            let c = factory(&server).create_connection().unwrap();
+            std::thread::spawn(move || {
+                let p = c
+                    .create_session(AckMode::Auto)
+                    .unwrap()
+                    .create_producer(&Destination::queue("big"))
+                    .unwrap();
+                let slow = SlowZeros(5 * MIB as u64);
+                p.send_stream(Message::text("").non_persistent(), 5 * MIB as u64, slow)
+            })
+        })
+        .collect();
+    let results: Vec<_> = senders.into_iter().map(|t| t.join().unwrap()).collect();
+    let refused: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert_eq!(refused.len(), 1, "{results:?}");
+    assert!(
+        refused[0].to_string().contains("cannot be kept"),
+        "{}",
+        refused[0]
+    );
+    let consumer = s.create_consumer(&Destination::queue("big")).unwrap();
+    let m = next(&consumer);
+    let mut body = consumer.body(&m).unwrap();
+    assert_eq!(
+        std::io::copy(&mut body, &mut std::io::sink()).unwrap(),
+        5 * MIB as u64
+    );
+    drop(body);
+    assert!(consumer
+        .receive(std::time::Duration::from_millis(200))
+        .unwrap()
+        .is_none());
+    wait_until("the disk's room comes back", || {
+        disk.room.load(Ordering::SeqCst) == before
+    });
+}
+
+/// Zeros in small reads, a millisecond apart: two senders interleave.
+struct SlowZeros(u64);
+
+impl std::io::Read for SlowZeros {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let n = buf.len().min(256 * 1024).min(self.0 as usize);
+        buf[..n].fill(0);
+        self.0 -= n as u64;
+        Ok(n)
+    }
+}
