@@ -1,0 +1,74 @@
+"""Large messages sent by the native client reach clients this project did
+not write: python-qpid-proton and stomp.py get the body in the message,
+byte for byte, up to max_frame_size, and past it the reason it was left
+out."""
+
+import os
+import tempfile
+
+import pytest
+from proton.utils import BlockingConnection
+
+from conftest import PATIENCE, Server, connect
+
+
+@pytest.fixture
+def small_frames():
+    s = Server(config="max_frame_size = 4194304\n")
+    yield s
+    s.stop()
+
+
+def amqp_receiver(server, address):
+    """A proton receiver on `address`, and what closes its connection."""
+    host, port = server.amqp
+    c = BlockingConnection(f"amqp://{host}:{port}", timeout=PATIENCE)
+    return c.create_receiver(address), c.close
+
+
+def streamed_file(size):
+    """A file of `size` bytes that no two offsets of a mebibyte repeat."""
+    f = tempfile.NamedTemporaryFile(delete=False)
+    f.write(bytes((i * 7 + (i >> 20)) % 251 for i in range(size)))
+    f.close()
+    return f.name
+
+
+def test_a_streamed_body_reaches_proton_and_stomp_whole_within_max_frame_size(small_frames):
+    server = small_frames
+    conn, inbox = connect(server, auto_decode=False)
+    conn.subscribe("/topic/files", id="s", ack="auto", receipt="s")
+    assert inbox.receipt() == "s"
+    receiver, close = amqp_receiver(server, "topic://files")
+    path = streamed_file(3_000_000)
+    try:
+        server.herald("pub", "topic://files", "--file", path, "-P", "name=a.bin")
+        with open(path, "rb") as f:
+            sent = f.read()
+        got = receiver.receive(timeout=PATIENCE)
+        receiver.accept()
+        assert got.properties["name"] == "a.bin"
+        assert bytes(got.body) == sent
+        frame = inbox.next()
+        assert frame.headers["name"] == "a.bin"
+        assert frame.body == sent
+    finally:
+        os.unlink(path)
+        close()
+        conn.disconnect()
+
+
+def test_past_max_frame_size_proton_gets_the_message_and_why_its_body_is_not_there(small_frames):
+    server = small_frames
+    receiver, close = amqp_receiver(server, "topic://films")
+    path = streamed_file(5_000_000)
+    try:
+        server.herald("pub", "topic://films", "--file", path)
+        got = receiver.receive(timeout=PATIENCE)
+        receiver.accept()
+        why = got.properties["HeraldBodyNotCarried"]
+        assert "more than max_frame_size (4194304)" in why, why
+        assert not got.body
+    finally:
+        os.unlink(path)
+        close()
