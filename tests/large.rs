@@ -411,3 +411,42 @@ fn a_failover_midway_fails_the_large_send_and_the_resumed_connection_goes_on() {
     assert!(!c.is_closed());
     wait_until("no body is left", || body_files(&dir) == 0);
 }
+
+#[test]
+fn a_listener_hands_large_bodies_to_another_thread_and_one_it_leaves_is_dropped() {
+    const LEN: u64 = 6 << 20;
+    let server = start();
+    let (c, s) = connect(&server);
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Any session of the connection reaches its bodies.
+    let bodies = c.create_session(herald_client::AckMode::Auto).unwrap();
+    let consumer = s.create_consumer(&Destination::queue("heard")).unwrap();
+    consumer
+        .set_message_listener(move |m| {
+            // The first is taken and read elsewhere, the second left.
+            let tx = tx.clone();
+            match (&m.body, m.property("take").is_some()) {
+                (Body::Stream(_), true) => {
+                    let body = bodies.body(&m).unwrap();
+                    std::thread::spawn(move || tx.send(check(body, 1, LEN)).unwrap());
+                }
+                (Body::Stream(_), false) => {}
+                _ => tx.send(0).unwrap(),
+            }
+        })
+        .unwrap();
+    let p = s.create_producer(&Destination::queue("heard")).unwrap();
+    let taken = Message::new(Body::Empty).with_property("take", true);
+    p.send_stream(taken.non_persistent(), LEN, Pattern::new(1, LEN))
+        .unwrap();
+    p.send_stream(
+        Message::new(Body::Empty).non_persistent(),
+        LEN,
+        Pattern::new(2, LEN),
+    )
+    .unwrap();
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), LEN);
+    // The connection still carries messages after the body left unread.
+    p.send_with_receipt(Message::text("after")).unwrap();
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), 0);
+}

@@ -325,9 +325,9 @@ impl Consumer {
 
     /// The body of `message`, a large message this consumer received, to
     /// read as it arrives: read it before the next receive, which drops
-    /// what is left. A listener may take it and read it on another thread
-    /// (not on the listener's, which is the one that reads it from the
-    /// server). Fails for a message that is not large, or whose body was
+    /// what is left. A listener takes it with
+    /// [`Session::body`](crate::Session::body) and reads it on another
+    /// thread. Fails for a message that is not large, or whose body was
     /// taken or dropped.
     pub fn body(&self, message: &Message) -> Result<BodyReader> {
         crate::stream::body(&self.inner.streams, message)

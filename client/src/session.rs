@@ -17,6 +17,7 @@ use crate::connection::{Connection, Inner};
 use crate::consumer::{Consumer, ConsumerShared};
 use crate::error::{Error, Result};
 use crate::producer::Producer;
+use crate::stream::BodyReader;
 use crate::sync::lock;
 
 /// How a session acknowledges the messages it receives (JMS's modes).
@@ -421,6 +422,16 @@ impl Session {
     /// The session's acknowledgement mode.
     pub fn ack_mode(&self) -> AckMode {
         self.shared.mode
+    }
+
+    /// The body of `message`, a large message one of this connection's
+    /// consumers received: [`Consumer::body`](crate::Consumer::body) for a
+    /// listener, which holds its session rather than its consumer. A
+    /// listener takes the body and reads it on another thread (its own is
+    /// the one that reads the body from the server); one it does not take
+    /// is dropped when it returns.
+    pub fn body(&self, message: &Message) -> Result<BodyReader> {
+        crate::stream::body(&self.connection.inner().streams, message)
     }
 
     /// A producer that sends to `destination` (a name, not a pattern).
