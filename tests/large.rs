@@ -450,3 +450,43 @@ fn a_listener_hands_large_bodies_to_another_thread_and_one_it_leaves_is_dropped(
     p.send_with_receipt(Message::text("after")).unwrap();
     assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), 0);
 }
+
+#[test]
+fn an_amqp_receiver_gets_a_large_body_in_transfers_past_max_frame_size_and_then_what_followed() {
+    use herald_protocol::amqp::message::Body as AmqpBody;
+    use herald_protocol::amqp::{Performative, Value};
+    const LEN: u64 = 3 << 20;
+    let mut config = test_config();
+    config.max_frame_size = 1 << 20;
+    let server = start_with(config);
+    let mut amqp = AmqpClient::opened(&server, "films");
+    amqp.attach_receiver(0, "topic://films");
+    match amqp.next(false) {
+        Got::Amqp(0, Performative::Attach(a)) => assert!(!a.role_receiver),
+        other => panic!("{other:?}"),
+    }
+    amqp.credit(0, 0, 10);
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::topic("films")).unwrap();
+    let film = Message::new(Body::Empty)
+        .with_property("name", "a.mp4")
+        .non_persistent();
+    p.send_stream(film, LEN, Pattern::new(4, LEN)).unwrap();
+    p.send_with_receipt(Message::text("after").non_persistent())
+        .unwrap();
+    // In frames of the client's 512 bytes, 3 MiB past the server's
+    // max_frame_size of 1 MiB.
+    let (_, m, frames) = amqp.delivery(512);
+    assert!(frames > 6000, "{frames} frames");
+    let AmqpBody::Data(parts) = &m.body else {
+        panic!("{:?}", m.body);
+    };
+    let body: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+    assert_eq!(check(&body[..], 4, LEN), LEN);
+    let (_, after, _) = amqp.delivery(512);
+    assert!(
+        matches!(&after.body, AmqpBody::Value(Value::String(t)) if t == "after"),
+        "{:?}",
+        after.body
+    );
+}

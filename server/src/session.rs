@@ -13,7 +13,7 @@ use thiserror::Error;
 
 use crate::broker::delivery::Delivery;
 use crate::broker::{AckRef, Backlog, SubscriptionHandle};
-use crate::frontend::streams::{Incoming, Outgoing};
+use crate::frontend::streams::Incoming;
 
 /// A delivery the client has not settled yet.
 pub struct Unacked {
@@ -92,8 +92,6 @@ pub struct Traffic {
     /// Streams of its large messages that were refused, latest last:
     /// their chunks still on the way are dropped.
     refused_streams: VecDeque<u64>,
-    /// Large messages' bodies on their way to it, first first.
-    pub outgoing: VecDeque<Outgoing>,
     /// Raised while this connection drains a backlog: its direct
     /// subscriptions' publishers pause meanwhile. Made with the first
     /// subscription that hands it out.

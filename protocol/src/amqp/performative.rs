@@ -158,8 +158,7 @@ impl Transfer {
 }
 
 /// The fields of a [`Transfer`] a sender of messages sets, borrowed, and
-/// written without a value tree: what goes once per delivery. No state,
-/// and not aborted.
+/// written without a value tree: what goes once per delivery. No state.
 #[derive(Debug, Clone, Copy)]
 pub struct TransferHead<'a> {
     /// The link.
@@ -174,6 +173,8 @@ pub struct TransferHead<'a> {
     pub settled: bool,
     /// More frames of this delivery follow.
     pub more: bool,
+    /// The delivery is given up: the receiver drops what it has of it.
+    pub aborted: bool,
 }
 
 impl TransferHead<'_> {
@@ -201,7 +202,7 @@ impl TransferHead<'_> {
         f.skip(out);
         f.skip(out);
         f.skip(out);
-        f.put(out, |o| put::boolean(o, false));
+        f.put(out, |o| put::boolean(o, self.aborted));
         f.close(out);
     }
 }
@@ -591,10 +592,11 @@ mod tests {
             aborted: false,
         }));
         // Written directly, a transfer is what its value tree gives.
-        for (id, tag, settled, more) in [
-            (Some(7), Some(&b"t7"[..]), false, true),
-            (Some(70_000), Some(&[0u8; 300][..]), true, false),
-            (None, None, false, false),
+        for (id, tag, settled, more, aborted) in [
+            (Some(7), Some(&b"t7"[..]), false, true, false),
+            (Some(70_000), Some(&[0u8; 300][..]), true, false, false),
+            (None, None, false, false, false),
+            (None, None, false, false, true),
         ] {
             let head = TransferHead {
                 handle: 3,
@@ -603,6 +605,7 @@ mod tests {
                 message_format: id.map(|_| 0),
                 settled,
                 more,
+                aborted,
             };
             let mut direct = bytes::BytesMut::new();
             head.encode(&mut direct);
@@ -615,7 +618,7 @@ mod tests {
                 settled,
                 more,
                 state: Value::Null,
-                aborted: false,
+                aborted,
             })
             .to_value()
             .encode(&mut built);

@@ -647,9 +647,8 @@ fn mapped(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
         }
     }
     let jms_type = match &m.body {
-        // A streamed body is read into the block, or marked as not
-        // carried, before a delivery gets here (`frontend::streams::inline`).
-        BodyRef::Empty | BodyRef::Stream(_) => 0,
+        BodyRef::Empty => 0,
+        BodyRef::Stream(_) => 3,
         BodyRef::Text(_) => 5,
         BodyRef::Bytes(_) => 3,
         BodyRef::Map(_) => 2,
@@ -719,9 +718,7 @@ fn mapped(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
         a.close(out);
     }
     match &m.body {
-        // A streamed body is read into the block, or marked as not
-        // carried, before a delivery gets here (`frontend::streams::inline`).
-        BodyRef::Empty | BodyRef::Stream(_) => {
+        BodyRef::Empty => {
             put::described(out, 0x77);
             put::null(out);
         }
@@ -732,6 +729,14 @@ fn mapped(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
         BodyRef::Bytes(range) => {
             put::described(out, 0x75);
             put::binary(out, &block[range.clone()]);
+        }
+        // A large message's: one data section whose bytes follow from the
+        // body's file (`AmqpSession::transfer_out`), up to 4 GiB; a larger
+        // one was read in or left out before.
+        BodyRef::Stream(s) => {
+            put::described(out, 0x75);
+            out.put_u8(0xb0);
+            out.put_u32(u32::try_from(s.len).unwrap_or(u32::MAX));
         }
         BodyRef::Map(entries) => {
             put::described(out, 0x77);

@@ -360,7 +360,9 @@ pub(super) fn send_waiting(
         let (herald_id, count, block) = next;
         // A browser's messages (id 0: delivery ids start at 1) stay in
         // their queue: nothing to settle.
-        let sent_settled_now = amqp.transfer_out(out, channel, handle, (herald_id, count, &block));
+        let large = ctx.shared.broker.large().map(|l| &**l);
+        let sent_settled_now =
+            amqp.transfer_out(out, (channel, handle), (herald_id, count, &block), large);
         if sent_settled_now && herald_id != 0 {
             sent_settled.push(herald_id);
         }

@@ -11,12 +11,15 @@ use herald_protocol::amqp::performative::{
 };
 use herald_protocol::amqp::sasl::outcome;
 use herald_protocol::amqp::{FrameHeader, FrameKind, Performative, ProtocolHeader, Sasl, Value};
+use herald_protocol::message::streamed_body;
 use herald_protocol::{Destination, ErrorCode};
 
 use super::mapping;
 use crate::auth::Principal;
 use crate::frontend::chunks::Chunks;
 use crate::frontend::outbound::Outbound;
+use crate::frontend::streams::{self, BodyFrames, Framer};
+use crate::store::large::LargeStore;
 use crate::websocket::{self, WebSocket};
 
 /// The WebSocket subprotocol AMQP rides in.
@@ -405,10 +408,9 @@ impl AmqpSession {
     pub fn message(
         &mut self,
         out: &mut Outbound,
-        subscription_id: u32,
-        delivery_id: u64,
-        count: u32,
+        (subscription_id, delivery_id, count): (u32, u64, u32),
         block: &Bytes,
+        large: Option<&LargeStore>,
     ) -> bool {
         let Some(&(channel, handle)) = self.subscriptions.get(&subscription_id) else {
             return true;
@@ -420,20 +422,31 @@ impl AmqpSession {
             link.waiting.push_back((delivery_id, count, block.clone()));
             return false;
         }
-        self.transfer_out(out, channel, handle, (delivery_id, count, block))
+        self.transfer_out(out, (channel, handle), (delivery_id, count, block), large)
     }
 
     /// Sends one delivery on an outgoing link that has credit, in as many
-    /// frames as the client's max-frame-size needs. Whether it went
-    /// settled.
+    /// frames as the client's max-frame-size needs; a large message's body
+    /// follows from its file in frames of its own, read as they are
+    /// written. Whether it went settled.
     pub(super) fn transfer_out(
         &mut self,
         out: &mut Outbound,
-        channel: u16,
-        handle: u32,
+        (channel, handle): (u16, u32),
         (herald_id, count, block): (u64, u32, &Bytes),
+        large: Option<&LargeStore>,
     ) -> bool {
         let max_frame = self.peer_max_frame as usize;
+        // A body of up to 4 GiB is one data section (a vbin32) streamed;
+        // a larger one, or one without a store, goes inline or is said
+        // not to be carried.
+        let streamed = streamed_body(block).filter(|s| s.len > 0);
+        let (inlined, streamed) = match (streamed, large) {
+            (Some(s), Some(_)) if s.len <= u64::from(u32::MAX) => (None, Some(s)),
+            (Some(_), _) => (Some(streams::inline(block.clone(), large, "AMQP")), None),
+            (None, _) => (None, None),
+        };
+        let block = inlined.as_ref().unwrap_or(block);
         let Some(ch) = self.channels.get_mut(&channel) else {
             return true;
         };
@@ -463,6 +476,7 @@ impl AmqpSession {
             message_format: Some(0),
             settled,
             more: false,
+            aborted: false,
         };
         // Written in place as one frame, cut from the connection's chunk:
         // its header, the transfer, the message's sections.
@@ -483,7 +497,8 @@ impl AmqpSession {
             mapping::sections_to(&m, block, frame);
         }
         let len = frame.len();
-        if len <= max_frame {
+        let whole = len <= max_frame && streamed.is_none();
+        if whole {
             FrameHeader::write(FrameKind::Amqp, channel, len - 8, &mut &mut frame[..8]);
         }
         let frame = self.chunks.cut();
@@ -491,7 +506,7 @@ impl AmqpSession {
             let sections = frame.slice(sections_at..);
             LAST_SECTIONS.set(Some((block.clone(), sections)));
         }
-        if len <= max_frame {
+        if whole {
             ch.next_outgoing_id = ch.next_outgoing_id.wrapping_add(1);
             out.push_raw(self.wire(frame));
             return settled;
@@ -510,7 +525,7 @@ impl AmqpSession {
             transfer.encode(&mut head);
             let room = max_frame.saturating_sub(8 + head.len()).max(1);
             let (part, left) = rest.split_at(rest.len().min(room));
-            if left.is_empty() {
+            if left.is_empty() && streamed.is_none() {
                 // `more` costs no byte more than its false.
                 head.clear();
                 TransferHead {
@@ -525,17 +540,22 @@ impl AmqpSession {
             }
             rest = left;
             if rest.is_empty() {
-                return settled;
+                break;
             }
-            transfer = TransferHead {
-                handle,
-                delivery_id: None,
-                delivery_tag: None,
-                message_format: None,
-                settled: false,
-                more: true,
-            };
+            transfer = continued(handle, true);
         }
+        if let Some(s) = streamed {
+            let pieces = Pieces::new((channel, handle), max_frame, self.websocket.is_some());
+            // The frames to come, counted now: the session's next outgoing
+            // id is what it will be once they have gone.
+            let frames = s.len.div_ceil(pieces.piece_len() as u64) as u32;
+            if let Some(ch) = self.channels.get_mut(&channel) {
+                ch.next_outgoing_id = ch.next_outgoing_id.wrapping_add(frames);
+            }
+            let body = BodyFrames::open(large, &s, herald_id, pieces);
+            out.push_source(Box::new(body));
+        }
+        settled
     }
 
     /// Owes the outcome of delivery `delivery_id` on `channel`: the request
@@ -597,6 +617,95 @@ impl AmqpSession {
             }
         }
         asks
+    }
+}
+
+/// The transfer that goes on with a delivery begun before: `more`
+/// frames follow it or not.
+fn continued(handle: u32, more: bool) -> TransferHead<'static> {
+    TransferHead {
+        handle,
+        delivery_id: None,
+        delivery_tag: None,
+        message_format: None,
+        settled: false,
+        more,
+        aborted: false,
+    }
+}
+
+/// A large message's body in transfers that go on with its delivery, as
+/// large as the client's max-frame-size allows; the last says no more
+/// follow.
+struct Pieces {
+    channel: u16,
+    handle: u32,
+    /// The continuing transfer's bytes (one more than not, with `more`
+    /// true or false alike).
+    transfer: BytesMut,
+    piece_len: usize,
+    websocket: bool,
+}
+
+impl Pieces {
+    fn new((channel, handle): (u16, u32), max_frame: usize, websocket: bool) -> Pieces {
+        let mut transfer = BytesMut::new();
+        continued(handle, true).encode(&mut transfer);
+        Pieces {
+            channel,
+            handle,
+            piece_len: max_frame.saturating_sub(8 + transfer.len()).max(1),
+            transfer,
+            websocket,
+        }
+    }
+}
+
+impl Framer for Pieces {
+    fn piece_len(&self) -> usize {
+        self.piece_len
+    }
+
+    fn head(&mut self, n: usize, last: bool, frame: &mut Vec<u8>) {
+        self.transfer.clear();
+        continued(self.handle, !last).encode(&mut self.transfer);
+        let mut header = [0u8; 8];
+        FrameHeader::write(
+            FrameKind::Amqp,
+            self.channel,
+            self.transfer.len() + n,
+            &mut &mut header[..],
+        );
+        frame.extend_from_slice(&header);
+        frame.extend_from_slice(&self.transfer);
+    }
+
+    fn finish(&self, frame: Vec<u8>) -> Bytes {
+        match self.websocket {
+            true => websocket::wrap(0x2, &frame),
+            false => Bytes::from(frame),
+        }
+    }
+
+    fn give_up(&mut self) -> Option<Bytes> {
+        // The delivery aborted: the client drops what it has of it.
+        let mut transfer = BytesMut::new();
+        TransferHead {
+            aborted: true,
+            ..continued(self.handle, false)
+        }
+        .encode(&mut transfer);
+        let mut frame = Vec::with_capacity(8 + transfer.len());
+        let mut header = [0u8; 8];
+        FrameHeader::write(
+            FrameKind::Amqp,
+            self.channel,
+            transfer.len(),
+            &mut &mut header[..],
+        );
+        frame.extend_from_slice(&header);
+        frame.extend_from_slice(&transfer);
+        Some(self.finish(frame))
     }
 }
 

@@ -108,25 +108,53 @@ enum Answer {
     Ready(Bytes),
 }
 
+/// Frames made as they are written: a large message's body, read from its
+/// file a chunk at a time once it is at the front of its connection's
+/// queue, so that a body of any size costs a chunk of memory, and the
+/// frames queued after it wait behind it.
+pub trait FrameSource: Send {
+    /// The next frame; `None` once there is none left.
+    fn next_frame(&mut self) -> Option<Bytes>;
+}
+
+/// A frame source in the queue.
+struct Source {
+    /// Frames queued ahead of it (behind the source before it, if any).
+    before: usize,
+    frames: Box<dyn FrameSource>,
+}
+
+/// What few connections need, made on first use: answers waiting behind
+/// one still owed, and frame sources.
+#[derive(Default)]
+struct Rare {
+    /// Answers behind one still owed, oldest first.
+    answers: VecDeque<Answer>,
+    sources: VecDeque<Source>,
+    /// Frames queued after the last source.
+    tail: usize,
+}
+
+/// Frames a source makes at most per write: a mebibyte of a large body,
+/// then the worker's other connections have their turn.
+const SOURCE_FRAMES_PER_WRITE: usize = 4;
+
 /// Frames waiting to be written, in order.
 ///
 /// Answers leave in the order of the frames they answer (PROTOCOL.md):
 /// while one is owed (a persistent SEND waiting for the journal), later
-/// answers wait behind it; deliveries do not.
+/// answers wait behind it; deliveries do not. A [`FrameSource`] takes its
+/// place in the order like a frame: what is queued after it is written
+/// after its last frame.
 #[derive(Default)]
 pub struct Outbound {
     frames: VecDeque<OutFrame>,
     /// Bytes of the front frame already written.
     written: usize,
-    /// Unwritten bytes in total.
+    /// Unwritten bytes in total (not counting what sources will make).
     pending: usize,
-    /// Answers behind one still owed, oldest first; none or empty when
-    /// none is (made on first use: most connections never owe one).
-    #[expect(
-        clippy::box_collection,
-        reason = "one word in every connection rather than the deque's four"
-    )]
-    answers: Option<Box<VecDeque<Answer>>>,
+    /// One word in every connection; most never need what it holds.
+    rare: Option<Box<Rare>>,
 }
 
 impl Outbound {
@@ -137,7 +165,72 @@ impl Outbound {
 
     /// Whether nothing waits.
     pub fn is_empty(&self) -> bool {
-        self.frames.is_empty()
+        self.frames.is_empty() && !self.has_sources()
+    }
+
+    /// Whether frame sources wait: a large body is still to be written.
+    pub fn has_sources(&self) -> bool {
+        self.rare.as_ref().is_some_and(|r| !r.sources.is_empty())
+    }
+
+    fn rare(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Queues a frame source: its frames are written after what is queued
+    /// now, and before what is queued after it.
+    pub fn push_source(&mut self, frames: Box<dyn FrameSource>) {
+        let queued = self.frames.len();
+        let rare = self.rare();
+        let before = match rare.sources.is_empty() {
+            true => queued,
+            false => rare.tail,
+        };
+        rare.tail = 0;
+        rare.sources.push_back(Source { before, frames });
+    }
+
+    /// How many frames may be written now: those ahead of the first
+    /// source.
+    fn ready(&self) -> usize {
+        match self.rare.as_ref().and_then(|r| r.sources.front()) {
+            Some(source) => source.before,
+            None => self.frames.len(),
+        }
+    }
+
+    /// Lets the first source make its next frames while it is at the
+    /// front, up to `budget` of them; a source with none left goes.
+    fn prime(&mut self, budget: &mut usize) {
+        while *budget > 0 {
+            let Some(rare) = self.rare.as_mut() else {
+                return;
+            };
+            let Some(source) = rare.sources.front_mut().filter(|s| s.before == 0) else {
+                return;
+            };
+            match source.frames.next_frame() {
+                Some(frame) => {
+                    source.before = 1;
+                    *budget -= 1;
+                    self.pending += frame.len();
+                    self.frames.push_front(OutFrame {
+                        head: [0; HEAD_CAP],
+                        head_len: 0,
+                        body: frame,
+                        droppable: Droppable::Never,
+                    });
+                }
+                None => {
+                    // The next one's `before` counts what was between the
+                    // two: at the front now.
+                    rare.sources.pop_front();
+                    if rare.sources.is_empty() {
+                        rare.tail = 0;
+                    }
+                }
+            }
+        }
     }
 
     /// Gives back the room of the frame queue if it is empty. Not for
@@ -152,8 +245,8 @@ impl Outbound {
     /// connection is busy (a receipted publisher owes one per message),
     /// given back when it goes quiet: an idle connection holds none.
     pub fn release_answers(&mut self) {
-        if !self.owes_answers() {
-            self.answers = None;
+        if !self.owes_answers() && !self.has_sources() {
+            self.rare = None;
         }
     }
 
@@ -169,20 +262,18 @@ impl Outbound {
     /// Notes that the answer to request `request_id` comes later: later
     /// answers wait for it.
     pub fn owe_answer(&mut self, request_id: u32) {
-        self.answers
-            .get_or_insert_with(Box::default)
-            .push_back(Answer::Owed(request_id));
+        self.rare().answers.push_back(Answer::Owed(request_id));
     }
 
     /// Whether an answer is still owed.
     pub fn owes_answers(&self) -> bool {
-        self.answers.as_ref().is_some_and(|a| !a.is_empty())
+        self.rare.as_ref().is_some_and(|r| !r.answers.is_empty())
     }
 
     /// Queues an answer (a whole encoded frame), behind any still owed.
     pub fn push_answer(&mut self, frame: Bytes) {
-        match &mut self.answers {
-            Some(answers) if !answers.is_empty() => answers.push_back(Answer::Ready(frame)),
+        match &mut self.rare {
+            Some(rare) if !rare.answers.is_empty() => rare.answers.push_back(Answer::Ready(frame)),
             _ => self.push_raw(frame),
         }
     }
@@ -198,7 +289,7 @@ impl Outbound {
     /// nothing to send after all): it takes its place, and it and the
     /// ready answers behind it go out, up to the next owed one.
     pub fn pay_answer(&mut self, request_id: u32, frame: Option<Bytes>) {
-        let Some(mut answers) = self.answers.take() else {
+        let Some(mut answers) = self.rare.as_mut().map(|r| std::mem::take(&mut r.answers)) else {
             if let Some(frame) = frame {
                 self.push_raw(frame);
             }
@@ -222,7 +313,7 @@ impl Outbound {
                 self.push_raw(bytes);
             }
         }
-        self.answers = Some(answers);
+        self.rare().answers = answers;
     }
 
     /// Queues bytes that are a whole frame already (STOMP's).
@@ -264,15 +355,20 @@ impl Outbound {
     /// Drops the oldest frames at least as droppable as `least` (never
     /// one partly written) until at most `target` bytes wait; returns how
     /// many were dropped.
+    /// (Only frames ahead of the first source: the counts of those behind
+    /// one stay as they are.)
     pub fn drop_oldest(&mut self, target: usize, least: Droppable) -> u64 {
         let mut dropped = 0;
         let mut i = usize::from(self.written > 0);
-        while self.pending > target && i < self.frames.len() {
+        let mut ready = self.ready();
+        while self.pending > target && i < ready {
             let droppable = self.frames[i].droppable;
             if droppable != Droppable::Never && droppable >= least {
                 if let Some(f) = self.frames.remove(i) {
                     self.pending -= f.len();
                     dropped += 1;
+                    ready -= 1;
+                    self.one_less_ahead();
                 }
             } else {
                 i += 1;
@@ -281,9 +377,19 @@ impl Outbound {
         dropped
     }
 
+    /// A frame ahead of the first source went.
+    fn one_less_ahead(&mut self) {
+        if let Some(source) = self.rare.as_mut().and_then(|r| r.sources.front_mut()) {
+            source.before -= 1;
+        }
+    }
+
     fn push(&mut self, f: OutFrame) {
         self.pending += f.len();
         self.frames.push_back(f);
+        if let Some(rare) = self.rare.as_mut().filter(|r| !r.sources.is_empty()) {
+            rare.tail += 1;
+        }
     }
 
     /// Drops everything queued but the rest of a partly written frame,
@@ -294,6 +400,10 @@ impl Outbound {
         let keep = usize::from(self.written > 0);
         self.frames.truncate(keep);
         self.pending = self.frames.front().map_or(0, |f| f.len() - self.written);
+        if let Some(rare) = self.rare.as_mut() {
+            rare.sources.clear();
+            rare.tail = 0;
+        }
     }
 
     /// Writes as much as the socket takes, many frames per call.
@@ -310,11 +420,22 @@ impl Outbound {
         gather: &mut Gather,
     ) -> io::Result<WriteStatus> {
         let Gather { bytes, segs } = gather;
-        while !self.frames.is_empty() {
+        let mut budget = SOURCE_FRAMES_PER_WRITE;
+        loop {
+            self.prime(&mut budget);
+            let ready = self.ready();
+            if ready == 0 {
+                break;
+            }
             bytes.clear();
             segs.clear();
             let mut skip = self.written;
-            for (i, f) in self.frames.iter().take(FRAMES_PER_WRITE).enumerate() {
+            for (i, f) in self
+                .frames
+                .iter()
+                .take(FRAMES_PER_WRITE.min(ready))
+                .enumerate()
+            {
                 for (body, part) in [(false, &f.head[..f.head_len as usize]), (true, &f.body[..])] {
                     if skip >= part.len() {
                         skip -= part.len();
@@ -367,6 +488,7 @@ impl Outbound {
             n -= left;
             self.written = 0;
             self.frames.pop_front();
+            self.one_less_ahead();
         }
     }
 }
@@ -436,6 +558,68 @@ mod tests {
         assert_eq!(w.out, expected);
         assert!(o.is_empty());
         assert_eq!(o.pending(), 0);
+    }
+
+    /// `n` frames of `[tag, i]`, made one at a time.
+    struct Counted(u8, u8, u8);
+
+    impl FrameSource for Counted {
+        fn next_frame(&mut self) -> Option<Bytes> {
+            (self.1 < self.2).then(|| {
+                self.1 += 1;
+                Bytes::from(vec![self.0, self.1])
+            })
+        }
+    }
+
+    #[test]
+    fn a_sources_frames_keep_their_place_in_the_order() {
+        let mut o = Outbound::default();
+        let droppable = |tag: u8| Bytes::from(vec![tag]);
+        o.push_raw(droppable(1));
+        o.push_source(Box::new(Counted(b'a', 0, 10)));
+        o.push_raw(droppable(2));
+        o.push_source(Box::new(Counted(b'b', 0, 2)));
+        o.push_source(Box::new(Counted(b'c', 0, 0)));
+        o.push_raw(droppable(3));
+        assert!(!o.is_empty() && o.has_sources());
+        let mut w = Trickle {
+            out: Vec::new(),
+            cap: 3,
+            calls: 0,
+        };
+        // A few of a source's frames per write, then the others' turn.
+        let mut writes = 0;
+        while !o.is_empty() {
+            let _ = o.write_to(&mut w).unwrap();
+            writes += 1;
+        }
+        assert!(writes > 3, "{writes}");
+        let mut expected = vec![1];
+        expected.extend((1..=10).flat_map(|i| [b'a', i]));
+        expected.push(2);
+        expected.extend((1..=2).flat_map(|i| [b'b', i]));
+        expected.push(3);
+        assert_eq!(w.out, expected);
+        assert_eq!(o.pending(), 0);
+        // Cleared, a source goes too.
+        o.push_source(Box::new(Counted(b'd', 0, 5)));
+        o.clear();
+        assert!(o.is_empty());
+        // Only what is ahead of the first source may be dropped.
+        let x = || Bytes::from_static(b"x");
+        o.push_delivery(1, 1, 1, x(), Droppable::ByPolicy);
+        o.push_source(Box::new(Counted(b'e', 0, 1)));
+        o.push_delivery(2, 2, 1, x(), Droppable::ByPolicy);
+        assert_eq!(o.drop_oldest(0, Droppable::ByPolicy), 1);
+        let from = w.out.len();
+        while !o.is_empty() {
+            let _ = o.write_to(&mut w).unwrap();
+        }
+        let mut rest = vec![b'e', 1];
+        rest.extend_from_slice(&Delivery::encode_head(0, 2, 2, 1, 1));
+        rest.push(b'x');
+        assert_eq!(w.out[from..], rest);
     }
 
     #[test]

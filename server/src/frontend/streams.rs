@@ -3,7 +3,6 @@
 //! frames, each read from its file only as fast as the client takes them,
 //! so that neither holds more than a chunk or two in memory.
 
-use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read};
 
@@ -11,17 +10,12 @@ use bytes::{Bytes, BytesMut};
 use herald_protocol::frame::CHUNK_HEAD_LEN;
 use herald_protocol::header::Header;
 use herald_protocol::message::streamed_body;
-use herald_protocol::{Body, FrameKind, Message, HEADER_LEN};
+use herald_protocol::{Body, FrameKind, Message, Streamed, HEADER_LEN};
 
-use super::outbound::Outbound;
 use crate::store::large::{LargeStore, Spool};
 
 /// Bytes of body in one CHUNK frame the server sends.
 pub const CHUNK_BYTES: usize = 256 << 10;
-
-/// Chunks are read while less than this waits to be written: a stream
-/// keeps the socket busy without filling memory.
-const REFILL_BELOW: usize = 4 * CHUNK_BYTES;
 
 /// A body arriving: its spool file and the message it belongs to.
 pub struct Incoming {
@@ -36,34 +30,129 @@ pub struct Incoming {
     pub transaction: Option<u32>,
 }
 
-/// A body leaving for the client.
-pub struct Outgoing {
-    /// The delivery id the client knows the stream by.
-    pub stream: u64,
-    /// The body's file; none if it could not be opened, and the stream is
-    /// given up.
+/// How a protocol frames the pieces of a body it streams.
+pub trait Framer: Send {
+    /// Most bytes of body in one frame.
+    fn piece_len(&self) -> usize;
+    /// Appends the start of the frame that carries the next `n` bytes of
+    /// the body, which follow it; `last`: no more follow them.
+    fn head(&mut self, n: usize, last: bool, frame: &mut Vec<u8>);
+    /// The frame as the wire takes it.
+    fn finish(&self, frame: Vec<u8>) -> Bytes {
+        Bytes::from(frame)
+    }
+    /// What tells the client that the rest of the body will not come,
+    /// if its protocol has a way to.
+    fn give_up(&mut self) -> Option<Bytes>;
+}
+
+/// A body's frames, read from its file one piece at a time as its
+/// connection writes them (an [`outbound::FrameSource`](super::outbound::FrameSource)).
+pub struct BodyFrames<F> {
+    /// The body's file; none if it could not be opened.
     file: Option<File>,
     left: u64,
+    framer: F,
+    /// The delivery, for the log.
+    delivery: u64,
+}
+
+impl<F: Framer> BodyFrames<F> {
+    /// The `len` bytes of `streamed`'s body for delivery `delivery`, from
+    /// `large`, framed by `framer`. One whose file cannot be opened is
+    /// given up at its first frame.
+    pub fn open(
+        large: Option<&LargeStore>,
+        streamed: &Streamed,
+        delivery: u64,
+        framer: F,
+    ) -> BodyFrames<F> {
+        let opened = match large {
+            Some(large) => large.open_body(streamed),
+            None => Err(io::Error::other("this server keeps no large messages")),
+        };
+        BodyFrames {
+            file: opened.inspect_err(|e| log_unreadable(delivery, e)).ok(),
+            left: streamed.len,
+            framer,
+            delivery,
+        }
+    }
+}
+
+impl<F: Framer> super::outbound::FrameSource for BodyFrames<F> {
+    fn next_frame(&mut self) -> Option<Bytes> {
+        if self.left == 0 {
+            return None;
+        }
+        let n = self.left.min(self.framer.piece_len() as u64) as usize;
+        let last = self.left == n as u64;
+        let mut frame = Vec::with_capacity(n + 64);
+        self.framer.head(n, last, &mut frame);
+        let start = frame.len();
+        // Read straight into the frame: `read_to_end` fills its spare room
+        // without zeroing it first.
+        let read = match self.file.as_mut() {
+            Some(file) => {
+                file.take(n as u64)
+                    .read_to_end(&mut frame)
+                    .and_then(|got| match got == n {
+                        true => Ok(()),
+                        false => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+                    })
+            }
+            // Said when it failed to open.
+            None => Err(io::Error::from(io::ErrorKind::NotFound)),
+        };
+        match read {
+            Ok(()) => {
+                debug_assert_eq!(frame.len(), start + n);
+                self.left -= n as u64;
+                Some(self.framer.finish(frame))
+            }
+            Err(e) => {
+                if self.file.is_some() {
+                    log_unreadable(self.delivery, &e);
+                }
+                self.left = 0;
+                self.framer.give_up()
+            }
+        }
+    }
+}
+
+/// A native body's frames: CHUNKs of the delivery's id.
+pub struct Chunks(u64);
+
+impl Framer for Chunks {
+    fn piece_len(&self) -> usize {
+        CHUNK_BYTES
+    }
+
+    fn head(&mut self, n: usize, _: bool, frame: &mut Vec<u8>) {
+        frame.extend_from_slice(&chunk_head(self.0, n));
+    }
+
+    fn give_up(&mut self) -> Option<Bytes> {
+        Some(Bytes::copy_from_slice(&chunk_head(self.0, 0)))
+    }
 }
 
 /// What streams after a native MESSAGE of `block`, delivery
 /// `delivery_id`, if it is a large message's with a body: the body, from
-/// its file. One whose file cannot be opened is given up.
-pub fn body_of(block: &[u8], delivery_id: u64, large: Option<&LargeStore>) -> Option<Outgoing> {
+/// its file, in CHUNK frames.
+pub fn body_of(
+    block: &[u8],
+    delivery_id: u64,
+    large: Option<&LargeStore>,
+) -> Option<Box<dyn super::outbound::FrameSource>> {
     let streamed = streamed_body(block).filter(|s| s.len > 0)?;
-    let opened = match large {
-        Some(large) => large.open_body(&streamed),
-        None => Err(io::Error::other("this server keeps no large messages")),
-    };
-    Some(Outgoing {
-        stream: delivery_id,
-        file: opened.inspect_err(|e| log_unreadable(delivery_id, e)).ok(),
-        left: streamed.len,
-    })
+    let frames = BodyFrames::open(large, &streamed, delivery_id, Chunks(delivery_id));
+    Some(Box::new(frames))
 }
 
-/// `block` for a client whose protocol cannot stream a body (STOMP,
-/// MQTT, AMQP for now): a large message's body read into it as bytes, up
+/// `block` for a client whose protocol cannot stream a body (STOMP and
+/// MQTT; AMQP's gets one of more than 4 GiB so): a large message's body read into it as bytes, up
 /// to `max` bytes; past that, or if it cannot be read, the body is left
 /// out and the property [`NOT_CARRIED`] says why.
 pub fn inline(block: Bytes, large: Option<&LargeStore>, protocol: &str) -> Bytes {
@@ -106,11 +195,6 @@ pub fn inline(block: Bytes, large: Option<&LargeStore>, protocol: &str) -> Bytes
 /// why.
 pub const NOT_CARRIED: &str = "HeraldBodyNotCarried";
 
-/// The empty CHUNK that gives stream `stream` up.
-pub fn give_up(stream: u64) -> Bytes {
-    Bytes::copy_from_slice(&chunk_head(stream, 0))
-}
-
 /// The frame header and stream of a CHUNK of `n` bytes.
 fn chunk_head(stream: u64, n: usize) -> [u8; HEADER_LEN + CHUNK_HEAD_LEN] {
     let header = Header {
@@ -122,51 +206,6 @@ fn chunk_head(stream: u64, n: usize) -> [u8; HEADER_LEN + CHUNK_HEAD_LEN] {
     head[..HEADER_LEN].copy_from_slice(&header.encode());
     head[HEADER_LEN..].copy_from_slice(&stream.to_be_bytes());
     head
-}
-
-/// A CHUNK frame of the next `n` bytes of `file`, read straight into it
-/// (`read_to_end` fills the frame's spare room without zeroing it first).
-fn read_chunk(stream: u64, file: &mut File, n: usize) -> io::Result<Bytes> {
-    let mut frame = Vec::with_capacity(HEADER_LEN + CHUNK_HEAD_LEN + n);
-    frame.extend_from_slice(&chunk_head(stream, n));
-    file.take(n as u64).read_to_end(&mut frame)?;
-    if frame.len() != HEADER_LEN + CHUNK_HEAD_LEN + n {
-        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
-    }
-    Ok(Bytes::from(frame))
-}
-
-/// Queues the next chunks of the bodies leaving, first one first, while
-/// little waits to be written. A body whose file fails is given up (the
-/// client's read of it fails) and the next goes on.
-pub fn refill(outgoing: &mut VecDeque<Outgoing>, out: &mut Outbound) {
-    while out.pending() < REFILL_BELOW {
-        let Some(front) = outgoing.front_mut() else {
-            return;
-        };
-        let n = front.left.min(CHUNK_BYTES as u64) as usize;
-        let read = match front.file.as_mut() {
-            Some(file) => read_chunk(front.stream, file, n),
-            // Said when it failed to open.
-            None => Err(io::Error::from(io::ErrorKind::NotFound)),
-        };
-        match read {
-            Ok(frame) => {
-                out.push_raw(frame);
-                front.left -= n as u64;
-                if front.left == 0 {
-                    outgoing.pop_front();
-                }
-            }
-            Err(e) => {
-                if front.file.is_some() {
-                    log_unreadable(front.stream, &e);
-                }
-                out.push_raw(give_up(front.stream));
-                outgoing.pop_front();
-            }
-        }
-    }
 }
 
 /// A body that cannot be read is said at most once an interval.

@@ -81,9 +81,7 @@ pub(crate) fn deliver(
 ) {
     for (block, deliveries) in messages {
         let delivery_id = session.next_delivery_id();
-        if let Some(body) = streams::body_of(&block, delivery_id, large) {
-            session.traffic().outgoing.push_back(body);
-        }
+        let body = streams::body_of(&block, delivery_id, large);
         out.push_delivery(
             subscription_id,
             delivery_id,
@@ -91,5 +89,8 @@ pub(crate) fn deliver(
             block,
             crate::frontend::outbound::Droppable::Never,
         );
+        if let Some(body) = body {
+            out.push_source(body);
+        }
     }
 }

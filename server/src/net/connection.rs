@@ -508,7 +508,7 @@ impl Connection {
                     },
                 );
                 if let Some(body) = body {
-                    self.session.traffic().outgoing.push_back(body);
+                    self.out.push_source(body);
                 }
                 false
             }
@@ -529,10 +529,9 @@ impl Connection {
             ),
             Front::Amqp(amqp) => amqp.message(
                 &mut self.out,
-                subscription_id,
-                delivery_id,
-                delivery_count,
-                &streams::inline(message, large, "AMQP"),
+                (subscription_id, delivery_id, delivery_count),
+                &message,
+                large,
             ),
         }
     }
@@ -564,9 +563,7 @@ impl Connection {
     /// Whether large messages' bodies are still on their way out: the
     /// worker comes back to it after the others have had their turn.
     pub fn streaming(&self) -> bool {
-        self.session
-            .traffic_ref()
-            .is_some_and(|t| !t.outgoing.is_empty())
+        self.out.has_sources()
     }
 
     /// Writes what is queued; remembers whether the socket blocked.
@@ -575,9 +572,6 @@ impl Connection {
             (Front::Stomp(stomp), false) => stomp.wrote(Instant::now()),
             (Front::Amqp(amqp), false) => amqp.wrote(Instant::now()),
             _ => {}
-        }
-        if let Some(t) = self.session.traffic_mut() {
-            streams::refill(&mut t.outgoing, &mut self.out);
         }
         let before = self.out.pending();
         let status = self.flush_out();
