@@ -1,7 +1,10 @@
 //! Large messages on a connection: bodies arriving in CHUNK frames, each
-//! written to its spool file as it comes, and bodies leaving in CHUNK
-//! frames, each read from its file only as fast as the client takes them,
-//! so that neither holds more than a chunk or two in memory.
+//! written to its spool file as it comes, and bodies leaving in the frames
+//! of their client's protocol (native CHUNKs, AMQP transfers), each read
+//! from its file only once it is at the front of its connection's queue,
+//! so that neither holds more than a chunk or two in memory. A client
+//! whose protocol cannot take a body in pieces gets it read in, up to a
+//! bound ([`inline`]).
 
 use std::fs::File;
 use std::io::{self, Read};
