@@ -103,6 +103,15 @@ impl StompFrame {
     /// of its true length; one among the headers is never written, since
     /// a wrong one would let the body's bytes be read as further frames.
     pub fn encode(&self, escape: bool, dst: &mut BytesMut) {
+        self.encode_head(escape, self.body.len() as u64, dst);
+        dst.put_slice(&self.body);
+        dst.put_u8(0);
+    }
+
+    /// Appends the command and headers, with a `content-length` of
+    /// `body_len` (none for 0), and the blank line: what comes before a
+    /// body of `body_len` bytes written apart, then the NUL.
+    pub fn encode_head(&self, escape: bool, body_len: u64, dst: &mut BytesMut) {
         let escape = escape && self.command != "CONNECT" && self.command != "CONNECTED";
         dst.put_slice(self.command.as_bytes());
         dst.put_u8(b'\n');
@@ -122,12 +131,10 @@ impl StompFrame {
             put_header_text(dst, value, escape);
             dst.put_u8(b'\n');
         }
-        if !self.body.is_empty() {
-            dst.put_slice(format!("content-length:{}\n", self.body.len()).as_bytes());
+        if body_len > 0 {
+            dst.put_slice(format!("content-length:{body_len}\n").as_bytes());
         }
         dst.put_u8(b'\n');
-        dst.put_slice(&self.body);
-        dst.put_u8(0);
     }
 }
 

@@ -115,6 +115,12 @@ enum Answer {
 pub trait FrameSource: Send {
     /// The next frame; `None` once there is none left.
     fn next_frame(&mut self) -> Option<Bytes>;
+    /// Whether it stopped short with no way to tell its client (a STOMP
+    /// body cut before its content-length): the connection is closed, or
+    /// what follows would be read as the rest of the body.
+    fn failed(&self) -> bool {
+        false
+    }
 }
 
 /// A frame source in the queue.
@@ -200,14 +206,15 @@ impl Outbound {
     }
 
     /// Lets the first source make its next frames while it is at the
-    /// front, up to `budget` of them; a source with none left goes.
-    fn prime(&mut self, budget: &mut usize) {
+    /// front, up to `budget` of them; a source with none left goes. Fails
+    /// if one stopped short without a way to say so.
+    fn prime(&mut self, budget: &mut usize) -> io::Result<()> {
         while *budget > 0 {
             let Some(rare) = self.rare.as_mut() else {
-                return;
+                return Ok(());
             };
             let Some(source) = rare.sources.front_mut().filter(|s| s.before == 0) else {
-                return;
+                return Ok(());
             };
             match source.frames.next_frame() {
                 Some(frame) => {
@@ -221,6 +228,11 @@ impl Outbound {
                         droppable: Droppable::Never,
                     });
                 }
+                None if source.frames.failed() => {
+                    return Err(io::Error::other(
+                        "a large message's body could not be read to its end",
+                    ))
+                }
                 None => {
                     // The next one's `before` counts what was between the
                     // two: at the front now.
@@ -231,6 +243,7 @@ impl Outbound {
                 }
             }
         }
+        Ok(())
     }
 
     /// Gives back the room of the frame queue if it is empty. Not for
@@ -422,7 +435,7 @@ impl Outbound {
         let Gather { bytes, segs } = gather;
         let mut budget = SOURCE_FRAMES_PER_WRITE;
         loop {
-            self.prime(&mut budget);
+            self.prime(&mut budget)?;
             let ready = self.ready();
             if ready == 0 {
                 break;
@@ -620,6 +633,34 @@ mod tests {
         rest.extend_from_slice(&Delivery::encode_head(0, 2, 2, 1, 1));
         rest.push(b'x');
         assert_eq!(w.out[from..], rest);
+    }
+
+    /// A source that cannot go on and has no way to say so.
+    struct Broken;
+
+    impl FrameSource for Broken {
+        fn next_frame(&mut self) -> Option<Bytes> {
+            None
+        }
+
+        fn failed(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_source_cut_short_without_a_way_to_say_so_fails_the_write() {
+        let mut o = Outbound::default();
+        o.push_raw(Bytes::from_static(b"head"));
+        o.push_source(Box::new(Broken));
+        o.push_raw(Bytes::from_static(b"what would be read as its body"));
+        let mut w = Trickle {
+            out: Vec::new(),
+            cap: 1 << 20,
+            calls: 0,
+        };
+        assert!(o.write_to(&mut w).is_err());
+        assert_eq!(w.out, b"head");
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub trait Framer: Send {
     /// Appends the start of the frame that carries the next `n` bytes of
     /// the body, which follow it; `last`: no more follow them.
     fn head(&mut self, n: usize, last: bool, frame: &mut Vec<u8>);
+    /// Appends what follows the body's last bytes in their frame, if
+    /// anything does.
+    fn end(&mut self, _frame: &mut Vec<u8>) {}
     /// The frame as the wire takes it.
     fn finish(&self, frame: Vec<u8>) -> Bytes {
         Bytes::from(frame)
@@ -58,6 +61,8 @@ pub struct BodyFrames<F> {
     framer: F,
     /// The delivery, for the log.
     delivery: u64,
+    /// It stopped short and its protocol has no way to say so.
+    failed: bool,
 }
 
 impl<F: Framer> BodyFrames<F> {
@@ -79,6 +84,7 @@ impl<F: Framer> BodyFrames<F> {
             left: streamed.len,
             framer,
             delivery,
+            failed: false,
         }
     }
 }
@@ -111,6 +117,9 @@ impl<F: Framer> super::outbound::FrameSource for BodyFrames<F> {
             Ok(()) => {
                 debug_assert_eq!(frame.len(), start + n);
                 self.left -= n as u64;
+                if last {
+                    self.framer.end(&mut frame);
+                }
                 Some(self.framer.finish(frame))
             }
             Err(e) => {
@@ -118,9 +127,15 @@ impl<F: Framer> super::outbound::FrameSource for BodyFrames<F> {
                     log_unreadable(self.delivery, &e);
                 }
                 self.left = 0;
-                self.framer.give_up()
+                let told = self.framer.give_up();
+                self.failed = told.is_none();
+                told
             }
         }
+    }
+
+    fn failed(&self) -> bool {
+        self.failed
     }
 }
 
@@ -154,8 +169,8 @@ pub fn body_of(
     Some(Box::new(frames))
 }
 
-/// `block` for a client whose protocol cannot stream a body (STOMP and
-/// MQTT; AMQP's gets one of more than 4 GiB so): a large message's body read into it as bytes, up
+/// `block` for a client whose protocol cannot stream a body (MQTT, STOMP
+/// over WebSocket; AMQP's gets one of more than 4 GiB so): a large message's body read into it as bytes, up
 /// to `max` bytes; past that, or if it cannot be read, the body is left
 /// out and the property [`NOT_CARRIED`] says why.
 pub fn inline(block: Bytes, large: Option<&LargeStore>, protocol: &str) -> Bytes {

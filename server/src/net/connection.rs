@@ -514,10 +514,9 @@ impl Connection {
             }
             Front::Stomp(stomp) => stomp.message(
                 &mut self.out,
-                subscription_id,
-                delivery_id,
-                delivery_count,
-                &streams::inline(message, large, "STOMP"),
+                (subscription_id, delivery_id, delivery_count),
+                &message,
+                large,
             ),
             Front::Mqtt(mqtt) => mqtt.message(
                 &mut self.out,

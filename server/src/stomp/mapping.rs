@@ -174,9 +174,10 @@ pub fn frame_from(
         }
     }
     let (content_type, body) = match m.body {
-        // A streamed body is read into the block, or marked as not
-        // carried, before a delivery gets here (`frontend::streams::inline`).
-        Body::Empty | Body::Stream(_) => (None, None),
+        Body::Empty => (None, None),
+        // Its bytes follow the frame's head from the body's file
+        // (`StompSession::message`).
+        Body::Stream(_) => (Some("application/octet-stream"), None),
         Body::Text(t) => (Some("text/plain;charset=utf-8"), Some(Bytes::from(t))),
         Body::Bytes(b) => (Some("application/octet-stream"), Some(b)),
         Body::Map(entries) => {

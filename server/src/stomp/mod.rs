@@ -27,18 +27,21 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
+use herald_protocol::message::streamed_body;
 use herald_protocol::stomp::ClientCommand;
 use herald_protocol::stomp::{StompDecoder, StompError, StompFrame, StompLimits};
 use herald_protocol::{Destination, ErrorCode};
 
 use crate::broker::{SubscribeRequest, Written};
 use crate::frontend::outbound::Outbound;
+use crate::frontend::streams::{self, BodyFrames, Framer};
 use crate::frontend::{
     admit, authorize_publish as send_authorize, await_journal, check_id_length, commit,
     delete_durable, end_subscription, publish, selector as subscribe_selector, settle,
     subscribe as start, subscribe_refusal, Context, Flow, Published, Refusal, Welcome,
 };
 use crate::session::{Deferred, Outcome, Phase, Session, Transactions};
+use crate::store::large::LargeStore;
 
 /// How a STOMP subscription acknowledges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,24 +224,64 @@ impl StompSession {
 
     /// Sends one delivery as a MESSAGE frame; true if the server should
     /// acknowledge it itself (an `auto` subscription).
+    /// A large message's body streams after the frame's head, read from
+    /// its file as it is written (over WebSocket, whose messages are
+    /// whole, it is read in up to `max_frame_size`).
     pub fn message(
         &mut self,
         out: &mut Outbound,
-        subscription_id: u32,
-        delivery_id: u64,
-        count: u32,
+        (subscription_id, delivery_id, count): (u32, u64, u32),
         block: &Bytes,
+        large: Option<&LargeStore>,
     ) -> bool {
         let Some(name) = self.names.get(&subscription_id) else {
             return true;
         };
         let mode = self.subscriptions.get(name).map_or(Ack::Auto, |s| s.1);
         let ack = (mode != Ack::Auto).then_some(delivery_id);
-        match mapping::frame_from(block, name, ack, count) {
-            Ok(frame) => self.push(out, &frame),
-            Err(e) => log::error!("message for STOMP subscription {name} cannot be expressed: {e}"),
+        let streamed = streamed_body(block).filter(|s| s.len > 0);
+        let (inlined, streamed) = match (streamed, large, &self.websocket) {
+            (Some(s), Some(_), None) => (None, Some(s)),
+            (Some(_), _, _) => (Some(streams::inline(block.clone(), large, "STOMP")), None),
+            (None, _, _) => (None, None),
+        };
+        let block = inlined.as_ref().unwrap_or(block);
+        match (mapping::frame_from(block, name, ack, count), streamed) {
+            (Ok(frame), None) => self.push(out, &frame),
+            (Ok(frame), Some(s)) => {
+                let mut head = BytesMut::new();
+                frame.encode_head(self.escapes(), s.len, &mut head);
+                out.push_raw(head.freeze());
+                let body = BodyFrames::open(large, &s, delivery_id, Raw);
+                out.push_source(Box::new(body));
+            }
+            (Err(e), _) => {
+                log::error!("message for STOMP subscription {name} cannot be expressed: {e}")
+            }
         }
         mode == Ack::Auto
+    }
+}
+
+/// A STOMP body's bytes as they are, after its frame's head, and the NUL
+/// that ends the frame after the last.
+struct Raw;
+
+impl Framer for Raw {
+    fn piece_len(&self) -> usize {
+        streams::CHUNK_BYTES
+    }
+
+    fn head(&mut self, _: usize, _: bool, _: &mut Vec<u8>) {}
+
+    fn end(&mut self, frame: &mut Vec<u8>) {
+        frame.push(0);
+    }
+
+    fn give_up(&mut self) -> Option<Bytes> {
+        // A frame cannot end short of its content-length: the connection
+        // is closed instead (`FrameSource::failed`).
+        None
     }
 }
 
