@@ -34,12 +34,18 @@ def streamed_file(size):
     return f.name
 
 
+def subscribers(server, stomp_destination, amqp_address):
+    """A stomp.py subscription (bodies as bytes) and a proton receiver."""
+    conn, inbox = connect(server, auto_decode=False)
+    conn.subscribe(stomp_destination, id="s", ack="auto", receipt="s")
+    assert inbox.receipt() == "s"
+    receiver, close = amqp_receiver(server, amqp_address)
+    return conn, inbox, receiver, close
+
+
 def test_a_streamed_body_reaches_proton_and_stomp_whole_within_max_frame_size(small_frames):
     server = small_frames
-    conn, inbox = connect(server, auto_decode=False)
-    conn.subscribe("/topic/files", id="s", ack="auto", receipt="s")
-    assert inbox.receipt() == "s"
-    receiver, close = amqp_receiver(server, "topic://files")
+    conn, inbox, receiver, close = subscribers(server, "/topic/files", "topic://files")
     path = streamed_file(3_000_000)
     try:
         server.herald("pub", "topic://files", "--file", path, "-P", "name=a.bin")
@@ -60,10 +66,7 @@ def test_a_streamed_body_reaches_proton_and_stomp_whole_within_max_frame_size(sm
 
 def test_past_max_frame_size_proton_and_stomp_get_the_body_streamed(small_frames):
     server = small_frames
-    conn, inbox = connect(server, auto_decode=False)
-    conn.subscribe("/queue/films", id="s", ack="auto", receipt="s")
-    assert inbox.receipt() == "s"
-    receiver, close = amqp_receiver(server, "topic://films")
+    conn, inbox, receiver, close = subscribers(server, "/queue/films", "topic://films")
     path = streamed_file(20_000_000)
     try:
         server.herald("pub", "topic://films", "--file", path)
