@@ -99,12 +99,13 @@ fn admit(
     }
     let open = session.traffic_ref().map_or(0, |t| t.incoming.len());
     if open >= config.max_streams_per_connection {
-        return Err(Refusal::soft(
-            ErrorCode::LimitExceeded,
-            format!(
+        let why = match config.max_streams_per_connection {
+            0 => "large messages are refused here (max_streams_per_connection = 0)".to_owned(),
+            _ => format!(
                 "this connection is sending {open} large messages already (max_streams_per_connection)"
             ),
-        ));
+        };
+        return Err(Refusal::soft(ErrorCode::LimitExceeded, why));
     }
     super::send::check_origin(message)?;
     crate::frontend::authorize_publish(session, message, ctx)

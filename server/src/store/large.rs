@@ -108,12 +108,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Makes the body file a persistent message's block names durable, if it
-/// names one: the journal does so before it writes the message's record.
+/// names one, and its name in the directory (a new file's entry is not
+/// durable with its data): the journal does so before it writes the
+/// message's record.
 pub fn sync_named(data_dir: &Path, block: &[u8]) -> io::Result<()> {
-    match streamed(block) {
-        Some(s) => File::open(body_path(&data_dir.join(LARGE_DIR), s.stream))?.sync_data(),
-        None => Ok(()),
-    }
+    let Some(s) = streamed(block) else {
+        return Ok(());
+    };
+    let dir = data_dir.join(LARGE_DIR);
+    File::open(body_path(&dir, s.stream))?.sync_data()?;
+    File::open(&dir)?.sync_all()
 }
 
 /// `block`, holding the body file it names, if it names one: every block
