@@ -259,6 +259,7 @@ fn large_messages_are_bounded_by_size_and_per_connection() {
         .unwrap();
     let consumer = s.create_consumer(&Destination::queue("q")).unwrap();
     let m = next(&consumer);
+    assert!(matches!(m.body, Body::Bytes(_)), "a frame holds it: whole");
     assert_eq!(check(consumer.body(&m).unwrap(), 3, 1000), 1000);
 }
 
@@ -420,7 +421,9 @@ fn a_failover_midway_fails_the_large_send_and_the_resumed_connection_goes_on() {
 #[test]
 fn a_listener_hands_large_bodies_to_another_thread_and_one_it_leaves_is_dropped() {
     const LEN: u64 = 6 << 20;
-    let server = start();
+    let mut config = test_config();
+    config.max_frame_size = 1 << 20;
+    let server = start_with(config);
     let (c, s) = connect(&server);
     let (tx, rx) = std::sync::mpsc::channel();
     // Any session of the connection reaches its bodies.
@@ -494,4 +497,198 @@ fn an_amqp_receiver_gets_a_large_body_in_transfers_past_max_frame_size_and_then_
         "{:?}",
         after.body
     );
+}
+
+/// A message an AMQP client sends, its body `body`.
+fn amqp_wire(body: herald_protocol::amqp::message::Body) -> Vec<u8> {
+    use herald_protocol::amqp::message::Message as AmqpMessage;
+    use herald_protocol::amqp::Value;
+    let mut wire = Vec::new();
+    AmqpMessage {
+        application_properties: vec![("reel".into(), Value::String("one".into()))],
+        body,
+        ..AmqpMessage::default()
+    }
+    .encode(&mut wire);
+    wire
+}
+
+#[test]
+fn an_amqp_sender_s_large_message_goes_to_a_file_as_its_transfers_come() {
+    use herald_protocol::amqp::message::Body as AmqpBody;
+    use herald_protocol::amqp::performative::Performative;
+    use herald_protocol::amqp::Value;
+    const LEN: usize = 3 << 20;
+    let mut config = test_config();
+    config.max_frame_size = 1 << 20;
+    config.max_large_message_bytes = 4 << 20;
+    let dir = config.data_dir.clone();
+    let server = start_with(config);
+    let mut amqp = AmqpClient::opened(&server, "reels");
+    amqp.sender(0, "queue://reels");
+    let mut body = vec![0; LEN];
+    Pattern::new(5, LEN as u64).read_exact(&mut body).unwrap();
+    let body = bytes::Bytes::from(body);
+    // Past max_frame_size, in a data section and in a binary amqp-value.
+    let data = amqp_wire(AmqpBody::Data(vec![body.clone()]));
+    amqp.transfer_pieces((0, 0), &data, 64 << 10, false);
+    assert!(amqp.outcome().contains("36"), "accepted");
+    let value = amqp_wire(AmqpBody::Value(Value::Binary(body.slice(..LEN / 2))));
+    amqp.transfer_pieces((0, 1), &value, 64 << 10, false);
+    assert!(amqp.outcome().contains("36"), "accepted");
+    assert_eq!(body_files(&dir), 2);
+    let q = call(&server, "GET", "/api/queues/reels", None, None).json();
+    assert!(q["bytes"].as_u64().unwrap() < 4096, "headers only: {q}");
+    // One that ends short of its body's length, one past
+    // max_large_message_bytes, and one aborted leave nothing.
+    amqp.transfer_pieces((0, 2), &data[..data.len() - 100], 64 << 10, false);
+    let short = amqp.outcome();
+    assert!(
+        short.contains("decode-error") && short.contains("100 bytes short"),
+        "{short}"
+    );
+    let huge = amqp_wire(AmqpBody::Data(vec![bytes::Bytes::from(vec![1; 5 << 20])]));
+    amqp.transfer_pieces((0, 3), &huge, 64 << 10, false);
+    let limit = amqp.outcome();
+    assert!(limit.contains("max_large_message_bytes"), "{limit}");
+    amqp.transfer_pieces((0, 4), &data[..2 << 20], 64 << 10, true);
+    amqp.transfer_pieces((0, 5), &amqp_wire(AmqpBody::Empty), 64 << 10, false);
+    assert!(amqp.outcome().contains("36"), "the next goes on");
+    assert_eq!(body_files(&dir), 2);
+    // An AMQP receiver gets each as it was sent.
+    amqp.attach_receiver(1, "queue://reels");
+    assert!(matches!(
+        amqp.next(false),
+        Got::Amqp(0, Performative::Attach(_))
+    ));
+    amqp.credit(1, 0, 10);
+    for expected in [
+        AmqpBody::Data(vec![body.clone()]),
+        AmqpBody::Value(Value::Binary(body.slice(..LEN / 2))),
+    ] {
+        let (_, m, _) = amqp.delivery(512);
+        assert_eq!(m.application_properties[0].1, Value::String("one".into()));
+        let got = match m.body {
+            AmqpBody::Data(parts) => AmqpBody::Data(vec![parts.concat().into()]),
+            other => other,
+        };
+        assert!(got == expected, "the body as sent");
+    }
+}
+
+#[test]
+fn a_body_sent_whole_past_its_address_threshold_is_kept_in_a_file() {
+    const LEN: usize = 300_000;
+    let mut config = test_config();
+    config.max_frame_size = 4 << 20;
+    config.addresses = vec![herald_server::config::AddressRule {
+        pattern: "queue://spill.#".into(),
+        large_message_threshold: Some(100_000),
+        ..Default::default()
+    }];
+    let dir = config.data_dir.clone();
+    let server = start_with(config);
+    let settings = call(
+        &server,
+        "GET",
+        "/api/addresses?destination=queue://spill.a",
+        None,
+        None,
+    )
+    .json();
+    assert_eq!(settings["settings"]["large_message_threshold"], 100_000);
+    let (c, s) = connect(&server);
+    let mut body = vec![0; LEN];
+    Pattern::new(9, LEN as u64).read_exact(&mut body).unwrap();
+    let whole = |len: usize| Message::new(Body::Bytes(bytes::Bytes::copy_from_slice(&body[..len])));
+    let spilled = s.create_producer(&Destination::queue("spill.a")).unwrap();
+    spilled.send_with_receipt(whole(LEN)).unwrap();
+    assert_eq!(body_files(&dir), 1, "past the threshold: a file");
+    spilled.send_with_receipt(whole(50_000)).unwrap();
+    let other = s.create_producer(&Destination::queue("other")).unwrap();
+    other.send_with_receipt(whole(LEN)).unwrap();
+    // In a transaction too.
+    let tx = c
+        .create_session(herald_client::AckMode::Transacted)
+        .unwrap();
+    tx.create_producer(&Destination::queue("spill.a"))
+        .unwrap()
+        .send(whole(LEN))
+        .unwrap();
+    tx.commit().unwrap();
+    assert_eq!(body_files(&dir), 2, "only the two past spill.#'s threshold");
+    // A native consumer gets a body a frame may hold whole, kept in a
+    // file or not.
+    let consumer = s.create_consumer(&Destination::queue("spill.a")).unwrap();
+    for len in [LEN, 50_000, LEN] {
+        let m = next(&consumer);
+        assert!(matches!(&m.body, Body::Bytes(b) if b.len() == len));
+        assert_eq!(check(consumer.body(&m).unwrap(), 9, len as u64), len as u64);
+    }
+    let m = next(&s.create_consumer(&Destination::queue("other")).unwrap());
+    assert!(matches!(m.body, Body::Bytes(_)), "under its threshold");
+    wait_until("the files go", || body_files(&dir) == 0);
+}
+
+#[test]
+fn a_stomp_sender_s_large_body_goes_to_a_file_as_it_comes() {
+    use herald_protocol::stomp::StompFrame;
+    const BIG: usize = 3 << 20;
+    let mut config = test_config();
+    config.max_frame_size = 1 << 20;
+    config.addresses = vec![herald_server::config::AddressRule {
+        pattern: "queue://small.#".into(),
+        large_message_threshold: Some(100_000),
+        ..Default::default()
+    }];
+    let dir = config.data_dir.clone();
+    let server = start_with(config);
+    let mut stomp = StompClient::connected(&server, &[]);
+    let mut body = vec![0; BIG];
+    Pattern::new(6, BIG as u64).read_exact(&mut body).unwrap();
+    let send = |to: &str, len: usize, receipt: &str| {
+        let mut f = StompFrame::new("SEND")
+            .header("destination", to)
+            .header("content-type", "application/octet-stream")
+            .header("receipt", receipt);
+        f.body = bytes::Bytes::copy_from_slice(&body[..len]);
+        f
+    };
+    // Past max_frame_size; past its address's threshold; under it (but
+    // past another's); and in a transaction.
+    stomp.send(&send("/queue/uploads", BIG, "1"));
+    stomp.expect("RECEIPT");
+    stomp.send(&send("/queue/small.a", 300_000, "2"));
+    stomp.expect("RECEIPT");
+    stomp.send(&send("/queue/uploads", 300_000, "3"));
+    stomp.expect("RECEIPT");
+    stomp.send(&StompFrame::new("BEGIN").header("transaction", "t"));
+    stomp.send(&send("/queue/uploads", BIG, "4").header("transaction", "t"));
+    stomp.expect("RECEIPT");
+    stomp.send(
+        &StompFrame::new("COMMIT")
+            .header("transaction", "t")
+            .header("receipt", "5"),
+    );
+    stomp.expect("RECEIPT");
+    assert_eq!(body_files(&dir), 3);
+    let (_c, s) = connect(&server);
+    let uploads = s.create_consumer(&Destination::queue("uploads")).unwrap();
+    for len in [BIG, 300_000, BIG] {
+        let m = next(&uploads);
+        assert_eq!(matches!(m.body, Body::Stream(_)), len == BIG, "{len}");
+        assert_eq!(check(uploads.body(&m).unwrap(), 6, len as u64), len as u64);
+    }
+    let small = s.create_consumer(&Destination::queue("small.a")).unwrap();
+    let m = next(&small);
+    assert!(matches!(&m.body, Body::Bytes(b) if b.len() == 300_000));
+    assert_eq!(check(small.body(&m).unwrap(), 6, 300_000), 300_000);
+    wait_until("the files go", || body_files(&dir) == 0);
+    // A body its NUL does not end is refused, and its file goes.
+    let head = format!("SEND\ndestination:/queue/uploads\ncontent-length:{BIG}\n\n");
+    stomp.write(head.as_bytes());
+    stomp.write(&body);
+    stomp.write(b"X");
+    stomp.expect_error_saying("not followed by a NUL");
+    wait_until("the file goes", || body_files(&dir) == 0);
 }

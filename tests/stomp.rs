@@ -353,10 +353,28 @@ fn bad_frames_get_an_error_and_a_close_while_others_carry_on() {
         publish(&session, "canary", "alive");
         assert_eq!(next(&canary).body_text(), Some("alive"));
     }
-    // An oversized frame.
+    // An oversized frame, and a body past max_large_message_bytes (a
+    // SEND past max_frame_size is a large message), refused at its head.
+    let mut config = test_config();
+    config.max_frame_size = 1 << 20;
+    let server = start_with(config);
     let mut c = StompClient::connected(&server, &[]);
-    c.write(b"SEND\ndestination:/topic/x\ncontent-length:999999999\n\n");
-    assert!(c.expect_error().get("message").unwrap().contains("exceeds"));
+    c.write(b"SUBSCRIBE\nid:0\ndestination:/topic/x\nfiller:");
+    c.write(&vec![b'f'; 2 << 20]);
+    assert!(c
+        .expect_error()
+        .get("message")
+        .unwrap()
+        .contains("exceeds max_frame_size"));
+    let mut c = StompClient::connected(&server, &[]);
+    c.write(b"SEND\ndestination:/topic/x\ncontent-length:99999999999\n\n");
+    let e = c.expect_error();
+    assert!(
+        e.get("message")
+            .unwrap()
+            .contains("exceeds max_large_message_bytes"),
+        "{e:?}"
+    );
 }
 
 #[test]

@@ -323,12 +323,12 @@ impl Consumer {
         }
     }
 
-    /// The body of `message`, a large message this consumer received, to
-    /// read as it arrives: read it before the next receive, which drops
-    /// what is left. A listener takes it with
-    /// [`Session::body`](crate::Session::body) and reads it on another
-    /// thread. Fails for a message that is not large, or whose body was
-    /// taken or dropped.
+    /// The body of `message`, a message this consumer received, to read:
+    /// a large message's as it arrives (read it before the next receive,
+    /// which drops what is left), any other's from the message. A
+    /// listener takes it with [`Session::body`](crate::Session::body) and
+    /// reads it on another thread. Fails for a map body, and for a large
+    /// body taken or dropped already.
     pub fn body(&self, message: &Message) -> Result<BodyReader> {
         crate::stream::body(&self.inner.streams, message)
     }

@@ -424,8 +424,8 @@ impl Session {
         self.shared.mode
     }
 
-    /// The body of `message`, a large message one of this connection's
-    /// consumers received: [`Consumer::body`](crate::Consumer::body) for a
+    /// The body of `message`, which one of this connection's consumers
+    /// received: [`Consumer::body`](crate::Consumer::body) for a
     /// listener, which holds its session rather than its consumer. A
     /// listener takes the body and reads it on another thread (its own is
     /// the one that reads the body from the server); one it does not take

@@ -148,10 +148,25 @@ impl Streams {
 /// The body of `message`, a large message received on this connection,
 /// to read as it arrives.
 pub(crate) fn body(streams: &Streams, message: &Message) -> Result<BodyReader> {
-    let Body::Stream(s) = &message.body else {
-        return Err(Error::InvalidArgument(
-            "not a large message: its body came with it".into(),
-        ));
+    // A body that came with its message reads as one that follows it: an
+    // application reads every body one way, whichever its size made it.
+    let whole = |current: Bytes| {
+        Ok(BodyReader {
+            slot: Arc::new(Mutex::new(None)),
+            left: current.len() as u64,
+            current,
+        })
+    };
+    let s = match &message.body {
+        Body::Stream(s) => s,
+        Body::Bytes(b) => return whole(b.clone()),
+        Body::Text(t) => return whole(Bytes::copy_from_slice(t.as_bytes())),
+        Body::Empty => return whole(Bytes::new()),
+        Body::Map(_) => {
+            return Err(Error::InvalidArgument(
+                "a map body is not read as bytes".into(),
+            ))
+        }
     };
     streams.take(message.delivery_id, s.len).ok_or_else(|| {
         Error::InvalidArgument(
@@ -166,8 +181,8 @@ pub(crate) fn cut(slot: &Slot) {
     lock(slot).take();
 }
 
-/// A large message's body as it arrives: read it before the consumer's
-/// next receive (which drops what is left of it).
+/// A message's body to read: a large message's as it arrives (read it
+/// before the consumer's next receive, which drops what is left of it).
 pub struct BodyReader {
     slot: Slot,
     current: Bytes,

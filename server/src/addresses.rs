@@ -34,6 +34,9 @@ pub struct QueuesConfig {
     pub full_policy: FullPolicy,
     /// How long a blocked send waits for room before it fails.
     pub block_timeout_ms: u32,
+    /// A body larger than this is kept in a file of its own on disk, not
+    /// in memory, however it was sent.
+    pub large_message_threshold: usize,
 }
 
 /// What a send to a full queue does.
@@ -75,6 +78,7 @@ impl Default for QueuesConfig {
             default_prefetch: 1000,
             full_policy: FullPolicy::Page,
             block_timeout_ms: 30_000,
+            large_message_threshold: 1 << 20,
         }
     }
 }
@@ -203,6 +207,9 @@ pub struct AddressRule {
     /// exist.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_create: Option<bool>,
+    /// A body larger than this is kept on disk, not in memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub large_message_threshold: Option<usize>,
 }
 
 /// The settings in force for one destination.
@@ -239,6 +246,8 @@ pub struct AddressSettings {
     pub default_ttl: u64,
     /// See [`AddressRule::auto_create`].
     pub auto_create: bool,
+    /// See [`AddressRule::large_message_threshold`].
+    pub large_message_threshold: usize,
     /// The `match` of every entry that applies, least specific first.
     pub matched: Vec<String>,
 }
@@ -263,6 +272,7 @@ impl AddressSettings {
             default_priority: None,
             default_ttl: 0,
             auto_create: true,
+            large_message_threshold: queues.large_message_threshold,
             matched: Vec::new(),
         }
     }
@@ -305,6 +315,7 @@ impl AddressSettings {
         }
         set(&mut self.default_ttl, r.default_ttl.map(|m| m.0));
         set(&mut self.auto_create, r.auto_create);
+        set(&mut self.large_message_threshold, r.large_message_threshold);
         self.matched.push(r.pattern.clone());
     }
 }
@@ -444,6 +455,15 @@ impl AddressBook {
             s.max_redelivery_delay = s.redelivery_delay.saturating_mul(10);
         }
         s
+    }
+
+    /// The smallest `large_message_threshold` of any destination: a body
+    /// no larger stays in memory wherever it goes.
+    pub fn least_large_threshold(&self) -> usize {
+        self.rules
+            .iter()
+            .filter_map(|(_, r)| r.large_message_threshold)
+            .fold(self.defaults.large_message_threshold, usize::min)
     }
 
     /// The `[queues]` values that are every destination's defaults.

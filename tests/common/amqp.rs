@@ -301,6 +301,50 @@ impl AmqpClient {
         }
     }
 
+    /// Sends `payload`, a message's bytes, as delivery `delivery_id` in
+    /// transfers of at most `piece` bytes each; the last says no more
+    /// follow unless `aborted`, when it aborts the delivery instead.
+    pub fn transfer_pieces(
+        &mut self,
+        (handle, delivery_id): (u32, u32),
+        payload: &[u8],
+        piece: usize,
+        aborted: bool,
+    ) {
+        let pieces: Vec<&[u8]> = payload.chunks(piece).collect();
+        for (i, part) in pieces.iter().enumerate() {
+            let last = i + 1 == pieces.len();
+            let t = Transfer {
+                handle,
+                delivery_id: (i == 0).then_some(delivery_id),
+                delivery_tag: (i == 0).then(|| Bytes::from(delivery_id.to_be_bytes().to_vec())),
+                message_format: (i == 0).then_some(0),
+                settled: false,
+                more: !last || aborted,
+                state: Value::Null,
+                aborted: last && aborted,
+            };
+            self.frame(
+                FrameKind::Amqp,
+                0,
+                &Performative::Transfer(t).to_value(),
+                part,
+            );
+        }
+    }
+
+    /// The outcome of the next disposition the server sends, as it
+    /// prints (`36` accepted; a rejection names its condition).
+    pub fn outcome(&mut self) -> String {
+        loop {
+            match self.next(false) {
+                Got::Amqp(_, Performative::Disposition(d)) => return format!("{:?}", d.state),
+                Got::Closed => panic!("closed"),
+                _ => {}
+            }
+        }
+    }
+
     pub fn transfer(
         &mut self,
         handle: u32,

@@ -7,6 +7,7 @@ import os
 import tempfile
 
 import pytest
+from proton import Message
 from proton.utils import BlockingConnection
 
 from conftest import PATIENCE, Server, connect
@@ -86,5 +87,31 @@ def test_past_max_frame_size_proton_and_stomp_get_the_body_streamed(small_frames
         assert frame.body == sent
     finally:
         os.unlink(path)
+        close()
+        conn.disconnect()
+
+
+def test_proton_and_stomp_senders_large_bodies_past_max_frame_size_go_through(small_frames):
+    """Sent by clients this project did not write, past the server's
+    max_frame_size: each body goes to a file as it arrives and reaches the
+    other protocol's client byte for byte."""
+    server = small_frames
+    conn, inbox, receiver, close = subscribers(server, "/queue/from-amqp", "queue://from-stomp")
+    body = bytes((i * 7 + (i >> 20)) % 251 for i in range(12_000_000))
+    try:
+        host, port = server.amqp
+        c = BlockingConnection(f"amqp://{host}:{port}", timeout=PATIENCE)
+        c.create_sender("queue://from-amqp").send(Message(body=body, properties={"name": "b.bin"}))
+        c.close()
+        frame = inbox.next()
+        assert frame.headers["name"] == "b.bin"
+        assert frame.body == body
+        conn.send("/queue/from-stomp", body, headers={"name": "c.bin"},
+                  content_type="application/octet-stream")
+        got = receiver.receive(timeout=PATIENCE)
+        receiver.accept()
+        assert got.properties["name"] == "c.bin"
+        assert bytes(got.body) == body
+    finally:
         close()
         conn.disconnect()

@@ -366,6 +366,83 @@ fn section(raw: Raw<'_>) -> Option<(u64, Raw<'_>)> {
         .then_some((code, inner))
 }
 
+/// Where a message's body begins, as far as the first of its transfers
+/// show: for a large message, taken in as it comes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyStart {
+    /// The sections before the body, or the start of the body's, have not
+    /// all come yet (or do not read: the whole message will say why).
+    NotYet,
+    /// The body is not one binary of a 4-byte length (a vbin32) in a
+    /// `data` or `amqp-value` section, or there is none.
+    Other,
+    /// It is: the sections before it are the first `head` bytes, and its
+    /// `len` bytes begin at `content`; in an `amqp-value` if `value`.
+    Binary {
+        /// Bytes of the sections before the body's.
+        head: usize,
+        /// Where the binary's bytes begin.
+        content: usize,
+        /// The binary's length.
+        len: u64,
+        /// Whether it is an `amqp-value`'s rather than a `data` section's.
+        value: bool,
+    },
+}
+
+/// Finds where the body of the message whose first bytes are `buf`
+/// begins, reading only the sections before it.
+pub fn body_start(buf: &[u8]) -> BodyStart {
+    let mut pos = 0;
+    while pos < buf.len() {
+        // A section: a described value, 0x00 then the descriptor.
+        if buf[pos] != 0 {
+            return BodyStart::Other;
+        }
+        let Ok((descriptor, used)) = Raw::read(&buf[pos + 1..]) else {
+            return BodyStart::NotYet;
+        };
+        let code = match descriptor {
+            Raw::Ulong(c) => Some(c),
+            Raw::Symbol(name) => SECTIONS.iter().find(|(_, n)| *n == name).map(|s| s.0),
+            _ => None,
+        };
+        let Some(code) = code else {
+            return BodyStart::Other;
+        };
+        if (DATA_CODE..=AMQP_VALUE.0).contains(&code) {
+            let at = pos + 1 + used;
+            let Some(constructor) = buf.get(at..at + 5) else {
+                return BodyStart::NotYet;
+            };
+            if code == SEQUENCE_CODE || constructor[0] != 0xb0 {
+                return BodyStart::Other;
+            }
+            let len = u32::from_be_bytes([
+                constructor[1],
+                constructor[2],
+                constructor[3],
+                constructor[4],
+            ]);
+            return BodyStart::Binary {
+                head: pos,
+                content: at + 5,
+                len: len.into(),
+                value: code == AMQP_VALUE.0,
+            };
+        }
+        if code > AMQP_VALUE.0 {
+            // A footer: no body.
+            return BodyStart::Other;
+        }
+        let Ok((_, used)) = Raw::read(&buf[pos..]) else {
+            return BodyStart::NotYet;
+        };
+        pos += used;
+    }
+    BodyStart::NotYet
+}
+
 impl<'a> Sections<'a> {
     /// Reads a whole message: the payload of its transfer frames.
     pub fn read(buf: &'a [u8]) -> Result<Sections<'a>, AmqpError> {
@@ -616,6 +693,56 @@ mod tests {
             body: Body::Value(Value::String("hello".into())),
             footer: vec![(Value::Symbol("x-crc".into()), Value::Uint(7))],
         }
+    }
+
+    #[test]
+    fn a_body_start_is_found_from_the_first_bytes_of_a_message() {
+        let big = Bytes::from(vec![7u8; 1000]);
+        for (body, value) in [
+            (Body::Data(vec![big.clone()]), false),
+            (Body::Value(Value::Binary(big.clone())), true),
+        ] {
+            let mut wire = Vec::new();
+            Message { body, ..full() }.encode(&mut wire);
+            let start = body_start(&wire);
+            let BodyStart::Binary {
+                head,
+                content,
+                len,
+                value: v,
+            } = start
+            else {
+                panic!("{start:?}");
+            };
+            assert_eq!((len, v), (1000, value));
+            assert_eq!(&wire[content..content + 1000], &big[..]);
+            assert_eq!(wire[head], 0);
+            // Every prefix that stops short of the length says not yet.
+            for cut in 0..content {
+                assert_eq!(body_start(&wire[..cut]), BodyStart::NotYet, "{cut}");
+            }
+            assert_eq!(body_start(&wire[..content]), start);
+        }
+        // Small binaries, text, sequences, several data sections' first
+        // one small, and no body are not taken in pieces.
+        for body in [
+            Body::Data(vec![Bytes::from_static(b"abc")]),
+            Body::Value(Value::String("x".repeat(1000))),
+            Body::Sequence(vec![vec![Value::Int(1)]]),
+            Body::Data(vec![Bytes::from_static(b"a"), big.clone()]),
+        ] {
+            let mut wire = Vec::new();
+            Message { body, ..full() }.encode(&mut wire);
+            assert_eq!(body_start(&wire), BodyStart::Other);
+        }
+        let mut wire = Vec::new();
+        Message {
+            body: Body::Empty,
+            ..full()
+        }
+        .encode(&mut wire);
+        assert_eq!(body_start(&wire), BodyStart::Other, "a footer and no body");
+        assert_eq!(body_start(b"\x45garbage"), BodyStart::Other);
     }
 
     #[test]

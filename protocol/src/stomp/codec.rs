@@ -230,6 +230,27 @@ impl StompDecoder {
     /// Takes one whole frame off `buf` (after any heart-beat EOLs), or
     /// `Ok(None)` if more bytes are needed.
     pub fn decode(&self, buf: &mut BytesMut) -> Result<Option<StompFrame>, StompError> {
+        match self.decode_or_head(buf, usize::MAX)? {
+            Some(Decoded::Frame(frame)) => Ok(Some(frame)),
+            // No body is longer than usize::MAX.
+            Some(Decoded::Head { body_len, .. }) => Err(StompError::TooLarge {
+                size: body_len,
+                partial: true,
+                max: self.limits.max_frame_size,
+            }),
+            None => Ok(None),
+        }
+    }
+
+    /// [`StompDecoder::decode`], but of a SEND whose `content-length`
+    /// says more than `large` bytes only the head is taken, and its body
+    /// is left in `buf` (it follows, then its NUL): a large message's,
+    /// which may be longer than a frame may be.
+    pub fn decode_or_head(
+        &self,
+        buf: &mut BytesMut,
+        large: usize,
+    ) -> Result<Option<Decoded>, StompError> {
         StompDecoder::skip_heartbeats(buf);
         let max = self.limits.max_frame_size;
         let too_large = |size, partial| StompError::TooLarge { size, partial, max };
@@ -296,6 +317,18 @@ impl StompDecoder {
                 let n: usize = text
                     .parse()
                     .map_err(|_| StompError::BadContentLength(text.to_owned()))?;
+                if n > large && command == "SEND" {
+                    let command = command.to_owned();
+                    let _ = buf.split_to(at);
+                    return Ok(Some(Decoded::Head {
+                        frame: StompFrame {
+                            command,
+                            headers,
+                            body: Bytes::new(),
+                        },
+                        body_len: n,
+                    }));
+                }
                 if at.saturating_add(n) >= max {
                     return Err(too_large(at.saturating_add(n).saturating_add(1), false));
                 }
@@ -316,12 +349,27 @@ impl StompDecoder {
         let command = command.to_owned();
         let mut frame = buf.split_to(frame_end);
         let body = frame.split_off(at).freeze().slice(..body_end - at);
-        Ok(Some(StompFrame {
+        Ok(Some(Decoded::Frame(StompFrame {
             command,
             headers,
             body,
-        }))
+        })))
     }
+}
+
+/// What [`StompDecoder::decode_or_head`] took.
+#[derive(Debug)]
+pub enum Decoded {
+    /// A whole frame.
+    Frame(StompFrame),
+    /// The head of a SEND whose body of `body_len` bytes, then its NUL,
+    /// follow in the buffer.
+    Head {
+        /// The frame, its body empty.
+        frame: StompFrame,
+        /// Bytes of body to come.
+        body_len: usize,
+    },
 }
 
 #[cfg(test)]
@@ -333,6 +381,39 @@ mod tests {
             max_frame_size: 4096,
             max_headers: 16,
         })
+    }
+
+    #[test]
+    fn a_large_send_gives_its_head_and_leaves_its_body() {
+        let d = decoder();
+        let mut buf =
+            BytesMut::from(&b"SEND\ndestination:/queue/q\ncontent-length:10000\n\n0123"[..]);
+        let Some(Decoded::Head { frame, body_len }) = d.decode_or_head(&mut buf, 100).unwrap()
+        else {
+            panic!("a head");
+        };
+        assert_eq!((frame.command.as_str(), body_len), ("SEND", 10000));
+        assert_eq!(frame.get("destination"), Some("/queue/q"));
+        assert!(frame.body.is_empty());
+        assert_eq!(&buf[..], b"0123", "the body stays");
+        // At or under `large`, another command, or without content-length:
+        // whole frames (or too large for decode).
+        for (wire, large) in [
+            (&b"SEND\ncontent-length:3\n\nabc\0"[..], 3),
+            (&b"MESSAGE\ncontent-length:3\n\nabc\0"[..], 0),
+            (&b"SEND\n\nabc\0"[..], 0),
+        ] {
+            let mut buf = BytesMut::from(wire);
+            assert!(matches!(
+                d.decode_or_head(&mut buf, large).unwrap(),
+                Some(Decoded::Frame(_))
+            ));
+        }
+        let mut buf = BytesMut::from(&b"SEND\ncontent-length:10000\n\n"[..]);
+        assert!(matches!(
+            d.decode(&mut buf),
+            Err(StompError::TooLarge { .. })
+        ));
     }
 
     fn decode_all(bytes: &[u8]) -> Result<Vec<StompFrame>, StompError> {

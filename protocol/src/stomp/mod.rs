@@ -21,5 +21,5 @@
 mod codec;
 mod command;
 
-pub use codec::{StompDecoder, StompError, StompFrame, StompLimits};
+pub use codec::{Decoded, StompDecoder, StompError, StompFrame, StompLimits};
 pub use command::ClientCommand;

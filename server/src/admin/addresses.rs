@@ -42,6 +42,7 @@ pub(super) fn settings_json(s: &AddressSettings) -> Json_ {
         "default_priority": s.default_priority,
         "default_ttl": Millis(s.default_ttl).to_string(),
         "auto_create": s.auto_create,
+        "large_message_threshold": s.large_message_threshold,
     })
 }
 

@@ -7,16 +7,18 @@
 
 use bytes::{Bytes, BytesMut};
 use herald_protocol::amqp::delivery::{DeliveryState, TxnControl};
-use herald_protocol::amqp::message::{Message as AmqpMessage, Sections};
+use herald_protocol::amqp::message::Message as AmqpMessage;
 use herald_protocol::amqp::performative::{Attach, Detach, Flow as AmqpFlow, Transfer};
 use herald_protocol::amqp::terminus::LinkTarget;
 use herald_protocol::amqp::{Performative, Value};
-use herald_protocol::Destination;
+use herald_protocol::{Destination, MessageView};
 
-use super::mapping::{self, MappingError};
+use super::intake;
+use super::mapping;
 use super::sender;
 use super::state::{
-    condition, error, outcome, settled_as, AmqpSession, Fatal, Incoming, Link, Partial, WINDOW,
+    condition, error, outcome, settled_as, AmqpSession, Fatal, Fault, Incoming, Intake, Link,
+    Partial, WINDOW,
 };
 use crate::auth::Permission;
 use crate::frontend::outbound::Outbound;
@@ -429,6 +431,7 @@ fn transfer(
                 settled: t.settled,
                 bytes: BytesMut::new(),
                 txn: None,
+                body: Intake::Unknown,
             }
         }
     };
@@ -440,9 +443,11 @@ fn transfer(
         partial.txn = Some(txn_id);
     }
     if t.aborted {
+        // A large body's file goes with it.
         return Ok(Flow::Continue);
     }
-    if partial.bytes.len() + payload.len() > max_message {
+    let large = matches!(partial.body, Intake::File(_) | Intake::Refused(_));
+    if !large && partial.bytes.len() + payload.len() > max_message {
         let why = format!("a message of more than {max_message} bytes (max_frame_size)");
         detach_with(
             amqp,
@@ -456,10 +461,41 @@ fn transfer(
         return Ok(Flow::Continue);
     }
     let low = link.credit <= full / 2;
+    let destination = link.destination.clone();
+    let coordinator = link.coordinator;
+    if large {
+        intake::take(&mut partial, &payload, max_message);
+    }
     if t.more {
-        partial.bytes.extend_from_slice(&payload);
-        link.partial = Some(partial);
+        if !large {
+            partial.bytes.extend_from_slice(&payload);
+        }
+        if matches!(partial.body, Intake::Unknown) && !coordinator {
+            intake::probe(amqp, &mut partial, destination.as_deref(), session, ctx);
+        }
+        if let Some(Link::Incoming(link)) = amqp
+            .channels
+            .get_mut(&channel)
+            .and_then(|ch| ch.links.get_mut(&t.handle))
+        {
+            link.partial = Some(partial);
+        }
         return Ok(Flow::Continue);
+    }
+    if low {
+        grant(amqp, channel, t.handle, out);
+    }
+    if large {
+        let Partial {
+            delivery_id,
+            settled,
+            txn,
+            body,
+            ..
+        } = partial;
+        let made = intake::finish(body);
+        let handled = (channel, t.handle, delivery_id, settled, txn);
+        return route(amqp, handled, made, session, out, ctx);
     }
     // A message in one frame is read where it lies.
     let whole = match partial.bytes.is_empty() {
@@ -469,11 +505,6 @@ fn transfer(
             partial.bytes.split().freeze()
         }
     };
-    let destination = link.destination.clone();
-    let coordinator = link.coordinator;
-    if low {
-        grant(amqp, channel, t.handle, out);
-    }
     if coordinator {
         return coordinate(
             amqp,
@@ -560,23 +591,23 @@ fn deliver(
         txn,
         ..
     } = partial;
-    let made = Sections::read(&bytes)
-        .map_err(|e| (condition::DECODE, e.to_string()))
-        .and_then(|m| {
-            let n = amqp.next_message;
-            amqp.next_message += 1;
-            let id = (amqp.id_prefix.as_str(), n);
-            let now = mapping::now_ms();
-            mapping::message_from(&m, destination.as_deref(), id, now, &mut amqp.chunks).map_err(
-                |e| {
-                    let condition = match e {
-                        MappingError::NoAddress => condition::NOT_FOUND,
-                        MappingError::Message(_) => condition::INVALID_FIELD,
-                    };
-                    (condition, e.to_string())
-                },
-            )
-        });
+    let made = intake::view_of(amqp, &bytes, destination.as_deref());
+    let handled = (channel, handle, delivery_id, settled, txn);
+    route(amqp, handled, made, session, out, ctx)
+}
+
+/// Routes the message a delivery made (`handled`: its channel, link
+/// handle, delivery id, whether the client settled it, and its
+/// transaction), or answers why it was not made.
+fn route(
+    amqp: &mut AmqpSession,
+    handled: (u16, u32, u32, bool, Option<Bytes>),
+    made: Result<MessageView, Fault>,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Fatal> {
+    let (channel, handle, delivery_id, settled, txn) = handled;
     let view = match made {
         Ok(view) => view,
         Err(fault) if settled => {

@@ -16,7 +16,7 @@ use crate::frontend::chunks::Chunks;
 use crate::frontend::correlation::{hex, set_correlation_data, unhex, CORRELATION_HEX_PROPERTY};
 use herald_protocol::{
     Body, DeliveryMode, Destination, DestinationKind, Message, MessageId, MessageView, Origin,
-    Stamp, Value,
+    Stamp, Streamed, Value,
 };
 
 /// Qpid JMS's annotation of a destination's kind (`x-opt-jms-dest`, and
@@ -529,9 +529,12 @@ impl<'a> Kept<'a> {
     /// delivery, since it costs nothing.
     fn fits(&self, m: &MessageRef<'_>) -> bool {
         let bytes = matches!(m.body, BodyRef::Bytes(_));
+        // A large message's body is a data section's or a binary value's.
+        let streamed = matches!(m.body, BodyRef::Stream(_));
         match self.body {
             KeptBody::AsSent => true,
-            KeptBody::Data | KeptBody::InBody => self.body_sections.is_empty() && bytes,
+            KeptBody::InBody => self.body_sections.is_empty() && bytes,
+            KeptBody::Data => self.body_sections.is_empty() && (bytes || streamed),
             KeptBody::Value => self.body_sections.is_empty() && !matches!(m.body, BodyRef::Map(_)),
         }
     }
@@ -620,6 +623,15 @@ fn as_sent(m: &MessageRef<'_>, origin: &[u8], block: &Bytes, out: &mut BytesMut)
             put::described(out, 0x75);
             put::binary(out, b);
         }
+        // Its bytes follow from the body's file, as a streamed body's do
+        // for every AMQP receiver (see `mapped`).
+        (kept, BodyRef::Stream(s), _) => {
+            let section = match kept {
+                KeptBody::Data => 0x75,
+                _ => 0x77,
+            };
+            streamed_head(out, section, s);
+        }
         (_, _, Some(b)) => {
             put::described(out, 0x77);
             put::binary(out, b);
@@ -634,6 +646,16 @@ fn as_sent(m: &MessageRef<'_>, origin: &[u8], block: &Bytes, out: &mut BytesMut)
         }
     }
     true
+}
+
+/// The start of a body `section` (data, or amqp-value) that holds a
+/// binary of a large message's bytes, which follow it in the frames of
+/// `AmqpSession::transfer_out`; up to 4 GiB (a larger body was read in or
+/// left out before).
+fn streamed_head(out: &mut BytesMut, section: u64, s: &Streamed) {
+    put::described(out, section);
+    out.put_u8(0xb0);
+    out.put_u32(u32::try_from(s.len).unwrap_or(u32::MAX));
 }
 
 /// The sections of a message no AMQP client sent, mapped from its
@@ -730,14 +752,8 @@ fn mapped(m: &MessageRef<'_>, block: &Bytes, out: &mut BytesMut) {
             put::described(out, 0x75);
             put::binary(out, &block[range.clone()]);
         }
-        // A large message's: one data section whose bytes follow from the
-        // body's file (`AmqpSession::transfer_out`), up to 4 GiB; a larger
-        // one was read in or left out before.
-        BodyRef::Stream(s) => {
-            put::described(out, 0x75);
-            out.put_u8(0xb0);
-            out.put_u32(u32::try_from(s.len).unwrap_or(u32::MAX));
-        }
+        // A large message's: one data section.
+        BodyRef::Stream(s) => streamed_head(out, 0x75, s),
         BodyRef::Map(entries) => {
             put::described(out, 0x77);
             let mut map = Compound::map(out);

@@ -21,6 +21,7 @@
 //! Errors: a fault in a link detaches it with an error condition; one in
 //! the connection closes it with one. Either names the problem.
 
+mod intake;
 mod link;
 pub(crate) mod mapping;
 mod sender;

@@ -19,7 +19,7 @@ use crate::auth::Principal;
 use crate::frontend::chunks::Chunks;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::streams::{self, BodyFrames, Framer};
-use crate::store::large::LargeStore;
+use crate::store::large::{LargeStore, Spool};
 use crate::websocket::{self, WebSocket};
 
 /// The WebSocket subprotocol AMQP rides in.
@@ -814,24 +814,56 @@ pub(super) struct Partial {
     pub(super) bytes: BytesMut,
     /// The transaction it is sent in, if it is.
     pub(super) txn: Option<Bytes>,
+    /// Where its body goes (see `super::intake`).
+    pub(super) body: Intake,
 }
+
+/// Where a delivery's body goes as its transfers come.
+pub(super) enum Intake {
+    /// Into memory, until its start shows whether the body is large.
+    Unknown,
+    /// Into memory: it is not large, or cannot be taken in pieces.
+    Memory,
+    /// Into a file: it is large.
+    File(Box<Arriving>),
+    /// Nowhere: the message is refused for this reason, which its outcome
+    /// gives once its last transfer has come.
+    Refused(Fault),
+}
+
+/// A large body arriving.
+pub(super) struct Arriving {
+    /// Its file.
+    pub(super) spool: Spool,
+    /// The message, its body numbered as the file.
+    pub(super) block: Bytes,
+    /// What came after the body's bytes: a footer, checked and dropped.
+    pub(super) after: BytesMut,
+}
+
+/// Why a message is refused: an AMQP condition and its description.
+pub(super) type Fault = (&'static str, String);
 
 /// The outcome a delivery gets from what the broker made of it.
 pub(super) fn outcome(result: Result<(), Refusal>) -> DeliveryState {
     match result {
         Ok(()) => DeliveryState::Accepted,
         Err(refusal) => {
-            let condition = match refusal.code() {
-                ErrorCode::NotAuthorized | ErrorCode::AuthenticationFailed => {
-                    condition::UNAUTHORIZED
-                }
-                ErrorCode::LimitExceeded | ErrorCode::QueueFull => condition::LIMIT,
-                ErrorCode::InvalidDestination | ErrorCode::UndeclaredTopic => condition::NOT_FOUND,
-                ErrorCode::Internal => condition::INTERNAL,
-                ErrorCode::TransactionRolledBack => condition::TXN_ROLLBACK,
-                _ => condition::NOT_ALLOWED,
-            };
-            DeliveryState::Rejected(error(condition, refusal.message().to_owned()))
+            let (condition, why) = fault(refusal);
+            DeliveryState::Rejected(error(condition, why))
         }
     }
+}
+
+/// A refusal as AMQP says it.
+pub(super) fn fault(refusal: Refusal) -> Fault {
+    let condition = match refusal.code() {
+        ErrorCode::NotAuthorized | ErrorCode::AuthenticationFailed => condition::UNAUTHORIZED,
+        ErrorCode::LimitExceeded | ErrorCode::QueueFull => condition::LIMIT,
+        ErrorCode::InvalidDestination | ErrorCode::UndeclaredTopic => condition::NOT_FOUND,
+        ErrorCode::Internal => condition::INTERNAL,
+        ErrorCode::TransactionRolledBack => condition::TXN_ROLLBACK,
+        _ => condition::NOT_ALLOWED,
+    };
+    (condition, refusal.message().to_owned())
 }

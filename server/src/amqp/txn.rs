@@ -97,7 +97,12 @@ pub(super) fn send(
 ) {
     let held = match txn_id(&bytes, session) {
         None => Err(unknown(&bytes)),
-        Some(id) => hold(id, Deferred::Send(view), session, ctx),
+        Some(id) => hold(
+            id,
+            Deferred::Send(crate::frontend::spill(view, ctx)),
+            session,
+            ctx,
+        ),
     };
     if settled {
         return;

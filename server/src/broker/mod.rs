@@ -60,16 +60,18 @@ use crate::collections::FastMap;
 use crate::sync::{lock, read, write};
 use std::cell::OnceCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use bytes::Bytes;
 use herald_protocol::destination::{
     temporary_owner, temporary_prefix, PatternWord, TEMPORARY_PREFIX,
 };
-use herald_protocol::message::{priority_and_expiration, restamp, MessageRef, DEFAULT_PRIORITY};
+use herald_protocol::message::{
+    priority_and_expiration, restamp, BodyRef, MessageRef, DEFAULT_PRIORITY,
+};
 use herald_protocol::selector::{IndexKey, Selector, SelectorLimits};
-use herald_protocol::{DeliveryMode, DestinationKind, Pattern};
+use herald_protocol::{DeliveryMode, DestinationKind, MessageView, Pattern};
 
 use crate::addresses::{AddressBook, AddressSettings};
 use crate::config::{Config, FullPolicy};
@@ -149,6 +151,9 @@ pub struct Broker {
     /// Where large messages' bodies are kept, once the server says (see
     /// [`Broker::set_large`]).
     large: OnceLock<Arc<LargeStore>>,
+    /// The least `large_message_threshold` of any address: a publish of a
+    /// block no larger reads only this.
+    large_floor: AtomicUsize,
     /// Copies the broker files itself; replaced whole on reload.
     diverts: RwLock<Arc<Diverts>>,
     /// Whether there are any diverts: a publish without reads only this.
@@ -274,6 +279,7 @@ impl Broker {
             addresses: RwLock::new(Arc::new(config.addresses())),
             paging: OnceLock::new(),
             large: OnceLock::new(),
+            large_floor: AtomicUsize::new(config.addresses().least_large_threshold()),
             diverting: AtomicBool::new(!config.diverts.is_empty()),
             diverts: RwLock::new(Arc::new(config.diverts())),
             default_prefetch: config.queues.default_prefetch,
@@ -307,6 +313,46 @@ impl Broker {
         self.large.get()
     }
 
+    /// Where a body of `len` bytes would be kept, if it may be past some
+    /// address's `large_message_threshold`: not on a server without a
+    /// large-message store or in a cluster, whose nodes carry bodies whole.
+    pub fn large_past(&self, len: usize) -> Option<&Arc<LargeStore>> {
+        (len > self.large_from()).then(|| self.large()).flatten()
+    }
+
+    /// The body size past which some address keeps a body in a file:
+    /// `usize::MAX` where none can (see [`Broker::large_past`]).
+    pub fn large_from(&self) -> usize {
+        match self.peers.get().is_none() && self.large().is_some() {
+            true => self.large_floor.load(Ordering::Relaxed),
+            false => usize::MAX,
+        }
+    }
+
+    /// `message` with its body moved to a file of its own, if the body is
+    /// bytes larger than its destination's `large_message_threshold`
+    /// (however it was sent, it is then held as a large message is);
+    /// `None` if it stays as it is (see [`Broker::large_past`]).
+    pub fn spilled(&self, message: &MessageView) -> Option<std::io::Result<MessageView>> {
+        let block = message.block();
+        let large = self.large_past(block.len())?;
+        let body = match MessageRef::read(block).ok()?.body {
+            BodyRef::Bytes(range) => range,
+            _ => return None,
+        };
+        let threshold = self
+            .settings(message.destination_kind, message.destination())
+            .large_message_threshold;
+        if body.len() <= threshold {
+            return None;
+        }
+        let spilled = large.spill(block, body).and_then(|block| {
+            MessageView::parse(block)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))
+        });
+        Some(spilled)
+    }
+
     /// The settings in force for destination `name` of `kind` (for a
     /// topic subscription's queue, its pattern).
     pub fn settings(&self, kind: DestinationKind, name: &str) -> Arc<AddressSettings> {
@@ -322,6 +368,8 @@ impl Broker {
     /// takes those of its address.
     pub fn set_address_book(&self, book: AddressBook) {
         let book = Arc::new(book);
+        self.large_floor
+            .store(book.least_large_threshold(), Ordering::Relaxed);
         *write(&self.addresses) = book.clone();
         for queue in self.memory.queues() {
             let mut q = lock(&queue);

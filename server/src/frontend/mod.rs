@@ -17,6 +17,7 @@
 
 use crate::session::Phase;
 
+pub mod arriving;
 mod away;
 pub mod chunks;
 mod context;
@@ -32,7 +33,7 @@ mod subscription;
 pub use away::{AwaySessions, Due, PacketIds};
 pub use context::{authorize, await_journal, Context, Flow, Parked, Refusal, Welcome};
 pub use login::{admit, admit_alongside, check_id_length, release_client_id, take_over, TakeOver};
-pub use publish::{authorize as authorize_publish, publish, Published};
+pub use publish::{authorize as authorize_publish, publish, spill, Published};
 pub use settle::{commit, settle};
 pub use shared::{
     confirmation, hand_out, kept, login_result, peer_name, poster, Closing, ConnView, Describe,

@@ -59,6 +59,25 @@ fn authorize_named(
     Ok(())
 }
 
+/// The message as the broker keeps it, whatever protocol it came in: its
+/// body in a file of its own if it is past its address's
+/// `large_message_threshold` ([`Broker::spilled`](crate::broker::Broker::spilled)).
+/// One whose body cannot be written (the disk at its floor, which health
+/// shows) stays in memory, as a message within `max_frame_size` may.
+pub fn spill(message: MessageView, ctx: &Context<'_>) -> MessageView {
+    match ctx.shared.broker.spilled(&message) {
+        None => message,
+        Some(Ok(spilled)) => spilled,
+        Some(Err(e)) => {
+            log::debug!(
+                "a message to '{}' past its large_message_threshold stays in memory: {e}",
+                message.destination()
+            );
+            message
+        }
+    }
+}
+
 /// Routes a message, whatever protocol it came in; `since` is when it was
 /// first held back, if it was. A refusal of a send that asked for no
 /// RECEIPT names the message, so the client can say which one it was.
@@ -70,6 +89,7 @@ pub fn publish(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Published, Refusal> {
+    let message = spill(message, ctx);
     match route(&message, (request_id, since), session, out, ctx) {
         Ok(Routing::Done(published)) => Ok(published),
         Ok(Routing::Hold { since, for_server }) => Ok(Published::Held(Parked {

@@ -10,11 +10,12 @@ use std::fs::File;
 use std::io::{self, Read};
 
 use bytes::{Bytes, BytesMut};
-use herald_protocol::frame::CHUNK_HEAD_LEN;
+use herald_protocol::frame::{Delivery, CHUNK_HEAD_LEN};
 use herald_protocol::header::Header;
 use herald_protocol::message::streamed_body;
 use herald_protocol::{Body, FrameKind, Message, Streamed, HEADER_LEN};
 
+use super::outbound::{Droppable, Outbound};
 use crate::store::large::{LargeStore, Spool};
 
 /// Bytes of body in one CHUNK frame the server sends.
@@ -156,17 +157,95 @@ impl Framer for Chunks {
     }
 }
 
-/// What streams after a native MESSAGE of `block`, delivery
-/// `delivery_id`, if it is a large message's with a body: the body, from
+/// Queues a native MESSAGE of `block` (subscription, delivery id and
+/// count `ids`). A large message's body that a frame may hold (up to
+/// `max_frame_size`) is read into it, as if it had been sent whole, once
+/// it is at the front of the queue; a larger one streams after it, from
 /// its file, in CHUNK frames.
-pub fn body_of(
-    block: &[u8],
-    delivery_id: u64,
+pub fn push_native(
+    out: &mut Outbound,
+    ids: (u32, u64, u32),
+    block: Bytes,
+    droppable: Droppable,
     large: Option<&LargeStore>,
-) -> Option<Box<dyn super::outbound::FrameSource>> {
-    let streamed = streamed_body(block).filter(|s| s.len > 0)?;
+) {
+    let (subscription_id, delivery_id, delivery_count) = ids;
+    let Some(streamed) = streamed_body(&block).filter(|s| s.len > 0) else {
+        out.push_delivery(
+            subscription_id,
+            delivery_id,
+            delivery_count,
+            block,
+            droppable,
+        );
+        return;
+    };
+    if streamed.len <= large.map_or(0, LargeStore::max_inline) {
+        let file = large.and_then(|l| {
+            l.open_body(&streamed)
+                .inspect_err(|e| log_unreadable(delivery_id, e))
+                .ok()
+        });
+        out.push_source(Box::new(Whole {
+            ids,
+            block,
+            file,
+            len: streamed.len,
+        }));
+        return;
+    }
+    // Its chunks follow it: it stays.
+    out.push_delivery(
+        subscription_id,
+        delivery_id,
+        delivery_count,
+        block,
+        Droppable::Never,
+    );
     let frames = BodyFrames::open(large, &streamed, delivery_id, Chunks(delivery_id));
-    Some(Box::new(frames))
+    out.push_source(Box::new(frames));
+}
+
+/// A native MESSAGE whose large body is read into it at the front of its
+/// connection's queue (a frame's worth at most).
+struct Whole {
+    ids: (u32, u64, u32),
+    block: Bytes,
+    /// The body's file; none once read, or if it could not be opened.
+    file: Option<File>,
+    len: u64,
+}
+
+impl super::outbound::FrameSource for Whole {
+    fn next_frame(&mut self) -> Option<Bytes> {
+        if self.block.is_empty() {
+            return None;
+        }
+        let read = match self.file.take() {
+            Some(f) => {
+                read_body(f, self.len).map_err(|e| format!("its body could not be read: {e}"))
+            }
+            None => Err("its body's file could not be opened".to_owned()),
+        };
+        let block = with_body(std::mem::take(&mut self.block), read);
+        let (subscription_id, delivery_id, delivery_count) = self.ids;
+        let head =
+            Delivery::encode_head(0, subscription_id, delivery_id, delivery_count, block.len());
+        let mut frame = Vec::with_capacity(head.len() + block.len());
+        frame.extend_from_slice(&head);
+        frame.extend_from_slice(&block);
+        Some(Bytes::from(frame))
+    }
+}
+
+/// The `len` bytes of a body from its file.
+fn read_body(file: File, len: u64) -> io::Result<Vec<u8>> {
+    let mut body = Vec::with_capacity(len as usize);
+    file.take(len).read_to_end(&mut body)?;
+    match body.len() as u64 == len {
+        true => Ok(body),
+        false => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+    }
 }
 
 /// `block` for a client whose protocol cannot stream a body (MQTT, STOMP
@@ -186,12 +265,15 @@ pub fn inline(block: Bytes, large: Option<&LargeStore>, protocol: &str) -> Bytes
         (None, true) => Err("this server keeps no large messages".to_owned()),
         (Some(large), true) => large
             .open_body(&streamed)
-            .and_then(|f| {
-                let mut body = Vec::with_capacity(streamed.len as usize);
-                f.take(streamed.len).read_to_end(&mut body).map(|_| body)
-            })
+            .and_then(|f| read_body(f, streamed.len))
             .map_err(|e| format!("its body could not be read: {e}")),
     };
+    with_body(block, read)
+}
+
+/// `block`, a large message's, with its body `read` in as bytes, or left
+/// out with the property [`NOT_CARRIED`] saying why.
+fn with_body(block: Bytes, read: Result<Vec<u8>, String>) -> Bytes {
     let Ok(mut m) = Message::decode(&block, 0) else {
         return block;
     };

@@ -81,16 +81,8 @@ pub(crate) fn deliver(
 ) {
     for (block, deliveries) in messages {
         let delivery_id = session.next_delivery_id();
-        let body = streams::body_of(&block, delivery_id, large);
-        out.push_delivery(
-            subscription_id,
-            delivery_id,
-            deliveries + 1,
-            block,
-            crate::frontend::outbound::Droppable::Never,
-        );
-        if let Some(body) = body {
-            out.push_source(body);
-        }
+        let ids = (subscription_id, delivery_id, deliveries + 1);
+        let never = crate::frontend::outbound::Droppable::Never;
+        streams::push_native(out, ids, block, never, large);
     }
 }

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use herald_protocol::frame::Chunk;
 use herald_protocol::{ErrorCode, MessageView, Streamed};
 
+use crate::frontend::arriving;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::streams::Incoming;
 use crate::frontend::{Context, Flow, Refusal};
@@ -47,17 +48,10 @@ pub fn begin(
             None => refusal,
         });
     }
-    let spool = match ctx.shared.broker.large() {
-        Some(large) => large.create(streamed.len),
-        None => Err(std::io::Error::other(
-            "this broker has no store for large messages",
-        )),
-    };
-    let spool = spool.map_err(|e| {
+    let spool = arriving::spool(streamed.len, ctx).inspect_err(|_| {
         session
             .traffic()
             .refuse_stream(streamed.stream, REFUSED_KEPT);
-        cannot_write(&e)
     })?;
     let incoming = Incoming {
         spool,
@@ -81,45 +75,9 @@ fn admit(
     session: &mut Session,
     ctx: &Context<'_>,
 ) -> Result<(), Refusal> {
-    let config = &ctx.shared.config;
-    if !config.cluster.redis.is_empty() {
-        return Err(Refusal::soft(
-            ErrorCode::LimitExceeded,
-            "large messages are not carried between cluster nodes yet: send the body in one frame, within max_frame_size",
-        ));
-    }
-    if streamed.len > config.max_large_message_bytes {
-        return Err(Refusal::soft(
-            ErrorCode::LimitExceeded,
-            format!(
-                "a body of {} bytes exceeds max_large_message_bytes ({})",
-                streamed.len, config.max_large_message_bytes
-            ),
-        ));
-    }
     let open = session.traffic_ref().map_or(0, |t| t.incoming.len());
-    if open >= config.max_streams_per_connection {
-        let why = match config.max_streams_per_connection {
-            0 => "large messages are refused here (max_streams_per_connection = 0)".to_owned(),
-            _ => format!(
-                "this connection is sending {open} large messages already (max_streams_per_connection)"
-            ),
-        };
-        return Err(Refusal::soft(ErrorCode::LimitExceeded, why));
-    }
-    super::send::check_origin(message)?;
-    crate::frontend::authorize_publish(session, message, ctx)
-}
-
-fn cannot_write(e: &std::io::Error) -> Refusal {
-    let code = match e.kind() {
-        std::io::ErrorKind::StorageFull => ErrorCode::QueueFull,
-        _ => ErrorCode::Internal,
-    };
-    Refusal::soft(
-        code,
-        format!("the large message's body cannot be kept: {e}"),
-    )
+    arriving::admit(message, (streamed.len, open), session, ctx)?;
+    super::send::check_origin(message)
 }
 
 /// A CHUNK: the next bytes of a stream's body; an empty one gives the
@@ -150,7 +108,7 @@ pub fn chunk(
         traffic.refuse_stream(f.stream, REFUSED_KEPT);
         let refusal = match e.kind() {
             std::io::ErrorKind::InvalidInput => Refusal::fatal(ErrorCode::Malformed, e.to_string()),
-            _ => cannot_write(&e),
+            _ => arriving::cannot_write(&e),
         };
         return Ok(super::answer::refuse(refusal, out, request_id));
     }
@@ -178,7 +136,9 @@ fn finish(
         transaction,
     } = incoming;
     let renumbered = renumber(&block, spool.id());
-    let held = spool.finish(renumbered).map_err(|e| cannot_write(&e))?;
+    let held = spool
+        .finish(renumbered)
+        .map_err(|e| arriving::cannot_write(&e))?;
     let message = MessageView::parse(held).map_err(|e| Refusal::fatal(e.code(), e.to_string()))?;
     let answer = match transaction {
         Some(tx) => super::transaction::hold(tx, message, request_id, session, out, ctx),

@@ -59,10 +59,12 @@ pub fn hold(
         .limits
         .get(&ctx.shared.limits.max_transaction_bytes);
     let max_open = ctx.shared.config.max_transactions_per_connection;
-    session
-        .traffic()
-        .transactions
-        .hold(tx, Deferred::Send(message), limit, max_open)?;
+    session.traffic().transactions.hold(
+        tx,
+        Deferred::Send(crate::frontend::spill(message, ctx)),
+        limit,
+        max_open,
+    )?;
     super::answer::receipt(out, request_id);
     Ok(Flow::Continue)
 }

@@ -495,21 +495,8 @@ impl Connection {
     ) -> bool {
         match &mut self.front {
             Front::Native => {
-                let body = streams::body_of(&message, delivery_id, large);
-                self.out.push_delivery(
-                    subscription_id,
-                    delivery_id,
-                    delivery_count,
-                    message,
-                    // A large message's chunks follow it: it stays.
-                    match body {
-                        Some(_) => Droppable::Never,
-                        None => droppable,
-                    },
-                );
-                if let Some(body) = body {
-                    self.out.push_source(body);
-                }
+                let ids = (subscription_id, delivery_id, delivery_count);
+                streams::push_native(&mut self.out, ids, message, droppable, large);
                 false
             }
             Front::Stomp(stomp) => stomp.message(

@@ -15,6 +15,7 @@
 //! expects the client's and, if asked, sends bare EOLs on its worker's
 //! tick when it has had nothing else to send.
 
+mod arriving;
 mod mapping;
 
 use crate::collections::FastMap;
@@ -29,15 +30,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::{Bytes, BytesMut};
 use herald_protocol::message::streamed_body;
 use herald_protocol::stomp::ClientCommand;
-use herald_protocol::stomp::{StompDecoder, StompError, StompFrame, StompLimits};
-use herald_protocol::{Destination, ErrorCode};
+use herald_protocol::stomp::{Decoded, StompDecoder, StompError, StompFrame, StompLimits};
+use herald_protocol::{Destination, ErrorCode, MessageView};
+
+use arriving::{Arrived, Arriving};
 
 use crate::broker::{SubscribeRequest, Written};
 use crate::frontend::outbound::Outbound;
 use crate::frontend::streams::{self, BodyFrames, Framer};
 use crate::frontend::{
     admit, authorize_publish as send_authorize, await_journal, check_id_length, commit,
-    delete_durable, end_subscription, publish, selector as subscribe_selector, settle,
+    delete_durable, end_subscription, publish, selector as subscribe_selector, settle, spill,
     subscribe as start, subscribe_refusal, Context, Flow, Published, Refusal, Welcome,
 };
 use crate::session::{Deferred, Outcome, Phase, Session, Transactions};
@@ -78,6 +81,8 @@ pub struct StompSession {
     transactions: Transactions<String>,
     /// For STOMP over WebSocket, the WebSocket's state.
     websocket: Option<WebSocket>,
+    /// A SEND's body on its way, read past its head (see `arriving`).
+    arriving: Option<Box<Arriving>>,
 }
 
 /// A STOMP frame the server refuses: the ERROR's `message` header.
@@ -97,10 +102,8 @@ impl StompSession {
         op: Deferred,
         ctx: &Context<'_>,
     ) -> Result<(), (ErrorCode, Refused)> {
+        self.open_transaction(name)?;
         let name = name.to_owned();
-        if !self.transactions.is_open(&name) {
-            return Err(no_transaction(&name));
-        }
         let limit = ctx
             .shared
             .limits
@@ -109,6 +112,15 @@ impl StompSession {
         self.transactions
             .hold(name, op, limit, max_open)
             .map_err(|e| refused(e.into()))
+    }
+
+    /// Whether transaction `name` is open, as the frames that name it
+    /// need.
+    fn open_transaction(&self, name: &str) -> Result<(), (ErrorCode, Refused)> {
+        match self.transactions.is_open(&name.to_owned()) {
+            true => Ok(()),
+            false => Err(no_transaction(name)),
+        }
     }
 
     /// A session that has not connected yet; `websocket` for one that
@@ -127,6 +139,7 @@ impl StompSession {
             last_write: Instant::now(),
             transactions: Transactions::default(),
             websocket: websocket.then(|| WebSocket::new(SUBPROTOCOLS)),
+            arriving: None,
         }
     }
 
@@ -321,8 +334,38 @@ fn decode_all(
     ctx: &mut Context<'_>,
 ) -> Flow {
     loop {
-        let frame = match stomp.decoder.decode(buf) {
-            Ok(Some(frame)) => frame,
+        if stomp.arriving.is_some() {
+            match body_arriving(stomp, buf, session, out, ctx) {
+                Ok(Flow::Continue) if stomp.arriving.is_none() => continue,
+                Ok(flow) => return flow,
+                Err((code, message)) => {
+                    stomp.error(out, 0, code, &message);
+                    return Flow::Close;
+                }
+            }
+        }
+        // A body past a threshold may be longer than a frame: it is read
+        // on its own, after its head. Over WebSocket, whose messages are
+        // whole, frames are too.
+        let large = match (session.phase, &stomp.websocket) {
+            (Phase::Connected, None) => ctx
+                .shared
+                .broker
+                .large_from()
+                .min(ctx.shared.config.max_frame_size as usize),
+            _ => usize::MAX,
+        };
+        let frame = match stomp.decoder.decode_or_head(buf, large) {
+            Ok(Some(Decoded::Frame(frame))) => frame,
+            Ok(Some(Decoded::Head { frame, body_len })) => {
+                match large_send(frame, body_len, stomp, session, ctx) {
+                    Ok(()) => continue,
+                    Err((code, message)) => {
+                        stomp.error(out, 0, code, &message);
+                        return Flow::Close;
+                    }
+                }
+            }
             Ok(None) => return Flow::Continue,
             Err(StompError::TooLarge { size, partial, max }) => {
                 let why = crate::frontend::frame_too_large(size, partial, max, session.phase);
@@ -355,6 +398,119 @@ fn decode_all(
     }
 }
 
+/// The head of a SEND whose body is read on its own: where its body
+/// goes, once the connection may send it.
+fn large_send(
+    mut frame: StompFrame,
+    body_len: usize,
+    stomp: &mut StompSession,
+    session: &mut Session,
+    ctx: &mut Context<'_>,
+) -> Result<(), (ErrorCode, Refused)> {
+    check_ids(&frame, ctx.shared.config.max_id_length)?;
+    let request_id = stomp.request_for(&frame);
+    let to = frame
+        .get("destination")
+        .ok_or_else(|| {
+            (
+                ErrorCode::Malformed,
+                mapping::MappingError::NoDestination.to_string(),
+            )
+        })
+        .and_then(|d| mapping::destination(d).map_err(|e| (ErrorCode::Malformed, e.to_string())))?;
+    let threshold = ctx
+        .shared
+        .broker
+        .settings(to.kind, &to.name)
+        .large_message_threshold;
+    // A body a frame may not hold goes to a file whatever its address says.
+    let must = body_len >= ctx.shared.config.max_frame_size as usize;
+    let arriving = match body_len > threshold || must {
+        false => Arriving::memory(frame, body_len, request_id),
+        true => {
+            resolve_reply_to(&mut frame, stomp, session, ctx)?;
+            let view = message_of(&frame, stomp, ctx)?;
+            let transaction = frame.get("transaction").map(str::to_owned);
+            if let Some(tx) = &transaction {
+                stomp.open_transaction(tx)?;
+            }
+            Arriving::file(&view, body_len, (request_id, transaction), session, ctx)
+                .map_err(refused)?
+        }
+    };
+    stomp.arriving = Some(Box::new(arriving));
+    Ok(())
+}
+
+/// Takes what has come of a SEND's body read on its own; once it has all
+/// come, the SEND is handled.
+fn body_arriving(
+    stomp: &mut StompSession,
+    buf: &mut BytesMut,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, (ErrorCode, Refused)> {
+    let Some(arriving) = stomp.arriving.as_mut() else {
+        return Ok(Flow::Continue);
+    };
+    if !arriving.take(buf).map_err(refused)? {
+        return Ok(Flow::Continue);
+    }
+    let Some(arriving) = stomp.arriving.take() else {
+        return Ok(Flow::Continue);
+    };
+    let (request_id, transaction) = (arriving.request_id, arriving.transaction.clone());
+    match arriving.finish().map_err(refused)? {
+        Arrived::Frame(frame) => dispatch(frame, request_id, stomp, session, out, ctx),
+        Arrived::Large(view) => send(
+            view,
+            (request_id, transaction.as_deref()),
+            stomp,
+            session,
+            out,
+            ctx,
+        ),
+    }
+}
+
+/// The message a SEND makes.
+fn message_of(
+    frame: &StompFrame,
+    stomp: &mut StompSession,
+    ctx: &Context<'_>,
+) -> Result<MessageView, (ErrorCode, Refused)> {
+    let id = format!("ID:stomp-{}-{}", ctx.me.serial, stomp.next_message);
+    stomp.next_message += 1;
+    mapping::message_from(frame, id, now_ms()).map_err(|e| (ErrorCode::Malformed, e.to_string()))
+}
+
+/// Sends a SEND's message, or holds it in its transaction.
+fn send(
+    view: MessageView,
+    (request_id, transaction): (u32, Option<&str>),
+    stomp: &mut StompSession,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, (ErrorCode, Refused)> {
+    if let Some(tx) = transaction {
+        send_authorize(session, &view, ctx).map_err(refused)?;
+        stomp.hold(tx, Deferred::Send(spill(view, ctx)), ctx)?;
+        stomp.receipt(out, request_id);
+        return Ok(Flow::Continue);
+    }
+    match publish(view, request_id, None, session, out, ctx) {
+        Ok(Published::Now) => {
+            stomp.receipt(out, request_id);
+            Ok(Flow::Continue)
+        }
+        Ok(Published::Later) => Ok(Flow::Continue),
+        Ok(Published::Held(parked)) => Ok(Flow::Park(parked)),
+        Err(refusal) => Err(refused(refusal)),
+    }
+}
+
 fn dispatch(
     frame: StompFrame,
     request_id: u32,
@@ -380,25 +536,15 @@ fn dispatch(
         ClientCommand::Send => {
             let mut frame = frame;
             resolve_reply_to(&mut frame, stomp, session, ctx)?;
-            let id = format!("ID:stomp-{}-{}", ctx.me.serial, stomp.next_message);
-            stomp.next_message += 1;
-            let view = mapping::message_from(&frame, id, now_ms())
-                .map_err(|e| malformed(e.to_string()))?;
-            if let Some(tx) = frame.get("transaction") {
-                send_authorize(session, &view, ctx).map_err(refused)?;
-                stomp.hold(tx, Deferred::Send(view), ctx)?;
-                stomp.receipt(out, request_id);
-                return Ok(Flow::Continue);
-            }
-            match publish(view, request_id, None, session, out, ctx) {
-                Ok(Published::Now) => {
-                    stomp.receipt(out, request_id);
-                    Ok(Flow::Continue)
-                }
-                Ok(Published::Later) => Ok(Flow::Continue),
-                Ok(Published::Held(parked)) => Ok(Flow::Park(parked)),
-                Err(refusal) => Err(refused(refusal)),
-            }
+            let view = message_of(&frame, stomp, ctx)?;
+            send(
+                view,
+                (request_id, frame.get("transaction")),
+                stomp,
+                session,
+                out,
+                ctx,
+            )
         }
         ClientCommand::Subscribe => {
             subscribe(&frame, stomp, session, ctx)?;

@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -242,6 +243,17 @@ impl LargeStore {
         }))
     }
 
+    /// `block` (a message whose body, bytes, is `body` at its end) as a
+    /// block whose body is a file of its own, written now: for a message
+    /// sent whole whose body is past its address's threshold.
+    pub fn spill(self: &Arc<Self>, block: &Bytes, body: Range<usize>) -> io::Result<Bytes> {
+        let len = body.len() as u64;
+        let mut spool = self.create(len)?;
+        spool.write(&block[body.clone()])?;
+        let spilled = streamed_block(&block[..body.start - 1], len, spool.id());
+        spool.finish(spilled)
+    }
+
     /// Opens the body of `streamed` for reading, for a delivery.
     pub fn open_body(&self, streamed: &Streamed) -> io::Result<File> {
         File::open(self.path(streamed.stream))
@@ -282,6 +294,17 @@ impl LargeStore {
     pub fn stop(&self) {
         self.stopping.store(true, Ordering::Release);
     }
+}
+
+/// A message block whose body is streamed: `head`, the block up to its
+/// body's kind byte, then a streamed body of `len` bytes in file `id`.
+pub fn streamed_block(head: &[u8], len: u64, id: u64) -> Bytes {
+    let mut block = Vec::with_capacity(head.len() + 1 + Streamed::ENCODED_LEN);
+    block.extend_from_slice(head);
+    block.push(4);
+    block.extend_from_slice(&len.to_be_bytes());
+    block.extend_from_slice(&id.to_be_bytes());
+    Bytes::from(block)
 }
 
 fn file_number(path: &Path) -> Option<u64> {
