@@ -792,3 +792,59 @@ fn a_transaction_commits_into_a_paging_queue_at_its_message_limit() {
         assert_eq!(next(&consumer).body_text(), Some(n.to_string().as_str()));
     }
 }
+
+#[test]
+fn browsers_and_the_management_interface_see_paged_messages_and_take_none() {
+    let mut config = test_config();
+    let mut five = rule("queue://browsed");
+    five.max_messages = Some(5);
+    config.addresses = vec![five];
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("browsed")).unwrap();
+    for n in 0..40 {
+        p.send_with_receipt(Message::text(format!("m{n}")).with_property("n", n))
+            .unwrap();
+    }
+    assert_eq!(get(&server, "/api/queues/browsed")["paged"], 35);
+    let browsed = |selector: &str| -> Vec<i64> {
+        let browser = s
+            .create_browser(&Destination::queue("browsed"), selector)
+            .unwrap();
+        let found = browser.messages().unwrap();
+        found
+            .iter()
+            .map(|m| m.property("n").and_then(|v| v.as_i64()).unwrap())
+            .collect()
+    };
+    assert_eq!(browsed(""), (0..40).collect::<Vec<_>>());
+    assert_eq!(browsed("n >= 30"), (30..40).collect::<Vec<_>>());
+    // A page of them from the management interface, past the memory's.
+    let page = get(&server, "/api/queues/browsed/messages?offset=20&limit=3");
+    assert_eq!(page["total"], 40, "{page}");
+    let rows: Vec<(&str, &str)> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["body"]["text"].as_str().unwrap(),
+                m["state"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows, [("m20", "paged"), ("m21", "paged"), ("m22", "paged")]);
+    let selected = get(
+        &server,
+        "/api/queues/browsed/messages?selector=n%20%3C%203&limit=2",
+    );
+    assert_eq!(selected["messages"].as_array().unwrap().len(), 2);
+    // Nothing was taken: a consumer gets every one, in order.
+    let consumer = s.create_consumer(&Destination::queue("browsed")).unwrap();
+    for n in 0..40 {
+        assert_eq!(
+            next(&consumer).property("n").and_then(|v| v.as_i64()),
+            Some(n)
+        );
+    }
+}

@@ -197,10 +197,11 @@ fn browse(
         .selector()
         .map_err(|e| (condition::INVALID_FIELD, e.to_string()))?
         .unwrap_or_default();
+    let limit = ctx.shared.config.queues.max_messages;
     let held = ctx
         .shared
         .broker
-        .browse(queue, text)
+        .browse(queue, text, limit)
         .map_err(|e| refused(crate::frontend::subscribe_refusal(e)))?;
     let link = Outgoing {
         subscription_id: 0,

@@ -103,7 +103,7 @@ impl Broker {
         (offset, limit): (usize, usize),
     ) -> Option<(usize, Vec<HeldMessage>)> {
         let queue = self.find_queue(name)?;
-        let q = lock(&queue);
+        let mut q = lock(&queue);
         let mut total = 0;
         let mut page = Vec::new();
         for (m, held) in q.held().filter(|(m, _)| wanted(m)) {
@@ -115,7 +115,27 @@ impl Broker {
             }
             total += 1;
         }
-        Some((total, page))
+        // The paged ones after, read as far as the page goes; those past
+        // it are counted unread, whether `wanted` picks them or not.
+        let paged = q.paged_messages();
+        let mut read = 0;
+        q.walk_paged(|m| {
+            if page.len() >= limit || total >= offset.saturating_add(limit) {
+                return false;
+            }
+            read += 1;
+            if wanted(&m) {
+                if total >= offset {
+                    page.push(HeldMessage {
+                        message: m,
+                        held: Held::Paged,
+                    });
+                }
+                total += 1;
+            }
+            true
+        });
+        Some((total + paged.saturating_sub(read), page))
     }
 
     /// Deletes the waiting message `id` of queue `name` for good.

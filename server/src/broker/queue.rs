@@ -170,6 +170,9 @@ pub enum Held {
     Scheduled,
     /// Delivered and not yet acknowledged.
     InFlight,
+    /// In the page files (or held in memory behind them), waiting to be
+    /// read back.
+    Paged,
 }
 
 impl Held {
@@ -179,7 +182,29 @@ impl Held {
             Held::Ready => "ready",
             Held::Scheduled => "scheduled",
             Held::InFlight => "in flight",
+            Held::Paged => "paged",
         }
+    }
+}
+
+/// A queued message of `block`, number `seq` in its queue's order.
+fn queued(
+    block: Bytes,
+    (journal_id, entry): (Option<u64>, Option<EntryId>),
+    deliveries: u32,
+    seq: u64,
+) -> QueuedMessage {
+    let (priority, expiration) = priority_and_expiration(&block).unwrap_or((DEFAULT_PRIORITY, 0));
+    QueuedMessage {
+        seq,
+        group: group_of(&block),
+        block,
+        deliveries,
+        journal_id,
+        priority,
+        expiration,
+        entry,
+        restored: false,
     }
 }
 
@@ -333,6 +358,12 @@ impl Queue {
     /// until one is read back.
     pub fn paging_stopped(&self) -> bool {
         self.paging.is_some() && self.pager.as_ref().is_some_and(|p| !p.takes())
+    }
+
+    /// Messages waiting to be read back: in its page files and held in
+    /// memory behind them (what [`Queue::walk_paged`] walks).
+    pub fn paged_messages(&self) -> usize {
+        self.paged().0 + self.unpaged.len()
     }
 
     /// Messages in its page files, and their bytes there.
@@ -898,19 +929,7 @@ impl Queue {
     ) -> QueuedMessage {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let (priority, expiration) =
-            priority_and_expiration(&block).unwrap_or((DEFAULT_PRIORITY, 0));
-        QueuedMessage {
-            seq,
-            group: group_of(&block),
-            block,
-            deliveries,
-            journal_id,
-            priority,
-            expiration,
-            entry,
-            restored: false,
-        }
+        queued(block, (journal_id, entry), deliveries, seq)
     }
 
     /// Dispatches what can be now, messages whose delivery time has come
@@ -1060,14 +1079,57 @@ impl Queue {
     }
 
     /// The waiting, unexpired messages that `selector` matches, in
-    /// delivery order.
-    pub fn browse(&self, selector: Option<&Selector>) -> Vec<QueuedMessage> {
+    /// delivery order, up to `limit`: those in memory, then those paged
+    /// (read from the page files and left there).
+    pub fn browse(&mut self, selector: Option<&Selector>, limit: usize) -> Vec<QueuedMessage> {
         let now = now_ms();
-        self.ready
+        let wanted = |m: &QueuedMessage| !m.expired(now) && selects_queued(selector, m);
+        let mut found: Vec<QueuedMessage> = self
+            .ready
             .iter()
-            .filter(|m| !m.expired(now) && selects_queued(selector, m))
+            .filter(|m| wanted(m))
+            .take(limit)
             .cloned()
-            .collect()
+            .collect();
+        self.walk_paged(|m| {
+            if found.len() >= limit {
+                return false;
+            }
+            if wanted(&m) {
+                found.push(m);
+            }
+            true
+        });
+        found
+    }
+
+    /// The paged messages, then those held in memory behind them, oldest
+    /// first, read and left where they are, until `each` says to stop
+    /// (numbered after those in memory, for the reader's eyes only). Page
+    /// files that cannot be read end the walk, and the log says why.
+    pub fn walk_paged(&mut self, mut each: impl FnMut(QueuedMessage) -> bool) {
+        let mut seq = self.next_seq;
+        let mut view = |p: Paged| {
+            let mut m = queued(p.block, (p.journal_id, None), p.deliveries, seq);
+            m.restored = p.restored;
+            seq += 1;
+            each(m)
+        };
+        let mut going = true;
+        if let Some(pager) = self.pager.as_mut() {
+            if let Err(e) = pager.peek(|p| {
+                going = view(p);
+                going
+            }) {
+                log::warn!("queue {}: its page files cannot be browsed: {e}", self.name);
+                return;
+            }
+        }
+        for p in self.unpaged.iter() {
+            if !going || !view(p.clone()) {
+                return;
+            }
+        }
     }
 
     /// Every message it holds, in the order a person reads a queue: those
@@ -1628,7 +1690,11 @@ mod tests {
         q.enqueue(block_with(4, now_ms() + 60_000), None, &mut out)
             .unwrap();
         q.enqueue(block_with(4, 0), None, &mut out).unwrap();
-        assert_eq!(q.browse(None).len(), 2, "browsing skips the expired one");
+        assert_eq!(
+            q.browse(None, usize::MAX).len(),
+            2,
+            "browsing skips the expired one"
+        );
         q.add_consumer(sub(1), None, (10, 0, false), &mut out);
         assert_eq!(out.len(), 2);
         let expired = q.take_expired();
@@ -1653,7 +1719,7 @@ mod tests {
                 policy: FullPolicy::Page
             })
         );
-        assert_eq!(q.browse(None).len(), 0, "both in flight");
+        assert_eq!(q.browse(None, usize::MAX).len(), 0, "both in flight");
     }
 
     #[test]

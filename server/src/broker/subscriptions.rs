@@ -337,16 +337,18 @@ impl Broker {
         held
     }
 
-    /// The messages waiting in a queue that `selector` matches.
+    /// The messages waiting in a queue that `selector` matches, paged
+    /// ones too, up to `limit`.
     pub fn browse(
         &self,
         queue: &str,
         selector: &str,
+        limit: usize,
     ) -> Result<Vec<QueuedMessage>, SubscribeError> {
         let selector = self.parse_selector(selector)?;
         Ok(self
             .find_queue(queue)
-            .map(|q| lock(&q).browse(selector.as_deref()))
+            .map(|q| lock(&q).browse(selector.as_deref(), limit))
             .unwrap_or_default())
     }
 }

@@ -34,6 +34,8 @@ pub(super) fn handle(
         herald_protocol::DestinationKind::Queue,
         &f.queue,
     )?;
+    // A browser sees as many messages as a queue holds at most.
+    let limit = ctx.shared.config.queues.max_messages;
     // A cluster's shared queue is read from Redis, on the cluster's
     // thread; the worker delivers what it found and the RECEIPT.
     if let Some(peers) = ctx.shared.broker.sharing(&f.queue) {
@@ -43,7 +45,6 @@ pub(super) fn handle(
             .parse_selector(&f.selector)
             .map_err(refusal)?;
         let (post, conn, subscription_id) = (poster(ctx.shared, ctx.me), ctx.me, f.subscription_id);
-        let limit = ctx.shared.config.queues.max_messages;
         peers.browse(
             &f.queue,
             selector,
@@ -62,7 +63,7 @@ pub(super) fn handle(
     let found = ctx
         .shared
         .broker
-        .browse(&f.queue, &f.selector)
+        .browse(&f.queue, &f.selector, limit)
         .map_err(refusal)?;
     let messages = found.into_iter().map(|m| (m.block, m.deliveries)).collect();
     let large = ctx.shared.broker.large().map(|l| &**l);

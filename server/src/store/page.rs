@@ -19,7 +19,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -93,6 +93,11 @@ impl HeldBack {
         let m = self.messages.pop_front()?;
         self.bytes -= m.block.len();
         Some(m)
+    }
+
+    /// Every one, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Paged> {
+        self.messages.iter()
     }
 
     /// Takes every one, in order.
@@ -320,6 +325,43 @@ impl Pager {
         }
     }
 
+    /// The messages paged and not read back, oldest first, left where
+    /// they are (a browser's view): `each` gets them until it says to
+    /// stop.
+    pub fn peek(&mut self, mut each: impl FnMut(Paged) -> bool) -> io::Result<()> {
+        if self.count == 0 {
+            return Ok(());
+        }
+        self.flush()?;
+        // The first file from where the next read starts.
+        let start = match self.reader.as_mut() {
+            Some(r) => r.stream_position()?,
+            None => 0,
+        };
+        let mut large = self.large.iter();
+        let mut seen = 0;
+        for (i, &file) in self.files.iter().enumerate() {
+            let mut f = File::open(self.path(file))?;
+            if i == 0 {
+                f.seek(SeekFrom::Start(start))?;
+            }
+            let mut r = BufReader::with_capacity(BATCH_BYTES, f);
+            while let Some((mut m, _)) = read_record(&mut r)? {
+                if streamed_body(&m.block).is_some() {
+                    m.block = large
+                        .next()
+                        .cloned()
+                        .ok_or_else(|| corrupt("a large message that was not paged"))?;
+                }
+                seen += 1;
+                if !each(m) || seen == self.count {
+                    return Ok(());
+                }
+            }
+        }
+        Err(corrupt("the page files end before their messages"))
+    }
+
     /// Deletes every file: nothing is paged now.
     fn clear(&mut self) {
         self.large.clear();
@@ -413,13 +455,32 @@ mod tests {
         for i in 0..10 {
             assert_eq!(p.read().unwrap(), Some(big(i)));
         }
-        // Interleaved with more writes, the order holds.
+        // Interleaved with more writes, the order holds; a browser sees
+        // what is left, the unwritten batch too, and takes nothing.
         for i in 30..40 {
             p.append(&big(i)).unwrap();
         }
+        p.append(&paged(40)).unwrap();
+        let mut seen = Vec::new();
+        p.peek(|m| {
+            seen.push(m);
+            true
+        })
+        .unwrap();
+        let left: Vec<Paged> = (10..40).map(big).chain([paged(40)]).collect();
+        assert!(seen == left, "{} seen", seen.len());
+        let mut first = Vec::new();
+        p.peek(|m| {
+            first.push(m);
+            first.len() < 3
+        })
+        .unwrap();
+        assert!(first[..] == left[..3], "stops when told");
+        assert_eq!(p.count(), 31);
         for i in 10..40 {
             assert_eq!(p.read().unwrap(), Some(big(i)), "{i}");
         }
+        assert_eq!(p.read().unwrap(), Some(paged(40)));
         assert_eq!((p.read().unwrap(), p.count(), p.bytes()), (None, 0, 0));
         assert!(!root.root.join("q").exists(), "read through, deleted");
         for i in 0..5 {
