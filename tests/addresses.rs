@@ -848,3 +848,48 @@ fn browsers_and_the_management_interface_see_paged_messages_and_take_none() {
         );
     }
 }
+
+#[test]
+fn a_last_value_replaces_a_paged_one_and_one_in_memory_once_paging_starts() {
+    let mut config = test_config();
+    let mut ticks = rule("queue://ticks.*");
+    ticks.last_value_key = Some("ticker".into());
+    ticks.max_messages = Some(2);
+    // Read back one at a time: each is delivered before the next is read.
+    ticks.max_size_bytes = Some(100);
+    config.addresses = vec![ticks];
+    let server = start_with(config.clone());
+    let (_c, s) = connect(&server);
+    // A1 waits in memory and the rest page: A2 replaces A1 at once, and
+    // A3 and B2 the A2 and B1 in the page files as they are read back.
+    let sends = [("A", 1), ("B", 1), ("A", 2), ("C", 1), ("A", 3), ("B", 2)];
+    for queue in ["ticks.a", "ticks.b"] {
+        let p = s.create_producer(&Destination::queue(queue)).unwrap();
+        for (ticker, n) in sends {
+            let m = Message::text(format!("{ticker}{n}")).with_property("ticker", ticker);
+            p.send_with_receipt(m.persistent()).unwrap();
+        }
+    }
+    let latest = ["C1", "A3", "B2"];
+    let drain = |s: &herald_client::Session, queue: &str| -> Vec<String> {
+        let consumer = s.create_consumer(&Destination::queue(queue)).unwrap();
+        let got = (0..3)
+            .map(|_| next(&consumer).body_text().unwrap().to_owned())
+            .collect();
+        assert!(consumer
+            .receive(Duration::from_millis(200))
+            .unwrap()
+            .is_none());
+        got
+    };
+    assert_eq!(drain(&s, "ticks.a"), latest);
+    drop((s, _c));
+    server.stop_keeping_data();
+    // After a restart, the one replaced while paged has ended, and the
+    // other queue's come back replaced the same way.
+    let server = start_with(config);
+    let (_c, s) = connect(&server);
+    assert_eq!(drain(&s, "ticks.b"), latest);
+    let none = s.create_consumer(&Destination::queue("ticks.a")).unwrap();
+    assert!(none.receive(Duration::from_millis(200)).unwrap().is_none());
+}

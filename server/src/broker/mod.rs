@@ -511,9 +511,7 @@ impl Broker {
                             }
                             // Replaced by a later last value (a crash came
                             // before its record ended).
-                            for m in kept.take_replaced() {
-                                self.ended(kept.name(), &m, None);
-                            }
+                            self.end_replaced(&mut kept, None);
                             messages += 1;
                         }
                         None => {
@@ -619,6 +617,15 @@ impl Broker {
     /// A message leaves `queue` for good: its store record ends, or its
     /// entry in the queue's Redis stream is settled (with the `commit`, if
     /// one is in progress).
+    /// Ends the messages of a last-value queue that newer ones with the
+    /// same value replaced (arriving, restored, or as paged ones are read
+    /// back).
+    fn end_replaced(&self, q: &mut Queue, mut commit: Option<&mut Pending>) {
+        for m in q.take_replaced() {
+            self.ended(q.name(), &m, commit.as_deref_mut());
+        }
+    }
+
     fn ended(&self, queue: &str, m: &QueuedMessage, mut commit: Option<&mut Pending>) {
         if let Some(id) = m.journal_id {
             self.journal(Record::End { id }, commit.as_deref_mut());
@@ -838,9 +845,7 @@ impl Broker {
             (a, b) => a.or(b),
         };
         // A last-value queue's message replaced by this one is done with.
-        for m in q.take_replaced() {
-            self.ended(q.name(), &m, out.commit.as_mut());
-        }
+        self.end_replaced(&mut q, out.commit.as_mut());
         drop(q);
         if let Some(due) = due {
             self.timers.schedule(due, Timed::Queue(queue.clone()));

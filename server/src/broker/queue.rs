@@ -233,6 +233,13 @@ pub struct Queue {
     /// Messages a newer one with the same last value replaced, for the
     /// broker to end their store records.
     replaced: Vec<QueuedMessage>,
+    /// A last-value queue's latest paged message of each key value, by
+    /// its place in the paged order: an older one read back is replaced.
+    paged_values: FastMap<u64, u64>,
+    /// Messages paged (or held behind the paged ones) so far, and read
+    /// back: the next one's place in the paged order, each way.
+    paged_out: u64,
+    paged_in: u64,
     /// Where it may page (`full_policy = "page"`), and the name of its
     /// directory there.
     paging: Option<(PagingRoot, String)>,
@@ -285,6 +292,9 @@ impl Queue {
             redated: Vec::new(),
             last_values: FastMap::default(),
             replaced: Vec::new(),
+            paged_values: FastMap::default(),
+            paged_out: 0,
+            paged_in: 0,
             paging: None,
             pager: None,
             unpaged: HeldBack::default(),
@@ -408,6 +418,61 @@ impl Queue {
         if !self.pages_now() {
             return Err(m);
         }
+        let value = self.last_value_of(&m.block);
+        let taken = self.paged_or_held(m);
+        if taken.is_ok() {
+            self.paged_one(value);
+        }
+        taken
+    }
+
+    /// The key of `block`'s last value, in a last-value queue.
+    fn last_value_of(&self, block: &[u8]) -> Option<u64> {
+        let key = &self.settings.last_value_key;
+        (!key.is_empty())
+            .then(|| property_of(block, key).map(value_key))
+            .flatten()
+    }
+
+    /// Counts a message paged, in a last-value queue with the key
+    /// `value`: it replaces the one with that value waiting in memory at
+    /// once, and one paged before it as that is read back.
+    fn paged_one(&mut self, value: Option<u64>) {
+        let place = self.paged_out;
+        self.paged_out += 1;
+        let Some(value) = value else {
+            return;
+        };
+        self.paged_values.insert(value, place);
+        if let Some((seq, priority, at)) = self.last_values.remove(&value) {
+            let old = match at {
+                0 => self.ready.remove(ReadyKey::new(priority, seq)),
+                at => self.scheduled.remove(&(at, seq)),
+            };
+            self.replaced.extend(old);
+        }
+    }
+
+    /// Whether `p`, the next paged message read back, was replaced by a
+    /// newer one with its last value.
+    fn read_back_replaced(&mut self, p: &Paged) -> bool {
+        let place = self.paged_in;
+        self.paged_in += 1;
+        let Some(value) = self.last_value_of(&p.block) else {
+            return false;
+        };
+        match self.paged_values.get(&value) {
+            Some(&latest) if latest > place => true,
+            Some(&latest) if latest == place => {
+                self.paged_values.remove(&value);
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// [`Queue::page_or_hold`] once it is to wait paged.
+    fn paged_or_held(&mut self, m: Paged) -> Result<(), Paged> {
         self.enqueued += 1;
         // Those held behind go first, once the files take again.
         while let Some(held) = self.unpaged.pop_front() {
@@ -457,19 +522,19 @@ impl Queue {
     /// [`PAGE_IN_BELOW`] waiting, and half the address's
     /// `max_size_bytes` if it has one.
     fn page_in(&mut self) {
-        let Some(mut pager) = self.pager.take() else {
-            return;
-        };
+        let mut pager = self.pager.take();
         let max = self.settings.max_size_bytes;
-        while (pager.count() > 0 || !self.unpaged.is_empty())
-            && self.ready.len() < PAGE_IN_BELOW
-            && (max == 0 || self.ready.bytes() < max / 2)
-        {
-            let next = match pager.count() {
-                0 => Ok(self.unpaged.pop_front()),
-                _ => pager.read(),
+        while self.ready.len() < PAGE_IN_BELOW && (max == 0 || self.ready.bytes() < max / 2) {
+            // The files first, then what is held behind them.
+            let next = match pager.as_mut().filter(|p| p.count() > 0) {
+                Some(p) => p.read(),
+                None => Ok(self.unpaged.pop_front()),
             };
             match next {
+                Ok(Some(p)) if self.read_back_replaced(&p) => {
+                    let m = self.paged_back(p);
+                    self.replaced.push(m);
+                }
                 Ok(Some(p)) => {
                     let m = self.paged_back(p);
                     if let Some(due) = self.admit(m) {
@@ -477,10 +542,14 @@ impl Queue {
                     }
                 }
                 Ok(None) => break,
-                Err(e) => return self.unreadable(&e, &pager),
+                Err(e) => {
+                    if let Some(lost) = pager.take() {
+                        self.unreadable(&e, &lost);
+                    }
+                }
             }
         }
-        self.pager = Some(pager);
+        self.pager = pager;
     }
 
     /// A message read back from the page files, numbered in its order.
@@ -493,34 +562,39 @@ impl Queue {
     /// Says that the page files cannot be read: a persistent message is
     /// still in the journal and comes back at the next start; the rest are
     /// lost.
-    fn unreadable(&self, e: &std::io::Error, pager: &Pager) {
+    fn unreadable(&mut self, e: &std::io::Error, pager: &Pager) {
         log::error!(
             "queue {}: its page files cannot be read ({e}): {} paged message(s) dropped from this run",
             self.name,
             pager.count()
         );
+        // What is left of the paged order is held in memory.
+        self.paged_in = self.paged_out - self.unpaged.len() as u64;
+        let first = self.paged_in;
+        self.paged_values.retain(|_, place| *place >= first);
     }
 
     /// Every paged message, read back (a purge, a deletion).
     fn page_in_all(&mut self) -> Vec<QueuedMessage> {
         let mut all = Vec::new();
-        let Some(mut pager) = self.pager.take() else {
-            return all;
-        };
-        loop {
-            match pager.read() {
-                Ok(Some(p)) => all.push(self.paged_back(p)),
-                Ok(None) => break,
-                Err(e) => {
-                    self.unreadable(&e, &pager);
-                    break;
+        if let Some(mut pager) = self.pager.take() {
+            loop {
+                match pager.read() {
+                    Ok(Some(p)) => all.push(self.paged_back(p)),
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.unreadable(&e, &pager);
+                        break;
+                    }
                 }
             }
         }
-        self.pager = None;
         for p in self.unpaged.take_all() {
             all.push(self.paged_back(p));
         }
+        // Nothing is paged now.
+        self.paged_in = self.paged_out;
+        self.paged_values.clear();
         all
     }
 
@@ -1290,7 +1364,7 @@ impl Queue {
     /// whose selectors take them; expired ones are set aside instead.
     fn dispatch(&mut self, out: &mut Vec<Dispatch>) {
         // Paged messages come back for consumers, not to wait in memory.
-        if self.pager.is_some() && self.consumers.iter().any(Consumer::has_credit) {
+        if self.has_paged() && self.consumers.iter().any(Consumer::has_credit) {
             self.page_in();
         }
         // The clock is read only if a message has a time to compare: most

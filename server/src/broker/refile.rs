@@ -36,9 +36,7 @@ impl Broker {
             let mut q = lock(queue);
             // A last-value queue's message replaced by one that arrived
             // (in a cluster, from the queue's stream) is done with.
-            for m in q.take_replaced() {
-                self.ended(q.name(), &m, out.commit.as_mut());
-            }
+            self.end_replaced(&mut q, out.commit.as_mut());
             (q.take_expired(), self.wake_of(&mut q))
         };
         // A delivery given back to wait out its redelivery delay.

@@ -249,6 +249,8 @@ impl Broker {
         }
         q.dispatch_due(&mut dispatches);
         wake_blocked(&mut q, out);
+        // Paged last values read back may have been replaced.
+        self.end_replaced(&mut q, out.commit.as_mut());
         let expired = q.take_expired();
         if let Some(due) = self.wake_of(&mut q) {
             self.timers.schedule(due, Timed::Queue(queue.clone()));
