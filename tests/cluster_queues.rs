@@ -1004,3 +1004,64 @@ fn a_redelivery_delay_holds_on_the_node_a_message_is_given_back_to() {
     );
     assert_eq!((n(&m), m.delivery_count), (1, 2));
 }
+
+#[test]
+fn an_exclusive_queue_delivers_through_one_node_at_a_time_and_moves_in_order() {
+    let redis = Redis::start();
+    let exclusive = |id| {
+        let mut config = cluster_config(&redis, id);
+        config.cluster.claim_idle_ms = 1000;
+        config.addresses = vec![herald_server::config::AddressRule {
+            pattern: "queue://solo".into(),
+            exclusive: Some(true),
+            ..Default::default()
+        }];
+        start_with(config)
+    };
+    let (a, b) = (exclusive("a"), exclusive("b"));
+    let queue = Destination::queue("solo");
+    let (ca, on_a) = connect(&a);
+    let first = ca
+        .create_session(AckMode::Auto)
+        .unwrap()
+        .create_consumer_with(&queue, ConsumerOptions::default().prefetch(4))
+        .unwrap();
+    // Consumers on both nodes, then the messages, sent through both: the
+    // first node's consumer gets every one while it lives.
+    let (_cb, on_b) = connect(&b);
+    let second = on_b.create_consumer(&queue).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let (via_a, via_b) = (
+        on_a.create_producer(&queue).unwrap(),
+        on_b.create_producer(&queue).unwrap(),
+    );
+    for i in 0..30 {
+        let via = if i % 2 == 0 { &via_a } else { &via_b };
+        via.send_with_receipt(job(i)).unwrap();
+    }
+    for i in 0..10 {
+        let m = first
+            .receive(Duration::from_secs(10))
+            .unwrap()
+            .expect("on a");
+        assert_eq!(n(&m), i);
+    }
+    assert!(second
+        .receive(Duration::from_millis(700))
+        .unwrap()
+        .is_none());
+    // The first goes with some delivered to its client and not consumed:
+    // the rest come through the other node, in order, those once.
+    first.close().unwrap();
+    for i in 10..30 {
+        let m = second
+            .receive(Duration::from_secs(10))
+            .unwrap()
+            .expect("on b");
+        assert_eq!(n(&m), i);
+    }
+    assert!(second
+        .receive(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+}

@@ -38,6 +38,7 @@
 mod commands;
 mod common;
 mod durables;
+mod exclusive;
 mod inbound;
 mod interest;
 pub mod link;

@@ -21,7 +21,7 @@
 //! with their delivery counts, their old entries settled, in one
 //! transaction.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
 use std::sync::Weak;
@@ -35,6 +35,7 @@ use redis::Value;
 
 use super::commands::Command;
 use super::common::{Keys, Reconnect};
+use super::exclusive::{Gate, Leases};
 use super::replies::{array, consumers, entries, int, pending_entries, streams, Fields, GROUP};
 use super::requests::{Consumed, Held, Request};
 use super::shards::{Redis, Routed};
@@ -140,6 +141,7 @@ pub(super) fn run(cluster: &Cluster, requests: &Receiver<Request>, shared: &Weak
                 alive: HashSet::new(),
                 passed_over: HashMap::new(),
                 member: cluster.member(),
+                leases: Leases::default(),
             };
             let served = reader.serve(shared, requests);
             if served.is_ok() {
@@ -182,6 +184,8 @@ struct Reader<'a, 'l> {
     passed_over: HashMap<String, HashSet<u64>>,
     /// This node, as the registry's writes name it.
     member: super::durables::Member,
+    /// The leases of the exclusive queues it reads or would.
+    leases: Leases,
 }
 
 impl Reader<'_, '_> {
@@ -207,6 +211,7 @@ impl Reader<'_, '_> {
                 let made = self.make_group(name);
                 self.isolated(name, made)?;
             }
+            let wanted = self.exclusive(&shared, wanted, out)?;
             let idle = self.cluster.claim_idle;
             let renew = self.renewed.elapsed() >= idle / 3;
             self.keep_alive(&wanted, renew, &left)?;
@@ -259,11 +264,54 @@ impl Reader<'_, '_> {
             if q.consumer_count() == 0 {
                 let held = q.purge();
                 drop(q);
-                self.give_back(&name, held);
+                // An exclusive queue's stay pending, in their order, for
+                // the node that takes its lease next.
+                if !self.leases.holds(&name) {
+                    self.give_back(&name, held);
+                }
                 left.push(name);
             }
         }
         (wanted, left)
+    }
+
+    /// Of the queues wanted, those this node may read now: an exclusive
+    /// one only while it holds the queue's lease (see `super::exclusive`);
+    /// one whose lease it has just taken, after claiming what other nodes
+    /// left pending. Lets go of the leases of queues without consumers
+    /// here.
+    fn exclusive(
+        &mut self,
+        shared: &Shared,
+        wanted: Vec<(String, SharedQueue, usize)>,
+        out: &mut Deliveries,
+    ) -> redis::RedisResult<Vec<(String, SharedQueue, usize)>> {
+        for name in self.leases.held() {
+            if !wanted.iter().any(|w| w.0 == name) {
+                let who = (&mut *self.shards, self.keys, self.me);
+                self.leases.release(who, &name)?;
+            }
+        }
+        let lease = self.cluster.claim_idle;
+        let mut readable = Vec::with_capacity(wanted.len());
+        for w in wanted {
+            let exclusive = !is_durable_stream(&w.0) && lock(&w.1).settings().exclusive;
+            if !exclusive {
+                readable.push(w);
+                continue;
+            }
+            let who = (&mut *self.shards, self.keys, self.me);
+            match self.leases.gate(who, &w.0, lease)? {
+                Gate::Closed => continue,
+                Gate::Taken => {
+                    let claimed = self.claim_all(shared, &w.0, &w.1, out);
+                    self.isolated(&w.0, claimed)?;
+                }
+                Gate::Read => {}
+            }
+            readable.push(w);
+        }
+        Ok(readable)
     }
 
     /// Gives back, for other nodes, the messages that no consumer here
@@ -275,7 +323,8 @@ impl Reader<'_, '_> {
     fn pass_on(&mut self, wanted: &[(String, SharedQueue, usize)]) {
         self.passed_over
             .retain(|name, _| wanted.iter().any(|w| &w.0 == name));
-        for (name, queue, _) in wanted {
+        // An exclusive queue's one node reads them all, in order.
+        for (name, queue, _) in wanted.iter().filter(|w| !self.leases.holds(&w.0)) {
             let mut q = lock(queue);
             let now: HashSet<u64> = q.unselected().into_iter().collect();
             let before = self.passed_over.entry(name.clone()).or_default();
@@ -365,6 +414,15 @@ impl Reader<'_, '_> {
             .collect();
         for (name, queue) in consumed {
             let messages = held(lock(&queue).drain());
+            if self.leases.holds(&name) {
+                // Left pending, in order, for the node that takes the
+                // lease next, which it may now.
+                let who = (&mut *self.shards, self.keys, self.me);
+                if let Err(e) = self.leases.release(who, &name) {
+                    log::warn!("cluster: the lease of exclusive queue {name} was not let go ({e}); it expires");
+                }
+                continue;
+            }
             if messages.is_empty() {
                 continue;
             }
@@ -750,6 +808,75 @@ impl Reader<'_, '_> {
     /// Claims, for consumers that want them, entries another node read
     /// and stopped renewing; forgets members that hold nothing and have
     /// not been seen for as long.
+    /// Claims the entries of `pending` (an `XPENDING` answer) idle at
+    /// least `idle_ms`, in their order, and admits them; returns how many
+    /// `pending` listed.
+    fn claim_pending(
+        &mut self,
+        shared: &Shared,
+        (name, queue): (&str, &SharedQueue),
+        pending: Value,
+        idle_ms: u64,
+        out: &mut Deliveries,
+    ) -> redis::RedisResult<Option<EntryId>> {
+        let stream = self.keys.stream(name);
+        let listed = pending_entries(pending);
+        let last = listed.last().map(|p| p.entry);
+        // This node's own idle entries count too, unless it holds them
+        // (then it renews them): a read whose answer was lost leaves
+        // one behind.
+        let held: HashSet<EntryId> = lock(queue).entries().into_iter().collect();
+        let stale: BTreeMap<EntryId, u32> = listed
+            .into_iter()
+            .filter(|p| p.consumer != self.me || !held.contains(&p.entry))
+            .map(|p| (p.entry, p.deliveries))
+            .collect();
+        if stale.is_empty() {
+            return Ok(last);
+        }
+        let mut cmd = redis::cmd("XCLAIM");
+        cmd.arg(&stream).arg(GROUP).arg(self.me).arg(idle_ms);
+        for entry in stale.keys() {
+            cmd.arg(entry.to_string());
+        }
+        // Only those still idle that long are taken: another node
+        // claiming at the same moment gets the rest.
+        let claimed: Value = cmd.on(self.shards, &stream)?;
+        for (entry, fields) in entries(claimed) {
+            self.cluster.stats.claimed.fetch_add(1, Ordering::Relaxed);
+            let before = stale.get(&entry).copied().unwrap_or(1);
+            self.admit(shared, (name, queue), (entry, fields), Some(before), out);
+        }
+        Ok(last)
+    }
+
+    /// Claims every entry of exclusive queue `name` that other nodes (or
+    /// this one, before) left pending, in their order: its lease has just
+    /// come to this node, so none is being delivered elsewhere.
+    fn claim_all(
+        &mut self,
+        shared: &Shared,
+        name: &str,
+        queue: &SharedQueue,
+        out: &mut Deliveries,
+    ) -> redis::RedisResult<()> {
+        let stream = self.keys.stream(name);
+        let mut from = "-".to_owned();
+        loop {
+            let pending: Value = redis::cmd("XPENDING")
+                .arg(&stream)
+                .arg(GROUP)
+                .arg(&from)
+                .arg("+")
+                .arg(CLAIM_CHUNK)
+                .on(self.shards, &stream)?;
+            match self.claim_pending(shared, (name, queue), pending, 0, out)? {
+                Some(last) => from = format!("({last}"),
+                None => return Ok(()),
+            }
+        }
+    }
+
     fn claim(
         &mut self,
         shared: &Shared,
@@ -770,30 +897,7 @@ impl Reader<'_, '_> {
                 .arg("+")
                 .arg(want)
                 .on(self.shards, &stream)?;
-            // This node's own idle entries count too, unless it holds them
-            // (then it renews them): a read whose answer was lost leaves
-            // one behind.
-            let held: HashSet<EntryId> = lock(queue).entries().into_iter().collect();
-            let stale: HashMap<EntryId, u32> = pending_entries(pending)
-                .into_iter()
-                .filter(|p| p.consumer != self.me || !held.contains(&p.entry))
-                .map(|p| (p.entry, p.deliveries))
-                .collect();
-            if !stale.is_empty() {
-                let mut cmd = redis::cmd("XCLAIM");
-                cmd.arg(&stream).arg(GROUP).arg(self.me).arg(idle_ms);
-                for entry in stale.keys() {
-                    cmd.arg(entry.to_string());
-                }
-                // Only those still idle that long are taken: another node
-                // claiming at the same moment gets the rest.
-                let claimed: Value = cmd.on(self.shards, &stream)?;
-                for (entry, fields) in entries(claimed) {
-                    self.cluster.stats.claimed.fetch_add(1, Ordering::Relaxed);
-                    let before = stale.get(&entry).copied().unwrap_or(1);
-                    self.admit(shared, (name, queue), (entry, fields), Some(before), out);
-                }
-            }
+            self.claim_pending(shared, (name, queue), pending, idle_ms, out)?;
         }
         let members: Value = redis::cmd("XINFO")
             .arg("CONSUMERS")
