@@ -149,6 +149,11 @@ fn hold(
             return Err(Refusal::soft(refusal.code(), why));
         }
     }
+    // Kept on disk, if it is large, only once it may be sent.
+    let op = match op {
+        Deferred::Send(view) => Deferred::Send(crate::frontend::spill(view, ctx)),
+        other => other,
+    };
     let limit = ctx
         .shared
         .limits

@@ -65,15 +65,19 @@ fn authorize_named(
 /// One whose body cannot be written (the disk at its floor, which health
 /// shows) stays in memory, as a message within `max_frame_size` may.
 pub fn spill(message: MessageView, ctx: &Context<'_>) -> MessageView {
-    match ctx.shared.broker.spilled(&message) {
-        None => message,
-        Some(Ok(spilled)) => spilled,
-        Some(Err(e)) => {
+    spilled(&message, ctx).unwrap_or(message)
+}
+
+/// [`spill`] of a borrowed message: `None` if it stays as it is.
+fn spilled(message: &MessageView, ctx: &Context<'_>) -> Option<MessageView> {
+    match ctx.shared.broker.spilled(message)? {
+        Ok(spilled) => Some(spilled),
+        Err(e) => {
             log::debug!(
                 "a message to '{}' past its large_message_threshold stays in memory: {e}",
                 message.destination()
             );
-            message
+            None
         }
     }
 }
@@ -89,8 +93,17 @@ pub fn publish(
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Published, Refusal> {
-    let message = spill(message, ctx);
-    match route(&message, (request_id, since), session, out, ctx) {
+    let known = ctx.known_destination(&message);
+    let name = known.as_deref().unwrap_or_else(|| message.destination());
+    let mut kept = None;
+    let routed = authorize_named(session, &message, name, ctx).and_then(|()| {
+        // Kept on disk only once it may be sent.
+        kept = spilled(&message, ctx);
+        let sent = kept.as_ref().unwrap_or(&message);
+        route(sent, name, (request_id, since), session, out, ctx)
+    });
+    let message = kept.unwrap_or(message);
+    match routed {
         Ok(Routing::Done(published)) => Ok(published),
         Ok(Routing::Hold { since, for_server }) => Ok(Published::Held(Parked {
             message,
@@ -122,14 +135,12 @@ enum Routing {
 /// [`publish`], with the message borrowed: it moves only into a held send.
 fn route(
     message: &MessageView,
+    name: &str,
     (request_id, since): (u32, Option<Instant>),
     session: &mut Session,
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Routing, Refusal> {
-    let known = ctx.known_destination(message);
-    let name = known.as_deref().unwrap_or_else(|| message.destination());
-    authorize_named(session, message, name, ctx)?;
     let most = ctx
         .shared
         .limits
