@@ -1065,3 +1065,53 @@ fn an_exclusive_queue_delivers_through_one_node_at_a_time_and_moves_in_order() {
         .unwrap()
         .is_none());
 }
+
+#[test]
+fn a_message_claimed_from_a_node_that_died_waits_out_its_redelivery_delay() {
+    let redis = Redis::start();
+    let mut config = cluster_config(&redis, "b");
+    config.cluster.claim_idle_ms = 1000;
+    let mut rule = herald_server::config::AddressRule {
+        pattern: "queue://late".into(),
+        ..Default::default()
+    };
+    rule.redelivery_delay = Some(herald_server::addresses::Millis(2000));
+    config.addresses = vec![rule];
+    let b = start_with(config);
+    let queue = Destination::queue("late");
+    let (_cb, on_b) = connect(&b);
+    on_b.create_producer(&queue)
+        .unwrap()
+        .send_with_receipt(job(1))
+        .unwrap();
+    // A node that read it and died: a member of the group that holds it
+    // and never renews.
+    let stream: &[u8] = b"herald:q:{late}";
+    redis.command(&[b"XGROUP", b"CREATE", stream, b"herald", b"0", b"MKSTREAM"]);
+    let read = redis.command(&[
+        b"XREADGROUP",
+        b"GROUP",
+        b"herald",
+        b"ghost",
+        b"COUNT",
+        b"1",
+        b"STREAMS",
+        stream,
+        b">",
+    ]);
+    assert_eq!(read, "*1", "the ghost read it");
+    let died = Instant::now();
+    let consumer = on_b.create_consumer(&queue).unwrap();
+    let m = consumer
+        .receive(Duration::from_secs(10))
+        .unwrap()
+        .expect("claimed and redelivered");
+    // Claimed once idle a second, then delayed two more.
+    assert!(
+        died.elapsed() >= Duration::from_millis(2900),
+        "came back {:?} after its node died",
+        died.elapsed()
+    );
+    assert_eq!(n(&m), 1);
+    assert!(m.redelivered, "marked redelivered");
+}

@@ -1519,6 +1519,13 @@ fn first_of_group(block: &Bytes) -> Bytes {
         .unwrap_or_else(|| rewritten(block, |m| m.set_property(GROUP_FIRST_PROPERTY, true)))
 }
 
+/// A copy of `block` to be delivered at `due` (ms since the epoch), not
+/// before: a message claimed from a cluster node that died, waiting out
+/// its redelivery delay.
+pub fn delivered_at(block: &Bytes, due: i64) -> Bytes {
+    rewritten(block, |m| m.delivery_time = due)
+}
+
 /// A copy of `block` with the message `change`d (the block itself if it
 /// does not decode, which a validated block does).
 fn rewritten(block: &Bytes, change: impl FnOnce(&mut Message)) -> Bytes {

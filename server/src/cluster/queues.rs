@@ -41,7 +41,7 @@ use super::requests::{Consumed, Held, Request};
 use super::shards::{Redis, Routed};
 use super::Cluster;
 use crate::broker::delivery::Deliveries;
-use crate::broker::queue::QueuedMessage;
+use crate::broker::queue::{delivered_at, QueuedMessage};
 use crate::broker::{has_own_slot, is_durable_stream, EntryId, PeerError, SharedQueue};
 use crate::frontend::{hand_out, Shared};
 use crate::sync::lock;
@@ -842,9 +842,18 @@ impl Reader<'_, '_> {
         // Only those still idle that long are taken: another node
         // claiming at the same moment gets the rest.
         let claimed: Value = cmd.on(self.shards, &stream)?;
-        for (entry, fields) in entries(claimed) {
+        for (entry, mut fields) in entries(claimed) {
             self.cluster.stats.claimed.fetch_add(1, Ordering::Relaxed);
             let before = stale.get(&entry).copied().unwrap_or(1);
+            // Taken from a node that died (idle that long): it came back,
+            // and waits out its redelivery delay from now, as its wait on
+            // that node went with it. (Redis counts a read as a delivery,
+            // so one that node had read and not delivered waits too.)
+            let wait = lock(queue).settings().redelivery_wait(before);
+            if idle_ms > 0 && wait > 0 {
+                let due = crate::broker::queue::now_ms().saturating_add(wait as i64 + 1);
+                fields.block = fields.block.map(|b| delivered_at(&b, due));
+            }
             self.admit(shared, (name, queue), (entry, fields), Some(before), out);
         }
         Ok(last)
