@@ -56,6 +56,16 @@ fn check(mut body: impl Read, seed: u64, len: u64) -> u64 {
     }
 }
 
+/// A server taking frames of 1 MiB and bodies of 4 MiB, and its data
+/// directory.
+fn small_frames() -> (TestServer, std::path::PathBuf) {
+    let mut config = test_config();
+    config.max_frame_size = 1 << 20;
+    config.max_large_message_bytes = 4 << 20;
+    let dir = config.data_dir.clone();
+    (start_with(config), dir)
+}
+
 /// Body files in the server's data directory.
 fn body_files(data_dir: &Path) -> usize {
     std::fs::read_dir(data_dir.join("large")).map_or(0, |d| d.count())
@@ -519,11 +529,7 @@ fn an_amqp_sender_s_large_message_goes_to_a_file_as_its_transfers_come() {
     use herald_protocol::amqp::performative::Performative;
     use herald_protocol::amqp::Value;
     const LEN: usize = 3 << 20;
-    let mut config = test_config();
-    config.max_frame_size = 1 << 20;
-    config.max_large_message_bytes = 4 << 20;
-    let dir = config.data_dir.clone();
-    let server = start_with(config);
+    let (server, dir) = small_frames();
     let mut amqp = AmqpClient::opened(&server, "reels");
     amqp.sender(0, "queue://reels");
     let mut body = vec![0; LEN];
@@ -691,4 +697,101 @@ fn a_stomp_sender_s_large_body_goes_to_a_file_as_it_comes() {
     stomp.write(b"X");
     stomp.expect_error_saying("not followed by a NUL");
     wait_until("the file goes", || body_files(&dir) == 0);
+}
+
+#[test]
+fn an_mqtt_subscriber_gets_a_large_payload_past_max_frame_size_from_its_file() {
+    use herald_protocol::mqtt::{Packet, Property, QoS, Version};
+    const LEN: u64 = 3 << 20;
+    let mut config = test_config();
+    config.max_frame_size = 1 << 20;
+    let server = start_with(config);
+    let mut whole = MqttClient::connected(&server, Version::V5, "whole");
+    whole.subscribe("films/#", QoS::AtLeastOnce);
+    // A client that takes packets of 2 MiB at most: the large one is
+    // dropped for it (MQTT 5's rule), the next one comes.
+    let mut limited = MqttClient::connect_packet(Version::V5, "small");
+    limited
+        .properties
+        .0
+        .push(Property::MaximumPacketSize(2 << 20));
+    let (mut small, ack) = MqttClient::connect_with(&server, limited);
+    assert_eq!(ack.code, 0);
+    small.subscribe("films/#", QoS::AtMostOnce);
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::topic("films.new")).unwrap();
+    p.send_stream(
+        Message::new(Body::Empty).non_persistent(),
+        LEN,
+        Pattern::new(8, LEN),
+    )
+    .unwrap();
+    p.send_with_receipt(Message::text("after").non_persistent())
+        .unwrap();
+    let got = whole.receive();
+    assert_eq!(got.topic, "films/new");
+    assert_eq!(got.payload.len() as u64, LEN);
+    assert_eq!(check(&got.payload[..], 8, LEN), LEN);
+    whole.acknowledge(&got);
+    assert_eq!(&whole.receive().payload[..], b"after");
+    match small.read() {
+        Some(Packet::Publish(p)) => assert_eq!(&p.payload[..], b"after"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_mqtt_publisher_s_large_payload_goes_to_a_file_as_it_comes() {
+    use herald_protocol::mqtt::{Ack, Packet, Property, QoS, Version};
+    const LEN: usize = 3 << 20;
+    let (server, dir) = small_frames();
+    let mut body = vec![0; LEN];
+    Pattern::new(11, LEN as u64).read_exact(&mut body).unwrap();
+    // A client is told it may send packets past max_frame_size.
+    let (mut m, ack) =
+        MqttClient::connect_with(&server, MqttClient::connect_packet(Version::V5, "camera"));
+    assert!(
+        ack.properties
+            .0
+            .contains(&Property::MaximumPacketSize((4 << 20) + (1 << 20))),
+        "{ack:?}"
+    );
+    // Past max_frame_size, at QoS 1, and at QoS 2 sent twice (its PUBREC
+    // lost, say): taken once.
+    let p = m.publish_packet("$queue/uploads", &body, QoS::AtLeastOnce);
+    assert_eq!(m.publish(p), 0);
+    let mut twice = m.publish_packet("$queue/uploads", &body, QoS::ExactlyOnce);
+    let id = twice.packet_id.unwrap();
+    for dup in [false, true] {
+        twice.dup = dup;
+        m.send(&Packet::Publish(twice.clone()));
+        assert!(matches!(m.read(), Some(Packet::PubRec(a)) if a.packet_id == id && a.reason == 0));
+    }
+    m.send(&Packet::PubRel(Ack::ok(id)));
+    assert!(matches!(m.read(), Some(Packet::PubComp(a)) if a.packet_id == id));
+    assert_eq!(body_files(&dir), 2);
+    // Past max_large_message_bytes: refused in its PUBACK, and the
+    // connection goes on.
+    let p = m.publish_packet("$queue/uploads", &vec![1; 5 << 20], QoS::AtLeastOnce);
+    assert!(m.publish(p) >= 0x80, "refused");
+    let p = m.publish_packet("$queue/uploads", b"after", QoS::AtLeastOnce);
+    assert_eq!(m.publish(p), 0);
+    assert_eq!(body_files(&dir), 2);
+    let (_c, s) = connect(&server);
+    let consumer = s.create_consumer(&Destination::queue("uploads")).unwrap();
+    for _ in 0..2 {
+        let got = next(&consumer);
+        assert!(matches!(got.body, Body::Stream(_)));
+        assert_eq!(
+            check(consumer.body(&got).unwrap(), 11, LEN as u64),
+            LEN as u64
+        );
+    }
+    let after = next(&consumer);
+    assert!(
+        matches!(&after.body, Body::Bytes(b) if &b[..] == b"after"),
+        "{:?}",
+        after.body
+    );
+    wait_until("the files go", || body_files(&dir) == 0);
 }

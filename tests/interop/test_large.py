@@ -1,7 +1,7 @@
 """Large messages sent by the native client reach clients this project did
 not write, whatever their size: python-qpid-proton gets the body streamed
 in multi-frame transfers, stomp.py in a MESSAGE whose body follows its
-head from the body's file."""
+head from the body's file, paho-mqtt in a PUBLISH whose payload does."""
 
 import os
 import tempfile
@@ -11,6 +11,7 @@ from proton import Message
 from proton.utils import BlockingConnection
 
 from conftest import PATIENCE, Server, connect
+from test_mqtt import Client as MqttClient
 
 
 @pytest.fixture
@@ -68,6 +69,8 @@ def test_a_streamed_body_reaches_proton_and_stomp_whole_within_max_frame_size(sm
 def test_past_max_frame_size_proton_and_stomp_get_the_body_streamed(small_frames):
     server = small_frames
     conn, inbox, receiver, close = subscribers(server, "/queue/films", "topic://films")
+    paho = MqttClient(server, "5.0")
+    paho.subscribe("films", qos=1)
     path = streamed_file(20_000_000)
     try:
         server.herald("pub", "topic://films", "--file", path)
@@ -82,19 +85,22 @@ def test_past_max_frame_size_proton_and_stomp_get_the_body_streamed(small_frames
         after = receiver.receive(timeout=PATIENCE)
         receiver.accept()
         assert after.body == "after it"
+        assert paho.next().payload == sent
+        assert paho.next().payload == b"after it"
         frame = inbox.next()
         assert "HeraldBodyNotCarried" not in frame.headers
         assert frame.body == sent
     finally:
         os.unlink(path)
         close()
+        paho.close()
         conn.disconnect()
 
 
 def test_proton_and_stomp_senders_large_bodies_past_max_frame_size_go_through(small_frames):
-    """Sent by clients this project did not write, past the server's
-    max_frame_size: each body goes to a file as it arrives and reaches the
-    other protocol's client byte for byte."""
+    """Sent by clients this project did not write (proton, stomp.py,
+    paho-mqtt), past the server's max_frame_size: each body goes to a file
+    as it arrives and reaches another protocol's client byte for byte."""
     server = small_frames
     conn, inbox, receiver, close = subscribers(server, "/queue/from-amqp", "queue://from-stomp")
     body = bytes((i * 7 + (i >> 20)) % 251 for i in range(12_000_000))
@@ -111,6 +117,13 @@ def test_proton_and_stomp_senders_large_bodies_past_max_frame_size_go_through(sm
         got = receiver.receive(timeout=PATIENCE)
         receiver.accept()
         assert got.properties["name"] == "c.bin"
+        assert bytes(got.body) == body
+        # paho-mqtt, told it may send packets that large, at QoS 1.
+        paho = MqttClient(server, "5.0")
+        paho.publish("$queue/from-stomp", body, qos=1)
+        paho.close()
+        got = receiver.receive(timeout=PATIENCE)
+        receiver.accept()
         assert bytes(got.body) == body
     finally:
         close()

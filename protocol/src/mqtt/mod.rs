@@ -18,7 +18,7 @@ pub use packet::{
 };
 pub use properties::{Allowed, Properties, Property};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use thiserror::Error;
 
 use wire::MAX_VARINT;
@@ -141,6 +141,49 @@ impl Decoder {
         self.max_size = max_size;
     }
 
+    /// [`Decoder::decode`], but of a PUBLISH whose payload is more than
+    /// `large` bytes only the head is taken (the packet with an empty
+    /// payload), and the payload is left in `buf`, to follow: a large
+    /// message's, which may be larger than a packet may be.
+    pub fn decode_or_head(
+        &mut self,
+        buf: &mut BytesMut,
+        large: usize,
+    ) -> Result<Option<Decoded>, MqttError> {
+        let Some((first, len, head)) = fixed_header(buf)? else {
+            return Ok(None);
+        };
+        if let (3, Some(version)) = (first >> 4, self.version) {
+            if len > large {
+                match publish_head_len(
+                    first,
+                    &buf[head..],
+                    version == Version::V5,
+                    (len, self.max_size),
+                ) {
+                    Some(Some(var)) if len - var > large => {
+                        let body = Bytes::copy_from_slice(&buf[head..head + var]);
+                        let Packet::Publish(publish) = packet::decode(first, &body, Some(version))?
+                        else {
+                            return Err(MqttError::Protocol("not a PUBLISH".into()));
+                        };
+                        let _ = buf.split_to(head + var);
+                        return Ok(Some(Decoded::Head {
+                            publish,
+                            payload_len: len - var,
+                        }));
+                    }
+                    // Its head has not all come.
+                    Some(None) => return Ok(None),
+                    // A head that does not read, or a small payload:
+                    // decoded whole, which says what is wrong.
+                    _ => {}
+                }
+            }
+        }
+        Ok(self.decode(buf)?.map(Decoded::Packet))
+    }
+
     /// The next whole packet at the front of `buf`, taken off it; `None`
     /// if it is not all there yet. An error leaves `buf` as it was: the
     /// connection is to be closed.
@@ -187,6 +230,66 @@ impl Decoder {
     }
 }
 
+/// What [`Decoder::decode_or_head`] took.
+#[derive(Debug)]
+pub enum Decoded {
+    /// A whole packet.
+    Packet(Packet),
+    /// The head of a PUBLISH whose payload of `payload_len` bytes follows.
+    Head {
+        /// The PUBLISH, its payload empty.
+        publish: Publish,
+        /// Bytes of payload to come.
+        payload_len: usize,
+    },
+}
+
+/// The length of a PUBLISH's variable header (topic, packet id, 5.0's
+/// properties), from the bytes after its fixed header, of a packet whose
+/// remaining length is `len`, if it fits within `max` bytes:
+/// `Some(None)` if they have not all come, `None` if they do not read.
+fn publish_head_len(
+    first: u8,
+    rest: &[u8],
+    v5: bool,
+    (len, max): (usize, usize),
+) -> Option<Option<usize>> {
+    let Some(at) = publish_var_len(first, rest, v5)? else {
+        return Some(None);
+    };
+    if at > len || at > max {
+        return None;
+    }
+    Some((rest.len() >= at).then_some(at))
+}
+
+/// The length a PUBLISH's variable header says it has, from its first
+/// bytes: `Some(None)` if too few have come to say, `None` if 5.0's
+/// property length does not read.
+fn publish_var_len(first: u8, rest: &[u8], v5: bool) -> Option<Option<usize>> {
+    let Some(topic) = rest.get(..2) else {
+        return Some(None);
+    };
+    let mut at = 2 + usize::from(u16::from_be_bytes([topic[0], topic[1]]));
+    if (first >> 1) & 0b11 != 0 {
+        at += 2;
+    }
+    if !v5 {
+        return Some(Some(at));
+    }
+    let mut len = 0usize;
+    for i in 0..4 {
+        let Some(&b) = rest.get(at + i) else {
+            return Some(None);
+        };
+        len |= usize::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some(Some(at + i + 1 + len));
+        }
+    }
+    None
+}
+
 /// The fixed header at the front of `buf`: its first byte, the remaining
 /// length and the header's own length; `None` if it is not all there.
 fn fixed_header(buf: &[u8]) -> Result<Option<(u8, usize, usize)>, MqttError> {
@@ -211,12 +314,23 @@ fn fixed_header(buf: &[u8]) -> Result<Option<(u8, usize, usize)>, MqttError> {
 /// Writes `packet` for a connection of `version`. The body must fit a
 /// remaining length (256 MiB): the server's packet limit is far below.
 pub fn encode(packet: &Packet, version: Version, dst: &mut BytesMut) {
+    encode_head(packet, version, 0, dst);
+}
+
+/// The largest remaining length a packet may have (256 MiB less one).
+pub const MAX_REMAINING: usize = MAX_VARINT as usize;
+
+/// Writes `packet` (a PUBLISH whose payload is left out) for a connection
+/// of `version`, its remaining length counting `payload` more bytes,
+/// which the caller sends after it: a payload streamed from elsewhere.
+/// The whole must fit [`MAX_REMAINING`].
+pub fn encode_head(packet: &Packet, version: Version, payload: usize, dst: &mut BytesMut) {
     // The body goes in place after room for the longest fixed header, and
     // moves back once its length (so the header's) is known: one buffer.
     let start = dst.len();
     dst.extend_from_slice(&[0; 5]);
     let first = packet::encode_body(packet, version, dst);
-    let body = dst.len() - start - 5;
+    let body = dst.len() - start - 5 + payload;
     let mut header = [0u8; 5];
     let mut rest = &mut header[..];
     bytes::BufMut::put_u8(&mut rest, first);

@@ -336,3 +336,73 @@ fn connect_sets_the_version_and_a_second_packet_follows_in_the_same_buffer() {
     assert_eq!(d.decode(&mut wire), Ok(Some(Packet::PingReq)));
     assert_eq!(d.decode(&mut wire), Ok(None));
 }
+
+#[test]
+fn a_publish_head_counts_the_payload_that_follows_it() {
+    for (version, len) in [(Version::V311, 100), (Version::V5, 200_000)] {
+        let publish = |payload: Bytes| {
+            Packet::Publish(Publish {
+                dup: false,
+                qos: QoS::AtLeastOnce,
+                retain: false,
+                topic: "films/new".into(),
+                packet_id: Some(3),
+                properties: v5_only(version, props()),
+                payload,
+            })
+        };
+        let mut whole = BytesMut::new();
+        encode(&publish(Bytes::from(vec![9u8; len])), version, &mut whole);
+        let mut head = BytesMut::new();
+        encode_head(&publish(Bytes::new()), version, len, &mut head);
+        head.extend_from_slice(&vec![9u8; len]);
+        assert_eq!(head, whole, "{version:?}");
+    }
+}
+
+#[test]
+fn a_large_publish_gives_its_head_and_leaves_its_payload() {
+    for version in [Version::V311, Version::V5] {
+        let mut wire = BytesMut::new();
+        let publish = Publish {
+            dup: false,
+            qos: QoS::ExactlyOnce,
+            retain: false,
+            topic: "films/new".into(),
+            packet_id: Some(9),
+            properties: v5_only(version, props()),
+            payload: Bytes::from(vec![7u8; 5000]),
+        };
+        encode(&Packet::Publish(publish.clone()), version, &mut wire);
+        let mut d = Decoder::with_version(version, 1024);
+        // Every prefix short of the head waits.
+        let head_len = wire.len() - 5000;
+        for cut in 0..head_len {
+            let mut part = BytesMut::from(&wire[..cut]);
+            assert!(d.decode_or_head(&mut part, 100).unwrap().is_none(), "{cut}");
+        }
+        let mut buf = wire.clone();
+        let Some(Decoded::Head {
+            publish: head,
+            payload_len,
+        }) = d.decode_or_head(&mut buf, 100).unwrap()
+        else {
+            panic!("a head");
+        };
+        assert_eq!(payload_len, 5000);
+        assert_eq!(
+            head,
+            Publish {
+                payload: Bytes::new(),
+                ..publish.clone()
+            }
+        );
+        assert_eq!(&buf[..], &[7u8; 5000][..], "the payload stays");
+        // At or under `large`: whole, or too large for the decoder.
+        let mut buf = wire.clone();
+        assert!(matches!(
+            d.decode_or_head(&mut buf, 5000),
+            Err(MqttError::TooLarge { .. })
+        ));
+    }
+}

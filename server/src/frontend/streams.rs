@@ -90,6 +90,13 @@ impl<F: Framer> BodyFrames<F> {
     }
 }
 
+impl<F: Framer> BodyFrames<F> {
+    /// Bytes of the body still to be framed.
+    pub fn remaining(&self) -> u64 {
+        self.left
+    }
+}
+
 impl<F: Framer> super::outbound::FrameSource for BodyFrames<F> {
     fn next_frame(&mut self) -> Option<Bytes> {
         if self.left == 0 {
@@ -154,6 +161,29 @@ impl Framer for Chunks {
 
     fn give_up(&mut self) -> Option<Bytes> {
         Some(Bytes::copy_from_slice(&chunk_head(self.0, 0)))
+    }
+}
+
+/// A body's bytes as they are, after a head its protocol's frame has
+/// sent (STOMP's MESSAGE, MQTT's PUBLISH), then its trailer (STOMP's
+/// NUL). A body cut short cannot be told: the connection is closed
+/// ([`FrameSource::failed`](super::outbound::FrameSource::failed)), or
+/// what follows would be read as the rest of it.
+pub struct Raw(pub &'static [u8]);
+
+impl Framer for Raw {
+    fn piece_len(&self) -> usize {
+        CHUNK_BYTES
+    }
+
+    fn head(&mut self, _: usize, _: bool, _: &mut Vec<u8>) {}
+
+    fn end(&mut self, frame: &mut Vec<u8>) {
+        frame.extend_from_slice(self.0);
+    }
+
+    fn give_up(&mut self) -> Option<Bytes> {
+        None
     }
 }
 

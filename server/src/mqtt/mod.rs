@@ -26,13 +26,14 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use herald_protocol::mqtt::{
-    self, topic, ConnAck, Connect, MqttError, Packet, Properties, Property, Publish, QoS, SubAck,
-    Subscribe, UnsubAck, Unsubscribe, Version,
+    self, topic, ConnAck, Connect, Decoded, MqttError, Packet, Properties, Property, Publish, QoS,
+    SubAck, Subscribe, UnsubAck, Unsubscribe, Version,
 };
-use herald_protocol::{DestinationKind, ErrorCode};
+use herald_protocol::{DestinationKind, ErrorCode, MessageView};
 
 use crate::auth::Principal;
 use crate::broker::SubscribeRequest;
+use crate::frontend::arriving::{read_apart, Arrived, Arriving};
 use crate::frontend::chunks::Chunks;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{
@@ -43,7 +44,7 @@ use crate::session::{Phase, Session};
 use crate::websocket;
 pub use common::SUBPROTOCOLS;
 use common::{reason_for, suback_reason, Fatal, IdPrefix, DURABLE_PREFIX};
-use session::{Owed, Sub};
+use session::{Owed, PublishHead, Sub};
 
 /// Handles what arrived in `buf`: the WebSocket upgrade and framing if the
 /// connection is one, then every whole MQTT packet.
@@ -76,8 +77,26 @@ fn decode_all(
     ctx: &mut Context<'_>,
 ) -> Flow {
     loop {
-        let packet = match mqtt.decoder.decode(buf) {
-            Ok(Some(packet)) => packet,
+        if mqtt.arriving() {
+            match payload_arriving(mqtt, buf, session, out, ctx) {
+                Ok(Flow::Continue) if !mqtt.arriving() => continue,
+                Ok(flow) => return flow,
+                Err(fatal) => return mqtt.refuse(out, session.phase, fatal, ctx.me.serial),
+            }
+        }
+        // A payload past a threshold may be larger than a packet: it is
+        // read on its own, after its head. Over WebSocket, whose messages
+        // are whole, packets are too.
+        let large = read_apart(session.phase, mqtt.websocket.is_some(), ctx);
+        let packet = match mqtt.decoder.decode_or_head(buf, large) {
+            Ok(Some(Decoded::Packet(packet))) => packet,
+            Ok(Some(Decoded::Head {
+                publish,
+                payload_len,
+            })) => match large_publish(publish, payload_len, mqtt, session, out, ctx) {
+                Ok(()) => continue,
+                Err(fatal) => return mqtt.refuse(out, session.phase, fatal, ctx.me.serial),
+            },
             Ok(None) => return Flow::Continue,
             Err(e) => {
                 // Before CONNECT the version may be known from the bytes.
@@ -324,7 +343,7 @@ pub fn admitted(
         }
         properties.extend([
             Property::ReceiveMaximum(config.mqtt.receive_maximum),
-            Property::MaximumPacketSize(config.max_frame_size),
+            Property::MaximumPacketSize(max_packet(mqtt.websocket.is_some(), ctx)),
             Property::TopicAliasMaximum(config.mqtt.topic_alias_maximum),
             Property::RetainAvailable(1),
             Property::WildcardAvailable(1),
@@ -373,12 +392,30 @@ pub fn admitted(
 }
 
 fn publish_packet(
-    mut p: Publish,
+    p: Publish,
     mqtt: &mut MqttSession,
     session: &mut Session,
     out: &mut Outbound,
     ctx: &mut Context<'_>,
 ) -> Result<Flow, Fatal> {
+    match taken(p, mqtt, out, ctx)? {
+        Some((view, ids)) => publish_view(view, ids, mqtt, session, out, ctx),
+        None => Ok(Flow::Continue),
+    }
+}
+
+/// A PUBLISH's QoS and packet id (0 for QoS 0).
+type Ids = (QoS, u16);
+
+/// The message a client's PUBLISH makes, with its QoS and packet id;
+/// `None` for a QoS 2 PUBLISH resent after it was routed (its PUBREC is
+/// sent again).
+fn taken(
+    mut p: Publish,
+    mqtt: &mut MqttSession,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Option<(MessageView, Ids)>, Fatal> {
     if p.properties
         .0
         .iter()
@@ -394,7 +431,7 @@ fn publish_packet(
     if p.qos == QoS::ExactlyOnce && mqtt.ex().incoming.contains(&packet_id) {
         // A resent PUBLISH whose PUBREC was lost: routed once already.
         mqtt.answer(out, Packet::PubRec(mqtt.ack(packet_id, 0)));
-        return Ok(Flow::Continue);
+        return Ok(None);
     }
     if p.qos != QoS::AtMostOnce
         && mqtt.publishes_in_flight() >= usize::from(ctx.shared.config.mqtt.receive_maximum)
@@ -407,27 +444,152 @@ fn publish_packet(
     let mut prefix = IdPrefix::default();
     let id = (prefix.of(ctx.me.serial), mqtt.next_message);
     mqtt.next_message += 1;
-    let view = match mapping::message_from(&p, &topic, id, mapping::now_ms(), &mut mqtt.chunks) {
-        Ok(view) => view,
-        Err(e) => return Err(Fatal(e.reason(), e.to_string())),
-    };
-    let request_id = match p.qos {
+    match mapping::message_from(&p, &topic, id, mapping::now_ms(), &mut mqtt.chunks) {
+        Ok(view) => Ok(Some((view, (p.qos, packet_id)))),
+        Err(e) => Err(Fatal(e.reason(), e.to_string())),
+    }
+}
+
+/// Routes the message a PUBLISH made, and answers it as its QoS says.
+fn publish_view(
+    view: MessageView,
+    (qos, packet_id): Ids,
+    mqtt: &mut MqttSession,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Fatal> {
+    let request_id = owed(mqtt, (qos, packet_id));
+    match publish(view, request_id, None, session, out, ctx) {
+        Ok(Published::Now) => Ok(mqtt.settle_request(out, request_id, Ok(()))),
+        Ok(Published::Later) => Ok(Flow::Continue),
+        Ok(Published::Held(parked)) => Ok(Flow::Park(parked)),
+        Err(refusal) => answer_refused(refusal, request_id, mqtt, out),
+    }
+}
+
+/// The request a PUBLISH's answer is owed under (0 for QoS 0).
+fn owed(mqtt: &mut MqttSession, (qos, packet_id): Ids) -> u32 {
+    match qos {
         QoS::AtMostOnce => 0,
         QoS::AtLeastOnce => mqtt.owe(Owed::PubAck(packet_id)),
         QoS::ExactlyOnce => {
             mqtt.ex().incoming.insert(packet_id);
             mqtt.owe(Owed::PubRec(packet_id))
         }
+    }
+}
+
+/// A refused PUBLISH's answer: its PUBACK or PUBREC with the reason, or
+/// for QoS 0, which has none, the end of the connection.
+fn answer_refused(
+    refusal: crate::frontend::Refusal,
+    request_id: u32,
+    mqtt: &mut MqttSession,
+    out: &mut Outbound,
+) -> Result<Flow, Fatal> {
+    match request_id {
+        0 => Err(refused(refusal)),
+        _ => Ok(mqtt.settle_request(out, request_id, Err(refusal))),
+    }
+}
+
+/// The head of a PUBLISH whose payload is read on its own: a large
+/// message's (past its address's threshold, or more than a packet may
+/// be) goes to a file as it comes, once the client may send it; one under
+/// its threshold is gathered and the packet handled whole.
+fn large_publish(
+    p: Publish,
+    len: usize,
+    mqtt: &mut MqttSession,
+    session: &Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<(), Fatal> {
+    let Some((view, ids)) = taken(p.clone(), mqtt, out, ctx)? else {
+        mqtt.ex().arriving = Some(Box::new(Arriving::skip(PublishHead::Taken, len, None)));
+        return Ok(());
     };
-    match publish(view, request_id, None, session, out, ctx) {
-        Ok(Published::Now) => Ok(mqtt.settle_request(out, request_id, Ok(()))),
-        Ok(Published::Later) => Ok(Flow::Continue),
-        Ok(Published::Held(parked)) => Ok(Flow::Park(parked)),
-        Err(refusal) if request_id == 0 => {
-            let (code, _, why) = refusal.into_parts();
-            Err(Fatal(reason_for(code), why))
+    let threshold = ctx
+        .shared
+        .broker
+        .settings(view.destination_kind, view.destination())
+        .large_message_threshold;
+    let must = len >= ctx.shared.config.max_frame_size as usize;
+    let arriving = match len > threshold || must {
+        false => Arriving::memory(PublishHead::Whole(p), len, None),
+        // One payload arrives at a time: packets follow each other.
+        true => {
+            let head = PublishHead::Large(ids);
+            match Arriving::file(head, (&view, len, None), 0, session, ctx) {
+                Ok(arriving) => arriving,
+                // Refused before a byte is written: its payload is dropped
+                // as it comes, and then answered.
+                Err(refusal) => Arriving::skip(PublishHead::Refused(ids, refusal), len, None),
+            }
         }
-        Err(refusal) => Ok(mqtt.settle_request(out, request_id, Err(refusal))),
+    };
+    mqtt.ex().arriving = Some(Box::new(arriving));
+    Ok(())
+}
+
+/// The largest packet a client may send: a PUBLISH may be as large as
+/// the protocol lets it where large messages are kept (its payload goes
+/// to a file as it comes), up to `max_large_message_bytes` and a frame
+/// more; any other packet, and every packet over WebSocket (whose
+/// messages are whole) or where none are kept, `max_frame_size`.
+fn max_packet(websocket: bool, ctx: &Context<'_>) -> u32 {
+    let config = &ctx.shared.config;
+    let kept = ctx.shared.broker.large_from() != usize::MAX;
+    if websocket || !kept || config.max_streams_per_connection == 0 {
+        return config.max_frame_size;
+    }
+    let largest = config
+        .max_large_message_bytes
+        .saturating_add(u64::from(config.max_frame_size))
+        // What clients take as a Maximum Packet Size (paho checks it).
+        .min(mqtt::MAX_REMAINING as u64);
+    largest.max(u64::from(config.max_frame_size)) as u32
+}
+
+/// A refusal, as the DISCONNECT that ends the connection says it.
+fn refused(refusal: crate::frontend::Refusal) -> Fatal {
+    let (code, _, why) = refusal.into_parts();
+    Fatal(reason_for(code), why)
+}
+
+/// Takes what has come of a PUBLISH's payload read on its own; once it
+/// has all come, the PUBLISH is handled.
+fn payload_arriving(
+    mqtt: &mut MqttSession,
+    buf: &mut BytesMut,
+    session: &mut Session,
+    out: &mut Outbound,
+    ctx: &mut Context<'_>,
+) -> Result<Flow, Fatal> {
+    let Some(arriving) = mqtt.ex().arriving.as_mut() else {
+        return Ok(Flow::Continue);
+    };
+    if !arriving.take(buf).map_err(refused)? {
+        return Ok(Flow::Continue);
+    }
+    let Some(arriving) = mqtt.ex().arriving.take() else {
+        return Ok(Flow::Continue);
+    };
+    match arriving.finish().map_err(refused)? {
+        (PublishHead::Whole(mut p), Arrived::Whole(payload)) => {
+            p.payload = payload;
+            publish_packet(p, mqtt, session, out, ctx)
+        }
+        (PublishHead::Large(ids), Arrived::Large(view)) => {
+            publish_view(view, ids, mqtt, session, out, ctx)
+        }
+        (PublishHead::Refused(ids, refusal), _) => {
+            let request_id = owed(mqtt, ids);
+            answer_refused(refusal, request_id, mqtt, out)
+        }
+        // A resent QoS 2 PUBLISH, answered already.
+        _ => Ok(Flow::Continue),
     }
 }
 

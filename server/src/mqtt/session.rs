@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use bytes::Bytes;
-use herald_protocol::message::MessageRef;
+use herald_protocol::message::{streamed_body, MessageRef};
 use herald_protocol::mqtt::{
     self, Ack, ConnAck, Decoder, Disconnect, Packet, Properties, Property, Publish, QoS,
     SubscribeOptions, Version, Will,
@@ -19,10 +19,13 @@ use super::common::{
 use super::mapping::{self, Outgoing};
 use crate::broker::Written;
 use crate::collections::FastMap;
+use crate::frontend::arriving::Arriving;
 use crate::frontend::chunks::Chunks;
 use crate::frontend::outbound::Outbound;
+use crate::frontend::streams::{self, BodyFrames, Raw};
 use crate::frontend::{await_journal, end_subscription, Context, Flow, PacketIds, Refusal};
 use crate::session::{Phase, Session};
+use crate::store::large::LargeStore;
 use crate::websocket::{self, WebSocket};
 
 /// One subscription.
@@ -94,13 +97,32 @@ pub(super) struct Exchanges {
     next_alias_out: u16,
     /// QoS 1 and 2 deliveries sent and not completed, by packet id.
     in_flight: FastMap<u16, InFlight>,
-    /// Deliveries waiting for room in the window: (delivery id, packet).
-    waiting: VecDeque<(u64, Publish)>,
+    /// A PUBLISH's payload on its way, read past its head
+    /// (`super::large_publish`).
+    pub(super) arriving: Option<Box<Arriving<PublishHead>>>,
+    /// Deliveries waiting for room in the window: (delivery id, packet,
+    /// and a large message's payload, which follows it from its file).
+    waiting: VecDeque<(u64, Publish, Option<Payload>)>,
     /// The server's number for the next subscription (from 1).
     pub(super) next_subscription: u32,
     /// The request id for the next publish whose answer is owed (from 1).
     next_request: u32,
 }
+
+/// What a PUBLISH whose payload is read on its own keeps: the packet as
+/// it came (for one handled whole), or the QoS and packet id of the
+/// message it made (for a large one).
+pub(super) enum PublishHead {
+    Whole(Publish),
+    Large((QoS, u16)),
+    /// Refused before its payload came: answered once it has.
+    Refused((QoS, u16), Refusal),
+    /// A QoS 2 PUBLISH resent after it was taken, answered already.
+    Taken,
+}
+
+/// A large message's payload on its way from its file.
+type Payload = BodyFrames<Raw>;
 
 /// What an MQTT connection needs besides the protocol-neutral session.
 pub struct MqttSession {
@@ -158,6 +180,11 @@ impl MqttSession {
     /// Its subscriptions and exchanges, if it has any.
     pub(super) fn exchanges(&self) -> Option<&Exchanges> {
         self.ex.as_deref()
+    }
+
+    /// Whether a PUBLISH's payload is on its way.
+    pub(super) fn arriving(&self) -> bool {
+        self.exchanges().is_some_and(|e| e.arriving.is_some())
     }
 
     /// A session that has not connected yet; its
@@ -258,15 +285,27 @@ impl MqttSession {
 
     /// Sends one delivery to connection `serial`; true if the server
     /// acknowledges it itself (it goes at QoS 0, or not at all).
+    /// A large message's payload, read from its file as it is written
+    /// after its PUBLISH's head, up to what a remaining length holds;
+    /// over WebSocket, whose messages are whole, or past that, it is
+    /// read into the PUBLISH up to `max_frame_size`.
     pub fn message(
         &mut self,
         out: &mut Outbound,
-        subscription_id: u32,
-        delivery_id: u64,
-        count: u32,
+        (subscription_id, delivery_id, count): (u32, u64, u32),
         block: &Bytes,
-        serial: u64,
+        (serial, large): (u64, Option<&LargeStore>),
     ) -> bool {
+        let streamed = streamed_body(block).filter(|s| s.len > 0);
+        let (inlined, payload) = match (streamed, large, &self.websocket) {
+            (Some(s), Some(_), None) if s.len < mqtt::MAX_REMAINING as u64 => {
+                let payload = BodyFrames::open(large, &s, delivery_id, Raw(b""));
+                (None, Some(payload))
+            }
+            (Some(_), _, _) => (Some(streams::inline(block.clone(), large, "MQTT")), None),
+            (None, _, _) => (None, None),
+        };
+        let block = inlined.as_ref().unwrap_or(block);
         let Some(sub) = self
             .exchanges()
             .and_then(|ex| ex.subs.get(&subscription_id))
@@ -296,10 +335,10 @@ impl MqttSession {
         };
         let publish = mapping::publish_from(&m, block, &how, self.version);
         if qos == QoS::AtMostOnce {
-            self.send(out, Packet::Publish(publish));
+            self.send(out, Packet::Publish(publish), payload);
             return true;
         }
-        self.ex().waiting.push_back((delivery_id, publish));
+        self.ex().waiting.push_back((delivery_id, publish, payload));
         self.fill_window(out);
         false
     }
@@ -307,7 +346,7 @@ impl MqttSession {
     /// Sends what waits, as far as the window lets.
     fn fill_window(&mut self, out: &mut Outbound) {
         while self.ex().in_flight.len() < usize::from(self.window) {
-            let Some((delivery_id, mut publish)) = self.ex().waiting.pop_front() else {
+            let Some((delivery_id, mut publish, payload)) = self.ex().waiting.pop_front() else {
                 return;
             };
             let id = self.free_packet_id();
@@ -319,7 +358,7 @@ impl MqttSession {
             self.ex()
                 .in_flight
                 .insert(id, InFlight { delivery_id, stage });
-            self.send(out, Packet::Publish(publish));
+            self.send(out, Packet::Publish(publish), payload);
         }
     }
 
@@ -327,7 +366,8 @@ impl MqttSession {
     /// such a message is dropped as if it were delivered). A PUBLISH goes
     /// with a topic alias where the client takes them: the topic and a new
     /// alias the first time, the alias alone after that.
-    fn send(&mut self, out: &mut Outbound, mut packet: Packet) {
+    /// A large message's `payload` follows its PUBLISH from its file.
+    fn send(&mut self, out: &mut Outbound, mut packet: Packet, payload: Option<Payload>) {
         let need = match &packet {
             Packet::Publish(p) => p.payload.len() + p.topic.len() + 64,
             _ => 64,
@@ -336,12 +376,13 @@ impl MqttSession {
             Packet::Publish(p) if self.aliases_out_max > 0 => self.alias(p),
             _ => None,
         };
-        mqtt::encode(&packet, self.version, self.chunks.room(need));
+        let after = payload.as_ref().map_or(0, |p| p.remaining() as usize);
+        mqtt::encode_head(&packet, self.version, after, self.chunks.room(need));
         let bytes = self.chunks.cut();
-        if bytes.len() > self.max_packet as usize {
+        let size = bytes.len() + after;
+        if size > self.max_packet as usize || size > mqtt::MAX_REMAINING {
             log::debug!(
-                "a {}-byte packet is over the client's maximum of {}: dropped",
-                bytes.len(),
+                "a {size}-byte packet is over the client's maximum of {}: dropped",
                 self.max_packet
             );
             // The client never heard of the alias it would have set.
@@ -351,6 +392,9 @@ impl MqttSession {
             return;
         }
         out.push_raw(self.wrap(bytes));
+        if let Some(payload) = payload {
+            out.push_source(Box::new(payload));
+        }
     }
 
     /// Gives `p` a topic alias: the alias alone if its topic has one, else

@@ -507,11 +507,9 @@ impl Connection {
             ),
             Front::Mqtt(mqtt) => mqtt.message(
                 &mut self.out,
-                subscription_id,
-                delivery_id,
-                delivery_count,
-                &streams::inline(message, large, "MQTT"),
-                self.serial,
+                (subscription_id, delivery_id, delivery_count),
+                &message,
+                (self.serial, large),
             ),
             Front::Amqp(amqp) => amqp.message(
                 &mut self.out,

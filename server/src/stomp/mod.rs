@@ -15,7 +15,6 @@
 //! expects the client's and, if asked, sends bare EOLs on its worker's
 //! tick when it has had nothing else to send.
 
-mod arriving;
 mod mapping;
 
 use crate::collections::FastMap;
@@ -33,11 +32,10 @@ use herald_protocol::stomp::ClientCommand;
 use herald_protocol::stomp::{Decoded, StompDecoder, StompError, StompFrame, StompLimits};
 use herald_protocol::{Destination, ErrorCode, MessageView};
 
-use arriving::{Arrived, Arriving};
-
 use crate::broker::{SubscribeRequest, Written};
+use crate::frontend::arriving::{read_apart, Arrived, Arriving};
 use crate::frontend::outbound::Outbound;
-use crate::frontend::streams::{self, BodyFrames, Framer};
+use crate::frontend::streams::{self, BodyFrames, Raw};
 use crate::frontend::{
     admit, authorize_publish as send_authorize, await_journal, check_id_length, commit,
     delete_durable, end_subscription, publish, selector as subscribe_selector, settle, spill,
@@ -81,8 +79,8 @@ pub struct StompSession {
     transactions: Transactions<String>,
     /// For STOMP over WebSocket, the WebSocket's state.
     websocket: Option<WebSocket>,
-    /// A SEND's body on its way, read past its head (see `arriving`).
-    arriving: Option<Box<Arriving>>,
+    /// A SEND's body on its way, read past its head (`large_send`).
+    arriving: Option<Box<Arriving<SendHead>>>,
 }
 
 /// A STOMP frame the server refuses: the ERROR's `message` header.
@@ -265,7 +263,8 @@ impl StompSession {
                 let mut head = BytesMut::new();
                 frame.encode_head(self.escapes(), s.len, &mut head);
                 out.push_raw(head.freeze());
-                let body = BodyFrames::open(large, &s, delivery_id, Raw);
+                // The body's bytes after the head, then the NUL that ends the frame.
+                let body = BodyFrames::open(large, &s, delivery_id, Raw(b"\0"));
                 out.push_source(Box::new(body));
             }
             (Err(e), _) => {
@@ -273,28 +272,6 @@ impl StompSession {
             }
         }
         mode == Ack::Auto
-    }
-}
-
-/// A STOMP body's bytes as they are, after its frame's head, and the NUL
-/// that ends the frame after the last.
-struct Raw;
-
-impl Framer for Raw {
-    fn piece_len(&self) -> usize {
-        streams::CHUNK_BYTES
-    }
-
-    fn head(&mut self, _: usize, _: bool, _: &mut Vec<u8>) {}
-
-    fn end(&mut self, frame: &mut Vec<u8>) {
-        frame.push(0);
-    }
-
-    fn give_up(&mut self) -> Option<Bytes> {
-        // A frame cannot end short of its content-length: the connection
-        // is closed instead (`FrameSource::failed`).
-        None
     }
 }
 
@@ -347,14 +324,7 @@ fn decode_all(
         // A body past a threshold may be longer than a frame: it is read
         // on its own, after its head. Over WebSocket, whose messages are
         // whole, frames are too.
-        let large = match (session.phase, &stomp.websocket) {
-            (Phase::Connected, None) => ctx
-                .shared
-                .broker
-                .large_from()
-                .min(ctx.shared.config.max_frame_size as usize),
-            _ => usize::MAX,
-        };
+        let large = read_apart(session.phase, stomp.websocket.is_some(), ctx);
         let frame = match stomp.decoder.decode_or_head(buf, large) {
             Ok(Some(Decoded::Frame(frame))) => frame,
             Ok(Some(Decoded::Head { frame, body_len })) => {
@@ -398,8 +368,19 @@ fn decode_all(
     }
 }
 
-/// The head of a SEND whose body is read on its own: where its body
-/// goes, once the connection may send it.
+/// What ends a STOMP frame's body.
+const NUL: Option<(u8, &str)> = Some((0, "a NUL"));
+
+/// A SEND whose body is read on its own: its head, and the request its
+/// RECEIPT answers.
+struct SendHead {
+    frame: StompFrame,
+    request_id: u32,
+}
+
+/// The head of a SEND whose body is read on its own (a large message's,
+/// to a file as it comes, or gathered in memory under its address's
+/// threshold): where its body goes, once the connection may send it.
 fn large_send(
     mut frame: StompFrame,
     body_len: usize,
@@ -426,16 +407,16 @@ fn large_send(
     // A body a frame may not hold goes to a file whatever its address says.
     let must = body_len >= ctx.shared.config.max_frame_size as usize;
     let arriving = match body_len > threshold || must {
-        false => Arriving::memory(frame, body_len, request_id),
+        false => Arriving::memory(SendHead { frame, request_id }, body_len, NUL),
         true => {
             resolve_reply_to(&mut frame, stomp, session, ctx)?;
             let view = message_of(&frame, stomp, ctx)?;
-            let transaction = frame.get("transaction").map(str::to_owned);
-            if let Some(tx) = &transaction {
+            if let Some(tx) = frame.get("transaction") {
                 stomp.open_transaction(tx)?;
             }
-            Arriving::file(&view, body_len, (request_id, transaction), session, ctx)
-                .map_err(refused)?
+            // One body arrives at a time: STOMP frames follow each other.
+            let head = SendHead { frame, request_id };
+            Arriving::file(head, (&view, body_len, NUL), 0, session, ctx).map_err(refused)?
         }
     };
     stomp.arriving = Some(Box::new(arriving));
@@ -460,17 +441,24 @@ fn body_arriving(
     let Some(arriving) = stomp.arriving.take() else {
         return Ok(Flow::Continue);
     };
-    let (request_id, transaction) = (arriving.request_id, arriving.transaction.clone());
-    match arriving.finish().map_err(refused)? {
-        Arrived::Frame(frame) => dispatch(frame, request_id, stomp, session, out, ctx),
-        Arrived::Large(view) => send(
-            view,
-            (request_id, transaction.as_deref()),
-            stomp,
-            session,
-            out,
-            ctx,
-        ),
+    let (
+        SendHead {
+            mut frame,
+            request_id,
+        },
+        arrived,
+    ) = arriving.finish().map_err(refused)?;
+    match arrived {
+        Arrived::Whole(body) => {
+            frame.body = body;
+            dispatch(frame, request_id, stomp, session, out, ctx)
+        }
+        Arrived::Large(view) => {
+            let transaction = frame.get("transaction");
+            send(view, (request_id, transaction), stomp, session, out, ctx)
+        }
+        // Not made for STOMP.
+        Arrived::Skipped => Ok(Flow::Continue),
     }
 }
 
