@@ -531,7 +531,14 @@ fn an_amqp_sender_s_large_message_goes_to_a_file_as_its_transfers_come() {
     const LEN: usize = 3 << 20;
     let (server, dir) = small_frames();
     let mut amqp = AmqpClient::opened(&server, "reels");
-    amqp.sender(0, "queue://reels");
+    amqp.attach_sender(0, "queue://reels");
+    // A sender is told it may send a large message, not only a frame.
+    match amqp.next(false) {
+        Got::Amqp(0, Performative::Attach(a)) => {
+            assert_eq!(a.max_message_size, (4 << 20) + (1 << 20));
+        }
+        other => panic!("{other:?}"),
+    }
     let mut body = vec![0; LEN];
     Pattern::new(5, LEN as u64).read_exact(&mut body).unwrap();
     let body = bytes::Bytes::from(body);

@@ -235,7 +235,8 @@ fn attach(
     let reply = Attach {
         role_receiver: true,
         initial_delivery_count: None,
-        max_message_size: u64::from(ctx.shared.config.max_frame_size),
+        // A message whose body is one binary may be a large message's.
+        max_message_size: crate::frontend::arriving::largest_message(false, ctx),
         offered_capabilities: Vec::new(),
         desired_capabilities: Vec::new(),
         properties: Value::Null,

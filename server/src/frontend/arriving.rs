@@ -25,6 +25,21 @@ pub fn read_apart(phase: Phase, websocket: bool, ctx: &Context<'_>) -> usize {
     }
 }
 
+/// The largest message a client may send: `max_frame_size`, or where
+/// large messages are kept (and not over WebSocket, whose messages are
+/// whole, for the protocols that read a body apart), a body of
+/// `max_large_message_bytes` and a frame's worth of the rest more. What
+/// MQTT's Maximum Packet Size and AMQP's max-message-size say.
+pub fn largest_message(websocket: bool, ctx: &Context<'_>) -> u64 {
+    let config = &ctx.shared.config;
+    let frame = u64::from(config.max_frame_size);
+    let kept = ctx.shared.broker.large_from() != usize::MAX;
+    match !websocket && kept && config.max_streams_per_connection > 0 {
+        true => config.max_large_message_bytes.saturating_add(frame),
+        false => frame,
+    }
+}
+
 /// Whether this connection, with `open` bodies arriving already, may send
 /// `message`, whose body of `len` bytes follows it.
 pub fn admit(

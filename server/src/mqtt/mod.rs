@@ -33,7 +33,7 @@ use herald_protocol::{DestinationKind, ErrorCode, MessageView};
 
 use crate::auth::Principal;
 use crate::broker::SubscribeRequest;
-use crate::frontend::arriving::{read_apart, Arrived, Arriving};
+use crate::frontend::arriving::{largest_message, read_apart, Arrived, Arriving};
 use crate::frontend::chunks::Chunks;
 use crate::frontend::outbound::Outbound;
 use crate::frontend::{
@@ -343,7 +343,12 @@ pub fn admitted(
         }
         properties.extend([
             Property::ReceiveMaximum(config.mqtt.receive_maximum),
-            Property::MaximumPacketSize(max_packet(mqtt.websocket.is_some(), ctx)),
+            // A PUBLISH may be as large as a large message (its payload
+            // goes to a file as it comes), up to what clients take.
+            Property::MaximumPacketSize(
+                largest_message(mqtt.websocket.is_some(), ctx).min(mqtt::MAX_REMAINING as u64)
+                    as u32,
+            ),
             Property::TopicAliasMaximum(config.mqtt.topic_alias_maximum),
             Property::RetainAvailable(1),
             Property::WildcardAvailable(1),
@@ -531,25 +536,6 @@ fn large_publish(
     };
     mqtt.ex().arriving = Some(Box::new(arriving));
     Ok(())
-}
-
-/// The largest packet a client may send: a PUBLISH may be as large as
-/// the protocol lets it where large messages are kept (its payload goes
-/// to a file as it comes), up to `max_large_message_bytes` and a frame
-/// more; any other packet, and every packet over WebSocket (whose
-/// messages are whole) or where none are kept, `max_frame_size`.
-fn max_packet(websocket: bool, ctx: &Context<'_>) -> u32 {
-    let config = &ctx.shared.config;
-    let kept = ctx.shared.broker.large_from() != usize::MAX;
-    if websocket || !kept || config.max_streams_per_connection == 0 {
-        return config.max_frame_size;
-    }
-    let largest = config
-        .max_large_message_bytes
-        .saturating_add(u64::from(config.max_frame_size))
-        // What clients take as a Maximum Packet Size (paho checks it).
-        .min(mqtt::MAX_REMAINING as u64);
-    largest.max(u64::from(config.max_frame_size)) as u32
 }
 
 /// A refusal, as the DISCONNECT that ends the connection says it.
