@@ -200,12 +200,18 @@ fn a_stomp_disconnect_is_answered_after_the_persistent_sends_before_it() {
 struct SmallDisk {
     room: Arc<AtomicUsize>,
     sync_fails: Arc<AtomicBool>,
+    /// While set, a large message's body file cannot be made (EACCES).
+    large_fails: Arc<AtomicBool>,
 }
 
 struct SmallFile(std::fs::File, SmallDisk);
 
 impl Disk for SmallDisk {
     fn create(&self, path: &Path) -> std::io::Result<Box<dyn SegmentFile>> {
+        let body = path.extension().is_some_and(|e| e == "body");
+        if body && self.large_fails.load(Ordering::SeqCst) {
+            return Err(std::io::Error::from_raw_os_error(13));
+        }
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(true)
@@ -679,4 +685,39 @@ impl std::io::Read for SlowZeros {
         self.0 -= n as u64;
         Ok(n)
     }
+}
+
+#[test]
+fn a_large_store_that_cannot_write_says_so_in_health_until_a_body_is_written() {
+    let disk = SmallDisk::with_room(usize::MAX);
+    let server = start_on(on(&temp_dir("large-denied")), Arc::new(disk.clone()));
+    let (_c, s) = connect(&server);
+    let p = s.create_producer(&Destination::queue("big")).unwrap();
+    let send = || {
+        p.send_stream(
+            Message::text("").non_persistent(),
+            1 << 20,
+            std::io::repeat(0),
+        )
+    };
+    disk.large_fails.store(true, Ordering::SeqCst);
+    let e = send().unwrap_err();
+    assert!(e.to_string().contains("cannot be kept"), "{e}");
+    let h = health(&server);
+    assert_eq!(h["status"], "degraded", "{h}");
+    assert_eq!(h["reasons"][0]["reason"], "large_messages_failing", "{h}");
+    assert!(
+        h["reasons"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("ermission"),
+        "{h}"
+    );
+    // Still ready: everything else goes on.
+    assert_eq!(call(&server, "GET", "/api/ready", None, None).status, 200);
+    let metrics = call(&server, "GET", "/metrics", None, None).body;
+    assert!(metrics.contains("herald_large_failing 1"), "{metrics}");
+    disk.large_fails.store(false, Ordering::SeqCst);
+    send().unwrap();
+    assert_eq!(health(&server)["status"], "ok");
 }

@@ -296,6 +296,12 @@ fn problems(state: &AppState) -> Vec<(&'static str, String)> {
             found.push(("paging_stopped", why));
         }
     }
+    if let Some(why) = state.shared.broker.large().and_then(|l| l.failing()) {
+        let why = format!(
+            "large messages' bodies cannot be written under data_dir/large ({why}): large messages are refused until one can"
+        );
+        found.push(("large_messages_failing", why));
+    }
     let memory = state.shared.broker.memory();
     if memory.over() {
         let why = format!(
@@ -367,7 +373,8 @@ async fn health(State(state): State<AppState>) -> (StatusCode, Json<Json_>) {
 
 /// Whether a load balancer should send this server new connections: not
 /// at the connection limit, and nothing in [`problems`] but the memory
-/// limit (which holds publishers back, not connections) and too few
+/// limit, a queue that cannot page and large messages that cannot be
+/// written (which hold some sends back, not connections) and too few
 /// replicas. That one is learned from the receipts' `WAIT`s: a node
 /// taken out of rotation for it would get no persistent send to learn
 /// that the replicas came back, and in a cluster every node would be out
@@ -386,7 +393,7 @@ async fn ready(State(state): State<AppState>) -> ApiResult {
     if let Some((_, why)) = problems.iter().find(|(reason, _)| {
         !matches!(
             *reason,
-            "memory_limit" | "paging_stopped" | "replicas_short"
+            "memory_limit" | "paging_stopped" | "replicas_short" | "large_messages_failing"
         )
     }) {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why.clone()));

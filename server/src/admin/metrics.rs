@@ -444,6 +444,11 @@ pub(crate) async fn metrics(
                 "Large messages' bodies still being sent by their clients",
                 arriving,
             ),
+            (
+                "herald_large_failing",
+                "1 while large messages' bodies cannot be written (but for a full disk)",
+                u64::from(large.failing().is_some()),
+            ),
         ] {
             gauge(&mut r, name, help, value as i64);
         }

@@ -47,6 +47,10 @@ pub struct LargeStore {
     stopping: AtomicBool,
     /// The files some block holds, by number.
     live: Mutex<HashMap<u64, Weak<BodyFile>>>,
+    /// Why the last body could not be written, other than a full disk
+    /// (which the journal's floor says), until one is written again: for
+    /// health.
+    failing: Mutex<Option<String>>,
     /// Bodies held, their bytes, and bodies arriving: for the metrics.
     held: AtomicU64,
     held_bytes: AtomicU64,
@@ -171,6 +175,7 @@ impl LargeStore {
             held_bytes: AtomicU64::new(0),
             arriving: AtomicU64::new(0),
             live: Mutex::new(HashMap::new()),
+            failing: Mutex::new(None),
         })
     }
 
@@ -187,7 +192,7 @@ impl LargeStore {
     /// Starts a body of `len` bytes: refused if the disk would then be
     /// below `journal.min_free_bytes`.
     pub fn create(self: &Arc<Self>, len: u64) -> io::Result<Spool> {
-        std::fs::create_dir_all(&self.dir)?;
+        std::fs::create_dir_all(&self.dir).inspect_err(|e| self.failed(e))?;
         let free = self.disk.free_space(&self.data_dir)?;
         if free < self.min_free_bytes.saturating_add(len) {
             return Err(io::Error::new(
@@ -199,7 +204,10 @@ impl LargeStore {
             ));
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let file = self.disk.create(&self.path(id))?;
+        let file = self
+            .disk
+            .create(&self.path(id))
+            .inspect_err(|e| self.failed(e))?;
         self.arriving.fetch_add(1, Ordering::Relaxed);
         Ok(Spool {
             len,
@@ -280,6 +288,31 @@ impl LargeStore {
         }
     }
 
+    /// Why bodies cannot be written now, if the last one could not be
+    /// (but for a full disk): health says it until one is written again.
+    pub fn failing(&self) -> Option<String> {
+        lock(&self.failing).clone()
+    }
+
+    /// Records a failed write of a body: one the disk had no room for is
+    /// the journal floor's to say; any other (permissions, I/O) health's.
+    fn failed(&self, e: &io::Error) {
+        if matches!(
+            e.kind(),
+            io::ErrorKind::StorageFull | io::ErrorKind::InvalidInput
+        ) {
+            return;
+        }
+        let mut failing = lock(&self.failing);
+        if failing.is_none() {
+            log::error!(
+                "large messages: a body cannot be written under {} ({e}): large messages are refused until one can",
+                self.dir.display()
+            );
+        }
+        *failing = Some(e.to_string());
+    }
+
     /// Bodies held by messages, their bytes on disk, and bodies still
     /// arriving.
     pub fn counts(&self) -> (u64, u64, u64) {
@@ -344,7 +377,9 @@ impl Spool {
                 format!("{n} more bytes, {} were left of the body", self.left),
             ));
         }
-        self.file.write_all(data)?;
+        self.file
+            .write_all(data)
+            .inspect_err(|e| self.store.failed(e))?;
         self.left -= n;
         Ok(())
     }
@@ -360,6 +395,8 @@ impl Spool {
         }
         let file = BodyFile::new(self.id, self.len, &self.store);
         lock(&self.store.live).insert(self.id, Arc::downgrade(&file));
+        // Written whole: bodies can be written again.
+        lock(&self.store.failing).take();
         // The file is the held block's now, not the spool's.
         self.finished = true;
         Ok(Bytes::from_owner(HeldBlock {
