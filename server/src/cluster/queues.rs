@@ -306,6 +306,7 @@ impl Reader<'_, '_> {
                 Gate::Taken => {
                     let claimed = self.claim_all(shared, &w.0, &w.1, out);
                     self.isolated(&w.0, claimed)?;
+                    hand_out(shared, out);
                 }
                 Gate::Read => {}
             }
