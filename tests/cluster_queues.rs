@@ -1026,11 +1026,14 @@ fn an_exclusive_queue_delivers_through_one_node_at_a_time_and_moves_in_order() {
         .unwrap()
         .create_consumer_with(&queue, ConsumerOptions::default().prefetch(4))
         .unwrap();
-    // Consumers on both nodes, then the messages, sent through both: the
-    // first node's consumer gets every one while it lives.
+    // Consumers on both nodes (the first node's holding the lease), then
+    // the messages, sent through both: the first node's consumer gets
+    // every one while it lives.
+    wait_until("the first node holds the lease", || {
+        redis.command(&[b"EXISTS", b"herald:q:{solo}:active"]) == ":1"
+    });
     let (_cb, on_b) = connect(&b);
     let second = on_b.create_consumer(&queue).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
     let (via_a, via_b) = (
         on_a.create_producer(&queue).unwrap(),
         on_b.create_producer(&queue).unwrap(),
