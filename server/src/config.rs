@@ -1217,6 +1217,14 @@ mod tests {
                 "[queues]\ndead_letter_prefix = \"a b\"",
                 "queues.dead_letter_prefix",
             ),
+            (
+                "[queues]\nlarge_message_threshold = -1",
+                "large_message_threshold",
+            ),
+            (
+                "[[addresses]]\nmatch = \"queue://a\"\nlarge_message_threshold = \"big\"",
+                "large_message_threshold",
+            ),
         ] {
             let msg = Config::parse(text, "x.toml").unwrap_err().to_string();
             assert!(msg.contains(key) && msg.contains("x.toml"), "{text}: {msg}");
