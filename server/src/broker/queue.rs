@@ -45,6 +45,11 @@ const PAGE_IN_BELOW: usize = 1000;
 static PAGING_FAILED: crate::log_limit::LogLimit =
     crate::log_limit::LogLimit::new(std::time::Duration::from_secs(10));
 
+/// A browse that could not read page files is said at most once an
+/// interval.
+static BROWSE_FAILED: crate::log_limit::LogLimit =
+    crate::log_limit::LogLimit::new(std::time::Duration::from_secs(10));
+
 /// A queue sweeps out its expired messages at most this often.
 const SWEEP_EVERY_MS: i64 = 1000;
 
@@ -1195,7 +1200,14 @@ impl Queue {
                 going = view(p);
                 going
             }) {
-                log::warn!("queue {}: its page files cannot be browsed: {e}", self.name);
+                // Each browse would say it again: once an interval.
+                if let Some(held) = BROWSE_FAILED.allow() {
+                    log::warn!(
+                        "queue {}: its page files cannot be browsed: {e}{}",
+                        self.name,
+                        crate::log_limit::held_back(held)
+                    );
+                }
                 return;
             }
         }
