@@ -1118,3 +1118,111 @@ fn a_message_claimed_from_a_node_that_died_waits_out_its_redelivery_delay() {
     assert_eq!(n(&m), 1);
     assert!(m.redelivered, "marked redelivered");
 }
+
+#[test]
+fn message_groups_hold_across_consumers_on_two_nodes_and_move_in_order() {
+    const GROUPS: i64 = 20;
+    const EACH: i64 = 20;
+    let redis = Redis::start();
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    // Each group's first message, then the nodes share the partitions.
+    let mut two = TwoNodes::start([&a, &b], &Destination::queue("grouped"), GROUPS);
+    let holders = r"local seen, n = {}, 0
+        for k = 1, 16 do
+          local v = redis.call('GET', 'herald:q:{grouped}:g' .. k .. ':active')
+          if v and not seen[v] then seen[v] = true; n = n + 1 end
+        end
+        return n";
+    wait_until("both nodes read partitions", || {
+        redis.command(&[b"EVAL", holders.as_bytes(), b"0"]) == ":2"
+    });
+    let received = std::sync::atomic::AtomicUsize::new(0);
+    let close_a = AtomicBool::new(false);
+    let logs: Vec<GroupLog> = std::thread::scope(|s| {
+        let threads: Vec<_> = std::mem::take(&mut two.consumers)
+            .into_iter()
+            .enumerate()
+            .map(|(i, consumer)| {
+                let (received, close_a) = (&received, &close_a);
+                s.spawn(move || {
+                    let mut log = GroupLog::new();
+                    let quiet = Duration::from_millis(1500);
+                    while let Some(m) = consumer.receive(quiet).unwrap() {
+                        log_grouped(&mut log, &m);
+                        received.fetch_add(1, Ordering::SeqCst);
+                        // Slow enough that a backlog stays.
+                        std::thread::sleep(Duration::from_millis(2));
+                        // Node a's consumers go halfway, some messages
+                        // delivered to them and not consumed.
+                        if i < 2 && close_a.load(Ordering::SeqCst) {
+                            consumer.close().unwrap();
+                            break;
+                        }
+                    }
+                    log
+                })
+            })
+            .collect();
+        for i in 1..EACH {
+            two.send(i, GROUPS);
+            if received.load(Ordering::SeqCst) >= (GROUPS * EACH / 2) as usize {
+                close_a.store(true, Ordering::SeqCst);
+            }
+        }
+        close_a.store(true, Ordering::SeqCst);
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert!(
+        logs[..2].iter().any(|l| !l.is_empty()) && logs[2..].iter().any(|l| !l.is_empty()),
+        "consumers on both nodes got groups"
+    );
+    assert_groups_held(&logs, (GROUPS * EACH) as usize, 3);
+}
+
+#[test]
+fn grouped_messages_of_a_shared_queue_are_browsed_counted_purged_and_deleted() {
+    let redis = Redis::start();
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    let (_ca, on_a) = connect(&a);
+    let queue = Destination::queue("mixed");
+    let producer = on_a.create_producer(&queue).unwrap();
+    let send = |from: i64| {
+        for i in from..from + 6 {
+            let m = match i % 2 {
+                0 => job(i).with_property("JMSXGroupID", format!("g{i}")),
+                _ => job(i),
+            };
+            producer.send_with_receipt(m).unwrap();
+        }
+    };
+    send(0);
+    // In the queue's stream and its groups' partitions, all seen from a
+    // node that holds none of them.
+    let partitions = redis.command(&[b"KEYS", b"herald:q:{mixed}:g*"]);
+    assert_eq!(partitions, "*3", "three groups' partitions");
+    let (_cb, on_b) = connect(&b);
+    let mut all = browse(&on_b, &queue, "");
+    all.sort_unstable();
+    assert_eq!(all, [0, 1, 2, 3, 4, 5]);
+    let listed = call(&b, "GET", "/api/queues", None, None).json();
+    let row = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "mixed")
+        .unwrap_or_else(|| panic!("{listed}"))
+        .clone();
+    assert_eq!(row["cluster"]["stream_length"], 6, "{row}");
+    let page = call(&b, "GET", "/api/queues/mixed/messages", None, None).json();
+    assert_eq!(page["total"], 6, "{page}");
+    let purged = call(&b, "POST", "/api/queues/mixed/purge", None, None);
+    assert_eq!(purged.json()["purged"], 6, "{}", purged.body);
+    assert!(browse(&on_b, &queue, "").is_empty());
+    // Deleted with its partitions, once the purge's read is a second old
+    // (a node that read it within a second counts as consuming it).
+    send(10);
+    wait_until("the queue is deleted", || {
+        call(&b, "DELETE", "/api/queues/mixed", None, None).status == 200
+    });
+    assert_eq!(redis.command(&[b"KEYS", b"herald:q:{mixed}*"]), "*0");
+}

@@ -691,3 +691,53 @@ fn subscription_streams_spread_over_the_shards_and_go_with_their_subscriptions()
         registered(&cluster) == 8 && count(&subscription_streams(&cluster)) == 8
     });
 }
+
+#[test]
+fn message_groups_hold_across_nodes_on_a_redis_cluster() {
+    const GROUPS: i64 = 10;
+    const EACH: i64 = 20;
+    let cluster = RedisCluster::start(3, 0);
+    let (a, b) = (node(&cluster, "a"), node(&cluster, "b"));
+    let two = TwoNodes::start([&a, &b], &Destination::queue("grouped"), GROUPS);
+    // The partitions' leases, in the queue's slot, held by both nodes.
+    let leases: Vec<String> = (1..=16)
+        .map(|k| format!("{}:g{k}:active", stream("grouped")))
+        .collect();
+    let holders = "local seen, n = {}, 0
+        for _, key in ipairs(KEYS) do
+          local v = redis.call('GET', key)
+          if v and not seen[v] then seen[v] = true; n = n + 1 end
+        end
+        return n";
+    let mut args = vec!["EVAL", holders, "16"];
+    args.extend(leases.iter().map(String::as_str));
+    let port = cluster.primary_of(&stream("grouped"));
+    wait_until("both nodes read partitions", || {
+        RedisCluster::cli(port, &args).trim() == "2"
+    });
+    let logs: Vec<GroupLog> = std::thread::scope(|s| {
+        let threads: Vec<_> = two
+            .consumers
+            .iter()
+            .map(|consumer| {
+                s.spawn(move || {
+                    let mut log = GroupLog::new();
+                    while let Some(m) = consumer.receive(Duration::from_millis(1500)).unwrap() {
+                        log_grouped(&mut log, &m);
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    log
+                })
+            })
+            .collect();
+        for i in 1..EACH {
+            two.send(i, GROUPS);
+        }
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert!(
+        logs[..2].iter().any(|l| !l.is_empty()) && logs[2..].iter().any(|l| !l.is_empty()),
+        "consumers on both nodes got groups"
+    );
+    assert_groups_held(&logs, (GROUPS * EACH) as usize, 3);
+}

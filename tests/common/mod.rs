@@ -2,10 +2,12 @@
 //! port, connect real clients, and speak raw frames for protocol tests.
 
 mod amqp;
+mod groups;
 mod mqtt;
 mod redis;
 
 pub use amqp::{durable_source, open as amqp_open, text as amqp_text, AmqpClient, Got};
+pub use groups::{assert_groups_held, grouped, log_grouped, GroupLog, TwoNodes};
 pub use mqtt::MqttClient;
 pub use redis::{Redis, RedisCluster, Sentinel, Stopped};
 

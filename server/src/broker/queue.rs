@@ -686,16 +686,28 @@ impl Queue {
     /// The waiting messages that no consumer's selector takes, by
     /// sequence number.
     pub fn unselected(&self) -> Vec<u64> {
+        self.unselected_where(|_| true)
+    }
+
+    /// Those of [`Queue::unselected`] that may go to another node of a
+    /// cluster: not those of a partition of message groups, which stay
+    /// with the node that reads it, in their order.
+    pub fn unselected_to_pass_on(&self) -> Vec<u64> {
+        self.unselected_where(|m| m.entry.is_none_or(|e| !e.in_partition()))
+    }
+
+    fn unselected_where(&self, also: impl Fn(&QueuedMessage) -> bool) -> Vec<u64> {
         if self.consumers.iter().any(|c| c.selector.is_none()) {
             return Vec::new();
         }
         self.ready
             .iter()
             .filter(|m| {
-                !self
-                    .consumers
-                    .iter()
-                    .any(|c| selects_queued(c.selector.as_deref(), m))
+                also(m)
+                    && !self
+                        .consumers
+                        .iter()
+                        .any(|c| selects_queued(c.selector.as_deref(), m))
             })
             .map(|m| m.seq)
             .collect()

@@ -39,6 +39,10 @@ pub struct EntryId {
     pub ms: u64,
     /// Sequence part.
     pub seq: u64,
+    /// Which of its queue's streams holds it: 0 the queue's own, `n` the
+    /// partition `n - 1` of its message groups (see
+    /// `crate::cluster::groups`). Not part of the id Redis gives.
+    pub part: u8,
 }
 
 impl EntryId {
@@ -49,7 +53,14 @@ impl EntryId {
         Some(EntryId {
             ms: ms.parse().ok()?,
             seq: seq.parse().ok()?,
+            part: 0,
         })
+    }
+
+    /// Whether it is in a partition of its queue's message groups, which
+    /// one node at a time reads, in order.
+    pub fn in_partition(&self) -> bool {
+        self.part > 0
     }
 }
 

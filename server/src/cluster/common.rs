@@ -66,11 +66,35 @@ impl Keys {
     }
 
     /// The Redis stream that holds the messages of the shared queue (or
-    /// cluster subscription stream) `name`.
+    /// cluster subscription stream) `name`, or of a partition of a
+    /// queue's message groups (`<queue>#<part>`, see [`part_name`]):
+    /// `P:q:{<queue>}:g<part>`, in the queue's slot.
     pub(super) fn stream(&self, name: &str) -> String {
+        if let Some((queue, part)) = split_part(name) {
+            return self.entry_stream(queue, part);
+        }
         match is_durable_stream(name) && !has_own_slot(name) {
             true => format!("{}q:{name}", self.control),
             false => format!("{}{name}}}", self.streams),
+        }
+    }
+
+    /// The stream of `queue` that holds its entries of partition `part`
+    /// (0: the queue's own; see [`crate::broker::EntryId::part`]).
+    pub(super) fn entry_stream(&self, queue: &str, part: u8) -> String {
+        match part {
+            0 => self.stream(queue),
+            _ => format!("{}{queue}}}:g{part}", self.streams),
+        }
+    }
+
+    /// The stream of `queue` that a message `block` is appended to: a
+    /// message with a group goes to its group's partition (a cluster
+    /// subscription's stream has none).
+    pub(super) fn stream_for(&self, queue: &str, block: &[u8]) -> String {
+        match is_durable_stream(queue) {
+            true => self.stream(queue),
+            false => self.entry_stream(queue, partition_of(block)),
         }
     }
 
@@ -80,9 +104,17 @@ impl Keys {
         format!("{}*", self.streams)
     }
 
-    /// The queue whose stream is `key`, if it is a queue's.
+    /// The queue whose stream (its own or a partition's) is `key`, if it
+    /// is a queue's.
     pub(super) fn queue_of<'k>(&self, key: &'k str) -> Option<&'k str> {
-        key.strip_prefix(&self.streams)?.strip_suffix('}')
+        let rest = key.strip_prefix(&self.streams)?;
+        if let Some(queue) = rest.strip_suffix('}') {
+            return Some(queue);
+        }
+        let (queue, part) = rest.rsplit_once("}:g")?;
+        part.parse::<u8>()
+            .is_ok_and(|p| (1..=PARTITIONS).contains(&p))
+            .then_some(queue)
     }
 
     /// The channel on which node `node_id` hears the topic messages the
@@ -92,6 +124,48 @@ impl Keys {
     pub(super) fn inbox(&self, node_id: &str) -> String {
         format!("{}:in:{{{node_id}}}", self.prefix)
     }
+}
+
+/// The partitions of a shared queue's message groups: a message with a
+/// `JMSXGroupID` goes to the stream of its group's partition, which one
+/// node at a time reads (see `super::groups`). Fixed: every node must
+/// agree on it.
+pub(super) const PARTITIONS: u8 = 16;
+
+/// The partition (1 to [`PARTITIONS`]) of a message block's group, or 0
+/// for a message without one. FNV-1a over the group id's bytes (its
+/// decimal digits for a number), not Rust's hasher: every node, whatever
+/// its build, must place a group alike.
+pub(super) fn partition_of(block: &[u8]) -> u8 {
+    use herald_protocol::message::property_of;
+    use herald_protocol::value::ValueRef;
+    let Some(group) = property_of(block, crate::broker::queue::GROUP_PROPERTY) else {
+        return 0;
+    };
+    let text;
+    let bytes = match group {
+        ValueRef::String(s) => s.as_bytes(),
+        other => {
+            text = format!("{other:?}");
+            text.as_bytes()
+        }
+    };
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (hash % u64::from(PARTITIONS)) as u8 + 1
+}
+
+/// The name the queue thread gives partition `part` of `queue`'s
+/// message groups: `<queue>#<part>` (`#` is in no queue's name).
+pub(super) fn part_name(queue: &str, part: u8) -> String {
+    format!("{queue}#{part}")
+}
+
+/// The queue and partition a [`part_name`] names.
+pub(super) fn split_part(name: &str) -> Option<(&str, u8)> {
+    let (queue, part) = name.rsplit_once('#')?;
+    Some((queue, part.parse().ok()?))
 }
 
 /// The keys that begin with `prefix` (which holds no glob characters),
@@ -280,5 +354,60 @@ impl LinkState {
                 log::warn!("cluster: {side} lost Redis ({why}); reconnecting{held}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use herald_protocol::{Destination, Message};
+
+    fn block(group: Option<&str>) -> Vec<u8> {
+        let mut m = Message::text("x");
+        if let Some(g) = group {
+            m = m.with_property("JMSXGroupID", g);
+        }
+        m.set_destination(Some(Destination::queue("q")));
+        let mut b = BytesMut::new();
+        m.encode(&mut b).unwrap();
+        b.to_vec()
+    }
+
+    #[test]
+    fn a_group_has_the_same_partition_on_every_node_and_build() {
+        // FNV-1a (the values from an implementation of its own), pinned:
+        // a change would split groups between nodes of two versions.
+        assert_eq!(partition_of(&block(Some("g1"))), 6);
+        assert_eq!(partition_of(&block(Some("order-42"))), 5);
+        assert_eq!(partition_of(&block(None)), 0);
+        let spread: std::collections::HashSet<u8> = (0..200)
+            .map(|i| partition_of(&block(Some(&format!("g{i}")))))
+            .collect();
+        assert_eq!(
+            spread.len(),
+            usize::from(PARTITIONS),
+            "every partition used"
+        );
+        assert!(spread.iter().all(|p| (1..=PARTITIONS).contains(p)));
+    }
+
+    #[test]
+    fn partitions_are_named_in_their_queues_slot_and_found_back() {
+        let keys = Keys::new("herald");
+        assert_eq!(keys.stream("orders"), "herald:q:{orders}");
+        assert_eq!(keys.stream(&part_name("orders", 3)), "herald:q:{orders}:g3");
+        assert_eq!(keys.entry_stream("orders", 0), "herald:q:{orders}");
+        assert_eq!(split_part("orders#3"), Some(("orders", 3)));
+        assert_eq!(split_part("orders"), None);
+        assert_eq!(keys.queue_of("herald:q:{orders}:g3"), Some("orders"));
+        assert_eq!(keys.queue_of("herald:q:{orders}"), Some("orders"));
+        assert_eq!(keys.queue_of("herald:q:{orders}:g3:active"), None);
+        assert_eq!(keys.queue_of("herald:q:{orders}:g17"), None);
+        assert_eq!(keys.queue_of("herald:q:{orders}:readers"), None);
+        assert_eq!(
+            keys.stream_for("orders", &block(Some("g1"))),
+            "herald:q:{orders}:g6"
+        );
     }
 }

@@ -8,13 +8,18 @@
 //! waiting in that node for its consumers) is in flight, as on a single
 //! node, and is neither deleted nor moved: the check and the `XDEL` run
 //! in one script, so no node reads the entry in between.
+//!
+//! A queue's messages are in its own stream and in those of the
+//! partitions of its message groups (see `super::groups`): each of these
+//! works on all of them, the queue's own first.
 
 use bytes::Bytes;
 use herald_protocol::message::MessageRef;
 use herald_protocol::selector::Selector;
 use redis::Value;
 
-use super::replies::{array, bulk, consumers, entries, pending_entries, GROUP};
+use super::common::PARTITIONS;
+use super::replies::{array, bulk, consumers, entries, int, pending_entries, GROUP};
 use super::requests::{Dropped, Held, Listed, Page, Picked};
 use super::shards::{Redis, Routed};
 use super::slots::key_slot;
@@ -49,42 +54,69 @@ redis.call('XDEL', KEYS[1], ARGV[2])
 return {'ok'}
 ";
 
-/// Whether the stream exists.
-pub(super) fn exists(shards: &mut Redis, queue: &str) -> redis::RedisResult<bool> {
-    redis::cmd("EXISTS")
-        .arg(shards.keys().stream(queue))
-        .on(shards, &shards.keys().stream(queue))
+/// Answers which of the streams `KEYS` exist, by their places from 0.
+const EXISTING: &str = "local found = {} \
+    for i, key in ipairs(KEYS) do \
+      if redis.call('EXISTS', key) == 1 then table.insert(found, i - 1) end \
+    end return found";
+
+/// The streams of `queue` that exist, by their part (see
+/// [`EntryId::part`]): one round trip, as they are all in its slot.
+pub(super) fn parts(shards: &mut Redis, queue: &str) -> redis::RedisResult<Vec<u8>> {
+    let keys = shards.keys();
+    let streams: Vec<String> = (0..=PARTITIONS)
+        .map(|part| keys.entry_stream(queue, part))
+        .collect();
+    let found: Value = redis::cmd("EVAL")
+        .arg(EXISTING)
+        .arg(streams.len())
+        .arg(&streams)
+        .on(shards, &streams[0])?;
+    Ok(array(found)
+        .iter()
+        .filter_map(int)
+        .map(|part| part as u8)
+        .collect())
 }
 
-/// Every entry of `queue`'s stream that holds a message, in order, a
-/// chunk at a time, until `each` says stop.
+/// Whether the queue has a stream.
+pub(super) fn exists(shards: &mut Redis, queue: &str) -> redis::RedisResult<bool> {
+    Ok(!parts(shards, queue)?.is_empty())
+}
+
+/// Every entry of `queue`'s streams that holds a message, in order in
+/// each, a chunk at a time, until `each` says stop.
 pub(super) fn scan(
     shards: &mut Redis,
     queue: &str,
     mut each: impl FnMut(EntryId, Bytes, u32) -> bool,
 ) -> redis::RedisResult<()> {
-    let mut after = "-".to_owned();
-    loop {
-        let page: Value = redis::cmd("XRANGE")
-            .arg(shards.keys().stream(queue))
-            .arg(&after)
-            .arg("+")
-            .arg("COUNT")
-            .arg(CHUNK)
-            .on(shards, &shards.keys().stream(queue))?;
-        let page = entries(page);
-        let Some((last, _)) = page.last() else {
-            return Ok(());
-        };
-        after = format!("({last}");
-        for (entry, fields) in page {
-            if let Some(block) = fields.block {
-                if !each(entry, block, fields.deliveries) {
-                    return Ok(());
+    for part in parts(shards, queue)? {
+        let key = shards.keys().entry_stream(queue, part);
+        let mut after = "-".to_owned();
+        loop {
+            let page: Value = redis::cmd("XRANGE")
+                .arg(&key)
+                .arg(&after)
+                .arg("+")
+                .arg("COUNT")
+                .arg(CHUNK)
+                .on(shards, &key)?;
+            let page = entries(page);
+            let Some((last, _)) = page.last() else {
+                break;
+            };
+            after = format!("({last}");
+            for (entry, fields) in page {
+                if let Some(block) = fields.block {
+                    if !each(EntryId { part, ..entry }, block, fields.deliveries) {
+                        return Ok(());
+                    }
                 }
             }
         }
     }
+    Ok(())
 }
 
 /// The member holding each pending entry of `queue`.
@@ -93,26 +125,41 @@ fn holders(
     queue: &str,
 ) -> redis::RedisResult<std::collections::HashMap<EntryId, String>> {
     let mut held = std::collections::HashMap::new();
-    let mut after = "-".to_owned();
-    loop {
+    for part in parts(shards, queue)? {
+        let key = shards.keys().entry_stream(queue, part);
+        let mut after = "-".to_owned();
         // A stream whose group is not made yet has nothing pending.
-        let Ok(reply) = redis::cmd("XPENDING")
-            .arg(shards.keys().stream(queue))
+        while let Ok(reply) = redis::cmd("XPENDING")
+            .arg(&key)
             .arg(GROUP)
             .arg(&after)
             .arg("+")
             .arg(CHUNK)
-            .on::<Value>(shards, &shards.keys().stream(queue))
-        else {
-            return Ok(held);
-        };
-        let lines = pending_entries(reply);
-        let Some(last) = lines.last().map(|p| p.entry) else {
-            return Ok(held);
-        };
-        after = format!("({last}");
-        held.extend(lines.into_iter().map(|p| (p.entry, p.consumer)));
+            .on::<Value>(shards, &key)
+        {
+            let lines = pending_entries(reply);
+            let Some(last) = lines.last().map(|p| p.entry) else {
+                break;
+            };
+            after = format!("({last}");
+            held.extend(
+                lines
+                    .into_iter()
+                    .map(|p| (EntryId { part, ..p.entry }, p.consumer)),
+            );
+        }
     }
+    Ok(held)
+}
+
+/// How many entries `queue`'s streams hold.
+fn length(shards: &mut Redis, queue: &str) -> redis::RedisResult<u64> {
+    let mut total = 0;
+    for part in parts(shards, queue)? {
+        let key = shards.keys().entry_stream(queue, part);
+        total += redis::cmd("XLEN").arg(&key).on::<u64>(shards, &key)?;
+    }
+    Ok(total)
 }
 
 /// A page of `queue`'s messages that `selector` selects (`None`: no such
@@ -137,15 +184,13 @@ pub(super) fn page(
             }
             total += 1;
         }
-        // Without a selector the stream's length is the total: the scan
+        // Without a selector the streams' length is the total: the scan
         // ends with the page, so that a long queue does not hold up the
         // thread that also reads for this node's consumers.
         selector.is_some() || chosen.len() < limit
     })?;
     if selector.is_none() {
-        total = redis::cmd("XLEN")
-            .arg(shards.keys().stream(queue))
-            .on(shards, &shards.keys().stream(queue))?;
+        total = length(shards, queue)? as usize;
     }
     let holders = match chosen.is_empty() {
         true => Default::default(),
@@ -208,7 +253,7 @@ pub(super) fn move_entry(
     held: Held,
     (to, block): (&str, &Bytes),
 ) -> redis::RedisResult<Picked> {
-    let to_key = shards.keys().stream(to);
+    let to_key = shards.keys().stream_for(to, block);
     if !shards.sharded()
         || key_slot(shards.keys().stream(queue).as_bytes()) == key_slot(to_key.as_bytes())
     {
@@ -243,15 +288,16 @@ fn take_unless_held(
     let mut eval = redis::cmd("EVAL");
     eval.arg(TAKE_UNLESS_HELD)
         .arg(1 + usize::from(onto.is_some()));
-    eval.arg(shards.keys().stream(queue));
-    if let Some((to, _)) = onto {
-        eval.arg(shards.keys().stream(to));
+    let key = shards.keys().entry_stream(queue, held.entry.part);
+    eval.arg(&key);
+    if let Some((to, block)) = onto {
+        eval.arg(shards.keys().stream_for(to, block));
     }
     eval.arg(GROUP).arg(held.entry.to_string());
     if let Some((_, block)) = onto {
         eval.arg(&block[..]);
     }
-    let reply = array(eval.on(shards, &shards.keys().stream(queue))?);
+    let reply = array(eval.on(shards, &key)?);
     Ok(match reply.first().and_then(bulk) {
         Some(b"held") => Picked::InFlight(
             reply
@@ -272,30 +318,37 @@ fn take_unless_held(
     })
 }
 
-/// Deletes `queue`'s stream, its group with it, unless a node holds
-/// messages of it or read it within [`RECENT_MS`] (it has consumers).
+/// Deletes `queue`'s streams, their groups with them, unless a node
+/// holds messages of it or read it within [`RECENT_MS`] (it has
+/// consumers).
 pub(super) fn drop_queue(shards: &mut Redis, queue: &str) -> redis::RedisResult<Dropped> {
-    if !exists(shards, queue)? {
+    let parts = parts(shards, queue)?;
+    if parts.is_empty() {
         return Ok(Dropped::NoQueue);
     }
-    let members = redis::cmd("XINFO")
-        .arg("CONSUMERS")
-        .arg(shards.keys().stream(queue))
-        .arg(GROUP)
-        .on::<Value>(shards, &shards.keys().stream(queue))
-        .map(consumers)
-        .unwrap_or_default();
-    if let Some(m) = members
+    let streams: Vec<String> = parts
         .iter()
-        .find(|m| m.pending > 0 || m.idle_ms < RECENT_MS)
-    {
-        return Ok(Dropped::InUse(m.name.clone(), m.pending));
+        .map(|&part| shards.keys().entry_stream(queue, part))
+        .collect();
+    for key in &streams {
+        let members = redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg(key)
+            .arg(GROUP)
+            .on::<Value>(shards, key)
+            .map(consumers)
+            .unwrap_or_default();
+        if let Some(m) = members
+            .iter()
+            .find(|m| m.pending > 0 || m.idle_ms < RECENT_MS)
+        {
+            return Ok(Dropped::InUse(m.name.clone(), m.pending));
+        }
     }
-    let length: u64 = redis::cmd("XLEN")
-        .arg(shards.keys().stream(queue))
-        .on(shards, &shards.keys().stream(queue))?;
+    let length = length(shards, queue)?;
     redis::cmd("DEL")
-        .arg(shards.keys().stream(queue))
-        .on::<()>(shards, &shards.keys().stream(queue))?;
+        .arg(&streams)
+        .arg(super::groups::readers_key(shards.keys(), queue))
+        .on::<()>(shards, &streams[0])?;
     Ok(Dropped::Dropped(length))
 }

@@ -39,6 +39,7 @@ mod commands;
 mod common;
 mod durables;
 mod exclusive;
+mod groups;
 mod inbound;
 mod interest;
 pub mod link;

@@ -34,8 +34,9 @@ use herald_protocol::{DestinationKind, MessageView};
 use redis::Value;
 
 use super::commands::Command;
-use super::common::{Keys, Reconnect};
+use super::common::{part_name, split_part, Keys, Reconnect};
 use super::exclusive::{Gate, Leases};
+use super::groups::Partitions;
 use super::replies::{array, consumers, entries, int, pending_entries, streams, Fields, GROUP};
 use super::requests::{Consumed, Held, Request};
 use super::shards::{Redis, Routed};
@@ -68,7 +69,7 @@ pub(super) fn append(
     block: &Bytes,
     deliveries: u32,
 ) {
-    let cmd = pipe.cmd("XADD").arg(keys.stream(queue));
+    let cmd = pipe.cmd("XADD").arg(keys.stream_for(queue, block));
     if has_own_slot(queue) {
         cmd.arg("NOMKSTREAM");
     }
@@ -79,13 +80,23 @@ pub(super) fn append(
     cmd.ignore();
 }
 
-/// Adds the commands that settle entries of `queue`'s stream: two,
-/// however many entries.
+/// Adds the commands that settle entries of `queue`'s streams: two per
+/// stream they are in (its own, or its groups' partitions), however many
+/// entries.
 pub(super) fn settle(pipe: &mut redis::Pipeline, keys: &Keys, queue: &str, entries: &[EntryId]) {
-    let key = keys.stream(queue);
-    let ids: Vec<String> = entries.iter().map(EntryId::to_string).collect();
-    pipe.cmd("XACK").arg(&key).arg(GROUP).arg(&ids).ignore();
-    pipe.cmd("XDEL").arg(&key).arg(&ids).ignore();
+    let mut parts: Vec<u8> = entries.iter().map(|e| e.part).collect();
+    parts.sort_unstable();
+    parts.dedup();
+    for part in parts {
+        let key = keys.entry_stream(queue, part);
+        let ids: Vec<String> = entries
+            .iter()
+            .filter(|e| e.part == part)
+            .map(EntryId::to_string)
+            .collect();
+        pipe.cmd("XACK").arg(&key).arg(GROUP).arg(&ids).ignore();
+        pipe.cmd("XDEL").arg(&key).arg(&ids).ignore();
+    }
 }
 
 /// Counts a consumer of `name` in or out.
@@ -101,12 +112,14 @@ pub(super) fn consuming(cluster: &Cluster, name: &str, queue: &SharedQueue, atta
     };
 }
 
-/// The messages of `read` that came from a stream, to give back.
+/// The messages of `read` that came from a stream, to give back. Those
+/// of a partition of message groups stay pending, in their order, for
+/// the node that takes the partition next (see `super::groups`).
 fn held(read: Vec<QueuedMessage>) -> Vec<Held> {
     read.into_iter()
         .filter_map(|m| {
             Some(Held {
-                entry: m.entry?,
+                entry: m.entry.filter(|e| !e.in_partition())?,
                 block: m.block,
                 deliveries: m.deliveries,
             })
@@ -142,6 +155,7 @@ pub(super) fn run(cluster: &Cluster, requests: &Receiver<Request>, shared: &Weak
                 passed_over: HashMap::new(),
                 member: cluster.member(),
                 leases: Leases::default(),
+                partitions: Partitions::default(),
             };
             let served = reader.serve(shared, requests);
             if served.is_ok() {
@@ -184,8 +198,11 @@ struct Reader<'a, 'l> {
     passed_over: HashMap<String, HashSet<u64>>,
     /// This node, as the registry's writes name it.
     member: super::durables::Member,
-    /// The leases of the exclusive queues it reads or would.
+    /// The leases of the exclusive queues and the partitions of message
+    /// groups it reads or would.
     leases: Leases,
+    /// The partitions of message groups it reads or would.
+    partitions: Partitions,
 }
 
 impl Reader<'_, '_> {
@@ -212,6 +229,7 @@ impl Reader<'_, '_> {
                 self.isolated(name, made)?;
             }
             let wanted = self.exclusive(&shared, wanted, out)?;
+            let wanted = self.grouped(&shared, wanted, out)?;
             let idle = self.cluster.claim_idle;
             let renew = self.renewed.elapsed() >= idle / 3;
             self.keep_alive(&wanted, renew, &left)?;
@@ -287,7 +305,8 @@ impl Reader<'_, '_> {
         out: &mut Deliveries,
     ) -> redis::RedisResult<Vec<(String, SharedQueue, usize)>> {
         for name in self.leases.held() {
-            if !wanted.iter().any(|w| w.0 == name) {
+            // Partitions are `Reader::grouped`'s.
+            if split_part(&name).is_none() && !wanted.iter().any(|w| w.0 == name) {
                 let who = (&mut *self.shards, self.keys, self.me);
                 self.leases.release(who, &name)?;
             }
@@ -315,6 +334,52 @@ impl Reader<'_, '_> {
         Ok(readable)
     }
 
+    /// To the queues this node may read now, adds the partitions of their
+    /// message groups it reads (see `super::groups`), those it has just
+    /// taken after claiming what other nodes left pending in them; lets
+    /// go of the partitions of queues it does not read.
+    fn grouped(
+        &mut self,
+        shared: &Shared,
+        mut wanted: Vec<(String, SharedQueue, usize)>,
+        out: &mut Deliveries,
+    ) -> redis::RedisResult<Vec<(String, SharedQueue, usize)>> {
+        let reads: HashSet<String> = wanted.iter().map(|w| w.0.clone()).collect();
+        let who = (&mut *self.shards, self.keys, self.me);
+        self.partitions
+            .retain(who, &mut self.leases, |q| reads.contains(q))?;
+        let lease = self.cluster.claim_idle;
+        for i in 0..wanted.len() {
+            let (name, queue, want) = wanted[i].clone();
+            if is_durable_stream(&name) {
+                continue;
+            }
+            let all = lock(&queue).settings().exclusive;
+            let who = (&mut *self.shards, self.keys, self.me);
+            let parts =
+                self.partitions
+                    .readable(who, &mut self.leases, (&name, &queue), (lease, all));
+            let parts = match parts {
+                Ok(parts) => parts,
+                Err(e) => {
+                    self.isolated(&name, Err(e))?;
+                    continue;
+                }
+            };
+            for (part, gate) in parts {
+                let made = self.make_group(&part);
+                self.isolated(&part, made)?;
+                if gate == Gate::Taken {
+                    let claimed = self.claim_all(shared, &part, &queue, out);
+                    self.isolated(&part, claimed)?;
+                    hand_out(shared, out);
+                }
+                wanted.push((part, queue.clone(), want));
+            }
+        }
+        Ok(wanted)
+    }
+
     /// Gives back, for other nodes, the messages that no consumer here
     /// has taken for two looks in a row (half `claim_idle_ms` apart)
     /// because no selector here takes them: a node reads past those (see
@@ -327,7 +392,7 @@ impl Reader<'_, '_> {
         // An exclusive queue's one node reads them all, in order.
         for (name, queue, _) in wanted.iter().filter(|w| !self.leases.holds(&w.0)) {
             let mut q = lock(queue);
-            let now: HashSet<u64> = q.unselected().into_iter().collect();
+            let now: HashSet<u64> = q.unselected_to_pass_on().into_iter().collect();
             let before = self.passed_over.entry(name.clone()).or_default();
             let stale: Vec<u64> = now.intersection(before).copied().collect();
             let taken = q.take_ready(&stale);
@@ -436,6 +501,12 @@ impl Reader<'_, '_> {
             if let Err(e) = self.shards.pipeline(&self.keys.stream(&name), &pipe, 0) {
                 log::warn!("cluster: what this node read from {name} was not given back ({e}); another node claims it later");
             }
+        }
+        // What it read of its partitions stays pending, in order, for the
+        // nodes that take them next, which they may now.
+        let who = (&mut *self.shards, self.keys, self.me);
+        if let Err(e) = self.partitions.retain(who, &mut self.leases, |_| false) {
+            log::warn!("cluster: the partitions of message groups this node read were not let go ({e}); their leases expire");
         }
     }
 
@@ -572,6 +643,12 @@ impl Reader<'_, '_> {
         deliveries: Option<u32>,
         out: &mut Deliveries,
     ) {
+        // An entry of a partition of the queue's message groups is
+        // settled in that partition's stream.
+        let (base, entry) = match split_part(name) {
+            Some((base, part)) => (base, EntryId { part, ..entry }),
+            None => (name, entry),
+        };
         // A queue's messages name it; a durable subscription's name the
         // topic they were published on.
         let valid = fields.block.clone().and_then(|block| {
@@ -579,7 +656,7 @@ impl Reader<'_, '_> {
             let fits = match is_durable_stream(name) {
                 true => view.destination_kind == DestinationKind::Topic,
                 false => {
-                    view.destination_kind == DestinationKind::Queue && view.destination() == name
+                    view.destination_kind == DestinationKind::Queue && view.destination() == base
                 }
             };
             fits.then(|| view.block().clone())
@@ -594,7 +671,7 @@ impl Reader<'_, '_> {
                     "cluster: entry {entry} of {} holds no message for it: dropped",
                     self.keys.stream(name)
                 );
-                super::Peers::settle(self.cluster, name, entry);
+                super::Peers::settle(self.cluster, base, entry);
             }
         }
     }
@@ -671,34 +748,44 @@ impl Reader<'_, '_> {
     /// no other node gets them: if this node dies before settling or
     /// giving them back, a live one claims them. Entries that hold no
     /// message are settled on the way.
+    /// The partitions of its message groups are read too, after it.
     fn take(&mut self, queue: &str, limit: usize) -> redis::RedisResult<Option<Vec<Held>>> {
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(self.keys.stream(queue))
-            .on(self.shards, &self.keys.stream(queue))?;
-        if !exists {
+        let parts = super::manage::parts(self.shards, queue)?;
+        if parts.is_empty() {
             return Ok(None);
         }
-        self.make_group(queue)?;
-        let reply: Value = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg(GROUP)
-            .arg(self.me)
-            .arg("COUNT")
-            .arg(limit.max(1))
-            .arg("STREAMS")
-            .arg(self.keys.stream(queue))
-            .arg(">")
-            .on(self.shards, &self.keys.stream(queue))?;
         let mut taken = Vec::new();
-        for (_, list) in streams(reply) {
-            for (entry, fields) in list {
-                match fields.block {
-                    Some(block) => taken.push(Held {
-                        entry,
-                        block,
-                        deliveries: fields.deliveries,
-                    }),
-                    None => super::Peers::settle(self.cluster, queue, entry),
+        for part in parts {
+            if taken.len() >= limit.max(1) {
+                break;
+            }
+            let name = match part {
+                0 => queue.to_owned(),
+                _ => part_name(queue, part),
+            };
+            self.make_group(&name)?;
+            let key = self.keys.stream(&name);
+            let reply: Value = redis::cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg(GROUP)
+                .arg(self.me)
+                .arg("COUNT")
+                .arg(limit.max(1) - taken.len())
+                .arg("STREAMS")
+                .arg(&key)
+                .arg(">")
+                .on(self.shards, &key)?;
+            for (_, list) in streams(reply) {
+                for (entry, fields) in list {
+                    let entry = EntryId { part, ..entry };
+                    match fields.block {
+                        Some(block) => taken.push(Held {
+                            entry,
+                            block,
+                            deliveries: fields.deliveries,
+                        }),
+                        None => super::Peers::settle(self.cluster, queue, entry),
+                    }
                 }
             }
         }
@@ -707,31 +794,31 @@ impl Reader<'_, '_> {
 
     /// Every shared queue's stream (durable subscriptions' aside), its
     /// length and its unacknowledged entries.
+    /// A queue's partitions of message groups count in its figures.
     fn streams(&mut self) -> redis::RedisResult<Vec<(String, u64, u64)>> {
-        let mut names = Vec::new();
+        let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let own = self.keys;
         for keys in self.shards.each(|con| scan_streams(con, own))? {
-            names.extend(
-                keys.iter()
-                    .filter_map(|k| self.keys.queue_of(k))
-                    .filter(|n| !is_durable_stream(n))
-                    .map(str::to_owned),
-            );
+            for key in keys {
+                if let Some(name) = self.keys.queue_of(&key).filter(|n| !is_durable_stream(n)) {
+                    found.entry(name.to_owned()).or_default().push(key);
+                }
+            }
         }
-        names.sort();
-        names.dedup();
-        let mut streams = Vec::with_capacity(names.len());
-        for name in names {
-            let key = self.keys.stream(&name);
-            let len: u64 = redis::cmd("XLEN").arg(&key).on(self.shards, &key)?;
-            // A stream whose group is not made yet has nothing pending.
-            let pending = redis::cmd("XPENDING")
-                .arg(&key)
-                .arg(GROUP)
-                .on::<Value>(self.shards, &key)
-                .ok()
-                .and_then(|summary| array(summary).first().and_then(int))
-                .unwrap_or(0);
+        let mut streams = Vec::with_capacity(found.len());
+        for (name, keys) in found {
+            let (mut len, mut pending) = (0, 0);
+            for key in keys {
+                len += redis::cmd("XLEN").arg(&key).on::<u64>(self.shards, &key)?;
+                // A stream whose group is not made yet has nothing pending.
+                pending += redis::cmd("XPENDING")
+                    .arg(&key)
+                    .arg(GROUP)
+                    .on::<Value>(self.shards, &key)
+                    .ok()
+                    .and_then(|summary| array(summary).first().and_then(int))
+                    .unwrap_or(0);
+            }
             streams.push((name, len, pending));
         }
         Ok(streams)
@@ -777,18 +864,27 @@ impl Reader<'_, '_> {
             .map(|(name, c)| (name.clone(), lock(&c.queue).entries()))
             .filter(|(_, entries)| !entries.is_empty())
             .collect();
-        for (name, entries) in held {
-            for chunk in entries.chunks(CLAIM_CHUNK) {
-                let mut cmd = redis::cmd("XCLAIM");
-                let key = self.keys.stream(&name);
-                cmd.arg(&key).arg(GROUP).arg(self.me).arg(0);
-                for entry in chunk {
-                    cmd.arg(entry.to_string());
-                }
-                cmd.arg("JUSTID");
-                let renewed = cmd.on::<Value>(self.shards, &key).map(drop);
-                self.isolated(&name, renewed)?;
+        for (name, mut entries) in held {
+            entries.sort_unstable_by_key(|e| e.part);
+            for chunk in entries.chunk_by(|a, b| a.part == b.part) {
+                self.renew_entries(&name, chunk)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Renews this node's hold on `entries`, all of one stream of `name`.
+    fn renew_entries(&mut self, name: &str, entries: &[EntryId]) -> redis::RedisResult<()> {
+        for chunk in entries.chunks(CLAIM_CHUNK) {
+            let mut cmd = redis::cmd("XCLAIM");
+            let key = self.keys.entry_stream(name, chunk[0].part);
+            cmd.arg(&key).arg(GROUP).arg(self.me).arg(0);
+            for entry in chunk {
+                cmd.arg(entry.to_string());
+            }
+            cmd.arg("JUSTID");
+            let renewed = cmd.on::<Value>(self.shards, &key).map(drop);
+            self.isolated(name, renewed)?;
         }
         Ok(())
     }

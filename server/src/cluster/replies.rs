@@ -168,7 +168,14 @@ mod tests {
         ]);
         let parsed = entries(list);
         assert_eq!(parsed.len(), 2);
-        assert_eq!(parsed[0].0, EntryId { ms: 1, seq: 2 });
+        assert_eq!(
+            parsed[0].0,
+            EntryId {
+                ms: 1,
+                seq: 2,
+                part: 0
+            }
+        );
         assert_eq!(
             parsed[0].1,
             Fields {
