@@ -1226,3 +1226,53 @@ fn grouped_messages_of_a_shared_queue_are_browsed_counted_purged_and_deleted() {
     });
     assert_eq!(redis.command(&[b"KEYS", b"herald:q:{mixed}*"]), "*0");
 }
+
+#[test]
+fn a_partition_of_groups_whose_node_died_is_taken_with_its_messages_in_order() {
+    let redis = Redis::start();
+    let b = node(&redis, "b");
+    let queue = Destination::queue("orphaned");
+    let (_cb, on_b) = connect(&b);
+    let producer = on_b.create_producer(&queue).unwrap();
+    for i in 0..6 {
+        producer.send_with_receipt(grouped(1, i)).unwrap();
+    }
+    // Group g1 is in partition 6 (see the server's unit test). A node
+    // that read three of it, holds its lease and died.
+    let stream: &[u8] = b"herald:q:{orphaned}:g6";
+    redis.command(&[b"XGROUP", b"CREATE", stream, b"herald", b"0"]);
+    let read = redis.command(&[
+        b"XREADGROUP",
+        b"GROUP",
+        b"herald",
+        b"ghost",
+        b"COUNT",
+        b"3",
+        b"STREAMS",
+        stream,
+        b">",
+    ]);
+    assert_eq!(read, "*1", "the ghost read them");
+    let lease = redis.command(&[
+        b"SET",
+        b"herald:q:{orphaned}:g6:active",
+        b"ghost",
+        b"PX",
+        b"1500",
+    ]);
+    assert_eq!(lease, "+OK");
+    // Once its lease expires, the next node takes the partition: what the
+    // dead one read first, marked redelivered, then the rest, in order.
+    let consumer = on_b.create_consumer(&queue).unwrap();
+    for i in 0..6 {
+        let m = consumer
+            .receive(Duration::from_secs(10))
+            .unwrap()
+            .expect("taken over");
+        assert_eq!((n(&m), m.redelivered), (i, i < 3));
+    }
+    assert!(consumer
+        .receive(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+}
