@@ -127,11 +127,14 @@ pub enum ErrorCode {
     ClosedByAdmin = 26,
     /// CONNECT with a client id that another live connection uses.
     InvalidClientId = 27,
+    /// A keyed topic refused the sample: no key property, or an instance
+    /// or history limit reached (DDS's SAMPLE_REJECTED).
+    SampleRejected = 28,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 27] = [
+    pub const ALL: [ErrorCode; 28] = [
         ErrorCode::BadMagic,
         ErrorCode::UnsupportedVersion,
         ErrorCode::UnknownKind,
@@ -159,6 +162,7 @@ impl ErrorCode {
         ErrorCode::NotAuthorized,
         ErrorCode::ClosedByAdmin,
         ErrorCode::InvalidClientId,
+        ErrorCode::SampleRejected,
     ];
 
     /// The code for a number, if it is one.
@@ -197,6 +201,7 @@ impl ErrorCode {
             ErrorCode::NotAuthorized => "permission denied",
             ErrorCode::ClosedByAdmin => "closed by an administrator",
             ErrorCode::InvalidClientId => "client id in use",
+            ErrorCode::SampleRejected => "sample rejected",
         }
     }
 }

@@ -67,6 +67,101 @@ impl FullPolicy {
     }
 }
 
+/// What a keyed topic keeps of each instance (DDS's HISTORY kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum History {
+    /// The last `history_depth` samples.
+    KeepLast,
+    /// Every sample, up to `max_samples_per_instance`: one more is
+    /// refused.
+    KeepAll,
+}
+
+/// Whether a topic keeps samples for readers that come later, and where
+/// (DDS's DURABILITY kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Nothing kept: a reader gets what is published while it reads.
+    Volatile,
+    /// Each live instance's history kept in memory, given to a reader
+    /// that joins.
+    TransientLocal,
+    /// The same, kept in the journal too: it survives a restart.
+    Persistent,
+}
+
+impl History {
+    /// As the config writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            History::KeepLast => "keep_last",
+            History::KeepAll => "keep_all",
+        }
+    }
+}
+
+impl Durability {
+    /// As the config writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Volatile => "volatile",
+            Durability::TransientLocal => "transient_local",
+            Durability::Persistent => "persistent",
+        }
+    }
+}
+
+/// A topic's instances (DDS): how its messages are keyed, what it keeps
+/// of each and how many it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceSettings {
+    /// The properties whose values name a message's instance; empty:
+    /// the topic is one instance.
+    pub key: Vec<String>,
+    /// See [`History`].
+    pub history: History,
+    /// Samples kept per instance under [`History::KeepLast`].
+    pub history_depth: usize,
+    /// See [`Durability`].
+    pub durability: Durability,
+    /// Instances a topic holds at most, alive or not; a new one past it
+    /// takes the place of one that is not alive, or is refused.
+    pub max_instances: usize,
+    /// Samples an instance keeps at most.
+    pub max_samples_per_instance: usize,
+}
+
+impl InstanceSettings {
+    /// Whether the topic keeps anything of its instances: it is keyed,
+    /// or keeps samples for later readers.
+    pub fn tracked(&self) -> bool {
+        !self.key.is_empty() || self.durability != Durability::Volatile
+    }
+
+    /// How many samples an instance keeps.
+    pub fn depth(&self) -> usize {
+        match self.history {
+            History::KeepLast => self.history_depth,
+            History::KeepAll => self.max_samples_per_instance,
+        }
+    }
+}
+
+impl Default for InstanceSettings {
+    fn default() -> InstanceSettings {
+        InstanceSettings {
+            key: Vec::new(),
+            history: History::KeepLast,
+            history_depth: 1,
+            durability: Durability::Volatile,
+            max_instances: 100_000,
+            max_samples_per_instance: 1000,
+        }
+    }
+}
+
 impl Default for QueuesConfig {
     fn default() -> QueuesConfig {
         QueuesConfig {
@@ -210,6 +305,24 @@ pub struct AddressRule {
     /// A body larger than this is kept on disk, not in memory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub large_message_threshold: Option<usize>,
+    /// A topic's key: the properties that name a message's instance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<Vec<String>>,
+    /// What a topic keeps of each instance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<History>,
+    /// Samples kept per instance under `keep_last`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history_depth: Option<usize>,
+    /// Whether a topic keeps samples for readers that join later.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub durability: Option<Durability>,
+    /// Instances a topic holds at most.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_instances: Option<usize>,
+    /// Samples an instance keeps at most.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_samples_per_instance: Option<usize>,
 }
 
 /// The settings in force for one destination.
@@ -248,6 +361,8 @@ pub struct AddressSettings {
     pub auto_create: bool,
     /// See [`AddressRule::large_message_threshold`].
     pub large_message_threshold: usize,
+    /// A topic's instances.
+    pub instances: InstanceSettings,
     /// The `match` of every entry that applies, least specific first.
     pub matched: Vec<String>,
 }
@@ -273,6 +388,7 @@ impl AddressSettings {
             default_ttl: 0,
             auto_create: true,
             large_message_threshold: queues.large_message_threshold,
+            instances: InstanceSettings::default(),
             matched: Vec::new(),
         }
     }
@@ -316,6 +432,13 @@ impl AddressSettings {
         set(&mut self.default_ttl, r.default_ttl.map(|m| m.0));
         set(&mut self.auto_create, r.auto_create);
         set(&mut self.large_message_threshold, r.large_message_threshold);
+        let i = &mut self.instances;
+        set(&mut i.key, r.key.clone());
+        set(&mut i.history, r.history);
+        set(&mut i.history_depth, r.history_depth);
+        set(&mut i.durability, r.durability);
+        set(&mut i.max_instances, r.max_instances);
+        set(&mut i.max_samples_per_instance, r.max_samples_per_instance);
         self.matched.push(r.pattern.clone());
     }
 }
@@ -435,6 +558,17 @@ impl AddressBook {
             if !s.expiry.is_empty() && s.expiry == name && kind == DestinationKind::Queue {
                 return Err((i, "expiry", format!("'{name}' would expire into itself")));
             }
+            let t = book.resolve(DestinationKind::Topic, &name).instances;
+            if t.history == History::KeepLast && t.history_depth > t.max_samples_per_instance {
+                return Err((
+                    i,
+                    "history_depth",
+                    format!(
+                        "{} is more than max_samples_per_instance ({})",
+                        t.history_depth, t.max_samples_per_instance
+                    ),
+                ));
+            }
         }
         Ok(book)
     }
@@ -544,11 +678,63 @@ fn check(rule: &AddressRule) -> Result<(), (&'static str, String)> {
         }
     }
     if let Some(key) = rule.last_value_key.as_deref().filter(|k| !k.is_empty()) {
-        if key.len() > 256 || key.contains(|c: char| c.is_whitespace() || c.is_control()) {
+        property_name("last_value_key", key)?;
+    }
+    check_instances(rule)
+}
+
+/// A property name a setting names: at most 256 bytes, no spaces.
+fn property_name(key: &'static str, name: &str) -> Result<(), (&'static str, String)> {
+    if name.is_empty()
+        || name.len() > 256
+        || name.contains(|c: char| c.is_whitespace() || c.is_control())
+    {
+        return Err((
+            key,
+            format!("'{name}': a property name, at most 256 bytes, no spaces"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks an entry's settings of topic instances.
+fn check_instances(rule: &AddressRule) -> Result<(), (&'static str, String)> {
+    /// Properties a key names at most.
+    const MAX_KEY: usize = 8;
+    let topic_only = [
+        ("key", rule.key.is_some()),
+        ("history", rule.history.is_some()),
+        ("history_depth", rule.history_depth.is_some()),
+        ("durability", rule.durability.is_some()),
+        ("max_instances", rule.max_instances.is_some()),
+        (
+            "max_samples_per_instance",
+            rule.max_samples_per_instance.is_some(),
+        ),
+    ];
+    if rule.pattern.starts_with("queue://") {
+        if let Some((key, _)) = topic_only.iter().find(|(_, set)| *set) {
+            return Err((key, "a topic's setting, on a queue:// entry".into()));
+        }
+    }
+    if let Some(names) = &rule.key {
+        if names.len() > MAX_KEY {
             return Err((
-                "last_value_key",
-                format!("'{key}': a property name, at most 256 bytes, no spaces"),
+                "key",
+                format!("{} properties: at most {MAX_KEY}", names.len()),
             ));
+        }
+        for name in names {
+            property_name("key", name)?;
+        }
+    }
+    for (key, value) in [
+        ("history_depth", rule.history_depth),
+        ("max_instances", rule.max_instances),
+        ("max_samples_per_instance", rule.max_samples_per_instance),
+    ] {
+        if value == Some(0) {
+            return Err((key, "must be greater than 0".into()));
         }
     }
     Ok(())
@@ -558,11 +744,12 @@ fn check(rule: &AddressRule) -> Result<(), (&'static str, String)> {
 mod tests {
     use super::*;
 
+    #[derive(Deserialize)]
+    struct File {
+        addresses: Vec<AddressRule>,
+    }
+
     fn book(toml_text: &str) -> Result<AddressBook, (usize, &'static str, String)> {
-        #[derive(Deserialize)]
-        struct File {
-            addresses: Vec<AddressRule>,
-        }
         let file: File = toml::from_str(toml_text).unwrap();
         AddressBook::new(&file.addresses, &QueuesConfig::default())
     }
@@ -683,9 +870,28 @@ mod tests {
                 "max_redelivery_delay",
             ),
             ("expiry = \"q\"", "expiry"),
+            ("key = [\"a b\"]", "key"),
+            ("key = [\"\"]", "key"),
+            (
+                "key = [\"a\", \"b\", \"c\", \"d\", \"e\", \"f\", \"g\", \"h\", \"i\"]",
+                "key",
+            ),
+            ("history_depth = 0", "history_depth"),
+            ("max_instances = 0", "max_instances"),
+            ("max_samples_per_instance = 0", "max_samples_per_instance"),
+            (
+                "history_depth = 5\nmax_samples_per_instance = 4",
+                "history_depth",
+            ),
         ] {
             let text = format!("[[addresses]]\nmatch = \"q\"\n{entry}");
             assert_eq!(refused(&text).1, key, "{entry}");
         }
+        for entry in ["durability = \"forever\"", "history = \"keep_some\""] {
+            let text = format!("[[addresses]]\nmatch = \"q\"\n{entry}");
+            assert!(toml::from_str::<File>(&text).is_err(), "{entry}");
+        }
+        let on_queue = "[[addresses]]\nmatch = \"queue://q\"\ndurability = \"persistent\"";
+        assert_eq!(refused(on_queue).1, "durability");
     }
 }

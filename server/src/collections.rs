@@ -5,3 +5,6 @@
 /// faster on such short keys, and still seeded at random so that clients
 /// cannot pick names that collide.
 pub type FastMap<K, V> = foldhash::HashMap<K, V>;
+
+/// The hash set of the per-message path, hashed as [`FastMap`].
+pub type FastSet<K> = foldhash::HashSet<K>;

@@ -128,6 +128,11 @@ impl TestServer {
         }
     }
 
+    /// Its data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.data_dir
+    }
+
     /// Shuts the server down and keeps its data directory, for a server
     /// started next on the same one.
     pub fn stop_keeping_data(mut self) {

@@ -53,6 +53,7 @@ pub(crate) fn routes() -> Vec<Route> {
         r(Method::GET, "/api/topics", "Topics with traffic, subscription patterns, declared topics", get(topics)),
         with_body(r(Method::POST, "/api/topics", "Declare a topic (strict mode): {\"name\": ...}", post(declare_topic))),
         r(Method::GET, "/api/topics/{name}", "A topic: its traffic, the subscriptions that take it, its retained messages", get(super::topic::topic)),
+        r(Method::GET, "/api/topics/{name}/instances", "A keyed topic's instances: key, state, samples kept", get(super::topic::instances)),
         r(Method::DELETE, "/api/topics/{name}", "Remove a declared topic and its subtree (strict mode)", delete(undeclare_topic)),
         r(Method::GET, "/api/subscriptions", "Every subscription, live and durable", get(subscriptions)),
         r(Method::DELETE, "/api/subscriptions/{client_id}/{name}", "Delete a durable subscription without a consumer", delete(delete_subscription)),
@@ -847,6 +848,7 @@ async fn publish(
         RouteError::Undeclared(why) => ApiError::conflict(why.to_string()),
         missing @ RouteError::NoQueue(_) => ApiError::not_found(missing.to_string()),
         full @ RouteError::QueueFull { .. } => ApiError::conflict(full.to_string()),
+        RouteError::Sample(why) => ApiError::conflict(why.to_string()),
     })?;
     // Counted like a message from a client, with the first worker's (the
     // totals, the per-destination metrics and the topics table add up the

@@ -1,6 +1,7 @@
 //! One topic as the management interface shows it: its traffic, the
 //! subscriptions whose patterns take it (plain, shared and durable, each
-//! with its selector, backlog and consumer), and its retained messages.
+//! with its selector, backlog and consumer), and its retained messages;
+//! a keyed topic's instances.
 
 use axum::extract::{Path, State};
 use axum::Json;
@@ -10,13 +11,18 @@ use serde_json::{json, Value as Json_};
 use super::messages::message_view;
 use super::state::{ApiError, AppState};
 
+/// A topic name from a path, checked.
+fn checked(name: &str) -> Result<(), ApiError> {
+    herald_protocol::destination::validate_name(name)
+        .map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
 /// `GET /api/topics/{name}`.
 pub(super) async fn topic(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<Json_>, ApiError> {
-    herald_protocol::destination::validate_name(&name)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    checked(&name)?;
     let broker = &state.shared.broker;
     let counts = state
         .destination_counts()
@@ -43,6 +49,35 @@ pub(super) async fn topic(
         "bytes_out": counts.bytes_out,
         "subscriptions": subscriptions,
         "retained": retained,
+    })))
+}
+
+/// `GET /api/topics/{name}/instances`: a keyed topic's settings of
+/// instances and each instance it holds, by key, with its state and the
+/// samples it keeps.
+pub(super) async fn instances(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Json_>, ApiError> {
+    checked(&name)?;
+    let broker = &state.shared.broker;
+    let settings = broker.settings(DestinationKind::Topic, &name);
+    let s = &settings.instances;
+    let instances: Vec<Json_> = broker
+        .instances_of(&name)
+        .unwrap_or_default()
+        .iter()
+        .map(|i| json!({"key": i.key, "state": i.state.as_str(), "samples": i.samples}))
+        .collect();
+    Ok(Json(json!({
+        "name": name,
+        "key": s.key,
+        "history": s.history.as_str(),
+        "history_depth": s.history_depth,
+        "durability": s.durability.as_str(),
+        "max_instances": s.max_instances,
+        "max_samples_per_instance": s.max_samples_per_instance,
+        "instances": instances,
     })))
 }
 

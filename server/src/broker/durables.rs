@@ -263,10 +263,7 @@ impl Broker {
         // A new one starts with the retained messages of its topics (in a
         // cluster, its stream gets what is published from now on only).
         if created && req.kept && stream.is_none() {
-            for block in self
-                .retained
-                .kept_for(&pattern, selector.as_deref(), self.large())
-            {
+            for block in self.kept_for(&pattern, selector.as_deref()) {
                 let _ = self.enqueue(
                     &queue,
                     &block,

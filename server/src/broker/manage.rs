@@ -16,6 +16,12 @@ use crate::store::Record;
 use crate::sync::{lock, read, write};
 
 impl Broker {
+    /// The instances of keyed topic `topic`, by key (`None`: it keeps
+    /// none).
+    pub fn instances_of(&self, topic: &str) -> Option<Vec<super::InstanceView>> {
+        self.instances.instances_of(topic)
+    }
+
     /// Redeliveries, dead letters, expiries.
     pub fn counters(&self) -> &BrokerCounters {
         &self.counters
@@ -90,7 +96,7 @@ impl Broker {
     /// The retained messages of the topics `pattern` matches, topics in
     /// name order, oldest first within a topic, unexpired.
     pub fn retained_messages(&self, pattern: &herald_protocol::Pattern) -> Vec<Bytes> {
-        self.retained.kept_for(pattern, None, self.large())
+        self.kept_for(pattern, None)
     }
 
     /// Strict mode's declared topics, or `None` when publishing is open.

@@ -23,6 +23,7 @@ mod declared_topics;
 pub mod delivery;
 mod divert;
 mod durables;
+mod instances;
 mod manage;
 pub mod memory;
 pub mod messages;
@@ -45,6 +46,9 @@ mod transaction;
 pub use address::{ConnectionRef, Subscriber};
 pub use backlog::Backlog;
 pub use declared_topics::{DeclaredTopics, Undeclared};
+pub use instances::{
+    InstanceView, Refused as SampleRefused, State as InstanceState, INSTANCE_PROPERTY,
+};
 pub use peers::{BrowseDone, PeerError, Peers};
 pub use pending::{Atomic, SharedChanges};
 pub use queue::{AckRef, Held, Limit, Queue, QueueFull, SharedQueue};
@@ -174,6 +178,8 @@ pub struct Broker {
     /// Topics that keep their last messages for late subscribers; used
     /// only while `topics` is locked.
     retained: Retained,
+    /// Keyed topics' instances and what they keep.
+    instances: instances::Instances,
     /// The other nodes, in cluster mode.
     peers: OnceLock<Arc<dyn Peers>>,
     /// Where work done off the workers (a journal confirmation) routes
@@ -267,6 +273,8 @@ impl Broker {
             .strict
             .then(|| DeclaredTopics::new(config.topics.declared.iter().map(String::as_str)))
             .map(RwLock::new);
+        let instances = instances::Instances::default();
+        instances.set_book(&config.addresses());
         Broker {
             topics: RwLock::new(TopicTree::default()),
             declared,
@@ -289,6 +297,7 @@ impl Broker {
             store,
             timers: Timers::default(),
             retained: Retained::new(&config.topics.retain),
+            instances,
             peers: OnceLock::new(),
             sink: OnceLock::new(),
         }
@@ -371,6 +380,7 @@ impl Broker {
         self.large_floor
             .store(book.least_large_threshold(), Ordering::Relaxed);
         *write(&self.addresses) = book.clone();
+        self.instances.set_book(&book);
         for queue in self.memory.queues() {
             let mut q = lock(&queue);
             let to = &q.settings().destination;
@@ -488,7 +498,21 @@ impl Broker {
                     holder: Holder::Retained(topic),
                     block,
                 } => {
-                    if let Some(old) = self.retained.restore(&topic, block, id) {
+                    // A keyed topic's sample, or a retained message.
+                    let resolve = || {
+                        self.settings(DestinationKind::Topic, &topic)
+                            .instances
+                            .clone()
+                    };
+                    let ended = match self.instances.restore(&topic, &block, id, resolve) {
+                        Some(ended) => ended,
+                        None => self
+                            .retained
+                            .restore(&topic, block, id)
+                            .into_iter()
+                            .collect(),
+                    };
+                    for old in ended {
                         self.journal(Record::End { id: old }, None);
                     }
                     retained += 1;

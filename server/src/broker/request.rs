@@ -112,6 +112,9 @@ pub enum RouteError {
         /// Which limit, and what its address does now.
         full: QueueFull,
     },
+    /// A keyed topic refused the sample.
+    #[error(transparent)]
+    Sample(#[from] super::instances::Refused),
 }
 
 /// Why the broker refused a subscription.

@@ -124,31 +124,36 @@ impl Retained {
         kept.records.insert(topic.to_owned(), id)
     }
 
-    /// The kept messages of every topic `pattern` matches that `selector`
-    /// selects, topics in name order, oldest first within a topic,
-    /// unexpired.
-    pub(super) fn kept_for(
-        &self,
-        pattern: &Pattern,
-        selector: Option<&Selector>,
-        large: Option<&Arc<LargeStore>>,
-    ) -> Vec<Bytes> {
-        let now = queue::now_ms();
+    /// The kept messages of every topic `pattern` matches, topics in name
+    /// order, oldest first within a topic.
+    pub(super) fn kept(&self, pattern: &Pattern) -> Vec<Bytes> {
         let kept = lock(&self.kept);
         let retained = &kept.messages;
         let mut topics: Vec<&String> = retained.keys().filter(|t| pattern.matches(t)).collect();
         topics.sort();
         topics
             .into_iter()
-            .flat_map(|t| retained[t].iter())
-            .filter(|b| {
-                let expiration =
-                    herald_protocol::message::priority_and_expiration(b).map_or(0, |(_, e)| e);
-                (expiration == 0 || expiration > now) && queue::selects(selector, b)
-            })
-            .map(|b| keep(large, herald_protocol::message::mark_kept(b)))
+            .flat_map(|t| retained[t].iter().cloned())
             .collect()
     }
+}
+
+/// Of kept messages, those unexpired that `selector` selects, marked as
+/// coming from the store, as a new subscriber gets them.
+pub(super) fn offered(
+    kept: Vec<Bytes>,
+    selector: Option<&Selector>,
+    large: Option<&Arc<LargeStore>>,
+) -> Vec<Bytes> {
+    let now = queue::now_ms();
+    kept.into_iter()
+        .filter(|b| {
+            let expiration =
+                herald_protocol::message::priority_and_expiration(b).map_or(0, |(_, e)| e);
+            (expiration == 0 || expiration > now) && queue::selects(selector, b)
+        })
+        .map(|b| keep(large, herald_protocol::message::mark_kept(&b)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -192,12 +197,12 @@ mod tests {
         let all = Pattern::parse("#").unwrap();
         // The larger of the covering rules' counts applies to a.b.
         assert_eq!(
-            bodies(retained.kept_for(&all, None, None)),
+            bodies(offered(retained.kept(&all), None, None)),
             ["b2", "b3", "z1"]
         );
         let one = Pattern::parse("a.z").unwrap();
-        assert_eq!(bodies(retained.kept_for(&one, None, None)), ["z1"]);
-        assert!(Retained::new(&[]).kept_for(&all, None, None).is_empty());
+        assert_eq!(bodies(offered(retained.kept(&one), None, None)), ["z1"]);
+        assert!(offered(Retained::new(&[]).kept(&all), None, None).is_empty());
     }
 
     #[test]
@@ -209,11 +214,11 @@ mod tests {
         retained.keep("t", &block("t", "two", true), || None);
         retained.keep("u", &block("u", "three", true), || None);
         assert_eq!(
-            bodies(retained.kept_for(&all, None, None)),
+            bodies(offered(retained.kept(&all), None, None)),
             ["two", "three"]
         );
         retained.keep("t", &block("t", "", true), || None);
-        assert_eq!(bodies(retained.kept_for(&all, None, None)), ["three"]);
+        assert_eq!(bodies(offered(retained.kept(&all), None, None)), ["three"]);
     }
 
     #[test]
@@ -259,7 +264,7 @@ mod tests {
         assert_eq!(again.restore("t", block("t", "old", true), 4), None);
         assert_eq!(again.restore("t", block("t", "new", true), 5), Some(4));
         let all = Pattern::parse("#").unwrap();
-        assert_eq!(bodies(again.kept_for(&all, None, None)), ["new"]);
+        assert_eq!(bodies(offered(again.kept(&all), None, None)), ["new"]);
         let deleted = again.keep("t", &block("t", "", true), || None);
         assert_eq!(
             deleted,

@@ -5,6 +5,7 @@
 use super::address::ConnectionRef;
 use super::backlog::Backlog;
 use super::delivery::Deliveries;
+use super::instances;
 use super::peers::Peers;
 use super::pending::Pending;
 use super::queue::{EntryId, QueuedMessage, SharedQueue};
@@ -222,6 +223,20 @@ impl Broker {
             self.refile_one((name, &settings), &expired, Refile::Expired, out);
             return Ok(Routed::default());
         }
+        // A keyed topic's instance takes the sample, or refuses it,
+        // before anyone gets it; under `durability = "persistent"` the
+        // sample is journaled below, whatever its delivery mode (the node
+        // it was published on keeps the record).
+        let kept = self.instances.keep(
+            name,
+            block,
+            || {
+                self.settings(DestinationKind::Topic, name)
+                    .instances
+                    .clone()
+            },
+            || local.then(|| self.store.next_id()),
+        )?;
         // Parsed at most once, and only if a selector needs it.
         let fields: OnceCell<Option<MessageRef<'_>>> = OnceCell::new();
         let mut routed = Routed::default();
@@ -299,7 +314,7 @@ impl Broker {
             None => tree.for_each_match(name, |p| key_of(block, &fields, p), visit),
         }
         out.matches = Some(cache);
-        self.keep_retained(name, block, mode, &mut routed, out);
+        self.keep_retained(name, block, (mode, kept), &mut routed, out);
         drop(tree);
         if let Some((peers, epoch)) = recheck {
             peers.recheck(name, block, (epoch, appended), from);
@@ -308,21 +323,32 @@ impl Broker {
         Ok(routed)
     }
 
-    /// Keeps `block` if it is retained (see `Retained::keep`); a persistent
-    /// one is journaled, and the publish's receipt waits for it, so that
-    /// it comes back after a restart.
+    /// Keeps `block` if it is retained (see `Retained::keep`), unless its
+    /// topic keeps instances, which `kept` says it did; a persistent one
+    /// is journaled, and the publish's receipt waits for it, so that it
+    /// comes back after a restart.
     fn keep_retained(
         &self,
         topic: &str,
         block: &Bytes,
-        mode: DeliveryMode,
+        (mode, kept): (DeliveryMode, instances::Change),
         routed: &mut Routed,
         out: &mut Deliveries,
     ) {
         let persistent = mode == DeliveryMode::Persistent;
-        let change = self
-            .retained
-            .keep(topic, block, || persistent.then(|| self.store.next_id()));
+        let change = match kept.tracked {
+            true => kept,
+            false => {
+                let retained = self
+                    .retained
+                    .keep(topic, block, || persistent.then(|| self.store.next_id()));
+                instances::Change {
+                    tracked: false,
+                    new: retained.new,
+                    ended: retained.ended.into_iter().collect(),
+                }
+            }
+        };
         // The new record before the end of the old: a crash between them
         // leaves both, and the restart keeps the later.
         if let Some(id) = change.new {
@@ -345,7 +371,7 @@ impl Broker {
             }
             routed.journaled = true;
         }
-        if let Some(id) = change.ended {
+        for id in change.ended {
             self.journal(Record::End { id }, out.commit.as_mut());
         }
     }

@@ -8,11 +8,13 @@ use super::registry::{is_durable_stream, Kept};
 use super::request::{
     Room, RouteError, SubscribeError, SubscribeRequest, SubscriptionHandle, Written,
 };
+use super::retained;
 use super::stats::LiveSubscription;
 use super::timers::Timed;
 use super::topic_tree::{Target, TopicEntry};
 use super::{wake_blocked, Broker};
 use crate::sync::lock;
+use bytes::Bytes;
 use herald_protocol::destination::is_temporary;
 use herald_protocol::selector::Selector;
 use herald_protocol::{DeliveryMode, DestinationKind, Pattern};
@@ -20,6 +22,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 impl Broker {
+    /// The kept messages of the topics `pattern` matches that `selector`
+    /// selects, for a new subscriber: retained messages (topics in name
+    /// order), then the samples of keyed topics' live instances in the
+    /// order they came; unexpired, marked as kept.
+    pub(super) fn kept_for(&self, pattern: &Pattern, selector: Option<&Selector>) -> Vec<Bytes> {
+        let mut kept = self.retained.kept(pattern);
+        kept.extend(self.instances.kept_for(|t| pattern.matches(t)));
+        retained::offered(kept, selector, self.large())
+    }
+
     /// Starts a subscription for `sub`.
     pub fn subscribe(
         &self,
@@ -108,9 +120,7 @@ impl Broker {
                 };
                 let mut tree = self.write_topics();
                 let kept = match req.kept {
-                    true => self
-                        .retained
-                        .kept_for(&pattern, selector.as_deref(), self.large()),
+                    true => self.kept_for(&pattern, selector.as_deref()),
                     false => Vec::new(),
                 };
                 self.enter(&mut tree, &pattern, entry);
@@ -305,7 +315,7 @@ impl Broker {
             SubscriptionHandle::Durable { queue, .. } => Some(queue),
             SubscriptionHandle::Queue(_) => return,
         };
-        for block in self.retained.kept_for(pattern, None, self.large()) {
+        for block in self.kept_for(pattern, None) {
             match queue {
                 None => out.push(sub, block),
                 // Kept messages are not persistent copies.

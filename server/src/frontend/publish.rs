@@ -184,6 +184,9 @@ fn route(
                     missing.to_string(),
                 ))
             }
+            Err(RouteError::Sample(why)) => {
+                return Err(Refusal::soft(ErrorCode::SampleRejected, why.to_string()))
+            }
             Err(full @ RouteError::QueueFull { .. }) => {
                 // A queue that cannot page (a broker without page files)
                 // holds its publishers back instead.

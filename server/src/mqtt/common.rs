@@ -52,6 +52,7 @@ pub(super) fn reason_for(code: ErrorCode) -> u8 {
         ErrorCode::ClosedByAdmin => 0x98,
         ErrorCode::InvalidClientId => 0x85,
         ErrorCode::Malformed => 0x81,
+        ErrorCode::SampleRejected => 0x83,
         _ => 0x80,
     }
 }
