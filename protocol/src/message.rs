@@ -1262,16 +1262,34 @@ fn to_properties(block: &[u8]) -> Option<(Cursor<'_>, usize)> {
 /// Property `name` of a validated message block, read without walking
 /// the body (what a queue groups and keys its messages by).
 pub fn property_of<'a>(block: &'a [u8], name: &str) -> Option<ValueRef<'a>> {
-    let (mut c, _) = to_properties(block)?;
-    let count = c.u16("property count").ok()?;
-    for _ in 0..count {
-        let key = c.str16("property name").ok()?;
-        let value = ValueRef::decode(&mut c).ok()?;
+    let mut found = None;
+    each_property(block, |key, value| {
         if key == name {
-            return Some(value);
+            found = Some(value);
+        }
+        found.is_none()
+    });
+    found
+}
+
+/// Calls `each` with the properties of a validated message block in
+/// order, without walking the body, until it returns `false`: several
+/// properties read in one pass.
+pub fn each_property<'a>(block: &'a [u8], mut each: impl FnMut(&'a str, ValueRef<'a>) -> bool) {
+    let Some((mut c, _)) = to_properties(block) else {
+        return;
+    };
+    let Ok(count) = c.u16("property count") else {
+        return;
+    };
+    for _ in 0..count {
+        let (Ok(key), Ok(value)) = (c.str16("property name"), ValueRef::decode(&mut c)) else {
+            return;
+        };
+        if !each(key, value) {
+            return;
         }
     }
-    None
 }
 
 /// The streamed body of a validated message block, if its body is one

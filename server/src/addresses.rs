@@ -697,10 +697,11 @@ fn property_name(key: &'static str, name: &str) -> Result<(), (&'static str, Str
     Ok(())
 }
 
+/// Properties a topic's key names at most.
+pub const MAX_KEY: usize = 8;
+
 /// Checks an entry's settings of topic instances.
 fn check_instances(rule: &AddressRule) -> Result<(), (&'static str, String)> {
-    /// Properties a key names at most.
-    const MAX_KEY: usize = 8;
     let topic_only = [
         ("key", rule.key.is_some()),
         ("history", rule.history.is_some()),
@@ -724,8 +725,11 @@ fn check_instances(rule: &AddressRule) -> Result<(), (&'static str, String)> {
                 format!("{} properties: at most {MAX_KEY}", names.len()),
             ));
         }
-        for name in names {
+        for (i, name) in names.iter().enumerate() {
             property_name("key", name)?;
+            if names[..i].contains(name) {
+                return Err(("key", format!("'{name}' is named twice")));
+            }
         }
     }
     for (key, value) in [
@@ -872,6 +876,7 @@ mod tests {
             ("expiry = \"q\"", "expiry"),
             ("key = [\"a b\"]", "key"),
             ("key = [\"\"]", "key"),
+            ("key = [\"a\", \"a\"]", "key"),
             (
                 "key = [\"a\", \"b\", \"c\", \"d\", \"e\", \"f\", \"g\", \"h\", \"i\"]",
                 "key",

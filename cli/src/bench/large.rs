@@ -44,7 +44,7 @@ impl Read for Zeros {
 }
 
 /// This process's resident memory in bytes, from `/proc`.
-fn rss() -> u64 {
+pub(super) fn rss() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .unwrap_or_default()
         .lines()

@@ -11,6 +11,7 @@ mod cluster;
 mod connections;
 pub mod drill;
 mod fanout;
+mod keyed;
 mod large;
 mod latency;
 mod ledger;
@@ -113,6 +114,10 @@ pub enum Mode {
     /// driver, alternating, on a herald-server the bench starts: rates,
     /// and the CPU per message of the clients and of the server.
     Client,
+    /// A keyed topic (DDS instances, --instances of them, each keeping
+    /// its last sample) beside a plain topic, 1 -> 1, --rounds times:
+    /// medians, their ratio, and with --embedded the memory per instance.
+    Keyed,
 }
 
 /// Arguments of `herald bench`.
@@ -169,6 +174,10 @@ pub struct Args {
     /// groups, side by side with the plain queue, --rounds times.
     #[arg(long, default_value_t = 0)]
     groups: usize,
+    /// --mode keyed: the instances of the keyed topic (values of
+    /// `sensor_id` the messages cycle through).
+    #[arg(long, default_value_t = 100_000)]
+    instances: u64,
     /// --mode queue: also run with each consumer at a priority of its
     /// own, side by side with the plain queue, --rounds times.
     #[arg(long)]
@@ -414,6 +423,16 @@ pub fn run(target: &Target, args: Args) -> Result<()> {
         None => factory.address(),
     };
     println!("server: {server_desc}");
+    if args.mode == Mode::Keyed {
+        let plan = keyed::Plan {
+            instances: args.instances,
+            size: args.size,
+            count: args.count,
+            rounds: args.rounds,
+            embedded: embedded.is_some(),
+        };
+        keyed::run(&factory, &plan)?;
+    }
     if args.mode == Mode::Large {
         let plan = large::Plan {
             volume: args.volume.max(1) << 20,
@@ -833,13 +852,23 @@ fn embedded_config(workers: usize, fsync: FsyncPolicy, cluster: Option<(&str, &s
         },
         ..Config::default()
     };
-    // The queues of `--mode queue --paged` page past 1 MiB.
-    config.addresses = vec![herald_server::config::AddressRule {
-        pattern: "queue://bench.paged.#".into(),
-        max_size_bytes: Some(1 << 20),
-        full_policy: Some(herald_server::config::FullPolicy::Page),
-        ..Default::default()
-    }];
+    // The queues of `--mode queue --paged` page past 1 MiB; the topics
+    // of `--mode keyed` keep each instance's last sample.
+    config.addresses = vec![
+        herald_server::config::AddressRule {
+            pattern: "queue://bench.paged.#".into(),
+            max_size_bytes: Some(1 << 20),
+            full_policy: Some(herald_server::config::FullPolicy::Page),
+            ..Default::default()
+        },
+        herald_server::config::AddressRule {
+            pattern: keyed::KEYED.into(),
+            key: Some(vec!["sensor_id".into()]),
+            durability: Some(herald_server::addresses::Durability::TransientLocal),
+            max_instances: Some(10_000_000),
+            ..Default::default()
+        },
+    ];
     if let Some((redis, node)) = cluster {
         config.cluster.redis = redis.to_owned();
         config.cluster.node_id = node.to_owned();

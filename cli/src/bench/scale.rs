@@ -132,8 +132,14 @@ pub fn run(plan: &Plan) -> Result<()> {
         let (herald, _) = start_herald("scale", &["herald-server listening on "])?;
         let factory = ConnectionFactory::new(&format!("herald://{}", herald.addr))?;
         let publish = || -> Result<f64> {
-            let r =
-                throughput::run_topic(&factory, &factory, TOPIC, (1, 1), plan.size, plan.count)?;
+            let r = throughput::run_topic(
+                &factory,
+                &factory,
+                TOPIC,
+                (1, 1),
+                (plan.size, 0),
+                plan.count,
+            )?;
             r.print();
             Ok(r.deliveries_per_sec())
         };

@@ -59,18 +59,19 @@ pub fn run_across(
         subscribe_to,
         &topic,
         (publishers, subscribers),
-        size,
+        (size, 0),
         count,
     )
 }
 
-/// [`run_across`] on `topic`.
+/// [`run_across`] on `topic`; with `keys` above 0, message `seq` carries
+/// the property `sensor_id` = `seq % keys` (a keyed topic's instance).
 pub fn run_topic(
     publish_to: &herald_client::ConnectionFactory,
     subscribe_to: &herald_client::ConnectionFactory,
     topic: &str,
     (publishers, subscribers): (usize, usize),
-    size: usize,
+    (size, keys): (usize, u64),
     count: u64,
 ) -> Result<ThroughputReport> {
     let destination = Destination::topic(topic);
@@ -161,8 +162,11 @@ pub fn run_topic(
                     body[8..12].copy_from_slice(&(index as u32).to_be_bytes());
                     for seq in 0..count {
                         body[..8].copy_from_slice(&seq.to_be_bytes());
-                        producer
-                            .send(Message::bytes(Bytes::copy_from_slice(&body)).non_persistent())?;
+                        let mut m = Message::bytes(Bytes::copy_from_slice(&body)).non_persistent();
+                        if keys > 0 {
+                            m = m.with_property("sensor_id", (seq % keys) as i64);
+                        }
+                        producer.send(m)?;
                         if index == 0 && seq % 65_536 == 0 {
                             progress
                                 .lock()

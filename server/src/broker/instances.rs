@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use herald_protocol::message::property_of;
+use herald_protocol::message::each_property;
 use herald_protocol::value::ValueRef;
 
 use crate::addresses::{AddressBook, Durability, History, InstanceSettings};
@@ -37,6 +37,9 @@ pub const INSTANCE_PROPERTY: &str = "HeraldInstance";
 
 /// The longest an instance's key may be, its values written out.
 const MAX_KEY_BYTES: usize = 4096;
+
+/// Properties a key names at most (`crate::addresses` refuses more).
+const MAX_KEY: usize = crate::addresses::MAX_KEY;
 
 /// An instance's state, as DDS names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,12 +135,96 @@ struct Sample {
 struct Instance {
     state: State,
     samples: VecDeque<Sample>,
+    /// In its topic's `not_alive`.
+    queued: bool,
 }
 
 /// One topic's instances, with the settings they were kept under.
 struct Topic {
     settings: Arc<InstanceSettings>,
     instances: FastMap<String, Instance>,
+    /// Instances that stopped being alive, oldest first (some may be
+    /// alive again): those that make room for new ones.
+    not_alive: VecDeque<String>,
+}
+
+impl Topic {
+    /// See [`Instances::keep`]; `key` is a buffer to write the instance's
+    /// key in (a sample of a known instance allocates nothing for it),
+    /// `seq` the last sample's place in the order.
+    fn keep(
+        &mut self,
+        (topic, block): (&str, &Bytes),
+        key: &mut String,
+        seq: &mut u64,
+        record: impl FnOnce() -> Option<u64>,
+    ) -> Result<Change, Refused> {
+        let settings = self.settings.clone();
+        let action = instance_key(topic, &settings.key, block, key)?;
+        let mut change = Change {
+            tracked: true,
+            ..Change::default()
+        };
+        if !self.instances.contains_key(key.as_str()) {
+            if self.instances.len() >= settings.max_instances && !self.make_room() {
+                return Err(Refused::TooManyInstances {
+                    topic: topic.to_owned(),
+                    key: key.clone(),
+                    max: settings.max_instances,
+                });
+            }
+            let fresh = Instance {
+                state: State::Alive,
+                samples: VecDeque::with_capacity(settings.depth().min(4)),
+                queued: false,
+            };
+            self.instances.insert(key.clone(), fresh);
+        }
+        let instance = self.instances.get_mut(key.as_str()).expect("made above");
+        match action {
+            Action::Dispose => instance.state = State::Disposed,
+            Action::Unregister => instance.state = State::NoWriters,
+            Action::Write => instance.state = State::Alive,
+        }
+        if instance.state != State::Alive {
+            change
+                .ended
+                .extend(instance.samples.drain(..).filter_map(|s| s.record));
+            if !instance.queued {
+                instance.queued = true;
+                self.not_alive.push_back(key.clone());
+            }
+            return Ok(change);
+        }
+        if settings.durability == Durability::Volatile {
+            return Ok(change);
+        }
+        let depth = settings.depth();
+        if settings.history == History::KeepAll && instance.samples.len() >= depth {
+            return Err(Refused::TooManySamples {
+                topic: topic.to_owned(),
+                key: key.clone(),
+                max: depth,
+            });
+        }
+        while instance.samples.len() >= depth {
+            let old = instance.samples.pop_front().expect("not empty");
+            change.ended.extend(old.record);
+        }
+        change.new = match settings.durability {
+            Durability::Persistent => record(),
+            _ => None,
+        };
+        *seq += 1;
+        instance.samples.push_back(Sample {
+            seq: *seq,
+            // A copy: the block may be a slice of a connection's read
+            // buffer, which a sample kept for long would hold whole.
+            block: Bytes::copy_from_slice(block),
+            record: change.new,
+        });
+        Ok(change)
+    }
 }
 
 /// The keyed topics and what they keep.
@@ -152,6 +239,8 @@ pub(super) struct Instances {
 #[derive(Default)]
 struct Kept {
     topics: FastMap<String, Topic>,
+    /// The buffer a sample's instance key is written in.
+    key: String,
     /// Topics whose settings keep nothing, as last resolved: a publish on
     /// one resolves nothing again. Emptied when it reaches
     /// [`PLAIN_CACHE`] names, so that topics named per entity do not grow
@@ -171,8 +260,9 @@ enum Action {
     Unregister,
 }
 
-fn action(block: &[u8]) -> Result<Action, Refused> {
-    Ok(match property_of(block, INSTANCE_PROPERTY) {
+/// What a message's [`INSTANCE_PROPERTY`] says it does.
+fn action(value: Option<ValueRef<'_>>) -> Result<Action, Refused> {
+    Ok(match value {
         None => Action::Write,
         Some(ValueRef::String("dispose")) => Action::Dispose,
         Some(ValueRef::String("unregister")) => Action::Unregister,
@@ -184,36 +274,34 @@ fn action(block: &[u8]) -> Result<Action, Refused> {
     })
 }
 
-/// A property's value as a key writes it.
-fn key_text(value: ValueRef<'_>) -> Option<String> {
-    Some(match value {
-        ValueRef::String(s) => s.to_owned(),
-        ValueRef::I8(n) => n.to_string(),
-        ValueRef::I16(n) => n.to_string(),
-        ValueRef::I32(n) => n.to_string(),
-        ValueRef::I64(n) => n.to_string(),
-        ValueRef::Bool(b) => b.to_string(),
-        // A float is no key: 0.1 + 0.2 would be another instance than 0.3.
-        ValueRef::F32(_) | ValueRef::F64(_) => return None,
-    })
-}
-
-/// The instance a message of `topic` belongs to: `name=value` for each
-/// key property, joined by commas; "" for a topic without a key.
-fn instance_key(topic: &str, key: &[String], block: &[u8]) -> Result<String, Refused> {
-    let mut text = String::new();
-    for name in key {
-        let Some(value) = property_of(block, name) else {
+/// Writes in `text` the instance a message of `topic` belongs to:
+/// `name=value` for each key property, joined by commas; "" for a topic
+/// without a key. Returns what the message does to it: the key and
+/// [`INSTANCE_PROPERTY`] read in one pass over the properties.
+fn instance_key(
+    topic: &str,
+    key: &[String],
+    block: &[u8],
+    text: &mut String,
+) -> Result<Action, Refused> {
+    use std::fmt::Write;
+    let mut values: [Option<ValueRef<'_>>; MAX_KEY] = [None; MAX_KEY];
+    let mut told = None;
+    each_property(block, |name, value| {
+        if name == INSTANCE_PROPERTY {
+            told = Some(value);
+        } else if let Some(i) = key.iter().position(|k| k == name) {
+            values[i] = Some(value);
+        }
+        true
+    });
+    text.clear();
+    for (name, value) in key.iter().zip(values) {
+        let Some(value) = value else {
             return Err(Refused::NoKey {
                 topic: topic.to_owned(),
                 key: key.join(", "),
                 missing: name.clone(),
-            });
-        };
-        let Some(value) = key_text(value) else {
-            return Err(Refused::BadKey {
-                topic: topic.to_owned(),
-                why: format!("key property '{name}' is a float, which names no instance"),
             });
         };
         if !text.is_empty() {
@@ -221,7 +309,24 @@ fn instance_key(topic: &str, key: &[String], block: &[u8]) -> Result<String, Ref
         }
         text.push_str(name);
         text.push('=');
-        text.push_str(&value);
+        let _ = match value {
+            ValueRef::String(s) => {
+                text.push_str(s);
+                Ok(())
+            }
+            ValueRef::I8(n) => write!(text, "{n}"),
+            ValueRef::I16(n) => write!(text, "{n}"),
+            ValueRef::I32(n) => write!(text, "{n}"),
+            ValueRef::I64(n) => write!(text, "{n}"),
+            ValueRef::Bool(b) => write!(text, "{b}"),
+            // A float is no key: 0.1 + 0.2 would be another instance than 0.3.
+            ValueRef::F32(_) | ValueRef::F64(_) => {
+                return Err(Refused::BadKey {
+                    topic: topic.to_owned(),
+                    why: format!("key property '{name}' is a float, which names no instance"),
+                })
+            }
+        };
         if text.len() > MAX_KEY_BYTES {
             return Err(Refused::BadKey {
                 topic: topic.to_owned(),
@@ -229,7 +334,7 @@ fn instance_key(topic: &str, key: &[String], block: &[u8]) -> Result<String, Ref
             });
         }
     }
-    Ok(text)
+    action(told)
 }
 
 /// A topic's instances, for the management interface.
@@ -279,92 +384,39 @@ impl Instances {
             return Ok(Change::default());
         }
         let mut kept = lock(&self.kept);
-        let kept = &mut *kept;
-        if kept.plain.contains(topic) {
-            return Ok(Change::default());
-        }
-        if !kept.topics.contains_key(topic) {
-            let settings = resolve();
-            if !settings.tracked() {
-                if kept.plain.len() >= PLAIN_CACHE {
-                    kept.plain.clear();
-                }
-                kept.plain.insert(topic.to_owned());
-                return Ok(Change::default());
+        let Kept {
+            topics,
+            plain,
+            key,
+            seq,
+        } = &mut *kept;
+        if let Some(t) = topics.get_mut(topic) {
+            if t.settings.tracked() {
+                return t.keep((topic, block), key, seq, record);
             }
-            let fresh = Topic {
-                settings: Arc::new(settings),
-                instances: FastMap::default(),
-            };
-            kept.topics.insert(topic.to_owned(), fresh);
-        }
-        let t = kept.topics.get_mut(topic).expect("made above");
-        let settings = t.settings.clone();
-        if !settings.tracked() {
             // Settings reloaded: the topic keeps nothing now.
-            kept.topics.remove(topic);
+            topics.remove(topic);
             return Ok(Change::default());
         }
-        let key = instance_key(topic, &settings.key, block)?;
-        let action = action(block)?;
-        let mut change = Change {
-            tracked: true,
-            ..Change::default()
-        };
-        if !t.instances.contains_key(&key) {
-            if t.instances.len() >= settings.max_instances && !make_room(t) {
-                return Err(Refused::TooManyInstances {
-                    topic: topic.to_owned(),
-                    key,
-                    max: settings.max_instances,
-                });
+        if plain.contains(topic) {
+            return Ok(Change::default());
+        }
+        let settings = resolve();
+        if !settings.tracked() {
+            if plain.len() >= PLAIN_CACHE {
+                plain.clear();
             }
-            let fresh = Instance {
-                state: State::Alive,
-                samples: VecDeque::new(),
-            };
-            t.instances.insert(key.clone(), fresh);
+            plain.insert(topic.to_owned());
+            return Ok(Change::default());
         }
-        let instance = t.instances.get_mut(&key).expect("made above");
-        match action {
-            Action::Dispose | Action::Unregister => {
-                instance.state = match action {
-                    Action::Dispose => State::Disposed,
-                    _ => State::NoWriters,
-                };
-                change
-                    .ended
-                    .extend(instance.samples.drain(..).filter_map(|s| s.record));
-                return Ok(change);
-            }
-            Action::Write => instance.state = State::Alive,
-        }
-        if settings.durability == Durability::Volatile {
-            return Ok(change);
-        }
-        let depth = settings.depth();
-        if settings.history == History::KeepAll && instance.samples.len() >= depth {
-            return Err(Refused::TooManySamples {
-                topic: topic.to_owned(),
-                key,
-                max: depth,
-            });
-        }
-        while instance.samples.len() >= depth {
-            let old = instance.samples.pop_front().expect("not empty");
-            change.ended.extend(old.record);
-        }
-        change.new = match settings.durability {
-            Durability::Persistent => record(),
-            _ => None,
+        let mut t = Topic {
+            settings: Arc::new(settings),
+            instances: FastMap::default(),
+            not_alive: VecDeque::new(),
         };
-        kept.seq += 1;
-        instance.samples.push_back(Sample {
-            seq: kept.seq,
-            block: block.clone(),
-            record: change.new,
-        });
-        Ok(change)
+        let change = t.keep((topic, block), key, seq, record);
+        topics.insert(topic.to_owned(), t);
+        change
     }
 
     /// Takes back a sample of `topic` kept in journal record `id` before
@@ -430,18 +482,22 @@ impl Instances {
     }
 }
 
-/// Forgets one instance of `t` that is not alive, to make room for a new
-/// one: whether there was one. Its samples went when it stopped being
-/// alive.
-fn make_room(t: &mut Topic) -> bool {
-    let gone = t
-        .instances
-        .iter()
-        .find(|(_, i)| i.state != State::Alive)
-        .map(|(k, _)| k.clone());
-    match gone {
-        Some(key) => t.instances.remove(&key).is_some(),
-        None => false,
+impl Topic {
+    /// Forgets the instance that stopped being alive longest ago, to make
+    /// room for a new one: whether there was one. Its samples went when
+    /// it stopped being alive.
+    fn make_room(&mut self) -> bool {
+        while let Some(key) = self.not_alive.pop_front() {
+            let Some(instance) = self.instances.get_mut(&key) else {
+                continue;
+            };
+            instance.queued = false;
+            if instance.state != State::Alive {
+                self.instances.remove(&key);
+                return true;
+            }
+        }
+        false
     }
 }
 
