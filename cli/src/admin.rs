@@ -187,6 +187,84 @@ fn rows(list: &Value, keys: &[&str]) -> Vec<Vec<String>> {
         .unwrap_or_default()
 }
 
+/// `herald topic ...`.
+#[derive(Debug, clap::Subcommand)]
+pub enum TopicVerb {
+    /// A topic's traffic, the subscriptions that take it, its retained
+    /// messages and, for a keyed topic, its instances.
+    Show {
+        /// The topic: NAME or topic://NAME.
+        name: String,
+        /// Print the API's JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs a `herald topic` verb.
+pub fn topic(target: &Target, verb: TopicVerb) -> Result<()> {
+    let TopicVerb::Show { name, json } = verb;
+    let name = name.strip_prefix("topic://").unwrap_or(&name);
+    let path = format!("/api/topics/{}", urlencode(name));
+    let topic = call(target, "GET", &path)?;
+    let instances = call(target, "GET", &format!("{path}/instances"))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"topic": topic, "instances": instances})
+        );
+        return Ok(());
+    }
+    println!(
+        "{name}: {} published ({} bytes), {} deliveries, {} retained",
+        text(&topic["messages_in"]),
+        text(&topic["bytes_in"]),
+        text(&topic["deliveries"]),
+        topic["retained"].as_array().map_or(0, Vec::len),
+    );
+    println!();
+    table(
+        &[
+            "PATTERN",
+            "SELECTOR",
+            "NAME",
+            "DURABLE",
+            "SHARED",
+            "CONNECTION",
+        ],
+        rows(
+            &topic["subscriptions"],
+            &[
+                "pattern",
+                "selector",
+                "name",
+                "durable",
+                "shared",
+                "connection",
+            ],
+        ),
+    );
+    let key = instances["key"].as_array().cloned().unwrap_or_default();
+    if key.is_empty() && instances["durability"] == "volatile" {
+        return Ok(());
+    }
+    let key: Vec<String> = key.iter().map(text).collect();
+    println!(
+        "\nkey [{}], history {} (depth {}), durability {}, max_instances {}, max_samples_per_instance {}",
+        key.join(", "),
+        text(&instances["history"]),
+        text(&instances["history_depth"]),
+        text(&instances["durability"]),
+        text(&instances["max_instances"]),
+        text(&instances["max_samples_per_instance"]),
+    );
+    table(
+        &["INSTANCE", "STATE", "SAMPLES"],
+        rows(&instances["instances"], &["key", "state", "samples"]),
+    );
+    Ok(())
+}
+
 /// `herald topics`.
 pub fn topics(target: &Target) -> Result<()> {
     let t = call(target, "GET", "/api/topics")?;

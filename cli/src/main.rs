@@ -58,6 +58,10 @@ enum Command {
     Queues,
     /// List open connections.
     Connections,
+    /// Look inside a topic: its subscriptions, retained messages and, for
+    /// a keyed topic, its instances.
+    #[command(subcommand)]
+    Topic(admin::TopicVerb),
     /// Look inside a queue, create or delete one.
     #[command(subcommand)]
     Queue(queues::QueueVerb),
@@ -138,6 +142,7 @@ fn main() -> ExitCode {
         Command::Topics => admin::topics(target),
         Command::Queues => admin::queues(target),
         Command::Connections => admin::connections(target),
+        Command::Topic(verb) => admin::topic(target, verb),
         Command::Queue(verb) => queues::queue(target, verb),
         Command::Msg(args) => queues::msg(target, args),
         Command::Dlq(verb) => queues::dlq(target, verb),

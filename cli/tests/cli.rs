@@ -1266,3 +1266,51 @@ fn sub_says_how_many_messages_its_client_dropped() {
     assert!(said.contains("pending_messages"), "{said}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn topic_show_prints_a_keyed_topics_instances() {
+    let mut config = test_config();
+    config.addresses = vec![herald_server::config::AddressRule {
+        pattern: "topic://sensors.#".into(),
+        key: Some(vec!["sensor_id".into()]),
+        durability: Some(herald_server::addresses::Durability::TransientLocal),
+        ..Default::default()
+    }];
+    let server = start_with(config);
+    let url = format!("herald://{}", server.local_addr());
+    let admin = format!("http://{}", server.admin_addr().unwrap());
+    for id in ["7", "7", "8"] {
+        run_ok(&[
+            "--server",
+            &url,
+            "pub",
+            "sensors.hall",
+            "x",
+            "-P",
+            &format!("sensor_id={id}"),
+        ]);
+    }
+    let shown = run_ok(&["--admin", &admin, "topic", "show", "topic://sensors.hall"]);
+    assert!(
+        shown.contains("key [sensor_id], history keep_last (depth 1), durability transient_local"),
+        "{shown}"
+    );
+    let rows: Vec<Vec<&str>> = shown
+        .lines()
+        .filter(|l| l.starts_with("sensor_id="))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [["sensor_id=7", "alive", "1"], ["sensor_id=8", "alive", "1"]],
+        "{shown}"
+    );
+    let json = run_ok(&["--admin", &admin, "topic", "show", "sensors.hall", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(
+        v["instances"]["instances"].as_array().map(Vec::len),
+        Some(2),
+        "{json}"
+    );
+    assert_eq!(v["topic"]["messages_in"], 3, "{json}");
+}
