@@ -325,6 +325,17 @@ function showTopic(t) {
     body.className = "body";
     tr.append(nameCell(m.id), cell(m.timestamp), nameCell(props), body);
   });
+  // A keyed topic (DDS instances): its settings and each instance.
+  const i = t.instances;
+  const keyed = i.key.length > 0 || i.durability !== "volatile";
+  $("t-instances-section").hidden = !keyed;
+  $("t-instances-settings").textContent = keyed
+    ? `key [${i.key.join(", ")}] · ${i.history} (depth ${i.history_depth}) · ${i.durability} · ` +
+      `at most ${i.max_instances} instances, ${i.max_samples_per_instance} samples each`
+    : "";
+  fill("t-instances", keyed ? i.instances : [], (tr, x) => {
+    tr.append(nameCell(x.key), cell(x.state), cell(x.samples, true));
+  });
 }
 
 // ---- The server page and the users page ----

@@ -182,6 +182,17 @@ test("a queue's page browses, filters, moves, deletes, replays and deletes the q
     await tab.waitForFunction(() => !document.querySelector("#t-subscriptions tbody tr"), null, { timeout: 10000 });
     assert.match(question, /Delete durable subscription daily of console-app\? Its 1 waiting/);
 
+    // A keyed topic's page: its settings and instances.
+    for (const id of ["7", "7", "8"]) {
+      cli("pub", "page.sensors.hall", `reading of ${id}`, "-P", `sensor_id=${id}`);
+    }
+    await tab.goto(`${admin}/#/topic/page.sensors.hall`);
+    await tab.waitForSelector("#t-instances tbody tr", { timeout: 10000 });
+    assert.match(await tab.textContent("#t-instances-settings"), /key \[sensor_id\] · keep_last \(depth 1\) · transient_local/);
+    const instances = await tab.$$eval("#t-instances tbody tr",
+      (rows) => rows.map((r) => [...r.children].map((c) => c.textContent).join(" ")));
+    assert.deepEqual(instances.sort(), ["sensor_id=7 alive 1", "sensor_id=8 alive 1"]);
+
     // Delete a queue: the question says how many messages go with it.
     await tab.goto(`${admin}/#/queue/page.other`);
     await listed(tab, 1);

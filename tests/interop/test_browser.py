@@ -39,12 +39,20 @@ def test_an_mqtt_js_page_talks_to_native_clients(server):
     )
 
 
-def test_the_management_console_in_a_browser(server):
-    run_node(
-        "console.test.mjs",
-        HERALD_ADMIN=server.admin,
-        HERALD_NATIVE=f"herald://{server.native}",
+def test_the_management_console_in_a_browser():
+    # A keyed topic, whose instances its page shows.
+    server = Server(
+        config='[[addresses]]\nmatch = "topic://page.sensors.#"\n'
+        'key = ["sensor_id"]\ndurability = "transient_local"\n'
     )
+    try:
+        run_node(
+            "console.test.mjs",
+            HERALD_ADMIN=server.admin,
+            HERALD_NATIVE=f"herald://{server.native}",
+        )
+    finally:
+        server.stop()
 
 
 def test_rhea_talks_amqp_with_native_clients(server):

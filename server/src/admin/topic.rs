@@ -49,6 +49,7 @@ pub(super) async fn topic(
         "bytes_out": counts.bytes_out,
         "subscriptions": subscriptions,
         "retained": retained,
+        "instances": instances_of(broker, &name),
     })))
 }
 
@@ -60,16 +61,20 @@ pub(super) async fn instances(
     Path(name): Path<String>,
 ) -> Result<Json<Json_>, ApiError> {
     checked(&name)?;
-    let broker = &state.shared.broker;
-    let settings = broker.settings(DestinationKind::Topic, &name);
+    Ok(Json(instances_of(&state.shared.broker, &name)))
+}
+
+/// What `GET /api/topics/{name}/instances` answers.
+fn instances_of(broker: &crate::broker::Broker, name: &str) -> Json_ {
+    let settings = broker.settings(DestinationKind::Topic, name);
     let s = &settings.instances;
     let instances: Vec<Json_> = broker
-        .instances_of(&name)
+        .instances_of(name)
         .unwrap_or_default()
         .iter()
         .map(|i| json!({"key": i.key, "state": i.state.as_str(), "samples": i.samples}))
         .collect();
-    Ok(Json(json!({
+    json!({
         "name": name,
         "key": s.key,
         "history": s.history.as_str(),
@@ -78,7 +83,7 @@ pub(super) async fn instances(
         "max_instances": s.max_instances,
         "max_samples_per_instance": s.max_samples_per_instance,
         "instances": instances,
-    })))
+    })
 }
 
 /// A subscription as the API shows it (a named one that is not durable is
