@@ -351,3 +351,145 @@ fn a_persistent_keyed_topic_keeps_its_samples_across_a_restart() {
     let server = keyed(Durability::Persistent, Some(dir));
     assert_eq!(late_reader_gets(&server), ["1:1", "1:2", "3:2", "3:3"]);
 }
+
+/// A SEND of sample `n` of sensor `id` on `sensors.hall` with source
+/// timestamp `at`, by hand (the client stamps the time it sends).
+fn stamped(id: i64, n: i64, at: i64) -> Frame {
+    let mut m = reading(id, n).with_property("n", n);
+    m.set_destination(Some(Destination::topic("sensors.hall")));
+    m.timestamp = at;
+    let mut block = bytes::BytesMut::new();
+    m.encode(&mut block).unwrap();
+    Frame::Send(herald_protocol::MessageView::parse(block.freeze()).unwrap())
+}
+
+/// What `consumer` gets until nothing comes for a while, as
+/// (sensor, body).
+fn drained(consumer: &herald_client::Consumer) -> Vec<(i64, String)> {
+    let mut got = Vec::new();
+    while let Some(m) = consumer.receive(Duration::from_millis(1000)).unwrap() {
+        let id = m.property("sensor_id").and_then(|v| v.as_i64()).unwrap();
+        got.push((id, m.body_text().unwrap().to_owned()));
+    }
+    got
+}
+
+#[test]
+fn a_time_filter_passes_one_sample_per_instance_and_window_and_always_the_last() {
+    use herald_server::addresses::Durability;
+    let server = keyed(Durability::Volatile, None);
+    let (_c, s) = connect(&server);
+    let topic = Destination::topic("sensors.#");
+    let options = ConsumerOptions::default().time_filter(Duration::from_millis(400));
+    let filtered = s.create_consumer_with(&topic, options).unwrap();
+    let all = subscribe(&s, "sensors.#");
+    let p = s
+        .create_producer(&Destination::topic("sensors.hall"))
+        .unwrap();
+    for n in 0..20 {
+        for id in 1..=2 {
+            p.send(reading(id, n)).unwrap();
+        }
+    }
+    p.send_with_receipt(reading(1, 20)).unwrap();
+    assert_eq!(drained(&all).len(), 41);
+    let got = drained(&filtered);
+    for id in 1..=2 {
+        let of: Vec<&str> = got
+            .iter()
+            .filter(|(s, _)| *s == id)
+            .map(|(_, b)| b.as_str())
+            .collect();
+        let last = if id == 1 { "1:20" } else { "2:19" };
+        assert_eq!(of.first(), Some(&format!("{id}:0").as_str()), "{of:?}");
+        assert_eq!(
+            of.last(),
+            Some(&last),
+            "the last value always comes: {of:?}"
+        );
+        // 21 samples sent in less than the 20 windows they would fill.
+        assert!(of.len() < 20, "{of:?}");
+    }
+    // Only for plain subscriptions.
+    let (c2, _s2) = connect(&server);
+    let acked = c2.create_session(AckMode::Client).unwrap();
+    let options = ConsumerOptions::default().time_filter(Duration::from_millis(400));
+    assert!(acked.create_consumer_with(&topic, options).is_err());
+}
+
+#[test]
+fn ordered_by_source_timestamp_a_reader_drops_a_sample_older_than_one_it_had() {
+    use herald_server::addresses::Durability;
+    let server = keyed(Durability::Volatile, None);
+    let (_c, s) = connect(&server);
+    let topic = Destination::topic("sensors.#");
+    let options = ConsumerOptions::default().order_by_source_timestamp();
+    let ordered = s.create_consumer_with(&topic, options).unwrap();
+    let all = subscribe(&s, "sensors.#");
+    // Through STOMP too.
+    let mut stomp = StompClient::connected(&server, &[]);
+    stomp.send(
+        &herald_protocol::stomp::StompFrame::new("SUBSCRIBE")
+            .header("id", "0")
+            .header("destination", "/topic/sensors.#")
+            .header("destination-order", "source-timestamp")
+            .header("receipt", "r"),
+    );
+    stomp.expect("RECEIPT");
+    let mut raw = RawClient::connected(&server, 0);
+    for (id, n, at) in [
+        (1, 0, 100),
+        (1, 1, 300),
+        (2, 0, 50),
+        (1, 2, 200),
+        (1, 3, 400),
+    ] {
+        raw.send(&stamped(id, n, at), 0);
+    }
+    raw.send(&stamped(2, 1, 10), 9);
+    assert!(matches!(raw.read_frame(), Some((Frame::Receipt, 9))));
+    assert_eq!(drained(&all).len(), 6);
+    let bodies = |got: Vec<(i64, String)>| got.into_iter().map(|(_, b)| b).collect::<Vec<_>>();
+    let kept = ["1:0", "1:1", "2:0", "1:3"];
+    assert_eq!(bodies(drained(&ordered)), kept);
+    let over_stomp: Vec<String> = (0..4)
+        .map(|_| String::from_utf8(stomp.expect("MESSAGE").body.to_vec()).unwrap())
+        .collect();
+    assert_eq!(over_stomp, kept);
+    // Each reader counted the two it dropped.
+    let subs = call(&server, "GET", "/api/subscriptions", None, None).json();
+    let dropped: Vec<u64> = subs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["dropped"].as_u64())
+        .filter(|d| *d > 0)
+        .collect();
+    assert_eq!(dropped, [2, 2], "{subs}");
+    // A header that says nothing it knows is refused.
+    stomp.send(
+        &herald_protocol::stomp::StompFrame::new("SUBSCRIBE")
+            .header("id", "1")
+            .header("destination", "/topic/sensors.#")
+            .header("destination-order", "alphabetical"),
+    );
+    stomp.expect_error_saying("destination-order");
+}
+
+#[test]
+fn a_reader_that_joins_asks_for_fewer_of_each_instances_kept_samples() {
+    use herald_server::addresses::Durability;
+    let server = keyed(Durability::TransientLocal, None);
+    let (_c, s) = connect(&server);
+    let p = s
+        .create_producer(&Destination::topic("sensors.hall"))
+        .unwrap();
+    three_sensors(&p);
+    let (_c2, s2) = connect(&server);
+    let options = ConsumerOptions::default().history(1);
+    let late = s2
+        .create_consumer_with(&Destination::topic("sensors.#"), options)
+        .unwrap();
+    let got: Vec<String> = drained(&late).into_iter().map(|(_, b)| b).collect();
+    assert_eq!(got, ["1:2", "3:2"]);
+}

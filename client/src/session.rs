@@ -306,9 +306,37 @@ pub struct ConsumerOptions {
     /// RabbitMQ's single active consumer); the next takes over when it
     /// goes.
     pub exclusive: bool,
+    /// DDS reader policies the server applies: a time-based filter and
+    /// destination order by source timestamp (plain topic subscriptions
+    /// in AUTO or DUPS_OK sessions), and the history depth a reader that
+    /// joins a keyed topic gets.
+    pub reader: herald_protocol::frame::ReaderQos,
 }
 
 impl ConsumerOptions {
+    /// DDS's time-based filter: at most one message per instance (a keyed
+    /// topic's, else per topic) per `separation`; the newest held back is
+    /// delivered when the window ends, so the last value always arrives.
+    pub fn time_filter(mut self, separation: std::time::Duration) -> ConsumerOptions {
+        self.reader.time_filter_ms = separation.as_millis().max(1) as u64;
+        self
+    }
+
+    /// DDS's destination order by source timestamp: a message whose
+    /// timestamp is older than the last one delivered of its instance is
+    /// dropped (the server counts it).
+    pub fn order_by_source_timestamp(mut self) -> ConsumerOptions {
+        self.reader.by_source_timestamp = true;
+        self
+    }
+
+    /// DDS's history depth for a reader that joins: of a keyed topic's
+    /// kept samples, at most `depth` per instance.
+    pub fn history(mut self, depth: u32) -> ConsumerOptions {
+        self.reader.history = u64::from(depth);
+        self
+    }
+
     /// Asks for one consumer at a time on its queue (see
     /// [`ConsumerOptions::exclusive`]).
     pub fn exclusive(mut self) -> ConsumerOptions {
@@ -517,6 +545,16 @@ impl Session {
                 if durable_name.is_empty() { "" } else { " (durable)" }
             )));
         }
+        let r = &options.reader;
+        let filtered = r.time_filter_ms > 0 || r.by_source_timestamp;
+        if (filtered && (tracked || destination.kind == DestinationKind::Queue))
+            || (r.history > 0 && destination.kind == DestinationKind::Queue)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "a time filter and source order are for plain topic subscriptions in AUTO or DUPS_OK sessions, a history depth for topics, not {destination} in {:?}",
+                self.shared.mode
+            )));
+        }
         if options.deadline.is_some_and(|d| d.is_zero()) {
             return Err(Error::InvalidArgument(
                 "a deadline must be longer than 0".into(),
@@ -538,6 +576,7 @@ impl Session {
             best_effort: options.best_effort,
             priority: options.priority,
             exclusive: options.exclusive,
+            reader: options.reader,
         };
         let consumer = Arc::new(ConsumerShared::new(
             (inner.config.pending_messages, inner.config.pending_bytes),

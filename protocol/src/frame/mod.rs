@@ -23,7 +23,7 @@ pub use connected::Connected;
 pub use delivery::{Delivery, DELIVERY_HEAD_LEN};
 pub use error::{ErrorFrame, RefusedSend};
 pub use recover::Recover;
-pub use subscribe::Subscribe;
+pub use subscribe::{ReaderQos, Subscribe};
 pub use transaction::{Commit, Rollback, TxSend};
 pub use unsubscribe::Unsubscribe;
 pub use unsubscribe_durable::UnsubscribeDurable;
@@ -246,6 +246,11 @@ mod tests {
                 best_effort: true,
                 priority: -7,
                 exclusive: true,
+                reader: ReaderQos {
+                    time_filter_ms: 250,
+                    by_source_timestamp: true,
+                    history: 3,
+                },
             }),
             Frame::Ack(Settle {
                 delivery_ids: vec![1, 2, u64::MAX],

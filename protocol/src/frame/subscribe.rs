@@ -3,6 +3,7 @@
 //! ```text
 //! u32 subscription id | u8 destination kind | str16 pattern | str16 selector
 //! u8 flags | u32 prefetch | str16 durable name | [i32 priority]
+//! [u8 count | count × (u8 policy | u64 value)]
 //! ```
 //!
 //! The subscription id is the client's choice, unique on its connection;
@@ -17,7 +18,14 @@
 //! messages while they have credit, lower ones only otherwise; 0 when
 //! absent); bit 6, *exclusive*: while this consumer is attached, its queue
 //! delivers to one consumer at a time (as an address with `exclusive =
-//! true` does; ActiveMQ's exclusive consumer).
+//! true` does; ActiveMQ's exclusive consumer); bit 7, *reader QoS*: DDS
+//! reader policies follow, each a policy number and a value: 1, the
+//! time-based filter (at most one sample per instance per this many ms,
+//! the newest held one delivered at the window's end); 2, destination
+//! order (1: by source timestamp, a sample older than the last one
+//! delivered of its instance is dropped); 3, history depth (of a keyed
+//! topic's kept samples, at most this many per instance for a reader that
+//! joins). A policy the server does not know is refused.
 
 use bytes::{BufMut, BytesMut};
 
@@ -32,6 +40,11 @@ const FLAG_DURABLE: u8 = 0x08;
 const FLAG_BEST_EFFORT: u8 = 0x10;
 const FLAG_EXCLUSIVE: u8 = 0x40;
 const FLAG_PRIORITY: u8 = 0x20;
+const FLAG_READER_QOS: u8 = 0x80;
+
+const POLICY_TIME_FILTER: u8 = 1;
+const POLICY_DESTINATION_ORDER: u8 = 2;
+const POLICY_HISTORY: u8 = 3;
 
 /// Starts a subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +82,31 @@ pub struct Subscribe {
     pub priority: i32,
     /// While it is attached, its queue delivers to one consumer at a time.
     pub exclusive: bool,
+    /// DDS reader policies, for a plain topic subscription (history: any).
+    pub reader: ReaderQos,
+}
+
+/// A DDS reader's requested policies that the server applies to its
+/// deliveries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReaderQos {
+    /// Time-based filter: at most one sample per instance per this many
+    /// ms (0: none); the newest held back is delivered when the window
+    /// ends, so the last value is never lost.
+    pub time_filter_ms: u64,
+    /// Destination order by source timestamp: a sample older than the
+    /// last one delivered of its instance is dropped (else by reception).
+    pub by_source_timestamp: bool,
+    /// Of a keyed topic's kept samples, at most this many per instance
+    /// for a reader that joins (0: all kept).
+    pub history: u64,
+}
+
+impl ReaderQos {
+    /// Whether it asks for anything.
+    pub fn is_set(&self) -> bool {
+        *self != ReaderQos::default()
+    }
 }
 
 impl Subscribe {
@@ -92,6 +130,7 @@ impl Subscribe {
             best_effort: false,
             priority: 0,
             exclusive: false,
+            reader: ReaderQos::default(),
         }
     }
 
@@ -108,7 +147,8 @@ impl Subscribe {
             | FLAG_DURABLE
             | FLAG_BEST_EFFORT
             | FLAG_PRIORITY
-            | FLAG_EXCLUSIVE;
+            | FLAG_EXCLUSIVE
+            | FLAG_READER_QOS;
         if flags & !known != 0 {
             return Err(Error::invalid(
                 "flags",
@@ -121,6 +161,24 @@ impl Subscribe {
             0 => 0,
             _ => c.u32("priority")? as i32,
         };
+        let mut reader = ReaderQos::default();
+        if flags & FLAG_READER_QOS != 0 {
+            for _ in 0..c.u8("reader policy count")? {
+                let policy = c.u8("reader policy")?;
+                let value = c.u64("reader policy value")?;
+                match policy {
+                    POLICY_TIME_FILTER => reader.time_filter_ms = value,
+                    POLICY_DESTINATION_ORDER => reader.by_source_timestamp = value == 1,
+                    POLICY_HISTORY => reader.history = value,
+                    other => {
+                        return Err(Error::invalid(
+                            "reader policy",
+                            format!("unknown policy {other}"),
+                        ))
+                    }
+                }
+            }
+        }
         let f = Subscribe {
             subscription_id,
             kind,
@@ -135,6 +193,7 @@ impl Subscribe {
             best_effort: flags & FLAG_BEST_EFFORT != 0,
             priority,
             exclusive: flags & FLAG_EXCLUSIVE != 0,
+            reader,
         };
         c.finish()?;
         Ok(f)
@@ -167,11 +226,28 @@ impl Subscribe {
         if self.exclusive {
             flags |= FLAG_EXCLUSIVE;
         }
+        if self.reader.is_set() {
+            flags |= FLAG_READER_QOS;
+        }
         d.put_u8(flags);
         d.put_u32(self.prefetch);
         put_str16(d, &self.durable_name, "durable name")?;
         if self.priority != 0 {
             d.put_i32(self.priority);
+        }
+        if self.reader.is_set() {
+            let r = &self.reader;
+            let policies = [
+                (POLICY_TIME_FILTER, r.time_filter_ms),
+                (POLICY_DESTINATION_ORDER, u64::from(r.by_source_timestamp)),
+                (POLICY_HISTORY, r.history),
+            ];
+            let set: Vec<_> = policies.iter().filter(|(_, v)| *v != 0).collect();
+            d.put_u8(set.len() as u8);
+            for (policy, value) in set {
+                d.put_u8(*policy);
+                d.put_u64(*value);
+            }
         }
         Ok(())
     }

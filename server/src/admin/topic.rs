@@ -100,5 +100,6 @@ pub(super) fn subscription(s: &crate::broker::SubscriptionView) -> Json_ {
         "connection": s.connection,
         "subscription_id": s.subscription_id,
         "backlog": s.backlog,
+        "dropped": s.dropped,
     })
 }

@@ -12,6 +12,7 @@ use herald_protocol::amqp::delivery::DeliveryState;
 use herald_protocol::amqp::performative::{Attach, Disposition, Flow as AmqpFlow};
 use herald_protocol::amqp::terminus::{Durability, Source, Terminus};
 use herald_protocol::amqp::{Performative, Value};
+use herald_protocol::frame::ReaderQos;
 use herald_protocol::{Destination, DestinationKind, ErrorCode};
 
 use super::mapping;
@@ -144,6 +145,7 @@ pub(super) fn attach(
         no_local,
         priority,
         exclusive,
+        reader: ReaderQos::default(),
     };
     // The link first: what the subscription has already is routed to it
     // after this frame.

@@ -52,6 +52,7 @@ impl Broker {
             owner: None,
             backlog: None,
             no_local: false,
+            reader: None,
         };
         self.enter(&mut self.write_topics(), &pattern, entry);
         Durable {
@@ -263,7 +264,7 @@ impl Broker {
         // A new one starts with the retained messages of its topics (in a
         // cluster, its stream gets what is published from now on only).
         if created && req.kept && stream.is_none() {
-            for block in self.kept_for(&pattern, selector.as_deref()) {
+            for block in self.kept_for(&pattern, selector.as_deref(), req.reader.history) {
                 let _ = self.enqueue(
                     &queue,
                     &block,

@@ -446,8 +446,9 @@ impl Instances {
     }
 
     /// The samples kept of the live instances of the topics `matches`
-    /// takes, in the order they came.
-    pub(super) fn kept_for(&self, matches: impl Fn(&str) -> bool) -> Vec<Bytes> {
+    /// takes, in the order they came; with a `history` above 0, the last
+    /// that many of each instance.
+    pub(super) fn kept_for(&self, matches: impl Fn(&str) -> bool, history: u64) -> Vec<Bytes> {
         if !self.any.load(Ordering::Relaxed) {
             return Vec::new();
         }
@@ -458,10 +459,41 @@ impl Instances {
             .filter(|(name, _)| matches(name))
             .flat_map(|(_, t)| t.instances.values())
             .filter(|i| i.state == State::Alive)
-            .flat_map(|i| i.samples.iter().map(|s| (s.seq, s.block.clone())))
+            .flat_map(|i| {
+                let skip = match history {
+                    0 => 0,
+                    n => i.samples.len().saturating_sub(n as usize),
+                };
+                i.samples
+                    .iter()
+                    .skip(skip)
+                    .map(|s| (s.seq, s.block.clone()))
+            })
             .collect();
         samples.sort_unstable_by_key(|(seq, _)| *seq);
         samples.into_iter().map(|(_, b)| b).collect()
+    }
+
+    /// What a reader's policies tell a sample of `topic` apart by: the
+    /// topic, and its instance's key if the topic is keyed.
+    pub(super) fn reader_key(&self, topic: &str, block: &[u8]) -> String {
+        let mut key = topic.to_owned();
+        if !self.any.load(Ordering::Relaxed) {
+            return key;
+        }
+        let kept = lock(&self.kept);
+        if let Some(t) = kept
+            .topics
+            .get(topic)
+            .filter(|t| !t.settings.key.is_empty())
+        {
+            let mut instance = String::new();
+            if instance_key(topic, &t.settings.key, block, &mut instance).is_ok() {
+                key.push('\u{1f}');
+                key.push_str(&instance);
+            }
+        }
+        key
     }
 
     /// The instances of `topic`, by key (`None`: it keeps none).
@@ -573,21 +605,21 @@ mod tests {
         ] {
             keep(&i, &book, "s.x", &sample("s.x", &[("id", id)], body)).unwrap();
         }
-        assert_eq!(bodies(i.kept_for(|_| true)), ["b1", "a2", "a3", "b2"]);
+        assert_eq!(bodies(i.kept_for(|_| true, 0)), ["b1", "a2", "a3", "b2"]);
         let dispose = sample("s.x", &[("id", "1"), (INSTANCE_PROPERTY, "dispose")], "");
         keep(&i, &book, "s.x", &dispose).unwrap();
-        assert_eq!(bodies(i.kept_for(|_| true)), ["b1", "b2"]);
+        assert_eq!(bodies(i.kept_for(|_| true, 0)), ["b1", "b2"]);
         let views = i.instances_of("s.x").unwrap();
         assert_eq!(views[0].key, "id=1");
         assert_eq!((views[0].state, views[0].samples), (State::Disposed, 0));
         assert_eq!((views[1].state, views[1].samples), (State::Alive, 2));
         // Written again: alive.
         keep(&i, &book, "s.x", &sample("s.x", &[("id", "1")], "a4")).unwrap();
-        assert_eq!(bodies(i.kept_for(|_| true)), ["b1", "b2", "a4"]);
+        assert_eq!(bodies(i.kept_for(|_| true, 0)), ["b1", "b2", "a4"]);
         let unregister = sample("s.x", &[("id", "2"), (INSTANCE_PROPERTY, "unregister")], "");
         keep(&i, &book, "s.x", &unregister).unwrap();
         assert_eq!(i.instances_of("s.x").unwrap()[1].state, State::NoWriters);
-        assert_eq!(bodies(i.kept_for(|t| t == "s.y")), Vec::<String>::new());
+        assert_eq!(bodies(i.kept_for(|t| t == "s.y", 0)), Vec::<String>::new());
     }
 
     #[test]
@@ -657,7 +689,7 @@ mod tests {
         let resolve = || book.resolve(DestinationKind::Topic, "s.x").instances;
         assert_eq!(again.restore("s.x", &one, 7, resolve), Some(vec![]));
         assert_eq!(again.restore("s.x", &two, 8, resolve), Some(vec![7]));
-        assert_eq!(bodies(again.kept_for(|_| true)), ["two"]);
+        assert_eq!(bodies(again.kept_for(|_| true, 0)), ["two"]);
         // A topic that keeps nothing: a retained message's record.
         let elsewhere = || book.resolve(DestinationKind::Topic, "other").instances;
         assert_eq!(again.restore("other", &one, 9, elsewhere), None);
@@ -682,7 +714,7 @@ mod tests {
                 .unwrap()
                 .tracked
         );
-        assert!(v.kept_for(|_| true).is_empty());
+        assert!(v.kept_for(|_| true, 0).is_empty());
         assert_eq!(v.instances_of("s.x").unwrap().len(), 1);
         // A topic no entry keys, beside one: resolved once, remembered.
         let other = keep(&v, &book, "other", &sample("other", &[], "x")).unwrap();

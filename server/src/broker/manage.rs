@@ -72,6 +72,7 @@ impl Broker {
                 subscription_id: Some(*id),
                 durable: s.durable,
                 backlog: backlog(&s.queue),
+                dropped: s.reader.as_ref().map_or(0, |r| r.dropped()),
             })
             .collect();
         for ((client_id, name), d) in lock(&self.durables).iter() {
@@ -86,6 +87,7 @@ impl Broker {
                     subscription_id: None,
                     durable: d.durable(),
                     backlog: lock(&d.queue).depth(),
+                    dropped: 0,
                 });
             }
         }
@@ -96,7 +98,7 @@ impl Broker {
     /// The retained messages of the topics `pattern` matches, topics in
     /// name order, oldest first within a topic, unexpired.
     pub fn retained_messages(&self, pattern: &herald_protocol::Pattern) -> Vec<Bytes> {
-        self.kept_for(pattern, None)
+        self.kept_for(pattern, None, 0)
     }
 
     /// Strict mode's declared topics, or `None` when publishing is open.

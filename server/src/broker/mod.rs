@@ -31,6 +31,7 @@ mod peers;
 mod pending;
 pub mod queue;
 mod queued;
+mod reader;
 mod ready;
 mod refile;
 mod registry;
@@ -898,6 +899,11 @@ impl Broker {
                     self.settled(&queue, dispatches, out);
                 }
                 Timed::Direct(sub, block) => out.push(sub, block),
+                Timed::Window(reader, key, sub) => {
+                    if let Some(block) = reader.window_ended(&key, queue::now_ms()) {
+                        out.push(sub, block);
+                    }
+                }
             }
         }
     }

@@ -82,6 +82,9 @@ pub enum SubscriptionHandle {
         key: u64,
         /// Its private queue, if any.
         queue: Option<SharedQueue>,
+        /// Its DDS reader policies, if it asked for any applied to its
+        /// deliveries.
+        reader: Option<Arc<super::reader::Reader>>,
     },
     /// A consumer of a named queue.
     Queue(SharedQueue),
@@ -141,6 +144,9 @@ pub enum SubscribeError {
     /// A temporary queue or topic of another connection.
     #[error("'{0}' is a temporary destination of another connection: only it may consume")]
     NotOwner(String),
+    /// Reader policies the subscription cannot have.
+    #[error("{0}")]
+    Reader(&'static str),
 }
 
 /// What a SUBSCRIBE asks for, as the broker needs it.
@@ -182,6 +188,9 @@ pub struct SubscribeRequest<'a> {
     pub priority: i32,
     /// While it is attached, its queue delivers to one consumer at a time.
     pub exclusive: bool,
+    /// DDS reader policies: a time-based filter and source order (for a
+    /// plain topic subscription), a history depth for what it gets kept.
+    pub reader: herald_protocol::frame::ReaderQos,
 }
 
 impl SubscribeRequest<'_> {

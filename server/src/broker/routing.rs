@@ -2,13 +2,14 @@
 //! directly, acknowledged and durable ones through their queues, cluster
 //! streams through the other nodes), or into its queue.
 
-use super::address::ConnectionRef;
+use super::address::{ConnectionRef, Subscriber};
 use super::backlog::Backlog;
 use super::delivery::Deliveries;
 use super::instances;
 use super::peers::Peers;
 use super::pending::Pending;
 use super::queue::{EntryId, QueuedMessage, SharedQueue};
+use super::reader::{Reader, Taken};
 use super::refile::Refile;
 use super::request::{Room, RouteError, Routed, Written};
 use super::timers::Timed;
@@ -282,7 +283,10 @@ impl Broker {
                 Target::Direct(sub) if delayed => self
                     .timers
                     .schedule(due, Timed::Direct(*sub, block.clone())),
-                Target::Direct(sub) => out.push(*sub, block.clone()),
+                Target::Direct(sub) => match &entry.reader {
+                    None => out.push(*sub, block.clone()),
+                    Some(reader) => self.offer(reader, (name, message), *sub, out),
+                },
                 Target::Stream(stream) => {
                     if let (Some(peers), true) = (self.peers.get(), local) {
                         let commit = out.commit.as_mut();
@@ -321,6 +325,31 @@ impl Broker {
             routed.journaled = true;
         }
         Ok(routed)
+    }
+
+    /// Offers a message of topic `name` to a subscriber's reader policies
+    /// (see `super::reader`): delivered now, held back until its
+    /// instance's window ends (a timer set for the first held), or
+    /// dropped as stale.
+    fn offer(
+        &self,
+        reader: &Arc<Reader>,
+        (name, message): (&str, &MessageView),
+        sub: Subscriber,
+        out: &mut Deliveries,
+    ) {
+        let block = message.block();
+        let key = self.instances.reader_key(name, block);
+        // The source timestamp: the message's JMSTimestamp.
+        let source = MessageRef::read(block).map_or(0, |m| m.timestamp);
+        match reader.offer(&key, block, source, queue::now_ms()) {
+            Taken::Now => out.push(sub, block.clone()),
+            Taken::Held(Some(due)) => {
+                self.timers
+                    .schedule(due, Timed::Window(reader.clone(), key, sub));
+            }
+            Taken::Held(None) | Taken::Stale => {}
+        }
     }
 
     /// Keeps `block` if it is retained (see `Retained::keep`), unless its

@@ -30,6 +30,8 @@ pub struct LiveSubscription {
     pub(super) client_id: String,
     pub(super) durable: bool,
     pub(super) queue: Option<SharedQueue>,
+    /// Its reader policies, which count what they drop.
+    pub(super) reader: Option<std::sync::Arc<super::reader::Reader>>,
 }
 
 impl LiveSubscription {
@@ -47,12 +49,16 @@ impl LiveSubscription {
             // not asked to be.
             durable: !req.durable_name.is_empty() && (!req.shared || req.durable),
             queue: None,
+            reader: None,
         }
     }
 
     pub(super) fn with_queue(mut self, handle: &SubscriptionHandle) -> LiveSubscription {
         self.queue = match handle {
-            SubscriptionHandle::Topic { queue, .. } => queue.clone(),
+            SubscriptionHandle::Topic { queue, reader, .. } => {
+                self.reader = reader.clone();
+                queue.clone()
+            }
             SubscriptionHandle::Queue(q) | SubscriptionHandle::Durable { queue: q, .. } => {
                 Some(q.clone())
             }
@@ -83,6 +89,9 @@ pub struct SubscriptionView {
     pub durable: bool,
     /// Messages waiting for it (tracked subscriptions; 0 for plain ones).
     pub backlog: usize,
+    /// Samples its DDS reader policies dropped (stale by source
+    /// timestamp, or held back by the time filter and replaced).
+    pub dropped: u64,
 }
 
 /// One queue's figures.

@@ -4,6 +4,7 @@
 use super::address::Subscriber;
 use super::delivery::Deliveries;
 use super::queue::{AckRef, Queue, QueuedMessage, SharedQueue};
+use super::reader::Reader;
 use super::registry::{is_durable_stream, Kept};
 use super::request::{
     Room, RouteError, SubscribeError, SubscribeRequest, SubscriptionHandle, Written,
@@ -26,9 +27,15 @@ impl Broker {
     /// selects, for a new subscriber: retained messages (topics in name
     /// order), then the samples of keyed topics' live instances in the
     /// order they came; unexpired, marked as kept.
-    pub(super) fn kept_for(&self, pattern: &Pattern, selector: Option<&Selector>) -> Vec<Bytes> {
+    /// A `history` above 0 keeps at most that many samples per instance.
+    pub(super) fn kept_for(
+        &self,
+        pattern: &Pattern,
+        selector: Option<&Selector>,
+        history: u64,
+    ) -> Vec<Bytes> {
         let mut kept = self.retained.kept(pattern);
-        kept.extend(self.instances.kept_for(|t| pattern.matches(t)));
+        kept.extend(self.instances.kept_for(|t| pattern.matches(t), history));
         retained::offered(kept, selector, self.large())
     }
 
@@ -64,6 +71,14 @@ impl Broker {
             herald_protocol::destination::validate_name(req.destination).map_err(bad)?;
         }
         let pattern = Pattern::parse(req.destination).map_err(bad)?;
+        let reader = Reader::new(req.reader).map(Arc::new);
+        let plain =
+            req.kind == DestinationKind::Topic && req.durable_name.is_empty() && !req.acknowledged;
+        if reader.is_some() && !plain {
+            return Err(SubscribeError::Reader(
+                "a time-based filter and destination order by source timestamp are for plain topic subscriptions (not acknowledged, durable or shared)",
+            ));
+        }
         if !req.durable_name.is_empty() {
             return self.subscribe_durable(req, pattern, selector, prefetch, sub, out);
         }
@@ -117,10 +132,11 @@ impl Broker {
                     owner: Some(sub.conn.serial),
                     backlog,
                     no_local: req.no_local,
+                    reader: reader.clone(),
                 };
                 let mut tree = self.write_topics();
                 let kept = match req.kept {
-                    true => self.kept_for(&pattern, selector.as_deref()),
+                    true => self.kept_for(&pattern, selector.as_deref(), req.reader.history),
                     false => Vec::new(),
                 };
                 self.enter(&mut tree, &pattern, entry);
@@ -146,6 +162,7 @@ impl Broker {
                     pattern,
                     key,
                     queue,
+                    reader,
                 })
             }
         }
@@ -167,6 +184,7 @@ impl Broker {
                 pattern,
                 key,
                 queue,
+                ..
             } => {
                 self.leave(&mut self.write_topics(), &pattern, key);
                 // A private queue goes with its subscription.
@@ -315,7 +333,7 @@ impl Broker {
             SubscriptionHandle::Durable { queue, .. } => Some(queue),
             SubscriptionHandle::Queue(_) => return,
         };
-        for block in self.kept_for(pattern, None) {
+        for block in self.kept_for(pattern, None, 0) {
             match queue {
                 None => out.push(sub, block),
                 // Kept messages are not persistent copies.

@@ -172,6 +172,7 @@ fn request(kind: DestinationKind, pattern: &str) -> SubscribeRequest<'_> {
         no_local: false,
         priority: 0,
         exclusive: false,
+        reader: Default::default(),
     }
 }
 

@@ -19,6 +19,9 @@ pub(super) enum Timed {
     Queue(SharedQueue),
     /// Deliver this message to this plain topic subscriber.
     Direct(Subscriber, Bytes),
+    /// The time-based filter's window of an instance (by its key) ended
+    /// for this subscriber: deliver what it held back.
+    Window(std::sync::Arc<super::reader::Reader>, String, Subscriber),
 }
 
 /// The actions waiting for their time, earliest first.
@@ -95,7 +98,7 @@ mod tests {
         due.into_iter()
             .map(|t| match t {
                 Timed::Direct(s, _) => s.subscription_id,
-                Timed::Queue(_) => u32::MAX,
+                Timed::Queue(_) | Timed::Window(..) => u32::MAX,
             })
             .collect()
     }

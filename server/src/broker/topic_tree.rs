@@ -436,6 +436,9 @@ pub struct TopicEntry {
     pub backlog: Option<Arc<Backlog>>,
     /// The messages its owner publishes do not go there.
     pub no_local: bool,
+    /// The DDS reader policies applied to its deliveries (a plain
+    /// subscription's).
+    pub reader: Option<Arc<super::reader::Reader>>,
 }
 
 impl std::fmt::Debug for TopicEntry {
@@ -466,6 +469,7 @@ mod tests {
             owner: Some(1),
             backlog: None,
             no_local: false,
+            reader: None,
         }
     }
 

@@ -25,6 +25,7 @@ pub fn refusal(e: SubscribeError) -> Refusal {
         SubscribeError::DurableQueue
         | SubscribeError::Destination(_)
         | SubscribeError::NotOwner(_) => ErrorCode::InvalidDestination,
+        SubscribeError::Reader(_) => ErrorCode::LimitExceeded,
     };
     Refusal::soft(code, e.to_string())
 }

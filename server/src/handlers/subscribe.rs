@@ -74,6 +74,7 @@ pub fn handle(
         no_local: false,
         priority: f.priority,
         exclusive: f.exclusive,
+        reader: f.reader,
     };
     // The RECEIPT is queued before any message the subscription may
     // already have waiting: deliveries are routed after this frame.

@@ -25,6 +25,7 @@ pub use session::MqttSession;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use herald_protocol::frame::ReaderQos;
 use herald_protocol::mqtt::{
     self, topic, ConnAck, Connect, Decoded, MqttError, Packet, Properties, Property, Publish, QoS,
     SubAck, Subscribe, UnsubAck, Unsubscribe, Version,
@@ -739,6 +740,7 @@ fn subscribe_one(
         no_local: false,
         priority: 0,
         exclusive: false,
+        reader: ReaderQos::default(),
     };
     let refused = |r: Refusal| (suback_reason(r.code()), r.message().to_owned());
     subscribe(number, request, session, ctx).map_err(refused)?;
