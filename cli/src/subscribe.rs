@@ -51,6 +51,19 @@ pub struct Args {
     /// consumer at a time (an exclusive consumer).
     #[arg(long)]
     exclusive: bool,
+    /// DDS's time-based filter: at most one message per instance (of a
+    /// keyed topic; else per topic) per this long, the newest held back
+    /// delivered when it ends (500ms, 1s; a bare number is seconds).
+    #[arg(long, value_name = "DURATION", value_parser = duration::seconds)]
+    time_filter: Option<Duration>,
+    /// DDS's history depth: of a keyed topic's kept messages, at most
+    /// this many per instance when subscribing.
+    #[arg(long)]
+    history: Option<u32>,
+    /// DDS's destination order by source timestamp: drop a message older
+    /// than the newest taken of its instance.
+    #[arg(long)]
+    source_order: bool,
     /// Exit after this many messages.
     #[arg(long)]
     count: Option<u64>,
@@ -97,6 +110,16 @@ pub fn run(target: &crate::target::Target, args: Args) -> Result<()> {
         exclusive: args.exclusive,
         ..ConsumerOptions::default()
     };
+    let mut options = match args.time_filter {
+        Some(period) => options.time_filter(period),
+        None => options,
+    };
+    if let Some(depth) = args.history {
+        options = options.history(depth);
+    }
+    if args.source_order {
+        options = options.order_by_source_timestamp();
+    }
     let consumer = session.create_consumer_with(&destination, options)?;
     let (lost_tx, lost_rx) = mpsc::channel();
     connection.set_exception_listener(move |e| {

@@ -1313,4 +1313,20 @@ fn topic_show_prints_a_keyed_topics_instances() {
         "{json}"
     );
     assert_eq!(v["topic"]["messages_in"], 3, "{json}");
+    // A reader that joins gets each instance's kept sample.
+    let kept = run_ok(&[
+        "--server",
+        &url,
+        "sub",
+        "sensors.#",
+        "--history",
+        "1",
+        "--time-filter",
+        "1s",
+        "--count",
+        "2",
+        "--timeout",
+        "5s",
+    ]);
+    assert_eq!(kept.lines().count(), 2, "{kept}");
 }

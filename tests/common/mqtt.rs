@@ -271,10 +271,21 @@ impl MqttClient {
     /// Subscribes to one filter; the SUBACK's code. Deliveries that come
     /// first (a resumed session's) are kept for [`receive`](Self::receive).
     pub fn subscribe_with(&mut self, filter: &str, options: SubscribeOptions) -> u8 {
+        self.subscribe_with_properties(filter, options, Properties::default())
+    }
+
+    /// [`subscribe_with`](Self::subscribe_with) with the SUBSCRIBE's
+    /// properties (5.0).
+    pub fn subscribe_with_properties(
+        &mut self,
+        filter: &str,
+        options: SubscribeOptions,
+        properties: Properties,
+    ) -> u8 {
         let packet_id = self.packet_id();
         self.send(&Packet::Subscribe(Subscribe {
             packet_id,
-            properties: Properties::default(),
+            properties,
             filters: vec![(filter.to_owned(), options)],
         }));
         match self.read_answer() {

@@ -145,7 +145,7 @@ pub(super) fn attach(
         no_local,
         priority,
         exclusive,
-        reader: ReaderQos::default(),
+        reader: reader_qos(&a.properties)?,
     };
     // The link first: what the subscription has already is routed to it
     // after this frame.
@@ -573,6 +573,22 @@ fn link_property<'a>(properties: &'a Value, name: &str) -> Option<&'a Value> {
         .iter()
         .find(|(k, _)| matches!(k, Value::Symbol(s) if s == name))
         .map(|(_, v)| v)
+}
+
+/// The DDS reader policies an attach's properties give (see
+/// [`crate::frontend::reader_qos`]): strings, or numbers for the numbers.
+fn reader_qos(properties: &Value) -> Result<ReaderQos, (&'static str, String)> {
+    let text = |name: &str| {
+        link_property(properties, name).map(|v| match v {
+            Value::String(s) | Value::Symbol(s) => s.clone(),
+            Value::Ulong(n) => n.to_string(),
+            Value::Long(n) => n.to_string(),
+            Value::Uint(n) => n.to_string(),
+            Value::Int(n) => n.to_string(),
+            other => format!("{other:?}"),
+        })
+    };
+    crate::frontend::reader_qos(text).map_err(|why| (condition::INVALID_FIELD, why))
 }
 
 /// The consumer priority an attach's properties give (`priority`, as

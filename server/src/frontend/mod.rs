@@ -54,5 +54,5 @@ pub fn frame_too_large(size: usize, at_least: bool, max: usize, phase: Phase) ->
 
 pub use subscription::{
     authorize as authorize_subscription, check_owner, delete_durable, end_subscription,
-    hold_selector, refusal as subscribe_refusal, resend_retained, selector, subscribe,
+    hold_selector, reader_qos, refusal as subscribe_refusal, resend_retained, selector, subscribe,
 };

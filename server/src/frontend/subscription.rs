@@ -30,6 +30,36 @@ pub fn refusal(e: SubscribeError) -> Refusal {
     Refusal::soft(code, e.to_string())
 }
 
+/// DDS reader policies from a subscription's headers or properties, by
+/// name (`get` gives a value's text): `time-filter` (ms),
+/// `destination-order` (`reception` or `source-timestamp`) and `history`.
+/// STOMP headers, MQTT 5 user properties and AMQP link properties name
+/// them alike.
+pub fn reader_qos(
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<herald_protocol::frame::ReaderQos, String> {
+    let number = |name: &str| match get(name) {
+        None => Ok(0),
+        Some(text) => text
+            .parse::<u64>()
+            .map_err(|_| format!("{name} '{text}' is not a whole number")),
+    };
+    let by_source_timestamp = match get("destination-order").as_deref() {
+        None | Some("reception") => false,
+        Some("source-timestamp") => true,
+        Some(other) => {
+            return Err(format!(
+                "destination-order '{other}' is not reception or source-timestamp"
+            ))
+        }
+    };
+    Ok(herald_protocol::frame::ReaderQos {
+        time_filter_ms: number("time-filter")?,
+        by_source_timestamp,
+        history: number("history")?,
+    })
+}
+
 /// A subscription's selector, parsed within the server's limits, if the
 /// connection's selectors have room for it (see [`hold_selector`]).
 pub fn selector(

@@ -382,10 +382,8 @@ pub fn admitted(
             let Some((filter, options, identifier)) = session::parse_durable_name(&name) else {
                 continue;
             };
-            let resumed = Resumed::Yes;
-            if let Err(why) =
-                subscribe_one(&filter, (options, identifier, resumed), mqtt, session, ctx)
-            {
+            let terms = (options, identifier, Resumed::Yes, ReaderQos::default());
+            if let Err(why) = subscribe_one(&filter, terms, mqtt, session, ctx) {
                 log::warn!(
                     "connection {}: the session's subscription to '{filter}' does not resume: {}",
                     ctx.me.serial,
@@ -607,10 +605,24 @@ fn subscribe_packet(
         return Err(Fatal(0x82, "no local on a shared subscription".into()));
     }
     let kept = changes_kept(mqtt, s.filters.iter().map(|(filter, _)| filter));
+    // DDS reader policies, as user properties (see frontend::reader_qos),
+    // for every filter of the packet.
+    let user = |name: &str| {
+        s.properties.0.iter().find_map(|p| match p {
+            Property::User(k, v) if k == name => Some(v.clone()),
+            _ => None,
+        })
+    };
+    let reader = crate::frontend::reader_qos(user);
     let mut codes = Vec::with_capacity(s.filters.len());
     for (filter, options) in s.filters {
-        let terms = (options, identifier, Resumed::No);
-        let code = match subscribe_one(&filter, terms, mqtt, session, ctx) {
+        let terms = reader
+            .clone()
+            .map(|reader| (options, identifier, Resumed::No, reader));
+        let subscribed = terms
+            .map_err(|why| (0x83, why))
+            .and_then(|terms| subscribe_one(&filter, terms, mqtt, session, ctx));
+        let code = match subscribed {
             Ok(granted) => granted as u8,
             Err((code, why)) => {
                 log::info!(
@@ -658,7 +670,12 @@ enum Resumed {
 /// filter; the QoS granted, or the 5.0 reason code and why not.
 fn subscribe_one(
     filter: &str,
-    (options, identifier, resumed): (mqtt::SubscribeOptions, Option<u32>, Resumed),
+    (options, identifier, resumed, reader): (
+        mqtt::SubscribeOptions,
+        Option<u32>,
+        Resumed,
+        ReaderQos,
+    ),
     mqtt: &mut MqttSession,
     session: &mut Session,
     ctx: &mut Context<'_>,
@@ -740,7 +757,7 @@ fn subscribe_one(
         no_local: false,
         priority: 0,
         exclusive: false,
-        reader: ReaderQos::default(),
+        reader,
     };
     let refused = |r: Refusal| (suback_reason(r.code()), r.message().to_owned());
     subscribe(number, request, session, ctx).map_err(refused)?;

@@ -27,7 +27,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
-use herald_protocol::frame::ReaderQos;
 use herald_protocol::message::streamed_body;
 use herald_protocol::stomp::ClientCommand;
 use herald_protocol::stomp::{Decoded, StompDecoder, StompError, StompFrame, StompLimits};
@@ -795,38 +794,10 @@ fn subscribe(
         durable_name: durable_name(frame).unwrap_or_default(),
         priority,
         exclusive,
-        reader: reader_qos(frame)?,
+        reader: crate::frontend::reader_qos(|name| frame.get(name).map(str::to_owned))
+            .map_err(|why| (ErrorCode::Malformed, why))?,
     };
     subscribe_to(id, &target, ack, options, stomp, session, ctx)
-}
-
-/// A SUBSCRIBE's DDS reader policies: `time-filter` (ms),
-/// `destination-order` (`source-timestamp` or `reception`) and `history`.
-fn reader_qos(frame: &StompFrame) -> Result<ReaderQos, (ErrorCode, Refused)> {
-    let number = |name: &str| match frame.get(name) {
-        None => Ok(0),
-        Some(text) => text.parse::<u64>().map_err(|_| {
-            (
-                ErrorCode::Malformed,
-                format!("{name} '{text}' is not a whole number"),
-            )
-        }),
-    };
-    let by_source_timestamp = match frame.get("destination-order").unwrap_or("reception") {
-        "reception" => false,
-        "source-timestamp" => true,
-        other => {
-            return Err((
-                ErrorCode::Malformed,
-                format!("destination-order '{other}' is not reception or source-timestamp"),
-            ))
-        }
-    };
-    Ok(ReaderQos {
-        time_filter_ms: number("time-filter")?,
-        by_source_timestamp,
-        history: number("history")?,
-    })
 }
 
 /// Headers that name a durable subscription: ActiveMQ's, and Artemis's
@@ -856,8 +827,8 @@ struct Options<'a> {
     /// ActiveMQ's `activemq.exclusive`: its queue delivers to one consumer
     /// at a time while it is attached.
     exclusive: bool,
-    /// DDS reader policies (see [`reader_qos`]).
-    reader: ReaderQos,
+    /// DDS reader policies (see [`crate::frontend::reader_qos`]).
+    reader: herald_protocol::frame::ReaderQos,
 }
 
 /// Subscribes STOMP id `id` to `target`.
