@@ -515,3 +515,52 @@ fn a_reader_that_joins_asks_for_fewer_of_each_instances_kept_samples() {
     let got: Vec<String> = drained(&late).into_iter().map(|(_, b)| b).collect();
     assert_eq!(got, ["1:2", "3:2"]);
 }
+
+#[test]
+fn reader_policies_that_make_no_sense_are_refused_naming_why() {
+    use herald_protocol::frame::{ReaderQos, Subscribe};
+    let server = start();
+    let mut raw = RawClient::connected(&server, 0);
+    // A policy the server does not know: the frame is malformed.
+    let mut subscribe = Subscribe::new(1, DestinationKind::Topic, "t");
+    subscribe.reader.time_filter_ms = 10;
+    let mut wire = bytes::BytesMut::new();
+    Frame::Subscribe(subscribe).encode(3, &mut wire).unwrap();
+    // The last policy's number, 1 (time filter), becomes 9.
+    let at = wire.len() - 9;
+    assert_eq!(wire[at], 1);
+    wire[at] = 9;
+    raw.write(&wire);
+    let e = raw.expect_fatal(ErrorCode::Malformed);
+    assert!(e.message.contains("unknown policy 9"), "{e:?}");
+    // A filter of a hundred years; a filter on a queue: refused, the
+    // connection goes on.
+    let mut raw = RawClient::connected(&server, 0);
+    let mut long = Subscribe::new(2, DestinationKind::Topic, "t");
+    long.reader = ReaderQos {
+        time_filter_ms: 100 * 365 * 86_400_000,
+        ..ReaderQos::default()
+    };
+    raw.send(&Frame::Subscribe(long), 4);
+    let (e, id) = raw.expect_error();
+    assert_eq!(
+        (e.error_code(), id),
+        (Some(ErrorCode::LimitExceeded), 4),
+        "{e:?}"
+    );
+    let mut on_queue = Subscribe::new(3, DestinationKind::Queue, "q");
+    on_queue.acknowledged = true;
+    on_queue.reader.by_source_timestamp = true;
+    raw.send(&Frame::Subscribe(on_queue), 5);
+    let (e, id) = raw.expect_error();
+    assert_eq!(
+        (e.error_code(), id),
+        (Some(ErrorCode::LimitExceeded), 5),
+        "{e:?}"
+    );
+    raw.send(
+        &Frame::Subscribe(Subscribe::new(4, DestinationKind::Topic, "t")),
+        6,
+    );
+    assert!(matches!(raw.read_frame(), Some((Frame::Receipt, 6))));
+}

@@ -19,6 +19,9 @@ use herald_protocol::frame::ReaderQos;
 use crate::collections::FastMap;
 use crate::sync::lock;
 
+/// The longest time-based filter: a day (a longer one is refused).
+pub(super) const MAX_TIME_FILTER_MS: u64 = 86_400_000;
+
 /// Instances a reader keeps state for at most: past it the state is
 /// forgotten (the next sample of each is taken as a first), so that a
 /// pattern over topics named per entity does not grow it without bound.
@@ -85,7 +88,7 @@ impl Reader {
             return Taken::Stale;
         }
         s.newest = s.newest.max(source);
-        let window = self.qos.time_filter_ms as i64;
+        let window = self.qos.time_filter_ms.min(MAX_TIME_FILTER_MS) as i64;
         if window > 0 && s.delivered_at != 0 && now - s.delivered_at < window {
             if s.held.replace(block.clone()).is_some() {
                 self.dropped.fetch_add(1, Ordering::Relaxed);

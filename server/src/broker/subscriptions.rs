@@ -79,6 +79,11 @@ impl Broker {
                 "a time-based filter and destination order by source timestamp are for plain topic subscriptions (not acknowledged, durable or shared)",
             ));
         }
+        if req.reader.time_filter_ms > super::reader::MAX_TIME_FILTER_MS {
+            return Err(SubscribeError::Reader(
+                "a time-based filter is at most a day (86400000 ms)",
+            ));
+        }
         if !req.durable_name.is_empty() {
             return self.subscribe_durable(req, pattern, selector, prefetch, sub, out);
         }
